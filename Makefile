@@ -1,0 +1,40 @@
+# headscope: `make serve` sets up and starts the dashboard; `make test` sets up and runs the tests.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.headscope-installed
+HOST ?= 127.0.0.1
+PORT ?= 8050
+WORKERS ?= 1
+
+.PHONY: setup system-deps serve demo test lint bench
+
+setup: $(STAMP)
+
+# torch==2.13.0 first: this machine's local CPU build; the project's range (torch>=2.2,<3) is then
+# already satisfied and pip downloads no multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# Debian packages the tests need: chromium (browser tests), docker-compose (validates the compose file).
+system-deps:
+	sh scripts/system-deps.sh
+
+serve: setup
+	$(VENV)/bin/headscope serve --host $(HOST) --port $(PORT) --workers $(WORKERS)
+
+demo: setup
+	$(VENV)/bin/headscope demo
+
+test: setup system-deps
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check backend frontend workers tests
+
+bench: setup
+	$(PY) -m tests.bench.run_all

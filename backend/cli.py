@@ -1,0 +1,227 @@
+"""The ``headscope`` command.
+
+Subcommands: ``analyze`` (one analysis of a text, JSON out), ``demo`` (the demo text, a summary on
+stdout). Heavy imports (torch, transformers) happen inside the commands, so ``headscope --help``
+is instant and the backend package never imports torch at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ANALYSES = ["max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition"]
+
+
+class StderrProgress:
+    """A one-line progress bar on stderr, drawn only for work that lasts over a second."""
+
+    def __init__(self, label: str, *, enabled: bool = True):
+        self.label = label
+        self.enabled = enabled
+        self.start = time.perf_counter()
+        self.drawn = False
+        self.last = 0.0
+
+    def __call__(self, fraction: float, message: str) -> None:
+        now = time.perf_counter()
+        if not self.enabled or now - self.start < 1.0 or (now - self.last < 0.1 and fraction < 1):
+            return
+        self.last = now
+        width = 30
+        filled = int(round(width * max(0.0, min(1.0, fraction))))
+        bar = "#" * filled + "-" * (width - filled)
+        sys.stderr.write(f"\r{self.label} [{bar}] {fraction * 100:5.1f}% {now - self.start:6.1f}s {message[:40]:<40}")
+        sys.stderr.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def _layer_arg(value: str) -> int | str:
+    if value == "all":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'all', got {value!r}") from None
+
+
+def _read_text(args: argparse.Namespace) -> str:
+    from workers.errors import BadFileError
+
+    if args.text is not None:
+        return args.text
+    if args.text_file is None:
+        from workers.data import demo_text
+
+        return demo_text()
+    path = Path(args.text_file)
+    try:
+        data = sys.stdin.read() if args.text_file == "-" else path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadFileError(f"text file not found: {path}") from None
+    except UnicodeDecodeError:
+        raise BadFileError(f"text file is not UTF-8 text: {path}") from None
+    except OSError as exc:
+        raise BadFileError(f"cannot read text file {path}: {exc.strerror}") from None
+    return data
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    opts = {
+        "truncate": args.truncate,
+        "drop_special": args.drop_special,
+        "layer": args.layer,
+        "head": args.head,
+        "engine": args.engine,
+        "seed": args.seed,
+        "restarts": args.restarts,
+        "init": args.init,
+        "perplexity": args.perplexity,
+        "pooling": args.pooling,
+        "fraction": args.fraction,
+        "repeats": args.repeats,
+        "dtype": args.dtype,
+    }
+    if args.n_iter is not None:
+        opts["n_iter"] = args.n_iter
+    if args.early_exaggeration_iter is not None:
+        opts["early_exaggeration_iter"] = args.early_exaggeration_iter
+    return opts
+
+
+def flatten(result: dict[str, Any], kind: str) -> dict[str, Any]:
+    """The CLI's JSON: the common keys plus the one analysis' section at top level."""
+    section = result[kind]
+    common = {k: v for k, v in result.items() if k not in ANALYSES}
+    timings = {**common.pop("timings", {}), **section.get("timings", {})}
+    return {**common, "analysis": kind, **section, "timings": timings}
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from workers.analysis.pipeline import analyze
+    from workers.models import load_model
+
+    text = _read_text(args)
+    bar = StderrProgress(args.analysis, enabled=not args.quiet)
+    start = time.perf_counter()
+    loaded = load_model(args.model, dtype=args.dtype, device=args.device)
+    load_s = time.perf_counter() - start
+    try:
+        result = analyze(loaded, text, [args.analysis], _options(args), progress=bar)
+    finally:
+        bar.close()
+    out = flatten(result, args.analysis)
+    out["timings"]["load_s"] = load_s
+    blob = json.dumps(out, indent=None, separators=(",", ":"))
+    if args.out in (None, "-"):
+        sys.stdout.write(blob + "\n")
+    else:
+        Path(args.out).write_text(blob)
+        print(f"wrote {args.out} ({len(blob) / 1024:.0f} KiB)", file=sys.stderr)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Max attention and one head's t-SNE on the demo text, summarised on stdout."""
+    import numpy as np
+
+    from workers.analysis.pipeline import analyze
+    from workers.data import demo_text
+    from workers.models import load_model
+
+    text = demo_text()
+    bar = StderrProgress("demo")
+    loaded = load_model(args.model)
+    opts = {"layer": args.layer, "head": args.head}
+    try:
+        res = analyze(loaded, text, ["max-attention", "head-tsne", "hidden-tsne"], opts, progress=bar)
+    finally:
+        bar.close()
+    tokens = res["tokens"]
+    ma = np.asarray(res["max-attention"]["max_attention"])  # [layer, head, token]
+    print(f"model {res['model']} ({res['family']}): {res['n_layers']} layers x {res['n_heads']} heads")
+    print(f"text: {len(text)} characters, {len(tokens)} tokens")
+    print("most-attended token per layer (max over heads of max attention):")
+    for layer in range(ma.shape[0]):
+        top = np.argsort(-ma[layer].max(axis=0))[:5]
+        print(f"  layer {layer}: " + ", ".join(f"{tokens[t]}({ma[layer].max(axis=0)[t]:.2f})" for t in top))
+    ht, hs = res["head-tsne"], res["hidden-tsne"]
+    print(
+        f"attention-head t-SNE layer {ht['layers'][0]} head {ht['heads'][0]}: KL {ht['kl'][0]:.3f} "
+        f"({ht['timings']['tsne_s']:.1f} s, {ht['engine']} engine)"
+    )
+    print(f"standard t-SNE of hidden states at layer {hs['layers'][0]}: KL {hs['kl'][0]:.3f}")
+    emb = np.asarray(ht["embedding"])
+    centre = emb.mean(axis=0)
+    near = np.argsort(((emb - centre) ** 2).sum(axis=1))[:8]
+    print("tokens nearest the centre of the head's map: " + " ".join(tokens[i] for i in near))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="headscope", description="Look inside transformer models.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    a = sub.add_parser("analyze", help="run one analysis on a text and write JSON")
+    a.add_argument("--model", default="minilm", help="catalogue name (default: minilm)")
+    src = a.add_mutually_exclusive_group()
+    src.add_argument("--text-file", help="UTF-8 text file ('-' = stdin); default: the demo text")
+    src.add_argument("--text", help="the text itself")
+    a.add_argument("--analysis", required=True, choices=ANALYSES)
+    a.add_argument("--out", help="output JSON path (default: stdout)")
+    a.add_argument("--layer", type=_layer_arg, default="all", help="layer index or 'all'")
+    a.add_argument("--head", type=_layer_arg, default="all", help="head index or 'all'")
+    a.add_argument("--engine", choices=["batched", "opentsne", "fast"], default=None)
+    a.add_argument("--seed", type=int, default=0)
+    a.add_argument("--restarts", type=int, default=1, help="best-of-k t-SNE restarts")
+    a.add_argument("--init", choices=["spectral", "random", "pca"], default="spectral")
+    a.add_argument("--n-iter", type=int, default=None, help="t-SNE iterations after early exaggeration (750)")
+    a.add_argument("--early-exaggeration-iter", type=int, default=None, help="(250)")
+    a.add_argument("--perplexity", type=float, default=20.0, help="standard t-SNE perplexity")
+    a.add_argument("--pooling", choices=["auto", "first", "last", "mean"], default="auto")
+    a.add_argument("--fraction", type=float, default=0.05, help="robustness: share of tokens replaced")
+    a.add_argument("--repeats", type=int, default=10, help="robustness: runs per condition")
+    a.add_argument("--drop-special", action="store_true", help="leave special tokens out")
+    a.add_argument("--truncate", action="store_true", help="cut over-long texts instead of failing")
+    a.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    a.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
+    a.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    a.set_defaults(func=cmd_analyze)
+
+    d = sub.add_parser("demo", help="analyse the demo text and print a summary")
+    d.add_argument("--model", default="minilm")
+    d.add_argument("--layer", type=int, default=1)
+    d.add_argument("--head", type=int, default=2)
+    d.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
+    from workers.errors import HeadscopeError
+
+    try:
+        return int(args.func(args) or 0)
+    except HeadscopeError as exc:
+        print(f"headscope: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("headscope: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,58 @@
+"""Shared fixtures: the real MiniLM, tiny random BERT / GPT-2 models registered in a catalogue."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Local model directories: ``tiny-bert`` and ``tiny-gpt2`` (perturbed biases and gains)."""
+    from tiny_models import build_tiny_bert, build_tiny_gpt2
+
+    base = tmp_path_factory.mktemp("models")
+    return {
+        "tiny-bert": build_tiny_bert(base / "tiny-bert"),
+        "tiny-gpt2": build_tiny_gpt2(base / "tiny-gpt2"),
+    }
+
+
+@pytest.fixture(scope="session")
+def catalogue(tiny_model_dirs: dict[str, Path]):
+    """The process catalogue with the builtin MiniLM plus the tiny models."""
+    from workers.models import Catalogue, ModelSpec, set_catalogue
+
+    cat = Catalogue()
+    for name, path in tiny_model_dirs.items():
+        cat.register(ModelSpec(name, "local", str(path), f"{name} (random, tests)"))
+    set_catalogue(cat)
+    yield cat
+    set_catalogue(None)
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The real all-MiniLM-L6-v2, loaded once."""
+    from workers.models import load_model
+
+    return load_model("minilm", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def demo_text() -> str:
+    from workers.data import demo_text as text
+
+    return text()

@@ -1,0 +1,1 @@
+"""headscope workers: the analysis core (``workers.analysis``, ``workers.models``) and the queue jobs."""

@@ -1,0 +1,107 @@
+"""Neighbour probabilities for t-SNE and the exact KL divergence both engines report.
+
+- ``head_affinities``: SPEC §1, P straight from one head's attention matrix.
+- ``perplexity_affinities``: SPEC §2, Gaussian kernels with per-point σ found by bisection.
+- ``kl_divergence``: ``KL(P || Q)`` with the Student-t Q of an embedding, computed exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from workers.errors import HeadscopeError
+
+
+def head_affinities(attention: np.ndarray, *, keep: np.ndarray | None = None) -> np.ndarray:
+    """``P_ij = (1 - δ_ij)(A_ij + A_ji) / Σ_{m≠k}(A_mk + A_km)`` for one or many heads.
+
+    Args:
+        attention: [..., n, n] attention matrices (rows = queries).
+        keep: optional boolean mask [n]; A is restricted to kept rows and columns first.
+
+    Returns:
+        [..., m, m] float64, symmetric, zero diagonal, each matrix summing to 1.
+    """
+    a = np.asarray(attention, dtype=np.float64)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise HeadscopeError(f"an attention matrix must be square, got shape {a.shape}")
+    if keep is not None:
+        idx = np.flatnonzero(np.asarray(keep, dtype=bool))
+        if idx.size < 3:
+            raise HeadscopeError("t-SNE needs at least 3 tokens after removing special tokens")
+        a = a[..., idx, :][..., :, idx]
+    p = a + np.swapaxes(a, -1, -2)
+    n = p.shape[-1]
+    p[..., np.arange(n), np.arange(n)] = 0.0
+    total = p.sum(axis=(-2, -1), keepdims=True)
+    if np.any(total <= 0):
+        raise HeadscopeError("the attention matrix puts all its weight on the diagonal; P is undefined")
+    return p / total
+
+
+def perplexity_affinities(x: np.ndarray, *, perplexity: float = 20.0, tol: float = 1e-5) -> np.ndarray:
+    """Symmetric Gaussian t-SNE probabilities ``(p_j|i + p_i|j) / 2n`` with per-point σ_i.
+
+    σ_i is found by bisection so that ``2^{H(P_i)}`` equals ``perplexity`` (capped at (n - 1) / 3,
+    as openTSNE does, so a short text still works).
+
+    Args:
+        x: [n, d] points.
+    Returns:
+        [n, n] float64 P, symmetric, zero diagonal, summing to 1.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    n = x.shape[0]
+    if n < 4:
+        raise HeadscopeError(f"t-SNE needs at least 4 points, got {n}")
+    perp = min(float(perplexity), (n - 1) / 3.0)
+    sq = np.sum(x * x, axis=1)
+    d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * x @ x.T, 0.0)
+    np.fill_diagonal(d2, np.inf)
+    d2 = d2 - d2.min(axis=1, keepdims=True)  # shift per row: same conditional P, no underflow
+    target = np.log(perp)  # entropy in nats
+    lo = np.full(n, -np.inf)
+    hi = np.full(n, np.inf)
+    beta = np.ones(n)
+    for _ in range(200):
+        w = np.exp(-d2 * beta[:, None])
+        s = w.sum(axis=1)
+        pc = w / s[:, None]
+        ent = np.log(s) + beta * np.sum(pc * np.where(np.isfinite(d2), d2, 0.0), axis=1)
+        diff = ent - target
+        if np.all(np.abs(diff) < tol):
+            break
+        up = diff > 0  # entropy too high -> increase beta
+        lo = np.where(up, beta, lo)
+        hi = np.where(up, hi, beta)
+        beta = np.where(
+            up,
+            np.where(np.isfinite(hi), (beta + hi) / 2, beta * 2),
+            np.where(np.isfinite(lo), (beta + lo) / 2, beta / 2),
+        )
+    p = (pc + pc.T) / (2.0 * n)
+    np.fill_diagonal(p, 0.0)
+    return p / p.sum()
+
+
+def kl_divergence(p: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor) -> np.ndarray:
+    """Exact ``KL(P || Q)`` (nats) for one or a batch of embeddings, in float64.
+
+    Args:
+        p: [..., n, n] joint probabilities (zero diagonal, summing to 1).
+        y: [..., n, c] embeddings.
+    Returns:
+        [...] array of KL values.
+    """
+    pt = torch.as_tensor(p, dtype=torch.float64)
+    yt = torch.as_tensor(y).to(dtype=torch.float64, device=pt.device)
+    d2 = torch.cdist(yt, yt).pow(2)
+    w = 1.0 / (1.0 + d2)
+    n = w.shape[-1]
+    eye = torch.eye(n, dtype=torch.bool, device=w.device)
+    w = w.masked_fill(eye, 0.0)
+    q = w / w.sum(dim=(-2, -1), keepdim=True)
+    mask = pt > 0
+    terms = torch.where(mask, pt * (torch.log(pt.clamp_min(1e-300)) - torch.log(q.clamp_min(1e-300))), 0.0)
+    return terms.sum(dim=(-2, -1)).cpu().numpy()

@@ -1,0 +1,48 @@
+"""Maximum attention (thesis Def. 4.2) and the column-mean alternative (SPEC §3)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from workers.errors import HeadscopeError
+
+REDUCTIONS = ("max", "mean")
+
+
+def attention_reduce(
+    attentions: np.ndarray, *, reduce: str = "max", keep: np.ndarray | None = None
+) -> np.ndarray:
+    """Per layer and head, how much attention each key token receives.
+
+    Args:
+        attentions: [layer, head, query, key], rows summing to 1.
+        reduce: ``max`` — ``MA(A)_j = max_i A_ij``, the most any query takes from key j;
+            ``mean`` — ``mean_i A_ij``, the average a query takes from key j.
+        keep: optional boolean mask [token]; dropped tokens are removed as queries and as keys.
+
+    Returns:
+        [layer, head, key] array (keys restricted to ``keep``).
+    """
+    if attentions.ndim != 4 or attentions.shape[2] != attentions.shape[3]:
+        raise HeadscopeError(f"attentions must be [layer, head, n, n], got shape {attentions.shape}")
+    a = attentions
+    if keep is not None:
+        idx = np.flatnonzero(np.asarray(keep, dtype=bool))
+        if idx.size == 0:
+            raise HeadscopeError("no tokens left after removing special tokens")
+        a = a[:, :, idx][:, :, :, idx]
+    if reduce == "max":
+        return a.max(axis=2)
+    if reduce == "mean":
+        return a.mean(axis=2)
+    raise HeadscopeError(f"unknown reduction {reduce!r}; use one of {', '.join(REDUCTIONS)}")
+
+
+def max_attention(attentions: np.ndarray, *, keep: np.ndarray | None = None) -> np.ndarray:
+    """[layer, head, key]: ``max_i A[l, h, i, j]`` — one heads x tokens heatmap per layer."""
+    return attention_reduce(attentions, reduce="max", keep=keep)
+
+
+def mean_attention(attentions: np.ndarray, *, keep: np.ndarray | None = None) -> np.ndarray:
+    """[layer, head, key]: ``mean_i A[l, h, i, j]`` — the labelled alternative to max."""
+    return attention_reduce(attentions, reduce="mean", keep=keep)

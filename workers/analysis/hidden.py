@@ -1,0 +1,70 @@
+"""Standard t-SNE of hidden states (SPEC §2): token states of one text, or the multi-token
+embeddings of a list of short texts (thesis Def. 4.1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from workers.analysis.affinities import perplexity_affinities
+from workers.analysis.progress import Progress
+from workers.analysis.tsne import TSNEOptions, embed_affinities, select_indices
+
+
+@dataclass
+class HiddenTSNEResult:
+    """Standard t-SNE of one point set per layer."""
+
+    layers: list[int]
+    kept: np.ndarray  # indices of the points embedded
+    embedding: np.ndarray  # [layer, point, 2]
+    kl: np.ndarray  # [layer]
+    kl_restarts: np.ndarray  # [layer, restart]
+    perplexity: float  # the perplexity used (capped at (n - 1) / 3)
+    tsne_s: float
+    engine: str
+
+
+def states_tsne(
+    states: np.ndarray,
+    *,
+    layers: int | str | list[int] | None = None,
+    keep: np.ndarray | None = None,
+    perplexity: float = 20.0,
+    options: TSNEOptions | None = None,
+    progress: Progress | None = None,
+) -> HiddenTSNEResult:
+    """Standard (perplexity-based) t-SNE of ``states[l]`` for each chosen layer.
+
+    Args:
+        states: [state, point, dim] (state 0 = embedding output).
+        layers: a state index, a list, or ``all``.
+        keep: boolean mask [point]; False points are left out.
+    """
+    ls = select_indices(layers, states.shape[0], "layer")
+    kept = np.arange(states.shape[1]) if keep is None else np.flatnonzero(np.asarray(keep, dtype=bool))
+    x = states[ls][:, kept].astype(np.float64)  # [L, m, d]
+    p = np.stack([perplexity_affinities(xl, perplexity=perplexity) for xl in x])
+    opts = options or TSNEOptions()
+    if opts.init == "pca" and len(ls) > 1:
+        # each layer has its own PCA start: embed layer by layer
+        parts = [embed_affinities(p[i], options=opts, x=x[i]) for i in range(len(ls))]
+        emb = np.stack([r.embedding for r in parts])
+        kl = np.concatenate([r.kl for r in parts])
+        klr = np.concatenate([r.kl_restarts for r in parts])
+        secs, engine = sum(r.tsne_s for r in parts), opts.engine
+    else:
+        res = embed_affinities(p, options=opts, x=x[0] if opts.init == "pca" else None, progress=progress)
+        emb, kl, klr, secs, engine = res.embedding, res.kl, res.kl_restarts, res.tsne_s, res.engine
+    n = len(kept)
+    return HiddenTSNEResult(
+        layers=ls,
+        kept=kept,
+        embedding=emb,
+        kl=kl,
+        kl_restarts=klr,
+        perplexity=min(perplexity, (n - 1) / 3.0),
+        tsne_s=secs,
+        engine=engine,
+    )

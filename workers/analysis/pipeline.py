@@ -1,0 +1,322 @@
+"""Run the requested analyses on one text and return JSON-ready sections.
+
+The CLI and the queue jobs both call ``analyze``; the result is::
+
+    {"model", "family", "text", "tokens", "token_texts", "offsets", "special", "n_tokens",
+     "n_layers", "n_heads", "truncated_from", "timings": {...},
+     "<analysis kind>": {section}, ...}
+
+Each section is also what ``headscope analyze --analysis KIND`` writes, merged with the common keys.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from workers.analysis.attention import max_attention, mean_attention
+from workers.analysis.hidden import states_tsne
+from workers.analysis.progress import Progress, no_progress, scaled
+from workers.analysis.robustness import disturb_ids, summarize
+from workers.analysis.tsne import TSNEOptions, embed_affinities, head_tsne, select_indices
+from workers.errors import HeadscopeError
+from workers.models import LoadedModel, ModelRun, pooled_states, run_text
+from workers.models.adapters import Encoded, forward
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_OPTIONS: dict[str, Any] = {
+    "truncate": False,
+    "drop_special": False,
+    "layer": "all",
+    "head": "all",
+    "engine": None,
+    "seed": 0,
+    "restarts": 1,
+    "init": "spectral",
+    "n_iter": 750,
+    "early_exaggeration_iter": 250,
+    "perplexity": 20.0,
+    "pooling": "auto",
+    "fraction": 0.05,
+    "repeats": 10,
+    "dtype": "float32",
+}
+DEFAULT_ENGINE = "batched"
+
+
+@dataclass
+class Context:
+    """What a section function sees: the model, the text, the options, a progress reporter."""
+
+    loaded: LoadedModel
+    text: str
+    options: dict[str, Any]
+    progress: Progress = no_progress
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @cached_property
+    def run(self) -> ModelRun:
+        start = time.perf_counter()
+        run = run_text(self.loaded, self.text, truncate=bool(self.options["truncate"]))
+        self.timings["forward_s"] = time.perf_counter() - start
+        return run
+
+    @property
+    def keep(self) -> np.ndarray | None:
+        return ~self.run.special if self.options["drop_special"] else None
+
+    def tsne_options(self, **overrides: Any) -> TSNEOptions:
+        o = self.options
+        base = TSNEOptions(
+            engine=o["engine"] or DEFAULT_ENGINE,
+            seed=int(o["seed"]),
+            restarts=int(o["restarts"]),
+            init=o["init"],
+            n_iter=int(o["n_iter"]),
+            early_exaggeration_iter=int(o["early_exaggeration_iter"]),
+        )
+        return TSNEOptions(**{**base.__dict__, **overrides})
+
+
+Section = Callable[[Context], dict[str, Any]]
+SECTIONS: dict[str, Section] = {}
+
+
+def section(kind: str) -> Callable[[Section], Section]:
+    """Register the function computing one analysis kind's section."""
+
+    def wrap(fn: Section) -> Section:
+        SECTIONS[kind] = fn
+        return fn
+
+    return wrap
+
+
+def _grid(array: np.ndarray, single: bool) -> Any:
+    """Drop the leading grid axes of a one-cell result (``[1, 1, ...] -> [...]``)."""
+    return (array.reshape(array.shape[2:]) if single else array).tolist()
+
+
+@section("max-attention")
+def _max_attention(ctx: Context) -> dict[str, Any]:
+    run, keep = ctx.run, ctx.keep
+    kept = np.arange(len(run.tokens)) if keep is None else np.flatnonzero(keep)
+    return {
+        "max_attention": max_attention(run.attentions, keep=keep).tolist(),  # [layer][head][token]
+        "mean_attention": mean_attention(run.attentions, keep=keep).tolist(),  # [layer][head][token]
+        "kept": kept.tolist(),
+    }
+
+
+@section("head-tsne")
+def _head_tsne(ctx: Context) -> dict[str, Any]:
+    o = ctx.options
+    res = head_tsne(
+        ctx.run.attentions,
+        layers=o["layer"],
+        heads=o["head"],
+        keep=ctx.keep,
+        options=ctx.tsne_options(),
+        progress=ctx.progress,
+    )
+    single = len(res.layers) == 1 and len(res.heads) == 1 and o["layer"] != "all" and o["head"] != "all"
+    return {
+        "layers": res.layers,
+        "heads": res.heads,
+        "kept": res.kept.tolist(),
+        "engine": res.engine,
+        "embedding": _grid(res.embedding, single),  # [token][2] or [layer][head][token][2]
+        "kl": res.kl.ravel().tolist() if single else res.kl.tolist(),  # [kl] or [layer][head]
+        "kl_restarts": _grid(res.kl_restarts, single) if not single else res.kl_restarts[0, 0].tolist(),
+        "timings": {"tsne_s": res.tsne_s},
+    }
+
+
+@section("hidden-tsne")
+def _hidden_tsne(ctx: Context) -> dict[str, Any]:
+    o = ctx.options
+    run = ctx.run
+    res = states_tsne(
+        run.hidden_states,
+        layers=o["layer"],
+        keep=ctx.keep,
+        perplexity=float(o["perplexity"]),
+        options=ctx.tsne_options(engine="batched" if o["engine"] == "fast" else (o["engine"] or "batched")),
+        progress=ctx.progress,
+    )
+    single = o["layer"] != "all"
+    return {
+        "layers": res.layers,
+        "kept": res.kept.tolist(),
+        "perplexity": res.perplexity,
+        "engine": res.engine,
+        "embedding": (res.embedding[0] if single else res.embedding).tolist(),  # [token][2] or [layer][token][2]
+        "kl": res.kl.tolist(),  # one per layer
+        "kl_restarts": res.kl_restarts.tolist(),
+        "final_norm_in_last_state": run.final_norm_in_last_state,
+        "timings": {"tsne_s": res.tsne_s},
+    }
+
+
+def word_list(text: str) -> list[str]:
+    """The items of a word list: one per non-empty line (commas also split one-line lists)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if len(lines) == 1 and "," in lines[0]:
+        lines = [w.strip() for w in lines[0].split(",") if w.strip()]
+    return lines
+
+
+@section("word-tsne")
+def _word_tsne(ctx: Context) -> dict[str, Any]:
+    o = ctx.options
+    words = word_list(ctx.text)
+    if len(words) < 4:
+        raise HeadscopeError(f"word-tsne needs at least 4 items (one per line), got {len(words)}")
+    start = time.perf_counter()
+    states, encs = pooled_states(ctx.loaded, words, pooling=o["pooling"])  # [state, word, dim]
+    ctx.timings["forward_s"] = time.perf_counter() - start
+    res = states_tsne(
+        states,
+        layers=o["layer"],
+        perplexity=float(o["perplexity"]),
+        options=ctx.tsne_options(engine="batched" if o["engine"] == "fast" else (o["engine"] or "batched")),
+        progress=ctx.progress,
+    )
+    single = o["layer"] != "all"
+    pooling = o["pooling"] if o["pooling"] != "auto" else ("first" if ctx.loaded.family == "bert" else "last")
+    return {
+        "words": words,
+        "word_tokens": [e.tokens for e in encs],
+        "pooling": pooling,
+        "layers": res.layers,
+        "perplexity": res.perplexity,
+        "engine": res.engine,
+        "embedding": (res.embedding[0] if single else res.embedding).tolist(),  # [word][2] or [layer][word][2]
+        "kl": res.kl.tolist(),
+        "timings": {"tsne_s": res.tsne_s},
+    }
+
+
+@section("robustness")
+def _robustness(ctx: Context) -> dict[str, Any]:
+    o, run, loaded = ctx.options, ctx.run, ctx.loaded
+    layer = run.n_layers // 2 if o["layer"] == "all" else select_indices(o["layer"], run.n_layers, "layer")[0]
+    head = 0 if o["head"] == "all" else select_indices(o["head"], run.n_heads, "head")[0]
+    repeats, fraction = int(o["repeats"]), float(o["fraction"])
+    rng = np.random.default_rng(int(o["seed"]))
+    enc = run.encoded
+    from workers.analysis.affinities import head_affinities, perplexity_affinities
+
+    # disturbed inputs: one forward pass each
+    p_head_d, p_hid_d, replaced = [], [], []
+    for r in range(repeats):
+        ids, where = disturb_ids(enc.input_ids, enc.special, fraction=fraction, rng=rng)
+        att, hid = forward(loaded, Encoded(ids, enc.tokens, enc.offsets, enc.special))
+        keep = ctx.keep
+        p_head_d.append(head_affinities(att[layer, head], keep=keep))
+        kept_hid = hid[layer + 1] if keep is None else hid[layer + 1][keep]
+        p_hid_d.append(perplexity_affinities(kept_hid, perplexity=float(o["perplexity"])))
+        replaced.append(where)
+        ctx.progress(0.2 * (r + 1) / repeats, f"disturbed input {r + 1}/{repeats}")
+    keep = ctx.keep
+    p_head = head_affinities(run.attentions[layer, head], keep=keep)
+    hid0 = run.hidden_states[layer + 1] if keep is None else run.hidden_states[layer + 1][keep]
+    p_hid = perplexity_affinities(hid0, perplexity=float(o["perplexity"]))
+    # R random starts of the same input vs R disturbed inputs, each a batch for the engine
+    opts = ctx.tsne_options(init="random", restarts=1, engine="batched" if o["engine"] == "fast" else (o["engine"] or "batched"))
+    runs = {
+        ("head", "undisturbed"): np.repeat(p_head[None], repeats, axis=0),
+        ("head", "disturbed"): np.stack(p_head_d),
+        ("hidden", "undisturbed"): np.repeat(p_hid[None], repeats, axis=0),
+        ("hidden", "disturbed"): np.stack(p_hid_d),
+    }
+    out: dict[str, Any] = {"layer": layer, "head": head, "fraction": fraction, "repeats": repeats}
+    tsne_s = 0.0
+    for i, ((which, cond), p) in enumerate(runs.items()):
+        res = embed_affinities(p, options=opts, progress=scaled(ctx.progress, 0.2 + 0.2 * i, 0.4 + 0.2 * i))
+        tsne_s += res.tsne_s
+        key = "head_tsne" if which == "head" else "hidden_tsne"
+        out.setdefault(key, {})[cond] = {"kl": res.kl.tolist(), **summarize(res.kl)}
+    out["replaced_positions"] = replaced
+    out["timings"] = {"tsne_s": tsne_s}
+    return out
+
+
+def common(ctx: Context) -> dict[str, Any]:
+    """The keys every result has (tokens only when the analyses ran the text)."""
+    out: dict[str, Any] = {
+        "model": ctx.loaded.name,
+        "family": ctx.loaded.family,
+        "n_layers": ctx.loaded.n_layers,
+        "n_heads": ctx.loaded.n_heads,
+        "max_tokens": ctx.loaded.max_length,
+    }
+    if "run" in ctx.__dict__:
+        run = ctx.run
+        enc = run.encoded
+        out.update(
+            {
+                "tokens": enc.tokens,
+                "token_texts": [run.text[a:b] for a, b in enc.offsets],
+                "offsets": [list(o) for o in enc.offsets],
+                "special": enc.special,
+                "n_tokens": enc.n,
+                "truncated_from": enc.truncated_from,
+            }
+        )
+    return out
+
+
+def resolve_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """Defaults filled in; unknown option names are an error."""
+    options = dict(options or {})
+    unknown = set(options) - set(DEFAULT_OPTIONS)
+    if unknown:
+        raise HeadscopeError(f"unknown option(s): {', '.join(sorted(unknown))}")
+    return {**DEFAULT_OPTIONS, **options}
+
+
+def analyze(
+    loaded: LoadedModel,
+    text: str,
+    analyses: list[str],
+    options: dict[str, Any] | None = None,
+    *,
+    progress: Progress | None = None,
+    on_section: Callable[[str, dict[str, Any], dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Compute ``analyses`` on ``text`` in a cheap-first order.
+
+    Args:
+        on_section: called as ``on_section(kind, section, result_so_far)`` after each analysis —
+            the queue job stores partial results with it.
+    """
+    from workers.contracts import ANALYSIS_KINDS
+
+    unknown = [a for a in analyses if a not in SECTIONS]
+    if unknown:
+        raise HeadscopeError(f"unknown analysis {unknown[0]!r}; use one of {', '.join(SECTIONS)}")
+    order = [k for k in ANALYSIS_KINDS if k in analyses] + [k for k in analyses if k not in ANALYSIS_KINDS]
+    progress = progress or no_progress
+    ctx = Context(loaded=loaded, text=text, options=resolve_options(options))
+    result: dict[str, Any] = {}
+    for i, kind in enumerate(order):
+        ctx.progress = scaled(progress, i / len(order), (i + 1) / len(order))
+        ctx.progress(0.0, f"{kind}: starting")
+        start = time.perf_counter()
+        sec = SECTIONS[kind](ctx)
+        sec.setdefault("timings", {})["total_s"] = time.perf_counter() - start
+        result[kind] = sec
+        result.update(common(ctx))
+        result["timings"] = dict(ctx.timings)
+        if on_section is not None:
+            on_section(kind, sec, result)
+    progress(1.0, "done")
+    return result

@@ -1,0 +1,111 @@
+"""Request and result contracts shared by the backend, the workers and the frontend.
+
+Imports only pydantic and numpy (tests/test_layering.py checks it). Requests are validated here,
+and ``normalised()`` gives the canonical form whose hash is the job id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+AnalysisKind = Literal[
+    "max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition"
+]
+ANALYSIS_KINDS: tuple[str, ...] = (
+    "max-attention",
+    "decomposition",
+    "head-tsne",
+    "hidden-tsne",
+    "word-tsne",
+    "robustness",
+)  # also the order a job computes them in: cheap first
+
+MAX_TEXT_CHARS = 20_000  # before tokenisation; the model's own token limit is checked by the worker
+MAX_WORDS = 2_000  # word-tsne: lines in the list
+
+LayerSel = int | Literal["all"]
+
+
+class AnalysisOptions(BaseModel):
+    """Options of a text analysis; every field has a default so ``{}`` is valid."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    truncate: bool = Field(False, description="cut texts longer than the model's limit instead of failing")
+    drop_special: bool = Field(False, description="leave [CLS]/[SEP]/<s> out of t-SNE and maps")
+    layer: LayerSel = Field("all", description="layer of head-tsne / hidden-tsne / word-tsne, or all")
+    head: LayerSel = Field("all", description="head of head-tsne, or all")
+    engine: Literal["batched", "opentsne", "fast"] | None = Field(
+        None, description="t-SNE engine for attention heads; None = the service default"
+    )
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    restarts: int = Field(1, ge=1, le=20, description="best-of-k restarts (lowest KL kept)")
+    init: Literal["spectral", "random", "pca"] = "spectral"
+    n_iter: int = Field(750, ge=0, le=5000, description="iterations after early exaggeration")
+    early_exaggeration_iter: int = Field(250, ge=0, le=2000)
+    perplexity: float = Field(20.0, gt=1.0, le=200.0, description="standard t-SNE perplexity")
+    pooling: Literal["auto", "first", "last", "mean"] = "auto"
+    fraction: float = Field(0.05, gt=0.0, lt=1.0, description="robustness: share of tokens replaced")
+    repeats: int = Field(10, ge=2, le=100, description="robustness: runs with and without disturbance")
+    dtype: Literal["float32", "float64"] = "float32"
+
+
+class AnalysisRequest(BaseModel):
+    """``POST /api/analyses`` body and the job's input."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field("minilm", min_length=1, max_length=100)
+    text: str = Field(..., max_length=MAX_TEXT_CHARS)
+    analyses: list[AnalysisKind] = Field(default_factory=lambda: ["max-attention"], min_length=1)
+    options: AnalysisOptions = Field(default_factory=AnalysisOptions)
+
+    @field_validator("text")
+    @classmethod
+    def _not_empty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("the text is empty: paste at least one word")
+        return v
+
+    @field_validator("analyses")
+    @classmethod
+    def _dedupe(cls, v: list[str]) -> list[str]:
+        return [k for k in ANALYSIS_KINDS if k in set(v)]
+
+    def normalised(self) -> dict[str, Any]:
+        """Canonical JSON-able form: analyses sorted in job order, every option explicit."""
+        return {
+            "model": self.model,
+            "text": self.text,
+            "analyses": list(self.analyses),
+            "options": self.options.model_dump(mode="json"),
+        }
+
+    def job_id(self) -> str:
+        """Hash of the normalised request: identical requests share one job and one result."""
+        return request_hash("analysis", self.normalised())
+
+
+def request_hash(kind: str, payload: dict[str, Any]) -> str:
+    """A stable 32-hex-digit id for a JSON-able payload."""
+    blob = json.dumps({"kind": kind, **payload}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+JobState = Literal["queued", "running", "finished", "failed"]
+
+
+class JobStatus(BaseModel):
+    """``GET /api/analyses/{id}``."""
+
+    id: str
+    status: JobState
+    progress: float = 0.0
+    message: str = ""
+    partial: dict[str, Any] = Field(default_factory=dict)
+    result: dict[str, Any] | None = None
+    error: str | None = None

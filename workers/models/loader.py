@@ -1,0 +1,131 @@
+"""Load catalogue models once per process and keep them (the worker's model cache)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from workers.models.adapters import family_of
+from workers.models.catalogue import Catalogue, ModelSpec, get_catalogue
+
+logger = logging.getLogger(__name__)
+
+DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for analyses: weights in eval mode on ``device``, its tokenizer, its facts."""
+
+    name: str
+    spec: ModelSpec
+    model: Any  # a transformers PreTrainedModel (BertModel, RobertaModel, GPT2Model)
+    tokenizer: Any
+    family: str  # "bert" | "gpt2"
+    device: torch.device
+    dtype: torch.dtype
+    config: dict[str, Any] = field(default_factory=dict)
+    n_layers: int = 0
+    n_heads: int = 0
+    max_length: int = 512
+
+    @property
+    def pad_token_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        if pad is None:
+            pad = self.tokenizer.eos_token_id or 0
+        return int(pad)
+
+
+_cache: dict[tuple[str, str, str], LoadedModel] = {}
+_lock = threading.Lock()
+
+
+def default_device() -> torch.device:
+    """cuda when available (and not disabled with HEADSCOPE_DEVICE), else cpu."""
+    wanted = os.environ.get("HEADSCOPE_DEVICE")
+    if wanted:
+        return torch.device(wanted)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def load_model(
+    name: str,
+    *,
+    device: str | torch.device | None = None,
+    dtype: str = "float32",
+    catalogue: Catalogue | None = None,
+) -> LoadedModel:
+    """The catalogue model ``name``, loaded once per (name, device, dtype) and cached.
+
+    Raises:
+        UnknownModelError: the name is not in the catalogue.
+        HeadscopeError: unsupported architecture or dtype.
+    """
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    from workers.errors import HeadscopeError
+
+    if dtype not in DTYPES:
+        raise HeadscopeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+    cat = catalogue or get_catalogue()
+    spec = cat.get(name)
+    dev = torch.device(device) if device is not None else default_device()
+    key = (name, str(dev), dtype)
+    with _lock:
+        if key in _cache:
+            return _cache[key]
+        _quiet_transformers()
+        where = spec.resolve()
+        offline = spec.source != "hub"
+        config = AutoConfig.from_pretrained(where, local_files_only=offline)
+        family = family_of(config.model_type)
+        logger.info("loading model %s from %s (%s, %s, %s)", name, spec.source, family, dev, dtype)
+        model = AutoModel.from_pretrained(
+            where, attn_implementation="eager", local_files_only=offline, dtype=DTYPES[dtype]
+        )
+        model.eval().to(dev)
+        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=offline)
+        cfg = config.to_dict()
+        max_pos = int(cfg.get("max_position_embeddings") or cfg.get("n_positions") or 512)
+        if config.model_type in {"roberta", "xlm-roberta", "camembert"}:
+            max_pos -= 2  # RoBERTa's position ids start after the padding index
+        tok_max = getattr(tokenizer, "model_max_length", None) or max_pos
+        loaded = LoadedModel(
+            name=name,
+            spec=spec,
+            model=model,
+            tokenizer=tokenizer,
+            family=family,
+            device=dev,
+            dtype=DTYPES[dtype],
+            config=cfg,
+            n_layers=int(cfg.get("num_hidden_layers") or cfg.get("n_layer")),
+            n_heads=int(cfg.get("num_attention_heads") or cfg.get("n_head")),
+            max_length=int(min(max_pos, tok_max)),
+        )
+        _cache[key] = loaded
+        return loaded
+
+
+def clear_cache() -> None:
+    """Forget every loaded model (tests; a worker reloading its catalogue)."""
+    with _lock:
+        _cache.clear()
