@@ -111,7 +111,11 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from workers.analysis.pipeline import analyze
     from workers.models import load_model
 
+    from workers.errors import EmptyTextError
+
     text = _read_text(args)
+    if not text.strip():
+        raise EmptyTextError()
     bar = StderrProgress(args.analysis, enabled=not args.quiet)
     start = time.perf_counter()
     loaded = load_model(args.model, dtype=args.dtype, device=args.device)
