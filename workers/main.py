@@ -61,7 +61,10 @@ def run_worker(
     settings = get_settings()
     conn = Redis.from_url(redis_url)
     name = name or protocol.new_worker_name()
-    info = {"pid": os.getpid(), "host": socket.gethostname(), "queues": list(queues), "started": time.time()}
+    info: dict[str, Any] = {
+        "pid": os.getpid(), "host": socket.gethostname(), "queues": list(queues), "started": time.time(),
+        "ready": False,  # True once models are preloaded and jobs are taken
+    }
     beats = 0
 
     def tick() -> None:
@@ -86,6 +89,8 @@ def run_worker(
             publish_demos(conn)
         except Exception:
             logger.warning("could not publish the demo checkpoints", exc_info=True)
+        info["ready"] = True
+        protocol.beat(conn, name, ttl_s=settings.worker_ttl_s, info=info)
         worker = SimpleWorker(
             [protocol.queue(conn, q) for q in queues], connection=conn, name=name, serializer=protocol.SERIALIZER
         )
