@@ -89,6 +89,14 @@ def kill_worker(c, name: str) -> None:
     proc.wait(10)
 
 
+def test_worker_healthcheck_sees_live_workers_on_this_host(cluster, redis_server):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    check = [sys.executable, "-m", "workers.main", "--check", "--redis-url"]
+    assert subprocess.run([*check, redis_server], env=env, cwd=ROOT, timeout=60).returncode == 0
+    empty = redis_server.rsplit("/", 1)[0] + "/5"  # another database: no worker there
+    assert subprocess.run([*check, empty], env=env, cwd=ROOT, timeout=60).returncode == 1
+
+
 def test_job_over_its_timeout_fails_with_a_reason_after_one_retry(cluster):
     short = cluster.settings.model_copy(update={"job_timeout_s": 1})
     queue = JobQueue(cluster.conn, cluster.store, short)
@@ -151,3 +159,4 @@ def test_job_whose_workers_die_twice_fails_with_a_reason(cluster):
         time.sleep(0.5)
     assert state.status == "failed"
     assert "stopped unexpectedly" in state.error and "retried once" in state.error
+

@@ -39,6 +39,11 @@ class AnalysisOptions(BaseModel):
     drop_special: bool = Field(False, description="leave [CLS]/[SEP]/<s> out of t-SNE and maps")
     layer: LayerSel = Field("all", description="layer of head-tsne / hidden-tsne / word-tsne, or all")
     head: LayerSel = Field("all", description="head of head-tsne, or all")
+    all_heads: bool = Field(
+        False,
+        description="service: after head-tsne of the requested layer/head, also embed every head "
+        "(result['head-tsne-all'], [layer][head][token][2])",
+    )
     engine: Literal["batched", "opentsne", "fast"] | None = Field(
         None, description="t-SNE engine for attention heads; None = the service default"
     )
@@ -52,11 +57,6 @@ class AnalysisOptions(BaseModel):
     fraction: float = Field(0.05, gt=0.0, lt=1.0, description="robustness: share of tokens replaced")
     repeats: int = Field(10, ge=2, le=100, description="robustness: runs with and without disturbance")
     dtype: Literal["float32", "float64"] = "float32"
-    all_heads: bool = Field(
-        False,
-        description="service: after head-tsne of the requested layer/head, also embed every head "
-        "(result['head-tsne-all'], [layer][head][token][2])",
-    )
 
 
 class AnalysisRequest(BaseModel):

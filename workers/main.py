@@ -105,12 +105,20 @@ def run_worker(
     return 0
 
 
+def healthy_here(conn: Redis) -> bool:
+    """A live, ready worker with this host name (a container's healthcheck)."""
+    host = socket.gethostname()
+    return any(w.get("host") == host and w.get("ready") for w in protocol.live_workers(conn).values())
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis-url", default=None, help="default: $REDIS_URL")
     parser.add_argument("--name", default=None, help="worker name (default host.pid.random)")
     parser.add_argument("--queues", default=",".join(protocol.QUEUES), help="comma-separated, in priority order")
     parser.add_argument("--preload", action="append", default=[], help="load this catalogue model at start")
     parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    parser.add_argument("--check", action="store_true",
+                        help="healthcheck: exit 0 if a worker on this host is alive and ready, else 1")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,6 +138,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     if not redis_url:
         print("headscope worker: error: set REDIS_URL or pass --redis-url", file=sys.stderr)
         return 2
+    if args.check:
+        return 0 if healthy_here(Redis.from_url(redis_url, socket_timeout=5)) else 1
     return run_worker(
         redis_url=redis_url,
         name=args.name,
