@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     )
     job_timeout_s: int = Field(1800, ge=1, description="a job running longer is stopped (then retried once)")
     inspect_timeout_s: float = Field(60.0, gt=0, description="how long an upload waits for a worker to read it")
-    max_upload_bytes: int = Field(512 * 2**20, ge=1, description="checkpoint upload limit")
+    max_upload_bytes: int = Field(256 * 2**20, ge=1, description="checkpoint upload limit")
     result_ttl_s: int = Field(7 * 86400, ge=60, description="unshared results are deleted after this")
     redis_result_ttl_s: int = Field(86400, ge=60, description="results and partials kept in Redis")
     worker_ttl_s: float = Field(30.0, gt=0, description="a worker silent this long counts as dead")

@@ -287,7 +287,7 @@ def compute_pe(
         path, name = checkpoint_file(ck.id, conn=conn)
         tensor = ck.tensor
         if tensor is None:  # the best candidate, as read_tensor picks it
-            tensor = max(list_candidates(path), key=lambda c: float(c.get("score") or 0.0))["name"]
+            tensor = list_candidates(path)[0]["name"]
         E = read_tensor(path, tensor)  # [position, dim]
         if E.ndim != 2:
             raise HeadscopeError(f"tensor {tensor!r} of {name} is not 2-D (shape {list(E.shape)})")
