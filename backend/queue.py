@@ -88,6 +88,9 @@ class JobQueue:
             if stored is not None:
                 meta, raw = stored
                 return Lookup("finished", meta["kind"], 1.0, "done", result_raw=raw, request=meta["request"])
+        # the job before the result key: a worker writes the result and then finishes the job, so
+        # a job seen finished here has its result visible below (no transient "expired")
+        job = protocol.fetch_job(self.conn, job_id)
         with self.conn.pipeline() as pipe:
             pipe.get(protocol.request_key(job_id))
             pipe.exists(protocol.result_key(job_id))
@@ -105,7 +108,6 @@ class JobQueue:
                     self.store.write_result(job_id, kind=kind, request=request, result_raw=raw_s)
                 return Lookup("finished", kind, 1.0, "done", result_raw=raw_s, request=request)
         partial = {k.decode(): json.loads(v) for k, v in got[2].items()} if with_partial else {}
-        job = protocol.fetch_job(self.conn, job_id)
         if job is None:
             if request is None:
                 return None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+from typing import Any
+
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import JSONResponse
 
@@ -10,12 +13,18 @@ from backend.deps import QueueDep, WriteAccess
 from backend.tokens import count_tokens
 from workers.contracts import AnalysisRequest, JobStatus
 from workers.errors import HeadscopeError, TextTooLongError
-from workers.models.catalogue import get_catalogue
+from workers.models.catalogue import ModelSpec, get_catalogue
 from workers.protocol import JOB_ID
 
 router = APIRouter(tags=["analyses"])
 
 WHOLE_TEXT_KINDS = {"max-attention", "decomposition", "head-tsne", "hidden-tsne", "robustness"}
+
+
+@lru_cache(maxsize=64)
+def model_facts(spec: ModelSpec) -> dict[str, Any]:
+    """Layers, heads, token limit of a catalogue entry (its config.json, read once)."""
+    return spec.summary()
 
 
 def check_request(req: AnalysisRequest) -> None:
@@ -25,7 +34,7 @@ def check_request(req: AnalysisRequest) -> None:
         spec = cat.get(req.model)
     except HeadscopeError as exc:
         raise HTTPException(422, str(exc)) from None
-    facts = spec.summary()
+    facts = model_facts(spec)
     o = req.options
     n_layers, n_heads = facts.get("n_layers"), facts.get("n_heads")
     kinds = set(req.analyses)

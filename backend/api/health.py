@@ -30,6 +30,7 @@ def health(conn: RedisDep) -> dict:
         "status": status,
         "redis": redis_ok,
         "workers": len(workers),
+        "ready": sum(bool(w.get("ready")) for w in workers.values()),  # models preloaded, taking jobs
         "worker_names": sorted(workers),
         "queued": queued,
     }
