@@ -1,7 +1,8 @@
 """Enqueue jobs once per request hash and report their status (API side; no torch).
 
 ``submit`` is idempotent: identical requests share one job id, so they share one job and one
-result. A short Redis claim (``SET NX``) makes concurrent identical submissions enqueue once.
+result. A Redis claim (``SET NX``, released after the enqueue) plus a second look under the claim
+make concurrent identical submissions enqueue once.
 ``lookup`` merges the three places a job's state can be: the results directory (durable), Redis'
 result and partial keys, and the RQ job (queued / started / failed and why).
 """
@@ -28,7 +29,7 @@ FUNCS = {
     "pe": "workers.jobs.run_pe_analysis",
     "inspect": "workers.jobs.inspect_checkpoint",
 }
-CLAIM_S = 30  # how long a claim blocks a second enqueue of the same id
+CLAIM_S = 10  # a claim's lifetime if its holder dies before releasing it
 FINISHED_JOB_TTL_S = 3600  # RQ's job hash after success (the result lives elsewhere)
 FAILED_JOB_TTL_S = 86400
 
@@ -79,8 +80,13 @@ class JobQueue:
 
     # --------------------------------------------------------------------------------- look up
 
-    def lookup(self, job_id: str, *, with_partial: bool = True, with_result: bool = True) -> Lookup | None:
-        """The job's state, or None for an id never submitted (or long forgotten)."""
+    def lookup(
+        self, job_id: str, *, with_partial: bool = True, with_result: bool = True, claim_counts: bool = True
+    ) -> Lookup | None:
+        """The job's state, or None for an id never submitted (or long forgotten).
+
+        ``claim_counts``: a job being enqueued (claimed, not yet in RQ) reads as queued.
+        """
         if _persistable(job_id) and self.store.has_result(job_id):
             if not with_result:
                 return Lookup(status="finished", progress=1.0, message="done")
@@ -111,7 +117,7 @@ class JobQueue:
         if job is None:
             if request is None:
                 return None
-            if self.conn.exists(protocol.claim_key(job_id)):
+            if claim_counts and self.conn.exists(protocol.claim_key(job_id)):
                 return Lookup("queued", kind, message="queued", partial=partial, request=request)
             return Lookup(
                 "failed", kind, error="the job was lost (the queue was reset); submit it again",
@@ -126,8 +132,10 @@ class JobQueue:
             return Lookup("failed", progress=progress, message="failed", error=str(meta["error"]),
                           user_error=True, **base)
         if status in ("queued", "deferred", "scheduled"):
-            retried = " (retrying)" if meta.get("abandoned_by") or job.retries_left == 0 else ""
-            return Lookup("queued", progress=0.0, message="queued" + retried, **base)
+            message = "queued (retrying)" if meta.get("abandoned_by") or job.retries_left == 0 else "queued"
+            if not protocol.live_workers(self.conn):
+                message += "; no worker is running at the moment"
+            return Lookup("queued", progress=0.0, message=message, **base)
         if status == "started":
             return Lookup("running", progress=progress, message=message, **base)
         if status == "finished":  # finished without a result: the result expired
@@ -143,15 +151,20 @@ class JobQueue:
         current = self.lookup(job_id, with_partial=False, with_result=False)
         if current is not None and (current.status != "failed" or current.user_error):
             return current
-        if not self.conn.set(protocol.claim_key(job_id), "1", nx=True, ex=CLAIM_S):
-            return Lookup("queued", kind, message="queued", request=request)
-        current = self.lookup(job_id, with_partial=False, with_result=False)
-        if current is not None and (current.status != "failed" or current.user_error):
-            return current
-        old = protocol.fetch_job(self.conn, job_id)
-        if old is not None:  # failed for a reason other than the input: try again
-            old.delete(remove_from_queue=True)
-        self._enqueue(kind, job_id, request)
+        claim = protocol.claim_key(job_id)
+        if not self.conn.set(claim, "1", nx=True, ex=CLAIM_S):
+            return Lookup("queued", kind, message="queued", request=request)  # being enqueued now
+        try:
+            # checked again under the claim: whoever held it before has finished enqueueing
+            current = self.lookup(job_id, with_partial=False, with_result=False, claim_counts=False)
+            if current is not None and (current.status != "failed" or current.user_error):
+                return current
+            old = protocol.fetch_job(self.conn, job_id)
+            if old is not None:  # failed for a reason other than the input: try again
+                old.delete(remove_from_queue=True)
+            self._enqueue(kind, job_id, request)
+        finally:
+            self.conn.delete(claim)
         return Lookup("queued", kind, message="queued", request=request)
 
     def _enqueue(self, kind: str, job_id: str, request: dict[str, Any]) -> None:

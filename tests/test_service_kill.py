@@ -159,4 +159,8 @@ def test_job_whose_workers_die_twice_fails_with_a_reason(cluster):
         time.sleep(0.5)
     assert state.status == "failed"
     assert "stopped unexpectedly" in state.error and "retried once" in state.error
+    again = c.queue.submit("analysis", job_id, req.normalised())  # not the input's fault: try again
+    assert again.status == "queued"
+    state = c.queue.lookup(job_id)
+    assert state.status == "queued" and "no worker is running" in state.message
 
