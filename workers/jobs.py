@@ -112,10 +112,10 @@ def _stages(req: AnalysisRequest) -> list[tuple[str, list[str], dict[str, Any]]]
     the requested head's t-SNE, then (``all_heads``) every head, then the rest."""
     options = req.options.model_dump(mode="json")
     all_heads = options.pop("all_heads", False)
-    kinds = [k for k in ANALYSIS_KINDS if k in req.analyses]
+    kinds: list[str] = [k for k in ANALYSIS_KINDS if k in req.analyses]
     cut = ANALYSIS_KINDS.index("head-tsne")
-    first = [k for k in kinds if ANALYSIS_KINDS.index(k) <= cut]
-    rest = [k for k in kinds if ANALYSIS_KINDS.index(k) > cut]
+    first: list[str] = [k for k in kinds if ANALYSIS_KINDS.index(k) <= cut]
+    rest: list[str] = [k for k in kinds if ANALYSIS_KINDS.index(k) > cut]
     stages: list[tuple[str, list[str], dict[str, Any]]] = []
     if first:
         stages.append(("", first, options))
@@ -198,13 +198,13 @@ def checkpoint_file(checkpoint_id: str, *, conn: Redis) -> tuple[Path, str]:
     if not protocol.CHECKPOINT_ID.fullmatch(checkpoint_id):
         raise HeadscopeError(f"malformed checkpoint id {checkpoint_id!r}")
     data, ext, name = conn.hmget(protocol.checkpoint_blob_key(checkpoint_id), ["data", "ext", "filename"])
-    display = name.decode() if name else checkpoint_id
+    display = protocol.text(name) if name else checkpoint_id
     shared = _settings().checkpoints_dir / checkpoint_id
     for path in sorted(shared.glob("blob.*")) if shared.is_dir() else []:
         return path, display
     if data is None or ext is None:
         raise HeadscopeError(f"checkpoint {checkpoint_id} is no longer available; upload it again")
-    ext_s = ext.decode()
+    ext_s = protocol.text(ext)
     if ext_s not in protocol.CHECKPOINT_EXTS:
         raise HeadscopeError(f"checkpoint {checkpoint_id} has an unsupported type {ext_s!r}")
     cache = _settings().data_dir / "worker-cache"

@@ -97,6 +97,11 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+def text(value: Any) -> str:
+    """A Redis reply (bytes on our connections) as str."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def queue(conn: Redis, name: str = QUEUE, *, default_timeout: int | None = None) -> Queue:
     """An RQ queue on ``conn`` with the JSON serializer."""
     return Queue(name, connection=conn, serializer=SERIALIZER, default_timeout=default_timeout)
@@ -154,7 +159,8 @@ def reap_abandoned(conn: Redis, *, queues: tuple[str, ...] = QUEUES, grace_s: fl
             registry = StartedJobRegistry(name, connection=conn, serializer=SERIALIZER)
             expired = False
             for raw in conn.zrange(registry.key, 0, -1):
-                job_id, _execution = parse_composite_key(raw.decode() if isinstance(raw, bytes) else raw)
+                member = text(raw)
+                job_id, _execution = parse_composite_key(member)
                 job = fetch_job(conn, job_id)
                 if job is None or job.worker_name in alive:
                     continue
@@ -166,7 +172,7 @@ def reap_abandoned(conn: Redis, *, queues: tuple[str, ...] = QUEUES, grace_s: fl
                 job.meta["abandoned_by"] = job.worker_name or "unknown"
                 job.meta["abandoned_count"] = int(job.meta.get("abandoned_count", 0)) + 1
                 job.save_meta()
-                conn.zadd(registry.key, {raw: 1})  # expired long ago: cleanup() takes it
+                conn.zadd(registry.key, {member: 1})  # expired long ago: cleanup() takes it
                 expired = True
                 reaped.append(job_id)
                 logger.warning("job %s: worker %s is gone; handing it to retry/failure", job_id, job.worker_name)
@@ -181,7 +187,7 @@ def reap_abandoned(conn: Redis, *, queues: tuple[str, ...] = QUEUES, grace_s: fl
 class Ticker:
     """Call ``fn`` every ``interval_s`` seconds in a daemon thread until ``stop()``."""
 
-    def __init__(self, fn: Callable[[], None], *, interval_s: float, name: str):
+    def __init__(self, fn: Callable[[], object], *, interval_s: float, name: str):
         self.fn = fn
         self.interval_s = interval_s
         self._stop = threading.Event()

@@ -102,14 +102,21 @@ def run_load(url: str, data: Path, *, requests: int, duplicates: float, model: s
     for start, _end, job_id in submitted:
         if job_id is not None:
             started[job_id] = min(start, started.get(job_id, start))
+    def poll(job_id: str) -> str:
+        for _ in range(3):  # a GET is safe to repeat when a pooled connection was closed under it
+            try:
+                return client.get(f"/api/analyses/{job_id}").json()["status"]
+            except httpx.TransportError:
+                time.sleep(0.1)
+        return "unknown"
+
     finished: dict[str, float] = {}
     failed: set[str] = set()
     deadline = time.perf_counter() + timeout_s
     with ThreadPoolExecutor(max_workers=16) as pool:
         while len(finished) + len(failed) < len(started) and time.perf_counter() < deadline:
             pending = [i for i in started if i not in finished and i not in failed]
-            for job_id, status in zip(pending, pool.map(
-                    lambda i: client.get(f"/api/analyses/{i}").json()["status"], pending), strict=True):
+            for job_id, status in zip(pending, pool.map(poll, pending), strict=True):
                 if status == "finished":
                     finished[job_id] = time.perf_counter()
                 elif status == "failed":
