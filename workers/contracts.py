@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 AnalysisKind = Literal[
     "max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition"
@@ -39,6 +39,11 @@ class AnalysisOptions(BaseModel):
     drop_special: bool = Field(False, description="leave [CLS]/[SEP]/<s> out of t-SNE and maps")
     layer: LayerSel = Field("all", description="layer of head-tsne / hidden-tsne / word-tsne, or all")
     head: LayerSel = Field("all", description="head of head-tsne, or all")
+    all_heads: bool = Field(
+        False,
+        description="service: after head-tsne of the requested layer/head, also embed every head "
+        "(result['head-tsne-all'], [layer][head][token][2])",
+    )
     engine: Literal["batched", "opentsne", "fast"] | None = Field(
         None, description="t-SNE engine for attention heads; None = the service default"
     )
@@ -109,3 +114,105 @@ class JobStatus(BaseModel):
     partial: dict[str, Any] = Field(default_factory=dict)
     result: dict[str, Any] | None = None
     error: str | None = None
+    request: dict[str, Any] | None = None
+
+
+# ------------------------------------------------------------------- positional encodings, shares
+
+CHECKPOINT_ID_PATTERN = r"^(ck-[0-9a-f]{32}|demo-[A-Za-z0-9_.-]{1,60})$"
+Grid = tuple[int, int]
+
+
+class CheckpointRef(BaseModel):
+    """One PE matrix: an uploaded (``ck-...``) or shipped (``demo-...``) checkpoint and a tensor."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(..., pattern=CHECKPOINT_ID_PATTERN)
+    tensor: str | None = Field(None, max_length=500, description="None: the best candidate")
+
+
+class PEReference(BaseModel):
+    """What each PE matrix is aligned to (SPEC §7)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["2d-fixed", "1d-fixed", "random", "checkpoint", "none"] = "none"
+    grid: Grid | None = None
+    sigma: float = Field(1.0, gt=0.0, le=1000.0)
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    checkpoint: CheckpointRef | None = None
+
+    @model_validator(mode="after")
+    def _canonical(self) -> PEReference:
+        if self.kind == "2d-fixed" and self.grid is None:
+            raise ValueError("a 2d-fixed reference needs a grid, e.g. [4, 4]")
+        if self.kind == "checkpoint" and self.checkpoint is None:
+            raise ValueError("a checkpoint reference needs a checkpoint id")
+        if self.grid is not None and min(self.grid) < 1:
+            raise ValueError("grid sides must be positive")
+        # fields the kind does not use are reset, so equal requests hash equally
+        if self.kind != "2d-fixed":
+            self.grid = None
+        if self.kind != "random":
+            self.sigma, self.seed = 1.0, 0
+        if self.kind != "checkpoint":
+            self.checkpoint = None
+        return self
+
+
+class PEPartition(BaseModel):
+    """How positions group into modules for modularity and clustering (SPEC §7)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["none", "rows", "columns", "csv"] = "none"
+    grid: Grid | None = None
+    csv: str | None = Field(None, max_length=1_000_000, description="header position,label")
+
+    @model_validator(mode="after")
+    def _canonical(self) -> PEPartition:
+        if self.kind in ("rows", "columns") and self.grid is None:
+            raise ValueError(f"a {self.kind} partition needs a grid, e.g. [4, 4]")
+        if self.kind == "csv" and not (self.csv or "").strip():
+            raise ValueError("a csv partition needs the CSV text (header position,label)")
+        if self.grid is not None and min(self.grid) < 1:
+            raise ValueError("grid sides must be positive")
+        if self.kind not in ("rows", "columns"):
+            self.grid = None
+        if self.kind != "csv":
+            self.csv = None
+        return self
+
+
+class PEAnalysisRequest(BaseModel):
+    """``POST /api/pe-analyses`` body and the job's input."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    checkpoints: list[CheckpointRef] = Field(..., min_length=1, max_length=20)
+    reference: PEReference = Field(default_factory=PEReference)
+    partition: PEPartition = Field(default_factory=PEPartition)
+    metric: Literal["euclidean", "cosine"] = "euclidean"
+
+    def normalised(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def job_id(self) -> str:
+        return request_hash("pe", self.normalised())
+
+
+class ShareRequest(BaseModel):
+    """``POST /api/shares``: exactly one of the two ids, plus the view to restore."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    analysis_id: str | None = Field(None, max_length=64)
+    pe_analysis_id: str | None = Field(None, max_length=64)
+    view: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> ShareRequest:
+        if (self.analysis_id is None) == (self.pe_analysis_id is None):
+            raise ValueError("give exactly one of analysis_id and pe_analysis_id")
+        return self

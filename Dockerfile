@@ -1,0 +1,29 @@
+# headscope: one image for the API (with the dashboard) and the workers; see docker-compose.yml.
+# Build for CPU (default) or CUDA workers:
+#   docker build -t headscope .
+#   docker build -t headscope --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu124 .
+FROM python:3.11-slim
+
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    TOKENIZERS_PARALLELISM=false \
+    HEADSCOPE_DATA_DIR=/data
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY backend backend
+COPY frontend frontend
+COPY workers workers
+# torch first, from the chosen index, so the project's range (torch>=2.2,<3) is already satisfied
+RUN pip install "torch>=2.2,<3" --index-url "${TORCH_INDEX_URL}" \
+    && pip install . \
+    && useradd --create-home --uid 10001 headscope \
+    && mkdir -p /data && chown headscope /data
+USER headscope
+EXPOSE 8050
+# the whole thing in one container (bundled Redis, one worker); compose runs the pieces separately
+CMD ["headscope", "serve", "--host", "0.0.0.0", "--port", "8050"]

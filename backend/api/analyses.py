@@ -1,0 +1,76 @@
+"""``POST /api/analyses`` (202 + id) and ``GET /api/analyses/{id}`` (JobStatus)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from fastapi import APIRouter, HTTPException
+from fastapi.responses import JSONResponse
+
+from backend.api.common import not_found, status_response
+from backend.deps import QueueDep, WriteAccess
+from backend.tokens import count_tokens
+from workers.contracts import AnalysisRequest, JobStatus
+from workers.errors import HeadscopeError, TextTooLongError
+from workers.models.catalogue import ModelSpec, get_catalogue
+from workers.protocol import JOB_ID
+
+router = APIRouter(tags=["analyses"])
+
+WHOLE_TEXT_KINDS = {"max-attention", "decomposition", "head-tsne", "hidden-tsne", "robustness"}
+
+
+@lru_cache(maxsize=64)
+def model_facts(spec: ModelSpec) -> dict[str, Any]:
+    """Layers, heads, token limit of a catalogue entry (its config.json, read once)."""
+    return spec.summary()
+
+
+def check_request(req: AnalysisRequest) -> None:
+    """What the API can check without the model: the name, layer/head ranges, the token count."""
+    cat = get_catalogue()
+    try:
+        spec = cat.get(req.model)
+    except HeadscopeError as exc:
+        raise HTTPException(422, str(exc)) from None
+    facts = model_facts(spec)
+    o = req.options
+    n_layers, n_heads = facts.get("n_layers"), facts.get("n_heads")
+    kinds = set(req.analyses)
+    if isinstance(o.layer, int) and n_layers:
+        top = n_layers if kinds <= {"hidden-tsne", "word-tsne"} else n_layers - 1
+        if not 0 <= o.layer <= top:
+            raise HTTPException(422, f"layer {o.layer} is out of range: {req.model} has layers 0-{top}")
+    if isinstance(o.head, int) and n_heads and not 0 <= o.head < n_heads:
+        raise HTTPException(422, f"head {o.head} is out of range: {req.model} has heads 0-{n_heads - 1}")
+    if not o.truncate and kinds & WHOLE_TEXT_KINDS:
+        counted = count_tokens(spec, req.text)
+        if counted is not None and counted[0] > counted[1]:
+            err = TextTooLongError(count=counted[0], limit=counted[1], model=req.model)
+            raise HTTPException(422, str(err))
+
+
+@router.post(
+    "/api/analyses",
+    status_code=202,
+    dependencies=[WriteAccess],
+    responses={422: {"description": "unknown model, empty or over-long text, bad option"}},
+)
+def submit_analysis(req: AnalysisRequest, queue: QueueDep) -> JSONResponse:
+    """Queue a text analysis; identical requests get the same id, job and result."""
+    check_request(req)
+    job_id = req.job_id()
+    state = queue.submit("analysis", job_id, req.normalised())
+    return JSONResponse({"id": job_id, "status": state.status}, status_code=202)
+
+
+@router.get("/api/analyses/{job_id}", response_model=JobStatus, responses={404: {"description": "unknown id"}})
+def get_analysis(job_id: str, queue: QueueDep):
+    """Status, progress, partial sections while running, the result when finished."""
+    if not JOB_ID.fullmatch(job_id):
+        raise not_found("analysis", job_id)
+    state = queue.lookup(job_id)
+    if state is None or state.kind != "analysis":
+        raise not_found("analysis", job_id)
+    return status_response(job_id, state)

@@ -1,0 +1,156 @@
+"""``POST /api/checkpoints`` (multipart upload), ``GET /api/checkpoints[/{id}]``.
+
+The API never opens a checkpoint (``.pt`` needs torch): it stores the bytes, content-addressed
+(``ck-`` + SHA-256), and waits for a worker's inspection job to list the candidate tensors. A file
+the worker rejects (corrupt, a pickle that would run code, no 2-D tensor) gets a 400 with the
+worker's reason, and nothing of it is kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, UploadFile
+from redis import Redis
+
+from backend.api.common import not_found
+from backend.deps import QueueDep, SettingsDep, StoreDep, WriteAccess
+from backend.store import Store
+from workers import protocol
+
+logger = logging.getLogger(__name__)
+router = APIRouter(tags=["positional encodings"])
+
+REDIS_BLOB_MAX = 64 * 2**20  # larger uploads reach workers only through the shared data dir
+CHUNK = 2**20
+PUBLIC = ("id", "filename", "size", "candidates", "default", "uploaded_at")
+
+
+def safe_filename(name: str | None) -> str:
+    """The base name only, in a small character set (display only: files are stored by hash)."""
+    base = Path((name or "").replace("\\", "/")).name
+    base = re.sub(r"[^A-Za-z0-9._ -]+", "_", base).strip(" .")[:200]
+    return base or "upload"
+
+
+def extension(filename: str) -> str | None:
+    lower = filename.lower()
+    return next((ext for ext in protocol.CHECKPOINT_EXTS if lower.endswith(ext)), None)
+
+
+def demos(conn: Redis) -> list[dict[str, Any]]:
+    """The demo checkpoints a worker published (empty until one has started)."""
+    raw = conn.get(protocol.DEMOS_KEY)
+    return json.loads(raw) if raw else []
+
+
+def known_checkpoint(checkpoint_id: str, conn: Redis, store: Store) -> dict[str, Any] | None:
+    if checkpoint_id.startswith("demo-"):
+        return next((d for d in demos(conn) if d.get("id") == checkpoint_id), None)
+    return store.checkpoint(checkpoint_id)
+
+
+def ensure_blob(checkpoint_id: str, conn: Redis, store: Store, *, filename: str | None = None) -> None:
+    """Give workers without the shared data dir the bytes through Redis (small files only)."""
+    if not protocol.CHECKPOINT_ID.fullmatch(checkpoint_id):
+        return
+    blob = store.checkpoint_blob(checkpoint_id)
+    key = protocol.checkpoint_blob_key(checkpoint_id)
+    if blob is None:
+        return
+    if filename is None:
+        filename = (store.checkpoint(checkpoint_id) or {}).get("filename", checkpoint_id)
+    mapping: dict[str, Any] = {"ext": blob.suffix, "filename": filename}
+    if blob.stat().st_size <= REDIS_BLOB_MAX and not conn.hexists(key, "data"):
+        mapping["data"] = blob.read_bytes()
+    conn.hset(key, mapping=mapping)
+    conn.expire(key, store.settings.redis_result_ttl_s)
+
+
+def _public(meta: dict[str, Any]) -> dict[str, Any]:
+    return {k: meta[k] for k in PUBLIC if k in meta}
+
+
+@router.post("/api/checkpoints", status_code=201, dependencies=[WriteAccess])
+def upload_checkpoint(file: UploadFile, queue: QueueDep, store: StoreDep, settings: SettingsDep) -> dict:
+    """Store an uploaded checkpoint and list its candidate PE tensors (best first)."""
+    filename = safe_filename(file.filename)
+    ext = extension(filename)
+    if ext is None:
+        raise HTTPException(
+            415, f"{filename}: unsupported file type; upload {', '.join(protocol.CHECKPOINT_EXTS)}"
+        )
+    tmp = store.new_upload_path()
+    digest, size = hashlib.sha256(), 0
+    try:
+        with open(tmp, "wb") as out:
+            while chunk := file.file.read(CHUNK):
+                size += len(chunk)
+                if size > settings.max_upload_bytes:
+                    raise HTTPException(413, f"{filename} is larger than the {settings.max_upload_bytes:,}-byte limit")
+                digest.update(chunk)
+                out.write(chunk)
+        if size == 0:
+            raise HTTPException(400, f"{filename} is empty")
+        ck_id = f"ck-{digest.hexdigest()[:32]}"
+        existing = store.checkpoint(ck_id)
+        if existing is not None:
+            return _public(existing)
+        store.stage_checkpoint(ck_id, tmp, ext=ext)
+    finally:
+        tmp.unlink(missing_ok=True)
+    conn = queue.conn
+    try:
+        ensure_blob(ck_id, conn, store, filename=filename)
+        queue.submit("inspect", ck_id, {"checkpoint": ck_id, "filename": filename})
+        state = queue.wait(ck_id, timeout_s=settings.inspect_timeout_s)
+        if state is None or state.status != "finished" or state.result_raw is None:
+            raise _rejection(state, filename, ck_id, settings.inspect_timeout_s, conn)
+        candidates = json.loads(state.result_raw)["candidates"]
+        if not candidates:
+            raise HTTPException(400, f"{filename} holds no 2-D tensor that could be a positional encoding")
+    except BaseException:
+        store.discard_checkpoint(ck_id)
+        conn.delete(protocol.checkpoint_blob_key(ck_id))
+        raise
+    meta = {
+        "id": ck_id,
+        "filename": filename,
+        "size": size,
+        "candidates": candidates,
+        "default": candidates[0]["name"],
+        "uploaded_at": time.time(),
+    }
+    store.commit_checkpoint(ck_id, meta)
+    return _public(meta)
+
+
+def _rejection(state: Any, filename: str, ck_id: str, timeout_s: float, conn: Redis) -> HTTPException:
+    if state is not None and state.status == "failed":
+        if state.user_error:
+            return HTTPException(400, f"{filename}: {state.error}")
+        return HTTPException(500, f"{filename} could not be inspected: {state.error}")
+    job = protocol.fetch_job(conn, ck_id)
+    if job is not None:  # nobody picked it up in time: withdraw it with the upload
+        job.delete(remove_from_queue=True)
+    return HTTPException(503, f"no worker read {filename} within {timeout_s:g} s; try again later")
+
+
+@router.get("/api/checkpoints")
+def list_checkpoints(queue: QueueDep, store: StoreDep) -> dict:
+    """Uploaded checkpoints and the shipped demos (ids ``demo-...``)."""
+    return {"checkpoints": [_public(m) for m in store.list_checkpoints()], "demos": demos(queue.conn)}
+
+
+@router.get("/api/checkpoints/{checkpoint_id}", responses={404: {"description": "unknown id"}})
+def get_checkpoint(checkpoint_id: str, queue: QueueDep, store: StoreDep) -> dict:
+    ck = known_checkpoint(checkpoint_id, queue.conn, store)
+    if ck is None:
+        raise not_found("checkpoint", checkpoint_id)
+    return ck if checkpoint_id.startswith("demo-") else _public(ck)

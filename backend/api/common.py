@@ -1,0 +1,42 @@
+"""Helpers the routers share: JSON responses assembled around stored raw result JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import HTTPException
+from fastapi.responses import Response
+
+from backend.queue import Lookup
+from workers.protocol import dumps
+
+
+def raw_json(parts: dict[str, Any], raw: dict[str, str], *, status_code: int = 200) -> Response:
+    """A JSON object of ``parts`` (serialised here) and ``raw`` (already JSON text, spliced in).
+
+    Stored results are megabytes; splicing them avoids parsing and re-serialising on every read.
+    """
+    items = [f"{json.dumps(k)}:{dumps(v)}" for k, v in parts.items()]
+    items += [f"{json.dumps(k)}:{v}" for k, v in raw.items()]
+    return Response("{" + ",".join(items) + "}", status_code=status_code, media_type="application/json")
+
+
+def status_response(job_id: str, state: Lookup) -> Response:
+    """``JobStatus`` (docs/api.md) for a looked-up job."""
+    parts = {
+        "id": job_id,
+        "status": state.status,
+        "progress": state.progress,
+        "message": state.message,
+        "partial": {} if state.status == "finished" else state.partial,
+        "error": state.error,
+        "request": state.request,
+    }
+    if state.result_raw is not None:
+        return raw_json(parts, {"result": state.result_raw})
+    return raw_json({**parts, "result": None}, {})
+
+
+def not_found(what: str, ident: str) -> HTTPException:
+    return HTTPException(404, f"no {what} with id {ident!r}")

@@ -1,0 +1,36 @@
+"""``GET /api/health``: Redis reachable, workers alive."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter
+from redis.exceptions import RedisError
+
+from backend.deps import RedisDep
+from workers import protocol
+
+logger = logging.getLogger(__name__)
+router = APIRouter(tags=["health"])
+
+
+@router.get("/api/health")
+def health(conn: RedisDep) -> dict:
+    """``ok`` when Redis answers and at least one worker is alive, else ``degraded``."""
+    try:
+        conn.ping()
+        workers = protocol.live_workers(conn)
+        queued = {name: protocol.queue(conn, name).count for name in protocol.QUEUES}
+        redis_ok = True
+    except RedisError as exc:
+        logger.warning("health: Redis unreachable: %s", exc)
+        workers, queued, redis_ok = {}, {}, False
+    status = "ok" if redis_ok and workers else "degraded"
+    return {
+        "status": status,
+        "redis": redis_ok,
+        "workers": len(workers),
+        "ready": sum(bool(w.get("ready")) for w in workers.values()),  # models preloaded, taking jobs
+        "worker_names": sorted(workers),
+        "queued": queued,
+    }

@@ -1,0 +1,20 @@
+"""``GET /api/models``: the catalogue (names only come from here; no paths from users)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from workers.models.catalogue import DEFAULT_MODEL, get_catalogue
+
+router = APIRouter(tags=["models"])
+
+
+@router.get("/api/models")
+def list_models() -> dict:
+    cat = get_catalogue()
+    models = []
+    for name in cat.names_available():
+        summary = cat.get(name).summary()
+        summary.pop("source", None)
+        models.append(summary)
+    return {"default": DEFAULT_MODEL, "models": models}

@@ -1,0 +1,47 @@
+"""``POST /api/pe-analyses`` and ``GET /api/pe-analyses/{id}``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException
+from fastapi.responses import JSONResponse
+
+from backend.api.checkpoints import ensure_blob, known_checkpoint
+from backend.api.common import not_found, status_response
+from backend.deps import QueueDep, StoreDep, WriteAccess
+from workers.contracts import JobStatus, PEAnalysisRequest
+from workers.protocol import JOB_ID
+
+router = APIRouter(tags=["positional encodings"])
+
+
+@router.post("/api/pe-analyses", status_code=202, dependencies=[WriteAccess])
+def submit_pe(req: PEAnalysisRequest, queue: QueueDep, store: StoreDep) -> JSONResponse:
+    """Queue a PE analysis of one or more checkpoints (SPEC §7)."""
+    refs = list(req.checkpoints)
+    if req.reference.checkpoint is not None:
+        refs.append(req.reference.checkpoint)
+    for ref in refs:
+        ck = known_checkpoint(ref.id, queue.conn, store)
+        if ck is None:
+            raise HTTPException(404, f"no checkpoint with id {ref.id!r}; upload it first")
+        names = [c["name"] for c in ck.get("candidates", [])]
+        if ref.tensor is not None and ref.tensor not in names:
+            raise HTTPException(
+                422, f"checkpoint {ck.get('filename', ref.id)} has no 2-D tensor {ref.tensor!r}; "
+                f"candidates: {', '.join(names) or 'none'}"
+            )
+    for ref in refs:  # workers without the shared data dir read the bytes from Redis
+        ensure_blob(ref.id, queue.conn, store)
+    job_id = req.job_id()
+    state = queue.submit("pe", job_id, req.normalised())
+    return JSONResponse({"id": job_id, "status": state.status}, status_code=202)
+
+
+@router.get("/api/pe-analyses/{job_id}", response_model=JobStatus, responses={404: {"description": "unknown id"}})
+def get_pe(job_id: str, queue: QueueDep):
+    if not JOB_ID.fullmatch(job_id):
+        raise not_found("PE analysis", job_id)
+    state = queue.lookup(job_id)
+    if state is None or state.kind != "pe":
+        raise not_found("PE analysis", job_id)
+    return status_response(job_id, state)

@@ -1,0 +1,56 @@
+"""``POST /api/shares`` and ``GET /api/shares/{id}``: links that reopen a view without recomputing."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException
+from fastapi.responses import Response
+
+from backend.api.common import not_found, raw_json
+from backend.deps import QueueDep, SettingsDep, StoreDep, WriteAccess
+from workers.contracts import ShareRequest
+from workers.protocol import JOB_ID, dumps
+
+router = APIRouter(tags=["shares"])
+
+
+@router.post("/api/shares", status_code=201, dependencies=[WriteAccess])
+def create_share(req: ShareRequest, queue: QueueDep, store: StoreDep, settings: SettingsDep) -> dict:
+    """A share of a finished analysis (or PE analysis) and the view to restore."""
+    kind = "analysis" if req.analysis_id is not None else "pe"
+    target = req.analysis_id if req.analysis_id is not None else req.pe_analysis_id
+    assert target is not None
+    what = "analysis" if kind == "analysis" else "PE analysis"
+    if len(dumps(req.view)) > settings.max_view_bytes:
+        raise HTTPException(413, f"the view is larger than {settings.max_view_bytes:,} bytes")
+    if not JOB_ID.fullmatch(target):
+        raise not_found(what, target)
+    state = queue.lookup(target, with_partial=False)  # persists a finished result to disk
+    if state is None or state.kind != kind:
+        raise not_found(what, target)
+    if state.status != "finished" or not store.has_result(target):
+        raise HTTPException(409, f"the {what} {target} has not finished (status: {state.status})")
+    store.touch_result(target)
+    share = store.create_share(kind=kind, target=target, view=req.view)
+    page = "/" if kind == "analysis" else "/pe"
+    return {"id": share["id"], "url": f"{page}?share={share['id']}"}
+
+
+@router.get("/api/shares/{share_id}", responses={404: {"description": "unknown id"}})
+def open_share(share_id: str, store: StoreDep) -> Response:
+    """``{"id", "kind", "view", "request", "result"}`` from disk; never recomputes."""
+    share = store.read_share(share_id)
+    if share is None:
+        raise not_found("share", share_id)
+    stored = store.read_result(share["target"])
+    if stored is None:
+        raise HTTPException(410, f"the result behind share {share_id} is no longer stored")
+    meta, raw = stored
+    parts = {
+        "id": share["id"],
+        "kind": share["kind"],
+        "target": share["target"],
+        "view": share["view"],
+        "request": meta["request"],
+        "created_at": share["created_at"],
+    }
+    return raw_json(parts, {"result": raw})

@@ -1,0 +1,185 @@
+"""The FastAPI application: API routers under ``/api``, OpenAPI docs at ``/docs``, the Dash app at ``/``.
+
+Never imports torch (tests/test_layering.py checks it): jobs run in worker processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+from redis import Redis
+from redis.exceptions import RedisError
+
+from backend.api import analyses, checkpoints, health, models, pe, shares
+from backend.config import Settings, get_settings
+from backend.queue import JobQueue
+from backend.store import Store
+from workers import protocol
+from workers.errors import HeadscopeError
+
+logger = logging.getLogger(__name__)
+
+SWEEP_INTERVAL_S = 3600.0
+
+
+def readable_errors(errors: list[dict[str, Any]]) -> str:
+    """Pydantic's error list as one sentence a user can act on."""
+    parts = []
+    for err in errors:
+        loc = [str(x) for x in err.get("loc", ()) if x not in ("body", "query", "path")]
+        msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+        kind = err.get("type")
+        ctx = err.get("ctx") or {}
+        if kind == "string_too_long" and loc[-1:] == ["text"]:
+            msg = (
+                f"the text has {len(err.get('input') or ''):,} characters; "
+                f"the limit is {ctx.get('max_length', 0):,}"
+            )
+        elif kind == "extra_forbidden":
+            msg = f"unknown {'option' if loc[:1] == ['options'] else 'field'} {loc[-1]!r}"
+            loc = loc[:-1]
+        elif kind == "missing":
+            msg = f"{loc[-1] if loc else 'a field'} is required"
+            loc = loc[:-1]
+        elif kind == "literal_error" and loc[:1] == ["analyses"]:
+            msg = f"unknown analysis {err.get('input')!r}; {msg[0].lower()}{msg[1:]}"
+            loc = []
+        where = ".".join(loc)
+        parts.append(f"{where}: {msg}" if where else msg)
+    return "; ".join(parts) or "invalid request"
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int):
+        super().__init__(413, f"the upload is larger than the {limit:,}-byte limit")
+
+
+class UploadLimit:
+    """ASGI middleware: stop reading an upload body once it passes the limit (413)."""
+
+    def __init__(self, app: Any, *, limit: int, paths: tuple[str, ...]):
+        self.app, self.limit, self.paths = app, limit, paths
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in self.paths:
+            await self.app(scope, receive, send)
+            return
+        slack = 64 * 1024  # multipart headers and boundaries around the file
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit + slack:
+            detail = BodyTooLarge(self.limit).detail
+            await JSONResponse({"detail": detail}, status_code=413)(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> dict:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit + slack:
+                raise BodyTooLarge(self.limit)
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def mount_frontend(app: FastAPI, *, api_base_url: str) -> None:
+    """Mount the Dash app at ``/`` (after the API routes) via a2wsgi, or a placeholder page.
+
+    Dash runs as a WSGI app in a2wsgi's thread pool, so its callbacks can call this API over HTTP
+    without blocking the event loop (Dash's native FastAPI mode would).
+    """
+    from a2wsgi import WSGIMiddleware
+
+    try:
+        from frontend.app import create_dash_app
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("frontend.app", "frontend"):
+            raise
+        logger.warning("frontend.app not found: serving a placeholder page at /")
+
+        @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+        def placeholder() -> str:
+            return (
+                "<!doctype html><title>headscope</title><h1>headscope</h1>"
+                "<p>The dashboard is not installed in this build. The API is running: "
+                '<a href="/docs">/docs</a>.</p>'
+            )
+
+        return
+    dash_app = create_dash_app(api_base_url)
+    app.mount("/", WSGIMiddleware(dash_app.server))  # type: ignore[arg-type]
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    redis: Redis | None = None,
+    frontend: bool = True,
+    api_base_url: str | None = None,
+    background: bool = True,
+) -> FastAPI:
+    """The application. ``background`` runs the reaper (abandoned jobs) and the result sweeper."""
+    settings = settings or get_settings()
+    conn = redis or Redis.from_url(settings.redis_url or "redis://127.0.0.1:6379/0")
+    store = Store(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        tickers = []
+        if background:
+            tickers = [
+                protocol.Ticker(
+                    lambda: protocol.reap_abandoned(conn), interval_s=settings.reaper_interval_s, name="reaper"
+                ).start(),
+                protocol.Ticker(store.sweep, interval_s=SWEEP_INTERVAL_S, name="sweeper").start(),
+            ]
+        yield
+        for t in tickers:
+            t.stop()
+
+    app = FastAPI(
+        title="headscope",
+        description="Look inside transformer models: analyses run in queued workers; see docs/api.md.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.redis = conn
+    app.state.store = store
+    app.state.queue = JobQueue(conn, store, settings)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": readable_errors(list(exc.errors()))}, status_code=422)
+
+    @app.exception_handler(HeadscopeError)
+    async def _user_error(request: Request, exc: HeadscopeError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=422)
+
+    @app.exception_handler(RedisError)
+    async def _redis_down(request: Request, exc: RedisError) -> JSONResponse:
+        logger.warning("Redis error: %s", exc)
+        return JSONResponse({"detail": "the job queue (Redis) is unreachable; try again shortly"}, status_code=503)
+
+    if settings.cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    app.add_middleware(UploadLimit, limit=settings.max_upload_bytes, paths=("/api/checkpoints",))
+    for module in (health, models, analyses, checkpoints, pe, shares):
+        app.include_router(module.router)
+    if frontend:
+        base = api_base_url or os.environ.get("HEADSCOPE_API_BASE_URL", "http://127.0.0.1:8050")
+        mount_frontend(app, api_base_url=base)
+    return app

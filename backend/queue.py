@@ -1,0 +1,204 @@
+"""Enqueue jobs once per request hash and report their status (API side; no torch).
+
+``submit`` is idempotent: identical requests share one job id, so they share one job and one
+result. A Redis claim (``SET NX``, released after the enqueue) plus a second look under the claim
+make concurrent identical submissions enqueue once.
+``lookup`` merges the three places a job's state can be: the results directory (durable), Redis'
+result and partial keys, and the RQ job (queued / started / failed and why).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis import Redis
+from rq import Retry
+
+from backend.config import Settings
+from backend.store import Store
+from workers import protocol
+
+logger = logging.getLogger(__name__)
+
+FUNCS = {
+    "analysis": "workers.jobs.run_analysis",
+    "pe": "workers.jobs.run_pe_analysis",
+    "inspect": "workers.jobs.inspect_checkpoint",
+}
+CLAIM_S = 10  # a claim's lifetime if its holder dies before releasing it
+FINISHED_JOB_TTL_S = 3600  # RQ's job hash after success (the result lives elsewhere)
+FAILED_JOB_TTL_S = 86400
+
+
+@dataclass
+class Lookup:
+    """Where a job stands. ``result_raw`` / ``request`` are set when known."""
+
+    status: str  # queued | running | finished | failed
+    kind: str = "analysis"
+    progress: float = 0.0
+    message: str = ""
+    error: str | None = None
+    user_error: bool = False  # the input is at fault: resubmitting gives the same error
+    partial: dict[str, Any] = field(default_factory=dict)
+    result_raw: str | None = None
+    request: dict[str, Any] | None = None
+
+
+def failure_reason(job: Any) -> str:
+    """A sentence for the user about why RQ marked ``job`` failed."""
+    meta = job.meta or {}
+    if meta.get("error"):
+        return str(meta["error"])
+    result = job.latest_result()
+    exc = (getattr(result, "exc_string", None) or "").strip()
+    if "JobTimeoutException" in exc:
+        return (
+            f"the job ran longer than its {job.timeout} s limit, twice; ask for fewer heads, "
+            "fewer restarts or a shorter text"
+        )
+    if "AbandonedJobError" in exc or meta.get("abandoned_by"):
+        return (
+            "the worker computing this stopped unexpectedly (killed, crashed or out of memory), "
+            f"{int(meta.get('abandoned_count', 1))} time(s); it was retried once and did not finish"
+        )
+    last = exc.splitlines()[-1] if exc else "no details"
+    return f"internal error in the worker: {last[:300]}"
+
+
+class JobQueue:
+    """Submit and look up jobs on one Redis, with results persisted to ``store``."""
+
+    def __init__(self, conn: Redis, store: Store, settings: Settings):
+        self.conn = conn
+        self.store = store
+        self.settings = settings
+
+    # --------------------------------------------------------------------------------- look up
+
+    def lookup(
+        self, job_id: str, *, with_partial: bool = True, with_result: bool = True, claim_counts: bool = True
+    ) -> Lookup | None:
+        """The job's state, or None for an id never submitted (or long forgotten).
+
+        ``claim_counts``: a job being enqueued (claimed, not yet in RQ) reads as queued.
+        """
+        if _persistable(job_id) and self.store.has_result(job_id):
+            if not with_result:
+                return Lookup(status="finished", progress=1.0, message="done")
+            stored = self.store.read_result(job_id)
+            if stored is not None:
+                meta, raw = stored
+                return Lookup("finished", meta["kind"], 1.0, "done", result_raw=raw, request=meta["request"])
+        # the job before the result key: a worker writes the result and then finishes the job, so
+        # a job seen finished here has its result visible below (no transient "expired")
+        job = protocol.fetch_job(self.conn, job_id)
+        with self.conn.pipeline() as pipe:
+            pipe.get(protocol.request_key(job_id))
+            pipe.exists(protocol.result_key(job_id))
+            if with_partial:
+                pipe.hgetall(protocol.partial_key(job_id))
+            got = pipe.execute()
+        req_raw, has_result = got[0], bool(got[1])
+        envelope = json.loads(req_raw) if req_raw else {}
+        kind, request = envelope.get("kind", "analysis"), envelope.get("request")
+        if has_result:
+            fresh = self.conn.get(protocol.result_key(job_id))
+            if fresh is not None:
+                raw_s = protocol.text(fresh)
+                if _persistable(job_id) and request is not None:
+                    self.store.write_result(job_id, kind=kind, request=request, result_raw=raw_s)
+                return Lookup("finished", kind, 1.0, "done", result_raw=raw_s, request=request)
+        partial = {k.decode(): json.loads(v) for k, v in got[2].items()} if with_partial else {}
+        if job is None:
+            if request is None:
+                return None
+            if claim_counts and self.conn.exists(protocol.claim_key(job_id)):
+                return Lookup("queued", kind, message="queued", partial=partial, request=request)
+            return Lookup(
+                "failed", kind, error="the job was lost (the queue was reset); submit it again",
+                partial=partial, request=request,
+            )
+        meta = job.meta or {}
+        status = job.get_status(refresh=False)
+        status = getattr(status, "value", status)
+        base = {"kind": kind, "partial": partial, "request": request}
+        progress, message = float(meta.get("progress", 0.0)), str(meta.get("message", ""))
+        if meta.get("error"):  # the job ended on an input the user can fix
+            return Lookup("failed", progress=progress, message="failed", error=str(meta["error"]),
+                          user_error=True, **base)
+        if status in ("queued", "deferred", "scheduled"):
+            message = "queued (retrying)" if meta.get("abandoned_by") or job.retries_left == 0 else "queued"
+            if not protocol.live_workers(self.conn):
+                message += "; no worker is running at the moment"
+            return Lookup("queued", progress=0.0, message=message, **base)
+        if status == "started":
+            return Lookup("running", progress=progress, message=message, **base)
+        if status == "finished":  # finished without a result: the result expired
+            return Lookup("failed", error="the result has expired; submit the request again", **base)
+        if status in ("stopped", "canceled"):
+            return Lookup("failed", error="the job was cancelled", **base)
+        return Lookup("failed", progress=progress, message="failed", error=failure_reason(job), **base)
+
+    # ---------------------------------------------------------------------------------- submit
+
+    def submit(self, kind: str, job_id: str, request: dict[str, Any]) -> Lookup:
+        """Enqueue ``request`` under ``job_id`` unless that job is queued, running or done."""
+        current = self.lookup(job_id, with_partial=False, with_result=False)
+        if current is not None and (current.status != "failed" or current.user_error):
+            return current
+        claim = protocol.claim_key(job_id)
+        if not self.conn.set(claim, "1", nx=True, ex=CLAIM_S):
+            return Lookup("queued", kind, message="queued", request=request)  # being enqueued now
+        try:
+            # checked again under the claim: whoever held it before has finished enqueueing
+            current = self.lookup(job_id, with_partial=False, with_result=False, claim_counts=False)
+            if current is not None and (current.status != "failed" or current.user_error):
+                return current
+            old = protocol.fetch_job(self.conn, job_id)
+            if old is not None:  # failed for a reason other than the input: try again
+                old.delete(remove_from_queue=True)
+            self._enqueue(kind, job_id, request)
+        finally:
+            self.conn.delete(claim)
+        return Lookup("queued", kind, message="queued", request=request)
+
+    def _enqueue(self, kind: str, job_id: str, request: dict[str, Any]) -> None:
+        s = self.settings
+        fast = kind == "inspect"
+        envelope = protocol.dumps({"kind": kind, "request": request})
+        with self.conn.pipeline() as pipe:
+            pipe.set(protocol.request_key(job_id), envelope, ex=s.redis_result_ttl_s)
+            pipe.delete(protocol.partial_key(job_id), protocol.result_key(job_id))
+            pipe.execute()
+        q = protocol.queue(self.conn, protocol.FAST_QUEUE if fast else protocol.QUEUE)
+        q.enqueue_call(
+            FUNCS[kind],
+            args=(job_id if kind == "inspect" else request,),
+            job_id=job_id,
+            timeout=max(30, int(s.inspect_timeout_s)) if fast else s.job_timeout_s,
+            result_ttl=FINISHED_JOB_TTL_S,
+            failure_ttl=FAILED_JOB_TTL_S,
+            retry=Retry(max=1),
+            meta={"kind": kind, "progress": 0.0, "message": "queued", "enqueued_at": time.time()},
+            description=f"{kind} {job_id}",
+        )
+        logger.info("enqueued %s job %s", kind, job_id)
+
+    def wait(self, job_id: str, *, timeout_s: float, poll_s: float = 0.05) -> Lookup | None:
+        """Poll until the job finishes or fails, or ``timeout_s`` passes (then its last state)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            state = self.lookup(job_id, with_partial=False)
+            if state is None or state.status in ("finished", "failed") or time.monotonic() > deadline:
+                return state
+            time.sleep(poll_s)
+
+
+def _persistable(job_id: str) -> bool:
+    """Request hashes are persisted on disk; other ids (checkpoint inspections) stay in Redis."""
+    return protocol.JOB_ID.fullmatch(job_id) is not None

@@ -1,0 +1,106 @@
+"""The app in-process (FastAPI's TestClient) on a real Redis: token, CORS, the page at /, the store."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+from redis import Redis
+
+from backend.app import create_app
+from backend.config import Settings
+from backend.store import Store
+
+
+@pytest.fixture
+def make_client(redis_server, tmp_path, catalogue):
+    conn = Redis.from_url(redis_server)
+
+    def make(**settings) -> TestClient:
+        s = Settings(data_dir=tmp_path / "data", redis_url=redis_server, **settings)
+        return TestClient(create_app(s, redis=conn, background=False, frontend=settings.pop("frontend", False)))
+
+    return make
+
+
+def test_token_guards_writes_only(make_client):
+    client = make_client(api_token="s3cret")
+    body = {"model": "tiny-bert", "text": "tokens guard writes"}
+    refused = client.post("/api/analyses", json=body)
+    assert refused.status_code == 401 and "token" in refused.json()["detail"]
+    wrong = client.post("/api/analyses", json=body, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401
+    ok = client.post("/api/analyses", json=body, headers={"Authorization": "Bearer s3cret"})
+    assert ok.status_code == 202
+    assert client.get(f"/api/analyses/{ok.json()['id']}").status_code == 200  # reads stay open
+    assert client.post("/api/shares", json={"analysis_id": ok.json()["id"]}).status_code == 401
+    assert client.post("/api/checkpoints", files={"file": ("a.npy", b"x")}).status_code == 401
+
+
+def test_cors_is_off_unless_configured(make_client):
+    headers = {"Origin": "https://elsewhere.example"}
+    assert "access-control-allow-origin" not in make_client().get("/api/models", headers=headers).headers
+    allowed = make_client(cors_origins=["https://elsewhere.example"]).get("/api/models", headers=headers)
+    assert allowed.headers["access-control-allow-origin"] == "https://elsewhere.example"
+
+
+def test_dashboard_is_mounted_after_the_api(redis_server, tmp_path, catalogue):
+    s = Settings(data_dir=tmp_path / "data", redis_url=redis_server)
+    client = TestClient(create_app(s, redis=Redis.from_url(redis_server), background=False, frontend=True))
+    page = client.get("/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert client.get("/api/models").json()["default"] == "minilm"  # not swallowed by the mount
+    assert client.get("/docs").status_code == 200
+
+
+def test_upload_limit_refuses_by_content_length(make_client):
+    client = make_client(max_upload_bytes=1000)
+    resp = client.post("/api/checkpoints", files={"file": ("big.npy", b"\0" * 200_000)})
+    assert resp.status_code == 413 and "1,000-byte limit" in resp.json()["detail"]
+
+
+def test_sweep_expires_unshared_results_and_keeps_shared_ones(tmp_path):
+    store = Store(Settings(data_dir=tmp_path, result_ttl_s=3600))
+    old_shared, old_alone, fresh = "a" * 32, "b" * 32, "c" * 32
+    for job_id in (old_shared, old_alone, fresh):
+        store.write_result(job_id, kind="analysis", request={"text": job_id}, result_raw='{"x": 1}')
+    store.create_share(kind="analysis", target=old_shared, view={})
+    past = time.time() - 7200
+    for job_id in (old_shared, old_alone):
+        os.utime(tmp_path / "results" / f"{job_id}.meta.json", (past, past))
+    assert store.sweep() == [old_alone]
+    assert store.read_result(old_alone) is None
+    assert not (tmp_path / "results" / f"{old_alone}.result.json").exists()
+    assert store.read_result(old_shared) == ({"id": old_shared, "kind": "analysis", "request": {"text": old_shared},
+                                              "finished_at": pytest.approx(time.time(), abs=60)}, '{"x": 1}')
+    assert store.read_result(fresh) is not None
+    with pytest.raises(ValueError):
+        store.read_result("../../etc/passwd")
+    assert store.read_share("../../etc/passwd") is None
+
+
+def test_concurrent_submits_enqueue_once_and_a_lost_job_is_enqueued_again(redis_server, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from backend.queue import JobQueue
+    from workers import protocol
+    from workers.contracts import AnalysisRequest
+
+    conn = Redis.from_url(redis_server, db=3)
+    conn.flushdb()
+    settings = Settings(data_dir=tmp_path, redis_url=redis_server)
+    queue = JobQueue(conn, Store(settings), settings)
+    req = AnalysisRequest(model="tiny-bert", text="one job for many callers")
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        states = list(pool.map(lambda _: queue.submit("analysis", req.job_id(), req.normalised()), range(20)))
+    assert {s.status for s in states} == {"queued"}
+    assert protocol.queue(conn).job_ids == [req.job_id()]
+
+    protocol.fetch_job(conn, req.job_id()).delete(remove_from_queue=True)  # e.g. Redis lost it
+    lost = queue.lookup(req.job_id())
+    assert lost.status == "failed" and "lost" in lost.error
+    assert queue.submit("analysis", req.job_id(), req.normalised()).status == "queued"
+    assert protocol.queue(conn).job_ids == [req.job_id()]
+    assert queue.lookup(req.job_id()).status == "queued"

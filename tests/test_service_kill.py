@@ -1,0 +1,166 @@
+"""Worker death and job timeouts, for real: worker subprocesses on a real Redis, SIGKILLed mid-job.
+
+A job whose worker dies is re-queued once (``Retry(max=1)``) and then finished by another worker,
+or reported failed with a reason; a job over its timeout is retried once and then failed with a
+reason. Never "running" forever. Heartbeats are shortened (3 s) so this runs in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import pytest
+from redis import Redis
+from service_helpers import ROOT, service_env, short_text, write_catalogue
+
+from backend.config import Settings
+from backend.queue import JobQueue
+from backend.store import Store
+from workers import protocol
+from workers.contracts import AnalysisRequest
+
+pytestmark = pytest.mark.slow
+
+WORKER_TTL_S = 3.0
+JOB_TIMEOUT_S = 60
+
+
+def long_request(seed: int, *, restarts: int = 2) -> AnalysisRequest:
+    """Every head of tiny-bert, ``restarts`` restarts each: about a second per restart."""
+    return AnalysisRequest(model="tiny-bert", text=short_text(38), analyses=["head-tsne"],
+                           options={"restarts": restarts, "n_iter": 1000, "seed": seed})
+
+
+@pytest.fixture(scope="module")
+def cluster(redis_server, tmp_path_factory, tiny_model_dirs):
+    base = tmp_path_factory.mktemp("cluster")
+    conn = Redis.from_url(redis_server)
+    conn.flushdb()
+    env = service_env(base / "data", write_catalogue(base / "models.json", tiny_model_dirs),
+                      REDIS_URL=redis_server, HEADSCOPE_WORKER_TTL_S=str(WORKER_TTL_S),
+                      HEADSCOPE_WORKER_HEARTBEAT_S="0.5", HEADSCOPE_REAPER_INTERVAL_S="1")
+    log = open(base / "workers.log", "ab")  # noqa: SIM115 (closed at teardown)
+    procs = [subprocess.Popen([sys.executable, "-m", "workers.main", "--preload", "tiny-bert"], cwd=ROOT, env=env, stdout=log,
+                              stderr=subprocess.STDOUT) for _ in range(3)]
+    deadline = time.monotonic() + 120
+    while sum(w["ready"] for w in protocol.live_workers(conn).values()) < 3:
+        assert time.monotonic() < deadline, (base / "workers.log").read_text()[-3000:]
+        assert all(p.poll() is None for p in procs), (base / "workers.log").read_text()[-3000:]
+        time.sleep(0.2)
+    settings = Settings(data_dir=base / "data", redis_url=redis_server, job_timeout_s=JOB_TIMEOUT_S,
+                        worker_ttl_s=WORKER_TTL_S)
+    store = Store(settings)
+    yield SimpleNamespace(conn=conn, settings=settings, store=store, queue=JobQueue(conn, store, settings),
+                          procs=procs)
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    log.close()
+
+
+def wait_running(c, job_id: str, *, timeout_s: float = 90) -> str:
+    """Wait until the job is computing (past loading); return its worker's name."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = c.queue.lookup(job_id, with_partial=False)
+        if state.status == "running" and state.progress > 0.02:
+            return protocol.fetch_job(c.conn, job_id).worker_name
+        assert state.status in ("queued", "running"), state
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.05)
+
+
+def kill_worker(c, name: str) -> None:
+    pid = protocol.live_workers(c.conn)[name]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    proc = next(p for p in c.procs if p.pid == pid)
+    proc.wait(10)
+
+
+def test_worker_healthcheck_sees_live_workers_on_this_host(cluster, redis_server):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    check = [sys.executable, "-m", "workers.main", "--check", "--redis-url"]
+    assert subprocess.run([*check, redis_server], env=env, cwd=ROOT, timeout=60).returncode == 0
+    empty = redis_server.rsplit("/", 1)[0] + "/5"  # another database: no worker there
+    assert subprocess.run([*check, empty], env=env, cwd=ROOT, timeout=60).returncode == 1
+
+
+def test_job_over_its_timeout_fails_with_a_reason_after_one_retry(cluster):
+    short = cluster.settings.model_copy(update={"job_timeout_s": 1})
+    queue = JobQueue(cluster.conn, cluster.store, short)
+    req = long_request(seed=100, restarts=5)
+    queue.submit("analysis", req.job_id(), req.normalised())
+    state = queue.wait(req.job_id(), timeout_s=90)
+    assert state.status == "failed"
+    assert "longer than its 1 s limit" in state.error
+    assert int(cluster.conn.get(protocol.computed_key(req.job_id()))) == 2  # tried, retried, given up
+
+
+def test_killed_worker_job_is_retried_and_finished_while_another_worker_serves(cluster):
+    c = cluster
+    req = long_request(seed=1)
+    job_id = req.job_id()
+    c.queue.submit("analysis", job_id, req.normalised())
+    victim = wait_running(c, job_id)
+    killed_at = time.monotonic()
+    kill_worker(c, victim)
+    small = AnalysisRequest(model="tiny-bert", text=short_text(10), analyses=["max-attention"])
+    c.queue.submit("analysis", small.job_id(), small.normalised())
+
+    served = c.queue.wait(small.job_id(), timeout_s=60)
+    served_at = time.monotonic()
+    assert served.status == "finished", served.error
+    state = c.queue.wait(job_id, timeout_s=JOB_TIMEOUT_S + 60)
+    finished_at = time.monotonic()
+    assert state.status == "finished", state.error
+    assert served_at < finished_at  # the other worker kept serving while the job was recovered
+    assert finished_at - killed_at < JOB_TIMEOUT_S + 60
+    job = protocol.fetch_job(c.conn, job_id)
+    assert job.meta["abandoned_by"] == victim and job.worker_name != victim
+    assert int(c.conn.get(protocol.computed_key(job_id))) == 2
+    result = json.loads(state.result_raw)
+    n = result["n_tokens"]
+    assert len(result["head-tsne"]["embedding"]) == 2 and len(result["head-tsne"]["embedding"][0][0]) == n
+
+
+def test_job_whose_workers_die_twice_fails_with_a_reason(cluster):
+    c = cluster
+    req = long_request(seed=2)
+    job_id = req.job_id()
+    c.queue.submit("analysis", job_id, req.normalised())
+    first = wait_running(c, job_id)
+    kill_worker(c, first)
+    deadline = time.monotonic() + WORKER_TTL_S + 30
+    while protocol.fetch_job(c.conn, job_id).meta.get("abandoned_count", 0) < 1:  # the other worker reaps
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    second = wait_running(c, job_id)
+    assert second != first
+    kill_worker(c, second)
+    assert all(p.poll() is not None for p in c.procs)  # every worker is dead now
+    deadline = time.monotonic() + WORKER_TTL_S + 30
+    while True:  # no worker left: the API's reaper (this call) hands it to RQ's failure handling
+        protocol.reap_abandoned(c.conn)
+        state = c.queue.lookup(job_id, with_partial=False)
+        if state.status != "running" or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert state.status == "failed"
+    assert "stopped unexpectedly" in state.error and "retried once" in state.error
+    again = c.queue.submit("analysis", job_id, req.normalised())  # not the input's fault: try again
+    assert again.status == "queued"
+    state = c.queue.lookup(job_id)
+    assert state.status == "queued" and "no worker is running" in state.message
+

@@ -1,0 +1,312 @@
+"""Queue jobs: the only code that knows both the queue and the analysis core.
+
+Each job is an importable function the API enqueues by dotted path (``workers.jobs.run_analysis``)
+with JSON arguments. It parses the request, takes the model from this process' cache, calls the
+core, writes each finished section to Redis as it comes (``hs:partial:{id}``), keeps its progress
+in ``job.meta`` and stores the result (``hs:result:{id}``). Errors the user can fix end the job
+with ``job.meta["error"]`` (no retry: the same input fails the same way); anything else raises, so
+RQ retries it once and then marks it failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+from rq import get_current_job
+from rq.job import Job
+
+from workers import protocol
+from workers.contracts import ANALYSIS_KINDS, AnalysisRequest, PEAnalysisRequest
+from workers.errors import HeadscopeError
+
+logger = logging.getLogger(__name__)
+
+# rough relative cost of each stage, for one progress bar across all of them
+WEIGHTS = {
+    "max-attention": 1.0,
+    "decomposition": 2.0,
+    "head-tsne": 3.0,
+    "head-tsne-all": 12.0,
+    "hidden-tsne": 3.0,
+    "word-tsne": 3.0,
+    "robustness": 12.0,
+}
+ALL_HEADS_KEY = "head-tsne-all"
+
+
+class Reporter:
+    """Progress, partial sections and the result of the current job, written to Redis."""
+
+    def __init__(self, job: Job, *, ttl_s: int):
+        self.job = job
+        self.conn: Redis = job.connection
+        self.ttl_s = ttl_s
+        self._last_meta = 0.0
+
+    def start(self) -> None:
+        """A fresh attempt: forget the partials of an earlier one, count the computation."""
+        with self.conn.pipeline() as pipe:
+            pipe.delete(protocol.partial_key(self.job.id))
+            pipe.incr(protocol.computed_key(self.job.id))
+            pipe.expire(protocol.computed_key(self.job.id), self.ttl_s)
+            pipe.execute()
+        self.job.meta.update(progress=0.0, message="starting", attempt_started=time.time(), sections=[])
+        self.job.meta.pop("error", None)
+        self.job.save_meta()
+
+    def progress(self, fraction: float, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last_meta < 0.25 and fraction < 1.0:
+            return  # at most four meta writes a second
+        self._last_meta = now
+        self.job.meta.update(progress=round(max(0.0, min(1.0, fraction)), 4), message=message[:200])
+        self.job.save_meta()
+
+    def partial(self, fields: dict[str, Any]) -> None:
+        """Add top-level keys of the result so far (sections and the common keys)."""
+        key = protocol.partial_key(self.job.id)
+        with self.conn.pipeline() as pipe:
+            pipe.hset(key, mapping={k: protocol.dumps(v) for k, v in fields.items()})
+            pipe.expire(key, self.ttl_s)
+            pipe.execute()
+        done = [k for k in fields if k in WEIGHTS]
+        if done:  # the order sections finished in, for the record (and the tests)
+            self.job.meta["sections"] = [*self.job.meta.get("sections", []), *done]
+            self.job.save_meta()
+
+    def finish(self, result: dict[str, Any]) -> int:
+        blob = protocol.dumps(result)
+        self.conn.set(protocol.result_key(self.job.id), blob, ex=self.ttl_s)
+        self.job.meta.update(progress=1.0, message="done")
+        self.job.save_meta()
+        return len(blob)
+
+    def fail(self, exc: HeadscopeError) -> dict[str, Any]:
+        logger.info("job %s: %s", self.job.id, exc)
+        self.job.meta.update(error=str(exc), error_code=exc.code, message="failed")
+        self.job.save_meta()
+        return {"error": str(exc), "code": exc.code}
+
+
+def _settings():
+    from backend.config import get_settings
+
+    return get_settings()
+
+
+def _current(ttl_s: int | None = None) -> Reporter:
+    job = get_current_job()
+    if job is None:
+        raise RuntimeError("this function runs inside an RQ job")
+    return Reporter(job, ttl_s=ttl_s or _settings().redis_result_ttl_s)
+
+
+def _stages(req: AnalysisRequest) -> list[tuple[str, list[str], dict[str, Any]]]:
+    """(result key, kinds, options) per analyze() call, cheap first: max attention, decomposition,
+    the requested head's t-SNE, then (``all_heads``) every head, then the rest."""
+    options = req.options.model_dump(mode="json")
+    all_heads = options.pop("all_heads", False)
+    kinds: list[str] = [k for k in ANALYSIS_KINDS if k in req.analyses]
+    cut = ANALYSIS_KINDS.index("head-tsne")
+    first: list[str] = [k for k in kinds if ANALYSIS_KINDS.index(k) <= cut]
+    rest: list[str] = [k for k in kinds if ANALYSIS_KINDS.index(k) > cut]
+    stages: list[tuple[str, list[str], dict[str, Any]]] = []
+    if first:
+        stages.append(("", first, options))
+    single = options["layer"] != "all" or options["head"] != "all"
+    if all_heads and "head-tsne" in kinds and single:
+        stages.append((ALL_HEADS_KEY, ["head-tsne"], {**options, "layer": "all", "head": "all"}))
+    if rest:
+        stages.append(("", rest, options))
+    return stages
+
+
+def compute_analysis(
+    req: AnalysisRequest,
+    *,
+    progress: Callable[[float, str], None],
+    on_partial: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
+    """The API's result for ``req``: common keys plus one section per analysis (no queue needed)."""
+    from workers.analysis.pipeline import SECTIONS, analyze
+    from workers.analysis.progress import scaled
+    from workers.models import load_model
+
+    missing = [k for k in req.analyses if k not in SECTIONS]
+    if missing:
+        raise HeadscopeError(
+            f"the {missing[0]} analysis is not available on this worker yet; "
+            f"available: {', '.join(k for k in ANALYSIS_KINDS if k in SECTIONS)}"
+        )
+    progress(0.0, f"loading model {req.model}")
+    loaded = load_model(req.model, dtype=req.options.dtype)
+    stages = _stages(req)
+    total = sum(WEIGHTS[key or k] for key, kinds, _ in stages for k in kinds)
+    done = 0.0
+    result: dict[str, Any] = {}
+    for key, kinds, options in stages:
+        weight = sum(WEIGHTS[key or k] for k in kinds)
+
+        def on_section(kind: str, section: dict[str, Any], so_far: dict[str, Any], key: str = key) -> None:
+            common = {k: v for k, v in so_far.items() if k not in SECTIONS}
+            fields = {**{k: v for k, v in common.items() if k not in result}, (key or kind): section}
+            result.update(fields)
+            on_partial(fields)
+
+        analyze(
+            loaded,
+            req.text,
+            kinds,
+            options,
+            progress=scaled(progress, done / total, (done + weight) / total),
+            on_section=on_section,
+        )
+        done += weight
+    return result
+
+
+def run_analysis(request: dict[str, Any]) -> dict[str, Any]:
+    """RQ job: a text analysis (``AnalysisRequest``), result under ``hs:result:{job id}``."""
+    rep = _current()
+    rep.start()
+    try:
+        req = AnalysisRequest.model_validate(request)
+        result = compute_analysis(req, progress=rep.progress, on_partial=rep.partial)
+    except HeadscopeError as exc:
+        return rep.fail(exc)
+    return {"bytes": rep.finish(result)}
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def checkpoint_file(checkpoint_id: str, *, conn: Redis) -> tuple[Path, str]:
+    """(local file, display name) of a checkpoint: a demo, the shared data dir, or Redis' copy."""
+    if checkpoint_id.startswith("demo-"):
+        from workers.data.pe_demo import demo_checkpoints
+
+        for demo in demo_checkpoints():
+            if demo["id"] == checkpoint_id:
+                return Path(demo["path"]), str(demo.get("name") or checkpoint_id)
+        raise HeadscopeError(f"unknown demo checkpoint {checkpoint_id!r}")
+    if not protocol.CHECKPOINT_ID.fullmatch(checkpoint_id):
+        raise HeadscopeError(f"malformed checkpoint id {checkpoint_id!r}")
+    data, ext, name = conn.hmget(protocol.checkpoint_blob_key(checkpoint_id), ["data", "ext", "filename"])
+    display = protocol.text(name) if name else checkpoint_id
+    shared = _settings().checkpoints_dir / checkpoint_id
+    for path in sorted(shared.glob("blob.*")) if shared.is_dir() else []:
+        return path, display
+    if data is None or ext is None:
+        raise HeadscopeError(f"checkpoint {checkpoint_id} is no longer available; upload it again")
+    ext_s = protocol.text(ext)
+    if ext_s not in protocol.CHECKPOINT_EXTS:
+        raise HeadscopeError(f"checkpoint {checkpoint_id} has an unsupported type {ext_s!r}")
+    cache = _settings().data_dir / "worker-cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"{checkpoint_id}{ext_s}"
+    if not path.exists():
+        tmp = cache / f".{checkpoint_id}.{os.getpid()}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    return path, display
+
+
+def _jsonable(obj: Any) -> Any:
+    import numpy as np
+
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def inspect_checkpoint(checkpoint_id: str) -> dict[str, Any]:
+    """RQ job: the candidate PE tensors of an uploaded checkpoint, best first."""
+    from workers.models.checkpoints import list_candidates
+
+    rep = _current()
+    rep.start()
+    try:
+        path, _name = checkpoint_file(checkpoint_id, conn=rep.conn)
+        candidates = _jsonable(list_candidates(path))
+    except HeadscopeError as exc:
+        return rep.fail(exc)
+    candidates = sorted(candidates, key=lambda c: -float(c.get("score") or 0.0))
+    rep.finish({"candidates": candidates})
+    return {"candidates": len(candidates)}
+
+
+def _reference(ref: dict[str, Any], *, n: int, d: int, conn: Redis) -> Any:
+    from workers.analysis.positional import make_reference
+    from workers.models.checkpoints import read_tensor
+
+    kind = ref["kind"]
+    if kind == "none":
+        return None
+    if kind == "checkpoint":
+        spec = ref.get("checkpoint") or {}
+        return read_tensor(checkpoint_file(spec["id"], conn=conn)[0], spec.get("tensor"))
+    grid = ref.get("grid")
+    return make_reference(
+        kind, n=n, d=d, grid=tuple(grid) if grid else None, sigma=float(ref["sigma"]), seed=int(ref["seed"])
+    )
+
+
+def _partition(part: dict[str, Any], *, n: int) -> Any:
+    from workers.analysis.positional import grid_partition, parse_partition_csv
+
+    kind = part["kind"]
+    if kind == "none":
+        return None
+    if kind == "csv":
+        return parse_partition_csv(part.get("csv") or "", n)
+    return grid_partition(kind, tuple(part["grid"]))
+
+
+def compute_pe(
+    req: PEAnalysisRequest, *, conn: Redis, progress: Callable[[float, str], None]
+) -> dict[str, Any]:
+    """``{"checkpoints": [report per checkpoint], "reference": {...}}`` for a PE request."""
+    from workers.analysis.positional import pe_report
+    from workers.models.checkpoints import list_candidates, read_tensor
+
+    reports = []
+    for i, ck in enumerate(req.checkpoints):
+        progress(i / len(req.checkpoints), f"checkpoint {i + 1}/{len(req.checkpoints)}")
+        path, name = checkpoint_file(ck.id, conn=conn)
+        tensor = ck.tensor
+        if tensor is None:  # the best candidate, as read_tensor picks it
+            tensor = list_candidates(path)[0]["name"]
+        E = read_tensor(path, tensor)  # [position, dim]
+        if E.ndim != 2:
+            raise HeadscopeError(f"tensor {tensor!r} of {name} is not 2-D (shape {list(E.shape)})")
+        n, d = E.shape
+        ref = _reference(req.reference.model_dump(mode="json"), n=n, d=d, conn=conn)
+        part = _partition(req.partition.model_dump(mode="json"), n=n)
+        report = _jsonable(pe_report(E, reference=ref, partition=part, metric=req.metric))
+        reports.append({**report, "id": ck.id, "name": name, "tensor": tensor, "shape": [n, d]})
+    progress(1.0, "done")
+    return {"checkpoints": reports, "reference": req.reference.model_dump(mode="json")}
+
+
+def run_pe_analysis(request: dict[str, Any]) -> dict[str, Any]:
+    """RQ job: a positional-encoding analysis (``PEAnalysisRequest``)."""
+    rep = _current()
+    rep.start()
+    try:
+        req = PEAnalysisRequest.model_validate(request)
+        result = compute_pe(req, conn=rep.conn, progress=rep.progress)
+    except HeadscopeError as exc:
+        return rep.fail(exc)
+    return {"bytes": rep.finish(result)}

@@ -1,0 +1,154 @@
+"""The worker process: an RQ ``SimpleWorker`` (no fork), so loaded models stay in memory across jobs.
+
+Run it as ``headscope worker`` (or ``python -m workers.main``) with ``REDIS_URL`` set. Besides the
+jobs it keeps a heartbeat key alive (``hs:worker:{name}``; the API's health and reaper read it),
+reaps jobs whose worker died, and publishes the demo checkpoints for ``GET /api/checkpoints``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+import time
+from typing import Any
+
+from redis import Redis
+from rq.worker import SimpleWorker
+
+from workers import protocol
+
+logger = logging.getLogger(__name__)
+
+
+def publish_demos(conn: Redis) -> int:
+    """Store the shipped demo checkpoints with their candidate tensors in Redis; return the count."""
+    try:
+        from workers.data.pe_demo import demo_checkpoints
+        from workers.models.checkpoints import list_candidates
+    except ModuleNotFoundError as exc:
+        logger.info("no demo checkpoints in this build (%s)", exc.name)
+        return 0
+    from workers.jobs import _jsonable
+
+    demos: list[dict[str, Any]] = []
+    for demo in demo_checkpoints():
+        try:
+            cands = sorted(_jsonable(list_candidates(demo["path"])), key=lambda c: -float(c.get("score") or 0))
+        except Exception:
+            logger.warning("demo checkpoint %s is unreadable", demo.get("id"), exc_info=True)
+            continue
+        entry = {k: v for k, v in demo.items() if k != "path"}
+        demos.append({**entry, "candidates": cands, "default": cands[0]["name"] if cands else None})
+    conn.set(protocol.DEMOS_KEY, protocol.dumps(demos))
+    return len(demos)
+
+
+def run_worker(
+    *,
+    redis_url: str,
+    name: str | None = None,
+    queues: tuple[str, ...] = protocol.QUEUES,
+    preload: tuple[str, ...] = (),
+    burst: bool = False,
+    verbose: bool = False,
+) -> int:
+    """Serve jobs until SIGTERM/SIGINT (warm shutdown: the current job finishes first)."""
+    from backend.config import get_settings
+
+    settings = get_settings()
+    conn = Redis.from_url(redis_url)
+    name = name or protocol.new_worker_name()
+    info: dict[str, Any] = {
+        "pid": os.getpid(), "host": socket.gethostname(), "queues": list(queues), "started": time.time(),
+        "ready": False,  # True once models are preloaded and jobs are taken
+    }
+    beats = 0
+
+    def tick() -> None:
+        nonlocal beats
+        protocol.beat(conn, name, ttl_s=settings.worker_ttl_s, info=info)
+        beats += 1
+        if beats % max(1, round(settings.reaper_interval_s / settings.worker_heartbeat_s)) == 0:
+            protocol.reap_abandoned(conn)
+
+    protocol.beat(conn, name, ttl_s=settings.worker_ttl_s, info=info)
+    ticker = protocol.Ticker(tick, interval_s=settings.worker_heartbeat_s, name="heartbeat").start()
+    try:
+        import workers.analysis.pipeline  # noqa: F401 (torch and the core imported before the first job)
+
+        if preload:
+            from workers.models import load_model
+
+            for model in preload:
+                loaded = load_model(model)
+                logger.info("preloaded %s on %s", model, loaded.device)
+        try:
+            publish_demos(conn)
+        except Exception:
+            logger.warning("could not publish the demo checkpoints", exc_info=True)
+        info["ready"] = True
+        protocol.beat(conn, name, ttl_s=settings.worker_ttl_s, info=info)
+        worker = SimpleWorker(
+            [protocol.queue(conn, q) for q in queues], connection=conn, name=name, serializer=protocol.SERIALIZER
+        )
+        logger.info("worker %s (pid %d) listening on %s", name, os.getpid(), ", ".join(queues))
+        worker.work(burst=burst, logging_level="INFO" if verbose else "WARNING", with_scheduler=False)
+    finally:
+        ticker.stop()
+        try:
+            conn.delete(protocol.worker_key(name))
+        except Exception:
+            logger.debug("could not remove the heartbeat of %s", name, exc_info=True)
+    return 0
+
+
+def healthy_here(conn: Redis) -> bool:
+    """A live, ready worker with this host name (a container's healthcheck)."""
+    host = socket.gethostname()
+    return any(w.get("host") == host and w.get("ready") for w in protocol.live_workers(conn).values())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--redis-url", default=None, help="default: $REDIS_URL")
+    parser.add_argument("--name", default=None, help="worker name (default host.pid.random)")
+    parser.add_argument("--queues", default=",".join(protocol.QUEUES), help="comma-separated, in priority order")
+    parser.add_argument("--preload", action="append", default=[], help="load this catalogue model at start")
+    parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
+    parser.add_argument("--check", action="store_true",
+                        help="healthcheck: exit 0 if a worker on this host is alive and ready, else 1")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="headscope worker", description="Run a headscope worker.")
+    add_arguments(parser)
+    parser.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return run_from_args(args)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    from backend.config import get_settings
+
+    redis_url = args.redis_url or get_settings().redis_url
+    if not redis_url:
+        print("headscope worker: error: set REDIS_URL or pass --redis-url", file=sys.stderr)
+        return 2
+    if args.check:
+        return 0 if healthy_here(Redis.from_url(redis_url, socket_timeout=5)) else 1
+    return run_worker(
+        redis_url=redis_url,
+        name=args.name,
+        queues=tuple(q for q in args.queues.split(",") if q),
+        preload=tuple(args.preload),
+        burst=args.burst,
+        verbose=getattr(args, "verbose", False),
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
