@@ -180,7 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--text", help="the text itself")
     a.add_argument("--analysis", required=True, choices=ANALYSES)
     a.add_argument("--out", help="output JSON path (default: stdout)")
-    a.add_argument("--layer", type=_layer_arg, default="all", help="layer index or 'all'")
+    a.add_argument(
+        "--layer", type=_layer_arg, default="all",
+        help="layer index or 'all' (decomposition: the state of the per-head view, default the last)",
+    )
     a.add_argument("--head", type=_layer_arg, default="all", help="head index or 'all'")
     a.add_argument("--engine", choices=["batched", "opentsne", "fast"], default=None)
     a.add_argument("--seed", type=int, default=0)
@@ -194,7 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--repeats", type=int, default=10, help="robustness: runs per condition")
     a.add_argument("--drop-special", action="store_true", help="leave special tokens out")
     a.add_argument("--truncate", action="store_true", help="cut over-long texts instead of failing")
-    a.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    a.add_argument(
+        "--dtype", choices=["float32", "float64"], default="float32",
+        help="model precision; decomposition: float64 reconstructs X[l] to < 1e-9 (docs/decomposition.md)",
+    )
     a.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     a.set_defaults(func=cmd_analyze)

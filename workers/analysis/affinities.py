@@ -40,16 +40,16 @@ def head_affinities(attention: np.ndarray, *, keep: np.ndarray | None = None) ->
     return p / total
 
 
-def perplexity_affinities(x: np.ndarray, *, perplexity: float = 20.0, tol: float = 1e-5) -> np.ndarray:
-    """Symmetric Gaussian t-SNE probabilities ``(p_j|i + p_i|j) / 2n`` with per-point σ_i.
+def conditional_probabilities(x: np.ndarray, *, perplexity: float = 20.0, tol: float = 1e-5) -> np.ndarray:
+    """Rows ``p_{j|i}`` of Gaussian kernels whose σ_i gives ``2^{H(P_i)} = perplexity``.
 
-    σ_i is found by bisection so that ``2^{H(P_i)}`` equals ``perplexity`` (capped at (n - 1) / 3,
-    as openTSNE does, so a short text still works).
+    σ_i is found by bisection on β_i = 1/(2σ_i²); the perplexity is capped at (n - 1) / 3, as
+    openTSNE does, so a short text still works.
 
     Args:
         x: [n, d] points.
     Returns:
-        [n, n] float64 P, symmetric, zero diagonal, summing to 1.
+        [n, n] float64, rows summing to 1, zero diagonal.
     """
     x = np.asarray(x, dtype=np.float64)
     n = x.shape[0]
@@ -60,6 +60,7 @@ def perplexity_affinities(x: np.ndarray, *, perplexity: float = 20.0, tol: float
     d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * x @ x.T, 0.0)
     np.fill_diagonal(d2, np.inf)
     d2 = d2 - d2.min(axis=1, keepdims=True)  # shift per row: same conditional P, no underflow
+    finite = np.where(np.isfinite(d2), d2, 0.0)
     target = np.log(perp)  # entropy in nats
     lo = np.full(n, -np.inf)
     hi = np.full(n, np.inf)
@@ -68,7 +69,7 @@ def perplexity_affinities(x: np.ndarray, *, perplexity: float = 20.0, tol: float
         w = np.exp(-d2 * beta[:, None])
         s = w.sum(axis=1)
         pc = w / s[:, None]
-        ent = np.log(s) + beta * np.sum(pc * np.where(np.isfinite(d2), d2, 0.0), axis=1)
+        ent = np.log(s) + beta * np.sum(pc * finite, axis=1)
         diff = ent - target
         if np.all(np.abs(diff) < tol):
             break
@@ -80,6 +81,19 @@ def perplexity_affinities(x: np.ndarray, *, perplexity: float = 20.0, tol: float
             np.where(np.isfinite(hi), (beta + hi) / 2, beta * 2),
             np.where(np.isfinite(lo), (beta + lo) / 2, beta / 2),
         )
+    return pc
+
+
+def perplexity_affinities(x: np.ndarray, *, perplexity: float = 20.0, tol: float = 1e-5) -> np.ndarray:
+    """Symmetric Gaussian t-SNE probabilities ``(p_j|i + p_i|j) / 2n`` (SPEC §2).
+
+    Args:
+        x: [n, d] points.
+    Returns:
+        [n, n] float64 P, symmetric, zero diagonal, summing to 1.
+    """
+    pc = conditional_probabilities(x, perplexity=perplexity, tol=tol)
+    n = pc.shape[0]
     p = (pc + pc.T) / (2.0 * n)
     np.fill_diagonal(p, 0.0)
     return p / p.sum()

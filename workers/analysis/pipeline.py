@@ -256,6 +256,26 @@ def _robustness(ctx: Context) -> dict[str, Any]:
     return out
 
 
+@section("decomposition")
+def _decomposition(ctx: Context) -> dict[str, Any]:
+    """SPEC §6 term importances; option ``dtype`` picks the precision, ``layer`` the head-view state."""
+    from workers.analysis.decomposition import decompose_encoded
+    from workers.analysis.decomposition_stats import decomposition_section
+    from workers.models import Catalogue, load_model
+
+    o, loaded = ctx.options, ctx.loaded
+    model = loaded
+    if str(loaded.dtype).removeprefix("torch.") != o["dtype"]:
+        own = Catalogue(specs={loaded.name: loaded.spec}, allow_hub=True)  # already allowed once
+        model = load_model(loaded.name, dtype=o["dtype"], device=loaded.device, catalogue=own)
+    states = select_indices(o["layer"], loaded.n_layers + 1, "state") if o["layer"] != "all" else [None]
+    start = time.perf_counter()
+    dec = decompose_encoded(model, [ctx.run.encoded], [ctx.text], keep_components=False)[0]
+    out = decomposition_section(dec, drop_special=bool(o["drop_special"]), head_state=states[0])
+    out["timings"] = {"decomposition_s": time.perf_counter() - start}
+    return out
+
+
 def common(ctx: Context) -> dict[str, Any]:
     """The keys every result has (tokens only when the analyses ran the text)."""
     out: dict[str, Any] = {

@@ -48,6 +48,7 @@ class TSNEOptions:
     n_jobs: int = 1  # openTSNE threads
     device: str | None = None  # batched engine: None = cuda if available else cpu
     dtype: str = "float32"  # batched engine compute dtype (KL is always float64)
+    max_step_norm: float | None = 5.0  # openTSNE's default: clip each point's step to this length
 
     def validate(self) -> TSNEOptions:
         if self.engine not in ENGINES:
@@ -95,14 +96,19 @@ def spectral_init(p: np.ndarray, *, seed: int = 0) -> np.ndarray:
     idx = np.abs(y).argmax(axis=-2, keepdims=True)
     sign = np.sign(np.take_along_axis(y, idx, axis=-2))
     y = _rescale(y * np.where(sign == 0, 1.0, sign))
-    rng = np.random.default_rng(seed)
-    return y + rng.normal(0.0, 1e-6, size=y.shape)
+    flat = y.reshape(-1, *y.shape[-2:])
+    jitter = np.stack([_normal(seed, b, flat.shape[-2:]) for b in range(flat.shape[0])])
+    return y + 1e-6 * jitter.reshape(y.shape)  # 1 % of the std, so coinciding points separate
+
+
+def _normal(seed: int, index: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Standard normal draws for batch element ``index``: independent of the batch's size."""
+    return np.random.default_rng([seed, index]).normal(0.0, 1.0, size=shape)
 
 
 def random_init(batch: int, n: int, *, seed: int) -> np.ndarray:
     """Isotropic Gaussian start with std 1e-4: [batch, n, 2]."""
-    rng = np.random.default_rng(seed)
-    return _rescale(rng.normal(0.0, 1.0, size=(batch, n, 2)))
+    return _rescale(np.stack([_normal(seed, b, (n, 2)) for b in range(batch)]))
 
 
 def pca_init(x: np.ndarray) -> np.ndarray:
@@ -175,6 +181,9 @@ def optimize_batched(
             flipped = torch.sign(update) != torch.sign(grad)
             gains = torch.where(flipped, gains + 0.2, gains * 0.8 + 0.01)
             update = momentum * update - lr * gains * grad
+            if options.max_step_norm is not None:
+                norm = update.norm(dim=-1, keepdim=True)
+                update = update * (options.max_step_norm / norm.clamp_min(1e-12)).clamp_max(1.0)
             y = y + update
             y = y - y.mean(dim=-2, keepdim=True)
             done += 1
@@ -234,6 +243,7 @@ def _opentsne(
                 initial_momentum=options.initial_momentum,
                 final_momentum=options.final_momentum,
                 negative_gradient_method="bh",
+                max_step_norm=options.max_step_norm,
                 theta=options.theta,
                 n_jobs=options.n_jobs,
                 random_state=options.seed + r,
