@@ -69,6 +69,7 @@ def pe_distance_figure(result: dict[str, Any], *, reorder: bool = True) -> go.Fi
         coloraxis={"colorscale": "Viridis", "colorbar": {"title": {"text": "D"}, "thickness": 12}},
         height=420 if k <= 2 else 360,
         margin={"l": 50, "r": 20, "t": 80, "b": 60},
+        plot_bgcolor="white",
     )
     return fig
 
@@ -161,11 +162,12 @@ def pe_sweep_figure(result: dict[str, Any]) -> go.Figure:
              if any(r.get(key) is not None for r in reports)]
     if len(reports) < 2 or not shown:
         return empty_figure("Compare two or more checkpoints to see them side by side.", height=200)
-    names = [r.get("name", f"#{i}") for i, r in enumerate(reports)]
+    names = [f"{i + 1}. {r.get('name', 'checkpoint')}" for i, r in enumerate(reports)]  # unique bars
     fig = make_subplots(rows=1, cols=len(shown), subplot_titles=[label for _, label in shown])
     for c, (key, label) in enumerate(shown, start=1):
         fig.add_trace(go.Bar(x=names, y=[r.get(key) for r in reports], name=label, showlegend=False,
                              hovertemplate="%{x}: %{y:.4g}<extra></extra>"), row=1, col=c)
     fig.update_layout(title={"text": "Checkpoints side by side", "font": {"size": 14}},
-                      height=320, margin={"l": 50, "r": 20, "t": 80, "b": 80})
+                      height=320, margin={"l": 50, "r": 20, "t": 80, "b": 80}, plot_bgcolor="white")
+    fig.update_yaxes(gridcolor="#eee", zeroline=True, zerolinecolor="#999")
     return fig

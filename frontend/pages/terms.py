@@ -99,7 +99,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
             ]),
         ]),
         html.Div(className="panel", children=[graph("terms-compare-graph", figure=empty_figure(
-            "Pick a second model and press Analyze to compare (Spearman's ρ per state)."))]),
+            "Pick a second model and press Analyze to compare (Spearman's ρ per state).", height=200))]),
         dcc.Store(id="terms-source", data=source),
         dcc.Store(id="terms-source-b", data=source_b),
         dcc.Store(id="terms-token", data=int_or_none(view.get("token"))),
@@ -151,17 +151,19 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("terms-compare-graph", "figure"),
         Output("terms-state", "max"),
         Output("terms-state", "marks"),
+        Output("terms-state", "value"),
         Input("terms-job", "data"),
         State("terms-source", "data"),
         State("terms-source-b", "data"),
+        State("terms-state", "value"),
     )
-    def _curves(_job, source, source_b):  # type: ignore[no-untyped-def]
+    def _curves(_job, source, source_b, state):  # type: ignore[no-untyped-def]
         st = store.status(source)
         result = st["result"]
         if not result.get("decomposition"):
             msg = {"none": "Press Analyze.", "failed": f"failed: {st.get('error')}"}.get(
                 st["status"], "Computing the decomposition…")
-            return empty_figure(msg), no_update, no_update, no_update
+            return empty_figure(msg), no_update, no_update, no_update, no_update
         n_states = len(result["decomposition"]["mean"])
         marks = {i: str(i) for i in range(n_states)}
         if source_b:
@@ -173,8 +175,10 @@ def register(app: Dash, store: ResultStore) -> None:
             else:
                 compare = empty_figure("Computing the second model…")
         else:
-            compare = empty_figure("Pick a second model and press Analyze to compare (Spearman's ρ per state).")
-        return T.term_curves_figure(result), compare, n_states - 1, marks
+            compare = empty_figure("Pick a second model and press Analyze to compare (Spearman's ρ per state).",
+                                   height=200)
+        value = n_states - 1 if state is None or not 0 <= state < n_states else no_update
+        return T.term_curves_figure(result), compare, n_states - 1, marks, value
 
     @app.callback(
         Output("terms-token", "data"),
