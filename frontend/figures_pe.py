@@ -62,7 +62,9 @@ def pe_distance_figure(result: dict[str, Any], *, reorder: bool = True) -> go.Fi
         ticks = {"tickmode": "array", "tickvals": list(range(0, n, step)),
                  "ticktext": names[::step], "tickfont": {"size": 9}}
         fig.update_xaxes(**ticks, row=1, col=c, title_text="position" + (" (by partition)" if reorder else ""))
-        fig.update_yaxes(**ticks, row=1, col=c, autorange="reversed", scaleanchor=f"x{c if c > 1 else ''}")
+        fig.update_xaxes(constrain="domain", row=1, col=c)
+        fig.update_yaxes(**ticks, row=1, col=c, autorange="reversed", scaleanchor=f"x{c if c > 1 else ''}",
+                         constrain="domain")
     metric = reports[0].get("metric", "euclidean")
     fig.update_layout(
         title={"text": f"{metric} distance between positions", "font": {"size": 14}},

@@ -193,6 +193,13 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
             page.click("#text-export-html")
         html_page = Path(dl.value.path()).read_text()
         assert html_page.count("Plotly.newPlot") == 4 and "<script src=" not in html_page
+        page.check("#text-image-format input[value=svg]")  # the camera button now saves SVG
+        page.wait_for_function("document.querySelector('#head-tsne-graph .js-plotly-plot')"
+                               "._context.toImageButtonOptions.format === 'svg'", timeout=10_000)
+        with page.expect_download() as dl:
+            page.locator("#head-tsne-graph .modebar-btn[data-title^='Download']").click()
+        assert dl.value.suggested_filename == "headscope-head-tsne-graph.svg"
+        assert Path(dl.value.path()).read_text().lstrip().startswith("<svg")
 
         page.locator("#share-button").scroll_into_view_if_needed()
         page.click("#share-button")

@@ -81,7 +81,7 @@ def test_everything_is_served_locally(app):
     assert urls and not [u for u in urls if u.startswith(("http:", "https:", "//"))]
     for url in urls:
         assert client.get(url).status_code == 200, url
-    assert "/assets/highlight.js" in index and "/assets/style.css" in index
+    assert all(f"/assets/{f}" in index for f in ("highlight.js", "export.js", "style.css"))
     assert client.get("/terms").status_code == 200  # client-side routes get the index too
     css = client.get("/assets/style.css").get_data(as_text=True)
     assert "@import" not in css and "url(http" not in css  # no web fonts or remote files

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from dash import ClientsideFunction, Dash, Input, Output, State, dcc, html, no_update
 
 from frontend.api_client import ApiError
-from frontend.data import DONE, ResultStore, sections_of
+from frontend.data import DONE, ResultStore, query_string, sections_of
 from frontend.figures import graph_config, standalone_html
 
 logger = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def progress_block(prefix: str, *, running: bool) -> html.Div:
     )
 
 
-def export_bar(prefix: str) -> html.Div:
+def export_bar(prefix: str, graphs: list[str]) -> html.Div:
     """Share button and link, image format switch, JSON and standalone-HTML downloads."""
     return html.Div(
         className="export-bar",
@@ -75,6 +75,8 @@ def export_bar(prefix: str) -> html.Div:
             html.Button("Download JSON", id=f"{prefix}-export-json", className="button secondary"),
             html.Button("Download HTML", id=f"{prefix}-export-html", className="button secondary"),
             dcc.Download(id=f"{prefix}-download"),
+            dcc.Store(id=f"{prefix}-image-format-applied"),
+            dcc.Store(id=f"{prefix}-graph-ids", data=graphs),
         ],
     )
 
@@ -142,8 +144,16 @@ def register_exports(
         Input(f"{prefix}-image-format", "value"),
         prevent_initial_call=True,
     )
-    def _format(fmt: str) -> tuple[dict[str, Any], ...]:
+    def _format(fmt: str) -> tuple[dict[str, Any], ...]:  # for figures drawn from now on
         return tuple(graph_config(f"headscope-{g}", image_format=fmt or "png") for g in graphs)
+
+    app.clientside_callback(  # for the figures on screen (assets/export.js)
+        ClientsideFunction(namespace="headscope_export", function_name="setImageFormat"),
+        Output(f"{prefix}-image-format-applied", "data"),
+        Input(f"{prefix}-image-format", "value"),
+        State(f"{prefix}-graph-ids", "data"),
+        prevent_initial_call=True,
+    )
 
     @app.callback(
         Output(f"{prefix}-download", "data"),
@@ -167,6 +177,28 @@ def register_exports(
         notes = "Exported from headscope; figures are interactive and need no network."
         return {"content": standalone_html(figs, title=title, notes=notes), "filename": f"{name}.html",
                 "type": "text/html"}
+
+
+def share_link(
+    client: Any, source: dict[str, Any] | None, view: dict[str, Any], *, page_path: str = "/"
+) -> tuple[str | None, str]:
+    """``(URL, "")`` of a share link for the page's result and view, or ``(None, reason)``.
+
+    A page opened from a share link shares that link again, with the current view in the URL.
+    """
+    if not source:
+        return None, "Analyze first, then share."
+    if source.get("kind") == "share":
+        params = {k: v for k, v in view.items() if k != "page"}
+        return absolute_url(page_path + query_string({"share": source["id"], **params})), ""
+    target = {"pe_analysis_id": source["id"]} if source.get("kind") == "pe" else {"analysis_id": source["id"]}
+    try:
+        path = client.create_share(view=view, **target)["url"]
+    except ApiError as exc:
+        if exc.status == 409:
+            return None, "the analysis is still running: share it when it has finished"
+        return None, str(exc)
+    return absolute_url(path), ""
 
 
 def absolute_url(path: str) -> str:

@@ -17,12 +17,12 @@ from frontend.api_client import ApiError
 from frontend.data import ResultStore, query_string
 from frontend.figures import empty_figure
 from frontend.pages.common import (
-    absolute_url,
     export_bar,
     graph,
     progress_block,
     register_exports,
     register_poll,
+    share_link,
 )
 
 logger = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
             html.Div(id="pe-error", className="error"),
             progress_block("pe", running=source is not None),
         ]),
-        export_bar("pe"),
+        export_bar("pe", GRAPHS),
         html.Div(className="panel", children=[html.Div(id="pe-metrics")]),
         html.Div(className="panel", children=[
             dcc.Checklist(id="pe-reorder", options=[{"label": " reorder positions by partition", "value": "on"}],
@@ -357,19 +357,8 @@ def register(app: Dash, store: ResultStore) -> None:
         prevent_initial_call=True,
     )
     def _share(_n, source, colour, view_opts, reorder):  # type: ignore[no-untyped-def]
-        if not source:
-            return no_update, no_update, "Analyze first, then share."
-        view = _view(colour, view_opts, reorder)
-        if source.get("kind") == "share":
-            path = "/pe" + query_string({"share": source["id"], **view})
-        else:
-            try:
-                path = client.create_share(pe_analysis_id=source["id"], view={"page": "pe", **view})["url"]
-            except ApiError as exc:
-                msg = "the analysis is still running: share it when it has finished" if exc.status == 409 else str(exc)
-                return no_update, no_update, msg
-        url = absolute_url(path)
-        return url, url, ""
+        url, error = share_link(client, source, {"page": "pe", **_view(colour, view_opts, reorder)}, page_path="/pe")
+        return (url, url, "") if url else (no_update, no_update, error)
 
     register_exports(
         app, store, "pe", source="pe-source", graphs=GRAPHS, figures=_figures,

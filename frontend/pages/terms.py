@@ -16,7 +16,6 @@ from frontend.api_client import ApiError
 from frontend.data import ResultStore, int_or_none, query_string
 from frontend.figures import empty_figure
 from frontend.pages.common import (
-    absolute_url,
     export_bar,
     graph,
     highlight_stores,
@@ -25,6 +24,7 @@ from frontend.pages.common import (
     register_exports,
     register_highlight,
     register_poll,
+    share_link,
 )
 
 logger = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
             html.Div(id="terms-error", className="error"),
             progress_block("terms", running=source is not None),
         ]),
-        export_bar("terms"),
+        export_bar("terms", GRAPHS),
         html.Div(className="panel", children=[
             html.P("μ(e, t) = eᵀt / |e|² per token; the four terms sum to 1. Curves: mean ± sd over "
                    "tokens at each state (state 0 = embedding output).", className="hint"),
@@ -234,19 +234,9 @@ def register(app: Dash, store: ResultStore) -> None:
         prevent_initial_call=True,
     )
     def _share(_n, source, source_b, token, state):  # type: ignore[no-untyped-def]
-        if not source:
-            return no_update, no_update, "Analyze a text first, then share it."
         view = {"page": "terms", "compare": (source_b or {}).get("id"), "token": token, "state": state}
-        if source.get("kind") == "share":
-            path = "/" + query_string({"share": source["id"], **{k: v for k, v in view.items() if k != "page"}})
-        else:
-            try:
-                path = client.create_share(analysis_id=source["id"], view=view)["url"]
-            except ApiError as exc:
-                msg = "the analysis is still running: share it when it has finished" if exc.status == 409 else str(exc)
-                return no_update, no_update, msg
-        url = absolute_url(path)
-        return url, url, ""
+        url, error = share_link(client, source, view)
+        return (url, url, "") if url else (no_update, no_update, error)
 
     register_exports(
         app, store, "terms", source="terms-source", graphs=GRAPHS, figures=_figures,

@@ -17,7 +17,6 @@ from frontend import figures as F
 from frontend.api_client import ApiError
 from frontend.data import ResultStore, int_list, int_or_none, query_string
 from frontend.pages.common import (
-    absolute_url,
     export_bar,
     graph,
     highlight_stores,
@@ -26,6 +25,7 @@ from frontend.pages.common import (
     register_exports,
     register_highlight,
     register_poll,
+    share_link,
 )
 
 logger = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
     return html.Div(className="page", id="text-page", children=[
         html.H2(TITLE),
         controls,
-        export_bar("text"),
+        export_bar("text", GRAPHS),
         heatmaps,
         head_view,
         dcc.Store(id="text-source", data=source),
@@ -291,19 +291,9 @@ def register(app: Dash, store: ResultStore) -> None:
         prevent_initial_call=True,
     )
     def _share(_n, source, layer, head, view_opts, reduction, layers):  # type: ignore[no-untyped-def]
-        if not source:
-            return no_update, no_update, "Analyze a text first, then share it."
         view = {"page": "text", **_view(layer, head, view_opts, reduction, layers)}
-        if source.get("kind") == "share":
-            path = "/" + query_string({"share": source["id"], **_view(layer, head, view_opts, reduction, layers)})
-        else:
-            try:
-                path = client.create_share(analysis_id=source["id"], view=view)["url"]
-            except ApiError as exc:
-                msg = "the analysis is still running: share it when it has finished" if exc.status == 409 else str(exc)
-                return no_update, no_update, msg
-        url = absolute_url(path)
-        return url, url, ""
+        url, error = share_link(client, source, view)
+        return (url, url, "") if url else (no_update, no_update, error)
 
     register_exports(
         app, store, "text", source="text-source", graphs=GRAPHS,

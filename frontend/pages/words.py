@@ -14,13 +14,13 @@ from frontend import figures as F
 from frontend.api_client import ApiError
 from frontend.data import ResultStore, int_or_none, query_string
 from frontend.pages.common import (
-    absolute_url,
     export_bar,
     graph,
     model_options,
     progress_block,
     register_exports,
     register_poll,
+    share_link,
 )
 
 logger = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
             html.Div(id="words-error", className="error"),
             progress_block("words", running=source is not None),
         ]),
-        export_bar("words"),
+        export_bar("words", GRAPHS),
         html.Div(className="panel", children=[
             html.Div(className="control-row", children=[
                 html.Span("state:", className="label"),
@@ -177,19 +177,9 @@ def register(app: Dash, store: ResultStore) -> None:
         prevent_initial_call=True,
     )
     def _share(_n, source, state, view_opts):  # type: ignore[no-untyped-def]
-        if not source:
-            return no_update, no_update, "Analyze a list first, then share it."
         view = {"page": "words", "state": state, "rescale": "rescale" in (view_opts or [])}
-        if source.get("kind") == "share":
-            path = "/" + query_string({"share": source["id"], "state": state, "rescale": view["rescale"]})
-        else:
-            try:
-                path = client.create_share(analysis_id=source["id"], view=view)["url"]
-            except ApiError as exc:
-                msg = "the analysis is still running: share it when it has finished" if exc.status == 409 else str(exc)
-                return no_update, no_update, msg
-        url = absolute_url(path)
-        return url, url, ""
+        url, error = share_link(client, source, view)
+        return (url, url, "") if url else (no_update, no_update, error)
 
     register_exports(
         app, store, "words", source="words-source", graphs=GRAPHS, figures=_figures,
