@@ -94,4 +94,14 @@ def create_dash_app(api_base_url: str, *, client: ApiClient | None = None) -> da
     for module in PAGES.values():
         module.register(app, store)
     app.server.config["HEADSCOPE_API"] = client.base_url
+
+    @app.server.before_request
+    def _api_paths_are_not_pages() -> Any:
+        """An /api/ path the API did not answer is a 404, not the dashboard's index page."""
+        from flask import jsonify, request
+
+        if request.path == "/api" or request.path.startswith("/api/"):
+            return jsonify({"detail": f"not found: {request.path}"}), 404
+        return None
+
     return app

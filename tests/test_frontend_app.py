@@ -83,6 +83,8 @@ def test_everything_is_served_locally(app):
         assert client.get(url).status_code == 200, url
     assert all(f"/assets/{f}" in index for f in ("highlight.js", "export.js", "style.css"))
     assert client.get("/terms").status_code == 200  # client-side routes get the index too
+    missing = client.get("/api/shares/..%2F..%2Fetc%2Fpasswd")  # not a page: the API's 404
+    assert missing.status_code == 404 and "not found" in missing.get_json()["detail"]
     css = client.get("/assets/style.css").get_data(as_text=True)
     assert "@import" not in css and "url(http" not in css  # no web fonts or remote files
 
