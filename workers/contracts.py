@@ -57,6 +57,9 @@ class AnalysisOptions(BaseModel):
     fraction: float = Field(0.05, gt=0.0, lt=1.0, description="robustness: share of tokens replaced")
     repeats: int = Field(10, ge=2, le=100, description="robustness: runs with and without disturbance")
     dtype: Literal["float32", "float64"] = "float32"
+    hidden_layer: LayerSel | None = Field(
+        None, description="state of hidden-tsne (0 = embedding output, l + 1 = output of layer l); None = layer"
+    )
 
 
 class AnalysisRequest(BaseModel):

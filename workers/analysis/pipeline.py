@@ -47,6 +47,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "fraction": 0.05,
     "repeats": 10,
     "dtype": "float32",
+    "hidden_layer": None,
 }
 DEFAULT_ENGINE = "batched"
 
@@ -127,6 +128,10 @@ def _head_tsne(ctx: Context) -> dict[str, Any]:
         progress=ctx.progress,
     )
     single = len(res.layers) == 1 and len(res.heads) == 1 and o["layer"] != "all" and o["head"] != "all"
+    extra: dict[str, Any] = {}
+    if single:  # the head's own attention matrix for the dashboard's head view (kept rows and columns)
+        a = ctx.run.attentions[res.layers[0], res.heads[0]][np.ix_(res.kept, res.kept)]  # [query, key]
+        extra["attention"] = np.round(a.astype(np.float64), 6).tolist()
     return {
         "layers": res.layers,
         "heads": res.heads,
@@ -135,6 +140,7 @@ def _head_tsne(ctx: Context) -> dict[str, Any]:
         "embedding": _grid(res.embedding, single),  # [token][2] or [layer][head][token][2]
         "kl": res.kl.ravel().tolist() if single else res.kl.tolist(),  # [kl] or [layer][head]
         "kl_restarts": _grid(res.kl_restarts, single) if not single else res.kl_restarts[0, 0].tolist(),
+        **extra,
         "timings": {"tsne_s": res.tsne_s},
     }
 
@@ -143,15 +149,16 @@ def _head_tsne(ctx: Context) -> dict[str, Any]:
 def _hidden_tsne(ctx: Context) -> dict[str, Any]:
     o = ctx.options
     run = ctx.run
+    state = o["layer"] if o.get("hidden_layer") is None else o["hidden_layer"]
     res = states_tsne(
         run.hidden_states,
-        layers=o["layer"],
+        layers=state,
         keep=ctx.keep,
         perplexity=float(o["perplexity"]),
         options=ctx.tsne_options(engine="batched" if o["engine"] == "fast" else (o["engine"] or "batched")),
         progress=ctx.progress,
     )
-    single = o["layer"] != "all"
+    single = state != "all"
     return {
         "layers": res.layers,
         "kept": res.kept.tolist(),

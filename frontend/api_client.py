@@ -1,0 +1,133 @@
+"""The only module of the frontend that talks HTTP: a thin client of the API in docs/api.md.
+
+Every method returns the decoded JSON body; a 4xx/5xx or an unreachable server raises ``ApiError``
+whose message is the server's ``detail`` (already written for users) or a plain description.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import httpx
+
+logger = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """A request the backend refused or could not answer; ``str(err)`` is fit to show users."""
+
+    def __init__(self, message: str, *, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+def _detail(response: httpx.Response) -> str:
+    """The user-facing reason of an error response (FastAPI's ``detail``, possibly a list)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip()[:300] or response.reason_phrase
+    detail = body.get("detail", body) if isinstance(body, dict) else body
+    if isinstance(detail, list):  # pydantic validation errors
+        parts = []
+        for item in detail:
+            if isinstance(item, dict):
+                where = ".".join(str(x) for x in item.get("loc", []) if x != "body")
+                parts.append(f"{where}: {item.get('msg', '')}" if where else str(item.get("msg", "")))
+            else:
+                parts.append(str(item))
+        return "; ".join(parts)
+    return str(detail)
+
+
+class ApiClient:
+    """Synchronous client of the headscope API rooted at ``base_url`` (e.g. ``http://127.0.0.1:8050``)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+        token: str | None = None,
+    ):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.base_url, timeout=timeout, transport=transport, headers=headers
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            logger.warning("%s %s failed: %s", method, path, exc)
+            raise ApiError(f"the analysis service is not reachable ({type(exc).__name__})") from exc
+        if response.status_code >= 400:
+            raise ApiError(_detail(response), status=response.status_code)
+        return response.json()
+
+    # ------------------------------------------------------------------ health and models
+    def health(self) -> dict[str, Any]:
+        return self._request("GET", "/api/health")
+
+    def models(self) -> dict[str, Any]:
+        """``{"default": name, "models": [{"name", "description", "n_layers", "n_heads", ...}]}``."""
+        return self._request("GET", "/api/models")
+
+    # ------------------------------------------------------------------ text analyses
+    def submit_analysis(
+        self, *, model: str, text: str, analyses: list[str], options: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """``POST /api/analyses`` → ``{"id", "status"}`` (identical requests share one id)."""
+        body = {"model": model, "text": text, "analyses": analyses, "options": options or {}}
+        return self._request("POST", "/api/analyses", json=body)
+
+    def analysis(self, analysis_id: str) -> dict[str, Any]:
+        """``GET /api/analyses/{id}`` → JobStatus (``status``, ``progress``, ``partial``, ``result``, …)."""
+        return self._request("GET", f"/api/analyses/{analysis_id}")
+
+    # ------------------------------------------------------------------ positional encodings
+    def upload_checkpoint(self, filename: str, data: bytes) -> dict[str, Any]:
+        """``POST /api/checkpoints`` (multipart field ``file``) → id, candidates, default tensor."""
+        files = {"file": (filename, data, "application/octet-stream")}
+        return self._request("POST", "/api/checkpoints", files=files)
+
+    def checkpoint(self, checkpoint_id: str) -> dict[str, Any]:
+        return self._request("GET", f"/api/checkpoints/{checkpoint_id}")
+
+    def checkpoints(self) -> dict[str, Any]:
+        """``{"checkpoints": [...], "demos": [...]}``; demo ids start with ``demo-``."""
+        return self._request("GET", "/api/checkpoints")
+
+    def submit_pe_analysis(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._request("POST", "/api/pe-analyses", json=body)
+
+    def pe_analysis(self, analysis_id: str) -> dict[str, Any]:
+        return self._request("GET", f"/api/pe-analyses/{analysis_id}")
+
+    # ------------------------------------------------------------------ share links
+    def create_share(
+        self,
+        *,
+        view: dict[str, Any],
+        analysis_id: str | None = None,
+        pe_analysis_id: str | None = None,
+    ) -> dict[str, Any]:
+        """``POST /api/shares`` → ``{"id", "url"}``; the view is stored as given."""
+        if (analysis_id is None) == (pe_analysis_id is None):
+            raise ValueError("give exactly one of analysis_id and pe_analysis_id")
+        body: dict[str, Any] = {"view": view}
+        if analysis_id is not None:
+            body["analysis_id"] = analysis_id
+        else:
+            body["pe_analysis_id"] = pe_analysis_id
+        return self._request("POST", "/api/shares", json=body)
+
+    def share(self, share_id: str) -> dict[str, Any]:
+        """``GET /api/shares/{id}`` → ``{"id", "kind", "view", "request", "result"}`` (never recomputes)."""
+        return self._request("GET", f"/api/shares/{share_id}")

@@ -1,0 +1,107 @@
+"""The Dash app: a shell with navigation, a router, and one module per page under ``pages/``.
+
+``create_dash_app(api_base_url)`` returns a ``dash.Dash`` whose ``.server`` (Flask) the backend
+mounts at ``/`` (a2wsgi). Every JavaScript and CSS file is served by that server: Dash's own
+bundles (``serve_locally``) and ``assets/``; no CDN, no web fonts, so it works offline.
+
+Routing is done here rather than with ``use_pages`` so that several apps can live in one process
+(tests) and pages get their callbacks registered on their own app: the router reads the path and
+the query string once per navigation and asks the page for its layout, filled in from the URL or
+from a share link (``?share=<id>`` opens the page stored in the share's view).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import dash
+from dash import Input, Output, State, dcc, html
+
+from frontend.api_client import ApiClient, ApiError
+from frontend.data import ResultStore, parse_query
+from frontend.pages import pe, terms, text, words
+
+logger = logging.getLogger(__name__)
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+PAGES: dict[str, ModuleType] = {"/": text, "/terms": terms, "/words": words, "/pe": pe}
+PAGE_BY_NAME: dict[str, str] = {"text": "/", "terms": "/terms", "words": "/words", "pe": "/pe"}
+
+
+def _nav() -> html.Nav:
+    links = [dcc.Link(mod.TITLE, href=path, className="nav-link", id=f"nav-{name}")
+             for name, path in PAGE_BY_NAME.items() for mod in [PAGES[path]]]
+    return html.Nav(className="nav", children=[html.Span("headscope", className="brand"), *links])
+
+
+def shell() -> html.Div:
+    return html.Div(className="app", children=[
+        dcc.Location(id="url", refresh=False),
+        _nav(),
+        html.Main(id="page-content"),
+    ])
+
+
+def render_page(store: ResultStore, pathname: str | None, search: str | None) -> Any:
+    """The layout of the page at ``pathname``; a share link opens the page named in its view."""
+    query = parse_query(search)
+    path = pathname or "/"
+    share = None
+    if query.get("share"):
+        try:
+            share = store.share(query["share"])
+        except ApiError as exc:
+            msg = "this share link does not exist" if exc.status == 404 else str(exc)
+            return html.Div(className="page", children=[html.H2("Share link"),
+                                                        html.Div(msg, className="error", id="share-error")])
+        page = (share.get("view") or {}).get("page") or ("pe" if share.get("kind") == "pe" else "text")
+        path = PAGE_BY_NAME.get(page, path)
+    module = PAGES.get(path.rstrip("/") or "/")
+    if module is None:
+        return html.Div(className="page", children=[html.H2("Not found"),
+                                                    html.P(f"There is no page at {path}."),
+                                                    dcc.Link("Text explorer", href="/")])
+    return module.layout(store, query, share=share)
+
+
+def create_dash_app(api_base_url: str, *, client: ApiClient | None = None) -> dash.Dash:
+    """The dashboard, talking to the API at ``api_base_url`` over HTTP."""
+    client = client or ApiClient(api_base_url)
+    store = ResultStore(client)
+    app = dash.Dash(
+        __name__,
+        requests_pathname_prefix="/",
+        serve_locally=True,
+        assets_folder=str(ASSETS),
+        title="headscope",
+        update_title=None,
+        suppress_callback_exceptions=True,
+        compress=False,
+    )
+    app.layout = shell()
+
+    @app.callback(Output("page-content", "children"), Input("url", "pathname"), State("url", "search"))
+    def _route(pathname: str | None, search: str | None) -> Any:
+        try:
+            return render_page(store, pathname, search)
+        except Exception:  # a page that cannot render must still show the navigation
+            logger.exception("cannot render %s%s", pathname, search or "")
+            return html.Div("This page could not be shown; see the server log.", className="error")
+
+    for module in PAGES.values():
+        module.register(app, store)
+    app.server.config["HEADSCOPE_API"] = client.base_url
+
+    @app.server.before_request
+    def _api_paths_are_not_pages() -> Any:
+        """An /api/ path the API did not answer is a 404, not the dashboard's index page."""
+        from flask import jsonify, request
+
+        if request.path == "/api" or request.path.startswith("/api/"):
+            return jsonify({"detail": f"not found: {request.path}"}), 404
+        return None
+
+    return app

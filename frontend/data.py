@@ -1,0 +1,150 @@
+"""Where a page's result comes from, and a small cache of finished results.
+
+A *source* is a JSON-able dict kept in a ``dcc.Store``: ``{"kind": "analysis" | "pe" | "share",
+"id": str}`` (plus ``request`` for analyses submitted from this page). Finished results never change,
+so they are cached in-process; running jobs are asked for each time. Pages keep only ids in the
+browser; the figures are built on the server from the cached JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+from frontend.api_client import ApiClient, ApiError
+
+logger = logging.getLogger(__name__)
+
+DONE = ("finished", "failed")
+
+
+def parse_query(search: str | None) -> dict[str, str]:
+    """``?a=1&b=x`` -> ``{"a": "1", "b": "x"}`` (last value wins)."""
+    q = parse_qs((search or "").lstrip("?"), keep_blank_values=False)
+    return {k: v[-1] for k, v in q.items()}
+
+
+def query_string(params: dict[str, Any]) -> str:
+    """The inverse of ``parse_query``; None values are left out, booleans become 1/0."""
+    clean = {}
+    for k, v in params.items():
+        if v is None or v == "":
+            continue
+        if isinstance(v, bool):
+            v = int(v)
+        elif isinstance(v, (list, tuple)):
+            v = ",".join(str(x) for x in v)
+        clean[k] = v
+    return "?" + urlencode(clean) if clean else ""
+
+
+def int_or_none(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def int_list(value: str | None) -> list[int] | None:
+    """``"0,2,5"`` -> ``[0, 2, 5]``; None for missing or malformed."""
+    if not value:
+        return None
+    try:
+        return [int(x) for x in value.split(",") if x != ""]
+    except ValueError:
+        return None
+
+
+class ResultStore:
+    """Job status and results by source, with finished results and shares cached (LRU)."""
+
+    def __init__(self, client: ApiClient, *, size: int = 48):
+        self.client = client
+        self._size = size
+        self._cache: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._models: tuple[float, dict[str, Any]] | None = None
+
+    def _get_cached(self, key: tuple[str, str]) -> dict[str, Any] | None:
+        with self._lock:
+            hit = self._cache.get(key)
+            if hit is not None:
+                self._cache.move_to_end(key)
+            return hit
+
+    def _put(self, key: tuple[str, str], value: dict[str, Any]) -> None:
+        with self._lock:
+            self._cache[key] = value
+            self._cache.move_to_end(key)
+            while len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+
+    def models(self, *, ttl: float = 60.0) -> dict[str, Any]:
+        """``GET /api/models``, cached for ``ttl`` seconds (raises ApiError)."""
+        with self._lock:
+            hit = self._models
+        if hit is not None and time.monotonic() - hit[0] < ttl:
+            return hit[1]
+        body = self.client.models()
+        with self._lock:
+            self._models = (time.monotonic(), body)
+        return body
+
+    def share(self, share_id: str) -> dict[str, Any]:
+        """``GET /api/shares/{id}`` (cached: a share never changes)."""
+        key = ("share", share_id)
+        hit = self._get_cached(key)
+        if hit is None:
+            hit = self.client.share(share_id)
+            self._put(key, hit)
+        return hit
+
+    def status(self, source: dict[str, Any] | None) -> dict[str, Any]:
+        """A JobStatus-like dict for any source; errors become ``status == "failed"``.
+
+        Keys: ``status``, ``progress``, ``message``, ``error``, ``result`` (finished) or the
+        partial sections merged into one dict, ``request``, ``view`` (shares only).
+        """
+        if not source or not source.get("id"):
+            return {"status": "none", "progress": 0.0, "message": "", "error": None, "result": {}}
+        kind, sid = source.get("kind", "analysis"), str(source["id"])
+        try:
+            if kind == "share":
+                share = self.share(sid)
+                return {"status": "finished", "progress": 1.0, "message": "shared result", "error": None,
+                        "result": share.get("result") or {}, "request": share.get("request"),
+                        "view": share.get("view") or {}, "share_kind": share.get("kind")}
+            key = (kind, sid)
+            hit = self._get_cached(key)
+            if hit is not None:
+                return hit
+            raw = self.client.pe_analysis(sid) if kind == "pe" else self.client.analysis(sid)
+        except ApiError as exc:
+            gone = exc.status == 404
+            message = "this result is no longer stored; run the analysis again" if gone else str(exc)
+            return {"status": "failed", "progress": 0.0, "message": message, "error": message, "result": {}}
+        out = {
+            "status": raw.get("status", "queued"),
+            "progress": float(raw.get("progress") or 0.0),
+            "message": raw.get("message") or "",
+            "error": raw.get("error"),
+            "request": raw.get("request") or source.get("request"),
+        }
+        if out["status"] == "finished" and raw.get("result") is not None:
+            out["result"] = raw["result"]
+            out["progress"] = 1.0
+            self._put(key, out)
+        else:
+            partial = dict(raw.get("partial") or {})
+            out["result"] = partial
+        return out
+
+
+def sections_of(status: dict[str, Any]) -> list[str]:
+    """Names of the analysis sections (and PE reports) present in a status' result."""
+    result = status.get("result") or {}
+    return sorted(k for k in result if isinstance(result[k], (dict, list)))

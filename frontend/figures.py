@@ -1,0 +1,404 @@
+"""Figures of the text explorer and the word lists: pure functions, result JSON -> plotly Figure.
+
+No Dash and no HTTP here, so tests (and notebooks) call them on a result dict directly. Every
+point or cell carries its token index in ``customdata`` (first element), and ``layout.meta``
+says how the dashboard highlights a hovered token (``assets/highlight.js``):
+``{"highlight": "columns" | "points" | "matrix"}``.
+
+Term curves live in ``figures_terms.py``, positional encodings in ``figures_pe.py``.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.subplots import make_subplots
+
+from frontend.rescale import quantile_rescale
+
+POSITION_SCALE = "Viridis"
+HEAT_SCALE = "Blues"
+MAX_TICK_LABELS = 80  # beyond this many tokens, label every k-th tick (hover still names each)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def display_token(token: str) -> str:
+    """A token as shown on axes: GPT-2's byte markers made readable."""
+    return token.replace("Ġ", "␣").replace("Ċ", "⏎").replace("ĉ", "⇥") or "∅"
+
+
+def token_labels(result: dict[str, Any], indices: list[int]) -> list[str]:
+    """Labels for the tokens at ``indices`` (``#i`` when the result has no tokens yet)."""
+    tokens = result.get("tokens") or []
+    return [display_token(tokens[i]) if i < len(tokens) else f"#{i}" for i in indices]
+
+
+def empty_figure(message: str, *, height: int = 320) -> go.Figure:
+    """A blank figure that says why it is blank."""
+    fig = go.Figure()
+    fig.update_layout(
+        height=height,
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        annotations=[
+            {"text": message, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+             "showarrow": False, "font": {"size": 14, "color": "#555"}}
+        ],
+        margin={"l": 20, "r": 20, "t": 20, "b": 20},
+        plot_bgcolor="white",
+    )
+    return fig
+
+
+def graph_config(filename: str, *, image_format: str = "png") -> dict[str, Any]:
+    """dcc.Graph config: the modebar's camera button downloads ``filename`` as PNG or SVG."""
+    if image_format not in ("png", "svg"):
+        raise ValueError(f"image format must be png or svg, got {image_format!r}")
+    return {
+        "displaylogo": False,
+        "toImageButtonOptions": {"format": image_format, "filename": filename, "scale": 2},
+    }
+
+
+def _token_ticks(labels: list[str]) -> dict[str, Any]:
+    """Numeric axis with token labels (numeric so repeated tokens stay separate columns)."""
+    n = len(labels)
+    step = max(1, int(np.ceil(n / MAX_TICK_LABELS)))
+    vals = list(range(0, n, step))
+    return {
+        "tickmode": "array",
+        "tickvals": vals,
+        "ticktext": [labels[i] for i in vals],
+        "tickangle": -60 if n > 8 else 0,
+        "tickfont": {"size": 10 if n <= 40 else 8},
+    }
+
+
+def scatter_axes(
+    x: np.ndarray, y: np.ndarray, *, rescale: bool, k: int = 100
+) -> tuple[list[float], list[float], dict[str, Any], dict[str, Any]]:
+    """Plotted coordinates and axis settings: QER with original-unit ticks, or raw."""
+    if not rescale:
+        return x.tolist(), y.tolist(), {"title": {"text": "t-SNE 1"}}, {"title": {"text": "t-SNE 2"}}
+    r = quantile_rescale(x, y, k=k)
+    xaxis = {
+        "title": {"text": "t-SNE 1 (quantile-equidistant, original units)"},
+        "tickmode": "array", "tickvals": r.x_ticks, "ticktext": r.x_labels, "range": [-0.05, 1.05],
+    }
+    yaxis = {
+        "title": {"text": "t-SNE 2 (quantile-equidistant, original units)"},
+        "tickmode": "array", "tickvals": r.y_ticks, "ticktext": r.y_labels, "range": [-0.05, 1.05],
+    }
+    return r.x, r.y, xaxis, yaxis
+
+
+def token_scatter(
+    coords: np.ndarray,
+    *,
+    indices: list[int],
+    labels: list[str],
+    title: str,
+    rescale: bool,
+    colour: np.ndarray | None = None,
+    colour_title: str = "position",
+    show_text: bool = True,
+    height: int = 460,
+) -> go.Figure:
+    """A labelled 2-D map: one point per item, hover with the original coordinates."""
+    coords = np.asarray(coords, dtype=np.float64).reshape(-1, 2)  # [point, 2]
+    px, py, xaxis, yaxis = scatter_axes(coords[:, 0], coords[:, 1], rescale=rescale)
+    colour = np.asarray(indices if colour is None else colour, dtype=np.float64)
+    custom = [[int(i), float(a), float(b), lab] for i, (a, b), lab in zip(indices, coords, labels, strict=True)]
+    trace = go.Scatter(
+        x=px,
+        y=py,
+        mode="markers+text" if show_text else "markers",
+        text=labels,
+        textposition="top center",
+        textfont={"size": 10},
+        customdata=custom,
+        hovertemplate="%{customdata[3]} (#%{customdata[0]})<br>x = %{customdata[1]:.4g}"
+        "<br>y = %{customdata[2]:.4g}<extra></extra>",
+        marker={
+            "size": 8,
+            "color": colour.tolist(),
+            "colorscale": POSITION_SCALE,
+            "showscale": True,
+            "colorbar": {"title": {"text": colour_title}, "thickness": 12},
+            "line": {"width": 0.5, "color": "#333"},
+        },
+        name="",
+    )
+    fig = go.Figure(trace)
+    fig.update_layout(
+        title={"text": title, "font": {"size": 14}},
+        xaxis={**xaxis, "zeroline": False, "showgrid": True},
+        yaxis={**yaxis, "zeroline": False, "showgrid": True},
+        height=height,
+        margin={"l": 60, "r": 20, "t": 60, "b": 60},
+        plot_bgcolor="white",
+        meta={"highlight": "points", "rescaled": rescale},
+        hovermode="closest",
+    )
+    fig.update_xaxes(gridcolor="#eee")
+    fig.update_yaxes(gridcolor="#eee")
+    return fig
+
+
+# ---------------------------------------------------------------------------- max attention
+
+
+def max_attention_figure(
+    result: dict[str, Any], *, reduction: str = "max", layers: list[int] | None = None
+) -> go.Figure:
+    """One heads x tokens heatmap per layer, stacked; clicking a cell names (layer, head).
+
+    Each cell's customdata is ``[token, layer, head]``.
+    """
+    section = result.get("max-attention")
+    if not section:
+        return empty_figure("No maximum-attention result yet.")
+    key = "max_attention" if reduction == "max" else "mean_attention"
+    data = np.asarray(section[key], dtype=np.float64)  # [layer, head, token]
+    n_layers, n_heads, n_tok = data.shape
+    shown = shown_layers(result, layers)
+    if not shown:
+        return empty_figure("No layer selected.")
+    kept = section.get("kept") or list(range(n_tok))
+    labels = token_labels(result, kept)
+    what = "max attention (max over queries)" if reduction == "max" else "mean attention (mean over queries)"
+    fig = make_subplots(
+        rows=len(shown), cols=1, shared_xaxes=True, vertical_spacing=min(0.08, 0.3 / len(shown)),
+        subplot_titles=[f"layer {layer}" for layer in shown],
+    )
+    zmax = float(data[shown].max()) or 1.0
+    for row, layer in enumerate(shown, start=1):
+        custom = [[[int(t), layer, h] for t in kept] for h in range(n_heads)]  # [head][token][3]
+        fig.add_trace(
+            go.Heatmap(
+                z=data[layer].tolist(),
+                x=list(range(n_tok)),
+                y=list(range(n_heads)),
+                customdata=custom,
+                coloraxis="coloraxis",
+                hovertemplate=f"layer {layer}, head %{{y}}<br>token %{{customdata[0]}}: "
+                "%{text}<br>" + reduction + " attention %{z:.3f}<extra></extra>",
+                text=[labels] * n_heads,
+                name=f"layer {layer}",
+                xgap=1,
+                ygap=1,
+            ),
+            row=row,
+            col=1,
+        )
+        fig.update_yaxes(title_text="head", autorange="reversed", dtick=1 if n_heads <= 16 else None,
+                         row=row, col=1, tickfont={"size": 9})
+    fig.update_xaxes(**_token_ticks(labels), row=len(shown), col=1)
+    fig.update_layout(
+        height=int(90 + len(shown) * (40 + 15 * n_heads)),
+        coloraxis={"colorscale": HEAT_SCALE, "cmin": 0.0, "cmax": zmax,
+                   "colorbar": {"title": {"text": reduction}, "thickness": 12}},
+        margin={"l": 60, "r": 20, "t": 60, "b": 90},
+        title={"text": f"{what} per layer: heads x tokens — click a cell to open that head",
+               "font": {"size": 14}},
+        plot_bgcolor="white",
+        meta={"highlight": "columns", "layers": shown},
+    )
+    return fig
+
+
+def shown_layers(result: dict[str, Any], layers: list[int] | None) -> list[int]:
+    """The layers ``max_attention_figure`` draws, in order (all when ``layers`` is empty)."""
+    n_layers = len((result.get("max-attention") or {}).get("max_attention") or []) or int(result.get("n_layers") or 0)
+    return [layer for layer in (layers or range(n_layers)) if 0 <= layer < n_layers]
+
+
+def clicked_head(click_data: dict[str, Any] | None, layers: list[int]) -> tuple[int, int] | None:
+    """(layer, head) of a click on ``max_attention_figure`` drawn with ``layers``, or None.
+
+    Dash's clickData of a heatmap carries ``curveNumber`` (the subplot) and ``y`` (the head) but
+    not the cell's customdata.
+    """
+    try:
+        point = click_data["points"][0]  # type: ignore[index]
+        custom = point.get("customdata")
+        if isinstance(custom, list) and len(custom) == 3:
+            return int(custom[1]), int(custom[2])
+        return int(layers[int(point["curveNumber"])]), int(point["y"])
+    except (TypeError, KeyError, IndexError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------- head view
+
+
+def head_embedding(section: dict[str, Any], layer: int, head: int) -> dict[str, Any] | None:
+    """The map of one head from a head-tsne section (one-head or grid form), or None."""
+    layers, heads = list(section.get("layers", [])), list(section.get("heads", []))
+    if layer not in layers or head not in heads:
+        return None
+    emb = np.asarray(section["embedding"], dtype=np.float64)
+    kl = np.asarray(section["kl"], dtype=np.float64)
+    restarts = np.asarray(section.get("kl_restarts", []), dtype=np.float64)
+    if emb.ndim == 2:  # one head: [token, 2]
+        return {"embedding": emb, "kl": float(kl.ravel()[0]), "kl_restarts": restarts.ravel().tolist(),
+                "attention": section.get("attention")}
+    li, hi = layers.index(layer), heads.index(head)  # grid: [layer, head, token, 2]
+    return {
+        "embedding": emb[li, hi],
+        "kl": float(kl[li, hi]),
+        "kl_restarts": restarts[li, hi].tolist() if restarts.ndim == 3 else [],
+        "attention": None,
+    }
+
+
+def state_embedding(section: dict[str, Any], state: int) -> dict[str, Any] | None:
+    """The map of one hidden state from a hidden-tsne / word-tsne section, or None."""
+    layers = list(section.get("layers", []))
+    if state not in layers:
+        return None
+    emb = np.asarray(section["embedding"], dtype=np.float64)
+    i = layers.index(state)
+    kl = section.get("kl") or []
+    return {"embedding": emb if emb.ndim == 2 else emb[i], "kl": float(kl[i]) if i < len(kl) else None}
+
+
+def head_tsne_figure(
+    result: dict[str, Any], *, layer: int, head: int, rescale: bool = True
+) -> go.Figure:
+    """Attention-head t-SNE of (layer, head): tokens as labels, coloured by position."""
+    section = result.get("head-tsne")
+    found = head_embedding(section, layer, head) if section else None
+    if found is None:
+        return empty_figure(f"No attention-head t-SNE for layer {layer}, head {head} yet.")
+    kept = section.get("kept") or list(range(len(found["embedding"])))
+    restarts = found["kl_restarts"]
+    best = f" (best of {len(restarts)})" if len(restarts) > 1 else ""
+    return token_scatter(
+        found["embedding"],
+        indices=kept,
+        labels=token_labels(result, kept),
+        colour=np.asarray(kept, dtype=np.float64),
+        title=f"Attention-head t-SNE — layer {layer}, head {head} — KL {found['kl']:.4f}{best}",
+        rescale=rescale,
+    )
+
+
+def hidden_tsne_figure(result: dict[str, Any], *, state: int, rescale: bool = True) -> go.Figure:
+    """Standard t-SNE of the hidden states X[state] (state l + 1 = output of layer l)."""
+    section = result.get("hidden-tsne")
+    found = state_embedding(section, state) if section else None
+    if found is None:
+        return empty_figure(f"No hidden-state t-SNE for state {state} yet.")
+    kept = section.get("kept") or list(range(len(found["embedding"])))
+    what = "embedding output" if state == 0 else f"output of layer {state - 1}"
+    kl = f" — KL {found['kl']:.4f}" if found["kl"] is not None else ""
+    return token_scatter(
+        found["embedding"],
+        indices=kept,
+        labels=token_labels(result, kept),
+        colour=np.asarray(kept, dtype=np.float64),
+        title=f"Standard t-SNE of hidden states X[{state}] ({what}), perplexity "
+        f"{section.get('perplexity', '?'):.3g}{kl}",
+        rescale=rescale,
+    )
+
+
+def attention_matrix_figure(result: dict[str, Any], *, layer: int, head: int) -> go.Figure:
+    """The head's attention matrix, queries as rows (needs the one-head ``attention`` field)."""
+    section = result.get("head-tsne")
+    found = head_embedding(section, layer, head) if section else None
+    if found is None or found.get("attention") is None:
+        return empty_figure(f"No attention matrix for layer {layer}, head {head} in this result.")
+    a = np.asarray(found["attention"], dtype=np.float64)  # [query, key]
+    kept = section.get("kept") or list(range(a.shape[0]))
+    labels = token_labels(result, kept)
+    custom = [[int(kept[j]) for j in range(len(kept))] for _ in range(len(kept))]  # key token per cell
+    fig = go.Figure(
+        go.Heatmap(
+            z=a.tolist(),
+            x=list(range(len(kept))),
+            y=list(range(len(kept))),
+            customdata=custom,
+            text=[[f"{labels[i]} → {labels[j]}" for j in range(len(kept))] for i in range(len(kept))],
+            hovertemplate="query → key: %{text}<br>attention %{z:.3f}<extra></extra>",
+            colorscale=HEAT_SCALE,
+            zmin=0.0,
+            colorbar={"title": {"text": "A"}, "thickness": 12},
+        )
+    )
+    ticks = _token_ticks(labels)
+    fig.update_layout(
+        title={"text": f"Attention matrix — layer {layer}, head {head} (rows: queries)", "font": {"size": 14}},
+        xaxis={**ticks, "title": {"text": "key"}},
+        yaxis={**{k: v for k, v in ticks.items() if k != "tickangle"}, "title": {"text": "query"},
+               "autorange": "reversed"},
+        height=max(360, min(900, 120 + 14 * len(kept))),
+        margin={"l": 80, "r": 20, "t": 60, "b": 90},
+        meta={"highlight": "matrix"},
+    )
+    return fig
+
+
+def kl_summary(result: dict[str, Any], *, layer: int, head: int) -> str:
+    """One line comparing the two KLs of the head view (SPEC §1–2, thesis Fig. 12)."""
+    parts = []
+    head_sec, hid_sec = result.get("head-tsne"), result.get("hidden-tsne")
+    found = head_embedding(head_sec, layer, head) if head_sec else None
+    if found:
+        parts.append(f"KL attention-head t-SNE (layer {layer}, head {head}): {found['kl']:.4f}")
+        if len(found["kl_restarts"]) > 1:
+            parts.append("restarts: " + ", ".join(f"{k:.4f}" for k in found["kl_restarts"]))
+    state = state_embedding(hid_sec, layer + 1) if hid_sec else None
+    if state and state["kl"] is not None:
+        parts.append(f"KL standard t-SNE of X[{layer + 1}]: {state['kl']:.4f}")
+    return " · ".join(parts)
+
+
+# ---------------------------------------------------------------------------- word lists
+
+
+def words_tsne_figure(result: dict[str, Any], *, state: int, rescale: bool = True) -> go.Figure:
+    """t-SNE of the multi-token embeddings of a word list at one state."""
+    section = result.get("word-tsne")
+    found = state_embedding(section, state) if section else None
+    if found is None:
+        return empty_figure(f"No word-list t-SNE for state {state} yet.")
+    words = section.get("words") or [f"#{i}" for i in range(len(found["embedding"]))]
+    n = len(words)
+    kl = f" — KL {found['kl']:.4f}" if found["kl"] is not None else ""
+    return token_scatter(
+        found["embedding"],
+        indices=list(range(n)),
+        labels=words,
+        colour=np.arange(n, dtype=np.float64),
+        colour_title="item",
+        title=f"t-SNE of {n} items ({section.get('pooling', '?')} pooling) at state {state}{kl}",
+        rescale=rescale,
+        show_text=n <= 300,
+        height=560,
+    )
+
+
+# ---------------------------------------------------------------------------- export
+
+
+def standalone_html(figures: list[go.Figure], *, title: str, notes: str = "") -> str:
+    """One self-contained HTML page (plotly.js inline, works offline) holding ``figures``."""
+    parts = []
+    for i, fig in enumerate(figures):
+        parts.append(pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False,
+                                 config={"displaylogo": False}))
+    body = "\n".join(f'<div class="figure">{p}</div>' for p in parts)
+    return (
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+        f"<title>{html.escape(title)}</title>"
+        "<style>body{font-family:sans-serif;margin:16px} .figure{margin-bottom:24px}</style>"
+        f"</head><body><h1>{html.escape(title)}</h1><p>{html.escape(notes)}</p>{body}</body></html>\n"
+    )

@@ -1,0 +1,232 @@
+"""Widgets and callback helpers every page uses: progress, polling, export bar, share link."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import plotly.graph_objects as go
+from dash import ClientsideFunction, Dash, Input, Output, State, dcc, html, no_update
+
+from frontend.api_client import ApiError
+from frontend.data import DONE, ResultStore, query_string, sections_of
+from frontend.figures import graph_config, standalone_html
+
+logger = logging.getLogger(__name__)
+
+POLL_MS = 500
+
+
+def graph(gid: str, *, filename: str | None = None, **kwargs: Any) -> dcc.Graph:
+    """A dcc.Graph whose modebar camera downloads PNG (SVG via the page's format switch)."""
+    return dcc.Graph(id=gid, config=graph_config(filename or f"headscope-{gid}"), **kwargs)
+
+
+def model_options(store: ResultStore) -> tuple[list[dict[str, str]], str, dict[str, dict[str, Any]]]:
+    """Dropdown options from ``GET /api/models``, the default, and each model's facts by name.
+
+    MiniLM alone (6 x 12) when the list cannot be had.
+    """
+    try:
+        body = store.models()
+    except ApiError as exc:
+        logger.warning("cannot list models: %s", exc)
+        body = {"default": "minilm", "models": [{"name": "minilm", "n_layers": 6, "n_heads": 12}]}
+    opts, info = [], {}
+    for m in body.get("models") or []:
+        shape = f" ({m.get('n_layers')}x{m.get('n_heads')})" if m.get("n_layers") else ""
+        opts.append({"label": f"{m['name']}{shape}", "value": m["name"], "title": m.get("description") or ""})
+        info[m["name"]] = m
+    default = body.get("default") or (opts[0]["value"] if opts else "minilm")
+    return opts or [{"label": default, "value": default}], default, info
+
+
+def progress_block(prefix: str, *, running: bool) -> html.Div:
+    """A progress bar, a status line and the interval that polls the job."""
+    return html.Div(
+        className="progress-block",
+        children=[
+            html.Div(className="progress", children=[
+                html.Div(id=f"{prefix}-progress-bar", className="progress-bar", style={"width": "0%"})
+            ]),
+            html.Div(id=f"{prefix}-status", className="status"),
+            dcc.Interval(id=f"{prefix}-poll", interval=POLL_MS, disabled=not running),
+            dcc.Store(id=f"{prefix}-job"),
+        ],
+    )
+
+
+def export_bar(prefix: str, graphs: list[str]) -> html.Div:
+    """Share button and link, image format switch, JSON and standalone-HTML downloads."""
+    return html.Div(
+        className="export-bar",
+        children=[
+            html.Button("Share", id=f"{prefix}-share-button" if prefix != "text" else "share-button",
+                        className="button"),
+            html.A(id=f"{prefix}-share-url" if prefix != "text" else "share-url", className="share-url",
+                   target="_blank"),
+            html.Span("image format:", className="label"),
+            dcc.RadioItems(id=f"{prefix}-image-format", options=[{"label": "PNG", "value": "png"},
+                                                                 {"label": "SVG", "value": "svg"}],
+                           value="png", inline=True, className="inline-radio"),
+            html.Span("(camera icon of each figure)", className="hint"),
+            html.Button("Download JSON", id=f"{prefix}-export-json", className="button secondary"),
+            html.Button("Download HTML", id=f"{prefix}-export-html", className="button secondary"),
+            dcc.Download(id=f"{prefix}-download"),
+            dcc.Store(id=f"{prefix}-image-format-applied"),
+            dcc.Store(id=f"{prefix}-graph-ids", data=graphs),
+        ],
+    )
+
+
+def status_view(status: dict[str, Any]) -> tuple[dict[str, str], str]:
+    """Progress bar style and status line for a status dict."""
+    state = status.get("status", "none")
+    pct = 100.0 if state == "finished" else 100.0 * float(status.get("progress") or 0.0)
+    if state == "failed":
+        text = f"failed: {status.get('error') or status.get('message') or 'unknown error'}"
+    elif state == "finished":
+        text = "done" if status.get("message") != "shared result" else "shared result (stored, not recomputed)"
+    elif state == "none":
+        text = ""
+    else:
+        text = f"{state} — {status.get('message') or ''} ({pct:.0f}%)"
+    cls = {"failed": "progress-bar failed", "finished": "progress-bar done"}.get(state, "progress-bar")
+    return {"width": f"{pct:.0f}%", "className": cls}, text
+
+
+def register_poll(app: Dash, store: ResultStore, prefix: str, sources: list[str]) -> None:
+    """Poll the jobs of the page's source stores; ``{prefix}-job`` changes only when sections do."""
+
+    @app.callback(
+        Output(f"{prefix}-job", "data"),
+        Output(f"{prefix}-poll", "disabled"),
+        Output(f"{prefix}-progress-bar", "style"),
+        Output(f"{prefix}-progress-bar", "className"),
+        Output(f"{prefix}-status", "children"),
+        Input(f"{prefix}-poll", "n_intervals"),
+        *[Input(s, "data") for s in sources],
+        State(f"{prefix}-job", "data"),
+    )
+    def _poll(_n: int | None, *args: Any) -> tuple[Any, ...]:
+        srcs, previous = args[:-1], args[-1]
+        jobs = []
+        statuses = []
+        for src in srcs:
+            st = store.status(src)
+            statuses.append(st)
+            jobs.append({"id": (src or {}).get("id"), "status": st["status"], "sections": sections_of(st),
+                         "error": st.get("error")})
+        busy = [s for s in statuses if s["status"] not in DONE and s["status"] != "none"]
+        main = busy[0] if busy else next((s for s in statuses if s["status"] == "failed"), statuses[0])
+        style, text = status_view(main)
+        cls = style.pop("className")
+        return (no_update if jobs == previous else jobs), not busy, style, cls, text
+
+
+def register_exports(
+    app: Dash,
+    store: ResultStore,
+    prefix: str,
+    *,
+    source: str,
+    graphs: list[str],
+    figures: Callable[..., list[go.Figure]],
+    view_states: list[State],
+    title: str,
+) -> None:
+    """Image format switch, JSON download of the result, standalone HTML of the view."""
+
+    @app.callback(
+        *[Output(g, "config") for g in graphs],
+        Input(f"{prefix}-image-format", "value"),
+        prevent_initial_call=True,
+    )
+    def _format(fmt: str) -> tuple[dict[str, Any], ...]:  # for figures drawn from now on
+        return tuple(graph_config(f"headscope-{g}", image_format=fmt or "png") for g in graphs)
+
+    app.clientside_callback(  # for the figures on screen (assets/export.js)
+        ClientsideFunction(namespace="headscope_export", function_name="setImageFormat"),
+        Output(f"{prefix}-image-format-applied", "data"),
+        Input(f"{prefix}-image-format", "value"),
+        State(f"{prefix}-graph-ids", "data"),
+        prevent_initial_call=True,
+    )
+
+    @app.callback(
+        Output(f"{prefix}-download", "data"),
+        Input(f"{prefix}-export-json", "n_clicks"),
+        Input(f"{prefix}-export-html", "n_clicks"),
+        State(source, "data"),
+        *view_states,
+        prevent_initial_call=True,
+    )
+    def _download(_j: int | None, _h: int | None, src: dict[str, Any] | None, *view: Any) -> Any:
+        from dash import ctx
+
+        st = store.status(src)
+        if st["status"] != "finished":
+            return no_update
+        name = f"headscope-{prefix}-{(src or {}).get('id', 'result')}"
+        if ctx.triggered_id == f"{prefix}-export-json":
+            payload = {"request": st.get("request"), "result": st["result"]}
+            return {"content": json.dumps(payload), "filename": f"{name}.json", "type": "application/json"}
+        figs = figures(st["result"], *view)
+        notes = "Exported from headscope; figures are interactive and need no network."
+        return {"content": standalone_html(figs, title=title, notes=notes), "filename": f"{name}.html",
+                "type": "text/html"}
+
+
+def share_link(
+    client: Any, source: dict[str, Any] | None, view: dict[str, Any], *, page_path: str = "/"
+) -> tuple[str | None, str]:
+    """``(URL, "")`` of a share link for the page's result and view, or ``(None, reason)``.
+
+    A page opened from a share link shares that link again, with the current view in the URL.
+    """
+    if not source:
+        return None, "Analyze first, then share."
+    if source.get("kind") == "share":
+        params = {k: v for k, v in view.items() if k != "page"}
+        return absolute_url(page_path + query_string({"share": source["id"], **params})), ""
+    target = {"pe_analysis_id": source["id"]} if source.get("kind") == "pe" else {"analysis_id": source["id"]}
+    try:
+        path = client.create_share(view=view, **target)["url"]
+    except ApiError as exc:
+        if exc.status == 409:
+            return None, "the analysis is still running: share it when it has finished"
+        return None, str(exc)
+    return absolute_url(path), ""
+
+
+def absolute_url(path: str) -> str:
+    """The share path as the browser's own origin sees it (the request's host)."""
+    try:
+        from flask import request
+
+        return request.host_url.rstrip("/") + path
+    except RuntimeError:  # outside a request (tests)
+        return path
+
+
+def highlight_stores(prefix: str, graphs: list[str]) -> list[dcc.Store]:
+    """Stores the hover-highlight script reads (graph ids) and writes (the hovered token)."""
+    return [dcc.Store(id=f"{prefix}-highlight-ids", data=graphs), dcc.Store(id=f"{prefix}-highlight")]
+
+
+def register_highlight(app: Dash, prefix: str, graphs: list[str]) -> None:
+    """Hovering a token in any of ``graphs`` marks it in all of them (assets/highlight.js)."""
+    app.clientside_callback(
+        ClientsideFunction(namespace="headscope", function_name="highlight"),
+        Output(f"{prefix}-highlight", "data"),
+        *[Input(g, "hoverData") for g in graphs],
+        State(f"{prefix}-highlight-ids", "data"),
+        prevent_initial_call=True,
+    )
+
+
+def submit_error(exc: Exception) -> str:
+    """The message shown under a form when the API refuses a request."""
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,318 @@
+"""Text explorer (home page): max-attention heatmaps of all layers and the head view.
+
+URL state: ``/?analysis=<id>`` or ``/?share=<id>``, plus ``layer``, ``head``, ``rescale`` (1/0),
+``reduction`` (max/mean) and ``layers`` (the layers shown, comma-separated). The head view is one
+request holding max attention, the head's t-SNE (with its attention matrix) and the standard
+t-SNE of state ``layer + 1``, so a share link restores it from one stored result.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+
+from frontend import figures as F
+from frontend.api_client import ApiError
+from frontend.data import ResultStore, int_list, int_or_none, query_string
+from frontend.pages.common import (
+    export_bar,
+    graph,
+    highlight_stores,
+    model_options,
+    progress_block,
+    register_exports,
+    register_highlight,
+    register_poll,
+    share_link,
+)
+
+logger = logging.getLogger(__name__)
+
+PATH = "/"
+TITLE = "Text explorer"
+GRAPHS = ["max-attention-graph", "head-tsne-graph", "hidden-tsne-graph", "attention-matrix-graph"]
+
+
+def text_request(
+    *, text: str, model: str, drop_special: bool, restarts: int, layer: int | None, head: int | None
+) -> dict[str, Any]:
+    """The API request of the view: max attention, plus the head view when a head is open."""
+    options: dict[str, Any] = {"drop_special": bool(drop_special), "restarts": int(restarts or 1)}
+    analyses = ["max-attention"]
+    if layer is not None and head is not None:
+        analyses += ["head-tsne", "hidden-tsne"]
+        options.update(layer=int(layer), head=int(head), hidden_layer=int(layer) + 1)
+    return {"model": model, "text": text, "analyses": analyses, "options": options}
+
+
+def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None) -> html.Div:
+    """The page, filled in from the URL (and the share, when the URL names one)."""
+    from workers.data import demo_text
+
+    options, default_model, info = model_options(store)
+    source: dict[str, Any] | None = None
+    request: dict[str, Any] | None = None
+    view: dict[str, Any] = {}
+    error = ""
+    if share is not None:
+        source = {"kind": "share", "id": share["id"]}
+        request, view = share.get("request") or {}, dict(share.get("view") or {})
+    elif query.get("analysis"):
+        source = {"kind": "analysis", "id": query["analysis"]}
+        st = store.status(source)
+        request = st.get("request")
+        if st["status"] == "failed":
+            error = st.get("error") or ""
+        source["request"] = request
+    for key in ("layer", "head", "rescale", "reduction", "layers"):
+        if key in query:
+            view[key] = query[key]
+    opts = (request or {}).get("options") or {}
+    layer = int_or_none(view.get("layer", opts.get("layer")))
+    head = int_or_none(view.get("head", opts.get("head")))
+    rescale = str(view.get("rescale", "1")) not in ("0", "false", "False")
+    reduction = view.get("reduction") if view.get("reduction") in ("max", "mean") else "max"
+    layers = view.get("layers")
+    layers = int_list(layers) if isinstance(layers, str) else layers
+    text = (request or {}).get("text") or demo_text()
+    model = (request or {}).get("model") or default_model
+    facts = info.get(model) or {}
+    n_layers, n_heads = int(facts.get("n_layers") or 6), int(facts.get("n_heads") or 12)
+    running = source is not None
+
+    controls = html.Div(className="controls", children=[
+        dcc.Textarea(id="text-input", value=text, className="text-input",
+                     placeholder="Paste a text (up to the model's token limit)"),
+        html.Div(className="control-row", children=[
+            html.Label("model", htmlFor="text-model"),
+            dcc.Dropdown(id="text-model", options=options, value=model, clearable=False, className="model-picker"),
+            dcc.Checklist(id="text-options", options=[{"label": " hide special tokens", "value": "drop_special"}],
+                          value=["drop_special"] if opts.get("drop_special") else [], inline=True),
+            html.Label("best of k restarts", htmlFor="text-restarts"),
+            dcc.Input(id="text-restarts", type="number", min=1, max=20, step=1,
+                      value=int(opts.get("restarts", 1)), className="small-input"),
+            html.Button("Analyze", id="analyze-button", className="button primary"),
+        ]),
+        html.Div(id="text-error", className="error", children=error),
+        progress_block("text", running=running),
+    ])
+    heatmaps = html.Div(className="panel", children=[
+        html.Div(className="control-row", children=[
+            html.Span("reduction:", className="label"),
+            dcc.RadioItems(id="text-reduction", options=[
+                {"label": "max over queries (Def. 4.2)", "value": "max"},
+                {"label": "mean over queries", "value": "mean"}], value=reduction, inline=True),
+            html.Span("layers shown:", className="label"),
+            dcc.Dropdown(id="text-layers", options=[{"label": f"layer {i}", "value": i} for i in range(n_layers)],
+                         value=layers, multi=True, placeholder="all layers", className="layers-picker"),
+        ]),
+        graph("max-attention-graph", figure=F.empty_figure("Press Analyze.")),
+    ])
+    head_view = html.Div(className="panel", children=[
+        html.Div(className="control-row", children=[
+            html.Span("head view:", className="label"),
+            dcc.Dropdown(id="text-layer", options=[{"label": f"layer {i}", "value": i} for i in range(n_layers)],
+                         value=layer, placeholder="layer", className="small-picker"),
+            dcc.Dropdown(id="text-head", options=[{"label": f"head {i}", "value": i} for i in range(n_heads)],
+                         value=head, placeholder="head", className="small-picker"),
+            dcc.Checklist(id="text-view-options", options=[
+                {"label": " quantile-equidistant axes (ticks in original units)", "value": "rescale"}],
+                value=["rescale"] if rescale else [], inline=True),
+        ]),
+        html.Div(id="text-kl", className="kl"),
+        html.Div(className="row", children=[
+            html.Div(className="col", children=graph("head-tsne-graph", figure=F.empty_figure(
+                "Click a row of the heatmaps to open that head."))),
+            html.Div(className="col", children=graph("hidden-tsne-graph", figure=F.empty_figure(
+                "The standard t-SNE of the same layer's hidden states appears here."))),
+        ]),
+        graph("attention-matrix-graph", figure=F.empty_figure("The head's attention matrix appears here.")),
+    ])
+    return html.Div(className="page", id="text-page", children=[
+        html.H2(TITLE),
+        controls,
+        export_bar("text", GRAPHS),
+        heatmaps,
+        head_view,
+        dcc.Store(id="text-source", data=source),
+        dcc.Store(id="text-heatmap-key"),
+        *highlight_stores("text", GRAPHS),
+    ])
+
+
+def _figures(result: dict[str, Any], layer: int | None, head: int | None, view_opts: list[str] | None,
+             reduction: str | None, layers: list[int] | None) -> list[Any]:
+    figs = [F.max_attention_figure(result, reduction=reduction or "max", layers=layers or None)]
+    if layer is not None and head is not None:
+        rescale = "rescale" in (view_opts or [])
+        figs += [F.head_tsne_figure(result, layer=layer, head=head, rescale=rescale),
+                 F.hidden_tsne_figure(result, state=layer + 1, rescale=rescale),
+                 F.attention_matrix_figure(result, layer=layer, head=head)]
+    return figs
+
+
+def register(app: Dash, store: ResultStore) -> None:
+    """The page's callbacks."""
+    client = store.client
+    register_poll(app, store, "text", ["text-source"])
+    register_highlight(app, "text", GRAPHS)
+
+    @app.callback(
+        Output("text-source", "data"),
+        Output("text-layer", "value"),
+        Output("text-head", "value"),
+        Output("text-error", "children"),
+        Input("analyze-button", "n_clicks"),
+        Input("max-attention-graph", "clickData"),
+        Input("text-layer", "value"),
+        Input("text-head", "value"),
+        State("text-input", "value"),
+        State("text-model", "value"),
+        State("text-options", "value"),
+        State("text-restarts", "value"),
+        State("text-source", "data"),
+        State("text-layers", "value"),
+        prevent_initial_call=True,
+    )
+    def _submit(_n, click, layer, head, text, model, flags, restarts, source, layers):  # type: ignore[no-untyped-def]
+        trig = ctx.triggered_id
+        previous = (source or {}).get("request")
+        if trig == "max-attention-graph":
+            picked = F.clicked_head(click, F.shown_layers(store.status(source)["result"], layers))
+            if picked is None:
+                return no_update, no_update, no_update, no_update
+            layer, head = picked
+        if trig == "analyze-button" or previous is None:
+            base = {"text": text or "", "model": model, "drop_special": "drop_special" in (flags or []),
+                    "restarts": restarts or 1}
+        else:
+            o = previous.get("options") or {}
+            base = {"text": previous["text"], "model": previous["model"],
+                    "drop_special": bool(o.get("drop_special")), "restarts": o.get("restarts", 1)}
+        if trig != "analyze-button" and (layer is None or head is None):
+            return no_update, layer, head, ""
+        if trig != "analyze-button" and source and _has_head(store.status(source), layer, head):
+            return no_update, layer, head, ""  # already in the shown result: nothing to compute
+        req = text_request(layer=layer, head=head, **base)
+        try:
+            job = client.submit_analysis(**req)
+        except ApiError as exc:
+            return no_update, layer, head, str(exc)
+        return {"kind": "analysis", "id": job["id"], "request": req}, layer, head, ""
+
+    @app.callback(
+        Output("text-layer", "options"),
+        Output("text-head", "options"),
+        Output("text-layers", "options"),
+        Input("text-model", "value"),
+        prevent_initial_call=True,
+    )
+    def _model_shape(model):  # type: ignore[no-untyped-def]
+        facts = model_options(store)[2].get(model) or {}
+        n_layers, n_heads = int(facts.get("n_layers") or 6), int(facts.get("n_heads") or 12)
+        layers = [{"label": f"layer {i}", "value": i} for i in range(n_layers)]
+        return layers, [{"label": f"head {i}", "value": i} for i in range(n_heads)], layers
+
+    @app.callback(
+        Output("max-attention-graph", "figure"),
+        Output("text-heatmap-key", "data"),
+        Input("text-job", "data"),
+        Input("text-reduction", "value"),
+        Input("text-layers", "value"),
+        State("text-source", "data"),
+        State("text-heatmap-key", "data"),
+    )
+    def _heatmaps(_job, reduction, layers, source, shown_key):  # type: ignore[no-untyped-def]
+        st = store.status(source)
+        result = st["result"]
+        if not result.get("max-attention"):
+            msg = {"none": "Press Analyze.", "failed": "No result."}.get(st["status"], "Computing maximum attention…")
+            return F.empty_figure(msg), None
+        req = st.get("request") or {}
+        key = [req.get("model"), req.get("text"), (req.get("options") or {}).get("drop_special"),
+               result.get("tokens") is not None, reduction, layers]
+        if key == shown_key and req:  # same heatmaps as already drawn (e.g. a new head of the same text)
+            return no_update, no_update
+        return F.max_attention_figure(result, reduction=reduction or "max", layers=layers or None), key
+
+    @app.callback(
+        Output("head-tsne-graph", "figure"),
+        Output("hidden-tsne-graph", "figure"),
+        Output("attention-matrix-graph", "figure"),
+        Output("text-kl", "children"),
+        Input("text-job", "data"),
+        Input("text-view-options", "value"),
+        Input("text-layer", "value"),
+        Input("text-head", "value"),
+        State("text-source", "data"),
+    )
+    def _head_view(_job, view_opts, layer, head, source):  # type: ignore[no-untyped-def]
+        if layer is None or head is None:
+            msg = "Click a row of the heatmaps (or pick a layer and a head) to open that head."
+            return F.empty_figure(msg), F.empty_figure(""), F.empty_figure(""), ""
+        st = store.status(source)
+        result = st["result"]
+        rescale = "rescale" in (view_opts or [])
+        if not result.get("head-tsne"):
+            msg = "Computing the head's t-SNE…" if st["status"] not in ("failed", "none") else "No result."
+            return F.empty_figure(msg), F.empty_figure(""), F.empty_figure(""), ""
+        return (
+            F.head_tsne_figure(result, layer=layer, head=head, rescale=rescale),
+            F.hidden_tsne_figure(result, state=layer + 1, rescale=rescale),
+            F.attention_matrix_figure(result, layer=layer, head=head),
+            F.kl_summary(result, layer=layer, head=head),
+        )
+
+    view_inputs = [Input("text-layer", "value"), Input("text-head", "value"),
+                   Input("text-view-options", "value"), Input("text-reduction", "value"),
+                   Input("text-layers", "value")]
+
+    @app.callback(
+        Output("url", "search", allow_duplicate=True),
+        Input("text-source", "data"),
+        *view_inputs,
+        prevent_initial_call=True,
+    )
+    def _url(source, layer, head, view_opts, reduction, layers):  # type: ignore[no-untyped-def]
+        if not source:
+            return no_update
+        key = "share" if source.get("kind") == "share" else "analysis"
+        return query_string({key: source["id"], **_view(layer, head, view_opts, reduction, layers)})
+
+    @app.callback(
+        Output("share-url", "children"),
+        Output("share-url", "href"),
+        Output("text-error", "children", allow_duplicate=True),
+        Input("share-button", "n_clicks"),
+        State("text-source", "data"),
+        *[State(i.component_id, i.component_property) for i in view_inputs],
+        prevent_initial_call=True,
+    )
+    def _share(_n, source, layer, head, view_opts, reduction, layers):  # type: ignore[no-untyped-def]
+        view = {"page": "text", **_view(layer, head, view_opts, reduction, layers)}
+        url, error = share_link(client, source, view)
+        return (url, url, "") if url else (no_update, no_update, error)
+
+    register_exports(
+        app, store, "text", source="text-source", graphs=GRAPHS,
+        figures=_figures,
+        view_states=[State("text-layer", "value"), State("text-head", "value"),
+                     State("text-view-options", "value"), State("text-reduction", "value"),
+                     State("text-layers", "value")],
+        title="headscope — text explorer",
+    )
+
+
+def _view(layer: Any, head: Any, view_opts: Any, reduction: Any, layers: Any) -> dict[str, Any]:
+    return {"layer": layer, "head": head, "rescale": "rescale" in (view_opts or []),
+            "reduction": reduction, "layers": list(layers) if layers else None}
+
+
+def _has_head(status: dict[str, Any], layer: int, head: int) -> bool:
+    result = status.get("result") or {}
+    sec, hid = result.get("head-tsne"), result.get("hidden-tsne")
+    return bool(sec and hid and F.head_embedding(sec, layer, head) is not None
+                and F.state_embedding(hid, layer + 1) is not None
+                and F.head_embedding(sec, layer, head).get("attention") is not None)

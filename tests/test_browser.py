@@ -1,0 +1,265 @@
+"""The dashboard in a real headless Chromium against the real service (``headscope serve``).
+
+Flows: paste a text -> heatmaps -> click a head -> scatter -> hover highlight -> share -> open the
+link in a fresh browser context -> same head, same map; PE upload of a demo checkpoint -> heatmap
+and metrics. No page errors, no console errors, no request leaves the server's origin.
+Screenshots go to ``test-artifacts/``.
+
+``HEADSCOPE_BROWSER_BASE_URL=http://host:port`` runs the flows against a server already running
+instead of starting ``python -m backend.cli serve``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import ARTIFACTS, ROOT
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+TEXT = "The cat sat on the mat because the dog was tired."
+LAYER, HEAD = 1, 2
+GRAPHS = ["max-attention-graph", "head-tsne-graph", "hidden-tsne-graph", "attention-matrix-graph"]
+
+# page coordinates of heatmap cell (layer, head, token column) / of point k of a scatter
+CELL_JS = """([layer, head, col]) => {
+  const gd = document.querySelector('#max-attention-graph .js-plotly-plot');
+  const t = gd.layout.meta.layers.indexOf(layer), tr = gd.data[t], fl = gd._fullLayout;
+  const xa = fl[(tr.xaxis || 'x').replace('x', 'xaxis')], ya = fl[(tr.yaxis || 'y').replace('y', 'yaxis')];
+  const r = gd.getBoundingClientRect();
+  return [r.left + xa._offset + xa.l2p(col), r.top + ya._offset + ya.l2p(head)];
+}"""
+POINT_JS = """([id, k]) => {
+  const gd = document.querySelector('#' + id + ' .js-plotly-plot');
+  const tr = gd.data[0], fl = gd._fullLayout, r = gd.getBoundingClientRect();
+  return [r.left + fl.xaxis._offset + fl.xaxis.l2p(tr.x[k]), r.top + fl.yaxis._offset + fl.yaxis.l2p(tr.y[k])];
+}"""
+FIGURE_JS = "(id) => { const gd = document.querySelector('#' + id + ' .js-plotly-plot'); " \
+            "return {title: gd.layout.title && gd.layout.title.text, data: gd.data.map(t => ({x: Array.from(t.x || []), " \
+            "y: Array.from(t.y || []), text: t.text, customdata: t.customdata})), shapes: (gd.layout.shapes || []).length}; }"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen | None, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"headscope serve exited with status {proc.returncode}")
+        try:
+            body = httpx.get(f"{url}/api/health", timeout=2).json()
+            if body.get("status") == "ok" and body.get("workers", 0) >= 1:
+                return
+            last = json.dumps(body)
+        except (httpx.HTTPError, ValueError) as exc:
+            last = repr(exc)
+        time.sleep(0.5)
+    raise RuntimeError(f"the service did not become healthy in {timeout_s:.0f} s: {last}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    """Base URL of a running headscope: the real ``serve`` (Redis + 1 worker + API + dashboard)."""
+    given = os.environ.get("HEADSCOPE_BROWSER_BASE_URL")
+    if given:
+        _wait_healthy(given.rstrip("/"), None, 30)
+        yield given.rstrip("/")
+        return
+    pytest.importorskip("backend.app", reason="the service (backend.app, `headscope serve`) is not in this build")
+    port = _free_port()
+    data = tmp_path_factory.mktemp("serve-data")
+    env = {**os.environ, "HEADSCOPE_DATA_DIR": str(data), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    log = open(data / "serve.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "backend.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, 180)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+        ARTIFACTS.mkdir(exist_ok=True)
+        (ARTIFACTS / "browser-serve.log").write_bytes((data / "serve.log").read_bytes()[-200_000:])
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed (make system-deps)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+class Watch:
+    """A fresh browser context and page that records page errors, console errors and foreign requests."""
+
+    def __init__(self, browser, base: str, tmp: Path):
+        self.context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True,
+                                           user_agent="headscope-browser-test")
+        self.page = self.context.new_page()
+        self.problems: list[str] = []
+        self.page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
+        self.page.on("console", lambda m: self.problems.append(f"console {m.type}: {m.text}")
+                     if m.type == "error" else None)
+        self.page.on("request", lambda r: self.problems.append(f"foreign request: {r.url}")
+                     if not r.url.startswith((base, "data:", "blob:")) else None)
+
+    def shot(self, name: str) -> None:
+        ARTIFACTS.mkdir(exist_ok=True)
+        self.page.screenshot(path=str(ARTIFACTS / f"browser-{name}.png"), full_page=True)
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def _wait_points(page, gid: str, timeout: float = 120_000) -> None:
+    page.wait_for_selector(f"#{gid} .scatterlayer .point", timeout=timeout)
+
+
+def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
+    w = Watch(browser, server, tmp_path)
+    page = w.page
+    try:
+        page.goto(server + "/")
+        page.fill("#text-input", TEXT)
+        page.click("#analyze-button")
+        page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=120_000)
+        page.wait_for_function("document.querySelector('#text-status').textContent.includes('done')",
+                               timeout=120_000)
+        heat = page.evaluate(FIGURE_JS, "max-attention-graph")
+        assert len(heat["data"]) == 6  # MiniLM: one heatmap per layer
+        tokens = page.evaluate("document.querySelector('#max-attention-graph .js-plotly-plot')"
+                               ".layout['xaxis6'].ticktext")
+        assert tokens[0] == "[CLS]" and "cat" in tokens and tokens[-1] == "[SEP]"
+        w.shot("1-heatmaps")
+
+        page.locator("#max-attention-graph").scroll_into_view_if_needed()
+        x, y = page.evaluate(CELL_JS, [LAYER, HEAD, 3])
+        page.mouse.click(x, y)
+        _wait_points(page, "head-tsne-graph")
+        _wait_points(page, "hidden-tsne-graph")
+        page.wait_for_selector("#attention-matrix-graph .heatmaplayer", timeout=60_000)
+        head = page.evaluate(FIGURE_JS, "head-tsne-graph")
+        assert f"layer {LAYER}, head {HEAD}" in head["title"]
+        assert list(head["data"][0]["text"]) == tokens  # tokens as labels
+        assert f"layer={LAYER}" in page.url and f"head={HEAD}" in page.url  # page state in the URL
+        assert "X[2] (output of layer 1)" in page.evaluate(FIGURE_JS, "hidden-tsne-graph")["title"]
+        assert "KL" in page.inner_text("#text-kl")
+
+        page.locator("#head-tsne-graph").scroll_into_view_if_needed()
+        x, y = page.evaluate(POINT_JS, ["head-tsne-graph", 2])
+        page.mouse.move(x - 40, y - 40)
+        page.mouse.move(x, y, steps=4)
+        page.wait_for_function("document.querySelector('#hidden-tsne-graph .js-plotly-plot').layout.shapes"
+                               " && document.querySelector('#hidden-tsne-graph .js-plotly-plot').layout.shapes.length",
+                               timeout=10_000)
+        assert [page.evaluate(FIGURE_JS, g)["shapes"] for g in GRAPHS] == [1, 1, 1, 2]  # token 2 in every view
+        w.shot("2-head-view")
+
+        with page.expect_download() as dl:
+            page.click("#text-export-json")
+        exported = json.loads(Path(dl.value.path()).read_text())
+        assert exported["result"]["tokens"] == tokens
+        assert exported["request"]["options"]["hidden_layer"] == LAYER + 1
+        with page.expect_download() as dl:
+            page.click("#text-export-html")
+        html_page = Path(dl.value.path()).read_text()
+        assert html_page.count("Plotly.newPlot") == 4 and "<script src=" not in html_page
+        page.check("#text-image-format input[value=svg]")  # the camera button now saves SVG
+        page.wait_for_function("document.querySelector('#head-tsne-graph .js-plotly-plot')"
+                               "._context.toImageButtonOptions.format === 'svg'", timeout=10_000)
+        with page.expect_download() as dl:
+            page.locator("#head-tsne-graph .modebar-btn[data-title^='Download']").click()
+        assert dl.value.suggested_filename == "headscope-head-tsne-graph.svg"
+        assert Path(dl.value.path()).read_text().lstrip().startswith("<svg")
+
+        page.locator("#share-button").scroll_into_view_if_needed()
+        page.click("#share-button")
+        page.wait_for_function("document.querySelector('#share-url').textContent.includes('share=')",
+                               timeout=30_000)
+        link = page.inner_text("#share-url")
+        assert link.startswith(server + "/?share=")
+        assert not w.problems, w.problems
+    finally:
+        w.close()
+
+    fresh = Watch(browser, server, tmp_path)  # a colleague: new context, no cookies, no cache
+    try:
+        start = time.perf_counter()
+        fresh.page.goto(link)
+        _wait_points(fresh.page, "head-tsne-graph", timeout=30_000)
+        opened_s = time.perf_counter() - start
+        again = fresh.page.evaluate(FIGURE_JS, "head-tsne-graph")
+        assert again["title"] == head["title"]
+        assert again["data"][0]["customdata"] == head["data"][0]["customdata"]  # the stored map, not a new one
+        assert fresh.page.input_value("#text-input") == TEXT
+        assert f"layer={LAYER}" in fresh.page.url and f"head={HEAD}" in fresh.page.url
+        assert "shared result" in fresh.page.inner_text("#text-status")
+        _wait_points(fresh.page, "hidden-tsne-graph", timeout=30_000)
+        fresh.page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=30_000)
+        fresh.shot("3-shared-link")
+        assert opened_s < 60
+        assert not fresh.problems, fresh.problems
+    finally:
+        fresh.close()
+
+
+def test_pe_upload_of_a_demo_checkpoint(server, browser, tmp_path):
+    pe_demo = pytest.importorskip("workers.data.pe_demo", reason="no shipped PE demo checkpoints in this build")
+    demos = pe_demo.demo_checkpoints()
+    assert demos, "the build ships demo checkpoints"
+    path = Path(demos[0]["path"])
+    upload = path if path.is_file() else next(p for p in sorted(path.iterdir()) if p.suffix in (".safetensors", ".npy"))
+    w = Watch(browser, server, tmp_path)
+    page = w.page
+    try:
+        page.goto(server + "/pe")
+        page.set_input_files("#pe-upload input[type=file]", str(upload))
+        page.wait_for_selector("#pe-checkpoint-list .checkpoint", timeout=60_000)
+        assert upload.name in page.inner_text("#pe-checkpoint-list")
+        page.click("#pe-run-button")  # defaults: 2d-fixed 4x4 reference, grid-row partition
+        page.wait_for_selector("#pe-metrics-table", timeout=120_000)
+        page.wait_for_selector("#pe-distance-graph .heatmaplayer", timeout=60_000)
+        _wait_points(page, "pe-map-graph", timeout=60_000)
+        rows = page.locator("#pe-metrics-table tbody tr")
+        assert rows.count() == 1
+        cells = [c.strip() for c in rows.nth(0).inner_text().split("\t")]
+        procrustes, normalised, q, c = (float(v) for v in cells[2:6])
+        assert procrustes > 0 and 0 <= normalised <= 2 and -0.5 <= q <= 1 and c <= 1
+        z = page.evaluate("document.querySelector('#pe-distance-graph .js-plotly-plot').data[0].z")
+        assert len(z) == len(z[0]) and all(z[i][i] == 0 for i in range(len(z)))
+        w.shot("4-pe")
+        page.click("#pe-demo-button")  # the shipped demos, one click away
+        page.wait_for_function("document.querySelectorAll('#pe-checkpoint-list .checkpoint').length > 1",
+                               timeout=60_000)
+        assert not w.problems, w.problems
+    finally:
+        w.close()

@@ -1,0 +1,156 @@
+"""Figure functions on result JSON made by the real core (MiniLM; tiny models for comparisons)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from frontend import figures as F
+from frontend.rescale import fit_axis
+
+TEXT = "The cat sat on the mat because the cat was tired."
+
+
+@pytest.fixture(scope="module")
+def head_result(minilm):
+    """The text explorer's head-view request: max attention, head (1, 2), state 2."""
+    from workers.analysis.pipeline import analyze
+
+    opts = {"layer": 1, "head": 2, "hidden_layer": 2, "restarts": 2}
+    return json.loads(json.dumps(analyze(minilm, TEXT, ["max-attention", "head-tsne", "hidden-tsne"], opts)))
+
+
+@pytest.fixture(scope="module")
+def dropped_result(minilm):
+    from workers.analysis.pipeline import analyze
+
+    opts = {"layer": 0, "head": 0, "hidden_layer": 1, "drop_special": True}
+    return json.loads(json.dumps(analyze(minilm, TEXT, ["max-attention", "head-tsne", "hidden-tsne"], opts)))
+
+
+def test_max_attention_heatmaps_have_token_labels_and_values(head_result):
+    fig = F.max_attention_figure(head_result)
+    ma = np.asarray(head_result["max-attention"]["max_attention"])  # [layer, head, token]
+    tokens = head_result["tokens"]
+    assert len(fig.data) == head_result["n_layers"] == ma.shape[0]
+    for layer, trace in enumerate(fig.data):
+        np.testing.assert_allclose(np.asarray(trace.z), ma[layer])
+        assert list(trace.y) == list(range(head_result["n_heads"]))
+        assert trace.customdata[2][5] == [5, layer, 2]  # [token, layer, head] per cell
+    bottom = fig.layout[f"xaxis{len(fig.data)}"]
+    assert list(bottom.ticktext) == tokens  # repeated tokens ("the", "cat") keep their own column
+    assert list(bottom.tickvals) == list(range(len(tokens)))
+    assert [a.text for a in fig.layout.annotations] == [f"layer {i}" for i in range(ma.shape[0])]
+    mean = F.max_attention_figure(head_result, reduction="mean", layers=[4, 1])
+    assert len(mean.data) == 2 and mean.layout.meta["layers"] == [4, 1]
+    np.testing.assert_allclose(np.asarray(mean.data[0].z), np.asarray(head_result["max-attention"]["mean_attention"])[4])
+
+
+def test_clicking_a_heatmap_cell_names_layer_and_head(head_result):
+    layers = F.shown_layers(head_result, [0, 3, 5])
+    assert layers == [0, 3, 5]
+    click = {"points": [{"curveNumber": 1, "x": 4, "y": 7, "z": 0.2}]}  # what Dash sends for a heatmap
+    assert F.clicked_head(click, layers) == (3, 7)
+    assert F.clicked_head({"points": [{"customdata": [4, 2, 9]}]}, layers) == (2, 9)
+    assert F.clicked_head(None, layers) is None
+    assert F.shown_layers(head_result, None) == list(range(head_result["n_layers"]))
+
+
+def test_dropped_special_tokens_leave_axes_and_maps(dropped_result):
+    tokens, special = dropped_result["tokens"], dropped_result["special"]
+    kept = [t for t, s in zip(tokens, special, strict=True) if not s]
+    fig = F.max_attention_figure(dropped_result)
+    assert list(fig.layout[f"xaxis{len(fig.data)}"].ticktext) == kept
+    scatter = F.head_tsne_figure(dropped_result, layer=0, head=0)
+    assert list(scatter.data[0].text) == kept
+    assert "[CLS]" not in scatter.data[0].text and "[SEP]" not in scatter.data[0].text
+
+
+def test_head_tsne_rescaled_axes_tick_in_original_units(head_result):
+    emb = np.asarray(head_result["head-tsne"]["embedding"])  # [token, 2]
+    fig = F.head_tsne_figure(head_result, layer=1, head=2, rescale=True)
+    trace = fig.data[0]
+    x, y = np.asarray(trace.x), np.asarray(trace.y)
+    assert x.min() == pytest.approx(0.0) and x.max() == pytest.approx(1.0)
+    assert y.min() == pytest.approx(0.0) and y.max() == pytest.approx(1.0)
+    # ticks: equidistant positions, labelled with φ⁻¹ in original units (ends = min and max)
+    assert list(fig.layout.xaxis.tickvals) == pytest.approx(list(np.linspace(0, 1, 6)))
+    assert float(fig.layout.xaxis.ticktext[0]) == pytest.approx(emb[:, 0].min(), rel=1e-2)
+    assert float(fig.layout.xaxis.ticktext[-1]) == pytest.approx(emb[:, 0].max(), rel=1e-2)
+    phi = fit_axis(emb[:, 1])
+    assert [float(t) for t in fig.layout.yaxis.ticktext] == pytest.approx(
+        list(phi.inverse(np.linspace(0, 1, 6))), rel=1e-2)
+    # order along each axis is preserved and hover shows the original coordinates
+    assert np.array_equal(np.argsort(x, kind="stable"), np.argsort(emb[:, 0], kind="stable"))
+    custom = np.asarray([c[1:3] for c in trace.customdata], dtype=float)
+    np.testing.assert_allclose(custom, emb)
+    assert list(trace.text) == head_result["tokens"]
+    assert list(trace.marker.color) == list(range(len(head_result["tokens"])))  # colour = position
+    assert "layer 1, head 2" in fig.layout.title.text and "best of 2" in fig.layout.title.text
+    raw = F.head_tsne_figure(head_result, layer=1, head=2, rescale=False)
+    np.testing.assert_allclose(np.c_[raw.data[0].x, raw.data[0].y], emb)
+    assert raw.layout.xaxis.tickvals is None
+
+
+def test_hidden_tsne_beside_the_head_and_both_kls(head_result):
+    hid = head_result["hidden-tsne"]
+    assert hid["layers"] == [2]
+    fig = F.hidden_tsne_figure(head_result, state=2)
+    assert "X[2] (output of layer 1)" in fig.layout.title.text
+    assert f"{hid['kl'][0]:.4f}" in fig.layout.title.text
+    summary = F.kl_summary(head_result, layer=1, head=2)
+    assert f"{head_result['head-tsne']['kl'][0]:.4f}" in summary and f"{hid['kl'][0]:.4f}" in summary
+    assert "restarts" in summary  # best of 2: both KLs listed
+    assert "No hidden-state" in F.hidden_tsne_figure(head_result, state=3).layout.annotations[0].text
+
+
+def test_attention_matrix_is_the_heads_own(head_result, dropped_result):
+    fig = F.attention_matrix_figure(head_result, layer=1, head=2)
+    a = np.asarray(fig.data[0].z)
+    n = len(head_result["tokens"])
+    assert a.shape == (n, n)
+    np.testing.assert_allclose(a.sum(axis=1), 1.0, atol=1e-4)  # rows are queries
+    np.testing.assert_allclose(a.max(axis=0), np.asarray(head_result["max-attention"]["max_attention"])[1, 2],
+                               atol=1e-5)  # its column max is the heatmap row
+    assert fig.layout.yaxis.autorange == "reversed" and fig.layout.meta["highlight"] == "matrix"
+    dropped = np.asarray(F.attention_matrix_figure(dropped_result, layer=0, head=0).data[0].z)
+    assert dropped.shape == (n - 2, n - 2) and (dropped.sum(axis=1) <= 1 + 1e-6).all()
+    assert "No attention matrix" in F.attention_matrix_figure(head_result, layer=0, head=0).layout.annotations[0].text
+
+
+def test_grid_form_of_head_tsne_is_read_too(minilm):
+    from workers.analysis.pipeline import analyze
+
+    res = analyze(minilm, "tiny text here", ["head-tsne"], {"layer": "all", "head": "all", "n_iter": 50})
+    emb = np.asarray(res["head-tsne"]["embedding"])  # [layer, head, token, 2]
+    found = F.head_embedding(res["head-tsne"], 3, 7)
+    np.testing.assert_allclose(found["embedding"], emb[3, 7])
+    assert found["kl"] == pytest.approx(res["head-tsne"]["kl"][3][7])
+    fig = F.head_tsne_figure(res, layer=3, head=7, rescale=False)
+    np.testing.assert_allclose(fig.data[0].x, emb[3, 7, :, 0])
+
+
+def test_words_tsne_labels_are_the_items(minilm):
+    from workers.analysis.pipeline import analyze
+
+    words = "cat\ndog\nNew York\nBuenos Aires\nred\nblue"
+    res = analyze(minilm, words, ["word-tsne"], {"layer": "all", "n_iter": 100})
+    fig = F.words_tsne_figure(res, state=3)
+    assert list(fig.data[0].text) == words.split("\n")
+    emb = np.asarray(res["word-tsne"]["embedding"])[3]
+    np.testing.assert_allclose(np.asarray([c[1:3] for c in fig.data[0].customdata], dtype=float), emb)
+    assert "state 3" in fig.layout.title.text
+
+
+def test_export_helpers():
+    fig = F.empty_figure("x")
+    page = F.standalone_html([fig, fig], title="a <b> view", notes="n")
+    assert page.count('class="figure"') == 2
+    assert "a &lt;b&gt; view" in page
+    assert "<script src=" not in page  # plotly.js inline, nothing fetched: works offline
+    assert len(page) > 1_000_000 and page.count("Plotly.newPlot") == 2  # one inline bundle, two plots
+    assert F.graph_config("g", image_format="svg")["toImageButtonOptions"]["format"] == "svg"
+    with pytest.raises(ValueError, match="png or svg"):
+        F.graph_config("g", image_format="gif")

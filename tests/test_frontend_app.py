@@ -1,0 +1,145 @@
+"""The Dash app without a browser: layouts, ids, callbacks, offline assets, request builders, client."""
+
+from __future__ import annotations
+
+import re
+import socket
+
+import httpx
+import pytest
+
+from frontend.api_client import ApiClient, ApiError, _detail
+from frontend.data import int_list, parse_query, query_string
+
+REQUIRED_IDS = ["text-input", "analyze-button", "max-attention-graph", "head-tsne-graph", "share-button",
+                "share-url"]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def app():
+    from frontend.app import create_dash_app
+
+    return create_dash_app(f"http://127.0.0.1:{_closed_port()}")  # no API: pages must still render
+
+
+def _ids(component) -> set:
+    found = set()
+    stack = [component]
+    while stack:
+        c = stack.pop()
+        if isinstance(c, (list, tuple)):
+            stack.extend(c)
+            continue
+        cid = getattr(c, "id", None)
+        if cid is not None:
+            found.add(cid if isinstance(cid, str) else str(cid))
+        children = getattr(c, "children", None)
+        if children is not None and not isinstance(children, str):
+            stack.append(children)
+    return found
+
+
+def test_pages_render_with_stable_ids(app):
+    from frontend.app import PAGES, ResultStore, render_page
+
+    store = ResultStore(ApiClient(f"http://127.0.0.1:{_closed_port()}"))
+    home = _ids(render_page(store, "/", ""))
+    assert set(REQUIRED_IDS) <= home
+    assert {"text-layer", "text-head", "hidden-tsne-graph", "attention-matrix-graph", "text-options",
+            "text-restarts", "text-view-options", "text-progress-bar"} <= home
+    for path, prefix in [("/terms", "terms"), ("/words", "words"), ("/pe", "pe")]:
+        ids = _ids(render_page(store, path, ""))
+        assert f"{prefix}-share-button" in ids and f"{prefix}-export-json" in ids, path
+        assert all(i.startswith(prefix) for i in ids), f"ids of {path} are prefixed by the page"
+    assert {"pe-upload", "pe-demo-button", "pe-run-button", "pe-distance-graph", "pe-map-graph"} <= _ids(
+        render_page(store, "/pe", ""))
+    assert "no page at /nope" in str(render_page(store, "/nope", ""))
+    assert set(PAGES) == {"/", "/terms", "/words", "/pe"}
+    missing_share = str(render_page(store, "/", "?share=abc"))
+    assert "not reachable" in missing_share or "does not exist" in missing_share
+
+
+def test_required_outputs_have_callbacks(app):
+    outputs = " ".join(app.callback_map)
+    for target in ["max-attention-graph.figure", "head-tsne-graph.figure", "share-url.children",
+                   "text-source.data", "terms-curves-graph.figure", "words-tsne-graph.figure",
+                   "pe-distance-graph.figure", "pe-metrics.children", "page-content.children"]:
+        assert target in outputs, target
+
+
+def test_everything_is_served_locally(app):
+    client = app.server.test_client()
+    index = client.get("/").get_data(as_text=True)
+    assert "<title>headscope</title>" in index
+    urls = re.findall(r'(?:src|href)="([^"]+)"', index)
+    assert urls and not [u for u in urls if u.startswith(("http:", "https:", "//"))]
+    for url in urls:
+        assert client.get(url).status_code == 200, url
+    assert all(f"/assets/{f}" in index for f in ("highlight.js", "export.js", "style.css"))
+    assert client.get("/terms").status_code == 200  # client-side routes get the index too
+    missing = client.get("/api/shares/..%2F..%2Fetc%2Fpasswd")  # not a page: the API's 404
+    assert missing.status_code == 404 and "not found" in missing.get_json()["detail"]
+    css = client.get("/assets/style.css").get_data(as_text=True)
+    assert "@import" not in css and "url(http" not in css  # no web fonts or remote files
+
+
+def test_text_request_holds_the_whole_head_view():
+    from frontend.pages.text import text_request
+
+    plain = text_request(text="a b", model="minilm", drop_special=False, restarts=1, layer=None, head=None)
+    assert plain["analyses"] == ["max-attention"] and "layer" not in plain["options"]
+    head = text_request(text="a b", model="minilm", drop_special=True, restarts=3, layer=2, head=5)
+    assert head["analyses"] == ["max-attention", "head-tsne", "hidden-tsne"]
+    assert head["options"] == {"drop_special": True, "restarts": 3, "layer": 2, "head": 5, "hidden_layer": 3}
+    from workers.contracts import AnalysisRequest
+
+    AnalysisRequest(**head)  # valid against the API contract
+
+
+def test_pe_request_validation():
+    from frontend.pages.pe import pe_request
+
+    ckpts = [{"id": "demo-a", "tensor": None}, {"id": "up-1", "tensor": "pe"}]
+    body = pe_request(checkpoints=ckpts, reference="2d-fixed", grid=(4, 4), sigma=1.0, seed=0,
+                      reference_checkpoint=None, partition="rows", csv=None, metric="euclidean")
+    assert body["reference"] == {"kind": "2d-fixed", "grid": [4, 4]}
+    assert body["partition"] == {"kind": "rows", "grid": [4, 4]}
+    assert body["checkpoints"] == [{"id": "demo-a", "tensor": None}, {"id": "up-1", "tensor": "pe"}]
+    ref = pe_request(checkpoints=ckpts, reference="checkpoint", grid=(4, 4), sigma=1.0, seed=0,
+                     reference_checkpoint="up-1", partition="none", csv=None, metric="cosine")
+    assert ref["reference"] == {"kind": "checkpoint", "checkpoint": {"id": "up-1", "tensor": "pe"}}
+    with pytest.raises(ValueError, match="reference"):
+        pe_request(checkpoints=ckpts, reference="checkpoint", grid=(4, 4), sigma=1.0, seed=0,
+                   reference_checkpoint=None, partition="none", csv=None, metric="euclidean")
+    with pytest.raises(ValueError, match="position,label"):
+        pe_request(checkpoints=ckpts, reference="none", grid=(4, 4), sigma=1.0, seed=0,
+                   reference_checkpoint=None, partition="csv", csv="  ", metric="euclidean")
+
+
+def test_url_state_round_trip():
+    q = query_string({"analysis": "abc", "layer": 0, "head": 11, "rescale": False, "layers": [0, 5],
+                      "token": None})
+    assert q == "?analysis=abc&layer=0&head=11&rescale=0&layers=0%2C5"
+    back = parse_query(q)
+    assert back == {"analysis": "abc", "layer": "0", "head": "11", "rescale": "0", "layers": "0,5"}
+    assert int_list(back["layers"]) == [0, 5] and int_list("x,1") is None
+    assert query_string({}) == ""
+
+
+def test_api_errors_carry_the_servers_reason():
+    req = httpx.Request("GET", "http://x/api")
+    assert _detail(httpx.Response(400, json={"detail": "unknown model 'x'"}, request=req)) == "unknown model 'x'"
+    pydantic = {"detail": [{"loc": ["body", "text"], "msg": "the text is empty"}]}
+    assert _detail(httpx.Response(422, json=pydantic, request=req)) == "text: the text is empty"
+    assert _detail(httpx.Response(502, text="Bad gateway", request=req)) == "Bad gateway"
+    client = ApiClient(f"http://127.0.0.1:{_closed_port()}", timeout=2)
+    with pytest.raises(ApiError, match="not reachable"):
+        client.health()
+    with pytest.raises(ValueError, match="exactly one"):
+        client.create_share(view={}, analysis_id="a", pe_analysis_id="b")
