@@ -293,6 +293,13 @@ def pca_2d(X: np.ndarray, *, basis: np.ndarray | None = None) -> np.ndarray:
     return coords
 
 
+def _rounded(a: np.ndarray, *, digits: int = 6) -> list:
+    """``a`` as nested lists with ``digits`` significant digits relative to its largest value."""
+    top = float(np.abs(a).max()) if a.size else 0.0
+    decimals = digits - int(math.ceil(math.log10(top))) if top > 0 else digits
+    return np.round(a, max(decimals, 0)).tolist()
+
+
 def _upper(D: np.ndarray) -> np.ndarray:
     return D[np.triu_indices(D.shape[0], k=1)]
 
@@ -311,7 +318,9 @@ def pe_report(
     matrices' upper triangles), ``distance_matrix`` ``[n][n]``, ``distance_max``, ``modularity``,
     ``clustering``, ``clustering_per_module``, ``labels``, ``order``, ``coords_2d`` (PCA of E),
     ``coords_2d_aligned`` and ``reference_coords_2d`` (EΩ and R on R's principal axes). Values
-    that need a reference or a partition are None without one.
+    that need a reference or a partition are None without one. Matrices and coordinates are
+    rounded to 6 significant digits of their largest entry (the JSON of a 512-position PE is
+    ~3 MB instead of ~5 MB); the scalars are computed from the unrounded values.
     """
     E = _matrix(E, "the PE")
     n, d = E.shape
@@ -322,10 +331,10 @@ def pe_report(
         "procrustes_distance": None,
         "procrustes_distance_normalised": None,
         "distance_correlation": None,
-        "coords_2d": pca_2d(E).tolist(),
+        "coords_2d": _rounded(pca_2d(E)),
         "coords_2d_aligned": None,
         "reference_coords_2d": None,
-        "distance_matrix": D.tolist(),
+        "distance_matrix": _rounded(D),
         "distance_max": float(D.max()),
         "modularity": None,
         "clustering": None,
@@ -342,8 +351,8 @@ def pe_report(
         DR = distance_matrix(R, metric=metric)
         if n > 2 and np.std(_upper(D)) > 0 and np.std(_upper(DR)) > 0:
             out["distance_correlation"] = float(np.corrcoef(_upper(D), _upper(DR))[0, 1])
-        out["coords_2d_aligned"] = pca_2d(Ep @ omega, basis=Rp).tolist()
-        out["reference_coords_2d"] = pca_2d(Rp).tolist()
+        out["coords_2d_aligned"] = _rounded(pca_2d(Ep @ omega, basis=Rp))
+        out["reference_coords_2d"] = _rounded(pca_2d(Rp))
     if partition is not None:
         W = affinity(D)
         codes, names = _codes(partition, n)
