@@ -286,6 +286,40 @@ def cmd_lst_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lst_compare(args: argparse.Namespace) -> int:
+    """Accuracy, PE-to-2d-fixed distances and attention agreement of finished LST runs."""
+    import torch
+
+    from workers.errors import BadFileError
+    from workers.lst.compare import compare_runs
+
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    for run in [*args.runs, *([args.reference_run] if args.reference_run else [])]:
+        if not (Path(run) / "config.json").exists():
+            raise BadFileError(f"{run} is not an lst-train output directory (no config.json)")
+    result = compare_runs(args.runs, reference_run=args.reference_run, n_puzzles=args.n_puzzles)
+    header = f"{'run':<28} {'val acc':>7} {'|EΩ-R| init':>12} {'|EΩ-R|':>8} {'norm. init':>10} {'norm.':>6} {'Q rows':>7} {'att cos':>7} {'att JSD':>7}"
+    print(header)
+    for row in result["runs"]:
+        init = row["pe_init"] or {}
+        fin = row["pe_final"]
+        att = row["attention"] or {}
+
+        def num(v: Any, width: int, fmt: str = ".3f") -> str:
+            return f"{v:>{width}{fmt}}" if isinstance(v, float) else f"{'-':>{width}}"
+
+        print(
+            f"{Path(row['run']).name:<28} {num(row['val_accuracy'], 7)} {num(init.get('procrustes_distance'), 12, '.2f')} "
+            f"{num(fin['procrustes_distance'], 8, '.2f')} {num(init.get('procrustes_distance_normalised'), 10)} "
+            f"{num(fin['procrustes_distance_normalised'], 6)} {num(fin['modularity_rows'], 7, '.4f')} "
+            f"{num(att.get('cosine'), 7)} {num(att.get('jsd'), 7)}"
+        )
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="headscope", description="Look inside transformer models.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
@@ -354,6 +388,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True, help="output directory")
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_lst_train)
+
+    c = sub.add_parser("lst-compare", help="compare lst-train runs: accuracy, PE vs 2d-fixed, attention agreement")
+    c.add_argument("runs", nargs="+", help="lst-train output directories")
+    c.add_argument("--reference-run", help="run whose attention maps are the reference (e.g. the 2d-fixed one)")
+    c.add_argument("--n-puzzles", type=int, default=500, help="validation puzzles for the attention comparison")
+    c.add_argument("--threads", type=int, default=None)
+    c.add_argument("--out", help="JSON output path")
+    c.set_defaults(func=cmd_lst_compare)
     return parser
 
 
