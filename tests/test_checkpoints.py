@@ -203,3 +203,35 @@ def test_checkpoint_module_does_not_import_torch(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_mutated_files_fail_only_with_bad_file_error(tmp_path: Path) -> None:
+    """Truncated or byte-flipped checkpoints either still read or raise BadFileError, nothing else."""
+    import random
+
+    from safetensors.numpy import save_file
+
+    torch.save({"pe": torch.randn(16, 8), "x": [torch.randn(3, 3)]}, tmp_path / "a.pt")
+    np.savez_compressed(tmp_path / "a.npz", pe=np.random.default_rng(0).normal(size=(16, 8)))
+    np.save(tmp_path / "a.npy", np.ones((16, 8)))
+    save_file({"pe": np.ones((16, 8), dtype=np.float32)}, str(tmp_path / "a.safetensors"))
+    rng = random.Random(0)
+    refused = 0
+    for name in ("a.pt", "a.npz", "a.npy", "a.safetensors"):
+        data = (tmp_path / name).read_bytes()
+        for trial in range(60):
+            mutated = bytearray(data)
+            if trial % 3 == 0:
+                mutated = mutated[: rng.randrange(1, len(mutated))]
+            else:
+                for _ in range(rng.randint(1, 4)):
+                    mutated[rng.randrange(len(mutated))] = rng.randrange(256)
+            path = tmp_path / f"m-{name}"
+            path.write_bytes(bytes(mutated))
+            try:
+                for cand in list_candidates(path):
+                    read_tensor(path, cand["name"])
+            except BadFileError as exc:
+                assert str(exc)
+                refused += 1
+    assert refused > 60  # most mutations break the file; every break is a BadFileError

@@ -22,6 +22,7 @@ import pickletools
 import re
 import struct
 import zipfile
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,7 +87,7 @@ def list_candidates(path: str | Path, *, max_bytes: int | None = MAX_CHECKPOINT_
         BadFileError: unreadable or corrupt file, a pickle that would run code, too large, too
             many tensors, or no usable 2-D tensor.
     """
-    entries = _scan(Path(path), max_bytes=max_bytes)
+    entries = _guard(Path(path), lambda: _scan(Path(path), max_bytes=max_bytes))
     cands, skipped = [], []
     for index, e in enumerate(entries):
         shape2 = _as_matrix_shape(e.shape)
@@ -120,7 +121,7 @@ def read_tensor(
     path = Path(path)
     if name is None:
         name = list_candidates(path, max_bytes=max_bytes)[0]["name"]
-    entries = {e.name: e for e in _scan(path, max_bytes=max_bytes)}
+    entries = {e.name: e for e in _guard(path, lambda: _scan(path, max_bytes=max_bytes))}
     if name not in entries:
         close = [n for n in entries if name.lower() in n.lower()][:5]
         hint = f"; similar names: {', '.join(close)}" if close else ""
@@ -136,7 +137,7 @@ def read_tensor(
             f"tensor {name!r} has shape {list(shape2)}; the limit is {MIN_POSITIONS}..{MAX_POSITIONS} "
             f"positions x at most {MAX_DIM} dims"
         )
-    arr = e.load().reshape(shape2)
+    arr = _guard(path, e.load).reshape(shape2)
     if not np.all(np.isfinite(arr)):
         raise BadFileError(f"tensor {name!r} contains NaN or infinite values")
     return arr
@@ -159,6 +160,19 @@ def name_score(name: str) -> float:
 
 # ---------------------------------------------------------------------------------------------
 # helpers
+
+
+def _guard(path: Path, work: Callable[[], Any]) -> Any:
+    """Run ``work``; whatever a hostile or broken file makes a parser raise becomes BadFileError."""
+    try:
+        return work()
+    except BadFileError:
+        raise
+    except MemoryError:
+        raise BadFileError(f"{path.name}: the file asks for more memory than allowed") from None
+    except Exception as exc:  # noqa: BLE001 - parsers of untrusted bytes raise anything
+        logger.info("checkpoint %s rejected: %r", path, exc)
+        raise BadFileError(f"{path.name}: corrupt or unsupported file ({type(exc).__name__}: {exc})"[:300]) from None
 
 
 def _words(name: str) -> list[str]:
@@ -348,18 +362,21 @@ def _scan_npz(path: Path, zf: zipfile.ZipFile) -> list[_Entry]:
     entries = []
     for info in zf.infolist():
         name = info.filename[: -len(".npy")]
-        with zf.open(info) as fp:
-            shape, dtype = _npy_header(fp, f"{path.name}:{name}")
+        try:
+            with zf.open(info) as fp:
+                shape, dtype = _npy_header(fp, f"{path.name}:{name}")
+        except (OSError, zlib.error, zipfile.BadZipFile) as exc:
+            raise BadFileError(f"{path.name}: corrupt .npz archive ({exc})") from None
         kind = _np_dtype_name(dtype, f"{path.name}:{name}")
         need = math.prod(shape) * dtype.itemsize
         if info.file_size > need + 100_000:  # header + data, nothing hidden behind
             raise BadFileError(f"{path.name}:{name}: {info.file_size} bytes for shape {list(shape)}")
 
         def load(member: str = info.filename) -> np.ndarray:
-            with zipfile.ZipFile(path) as z, z.open(member) as fp:
-                try:
+            try:
+                with zipfile.ZipFile(path) as z, z.open(member) as fp:
                     return _native_float(np.lib.format.read_array(fp, allow_pickle=False))
-                except (ValueError, OSError, EOFError) as exc:
+            except (ValueError, OSError, EOFError, zlib.error, zipfile.BadZipFile) as exc:
                     raise BadFileError(f"{path.name}:{member}: corrupt array ({exc})") from None
 
         entries.append(_Entry(name, shape, kind, load))
@@ -454,15 +471,15 @@ def _scan_torch_zip(path: Path, zf: zipfile.ZipFile, pkl_name: str) -> list[_Ent
     info = zf.getinfo(pkl_name)
     if info.file_size > MAX_HEADER_BYTES:
         raise BadFileError(f"{path.name}: its pickle is {info.file_size} bytes; the limit is {MAX_HEADER_BYTES}")
-    order = "<"
-    if f"{prefix}/byteorder" in zf.namelist() and zf.read(f"{prefix}/byteorder").strip() == b"big":
-        order = ">"
     try:
+        order = "<"
+        if f"{prefix}/byteorder" in zf.namelist() and zf.read(f"{prefix}/byteorder").strip() == b"big":
+            order = ">"
         obj = _RestrictedUnpickler(zf.read(pkl_name), path.name).load()
     except UnsafePickleError:
         raise
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
-            KeyError, RecursionError, MemoryError, zipfile.BadZipFile) as exc:  # fmt: skip
+            KeyError, RecursionError, MemoryError, OSError, zlib.error, zipfile.BadZipFile) as exc:  # fmt: skip
         raise BadFileError(f"{path.name}: corrupt PyTorch checkpoint ({type(exc).__name__}: {exc})") from None
     found: list[tuple[str, _TensorRef]] = []
     _collect(obj, "", found)
@@ -495,8 +512,11 @@ def _collect(obj: Any, prefix: str, out: list[tuple[str, _TensorRef]], depth: in
 def _torch_reader(path: Path, member: str, ref: _TensorRef, order: str) -> Callable[[], np.ndarray]:
     def load() -> np.ndarray:
         st = ref.storage
-        with zipfile.ZipFile(path) as z, z.open(member) as fp:
-            raw = fp.read(st.numel * st.itemsize)
+        try:
+            with zipfile.ZipFile(path) as z, z.open(member) as fp:
+                raw = fp.read(st.numel * st.itemsize)
+        except (OSError, zlib.error, zipfile.BadZipFile) as exc:
+            raise BadFileError(f"{path.name}: cannot read tensor data ({exc})") from None
         flat = _decode(raw, st.dtype, order)
         view = np.lib.stride_tricks.as_strided(
             flat[ref.offset :], shape=ref.shape, strides=[s * flat.itemsize for s in ref.stride]
