@@ -45,11 +45,16 @@ def test_procrustes_recovers_a_rotation_and_matches_scipy() -> None:
     rng = np.random.default_rng(0)
     R = P.make_reference("2d-fixed", n=16, d=32, grid=(4, 4))
     Q = ortho_group.rvs(32, random_state=1)
-    omega, dist = P.procrustes(R @ Q, R)
-    assert dist < 1e-9  # Ω is not unique here (rank 16 < 32), the fit is
-    tall = rng.normal(size=(40, 8))  # full column rank: Ω is unique and undoes the rotation
+    aligned, dist = P.procrustes(R @ Q, R)  # wide: more dims than positions
+    assert dist < 1e-9
+    np.testing.assert_allclose(aligned, R, atol=1e-9)
+    tall = rng.normal(size=(40, 8))  # tall: the d x d route
     Q8 = ortho_group.rvs(8, random_state=2)
-    np.testing.assert_allclose(P.procrustes(tall @ Q8, tall)[0], Q8.T, atol=1e-9)
+    np.testing.assert_allclose(P.procrustes(tall @ Q8, tall)[0], tall, atol=1e-9)
+    # both routes agree with the textbook Ω = U Vᵀ from the SVD of EᵀR
+    E1, R1 = rng.normal(size=(10, 30)), rng.normal(size=(10, 30))
+    u, _, vt = np.linalg.svd(E1.T @ R1)
+    np.testing.assert_allclose(P.procrustes(E1, R1)[0], E1 @ u @ vt, atol=1e-9)
     E = rng.normal(size=(16, 32))
     _, raw = P.procrustes(E, R)
     # no other orthogonal map does better than the optimum
@@ -177,3 +182,12 @@ def test_attention_agreement_matches_scipy() -> None:
     with pytest.raises(HeadscopeError, match="same shape"):
         P.attention_agreement(A, B[:2])
 
+
+
+@pytest.mark.parametrize("shape", [(30, 5), (6, 40)])
+def test_pca_2d_matches_svd(shape: tuple[int, int]) -> None:
+    X = np.random.default_rng(1).normal(size=shape) * np.linspace(3, 1, shape[1])
+    coords = P.pca_2d(X)
+    _, _, vt = np.linalg.svd(X - X.mean(axis=0), full_matrices=False)
+    ref = (X - X.mean(axis=0)) @ vt[:2].T
+    np.testing.assert_allclose(np.abs(coords), np.abs(ref), atol=1e-9)  # same axes up to sign

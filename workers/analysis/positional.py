@@ -105,15 +105,23 @@ def _pad_to(a: np.ndarray, d: int) -> np.ndarray:
 
 
 def procrustes(E: np.ndarray, R: np.ndarray) -> tuple[np.ndarray, float]:
-    """Orthogonal Ω minimising ``|EΩ − R|_F`` and that distance.
+    """E aligned onto R by the orthogonal Ω minimising ``|EΩ − R|_F``, and that distance.
 
-    When the dims differ the narrower matrix gets zero columns (Ω is then semi-orthogonal).
-    Returns Ω ``[d, d]`` and the raw distance.
+    Returns ``EΩ`` ``[n, d]`` and the raw distance. When the dims differ the narrower matrix gets
+    zero columns. With more dims than positions (a 512 x 4096 PE) the work happens in the
+    n-dimensional row spaces, so no d x d matrix is formed.
     """
     E, R = _pair(E, R)
-    u, _s, vt = np.linalg.svd(E.T @ R)  # [d, d]
-    omega = u @ vt
-    return omega, float(np.linalg.norm(E @ omega - R))
+    n, d = E.shape
+    if d <= n:
+        u, _s, vt = np.linalg.svd(E.T @ R)  # [d, d]
+        aligned = E @ (u @ vt)
+    else:
+        qe, te = np.linalg.qr(E.T)  # Eᵀ = Qe Te: [d, n] [n, n]
+        qr_, tr = np.linalg.qr(R.T)
+        u, _s, vt = np.linalg.svd(te @ tr.T)  # EᵀR = Qe (Te Trᵀ) Qrᵀ
+        aligned = E @ qe @ u @ vt @ qr_.T  # = EΩ for every orthogonal Ω extending Qe u vt Qrᵀ
+    return aligned, float(np.linalg.norm(aligned - R))
 
 
 def procrustes_normalised(E: np.ndarray, R: np.ndarray) -> float:
@@ -280,12 +288,24 @@ def parse_partition_csv(text: str, n: int) -> np.ndarray:
 
 
 def pca_2d(X: np.ndarray, *, basis: np.ndarray | None = None) -> np.ndarray:
-    """Rows of X on the top-2 principal axes of ``basis`` (default X), signs fixed. # [n, 2]"""
+    """Rows of X on the top-2 principal axes of ``basis`` (default X), signs fixed. # [n, 2]
+
+    The axes come from the smaller of the two Gram matrices (n x n or d x d), top two eigenpairs only.
+    """
+    from scipy.linalg import eigh
+
     B = X if basis is None else basis
     centre = B.mean(axis=0)
-    _, _, vt = np.linalg.svd(B - centre, full_matrices=False)
-    axes = vt[:2]  # [2, d]
-    flip = np.sign(axes[np.arange(len(axes)), np.abs(axes).argmax(axis=1)])
+    Bc = B - centre  # [n, d]
+    n, d = Bc.shape
+    k = min(2, n, d)
+    if d <= n:
+        _, vecs = eigh(Bc.T @ Bc, subset_by_index=[d - k, d - 1])  # [d, k], ascending
+        axes = vecs[:, ::-1].T  # [k, d]
+    else:
+        vals, vecs = eigh(Bc @ Bc.T, subset_by_index=[n - k, n - 1])  # [n, k]
+        axes = (Bc.T @ vecs[:, ::-1] / np.sqrt(np.maximum(vals[::-1], 1e-300))).T
+    flip = np.sign(axes[np.arange(k), np.abs(axes).argmax(axis=1)])
     axes = axes * np.where(flip == 0, 1.0, flip)[:, None]
     coords = (X - centre) @ axes.T
     if coords.shape[1] < 2:
@@ -344,14 +364,14 @@ def pe_report(
     }
     if reference is not None:
         R = _matrix(reference, "the reference")
-        omega, raw = procrustes(E, R)
-        Ep, Rp = _pair(E, R)
+        aligned, raw = procrustes(E, R)
+        _, Rp = _pair(E, R)
         out["procrustes_distance"] = raw
         out["procrustes_distance_normalised"] = procrustes_normalised(E, R)
         DR = distance_matrix(R, metric=metric)
         if n > 2 and np.std(_upper(D)) > 0 and np.std(_upper(DR)) > 0:
             out["distance_correlation"] = float(np.corrcoef(_upper(D), _upper(DR))[0, 1])
-        out["coords_2d_aligned"] = _rounded(pca_2d(Ep @ omega, basis=Rp))
+        out["coords_2d_aligned"] = _rounded(pca_2d(aligned, basis=Rp))
         out["reference_coords_2d"] = _rounded(pca_2d(Rp))
     if partition is not None:
         W = affinity(D)
