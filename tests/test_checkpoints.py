@@ -54,7 +54,12 @@ def test_pt_zip_matches_torch_weights_only(tmp_path: Path) -> None:
         param=torch.nn.Parameter(torch.randn(3, 2)),
         ids=torch.arange(7),
     )
-    nested = {"model": sd, "epoch": 3, "layers": [torch.randn(2, 2)], "pos_embed": torch.randn(1, 8, 4)}
+    nested = {
+        "model": sd,
+        "epoch": 3,
+        "layers": [torch.randn(2, 2)],
+        "pos_embed": torch.randn(1, 8, 4),
+    }
     path = tmp_path / "ckpt.pt"
     torch.save(nested, path)
     ref = torch.load(path, weights_only=True)
@@ -81,7 +86,11 @@ def test_safetensors_own_parser_matches_library(tmp_path: Path) -> None:
 
     path = tmp_path / "m.safetensors"
     save_file(
-        {"enc.pe": torch.randn(16, 12).to(torch.bfloat16), "w": torch.randn(5, 5).double(), "n": torch.arange(3)},
+        {
+            "enc.pe": torch.randn(16, 12).to(torch.bfloat16),
+            "w": torch.randn(5, 5).double(),
+            "n": torch.arange(3),
+        },
         str(path),
     )
     with safe_open(str(path), "pt") as f:
@@ -104,7 +113,9 @@ def test_numpy_formats(tmp_path: Path) -> None:
         list_candidates(tmp_path / "obj.npy")
 
 
-def test_hugging_face_directories_rank_the_position_embeddings_first(catalogue, tiny_model_dirs) -> None:
+def test_hugging_face_directories_rank_the_position_embeddings_first(
+    catalogue, tiny_model_dirs
+) -> None:
     bert = list_candidates(tiny_model_dirs["tiny-bert"])
     assert bert[0]["name"].endswith("position_embeddings.weight") and bert[0]["shape"] == [64, 32]
     gpt2 = list_candidates(tiny_model_dirs["tiny-gpt2"])
@@ -114,14 +125,20 @@ def test_hugging_face_directories_rank_the_position_embeddings_first(catalogue, 
     from transformers import AutoModel
 
     model = AutoModel.from_pretrained(tiny_model_dirs["tiny-gpt2"])
-    np.testing.assert_array_equal(read_tensor(tiny_model_dirs["tiny-gpt2"]), model.wpe.weight.detach().numpy())
+    np.testing.assert_array_equal(
+        read_tensor(tiny_model_dirs["tiny-gpt2"]), model.wpe.weight.detach().numpy()
+    )
 
 
 def test_name_hints() -> None:
-    assert ck.name_score("embeddings.position_embeddings.weight") > ck.name_score("embeddings.word_embeddings.weight")
+    assert ck.name_score("embeddings.position_embeddings.weight") > ck.name_score(
+        "embeddings.word_embeddings.weight"
+    )
     assert ck.name_score("transformer.wpe.weight") > ck.name_score("transformer.wte.weight")
     assert ck.name_score("pe") > ck.name_score("pe_init") > ck.name_score("blocks.0.qkv.weight") - 3
-    assert ck.name_score("posEmbedding") >= 3 and ck.name_score("upper.weight") == 0  # no substring hits
+    assert (
+        ck.name_score("posEmbedding") >= 3 and ck.name_score("upper.weight") == 0
+    )  # no substring hits
 
 
 @pytest.mark.parametrize("payload", [WritesFile, OpensFile])
@@ -130,7 +147,9 @@ def test_pickle_that_would_run_code_is_refused_and_never_runs(tmp_path: Path, pa
     path = tmp_path / "evil.pt"
     torch.save({"pe": torch.randn(4, 4), "x": payload(target)}, path)  # a real torch.save zip
     for call in (list_candidates, read_tensor):
-        with pytest.raises(ck.UnsafePickleError, match=r"refused .* would call (posix\.system|io\.open)"):
+        with pytest.raises(
+            ck.UnsafePickleError, match=r"refused .* would call (posix\.system|io\.open)"
+        ):
             call(path)
     raw = tmp_path / "evil.bin"
     raw.write_bytes(pickle.dumps(payload(target)))  # a bare pickle, as a legacy .bin would be
@@ -149,7 +168,9 @@ def test_corrupt_and_oversized_files(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with pytest.raises(BadFileError, match="unrecognised file format"):
         list_candidates(junk)
     # a safetensors header that points past the end of the file
-    header = json.dumps({"pe": {"dtype": "F32", "shape": [16, 8], "data_offsets": [0, 512]}}).encode()
+    header = json.dumps(
+        {"pe": {"dtype": "F32", "shape": [16, 8], "data_offsets": [0, 512]}}
+    ).encode()
     short = tmp_path / "short.safetensors"
     short.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * 100)
     with pytest.raises(BadFileError, match="outside the file"):
@@ -201,7 +222,9 @@ def test_checkpoint_module_does_not_import_torch(tmp_path: Path) -> None:
         f"assert m.read_tensor({str(tmp_path / 'pe.npy')!r}).shape == (4, 3)\n"
         "print('torch' in sys.modules)"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "False"
 
 

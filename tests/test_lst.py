@@ -45,7 +45,9 @@ def _brute_vectors(tokens: np.ndarray) -> int:
     options = []
     for cells in P.LINES:
         shown = tokens[cells]
-        options.append([p for p in perms if all(s >= 4 or s == v for s, v in zip(shown, p, strict=True))])
+        options.append(
+            [p for p in perms if all(s >= 4 or s == v for s, v in zip(shown, p, strict=True))]
+        )
     for k in (1, 2, 3):
         for subset in itertools.combinations(range(8), k):
             if not any(probe in P.LINES[line] for line in subset):
@@ -104,7 +106,10 @@ def test_same_seed_same_weights_except_the_pe() -> None:
     fixed = build_model(LSTConfig(pe="2d-fixed", seed=3))
     a, b = learned.state_dict(), fixed.state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a if k != "pe")
-    assert torch.equal(b["pe"], torch.tensor(make_reference("2d-fixed", n=16, d=160, grid=(4, 4)), dtype=torch.float32))
+    assert torch.equal(
+        b["pe"],
+        torch.tensor(make_reference("2d-fixed", n=16, d=160, grid=(4, 4)), dtype=torch.float32),
+    )
     assert learned.pe.std().item() == pytest.approx(0.2, rel=0.1)
     wide = build_model(LSTConfig(pe="learned", sigma=2.0, seed=3))
     assert torch.allclose(wide.pe, learned.pe * 10)  # same draw, scaled
@@ -164,7 +169,21 @@ def test_cli_lst_train_then_pe(tmp_path: Path, capsys: pytest.CaptureFixture[str
     run = tmp_path / "fixed"
     args = ["--epochs", "1", "--n-train", "48", "--n-val", "12", "--batch-size", "48", "-q"]
     assert main(["lst-train", "--pe", "2d-fixed", "--out", str(run), *args]) == 0
-    assert main(["lst-train", "--pe", "learned", "--sigma", "2.0", "--out", str(tmp_path / "wide"), *args]) == 0
+    assert (
+        main(
+            [
+                "lst-train",
+                "--pe",
+                "learned",
+                "--sigma",
+                "2.0",
+                "--out",
+                str(tmp_path / "wide"),
+                *args,
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "r.json"
     ckpt = str(run / "model.safetensors")
     assert main(["pe", "--checkpoint", ckpt, "--reference", "2d-fixed", "--grid", "4x4",
@@ -173,23 +192,47 @@ def test_cli_lst_train_then_pe(tmp_path: Path, capsys: pytest.CaptureFixture[str
     for key in ("procrustes_distance", "procrustes_distance_normalised", "distance_matrix",
                 "modularity", "clustering", "candidates", "order", "coords_2d"):  # fmt: skip
         assert key in rep
-    assert rep["tensor"] == "pe" and rep["procrustes_distance"] < 1e-5  # the fixed PE is the reference
+    assert (
+        rep["tensor"] == "pe" and rep["procrustes_distance"] < 1e-5
+    )  # the fixed PE is the reference
     assert np.array(rep["distance_matrix"]).shape == (16, 16)
     # a sweep against another checkpoint as reference, with a CSV partition
     csv = tmp_path / "part.csv"
-    csv.write_text("position,label\n" + "\n".join(f"{t},{'top' if t < 8 else 'bottom'}" for t in range(16)))
+    csv.write_text(
+        "position,label\n" + "\n".join(f"{t},{'top' if t < 8 else 'bottom'}" for t in range(16))
+    )
     assert main(["pe", "--checkpoint", str(tmp_path / "wide" / "model.safetensors"), "--checkpoint", ckpt,
                  "--reference-checkpoint", ckpt, "--partition", str(csv), "--out", str(out)]) == 0  # fmt: skip
     sweep = json.loads(out.read_text())
     assert [r["procrustes_distance"] < 1e-5 for r in sweep["summary"]] == [False, True]
-    assert sweep["checkpoints"][0]["labels"][0] == "top" and sweep["reference"]["kind"] == "checkpoint"
+    assert (
+        sweep["checkpoints"][0]["labels"][0] == "top" and sweep["reference"]["kind"] == "checkpoint"
+    )
     # compare the two runs against the fixed one
     cmp = tmp_path / "cmp.json"
-    assert main(["lst-compare", str(tmp_path / "wide"), str(run), "--reference-run", str(run), "--out", str(cmp)]) == 0
+    assert (
+        main(
+            [
+                "lst-compare",
+                str(tmp_path / "wide"),
+                str(run),
+                "--reference-run",
+                str(run),
+                "--out",
+                str(cmp),
+            ]
+        )
+        == 0
+    )
     rows = json.loads(cmp.read_text())["runs"]
-    assert rows[1]["attention"]["cosine"] == pytest.approx(1.0) and rows[1]["pe_final"]["procrustes_distance"] < 1e-5
+    assert (
+        rows[1]["attention"]["cosine"] == pytest.approx(1.0)
+        and rows[1]["pe_final"]["procrustes_distance"] < 1e-5
+    )
     assert rows[0]["attention"]["cosine"] < 1.0 and rows[0]["attention"]["n_puzzles"] == 12
-    assert rows[0]["pe_init"]["norm"] == pytest.approx(2.0 * np.sqrt(16 * 160), rel=0.05)  # N(0, 2²) draw
+    assert rows[0]["pe_init"]["norm"] == pytest.approx(
+        2.0 * np.sqrt(16 * 160), rel=0.05
+    )  # N(0, 2²) draw
     # bad input: one line on stderr, exit 2
     capsys.readouterr()
     assert main(["pe", "--checkpoint", ckpt, "--partition", str(csv), "--tensor", "nope"]) == 2

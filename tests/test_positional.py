@@ -58,10 +58,14 @@ def test_procrustes_recovers_a_rotation_and_matches_scipy() -> None:
     E = rng.normal(size=(16, 32))
     _, raw = P.procrustes(E, R)
     # no other orthogonal map does better than the optimum
-    assert all(raw <= np.linalg.norm(E @ ortho_group.rvs(32, random_state=s) - R) for s in range(20))
+    assert all(
+        raw <= np.linalg.norm(E @ ortho_group.rvs(32, random_state=s) - R) for s in range(20)
+    )
     # normalised distance vs scipy's disparity (which also fits a scale): d² = 2 − 2·sqrt(1 − disparity)
     _, _, disparity = scipy_procrustes(R, E)
-    assert P.procrustes_normalised(E, R) == pytest.approx(np.sqrt(2 - 2 * np.sqrt(1 - disparity)), rel=1e-9)
+    assert P.procrustes_normalised(E, R) == pytest.approx(
+        np.sqrt(2 - 2 * np.sqrt(1 - disparity)), rel=1e-9
+    )
     # invariant to shifting and scaling E; zero for a rotated, scaled, shifted copy
     assert P.procrustes_normalised(3 * E + 1, R) == pytest.approx(P.procrustes_normalised(E, R))
     assert P.procrustes_normalised(5 * R @ Q + 2, R) < 1e-9
@@ -79,7 +83,9 @@ def test_distance_matrix_properties() -> None:
         assert np.array_equal(D, D.T) and np.all(np.diag(D) == 0)
         np.testing.assert_allclose(D, squareform(pdist(E, ref)), atol=1e-9)
         Q = ortho_group.rvs(6, random_state=0)
-        np.testing.assert_allclose(P.distance_matrix(E @ Q, metric=metric), D, atol=1e-9)  # rotation invariant
+        np.testing.assert_allclose(
+            P.distance_matrix(E @ Q, metric=metric), D, atol=1e-9
+        )  # rotation invariant
     W = P.affinity(P.distance_matrix(E))
     assert W.max() <= 1 and W.min() == pytest.approx(0) and np.all(np.diag(W) == 0)
     with pytest.raises(HeadscopeError, match="unknown metric"):
@@ -121,7 +127,10 @@ def test_grid_pe_is_modular_by_rows_and_clustering_by_hand() -> None:
 def test_partition_csv_parsing_and_errors() -> None:
     text = "position,label\n" + "\n".join(f"{i},{'ab'[i % 2]}" for i in range(6))
     assert P.parse_partition_csv(text, 6).tolist() == ["a", "b", "a", "b", "a", "b"]
-    assert P.parse_partition_csv("\ufeffPosition, Label\r\n1,x\r\n0,y\r\n", 2).tolist() == ["y", "x"]
+    assert P.parse_partition_csv("\ufeffPosition, Label\r\n1,x\r\n0,y\r\n", 2).tolist() == [
+        "y",
+        "x",
+    ]
     cases = {
         "0,a\n1,b\n": "header 'position,label'",
         "": "header 'position,label'",
@@ -171,7 +180,9 @@ def test_attention_agreement_matches_scipy() -> None:
     A = rng.dirichlet(np.ones(7), size=(3, 7))  # [map, query, key]
     B = rng.dirichlet(np.ones(7), size=(3, 7))
     out = P.attention_agreement(A, B)
-    ref = np.mean([jensenshannon(A[m, q], B[m, q], base=2) ** 2 for m in range(3) for q in range(7)])
+    ref = np.mean(
+        [jensenshannon(A[m, q], B[m, q], base=2) ** 2 for m in range(3) for q in range(7)]
+    )
     assert out["jsd"] == pytest.approx(ref, rel=1e-9)
     flat_cos = A.ravel() @ B.ravel() / np.linalg.norm(A) / np.linalg.norm(B)
     assert out["cosine"] == pytest.approx(flat_cos) and len(out["cosine_per_map"]) == 3
@@ -181,7 +192,6 @@ def test_attention_agreement_matches_scipy() -> None:
     assert P.attention_agreement(onehot, np.roll(onehot, 1, axis=-1))["jsd"] == pytest.approx(1.0)
     with pytest.raises(HeadscopeError, match="same shape"):
         P.attention_agreement(A, B[:2])
-
 
 
 @pytest.mark.parametrize("shape", [(30, 5), (6, 40)])

@@ -18,9 +18,16 @@ from typing import Any, Literal
 
 import numpy as np
 
+from workers.analysis.agreement import attention_agreement
 from workers.errors import HeadscopeError
 
 logger = logging.getLogger(__name__)
+
+__all__ = [
+    "affinity", "attention_agreement", "clustering", "distance_matrix", "grid_partition",
+    "make_reference", "modularity", "parse_grid", "parse_partition_csv", "partition_order",
+    "pca_2d", "pe_report", "pe_sweep", "procrustes", "procrustes_normalised",
+]  # fmt: skip
 
 REFERENCE_KINDS = ("1d-fixed", "2d-fixed", "random")
 METRICS = ("euclidean", "cosine")
@@ -57,13 +64,17 @@ def make_reference(
     random is N(0, sigma²) drawn with ``seed``.
     """
     if n < 1 or d < 1:
-        raise HeadscopeError(f"a reference needs n >= 1 positions and d >= 1 dims, got n={n}, d={d}")
+        raise HeadscopeError(
+            f"a reference needs n >= 1 positions and d >= 1 dims, got n={n}, d={d}"
+        )
     if kind == "1d-fixed":
         return sinusoid(np.arange(1, n + 1), d)
     if kind == "2d-fixed":
         h, w = _check_grid(grid, n)
         if d % 2:
-            raise HeadscopeError(f"2d-fixed needs an even number of dims (half rows, half columns), got {d}")
+            raise HeadscopeError(
+                f"2d-fixed needs an even number of dims (half rows, half columns), got {d}"
+            )
         t = np.arange(n)
         rows, cols = t // w + 1, t % w + 1
         return np.concatenate([sinusoid(rows, d // 2), sinusoid(cols, d // 2)], axis=1)
@@ -152,7 +163,9 @@ def _pair(E: np.ndarray, R: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _matrix(a: Any, what: str) -> np.ndarray:
     a = np.asarray(a, dtype=np.float64)
     if a.ndim != 2 or a.shape[0] < 2 or a.shape[1] < 1:
-        raise HeadscopeError(f"{what} must be a positions x dims matrix with >= 2 positions, got {list(a.shape)}")
+        raise HeadscopeError(
+            f"{what} must be a positions x dims matrix with >= 2 positions, got {list(a.shape)}"
+        )
     if not np.all(np.isfinite(a)):
         raise HeadscopeError(f"{what} contains NaN or infinite values")
     return a
@@ -170,7 +183,9 @@ def distance_matrix(E: np.ndarray, *, metric: str = "euclidean") -> np.ndarray:
     elif metric == "cosine":
         norms = np.linalg.norm(E, axis=1)
         if np.any(norms == 0):
-            raise HeadscopeError("cosine distance is undefined for a position whose encoding is all zeros")
+            raise HeadscopeError(
+                "cosine distance is undefined for a position whose encoding is all zeros"
+            )
         U = E / norms[:, None]
         D = np.clip(1.0 - U @ U.T, 0.0, 2.0)
     else:
@@ -255,21 +270,31 @@ def parse_partition_csv(text: str, n: int) -> np.ndarray:
     rows = [r for r in csv.reader(io.StringIO(text.lstrip("\ufeff"))) if any(c.strip() for c in r)]
     if not rows or [c.strip().lower() for c in rows[0]] != ["position", "label"]:
         got = ",".join(rows[0]) if rows else "nothing"
-        raise HeadscopeError(f"the partition CSV must start with the header 'position,label' (got {got!r})")
+        raise HeadscopeError(
+            f"the partition CSV must start with the header 'position,label' (got {got!r})"
+        )
     labels: list[str | None] = [None] * n
     seen: dict[int, int] = {}
     for line, row in enumerate(rows[1:], start=2):
         if len(row) != 2:
-            raise HeadscopeError(f"partition CSV line {line}: expected 2 columns (position,label), got {len(row)}")
+            raise HeadscopeError(
+                f"partition CSV line {line}: expected 2 columns (position,label), got {len(row)}"
+            )
         raw, label = row[0].strip(), row[1].strip()
         try:
             pos = int(raw)
         except ValueError:
-            raise HeadscopeError(f"partition CSV line {line}: position {raw!r} is not an integer") from None
+            raise HeadscopeError(
+                f"partition CSV line {line}: position {raw!r} is not an integer"
+            ) from None
         if not 0 <= pos < n:
-            raise HeadscopeError(f"partition CSV line {line}: position {pos} is outside 0..{n - 1} (0-based)")
+            raise HeadscopeError(
+                f"partition CSV line {line}: position {pos} is outside 0..{n - 1} (0-based)"
+            )
         if pos in seen:
-            raise HeadscopeError(f"partition CSV: position {pos} appears twice (lines {seen[pos]} and {line})")
+            raise HeadscopeError(
+                f"partition CSV: position {pos} appears twice (lines {seen[pos]} and {line})"
+            )
         if not label:
             raise HeadscopeError(f"partition CSV line {line}: empty label")
         seen[pos] = line
@@ -401,45 +426,3 @@ def pe_sweep(
             "modularity", "clustering")  # fmt: skip
     summary = [{"name": r["name"], **{k: r[k] for k in keys}} for r in reports]
     return {"checkpoints": reports, "summary": summary}
-
-
-# --- attention-map agreement ----------------------------------------------------------------------
-
-
-def attention_agreement(A: np.ndarray, B: np.ndarray, *, eps: float = 1e-12) -> dict[str, Any]:
-    """Two models' attention maps on the same inputs. # [..., query, key], rows sum to 1
-
-    ``cosine``: cosine similarity of the flattened maps; ``cosine_per_map`` the same per map
-    (leading axes flattened); ``jsd``: mean Jensen–Shannon divergence (base 2, in [0, 1]) of rows;
-    ``jsd_per_map`` per map.
-    """
-    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
-    if A.shape != B.shape or A.ndim < 2:
-        raise HeadscopeError(f"attention maps must have the same shape, got {list(A.shape)} and {list(B.shape)}")
-    if np.any(A < 0) or np.any(B < 0):
-        raise HeadscopeError("attention maps must be non-negative")
-    q, k = A.shape[-2:]
-    a, b = A.reshape(-1, q, k), B.reshape(-1, q, k)  # [map, query, key]
-
-    def cos(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        num = (x * y).sum(axis=-1)
-        den = np.linalg.norm(x, axis=-1) * np.linalg.norm(y, axis=-1)
-        return num / np.maximum(den, eps)
-
-    p = a / np.maximum(a.sum(axis=-1, keepdims=True), eps)
-    r = b / np.maximum(b.sum(axis=-1, keepdims=True), eps)
-    m = (p + r) / 2
-
-    def kl(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            terms = np.where(x > 0, x * np.log2(x / np.maximum(y, eps)), 0.0)
-        return terms.sum(axis=-1)
-
-    jsd = np.clip((kl(p, m) + kl(r, m)) / 2, 0.0, 1.0)  # [map, query]
-    return {
-        "cosine": float(cos(a.reshape(1, -1), b.reshape(1, -1))[0]),
-        "cosine_per_map": cos(a.reshape(len(a), -1), b.reshape(len(b), -1)).tolist(),
-        "jsd": float(jsd.mean()),
-        "jsd_per_map": jsd.mean(axis=1).tolist(),
-        "n_maps": int(len(a)),
-    }

@@ -35,7 +35,10 @@ def pe_summary(E: np.ndarray) -> dict[str, Any]:
     R = make_reference("2d-fixed", n=n, d=d, grid=(SIZE, SIZE))
     rep = pe_report(E, reference=R, partition=None)
     W = affinity(distance_matrix(E))
-    out = {k: rep[k] for k in ("procrustes_distance", "procrustes_distance_normalised", "distance_correlation")}
+    out = {
+        k: rep[k]
+        for k in ("procrustes_distance", "procrustes_distance_normalised", "distance_correlation")
+    }
     out["norm"] = float(np.linalg.norm(E))
     for kind in ("rows", "columns"):
         part = grid_partition(kind, (SIZE, SIZE))
@@ -54,7 +57,9 @@ def compare_runs(
     def validation(cfg: Any) -> Puzzles:
         key = (cfg.n_train, cfg.n_val, cfg.data_seed)
         if key not in datasets:
-            datasets[key] = make_dataset(n_train=cfg.n_train, n_val=cfg.n_val, seed=cfg.data_seed)[1]
+            datasets[key] = make_dataset(n_train=cfg.n_train, n_val=cfg.n_val, seed=cfg.data_seed)[
+                1
+            ]
         return datasets[key].subset(np.arange(min(n_puzzles, len(datasets[key]))))
 
     ref_maps = None
@@ -75,19 +80,25 @@ def compare_runs(
             "seconds": metrics["seconds"][-1],
             "train_accuracy": metrics["train_accuracy"][-1],
             "val_accuracy": metrics["val_accuracy"][-1],
-            "val_accuracy_by_vectors": {k: v[-1] for k, v in metrics["val_accuracy_by_vectors"].items()},
+            "val_accuracy_by_vectors": {
+                k: v[-1] for k, v in metrics["val_accuracy_by_vectors"].items()
+            },
             "pe_final": pe_summary(model.pe.detach().numpy().astype(np.float64)),
             "pe_init": None,
             "attention": None,
         }
         if cfg.pe == "learned":
-            row["pe_init"] = pe_summary(read_tensor(run / "model.safetensors", PE_INIT_TENSOR).astype(np.float64))
+            row["pe_init"] = pe_summary(
+                read_tensor(run / "model.safetensors", PE_INIT_TENSOR).astype(np.float64)
+            )
         if ref_maps is not None:
             val = validation(cfg)
             if len(val) == ref_maps.shape[1] and np.array_equal(val.tokens, ref_val.tokens):
                 maps = attention_maps(model, val)
                 agree = attention_agreement(maps, ref_maps)
-                per_layer = [attention_agreement(maps[layer], ref_maps[layer]) for layer in range(len(maps))]
+                per_layer = [
+                    attention_agreement(maps[layer], ref_maps[layer]) for layer in range(len(maps))
+                ]
                 row["attention"] = {
                     "cosine": agree["cosine"],
                     "jsd": agree["jsd"],
@@ -96,6 +107,9 @@ def compare_runs(
                     "n_puzzles": len(val),
                 }
             else:
-                logger.warning("%s was trained on other puzzles than the reference run; no attention comparison", run)
+                logger.warning(
+                    "%s was trained on other puzzles than the reference run; no attention comparison",
+                    run,
+                )
         rows.append(row)
     return {"reference_run": str(reference_run) if reference_run else None, "runs": rows}

@@ -18,7 +18,9 @@ from workers.models.checkpoints import read_tensor
 logger = logging.getLogger(__name__)
 
 
-def export_demo(runs: list[dict[str, str]], *, dest: str | Path | None = None) -> list[dict[str, Any]]:
+def export_demo(
+    runs: list[dict[str, str]], *, dest: str | Path | None = None
+) -> list[dict[str, Any]]:
     """Write ``<id>.safetensors`` and ``index.json`` for ``runs`` (``{"id", "name", "description", "dir"}``)."""
     from safetensors.numpy import save_file
 
@@ -30,9 +32,13 @@ def export_demo(runs: list[dict[str, str]], *, dest: str | Path | None = None) -
         src = Path(run["dir"])
         config = json.loads((src / "config.json").read_text())
         metrics = json.loads((src / "metrics.json").read_text())
-        tensors = {"pe": read_tensor(src / "model.safetensors", config["pe_tensor"]).astype(np.float32)}
+        tensors = {
+            "pe": read_tensor(src / "model.safetensors", config["pe_tensor"]).astype(np.float32)
+        }
         if config.get("pe_init_tensor"):
-            tensors["pe_init"] = read_tensor(src / "model.safetensors", config["pe_init_tensor"]).astype(np.float32)
+            tensors["pe_init"] = read_tensor(
+                src / "model.safetensors", config["pe_init_tensor"]
+            ).astype(np.float32)
         file = f"{run['id']}.safetensors"
         save_file(tensors, str(out / file), metadata={"pe_tensor": "pe"})
         entries.append({

@@ -35,11 +35,15 @@ class Block(nn.Module):
         self.ff2 = nn.Linear(d_ff, d)
         self.ln2 = nn.LayerNorm(d)
 
-    def forward(self, x: torch.Tensor, *, need_attention: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self, x: torch.Tensor, *, need_attention: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         b, t, d = x.shape  # [batch, token, dim]
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         if need_attention:
-            scores = q @ k.transpose(-1, -2) / math.sqrt(d // self.heads)  # [batch, head, query, key]
+            scores = (
+                q @ k.transpose(-1, -2) / math.sqrt(d // self.heads)
+            )  # [batch, head, query, key]
             attn = scores.softmax(dim=-1)
             mixed = attn @ v
         else:
@@ -71,14 +75,18 @@ class LSTModel(nn.Module):
         self.pe_kind = pe
         self.embed = nn.Embedding(VOCAB, d_model)  # N(0, 1) init, as nn.Embedding does
         if pe == "learned":
-            gen = torch.Generator().manual_seed(pe_seed)  # own stream: other weights match across PEs
+            gen = torch.Generator().manual_seed(
+                pe_seed
+            )  # own stream: other weights match across PEs
             self.pe = nn.Parameter(torch.randn(N_CELLS, d_model, generator=gen) * sigma)  # N(0, σ²)
         else:
             if pe == "nope":
                 table = torch.zeros(N_CELLS, d_model)
             else:
                 grid = (SIZE, SIZE) if pe == "2d-fixed" else None
-                table = torch.tensor(make_reference(pe, n=N_CELLS, d=d_model, grid=grid), dtype=torch.float32)
+                table = torch.tensor(
+                    make_reference(pe, n=N_CELLS, d=d_model, grid=grid), dtype=torch.float32
+                )
             self.register_buffer("pe", table)
         self.blocks = nn.ModuleList(Block(d_model, n_heads, d_ff) for _ in range(n_layers))
         self.readout = nn.Linear(d_model, N_SYMBOLS)

@@ -60,7 +60,9 @@ class Puzzles:
         return len(self.tokens)
 
     def subset(self, index: np.ndarray) -> Puzzles:
-        return Puzzles(*(a[index] for a in (self.tokens, self.probe, self.answer, self.vectors, self.solution)))
+        return Puzzles(
+            *(a[index] for a in (self.tokens, self.probe, self.answer, self.vectors, self.solution))
+        )
 
     @staticmethod
     def concat(parts: list[Puzzles]) -> Puzzles:
@@ -82,7 +84,9 @@ def latin_squares() -> np.ndarray:
 def _line_domains(visible: np.ndarray) -> np.ndarray:
     """Which permutations each line may take given the shown cells. # [n, 8, 24] bool"""
     shown = visible[:, LINES]  # [n, 8, 4]
-    ok = (shown[:, :, None, :] < 0) | (shown[:, :, None, :] == PERMS[None, None, :, :])  # [n, 8, 24, 4]
+    ok = (shown[:, :, None, :] < 0) | (
+        shown[:, :, None, :] == PERMS[None, None, :, :]
+    )  # [n, 8, 24, 4]
     return ok.all(axis=-1)
 
 
@@ -105,8 +109,9 @@ def complexity(tokens: np.ndarray) -> np.ndarray:
             if not todo.any():
                 continue
             dom = dom0[todo][:, list(subset)].copy()  # [m, k, 24]
-            edges = [(a, b) for a in range(k) for b in range(k)
-                     if subset[a] < SIZE <= subset[b]]  # fmt: skip  (row a meets column b)
+            edges = [
+                (a, b) for a in range(k) for b in range(k) if subset[a] < SIZE <= subset[b]
+            ]  # fmt: skip  (row a meets column b)
             for _ in range(2):
                 for a, b in edges:
                     r, c = subset[a], subset[b] - SIZE
@@ -167,22 +172,32 @@ _SHOWN = {1: (3, 7), 2: (4, 8), 3: (5, 8)}
 
 
 def generate(
-    n: int, *, vectors: int, rng: np.random.Generator, allowed: np.ndarray | None = None,
+    n: int,
+    *,
+    vectors: int,
+    rng: np.random.Generator,
+    allowed: np.ndarray | None = None,
     max_rounds: int = 500,
 ) -> Puzzles:
     """``n`` random puzzles that need exactly ``vectors`` rows/columns (1, 2 or 3), showing only
     (cell, symbol) pairs that ``allowed`` permits (``[16, 4]`` bool; None = all)."""
     if vectors not in _SHOWN:
         raise HeadscopeError(f"puzzles need 1, 2 or 3 vectors, got {vectors}")
-    quota = np.array([n // N_SYMBOLS + (a < n % N_SYMBOLS) for a in range(N_SYMBOLS)])  # balanced answers
+    quota = np.array(
+        [n // N_SYMBOLS + (a < n % N_SYMBOLS) for a in range(N_SYMBOLS)]
+    )  # balanced answers
     have = np.zeros(N_SYMBOLS, dtype=np.int64)
     parts = []
     for _ in range(max_rounds):
         if (have >= quota).all():
             break
-        cand = _candidates(rng, max(256, 4 * int((quota - have).sum())), shown=_SHOWN[vectors], allowed=allowed)
+        cand = _candidates(
+            rng, max(256, 4 * int((quota - have).sum())), shown=_SHOWN[vectors], allowed=allowed
+        )
         for a in range(N_SYMBOLS):
-            pick = np.flatnonzero((cand.vectors == vectors) & (cand.answer == a))[: quota[a] - have[a]]
+            pick = np.flatnonzero((cand.vectors == vectors) & (cand.answer == a))[
+                : quota[a] - have[a]
+            ]
             parts.append(cand.subset(pick))
             have[a] += len(pick)
     if (have < quota).any():
@@ -217,7 +232,11 @@ def max_similarity(a: np.ndarray, b: np.ndarray, *, chunk: int = 4096) -> np.nda
 
 
 def make_dataset(
-    *, n_train: int, n_val: int, seed: int = 0, mix: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3)
+    *,
+    n_train: int,
+    n_val: int,
+    seed: int = 0,
+    mix: tuple[float, float, float] = (1 / 3, 1 / 3, 1 / 3),
 ) -> tuple[Puzzles, Puzzles]:
     """Training and validation puzzles in the given 1/2/3-vector mix.
 
@@ -234,14 +253,22 @@ def make_dataset(
         return [*first, total - sum(first)]
 
     def build(total: int, allowed: np.ndarray) -> Puzzles:
-        parts = [generate(c, vectors=k + 1, rng=rng, allowed=allowed) for k, c in enumerate(counts(total)) if c]
+        parts = [
+            generate(c, vectors=k + 1, rng=rng, allowed=allowed)
+            for k, c in enumerate(counts(total))
+            if c
+        ]
         both = Puzzles.concat(parts)
         return both.subset(rng.permutation(len(both)))
 
     train, val = build(n_train, split), build(n_val, ~split)
-    worst = float(max_similarity(val.tokens, train.tokens).max()) if len(val) and len(train) else 0.0
+    worst = (
+        float(max_similarity(val.tokens, train.tokens).max()) if len(val) and len(train) else 0.0
+    )
     if worst >= MAX_JACCARD_SIMILARITY:  # cannot happen with disjoint pairs; checked all the same
-        raise RuntimeError(f"validation puzzle with Jaccard similarity {worst:.2f} to a training puzzle")
+        raise RuntimeError(
+            f"validation puzzle with Jaccard similarity {worst:.2f} to a training puzzle"
+        )
     logger.info("LST dataset: %d training, %d validation puzzles (seed %d, max similarity %.2f)",
                 len(train), len(val), seed, worst)  # fmt: skip
     return train, val

@@ -56,7 +56,16 @@ class LSTConfig:
             raise HeadscopeError(f"unknown PE {self.pe!r}; use one of {', '.join(PE_KINDS)}")
         if self.pe == "learned" and not 0 < self.sigma <= 100:
             raise HeadscopeError(f"sigma must be in (0, 100], got {self.sigma}")
-        for name in ("epochs", "n_train", "n_val", "batch_size", "d_model", "n_layers", "n_heads", "d_ff"):
+        for name in (
+            "epochs",
+            "n_train",
+            "n_val",
+            "batch_size",
+            "d_model",
+            "n_layers",
+            "n_heads",
+            "d_ff",
+        ):
             if getattr(self, name) < 1:
                 raise HeadscopeError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.d_model % self.n_heads or (self.pe == "2d-fixed" and self.d_model % 2):
@@ -95,7 +104,11 @@ def evaluate(model: LSTModel, puzzles: Puzzles, *, batch_size: int = 1000) -> di
         losses.append(F.cross_entropy(logits, answer[s : s + batch_size], reduction="sum").item())
         correct.append((logits.argmax(dim=1) == answer[s : s + batch_size]).cpu().numpy())
     hit = np.concatenate(correct) if correct else np.zeros(0, dtype=bool)
-    by = {str(k): float(hit[puzzles.vectors == k].mean()) for k in (1, 2, 3) if (puzzles.vectors == k).any()}
+    by = {
+        str(k): float(hit[puzzles.vectors == k].mean())
+        for k in (1, 2, 3)
+        if (puzzles.vectors == k).any()
+    }
     return {"accuracy": float(hit.mean()), "loss": sum(losses) / max(len(hit), 1), "by_vectors": by}
 
 
@@ -114,7 +127,9 @@ def train_lst(
     out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     report(0.0, "generating puzzles")
-    train, val = data or make_dataset(n_train=config.n_train, n_val=config.n_val, seed=config.data_seed)
+    train, val = data or make_dataset(
+        n_train=config.n_train, n_val=config.n_val, seed=config.data_seed
+    )
     dev = torch.device(device)
     model = build_model(config).to(dev)
     pe_init = model.pe.detach().cpu().clone()
@@ -161,14 +176,18 @@ def train_lst(
     return metrics
 
 
-def save_run(model: LSTModel, config: LSTConfig, metrics: dict[str, Any], out: Path, *, pe_init: torch.Tensor) -> None:
+def save_run(
+    model: LSTModel, config: LSTConfig, metrics: dict[str, Any], out: Path, *, pe_init: torch.Tensor
+) -> None:
     """Write model.safetensors, config.json and metrics.json into ``out``."""
     from safetensors.torch import save_file
 
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     if config.pe == "learned":
         state[PE_INIT_TENSOR] = pe_init.contiguous()
-    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt", "pe_tensor": PE_TENSOR})
+    save_file(
+        state, str(out / "model.safetensors"), metadata={"format": "pt", "pe_tensor": PE_TENSOR}
+    )
     (out / "config.json").write_text(json.dumps(run_config(config), indent=2) + "\n")
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
 

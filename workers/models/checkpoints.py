@@ -4,7 +4,7 @@ Formats (recognised by their bytes, not their names): safetensors, NumPy ``.npy`
 (``allow_pickle=False``), PyTorch ``.pt`` / ``.bin`` zip archives (what ``torch.save`` writes since
 1.6) and Hugging Face model directories (their ``*.safetensors`` or ``*.bin`` files).
 
-PyTorch files are unpickled by :class:`_RestrictedUnpickler`, the same idea as
+PyTorch files are unpickled by ``torch_pickle.RestrictedUnpickler``, the same idea as
 ``torch.load(weights_only=True)`` with a narrower allowlist (tensors, parameters, dicts, lists,
 numbers, strings): any other global — ``os.system``, ``builtins.open``, ``numpy`` scalars — is
 refused before it is looked up, so nothing in the file ever runs. The module imports no torch, so
@@ -13,17 +13,13 @@ the web backend can list an upload's tensors in-process. Only the chosen tensor'
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import math
-import pickle
-import pickletools
 import re
 import struct
 import zipfile
 import zlib
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,12 +45,6 @@ _ST_DTYPES = {  # safetensors dtype -> (name, itemsize)
     "U64": ("uint64", 8), "U32": ("uint32", 4), "U16": ("uint16", 2), "U8": ("uint8", 1),
     "BOOL": ("bool", 1), "F8_E4M3": ("float8_e4m3", 1), "F8_E5M2": ("float8_e5m2", 1),
 }  # fmt: skip
-_TORCH_STORAGES = {  # torch.<Name>Storage -> (dtype name, itemsize)
-    "DoubleStorage": ("float64", 8), "FloatStorage": ("float32", 4), "HalfStorage": ("float16", 2),
-    "BFloat16Storage": ("bfloat16", 2), "LongStorage": ("int64", 8), "IntStorage": ("int32", 4),
-    "ShortStorage": ("int16", 2), "CharStorage": ("int8", 1), "ByteStorage": ("uint8", 1),
-    "BoolStorage": ("bool", 1),
-}  # fmt: skip
 
 _STRONG_HINTS = {"pe", "wpe", "pos", "position", "positions", "positional", "posemb", "pos_emb"}
 _EMBED_HINTS = {"emb", "embed", "embeds", "embedding", "embeddings"}
@@ -72,11 +62,25 @@ class _Entry:
     load: Callable[[], np.ndarray]
 
 
+class UnsafePickleError(BadFileError):
+    """The file's pickle would import something other than tensors and containers."""
+
+    def __init__(self, filename: str, target: str):
+        self.target = target
+        super().__init__(
+            f"{filename}: refused — its pickle would call {target}, which could run code on the server; "
+            f"only tensors, dicts, lists and numbers are accepted (nothing was executed). "
+            f"Save a state_dict with torch.save, or use safetensors"
+        )
+
+
 # ---------------------------------------------------------------------------------------------
 # public API
 
 
-def list_candidates(path: str | Path, *, max_bytes: int | None = MAX_CHECKPOINT_BYTES) -> list[dict]:
+def list_candidates(
+    path: str | Path, *, max_bytes: int | None = MAX_CHECKPOINT_BYTES
+) -> list[dict]:
     """The 2-D float tensors of a checkpoint that could be a PE, best name match first.
 
     Each item is ``{"name", "shape": [n, d], "dtype", "score"}``; leading axes of length 1 are
@@ -103,10 +107,13 @@ def list_candidates(path: str | Path, *, max_bytes: int | None = MAX_CHECKPOINT_
                 f"no 2-D tensor within the limits ({MIN_POSITIONS}..{MAX_POSITIONS} positions x at most "
                 f"{MAX_DIM} dims); too large: {', '.join(skipped[:5])}"
             )
-        raise BadFileError("the file holds no 2-D floating-point tensor (a PE is a positions x dims matrix)")
+        raise BadFileError(
+            "the file holds no 2-D floating-point tensor (a PE is a positions x dims matrix)"
+        )
     cands.sort(key=lambda c: (c[0], c[1]))
     return [
-        {"name": e.name, "shape": list(s), "dtype": e.dtype, "score": -neg} for neg, _, e, s in cands
+        {"name": e.name, "shape": list(s), "dtype": e.dtype, "score": -neg}
+        for neg, _, e, s in cands
     ]
 
 
@@ -129,7 +136,9 @@ def read_tensor(
     e = entries[name]
     shape2 = _as_matrix_shape(e.shape)
     if shape2 is None:
-        raise BadFileError(f"tensor {name!r} has shape {list(e.shape)}; a PE must be 2-D (positions x dims)")
+        raise BadFileError(
+            f"tensor {name!r} has shape {list(e.shape)}; a PE must be 2-D (positions x dims)"
+        )
     if e.dtype not in FLOAT_KINDS:
         raise BadFileError(f"tensor {name!r} is {e.dtype}; a PE must be floating point")
     if not _within_limits(shape2):
@@ -172,7 +181,9 @@ def _guard(path: Path, work: Callable[[], Any]) -> Any:
         raise BadFileError(f"{path.name}: the file asks for more memory than allowed") from None
     except Exception as exc:  # noqa: BLE001 - parsers of untrusted bytes raise anything
         logger.info("checkpoint %s rejected: %r", path, exc)
-        raise BadFileError(f"{path.name}: corrupt or unsupported file ({type(exc).__name__}: {exc})"[:300]) from None
+        raise BadFileError(
+            f"{path.name}: corrupt or unsupported file ({type(exc).__name__}: {exc})"[:300]
+        ) from None
 
 
 def _words(name: str) -> list[str]:
@@ -219,7 +230,9 @@ def _scan(path: Path, *, max_bytes: int | None) -> list[_Entry]:
     elif head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
         entries = _scan_zip(path)
     elif head[:1] == b"\x80":
-        _refuse_raw_pickle(path)
+        from workers.models.torch_pickle import refuse_raw_pickle
+
+        refuse_raw_pickle(path)
         entries = []
     elif len(head) >= 9 and head[8:9] == b"{":
         entries = _scan_safetensors(path, size)
@@ -234,7 +247,11 @@ def _scan(path: Path, *, max_bytes: int | None) -> list[_Entry]:
 
 def _scan_directory(path: Path, *, max_bytes: int | None) -> list[_Entry]:
     """A Hugging Face model directory: its safetensors shards, else its PyTorch ``.bin`` files."""
-    files = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin")) or sorted(path.glob("*.pt"))
+    files = (
+        sorted(path.glob("*.safetensors"))
+        or sorted(path.glob("*.bin"))
+        or sorted(path.glob("*.pt"))
+    )
     if not files:
         raise BadFileError(f"{path.name}: no *.safetensors, *.bin or *.pt weights in the directory")
     entries: dict[str, _Entry] = {}
@@ -273,12 +290,16 @@ def _scan_safetensors(path: Path, size: int) -> list[_Entry]:
         if any(s < 0 for s in shape) or not 0 <= begin <= end or base + end > size:
             raise BadFileError(f"{bad} (tensor {name!r} lies outside the file)")
         if end - begin != math.prod(shape) * itemsize:
-            raise BadFileError(f"{bad} (tensor {name!r}: {end - begin} bytes for shape {list(shape)})")
+            raise BadFileError(
+                f"{bad} (tensor {name!r}: {end - begin} bytes for shape {list(shape)})"
+            )
         entries.append(_Entry(name, shape, dtype, _reader(path, base + begin, dtype, shape)))
     return entries
 
 
-def _reader(path: Path, offset: int, dtype: str, shape: tuple[int, ...]) -> Callable[[], np.ndarray]:
+def _reader(
+    path: Path, offset: int, dtype: str, shape: tuple[int, ...]
+) -> Callable[[], np.ndarray]:
     def load() -> np.ndarray:
         count = math.prod(shape)
         with open(path, "rb") as f:
@@ -298,7 +319,7 @@ def _decode(raw: bytes, dtype: str, order: str) -> np.ndarray:
     if dtype == "bfloat16":
         half = np.frombuffer(raw, dtype=f"{order}u2").astype(np.uint32)
         return (half << 16).view(np.float32)
-    arr = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder(order))
+    arr = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder(">" if order == ">" else "<"))
     return arr.astype(np.float64 if dtype == "float64" else np.float32)
 
 
@@ -308,7 +329,11 @@ def _decode(raw: bytes, dtype: str, order: str) -> np.ndarray:
 def _npy_header(fp: Any, label: str) -> tuple[tuple[int, ...], np.dtype]:
     try:
         version = np.lib.format.read_magic(fp)
-        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        read = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
         shape, _fortran, dtype = read(fp, max_header_size=10_000)
     except (ValueError, OSError, SyntaxError, EOFError) as exc:
         raise BadFileError(f"{label}: corrupt .npy data ({exc})") from None
@@ -317,7 +342,9 @@ def _npy_header(fp: Any, label: str) -> tuple[tuple[int, ...], np.dtype]:
 
 def _np_dtype_name(dtype: np.dtype, label: str) -> str:
     if dtype.hasobject:
-        raise BadFileError(f"{label}: object arrays need pickle, which is refused; save a float array")
+        raise BadFileError(
+            f"{label}: object arrays need pickle, which is refused; save a float array"
+        )
     return dtype.name if dtype.kind in "fiub" else f"unsupported ({dtype.str})"
 
 
@@ -350,7 +377,9 @@ def _scan_zip(path: Path) -> list[_Entry]:
         names = [i.filename for i in infos]
         pkl = [n for n in names if n.endswith("data.pkl") and n.count("/") == 1]
         if pkl:
-            return _scan_torch_zip(path, zf, pkl[0])
+            from workers.models.torch_pickle import scan_torch_zip
+
+            return scan_torch_zip(path, zf, pkl[0])
         if names and all(n.endswith(".npy") for n in names):
             return _scan_npz(path, zf)
     raise BadFileError(f"{path.name}: a zip archive that is neither .npz nor a PyTorch checkpoint")
@@ -358,7 +387,9 @@ def _scan_zip(path: Path) -> list[_Entry]:
 
 def _scan_npz(path: Path, zf: zipfile.ZipFile) -> list[_Entry]:
     if len(zf.infolist()) > MAX_TENSORS:
-        raise BadFileError(f"{path.name} holds {len(zf.infolist())} arrays; the limit is {MAX_TENSORS}")
+        raise BadFileError(
+            f"{path.name} holds {len(zf.infolist())} arrays; the limit is {MAX_TENSORS}"
+        )
     entries = []
     for info in zf.infolist():
         name = info.filename[: -len(".npy")]
@@ -370,186 +401,16 @@ def _scan_npz(path: Path, zf: zipfile.ZipFile) -> list[_Entry]:
         kind = _np_dtype_name(dtype, f"{path.name}:{name}")
         need = math.prod(shape) * dtype.itemsize
         if info.file_size > need + 100_000:  # header + data, nothing hidden behind
-            raise BadFileError(f"{path.name}:{name}: {info.file_size} bytes for shape {list(shape)}")
+            raise BadFileError(
+                f"{path.name}:{name}: {info.file_size} bytes for shape {list(shape)}"
+            )
 
         def load(member: str = info.filename) -> np.ndarray:
             try:
                 with zipfile.ZipFile(path) as z, z.open(member) as fp:
                     return _native_float(np.lib.format.read_array(fp, allow_pickle=False))
             except (ValueError, OSError, EOFError, zlib.error, zipfile.BadZipFile) as exc:
-                    raise BadFileError(f"{path.name}:{member}: corrupt array ({exc})") from None
+                raise BadFileError(f"{path.name}:{member}: corrupt array ({exc})") from None
 
         entries.append(_Entry(name, shape, kind, load))
     return entries
-
-
-# --- PyTorch --------------------------------------------------------------------------------------
-
-
-class UnsafePickleError(BadFileError):
-    """The file's pickle would import something other than tensors and containers."""
-
-    def __init__(self, filename: str, target: str):
-        self.target = target
-        super().__init__(
-            f"{filename}: refused — its pickle would call {target}, which could run code on the server; "
-            f"only tensors, dicts, lists and numbers are accepted (nothing was executed). "
-            f"Save a state_dict with torch.save, or use safetensors"
-        )
-
-
-@dataclass
-class _StorageRef:
-    key: str
-    dtype: str
-    itemsize: int
-    numel: int
-
-
-@dataclass
-class _TensorRef:
-    storage: _StorageRef
-    offset: int
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-
-
-def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, *_: Any) -> _TensorRef:
-    if not isinstance(storage, _StorageRef):
-        raise pickle.UnpicklingError("tensor without a storage")
-    shape = tuple(int(s) for s in size)
-    strides = tuple(int(s) for s in stride)
-    if len(shape) != len(strides) or any(s < 0 for s in shape + strides) or int(offset) < 0:
-        raise pickle.UnpicklingError("bad tensor geometry")
-    if math.prod(shape) and int(offset) + sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) >= storage.numel:
-        raise pickle.UnpicklingError("tensor reaches outside its storage")
-    return _TensorRef(storage, int(offset), shape, strides)
-
-
-def _rebuild_parameter(data: Any, *_: Any) -> Any:
-    return data
-
-
-class _StorageType:
-    def __init__(self, name: str):
-        self.dtype, self.itemsize = _TORCH_STORAGES[name]
-
-
-_ALLOWED: dict[tuple[str, str], Any] = {
-    ("collections", "OrderedDict"): OrderedDict,
-    ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor,
-    ("torch._utils", "_rebuild_tensor"): _rebuild_tensor,
-    ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
-    ("torch._utils", "_rebuild_parameter_with_state"): _rebuild_parameter,
-    **{("torch", name): _StorageType(name) for name in _TORCH_STORAGES},
-}
-
-
-class _RestrictedUnpickler(pickle.Unpickler):
-    """Builds containers and tensor references only; refuses every other global."""
-
-    def __init__(self, data: bytes, filename: str):
-        super().__init__(io.BytesIO(data))
-        self.filename = filename
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in _ALLOWED:
-            return _ALLOWED[(module, name)]
-        raise UnsafePickleError(self.filename, f"{module}.{name}")
-
-    def persistent_load(self, pid: Any) -> _StorageRef:
-        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"):
-            raise pickle.UnpicklingError(f"unexpected persistent id {str(pid)[:80]}")
-        _, stype, key, _location, numel = pid
-        if not isinstance(stype, _StorageType) or not isinstance(key, str) or not isinstance(numel, int):
-            raise pickle.UnpicklingError("bad storage reference")
-        return _StorageRef(key, stype.dtype, stype.itemsize, numel)
-
-
-def _scan_torch_zip(path: Path, zf: zipfile.ZipFile, pkl_name: str) -> list[_Entry]:
-    prefix = pkl_name.rsplit("/", 1)[0]
-    info = zf.getinfo(pkl_name)
-    if info.file_size > MAX_HEADER_BYTES:
-        raise BadFileError(f"{path.name}: its pickle is {info.file_size} bytes; the limit is {MAX_HEADER_BYTES}")
-    try:
-        order = "<"
-        if f"{prefix}/byteorder" in zf.namelist() and zf.read(f"{prefix}/byteorder").strip() == b"big":
-            order = ">"
-        obj = _RestrictedUnpickler(zf.read(pkl_name), path.name).load()
-    except UnsafePickleError:
-        raise
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
-            KeyError, RecursionError, MemoryError, OSError, zlib.error, zipfile.BadZipFile) as exc:  # fmt: skip
-        raise BadFileError(f"{path.name}: corrupt PyTorch checkpoint ({type(exc).__name__}: {exc})") from None
-    found: list[tuple[str, _TensorRef]] = []
-    _collect(obj, "", found)
-    if not found:
-        raise BadFileError(f"{path.name}: the PyTorch checkpoint holds no tensors")
-    sizes = {i.filename: i.file_size for i in zf.infolist()}
-    entries = []
-    for name, ref in found:
-        member = f"{prefix}/data/{ref.storage.key}"
-        if sizes.get(member) != ref.storage.numel * ref.storage.itemsize:
-            raise BadFileError(f"{path.name}: corrupt PyTorch checkpoint (storage of {name!r} missing or wrong size)")
-        entries.append(_Entry(name, ref.shape, ref.storage.dtype, _torch_reader(path, member, ref, order)))
-    return entries
-
-
-def _collect(obj: Any, prefix: str, out: list[tuple[str, _TensorRef]], depth: int = 0) -> None:
-    """Dotted names for every tensor in nested dicts / lists (``model.pe``, ``layers.0.w``)."""
-    if depth > 20 or len(out) > MAX_TENSORS:
-        return
-    if isinstance(obj, _TensorRef):
-        out.append((prefix or "tensor", obj))
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            _collect(v, f"{prefix}.{k}" if prefix else str(k), out, depth + 1)
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            _collect(v, f"{prefix}.{i}" if prefix else str(i), out, depth + 1)
-
-
-def _torch_reader(path: Path, member: str, ref: _TensorRef, order: str) -> Callable[[], np.ndarray]:
-    def load() -> np.ndarray:
-        st = ref.storage
-        try:
-            with zipfile.ZipFile(path) as z, z.open(member) as fp:
-                raw = fp.read(st.numel * st.itemsize)
-        except (OSError, zlib.error, zipfile.BadZipFile) as exc:
-            raise BadFileError(f"{path.name}: cannot read tensor data ({exc})") from None
-        flat = _decode(raw, st.dtype, order)
-        view = np.lib.stride_tricks.as_strided(
-            flat[ref.offset :], shape=ref.shape, strides=[s * flat.itemsize for s in ref.stride]
-        )
-        return np.array(view)  # a copy: as_strided views must not outlive their checks
-
-    return load
-
-
-def _refuse_raw_pickle(path: Path) -> None:
-    """A bare pickle (legacy ``torch.save`` or ``pickle.dump``): name a dangerous global, never load."""
-    with open(path, "rb") as f:
-        data = f.read(MAX_HEADER_BYTES)
-    strings: list[str] = []
-    try:
-        for op, arg, _pos in pickletools.genops(data):
-            if op.name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE", "BINUNICODE8"):
-                strings.append(str(arg))
-            elif op.name in ("GLOBAL", "INST"):
-                module, name = str(arg).split(" ", 1)
-                if (module, name) not in _ALLOWED:
-                    raise UnsafePickleError(path.name, f"{module}.{name}")
-            elif op.name == "STACK_GLOBAL":
-                target = ".".join(strings[-2:]) if len(strings) >= 2 else "an unknown global"
-                if tuple(strings[-2:]) not in _ALLOWED:
-                    raise UnsafePickleError(path.name, target)
-            elif op.name == "STOP":
-                break
-    except UnsafePickleError:
-        raise
-    except (ValueError, IndexError) as exc:
-        raise BadFileError(f"{path.name}: corrupt pickle ({exc})") from None
-    raise BadFileError(
-        f"{path.name}: a bare pickle or a legacy (pre-1.6) PyTorch file is not accepted; "
-        f"re-save it with torch.save (zip format) or as safetensors"
-    )

@@ -25,6 +25,11 @@ def demo_index() -> list[dict[str, Any]]:
 def demo_checkpoints() -> list[dict[str, Any]]:
     """``[{"id": "demo-...", "name", "description", "path"}]`` for the dashboard's picker."""
     return [
-        {"id": d["id"], "name": d["name"], "description": d["description"], "path": str(DEMO_DIR / d["file"])}
+        {
+            "id": d["id"],
+            "name": d["name"],
+            "description": d["description"],
+            "path": str(DEMO_DIR / d["file"]),
+        }
         for d in demo_index()
     ]
