@@ -1,7 +1,9 @@
 """The ``headscope`` command.
 
 Subcommands: ``analyze`` (one analysis of a text, JSON out), ``demo`` (the demo text, a summary on
-stdout), ``serve`` (Redis + workers + API + dashboard), ``worker`` (one queue worker). Heavy imports (torch, transformers) happen inside the commands, so ``headscope --help``
+stdout), ``serve`` (Redis + workers + API + dashboard), ``worker`` (one queue worker), ``pe`` (a
+learned positional encoding, JSON out), ``lst-train`` / ``lst-compare`` (Latin Square Task models).
+Heavy imports (torch, transformers) happen inside the commands, so ``headscope --help``
 is instant and the backend package never imports torch at import time.
 """
 
@@ -109,9 +111,8 @@ def flatten(result: dict[str, Any], kind: str) -> dict[str, Any]:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from workers.analysis.pipeline import analyze
-    from workers.models import load_model
-
     from workers.errors import EmptyTextError
+    from workers.models import load_model
 
     text = _read_text(args)
     if not text.strip():
@@ -242,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(w)
     w.set_defaults(func=cmd_worker)
+
+    from backend.cli_pe import add_pe_commands
+
+    add_pe_commands(sub)
     return parser
 
 
