@@ -37,4 +37,6 @@ lint: setup
 	$(VENV)/bin/ruff check backend frontend workers tests
 
 bench: setup
-	$(PY) -m tests.bench.run_all
+	$(PY) -m tests.bench.bench_tsne
+	$(PY) -m tests.bench.bench_decomposition
+	$(PY) -m tests.bench.bench_service
