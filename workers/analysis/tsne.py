@@ -25,8 +25,8 @@ from workers.errors import HeadscopeError, OutOfRangeError
 
 logger = logging.getLogger(__name__)
 
-Engine = Literal["batched", "opentsne"]
-ENGINES = ("batched", "opentsne")
+Engine = Literal["fast", "batched", "opentsne"]
+ENGINES = ("fast", "batched", "opentsne")
 INITS = ("spectral", "random", "pca")
 
 
@@ -246,6 +246,14 @@ def _opentsne(
     return emb, kls
 
 
+def _fast(
+    p: np.ndarray, *, options: TSNEOptions, x: np.ndarray | None, progress: Progress
+) -> tuple[np.ndarray, np.ndarray]:
+    from workers.analysis.fast_tsne import run_fast
+
+    return run_fast(p, options=options, x=x, progress=progress)
+
+
 def embed_affinities(
     p: np.ndarray,
     *,
@@ -267,7 +275,7 @@ def embed_affinities(
     if pb.shape[-1] < 3:
         raise HeadscopeError(f"t-SNE needs at least 3 points, got {pb.shape[-1]}")
     start = time.perf_counter()
-    run = _batched if options.engine == "batched" else _opentsne
+    run = {"batched": _batched, "opentsne": _opentsne, "fast": _fast}[options.engine]
     emb, kls = run(np.ascontiguousarray(pb, dtype=np.float64), options=options, x=x, progress=progress)
     best = kls.argmin(axis=0)  # [B]
     embedding = emb[best, np.arange(pb.shape[0])]
