@@ -21,6 +21,7 @@ from numba import njit, prange
 # error_model="numpy": no ZeroDivisionError branch, so the loops vectorise; fastmath: reassociate.
 _OPT = {"fastmath": True, "error_model": "numpy", "cache": True, "nogil": True}
 _F = np.float32
+_LN2 = np.float32(np.log(2.0))
 
 
 @njit(**_OPT)
@@ -96,10 +97,16 @@ def _steps(p, y, u, g, buf, steps, ex, mom, lr, max_step):  # pragma: no cover -
 
 
 @njit(**_OPT)
-def _cross_entropy(p, y0, y1):  # pragma: no cover - compiled
-    """``-sum_ij p_ij log q_ij`` of one head (float32 terms, float64 sums)."""
+def _cross_entropy(p, y0, y1, d, e):  # pragma: no cover - compiled
+    """``-sum_ij p_ij log q_ij`` of one head (float32 terms, float64 sums; ~1e-7 relative).
+
+    ``log(1 + d2)`` is computed by splitting ``1 + d2 = 2^e * m`` through the float bits and
+    a short atanh series for ``log m``, so the loops vectorise (a libm call per pair cost 10x
+    the force evaluation). ``d`` and ``e`` are float32 scratch rows [n].
+    """
     n = y0.shape[0]
     one = _F(1.0)
+    bits = d.view(np.int32)
     z = 0.0
     s = 0.0
     for i in range(n):
@@ -107,13 +114,23 @@ def _cross_entropy(p, y0, y1):  # pragma: no cover - compiled
         a0 = y0[i]
         a1 = y1[i]
         zi = _F(0.0)
-        si = _F(0.0)
         for j in range(n):
             dx = a0 - y0[j]
             dy = a1 - y1[j]
-            d = one + dx * dx + dy * dy
-            zi += one / d
-            si += pi[j] * np.log(d)
+            dj = one + dx * dx + dy * dy
+            d[j] = dj
+            zi += one / dj
+        for j in range(n):  # d = 2^e * m with m in [1, 2)
+            b = bits[j]
+            e[j] = _F((b >> 23) - 127)
+            bits[j] = (b & 0x7FFFFF) | 0x3F800000
+        si = _F(0.0)
+        for j in range(n):  # log m = 2 atanh(t), t = (m - 1) / (m + 1) < 1/3, series to t^9
+            m = d[j]
+            t = (m - one) / (m + one)
+            t2 = t * t
+            series = one + t2 * (_F(1 / 3) + t2 * (_F(1 / 5) + t2 * (_F(1 / 7) + t2 * _F(1 / 9))))
+            si += pi[j] * (e[j] * _LN2 + _F(2.0) * t * series)
         z += zi - 1.0
         s += si
     return s + np.log(max(z, 1e-30))
@@ -135,4 +152,93 @@ def run_round(p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, kl):  # 
         b = heads[k]
         buf = np.empty((4, n), np.float32)
         _steps(p[b], y[b], u[b], g[b], buf, steps, ex[b], mom[b], lr[b], max_step)
-        kl[b] = entropy[b] + _cross_entropy(p[b], y[b, 0], y[b, 1])
+        kl[b] = entropy[b] + _cross_entropy(p[b], y[b, 0], y[b, 1], buf[0], buf[1])
+
+
+# ---------------------------------------------------------------------------- spectral start
+
+
+@njit(cache=True)
+def _ritz_top2(alpha, beta, used):  # pragma: no cover - compiled
+    """Eigen-decomposition of the Lanczos tridiagonal matrix of size ``used``."""
+    t_mat = np.zeros((used, used))
+    for j in range(used):
+        t_mat[j, j] = alpha[j]
+        if j + 1 < used:
+            t_mat[j, j + 1] = beta[j]
+            t_mat[j + 1, j] = beta[j]
+    return np.linalg.eigh(t_mat)  # ascending
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def _lanczos_top2(m, v1, start, steps, tol):  # pragma: no cover - compiled
+    """The 2 largest eigenpairs of symmetric ``m`` [n, n] on the complement of its unit
+    eigenvector ``v1``: Lanczos with full reorthogonalisation, float64, stopping when both Ritz
+    residuals are below ``tol``. Returns (vals [2], vecs [n, 2])."""
+    n = m.shape[0]
+    k = min(steps, n - 1)
+    q = np.zeros((k + 1, n))
+    alpha = np.zeros(k)
+    beta = np.zeros(k)
+    w = start - np.dot(start, v1) * v1
+    q[0] = w / np.sqrt(np.dot(w, w))
+    used = k
+    for j in range(k):
+        qj = q[j]
+        for i in range(n):  # w = m @ qj
+            s = 0.0
+            mi = m[i]
+            for t in range(n):
+                s += mi[t] * qj[t]
+            w[i] = s
+        alpha[j] = np.dot(w, qj)
+        for _ in range(2):  # full reorthogonalisation, twice
+            w -= np.dot(w, v1) * v1
+            for i in range(j + 1):
+                w -= np.dot(w, q[i]) * q[i]
+        b = np.sqrt(np.dot(w, w))
+        beta[j] = b
+        if b < 1e-10:  # an invariant subspace: the Ritz pairs are exact
+            used = j + 1
+            break
+        q[j + 1] = w / b
+        if j >= 20 and j % 10 == 0:  # residual of Ritz pair c: beta_j * |last entry of its vector|
+            vals, vecs = _ritz_top2(alpha, beta, j + 1)
+            if max(abs(vecs[j, j]), abs(vecs[j, j - 1])) * b < tol:
+                used = j + 1
+                break
+    vals, vecs = _ritz_top2(alpha, beta, used)
+    top = min(2, used)
+    out_vals = np.zeros(2)
+    out_vecs = np.zeros((n, 2))
+    for c in range(top):
+        col = used - 1 - c
+        out_vals[c] = vals[col]
+        out_vecs[:, c] = q[:used].T @ vecs[:, col]
+    return out_vals, out_vecs
+
+
+@njit(parallel=True, cache=True)
+def spectral_vectors(p, starts, steps, tol):  # pragma: no cover - compiled
+    """openTSNE's spectral start before sign and scale, for every head in parallel.
+
+    The diffusion map of P: with ``m = D^-1/2 P D^-1/2`` and its eigenpairs (λ_k, v_k) after the
+    trivial one, returns ``D^-1/2 v_k λ_k`` for k = 1, 2: [head, n, 2] float64.
+    """
+    batch, n = p.shape[0], p.shape[1]
+    out = np.zeros((batch, n, 2))
+    for b in prange(batch):
+        d = np.empty(n)
+        for i in range(n):
+            d[i] = max(p[b, i].sum(), 1e-300)
+        dis = 1.0 / np.sqrt(d)
+        m = np.empty((n, n))
+        for i in range(n):
+            for j in range(n):
+                m[i, j] = p[b, i, j] * dis[i] * dis[j]
+        v1 = np.sqrt(d)
+        v1 /= np.sqrt(np.dot(v1, v1))
+        vals, vecs = _lanczos_top2(m, v1, starts[b], steps, tol)
+        for c in range(2):
+            out[b, :, c] = vecs[:, c] * dis * vals[c]
+    return out

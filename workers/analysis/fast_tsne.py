@@ -32,6 +32,8 @@ from workers.analysis.progress import Progress, no_progress
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "numba", "torch")
+KL_FLOOR = 1e-2  # below this KL, changes are judged in absolute terms (a map that is already right)
+P_FLUSH = 1e-20  # smaller P entries are zeroed for the float32 forces: denormal products cost ~100x
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ class FastSchedule:
     """Knobs of the adaptive schedule; iteration caps come from ``TSNEOptions``."""
 
     check_every: int = 25  # iterations between KL checks
-    tol: float = 2e-3  # leave a phase when KL improves by less than this fraction per check
+    window: int = 100  # a phase ends when KL improved by less than ``tol`` over this many iterations
+    tol: float = 5e-3
     min_early: int = 50  # early exaggeration lasts at least this long (if the cap allows)
     min_main: int = 100  # the main phase lasts at least this long (if the cap allows)
     settle_iter: int = 100  # final iterations at a lower learning rate
@@ -73,11 +76,12 @@ class _Plan:
     """Per-head phase bookkeeping shared by both backends (numpy, on the host)."""
 
     caps: tuple[int, int, int]  # early, main, settle iteration caps
-    mins: tuple[int, int]
+    mins: tuple[int, int]  # early and main phases last at least this long
     params: tuple[tuple[float, float, float], ...]  # (exaggeration, momentum, lr) per phase
+    lag: int  # checks between the two KL values compared
     phase: np.ndarray  # [head] 0 early, 1 main, 2 settle, 3 done
     in_phase: np.ndarray  # [head] iterations done in the current phase
-    last_kl: np.ndarray  # [head] KL at the previous check
+    history: np.ndarray  # [head, lag] the last KL checks of the current phase, oldest first
     used: np.ndarray  # [head] iterations done in all
 
     @classmethod
@@ -93,13 +97,15 @@ class _Plan:
             (1.0, options.final_momentum, lr_main),
             (1.0, options.final_momentum, lr_main * schedule.settle_lr),
         )
+        lag = max(1, schedule.window // schedule.check_every)
         plan = cls(
             caps=(early, main, settle),
             mins=(min(schedule.min_early, early), min(schedule.min_main, main)),
             params=params,
+            lag=lag,
             phase=np.zeros(batch, dtype=np.int64),
             in_phase=np.zeros(batch, dtype=np.int64),
-            last_kl=np.full(batch, np.inf),
+            history=np.full((batch, lag), np.inf),
             used=np.zeros(batch, dtype=np.int64),
         )
         plan.skip_empty()
@@ -112,7 +118,7 @@ class _Plan:
             self.phase[at] = ph + 1
 
     def steps(self, check_every: int) -> np.ndarray:
-        """Iterations each active head does before its next check (capped by its phase)."""
+        """Iterations each head does before its next check (capped by its phase)."""
         cap = np.array([*self.caps, 0])[self.phase]
         return np.minimum(check_every, cap - self.in_phase)
 
@@ -121,20 +127,25 @@ class _Plan:
         return table[:, 0], table[:, 1], table[:, 2]
 
     def advance(self, heads: np.ndarray, steps: int, kl: np.ndarray, tol: float) -> None:
-        """Book ``steps`` iterations for ``heads`` whose KL is now ``kl``; end finished phases."""
+        """Book ``steps`` iterations for ``heads`` whose KL is now ``kl``; end finished phases.
+
+        The early and main phases end at their cap, or once past their minimum when the KL
+        improved by less than ``tol`` (relative) over the last ``lag`` checks.
+        """
         self.in_phase[heads] += steps
         self.used[heads] += steps
         ph = self.phase[heads]
         cap = np.array([*self.caps, 0])[ph]
         low = np.array([*self.mins, 0, 0])[ph]
-        moved = (self.last_kl[heads] - kl) / np.maximum(np.abs(kl), 1e-12)
+        then = self.history[heads, 0]
+        moved = (then - kl) / np.maximum(np.abs(kl), KL_FLOOR)
         still = (ph < 2) & (self.in_phase[heads] >= low) & (moved < tol)
         done = (self.in_phase[heads] >= cap) | still
-        self.last_kl[heads] = kl
+        self.history[heads] = np.concatenate([self.history[heads, 1:], kl[:, None]], axis=1)
         nxt = heads[done]
         self.phase[nxt] += 1
         self.in_phase[nxt] = 0
-        self.last_kl[nxt] = np.inf
+        self.history[nxt] = np.inf
         self.skip_empty()
 
     @property
@@ -178,10 +189,12 @@ class _NumbaState:
 class _TorchState:
     """Head states as batched tensors on any torch device (the CUDA path)."""
 
-    def __init__(self, p: np.ndarray, y0: np.ndarray, entropy: np.ndarray, device: torch.device):
-        self.device = device
-        self.p = torch.as_tensor(p, dtype=torch.float32, device=device)  # [B, n, n]
-        self.y = torch.as_tensor(y0, dtype=torch.float32, device=device)  # [B, n, 2]
+    def __init__(
+        self, p: np.ndarray, y0: np.ndarray, entropy: np.ndarray, device: torch.device, dtype: torch.dtype
+    ):
+        self.device, self.dtype = device, dtype
+        self.p = torch.as_tensor(p, dtype=dtype, device=device)  # [B, n, n]
+        self.y = torch.as_tensor(y0, dtype=dtype, device=device)  # [B, n, 2]
         self.u = torch.zeros_like(self.y)
         self.g = torch.ones_like(self.y)
         self.entropy = torch.as_tensor(entropy, dtype=torch.float64, device=device)
@@ -196,7 +209,7 @@ class _TorchState:
 
     def _run_chunk(self, idx: torch.Tensor, steps: int, ex, mom, lr, max_step: float) -> torch.Tensor:
         p, y, u, g = self.p[idx], self.y[idx], self.u[idx], self.g[idx]
-        ex, mom, lr = (torch.as_tensor(a, dtype=torch.float32, device=self.device)[:, None, None] for a in (ex, mom, lr))
+        ex, mom, lr = (torch.as_tensor(a, dtype=self.dtype, device=self.device)[:, None, None] for a in (ex, mom, lr))
         pe = p * ex
         for _ in range(steps):
             w = self._w(y)
@@ -268,7 +281,12 @@ def fast_optimize(
     device = _device(options.device)
     chosen = pick_backend(backend, device)
     ent = entropies(p)
-    state = _NumbaState(p, y0, ent) if chosen == "numba" else _TorchState(p, y0, ent, device)
+    p = np.where(p < P_FLUSH, 0.0, p)  # their forces are < 1e-14 of a typical entry's
+    if chosen == "numba":
+        state: _NumbaState | _TorchState = _NumbaState(p, y0, ent)
+    else:
+        dtype = torch.float64 if options.dtype == "float64" else torch.float32
+        state = _TorchState(p, y0, ent, device, dtype)
     plan = _Plan.make(batch, n, options=options, schedule=schedule)
     best = np.array(y0, dtype=np.float64, copy=True)
     best_kl = np.full(batch, np.inf)
@@ -302,7 +320,10 @@ def run_fast(
     emb = np.zeros((options.restarts, batch, n, 2))
     kls = np.zeros((options.restarts, batch))
     for r in range(options.restarts):
-        y0 = initial_embedding(p, init=options.init, seed=options.seed, restart=r, x=x)
+        if r == 0 and options.init == "spectral":  # the same start as spectral_init, sooner
+            y0 = fast_spectral_init(p, seed=options.seed)
+        else:
+            y0 = initial_embedding(p, init=options.init, seed=options.seed, restart=r, x=x)
         base, width = r / options.restarts, 1 / options.restarts
         emb[r], _ = fast_optimize(
             p, y0, options=options, progress=lambda f, m, b=base, w=width: progress(b + w * f, m)
@@ -311,3 +332,43 @@ def run_fast(
     if not math.isfinite(float(kls.sum())):
         logger.warning("fast t-SNE produced a non-finite KL")
     return emb, kls
+
+
+def fast_spectral_init(
+    p: np.ndarray, *, seed: int = 0, steps: int = 200, tol: float = 1e-7
+) -> np.ndarray:
+    """``spectral_init`` by Lanczos (only the eigenpairs it needs), heads in parallel: [B, n, 2].
+
+    Falls back to ``spectral_init`` (a full eigendecomposition) without numba.
+    """
+    from workers.analysis.tsne import finish_spectral, spectral_init
+
+    if not numba_available():
+        return spectral_init(p, seed=seed)
+    from workers.analysis.fast_kernels import spectral_vectors
+
+    batch, n = p.shape[0], p.shape[-1]
+    starts = np.random.default_rng(12345).normal(size=(batch, n))  # fixed: the start is deterministic
+    vecs = spectral_vectors(np.ascontiguousarray(p, dtype=np.float64), starts, int(steps), float(tol))
+    return finish_spectral(vecs, seed=seed)
+
+
+def warm_up() -> float:
+    """Compile (or load from numba's on-disk cache) the CPU kernels; seconds taken.
+
+    A worker calls this at start so the first request does not pay for compilation.
+    """
+    import time
+
+    from workers.analysis.tsne import TSNEOptions
+
+    if not numba_available():
+        return 0.0
+    start = time.perf_counter()
+    rng = np.random.default_rng(0)
+    a = rng.random((2, 16, 16))
+    p = a + a.transpose(0, 2, 1)
+    p[:, np.arange(16), np.arange(16)] = 0.0
+    p /= p.sum(axis=(1, 2), keepdims=True)
+    run_fast(p, options=TSNEOptions(n_iter=2, early_exaggeration_iter=2, device="cpu"), x=None, progress=no_progress)
+    return time.perf_counter() - start

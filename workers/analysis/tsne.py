@@ -32,9 +32,12 @@ INITS = ("spectral", "random", "pca")
 
 @dataclass(frozen=True)
 class TSNEOptions:
-    """Knobs of one t-SNE run; defaults are openTSNE's (250 + 750 iterations)."""
+    """Knobs of one t-SNE run; defaults are openTSNE's (250 + 750 iterations).
 
-    engine: str = "batched"
+    The ``fast`` engine takes the iteration counts as upper bounds (see ``fast_tsne``).
+    """
+
+    engine: str = "fast"
     n_iter: int = 750
     early_exaggeration_iter: int = 250
     early_exaggeration: float = 12.0
@@ -46,8 +49,8 @@ class TSNEOptions:
     seed: int = 0
     theta: float = 0.5  # Barnes-Hut accuracy (openTSNE engine)
     n_jobs: int = 1  # openTSNE threads
-    device: str | None = None  # batched engine: None = cuda if available else cpu
-    dtype: str = "float32"  # batched engine compute dtype (KL is always float64)
+    device: str | None = None  # batched/fast engines: None = cuda if available else cpu
+    dtype: str = "float32"  # batched engine (and fast on torch) compute dtype; KL is always float64
 
     def validate(self) -> TSNEOptions:
         if self.engine not in ENGINES:
@@ -90,7 +93,11 @@ def spectral_init(p: np.ndarray, *, seed: int = 0) -> np.ndarray:
     evals, evecs = torch.linalg.eigh(m)  # ascending
     vals = evals[..., -3:].flip(-1)  # the 3 largest, decreasing
     vecs = (evecs[..., -3:].flip(-1) * dis[..., :, None]) * vals[..., None, :]
-    y = vecs[..., :, 1:3].cpu().numpy()
+    return finish_spectral(vecs[..., :, 1:3].cpu().numpy(), seed=seed)
+
+
+def finish_spectral(y: np.ndarray, *, seed: int) -> np.ndarray:
+    """Sign, scale and jitter of a spectral start ``[..., n, 2]`` (shared by every engine)."""
     # a deterministic sign: the largest-magnitude coordinate of each axis is positive
     idx = np.abs(y).argmax(axis=-2, keepdims=True)
     sign = np.sign(np.take_along_axis(y, idx, axis=-2))
@@ -201,7 +208,7 @@ def _batched(
             yt = torch.as_tensor(y0[s : s + chunk], device=dev, dtype=dtype)
             base, width = step / steps, 1 / steps
             yt = optimize_batched(
-                pt, yt, options=options, progress=lambda f, m: progress(base + width * f, m)
+                pt, yt, options=options, progress=lambda f, m, b=base, w=width: progress(b + w * f, m)
             )
             emb[r, s : s + chunk] = yt.double().cpu().numpy()
             step += 1
