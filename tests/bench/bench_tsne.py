@@ -76,6 +76,22 @@ def timed_run(p: np.ndarray, engine: str, *, n_jobs: int) -> dict:
     return {"seconds": seconds, "kl": np.atleast_1d(res.kl).tolist(), "peak_mib": peak}
 
 
+def fast_parts(p: np.ndarray) -> dict[str, float]:
+    """Seconds of the fast engine's parts (start, optimisation, exact KL) and its iterations."""
+    from workers.analysis.affinities import kl_divergence
+    from workers.analysis.fast_tsne import fast_optimize, fast_spectral_init
+    from workers.analysis.tsne import TSNEOptions
+
+    t0 = time.perf_counter()
+    y0 = fast_spectral_init(p)
+    t1 = time.perf_counter()
+    emb, used = fast_optimize(p, y0, options=TSNEOptions(engine="fast"))
+    t2 = time.perf_counter()
+    kl_divergence(p, emb)
+    t3 = time.perf_counter()
+    return {"start_s": t1 - t0, "optimise_s": t2 - t1, "kl_s": t3 - t2, "mean_iterations": float(used.mean())}
+
+
 def warm_up() -> float:
     """Compile (or load from numba's cache) the fast kernels; seconds."""
     from workers.analysis.tsne import TSNEOptions, embed_affinities
@@ -150,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         row += " | " + "/".join(f"{res[e]['peak_mib']:.0f}" for e in engines)
         print(row, flush=True)
+        if "fast" in engines:
+            res["fast"]["parts"] = fast_parts(p)
+            print("       fast engine parts: " + ", ".join(
+                f"{k} {v:.2f}" for k, v in res["fast"]["parts"].items()), flush=True)
         report["sizes"][n] = res
 
     # one head on demand at the largest size: the head with the highest openTSNE cost is as good as any

@@ -105,7 +105,7 @@ def kl_divergence(p: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor) ->
     pf = pt.reshape(-1, n, n)
     yf = yt.reshape(-1, n, yt.shape[-1])
     out = torch.empty(pf.shape[0], dtype=torch.float64, device=pt.device)
-    chunk = max(1, (1 << 20) // (n * n))  # ~8 MiB per temporary
+    chunk = max(1, (1 << 21) // (n * n))  # ~16 MiB per temporary
     for s in range(0, pf.shape[0], chunk):
         pc, yc = pf[s : s + chunk], yf[s : s + chunk]
         t = torch.cdist(yc, yc).pow_(2).log1p_()  # -log w_ij, [c, n, n]

@@ -138,7 +138,8 @@ def _cross_entropy(p, y0, y1, d, e):  # pragma: no cover - compiled
 
 @njit(parallel=True, cache=True)
 def run_round(p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, kl):  # pragma: no cover
-    """Advance each head in ``heads`` by ``steps`` iterations, then estimate its KL.
+    """Advance each head in ``heads`` by ``steps`` iterations, then estimate its KL; heads run
+    in parallel threads.
 
     Args:
         p: [head, n, n] float32 joint probabilities (exaggeration is applied here, by ``ex``).
@@ -155,90 +156,71 @@ def run_round(p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, kl):  # 
         kl[b] = entropy[b] + _cross_entropy(p[b], y[b, 0], y[b, 1], buf[0], buf[1])
 
 
-# ---------------------------------------------------------------------------- spectral start
-
-
 @njit(cache=True)
-def _ritz_top2(alpha, beta, used):  # pragma: no cover - compiled
-    """Eigen-decomposition of the Lanczos tridiagonal matrix of size ``used``."""
-    t_mat = np.zeros((used, used))
-    for j in range(used):
-        t_mat[j, j] = alpha[j]
-        if j + 1 < used:
-            t_mat[j, j + 1] = beta[j]
-            t_mat[j + 1, j] = beta[j]
-    return np.linalg.eigh(t_mat)  # ascending
+def run_round_serial(p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, kl):  # pragma: no cover
+    """``run_round`` on the calling thread: for a single head, idle threads that spin while
+    waiting only take CPU from the one that works."""
+    n = y.shape[2]
+    for k in range(heads.shape[0]):
+        b = heads[k]
+        buf = np.empty((4, n), np.float32)
+        _steps(p[b], y[b], u[b], g[b], buf, steps, ex[b], mom[b], lr[b], max_step)
+        kl[b] = entropy[b] + _cross_entropy(p[b], y[b, 0], y[b, 1], buf[0], buf[1])
 
 
-@njit(fastmath=True, cache=True, nogil=True)
-def _lanczos_top2(m, v1, start, steps, tol):  # pragma: no cover - compiled
-    """The 2 largest eigenpairs of symmetric ``m`` [n, n] on the complement of its unit
-    eigenvector ``v1``: Lanczos with full reorthogonalisation, float64, stopping when both Ritz
-    residuals are below ``tol``. Returns (vals [2], vecs [n, 2])."""
-    n = m.shape[0]
-    k = min(steps, n - 1)
-    q = np.zeros((k + 1, n))
-    alpha = np.zeros(k)
-    beta = np.zeros(k)
-    w = start - np.dot(start, v1) * v1
-    q[0] = w / np.sqrt(np.dot(w, w))
-    used = k
-    for j in range(k):
+# ---------------------------------------------------------------------------- spectral start
+# No BLAS or LAPACK call may run inside a prange region (OpenBLAS warns it may hang under OpenMP),
+# so the Lanczos steps use plain loops and the small tridiagonal problems are solved by numpy.
+
+
+@njit(**_OPT)
+def _dot(a, b):  # pragma: no cover - compiled
+    s = 0.0
+    for i in range(a.shape[0]):
+        s += a[i] * b[i]
+    return s
+
+
+@njit(**_OPT)
+def _lanczos_head(p, dis, v1, q, alpha, beta, j0, j1):  # pragma: no cover - compiled
+    """Lanczos steps j0..j1-1 of ``m = D^-1/2 P D^-1/2`` restricted to the complement of its
+    top eigenvector ``v1``, with full reorthogonalisation; returns the steps done (fewer at an
+    invariant subspace). ``q`` [k + 1, n] holds the basis, ``q[0]`` the start."""
+    n = p.shape[0]
+    x = np.empty(n)
+    w = np.empty(n)
+    for j in range(j0, j1):
         qj = q[j]
-        for i in range(n):  # w = m @ qj
-            s = 0.0
-            mi = m[i]
+        for i in range(n):
+            x[i] = dis[i] * qj[i]
+        for i in range(n):  # w = m @ qj, float32 P, float64 sums
+            pi = p[i]
+            acc = 0.0
             for t in range(n):
-                s += mi[t] * qj[t]
-            w[i] = s
-        alpha[j] = np.dot(w, qj)
+                acc += pi[t] * x[t]
+            w[i] = dis[i] * acc
+        alpha[j] = _dot(w, qj)
         for _ in range(2):  # full reorthogonalisation, twice
-            w -= np.dot(w, v1) * v1
-            for i in range(j + 1):
-                w -= np.dot(w, q[i]) * q[i]
-        b = np.sqrt(np.dot(w, w))
+            c = _dot(w, v1)
+            for i in range(n):
+                w[i] -= c * v1[i]
+            for r in range(j + 1):
+                qr = q[r]
+                c = _dot(w, qr)
+                for i in range(n):
+                    w[i] -= c * qr[i]
+        b = np.sqrt(_dot(w, w))
         beta[j] = b
         if b < 1e-10:  # an invariant subspace: the Ritz pairs are exact
-            used = j + 1
-            break
-        q[j + 1] = w / b
-        if j >= 20 and j % 10 == 0:  # residual of Ritz pair c: beta_j * |last entry of its vector|
-            vals, vecs = _ritz_top2(alpha, beta, j + 1)
-            if max(abs(vecs[j, j]), abs(vecs[j, j - 1])) * b < tol:
-                used = j + 1
-                break
-    vals, vecs = _ritz_top2(alpha, beta, used)
-    top = min(2, used)
-    out_vals = np.zeros(2)
-    out_vecs = np.zeros((n, 2))
-    for c in range(top):
-        col = used - 1 - c
-        out_vals[c] = vals[col]
-        out_vecs[:, c] = q[:used].T @ vecs[:, col]
-    return out_vals, out_vecs
+            return j + 1 - j0
+        for i in range(n):
+            q[j + 1, i] = w[i] / b
+    return j1 - j0
 
 
 @njit(parallel=True, cache=True)
-def spectral_vectors(p, starts, steps, tol):  # pragma: no cover - compiled
-    """openTSNE's spectral start before sign and scale, for every head in parallel.
-
-    The diffusion map of P: with ``m = D^-1/2 P D^-1/2`` and its eigenpairs (λ_k, v_k) after the
-    trivial one, returns ``D^-1/2 v_k λ_k`` for k = 1, 2: [head, n, 2] float64.
-    """
-    batch, n = p.shape[0], p.shape[1]
-    out = np.zeros((batch, n, 2))
-    for b in prange(batch):
-        d = np.empty(n)
-        for i in range(n):
-            d[i] = max(p[b, i].sum(), 1e-300)
-        dis = 1.0 / np.sqrt(d)
-        m = np.empty((n, n))
-        for i in range(n):
-            for j in range(n):
-                m[i, j] = p[b, i, j] * dis[i] * dis[j]
-        v1 = np.sqrt(d)
-        v1 /= np.sqrt(np.dot(v1, v1))
-        vals, vecs = _lanczos_top2(m, v1, starts[b], steps, tol)
-        for c in range(2):
-            out[b, :, c] = vecs[:, c] * dis * vals[c]
-    return out
+def lanczos_round(p, dis, v1, q, alpha, beta, heads, j0, j1, done):  # pragma: no cover
+    """Lanczos steps j0..j1-1 for each head in ``heads``; ``done[b]`` gets the steps taken."""
+    for k in prange(heads.shape[0]):
+        b = heads[k]
+        done[b] = _lanczos_head(p[b], dis[b], v1[b], q[b], alpha[b], beta[b], j0, j1)

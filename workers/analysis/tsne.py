@@ -86,6 +86,11 @@ def _rescale(y: np.ndarray, target_std: float = 1e-4) -> np.ndarray:
 
 def spectral_init(p: np.ndarray, *, seed: int = 0) -> np.ndarray:
     """openTSNE's spectral start (diffusion map of P), batched: [..., n, n] -> [..., n, 2]."""
+    return finish_spectral(spectral_vectors(p), seed=seed)
+
+
+def spectral_vectors(p: np.ndarray) -> np.ndarray:
+    """The diffusion-map coordinates behind ``spectral_init``, before sign and scale."""
     pt = torch.as_tensor(p, dtype=torch.float64)
     d = pt.sum(dim=-1).clamp_min(1e-300)
     dis = d.rsqrt()
@@ -93,7 +98,7 @@ def spectral_init(p: np.ndarray, *, seed: int = 0) -> np.ndarray:
     evals, evecs = torch.linalg.eigh(m)  # ascending
     vals = evals[..., -3:].flip(-1)  # the 3 largest, decreasing
     vecs = (evecs[..., -3:].flip(-1) * dis[..., :, None]) * vals[..., None, :]
-    return finish_spectral(vecs[..., :, 1:3].cpu().numpy(), seed=seed)
+    return vecs[..., :, 1:3].cpu().numpy()
 
 
 def finish_spectral(y: np.ndarray, *, seed: int) -> np.ndarray:
