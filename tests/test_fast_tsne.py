@@ -9,7 +9,8 @@ import torch
 
 from workers.analysis import fast_tsne
 from workers.analysis.affinities import head_affinities, kl_divergence, perplexity_affinities
-from workers.analysis.fast_tsne import FastSchedule, fast_optimize, fast_spectral_init
+from workers.analysis.fast_start import fast_spectral_init
+from workers.analysis.fast_tsne import FastSchedule, fast_optimize
 from workers.analysis.tsne import TSNEOptions, embed_affinities, spectral_init
 from workers.errors import HeadscopeError
 

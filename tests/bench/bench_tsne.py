@@ -79,7 +79,8 @@ def timed_run(p: np.ndarray, engine: str, *, n_jobs: int) -> dict:
 def fast_parts(p: np.ndarray) -> dict[str, float]:
     """Seconds of the fast engine's parts (start, optimisation, exact KL) and its iterations."""
     from workers.analysis.affinities import kl_divergence
-    from workers.analysis.fast_tsne import fast_optimize, fast_spectral_init
+    from workers.analysis.fast_start import fast_spectral_init
+    from workers.analysis.fast_tsne import fast_optimize
     from workers.analysis.tsne import TSNEOptions
 
     t0 = time.perf_counter()

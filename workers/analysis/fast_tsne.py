@@ -8,11 +8,13 @@ What makes it fast (issue 7), keeping KL honest:
   approximation error. On CUDA (or without numba) the same schedule runs as batched torch ops
   on ``options.device``.
 - **Fewer iterations.** Each head leaves a phase when its KL stops moving (relative change below
-  ``tol`` over ``check_every`` iterations), so openTSNE's ``early_exaggeration_iter`` and
+  ``tol`` over ``window`` iterations), so openTSNE's ``early_exaggeration_iter`` and
   ``n_iter`` are upper bounds here. A short settling phase at a lower learning rate ends every
   run, so heads that would bounce around a minimum land in it instead.
 - **Best seen.** The KL is estimated (float32 terms, float64 sums) every ``check_every``
   iterations; the best positions seen are returned.
+- **Spectral start by Lanczos** (``fast_start``): the same start as ``spectral_init`` without a
+  full eigendecomposition.
 
 The reported KL is always the exact float64 ``kl_divergence`` of the returned embedding, computed
 by ``embed_affinities`` the same way for every engine.
@@ -23,11 +25,15 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from workers.analysis.progress import Progress, no_progress
+
+if TYPE_CHECKING:
+    from workers.analysis.tsne import TSNEOptions
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +91,7 @@ class _Plan:
     used: np.ndarray  # [head] iterations done in all
 
     @classmethod
-    def make(cls, batch: int, n: int, *, options, schedule: FastSchedule) -> _Plan:
+    def make(cls, batch: int, n: int, *, options: TSNEOptions, schedule: FastSchedule) -> _Plan:
         early = max(0, options.early_exaggeration_iter)
         settle = min(schedule.settle_iter, max(0, options.n_iter))
         main = max(0, options.n_iter) - settle
@@ -257,7 +263,7 @@ def fast_optimize(
     p: np.ndarray,
     y0: np.ndarray,
     *,
-    options,
+    options: TSNEOptions,
     schedule: FastSchedule | None = None,
     backend: str = "auto",
     progress: Progress | None = None,
@@ -311,7 +317,7 @@ def fast_optimize(
 
 
 def run_fast(
-    p: np.ndarray, *, options, x: np.ndarray | None, progress: Progress
+    p: np.ndarray, *, options: TSNEOptions, x: np.ndarray | None, progress: Progress
 ) -> tuple[np.ndarray, np.ndarray]:
     """The engine entry ``embed_affinities`` calls: ([restart, B, n, 2], [restart, B] exact KL)."""
     from workers.analysis.affinities import kl_divergence
@@ -322,6 +328,8 @@ def run_fast(
     kls = np.zeros((options.restarts, batch))
     for r in range(options.restarts):
         if r == 0 and options.init == "spectral":  # the same start as spectral_init, sooner
+            from workers.analysis.fast_start import fast_spectral_init
+
             y0 = fast_spectral_init(p, seed=options.seed)
         else:
             y0 = initial_embedding(p, init=options.init, seed=options.seed, restart=r, x=x)
@@ -333,75 +341,6 @@ def run_fast(
     if not math.isfinite(float(kls.sum())):
         logger.warning("fast t-SNE produced a non-finite KL")
     return emb, kls
-
-
-def fast_spectral_init(
-    p: np.ndarray, *, seed: int = 0, max_steps: int = 150, tol: float = 1e-6, every: int = 20
-) -> np.ndarray:
-    """``spectral_init`` by Lanczos (only the eigenpairs it needs), heads in parallel: [B, n, 2].
-
-    The diffusion map of P: with ``m = D^-1/2 P D^-1/2`` and its eigenpairs (λ_k, v_k) after the
-    trivial one (λ = 1, v ∝ sqrt(d)), the start is ``D^-1/2 v_k λ_k`` for k = 1, 2, then the same
-    sign, scale and jitter as ``spectral_init``. A head stops when both Ritz residuals are below
-    ``tol`` (checked every ``every`` steps). Falls back to ``spectral_init`` without numba.
-    """
-    from workers.analysis.tsne import finish_spectral, spectral_init, spectral_vectors
-
-    if not numba_available():
-        return spectral_init(p, seed=seed)
-    from workers.analysis.fast_kernels import lanczos_round
-
-    batch, n = p.shape[0], p.shape[-1]
-    d = np.maximum(np.asarray(p, dtype=np.float64).sum(-1), 1e-300)  # [B, n]
-    dis = 1.0 / np.sqrt(d)
-    v1 = np.sqrt(d) / np.linalg.norm(np.sqrt(d), axis=-1, keepdims=True)
-    k = min(max_steps, n - 1)
-    q = np.zeros((batch, k + 1, n))
-    start = np.random.default_rng(12345).normal(size=(batch, n))  # fixed: a deterministic start
-    start -= (start * v1).sum(-1, keepdims=True) * v1
-    q[:, 0] = start / np.linalg.norm(start, axis=-1, keepdims=True)
-    alpha, beta = np.zeros((batch, k)), np.zeros((batch, k))
-    used = np.zeros(batch, dtype=np.int64)
-    taken = np.zeros(batch, dtype=np.int64)
-    pk = np.ascontiguousarray(np.where(p < P_FLUSH, 0.0, p), dtype=np.float32)
-    active = np.arange(batch)
-    while len(active):
-        j0 = int(used[active[0]])  # active heads move in step
-        j1 = min(k, j0 + every)
-        lanczos_round(pk, dis, v1, q, alpha, beta, active, j0, j1, taken)
-        used[active] += taken[active]
-        stopped = taken[active] < (j1 - j0)  # invariant subspace found
-        _, vecs = _ritz(alpha[active], beta[active], int(used[active].max()))
-        res = np.abs(vecs[:, -1, :]) * beta[active, np.maximum(used[active] - 1, 0)][:, None]
-        converged = (res < tol).all(-1) & (used[active] >= min(k, 2 * every))
-        active = active[~(stopped | converged | (used[active] >= k))]
-    out = np.zeros((batch, n, 2))
-    for steps in np.unique(used):
-        heads = np.flatnonzero(used == steps)
-        if steps < 2:  # P's graph falls apart into tiny pieces: take the full decomposition
-            out[heads] = spectral_vectors(p[heads])
-            continue
-        vals, vecs = _ritz(alpha[heads], beta[heads], int(steps))
-        top = vecs[:, :, ::-1]  # [h, steps, 2], largest first
-        basis = np.einsum("hsn,hsc->hnc", q[heads, :steps], top)  # Ritz vectors v_k
-        out[heads] = basis * dis[heads, :, None] * vals[:, None, ::-1]
-    return finish_spectral(out, seed=seed)
-
-
-def _ritz(alpha: np.ndarray, beta: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """The two largest eigenpairs of each Lanczos tridiagonal matrix ``[h, size, size]``:
-    ([h, 2] ascending, [h, size, 2]). LAPACK's tridiagonal solver, one head at a time: no BLAS
-    threads to fight the kernels' threads for the cores."""
-    from scipy.linalg import eigh_tridiagonal
-
-    h = alpha.shape[0]
-    vals, vecs = np.zeros((h, 2)), np.zeros((h, size, 2))
-    for i in range(h):
-        w, v = eigh_tridiagonal(
-            alpha[i, :size], beta[i, : size - 1], select="i", select_range=(size - 2, size - 1)
-        )
-        vals[i], vecs[i] = w, v
-    return vals, vecs
 
 
 def warm_up() -> float:
