@@ -41,7 +41,7 @@ def fast_spectral_init(
     alpha, beta = np.zeros((batch, k)), np.zeros((batch, k))
     used = np.zeros(batch, dtype=np.int64)
     taken = np.zeros(batch, dtype=np.int64)
-    pk = np.ascontiguousarray(np.where(p < fast_tsne.P_FLUSH, 0.0, p), dtype=np.float32)
+    pk = fast_tsne.kernel_p(p)
     active = np.arange(batch)
     while len(active):
         j0 = int(used[active[0]])  # active heads move in step

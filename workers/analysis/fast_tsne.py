@@ -173,7 +173,7 @@ class _NumbaState:
         from workers.analysis import fast_kernels
 
         self.kernels = fast_kernels
-        self.p = np.ascontiguousarray(p, dtype=np.float32)  # [B, n, n]
+        self.p = np.ascontiguousarray(p, dtype=np.float32)  # [B, n, n], no copy of kernel_p's
         self.y = np.ascontiguousarray(np.swapaxes(y0, 1, 2), dtype=np.float32)  # [B, 2, n]
         self.u = np.zeros_like(self.y)
         self.g = np.ones_like(self.y)
@@ -253,10 +253,24 @@ class _TorchState:
 
 
 def entropies(p: np.ndarray) -> np.ndarray:
-    """``sum_ij p_ij log p_ij`` per matrix, float64: [B, n, n] -> [B]."""
-    p64 = np.asarray(p, dtype=np.float64)
-    safe = np.where(p64 > 0, p64, 1.0)
-    return np.sum(p64 * np.log(safe), axis=(-2, -1))
+    """``sum_ij p_ij log p_ij`` per matrix, float64, one matrix at a time: [B, n, n] -> [B]."""
+    from scipy.special import xlogy
+
+    out = np.zeros(p.shape[0])
+    for b in range(p.shape[0]):
+        pb = np.asarray(p[b], dtype=np.float64)
+        out[b] = xlogy(pb, pb).sum()
+    return out
+
+
+def kernel_p(p: np.ndarray) -> np.ndarray:
+    """The float32 copy of P the kernels read, entries below ``P_FLUSH`` zeroed (their forces are
+    < 1e-14 of a typical entry's; denormal products cost ~100x): [B, n, n], no float64 temporaries."""
+    out = np.empty(p.shape, dtype=np.float32)
+    for b in range(p.shape[0]):
+        out[b] = p[b]
+        out[b][out[b] < P_FLUSH] = 0.0
+    return out
 
 
 def fast_optimize(
@@ -288,12 +302,13 @@ def fast_optimize(
     device = _device(options.device)
     chosen = pick_backend(backend, device)
     ent = entropies(p)
-    p = np.where(p < P_FLUSH, 0.0, p)  # their forces are < 1e-14 of a typical entry's
+    pk = kernel_p(p)
     if chosen == "numba":
-        state: _NumbaState | _TorchState = _NumbaState(p, y0, ent)
+        state: _NumbaState | _TorchState = _NumbaState(pk, y0, ent)
     else:
         dtype = torch.float64 if options.dtype == "float64" else torch.float32
-        state = _TorchState(p, y0, ent, device, dtype)
+        state = _TorchState(pk if dtype == torch.float32 else p, y0, ent, device, dtype)
+    del pk
     plan = _Plan.make(batch, n, options=options, schedule=schedule)
     best = np.array(y0, dtype=np.float64, copy=True)
     best_kl = np.full(batch, np.inf)
