@@ -131,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     limit = 12 if args.quick else args.heads
     print(f"# headscope t-SNE benchmark: torch {torch.__version__}, {torch.get_num_threads()} torch threads, "
           f"{os.cpu_count()} CPUs, numba {'yes' if numba_available() else 'no'}, load {os.getloadavg()[0]:.2f}")
+    if os.getloadavg()[0] > 0.5 * (os.cpu_count() or 1):
+        print("# warning: the machine is busy; openTSNE with n_jobs=2 slows down far more than the "
+              "other engines when its threads share cores (10-30x measured): compare with --n-jobs 1 "
+              "or rerun on a quiet machine")
     print(f"# fast engine warm-up (numba compile or cache load): {warm_up():.2f} s")
     loaded = load_model("minilm", device="cpu")
     texts = texts_by_size(loaded, sizes)
