@@ -169,3 +169,23 @@ def test_fast_handles_perplexity_p(minilm, demo_text):
     ref = embed_affinities(p, options=TSNEOptions(engine="opentsne"))
     assert fast.kl.mean() <= 1.02 * ref.kl.mean(), (fast.kl, ref.kl)
     assert (fast.kl <= 1.3 * ref.kl).all(), (fast.kl, ref.kl)
+
+
+def test_service_uses_fast_by_default(catalogue):
+    """The pipeline (CLI and queue jobs) runs the fast engine unless told otherwise, for
+    attention heads and hidden states alike, and its KL is the exact KL of the returned map."""
+    from workers.analysis.pipeline import DEFAULT_ENGINE, analyze
+    from workers.models import load_model
+
+    loaded = load_model("tiny-bert", device="cpu")
+    text = "We present a new technique called t-SNE that visualizes high-dimensional data."
+    res = analyze(loaded, text, ["head-tsne", "hidden-tsne"], {"layer": 1, "head": 2})
+    assert DEFAULT_ENGINE == "fast" and TSNEOptions().engine == "fast"
+    assert res["head-tsne"]["engine"] == "fast" and res["hidden-tsne"]["engine"] == "fast"
+    from workers.models import run_text
+
+    p = head_affinities(run_text(loaded, text).attentions[1, 2])
+    emb = np.asarray(res["head-tsne"]["embedding"])  # [token, 2]
+    assert res["head-tsne"]["kl"][0] == pytest.approx(float(kl_divergence(p, emb)), rel=1e-12)
+    other = analyze(loaded, text, ["head-tsne"], {"layer": 1, "head": 2, "engine": "batched"})
+    assert other["head-tsne"]["engine"] == "batched"
