@@ -15,11 +15,13 @@ Importing this module needs numba; ``workers.analysis.fast_tsne`` falls back to 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit, prange
 
 # error_model="numpy": no ZeroDivisionError branch, so the loops vectorise; fastmath: reassociate.
-_OPT = {"fastmath": True, "error_model": "numpy", "cache": True, "nogil": True}
+_OPT: dict[str, Any] = {"fastmath": True, "error_model": "numpy", "cache": True, "nogil": True}
 _F = np.float32
 _LN2 = np.float32(np.log(2.0))
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from workers.analysis.progress import Progress, no_progress
+from workers.analysis.progress import Progress, no_progress, scaled
 
 if TYPE_CHECKING:
     from workers.analysis.tsne import TSNEOptions
@@ -348,9 +348,8 @@ def run_fast(
             y0 = fast_spectral_init(p, seed=options.seed)
         else:
             y0 = initial_embedding(p, init=options.init, seed=options.seed, restart=r, x=x)
-        base, width = r / options.restarts, 1 / options.restarts
         emb[r], _ = fast_optimize(
-            p, y0, options=options, progress=lambda f, m, b=base, w=width: progress(b + w * f, m)
+            p, y0, options=options, progress=scaled(progress, r / options.restarts, (r + 1) / options.restarts)
         )
         kls[r] = kl_divergence(p, emb[r])
     if not math.isfinite(float(kls.sum())):

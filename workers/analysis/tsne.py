@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from workers.analysis.affinities import head_affinities, kl_divergence
-from workers.analysis.progress import Progress, no_progress
+from workers.analysis.progress import Progress, no_progress, scaled
 from workers.errors import HeadscopeError, OutOfRangeError
 
 logger = logging.getLogger(__name__)
@@ -211,9 +211,8 @@ def _batched(
         for s in range(0, batch, chunk):
             pt = torch.as_tensor(p[s : s + chunk], device=dev, dtype=dtype)
             yt = torch.as_tensor(y0[s : s + chunk], device=dev, dtype=dtype)
-            base, width = step / steps, 1 / steps
             yt = optimize_batched(
-                pt, yt, options=options, progress=lambda f, m, b=base, w=width: progress(b + w * f, m)
+                pt, yt, options=options, progress=scaled(progress, step / steps, (step + 1) / steps)
             )
             emb[r, s : s + chunk] = yt.double().cpu().numpy()
             step += 1
