@@ -22,8 +22,8 @@ def test_max_attention_equals_direct_recomputation(run):
     assert ma.shape == (L, H, n)
     rng = np.random.default_rng(0)
     for _ in range(20):
-        l, h, j = rng.integers(L), rng.integers(H), rng.integers(n)
-        assert ma[l, h, j] == max(run.attentions[l, h, i, j] for i in range(n))
+        ly, h, j = rng.integers(L), rng.integers(H), rng.integers(n)
+        assert ma[ly, h, j] == max(run.attentions[ly, h, i, j] for i in range(n))
     mean = mean_attention(run.attentions)
     np.testing.assert_allclose(mean.sum(axis=-1), 1.0, atol=1e-4)  # rows sum to 1 -> column means sum to 1
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.analysis import TSNEOptions, embed_affinities, head_affinities, head_tsne, kl_divergence
+from workers.analysis import (
+    TSNEOptions,
+    embed_affinities,
+    head_affinities,
+    head_tsne,
+    kl_divergence,
+)
 from workers.analysis.tsne import spectral_init
 from workers.errors import HeadscopeError, OutOfRangeError
 from workers.models import run_text
@@ -21,7 +27,7 @@ def run(minilm, demo_text):
 def test_batched_kl_within_5_percent_of_opentsne_on_real_heads(run):
     """Same P, same start, same schedule: the exact batched engine and openTSNE (Barnes-Hut)
     reach KLs within 5 % on average over six real MiniLM heads."""
-    p = np.stack([head_affinities(run.attentions[l, h]) for l, h in HEADS])
+    p = np.stack([head_affinities(run.attentions[layer, h]) for layer, h in HEADS])
     batched = embed_affinities(p, options=TSNEOptions(engine="batched"))
     reference = embed_affinities(p, options=TSNEOptions(engine="opentsne"))
     ratio = batched.kl.mean() / reference.kl.mean()
@@ -64,10 +70,10 @@ def test_head_grid_shapes_and_special_tokens(run):
 
 
 def test_batched_heads_do_not_interact(run):
-    p = np.stack([head_affinities(run.attentions[l, h]) for l, h in [(1, 1), (4, 4), (5, 0)]])
+    p = np.stack([head_affinities(run.attentions[layer, h]) for layer, h in [(1, 1), (4, 4), (5, 0)]])
     # float64 and a short run: t-SNE is chaotic, so float32 rounding differences between batch
     # sizes (BLAS blocking) would grow; what matters is that no head's P or Y enters another's
-    opts = TSNEOptions(n_iter=40, early_exaggeration_iter=20, dtype="float64")
+    opts = TSNEOptions(engine="batched", n_iter=40, early_exaggeration_iter=20, dtype="float64")
     together = embed_affinities(p, options=opts)
     alone = embed_affinities(p[:1], options=opts)
     np.testing.assert_allclose(alone.embedding[0], together.embedding[0], atol=1e-6)

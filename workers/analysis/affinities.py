@@ -102,6 +102,10 @@ def perplexity_affinities(x: np.ndarray, *, perplexity: float = 20.0, tol: float
 def kl_divergence(p: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor) -> np.ndarray:
     """Exact ``KL(P || Q)`` (nats) for one or a batch of embeddings, in float64.
 
+    ``KL = sum p log p + sum p log(1 + d2) + (sum p) log Z`` with ``Z = sum_{i != j} 1 / (1 + d2_ij)``:
+    the same value as ``sum p log(p / q)``, computed a few matrices at a time so the temporaries
+    stay small (the whole-batch version spent most of its time allocating them).
+
     Args:
         p: [..., n, n] joint probabilities (zero diagonal, summing to 1).
         y: [..., n, c] embeddings.
@@ -110,12 +114,19 @@ def kl_divergence(p: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor) ->
     """
     pt = torch.as_tensor(p, dtype=torch.float64)
     yt = torch.as_tensor(y).to(dtype=torch.float64, device=pt.device)
-    d2 = torch.cdist(yt, yt).pow(2)
-    w = 1.0 / (1.0 + d2)
-    n = w.shape[-1]
-    eye = torch.eye(n, dtype=torch.bool, device=w.device)
-    w = w.masked_fill(eye, 0.0)
-    q = w / w.sum(dim=(-2, -1), keepdim=True)
-    mask = pt > 0
-    terms = torch.where(mask, pt * (torch.log(pt.clamp_min(1e-300)) - torch.log(q.clamp_min(1e-300))), 0.0)
-    return terms.sum(dim=(-2, -1)).cpu().numpy()
+    n = pt.shape[-1]
+    lead = pt.shape[:-2]
+    pf = pt.reshape(-1, n, n)
+    yf = yt.reshape(-1, n, yt.shape[-1])
+    out = torch.empty(pf.shape[0], dtype=torch.float64, device=pt.device)
+    chunk = max(1, (1 << 21) // (n * n))  # ~16 MiB per temporary
+    for s in range(0, pf.shape[0], chunk):
+        pc, yc = pf[s : s + chunk], yf[s : s + chunk]
+        t = torch.cdist(yc, yc).pow_(2).log1p_()  # -log w_ij, [c, n, n]
+        cross = (pc * t).sum(dim=(-2, -1))
+        w = t.neg_().exp_()
+        w.diagonal(dim1=-2, dim2=-1).zero_()
+        z = w.sum(dim=(-2, -1))
+        entropy = torch.special.xlogy(pc, pc).sum(dim=(-2, -1))
+        out[s : s + chunk] = entropy + cross + pc.sum(dim=(-2, -1)) * torch.log(z)
+    return out.reshape(lead).cpu().numpy()

@@ -49,7 +49,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "dtype": "float32",
     "hidden_layer": None,
 }
-DEFAULT_ENGINE = "batched"
+DEFAULT_ENGINE = "fast"  # issue 7; "batched" and "opentsne" stay selectable
 
 
 @dataclass
@@ -155,7 +155,7 @@ def _hidden_tsne(ctx: Context) -> dict[str, Any]:
         layers=state,
         keep=ctx.keep,
         perplexity=float(o["perplexity"]),
-        options=ctx.tsne_options(engine="batched" if o["engine"] == "fast" else (o["engine"] or "batched")),
+        options=ctx.tsne_options(engine=o["engine"] or DEFAULT_ENGINE),
         progress=ctx.progress,
     )
     single = state != "all"
@@ -193,7 +193,7 @@ def _word_tsne(ctx: Context) -> dict[str, Any]:
         states,
         layers=o["layer"],
         perplexity=float(o["perplexity"]),
-        options=ctx.tsne_options(engine="batched" if o["engine"] == "fast" else (o["engine"] or "batched")),
+        options=ctx.tsne_options(engine=o["engine"] or DEFAULT_ENGINE),
         progress=ctx.progress,
     )
     single = o["layer"] != "all"
@@ -237,7 +237,7 @@ def _robustness(ctx: Context) -> dict[str, Any]:
     hid0 = run.hidden_states[layer + 1] if keep is None else run.hidden_states[layer + 1][keep]
     p_hid = perplexity_affinities(hid0, perplexity=float(o["perplexity"]))
     # R random starts of the same input vs R disturbed inputs, each a batch for the engine
-    opts = ctx.tsne_options(init="random", restarts=1, engine="batched" if o["engine"] == "fast" else (o["engine"] or "batched"))
+    opts = ctx.tsne_options(init="random", restarts=1, engine=o["engine"] or DEFAULT_ENGINE)
     runs = {
         ("head", "undisturbed"): np.repeat(p_head[None], repeats, axis=0),
         ("head", "disturbed"): np.stack(p_head_d),

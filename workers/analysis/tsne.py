@@ -20,21 +20,24 @@ import numpy as np
 import torch
 
 from workers.analysis.affinities import head_affinities, kl_divergence
-from workers.analysis.progress import Progress, no_progress
+from workers.analysis.progress import Progress, no_progress, scaled
 from workers.errors import HeadscopeError, OutOfRangeError
 
 logger = logging.getLogger(__name__)
 
-Engine = Literal["batched", "opentsne"]
-ENGINES = ("batched", "opentsne")
+Engine = Literal["fast", "batched", "opentsne"]
+ENGINES = ("fast", "batched", "opentsne")
 INITS = ("spectral", "random", "pca")
 
 
 @dataclass(frozen=True)
 class TSNEOptions:
-    """Knobs of one t-SNE run; defaults are openTSNE's (250 + 750 iterations)."""
+    """Knobs of one t-SNE run; defaults are openTSNE's (250 + 750 iterations).
 
-    engine: str = "batched"
+    The ``fast`` engine takes the iteration counts as upper bounds (see ``fast_tsne``).
+    """
+
+    engine: str = "fast"
     n_iter: int = 750
     early_exaggeration_iter: int = 250
     early_exaggeration: float = 12.0
@@ -46,8 +49,8 @@ class TSNEOptions:
     seed: int = 0
     theta: float = 0.5  # Barnes-Hut accuracy (openTSNE engine)
     n_jobs: int = 1  # openTSNE threads
-    device: str | None = None  # batched engine: None = cuda if available else cpu
-    dtype: str = "float32"  # batched engine compute dtype (KL is always float64)
+    device: str | None = None  # batched/fast engines: None = cuda if available else cpu
+    dtype: str = "float32"  # batched engine (and fast on torch) compute dtype; KL is always float64
     max_step_norm: float | None = 5.0  # openTSNE's default: clip each point's step to this length
 
     def validate(self) -> TSNEOptions:
@@ -84,6 +87,11 @@ def _rescale(y: np.ndarray, target_std: float = 1e-4) -> np.ndarray:
 
 def spectral_init(p: np.ndarray, *, seed: int = 0) -> np.ndarray:
     """openTSNE's spectral start (diffusion map of P), batched: [..., n, n] -> [..., n, 2]."""
+    return finish_spectral(spectral_vectors(p), seed=seed)
+
+
+def spectral_vectors(p: np.ndarray) -> np.ndarray:
+    """The diffusion-map coordinates behind ``spectral_init``, before sign and scale."""
     pt = torch.as_tensor(p, dtype=torch.float64)
     d = pt.sum(dim=-1).clamp_min(1e-300)
     dis = d.rsqrt()
@@ -91,7 +99,11 @@ def spectral_init(p: np.ndarray, *, seed: int = 0) -> np.ndarray:
     evals, evecs = torch.linalg.eigh(m)  # ascending
     vals = evals[..., -3:].flip(-1)  # the 3 largest, decreasing
     vecs = (evecs[..., -3:].flip(-1) * dis[..., :, None]) * vals[..., None, :]
-    y = vecs[..., :, 1:3].cpu().numpy()
+    return vecs[..., :, 1:3].cpu().numpy()
+
+
+def finish_spectral(y: np.ndarray, *, seed: int) -> np.ndarray:
+    """Sign, scale and jitter of a spectral start ``[..., n, 2]`` (shared by every engine)."""
     # a deterministic sign: the largest-magnitude coordinate of each axis is positive
     idx = np.abs(y).argmax(axis=-2, keepdims=True)
     sign = np.sign(np.take_along_axis(y, idx, axis=-2))
@@ -208,9 +220,8 @@ def _batched(
         for s in range(0, batch, chunk):
             pt = torch.as_tensor(p[s : s + chunk], device=dev, dtype=dtype)
             yt = torch.as_tensor(y0[s : s + chunk], device=dev, dtype=dtype)
-            base, width = step / steps, 1 / steps
             yt = optimize_batched(
-                pt, yt, options=options, progress=lambda f, m: progress(base + width * f, m)
+                pt, yt, options=options, progress=scaled(progress, step / steps, (step + 1) / steps)
             )
             emb[r, s : s + chunk] = yt.double().cpu().numpy()
             step += 1
@@ -256,6 +267,14 @@ def _opentsne(
     return emb, kls
 
 
+def _fast(
+    p: np.ndarray, *, options: TSNEOptions, x: np.ndarray | None, progress: Progress
+) -> tuple[np.ndarray, np.ndarray]:
+    from workers.analysis.fast_tsne import run_fast
+
+    return run_fast(p, options=options, x=x, progress=progress)
+
+
 def embed_affinities(
     p: np.ndarray,
     *,
@@ -277,7 +296,7 @@ def embed_affinities(
     if pb.shape[-1] < 3:
         raise HeadscopeError(f"t-SNE needs at least 3 points, got {pb.shape[-1]}")
     start = time.perf_counter()
-    run = _batched if options.engine == "batched" else _opentsne
+    run = {"batched": _batched, "opentsne": _opentsne, "fast": _fast}[options.engine]
     emb, kls = run(np.ascontiguousarray(pb, dtype=np.float64), options=options, x=x, progress=progress)
     best = kls.argmin(axis=0)  # [B]
     embedding = emb[best, np.arange(pb.shape[0])]

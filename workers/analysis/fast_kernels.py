@@ -1,0 +1,228 @@
+"""Compiled CPU kernels of the fast t-SNE engine (numba).
+
+Each head is optimised by one thread; heads run in parallel (``prange``). Inside a head the
+exact Student-t forces are summed over all pairs in float32 SIMD loops, so the whole head
+(P, positions, forces) stays in the core's cache. Positions are stored axis-major,
+``y[head, axis, point]``, so the inner loops read contiguous memory.
+
+The gradient omits the factor 4, as openTSNE's does::
+
+    grad_i = ex * sum_j p_ij w_ij (y_i - y_j) - (1 / Z) sum_j w_ij^2 (y_i - y_j),
+    w_ij = 1 / (1 + |y_i - y_j|^2),  Z = sum_{i != j} w_ij.
+
+Importing this module needs numba; ``workers.analysis.fast_tsne`` falls back to torch without it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit, prange
+
+# error_model="numpy": no ZeroDivisionError branch, so the loops vectorise; fastmath: reassociate.
+_OPT: dict[str, Any] = {"fastmath": True, "error_model": "numpy", "cache": True, "nogil": True}
+_F = np.float32
+_LN2 = np.float32(np.log(2.0))
+
+
+@njit(**_OPT)
+def _forces(p, y0, y1, out):  # pragma: no cover - compiled
+    """Attraction (out[0:2]) and unnormalised repulsion (out[2:4]) of every point; returns Z."""
+    n = y0.shape[0]
+    one = _F(1.0)
+    z = 0.0
+    for i in range(n):
+        pi = p[i]
+        a0 = y0[i]
+        a1 = y1[i]
+        ax = _F(0.0)
+        ay = _F(0.0)
+        rx = _F(0.0)
+        ry = _F(0.0)
+        zi = _F(0.0)
+        for j in range(n):  # the diagonal adds w = 1 to zi and nothing to the forces
+            dx = a0 - y0[j]
+            dy = a1 - y1[j]
+            w = one / (one + dx * dx + dy * dy)
+            pw = pi[j] * w
+            ax += pw * dx
+            ay += pw * dy
+            w2 = w * w
+            rx += w2 * dx
+            ry += w2 * dy
+            zi += w
+        z += zi - 1.0
+        out[0, i] = ax
+        out[1, i] = ay
+        out[2, i] = rx
+        out[3, i] = ry
+    return z
+
+
+@njit(**_OPT)
+def _steps(p, y, u, g, buf, steps, ex, mom, lr, max_step):  # pragma: no cover - compiled
+    """``steps`` iterations of momentum gradient descent with delta-bar-delta gains (openTSNE's
+    rule, steps clipped to ``max_step``, embedding re-centred after each step)."""
+    n = y.shape[1]
+    for _ in range(steps):
+        z = _forces(p, y[0], y[1], buf)
+        iz = _F(1.0 / max(z, 1e-30))
+        m0 = 0.0
+        m1 = 0.0
+        for i in range(n):
+            norm = _F(0.0)
+            for c in range(2):
+                gc = ex * buf[c, i] - buf[c + 2, i] * iz
+                su = (u[c, i] > 0) - (u[c, i] < 0)
+                sg = (gc > 0) - (gc < 0)
+                if su != sg:  # np.sign(update) != np.sign(gradient), as openTSNE
+                    g[c, i] += _F(0.2)
+                else:
+                    g[c, i] = g[c, i] * _F(0.8) + _F(0.01)
+                u[c, i] = mom * u[c, i] - lr * g[c, i] * gc
+                norm += u[c, i] * u[c, i]
+            norm = np.sqrt(norm)
+            if norm > max_step:
+                s = max_step / norm
+                u[0, i] *= s
+                u[1, i] *= s
+            y[0, i] += u[0, i]
+            y[1, i] += u[1, i]
+            m0 += y[0, i]
+            m1 += y[1, i]
+        m0 /= n
+        m1 /= n
+        for i in range(n):
+            y[0, i] -= m0
+            y[1, i] -= m1
+
+
+@njit(**_OPT)
+def _cross_entropy(p, y0, y1, d, e):  # pragma: no cover - compiled
+    """``-sum_ij p_ij log q_ij`` of one head (float32 terms, float64 sums; ~1e-7 relative).
+
+    ``log(1 + d2)`` is computed by splitting ``1 + d2 = 2^e * m`` through the float bits and
+    a short atanh series for ``log m``, so the loops vectorise (a libm call per pair cost 10x
+    the force evaluation). ``d`` and ``e`` are float32 scratch rows [n].
+    """
+    n = y0.shape[0]
+    one = _F(1.0)
+    bits = d.view(np.int32)
+    z = 0.0
+    s = 0.0
+    for i in range(n):
+        pi = p[i]
+        a0 = y0[i]
+        a1 = y1[i]
+        zi = _F(0.0)
+        for j in range(n):
+            dx = a0 - y0[j]
+            dy = a1 - y1[j]
+            dj = one + dx * dx + dy * dy
+            d[j] = dj
+            zi += one / dj
+        for j in range(n):  # d = 2^e * m with m in [1, 2)
+            b = bits[j]
+            e[j] = _F((b >> 23) - 127)
+            bits[j] = (b & 0x7FFFFF) | 0x3F800000
+        si = _F(0.0)
+        for j in range(n):  # log m = 2 atanh(t), t = (m - 1) / (m + 1) < 1/3, series to t^9
+            m = d[j]
+            t = (m - one) / (m + one)
+            t2 = t * t
+            series = one + t2 * (_F(1 / 3) + t2 * (_F(1 / 5) + t2 * (_F(1 / 7) + t2 * _F(1 / 9))))
+            si += pi[j] * (e[j] * _LN2 + _F(2.0) * t * series)
+        z += zi - 1.0
+        s += si
+    return s + np.log(max(z, 1e-30))
+
+
+@njit(parallel=True, cache=True)
+def run_round(p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, kl):  # pragma: no cover
+    """Advance each head in ``heads`` by ``steps`` iterations, then estimate its KL; heads run
+    in parallel threads.
+
+    Args:
+        p: [head, n, n] float32 joint probabilities (exaggeration is applied here, by ``ex``).
+        y, u, g: [head, 2, n] float32 positions, updates and gains, changed in place.
+        heads: int64 indices of the heads to advance.
+        ex, mom, lr: [head] float32 exaggeration, momentum and learning rate of each head.
+        entropy: [head] float64 ``sum p log p``; kl: [head] float64 output, ``KL(P || Q)``.
+    """
+    n = y.shape[2]
+    for k in prange(heads.shape[0]):
+        b = heads[k]
+        buf = np.empty((4, n), np.float32)
+        _steps(p[b], y[b], u[b], g[b], buf, steps, ex[b], mom[b], lr[b], max_step)
+        kl[b] = entropy[b] + _cross_entropy(p[b], y[b, 0], y[b, 1], buf[0], buf[1])
+
+
+@njit(cache=True)
+def run_round_serial(p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, kl):  # pragma: no cover
+    """``run_round`` on the calling thread: for a single head, idle threads that spin while
+    waiting only take CPU from the one that works."""
+    n = y.shape[2]
+    for k in range(heads.shape[0]):
+        b = heads[k]
+        buf = np.empty((4, n), np.float32)
+        _steps(p[b], y[b], u[b], g[b], buf, steps, ex[b], mom[b], lr[b], max_step)
+        kl[b] = entropy[b] + _cross_entropy(p[b], y[b, 0], y[b, 1], buf[0], buf[1])
+
+
+# ---------------------------------------------------------------------------- spectral start
+# No BLAS or LAPACK call may run inside a prange region (OpenBLAS warns it may hang under OpenMP),
+# so the Lanczos steps use plain loops and the small tridiagonal problems are solved by numpy.
+
+
+@njit(**_OPT)
+def _dot(a, b):  # pragma: no cover - compiled
+    s = 0.0
+    for i in range(a.shape[0]):
+        s += a[i] * b[i]
+    return s
+
+
+@njit(**_OPT)
+def _lanczos_head(p, dis, v1, q, alpha, beta, j0, j1):  # pragma: no cover - compiled
+    """Lanczos steps j0..j1-1 of ``m = D^-1/2 P D^-1/2`` restricted to the complement of its
+    top eigenvector ``v1``, with full reorthogonalisation; returns the steps done (fewer at an
+    invariant subspace). ``q`` [k + 1, n] holds the basis, ``q[0]`` the start."""
+    n = p.shape[0]
+    x = np.empty(n)
+    w = np.empty(n)
+    for j in range(j0, j1):
+        qj = q[j]
+        for i in range(n):
+            x[i] = dis[i] * qj[i]
+        for i in range(n):  # w = m @ qj, float32 P, float64 sums
+            pi = p[i]
+            acc = 0.0
+            for t in range(n):
+                acc += pi[t] * x[t]
+            w[i] = dis[i] * acc
+        alpha[j] = _dot(w, qj)
+        for _ in range(2):  # full reorthogonalisation, twice
+            c = _dot(w, v1)
+            for i in range(n):
+                w[i] -= c * v1[i]
+            for r in range(j + 1):
+                qr = q[r]
+                c = _dot(w, qr)
+                for i in range(n):
+                    w[i] -= c * qr[i]
+        b = np.sqrt(_dot(w, w))
+        beta[j] = b
+        if b < 1e-10:  # an invariant subspace: the Ritz pairs are exact
+            return j + 1 - j0
+        for i in range(n):
+            q[j + 1, i] = w[i] / b
+    return j1 - j0
+
+
+@njit(parallel=True, cache=True)
+def lanczos_round(p, dis, v1, q, alpha, beta, heads, j0, j1, done):  # pragma: no cover
+    """Lanczos steps j0..j1-1 for each head in ``heads``; ``done[b]`` gets the steps taken."""
+    for k in prange(heads.shape[0]):
+        b = heads[k]
+        done[b] = _lanczos_head(p[b], dis[b], v1[b], q[b], alpha[b], beta[b], j0, j1)
