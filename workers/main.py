@@ -85,6 +85,9 @@ def run_worker(
             for model in preload:
                 loaded = load_model(model)
                 logger.info("preloaded %s on %s", model, loaded.device)
+            from workers.analysis.fast_tsne import warm_up
+
+            logger.info("fast t-SNE kernels ready in %.1f s", warm_up())
         try:
             publish_demos(conn)
         except Exception:
