@@ -31,10 +31,11 @@ WORKER_TTL_S = 3.0
 JOB_TIMEOUT_S = 60
 
 
-def long_request(seed: int, *, restarts: int = 2) -> AnalysisRequest:
-    """Every head of tiny-bert, ``restarts`` restarts each: about a second per restart."""
+def long_request(seed: int, *, restarts: int = 4) -> AnalysisRequest:
+    """Every head of tiny-bert on the exact batched engine (the fast engine would finish before
+    the test can kill it), ``restarts`` restarts each: about a second per restart."""
     return AnalysisRequest(model="tiny-bert", text=short_text(38), analyses=["head-tsne"],
-                           options={"restarts": restarts, "n_iter": 1000, "seed": seed})
+                           options={"restarts": restarts, "n_iter": 1000, "seed": seed, "engine": "batched"})
 
 
 @pytest.fixture(scope="module")
