@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import JSONResponse
 
-from backend.api.common import not_found, status_response
+from backend.api.common import job_status
 from backend.deps import QueueDep, WriteAccess
 from backend.tokens import count_tokens
 from workers.contracts import AnalysisRequest, JobStatus
@@ -68,9 +68,4 @@ def submit_analysis(req: AnalysisRequest, queue: QueueDep) -> JSONResponse:
 @router.get("/api/analyses/{job_id}", response_model=JobStatus, responses={404: {"description": "unknown id"}})
 def get_analysis(job_id: str, queue: QueueDep):
     """Status, progress, partial sections while running, the result when finished."""
-    if not JOB_ID.fullmatch(job_id):
-        raise not_found("analysis", job_id)
-    state = queue.lookup(job_id)
-    if state is None or state.kind != "analysis":
-        raise not_found("analysis", job_id)
-    return status_response(job_id, state)
+    return job_status(queue, job_id, kind="analysis", what="analysis", pattern=JOB_ID)

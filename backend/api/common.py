@@ -40,3 +40,13 @@ def status_response(job_id: str, state: Lookup) -> Response:
 
 def not_found(what: str, ident: str) -> HTTPException:
     return HTTPException(404, f"no {what} with id {ident!r}")
+
+
+def job_status(queue: Any, job_id: str, *, kind: str, what: str, pattern: Any) -> Response:
+    """The status response of job ``job_id`` of ``kind``; 404 for a malformed or unknown id."""
+    if not pattern.fullmatch(job_id):
+        raise not_found(what, job_id)
+    state = queue.lookup(job_id)
+    if state is None or state.kind != kind:
+        raise not_found(what, job_id)
+    return status_response(job_id, state)

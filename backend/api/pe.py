@@ -6,7 +6,7 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import JSONResponse
 
 from backend.api.checkpoints import ensure_blob, known_checkpoint
-from backend.api.common import not_found, status_response
+from backend.api.common import job_status
 from backend.deps import QueueDep, StoreDep, WriteAccess
 from workers.contracts import JobStatus, PEAnalysisRequest
 from workers.protocol import JOB_ID
@@ -39,9 +39,4 @@ def submit_pe(req: PEAnalysisRequest, queue: QueueDep, store: StoreDep) -> JSONR
 
 @router.get("/api/pe-analyses/{job_id}", response_model=JobStatus, responses={404: {"description": "unknown id"}})
 def get_pe(job_id: str, queue: QueueDep):
-    if not JOB_ID.fullmatch(job_id):
-        raise not_found("PE analysis", job_id)
-    state = queue.lookup(job_id)
-    if state is None or state.kind != "pe":
-        raise not_found("PE analysis", job_id)
-    return status_response(job_id, state)
+    return job_status(queue, job_id, kind="pe", what="PE analysis", pattern=JOB_ID)
