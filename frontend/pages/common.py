@@ -230,3 +230,21 @@ def register_highlight(app: Dash, prefix: str, graphs: list[str]) -> None:
 def submit_error(exc: Exception) -> str:
     """The message shown under a form when the API refuses a request."""
     return str(exc) or type(exc).__name__
+
+
+def restore_view(
+    store: Any, query: dict[str, str], share: dict[str, Any] | None, *, keys: tuple[str, ...]
+) -> tuple[dict[str, Any] | None, dict[str, Any], dict[str, Any]]:
+    """(source, request, view) of a text-analysis page opened from a share or ``?analysis=``;
+    the URL's ``keys`` override the shared view."""
+    source = None
+    request: dict[str, Any] = {}
+    view: dict[str, Any] = {}
+    if share is not None:
+        source = {"kind": "share", "id": share["id"]}
+        request, view = share.get("request") or {}, dict(share.get("view") or {})
+    elif query.get("analysis"):
+        source = {"kind": "analysis", "id": query["analysis"]}
+        request = store.status(source).get("request") or {}
+    view.update({k: v for k, v in query.items() if k in keys})
+    return source, request, view

@@ -24,6 +24,7 @@ from frontend.pages.common import (
     register_exports,
     register_highlight,
     register_poll,
+    restore_view,
     share_link,
 )
 
@@ -44,16 +45,8 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
     from workers.data import demo_text
 
     options, default_model, _ = model_options(store)
-    source = source_b = None
-    request: dict[str, Any] = {}
-    view: dict[str, Any] = {}
-    if share is not None:
-        source = {"kind": "share", "id": share["id"]}
-        request, view = share.get("request") or {}, dict(share.get("view") or {})
-    elif query.get("analysis"):
-        source = {"kind": "analysis", "id": query["analysis"]}
-        request = store.status(source).get("request") or {}
-    view.update({k: v for k, v in query.items() if k in ("compare", "token", "state")})
+    source, request, view = restore_view(store, query, share, keys=("compare", "token", "state"))
+    source_b = None
     if view.get("compare"):
         source_b = {"kind": "analysis", "id": view["compare"]}
     opts = request.get("options") or {}

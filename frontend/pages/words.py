@@ -20,6 +20,7 @@ from frontend.pages.common import (
     progress_block,
     register_exports,
     register_poll,
+    restore_view,
     share_link,
 )
 
@@ -61,16 +62,7 @@ def words_request(*, text: str, model: str) -> dict[str, Any]:
 
 def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None) -> html.Div:
     options, default_model, info = model_options(store)
-    source = None
-    request: dict[str, Any] = {}
-    view: dict[str, Any] = {}
-    if share is not None:
-        source = {"kind": "share", "id": share["id"]}
-        request, view = share.get("request") or {}, dict(share.get("view") or {})
-    elif query.get("analysis"):
-        source = {"kind": "analysis", "id": query["analysis"]}
-        request = store.status(source).get("request") or {}
-    view.update({k: v for k, v in query.items() if k in ("state", "rescale")})
+    source, request, view = restore_view(store, query, share, keys=("state", "rescale"))
     model = request.get("model") or default_model
     n_states = int((info.get(model) or {}).get("n_layers") or 6) + 1
     state = int_or_none(view.get("state"))
