@@ -34,15 +34,17 @@ def service_env(data_dir: Path, catalogue: Path, **extra: str) -> dict[str, str]
     env = dict(os.environ)
     env.pop("REDIS_URL", None)
     env.update(
-        HEADSCOPE_DATA_DIR=str(data_dir),
-        HEADSCOPE_MODELS=str(catalogue),
-        PYTHONPATH=str(ROOT),
-        OMP_NUM_THREADS="1",
-        MKL_NUM_THREADS="1",
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-        **extra,
+        {
+            "HEADSCOPE_DATA_DIR": str(data_dir),
+            "HEADSCOPE_MODELS": str(catalogue),
+            "PYTHONPATH": str(ROOT),
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            **extra,
+        }
     )
     return env
 

@@ -3,6 +3,9 @@
 A job whose worker dies is re-queued once (``Retry(max=1)``) and then finished by another worker,
 or reported failed with a reason; a job over its timeout is retried once and then failed with a
 reason. Never "running" forever. Heartbeats are shortened (3 s) so this runs in seconds.
+
+The test decides how long a job lasts: jobs run ``held_jobs.held_analysis``, which holds until
+the test releases it (or forever), so nothing races a computation against a kill or a timeout.
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from types import SimpleNamespace
 
 import pytest
 from redis import Redis
+from held_jobs import attempts_key, release_key
 from service_helpers import ROOT, service_env, short_text, write_catalogue
 
 from backend.config import Settings
+from backend import queue as queue_module
 from backend.queue import JobQueue
 from backend.store import Store
 from workers import protocol
@@ -31,11 +36,19 @@ WORKER_TTL_S = 3.0
 JOB_TIMEOUT_S = 60
 
 
-def long_request(seed: int, *, restarts: int = 4) -> AnalysisRequest:
-    """Every head of tiny-bert on the exact batched engine (the fast engine would finish before
-    the test can kill it), ``restarts`` restarts each: about a second per restart."""
-    return AnalysisRequest(model="tiny-bert", text=short_text(38), analyses=["head-tsne"],
-                           options={"restarts": restarts, "n_iter": 1000, "seed": seed, "engine": "batched"})
+def long_request(seed: int) -> AnalysisRequest:
+    """Every head of tiny-bert: a real analysis, run once the test releases the held job."""
+    return AnalysisRequest(model="tiny-bert", text=short_text(38), analyses=["head-tsne"], options={"seed": seed})
+
+
+@pytest.fixture(autouse=True)
+def held(monkeypatch):
+    """Analysis jobs enqueued by these tests run ``held_jobs.held_analysis``."""
+    monkeypatch.setitem(queue_module.FUNCS, "analysis", "held_jobs.held_analysis")
+
+
+def release(c, job_id: str) -> None:
+    c.conn.set(release_key(job_id), "1", ex=600)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +57,7 @@ def cluster(redis_server, tmp_path_factory, tiny_model_dirs):
     conn = Redis.from_url(redis_server)
     conn.flushdb()
     env = service_env(base / "data", write_catalogue(base / "models.json", tiny_model_dirs),
-                      REDIS_URL=redis_server, HEADSCOPE_WORKER_TTL_S=str(WORKER_TTL_S),
+                      REDIS_URL=redis_server, PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}", HEADSCOPE_WORKER_TTL_S=str(WORKER_TTL_S),
                       HEADSCOPE_WORKER_HEARTBEAT_S="0.5", HEADSCOPE_REAPER_INTERVAL_S="1")
     log = open(base / "workers.log", "ab")  # noqa: SIM115 (closed at teardown)
     procs = [subprocess.Popen([sys.executable, "-m", "workers.main", "--preload", "tiny-bert"], cwd=ROOT, env=env, stdout=log,
@@ -101,12 +114,12 @@ def test_worker_healthcheck_sees_live_workers_on_this_host(cluster, redis_server
 def test_job_over_its_timeout_fails_with_a_reason_after_one_retry(cluster):
     short = cluster.settings.model_copy(update={"job_timeout_s": 1})
     queue = JobQueue(cluster.conn, cluster.store, short)
-    req = long_request(seed=100, restarts=5)
-    queue.submit("analysis", req.job_id(), req.normalised())
+    req = long_request(seed=100)
+    queue.submit("analysis", req.job_id(), req.normalised())  # never released: over 1 s, twice
     state = queue.wait(req.job_id(), timeout_s=90)
     assert state.status == "failed"
     assert "longer than its 1 s limit" in state.error
-    assert int(cluster.conn.get(protocol.computed_key(req.job_id()))) == 2  # tried, retried, given up
+    assert int(cluster.conn.get(attempts_key(req.job_id()))) == 2  # tried, retried, given up
 
 
 def test_killed_worker_job_is_retried_and_finished_while_another_worker_serves(cluster):
@@ -119,10 +132,12 @@ def test_killed_worker_job_is_retried_and_finished_while_another_worker_serves(c
     kill_worker(c, victim)
     small = AnalysisRequest(model="tiny-bert", text=short_text(10), analyses=["max-attention"])
     c.queue.submit("analysis", small.job_id(), small.normalised())
+    release(c, small.job_id())
 
     served = c.queue.wait(small.job_id(), timeout_s=60)
     served_at = time.monotonic()
     assert served.status == "finished", served.error
+    release(c, job_id)  # only now may the retried job finish
     state = c.queue.wait(job_id, timeout_s=JOB_TIMEOUT_S + 60)
     finished_at = time.monotonic()
     assert state.status == "finished", state.error
@@ -130,7 +145,8 @@ def test_killed_worker_job_is_retried_and_finished_while_another_worker_serves(c
     assert finished_at - killed_at < JOB_TIMEOUT_S + 60
     job = protocol.fetch_job(c.conn, job_id)
     assert job.meta["abandoned_by"] == victim and job.worker_name != victim
-    assert int(c.conn.get(protocol.computed_key(job_id))) == 2
+    assert int(c.conn.get(attempts_key(job_id))) == 2
+    assert int(c.conn.get(protocol.computed_key(job_id))) == 1  # computed once, by the second worker
     result = json.loads(state.result_raw)
     n = result["n_tokens"]
     assert len(result["head-tsne"]["embedding"]) == 2 and len(result["head-tsne"]["embedding"][0][0]) == n

@@ -1,0 +1,37 @@
+"""A job whose duration the test decides: it holds until the test releases it, then runs for real.
+
+Used by the kill and timeout tests (tests/test_service_kill.py) instead of racing a computation
+against a kill or a job timeout: a held job is running (progress > 0) for as long as the test
+wants, on any machine, fast or slow. Workers import it by dotted path (``held_jobs.held_analysis``)
+with ``tests/`` on their PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rq import get_current_job
+
+from workers import jobs
+
+
+def release_key(job_id: str) -> str:
+    return f"hs-test:release:{job_id}"
+
+
+def attempts_key(job_id: str) -> str:
+    return f"hs-test:attempts:{job_id}"
+
+
+def held_analysis(request: dict[str, Any]) -> dict[str, Any]:
+    """Count the attempt, report progress, wait for ``release_key``, then ``run_analysis``."""
+    job = get_current_job()
+    assert job is not None
+    conn = job.connection
+    conn.incr(attempts_key(job.id))
+    job.meta.update(progress=0.05, message="held by the test")
+    job.save_meta()
+    while not conn.exists(release_key(job.id)):
+        time.sleep(0.02)  # a job timeout (SIGALRM) or SIGKILL ends this wait
+    return jobs.run_analysis(request)
