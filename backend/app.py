@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 from backend.api import analyses, checkpoints, health, models, pe, shares
 from backend.config import Settings, get_settings
 from backend.queue import JobQueue
-from backend.store import Store
+from backend.store import SchemaOutOfDate, Store, StoreUnavailable
 from workers import protocol
 from workers.errors import HeadscopeError
 
@@ -125,14 +125,26 @@ def create_app(
     frontend: bool = True,
     api_base_url: str | None = None,
     background: bool = True,
+    store: Store | None = None,
 ) -> FastAPI:
-    """The application. ``background`` runs the reaper (abandoned jobs) and the result sweeper."""
+    """The application. ``background`` runs the reaper (abandoned jobs) and the result sweeper.
+
+    At start-up the store is prepared (SQLite migrated; PostgreSQL must be at the current schema,
+    else the app refuses to start and names ``headscope migrate``); a database that cannot be
+    reached yet is only logged: requests get 503 until it answers.
+    """
     settings = settings or get_settings()
     conn = redis or Redis.from_url(settings.redis_url or "redis://127.0.0.1:6379/0")
-    store = Store(settings)
+    store = store or Store(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        try:
+            store.prepare()
+        except SchemaOutOfDate:
+            raise
+        except StoreUnavailable as exc:
+            logger.warning("starting without the database: %s", exc)
         tickers = []
         if background:
             tickers = [
@@ -168,6 +180,11 @@ def create_app(
     async def _redis_down(request: Request, exc: RedisError) -> JSONResponse:
         logger.warning("Redis error: %s", exc)
         return JSONResponse({"detail": "the job queue (Redis) is unreachable; try again shortly"}, status_code=503)
+
+    @app.exception_handler(StoreUnavailable)
+    async def _database_down(request: Request, exc: StoreUnavailable) -> JSONResponse:
+        logger.warning("store unavailable: %s", exc)
+        return JSONResponse({"detail": f"{exc}; try again shortly"}, status_code=503)
 
     if settings.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware

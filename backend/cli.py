@@ -181,6 +181,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(host=args.host, port=args.port, n_workers=args.workers, preload=preload, verbose=args.verbose)
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Bring the database to the current schema; optionally import a file store."""
+    from backend.config import get_settings
+    from backend.store import Store, StoreUnavailable
+
+    try:
+        store = Store(get_settings(), migrate=False)
+        before, after = store.migrate()
+        print(f"headscope: {store.where}: schema {after}"
+              + (" (already current)" if before == after else f" (was {before or 'empty'})"))
+        if args.import_files:
+            report = store.import_files(Path(args.import_files))
+            for what in ("results", "shares", "checkpoints"):
+                got = report[what]
+                print(f"headscope: {what}: {got['imported']} imported, {got['present']} already present")
+            for line in report["problems"]:
+                print(f"headscope: not imported: {line}", file=sys.stderr)
+            return 1 if report["problems"] else 0
+    except (StoreUnavailable, ValueError, FileNotFoundError) as exc:
+        print(f"headscope: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     from workers.main import run_from_args
 
@@ -237,6 +261,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--preload", action="append", help="catalogue model each worker loads at start (default: minilm)")
     s.add_argument("--no-preload", action="store_true", help="load models on first use instead")
     s.set_defaults(func=cmd_serve)
+
+    m = sub.add_parser("migrate", help="create or upgrade the database schema (HEADSCOPE_DATABASE_URL)")
+    m.add_argument("--import-files", metavar="DIR",
+                   help="also copy a file store (an old data dir with results/, shares/, checkpoints/) in")
+    m.set_defaults(func=cmd_migrate)
 
     w = sub.add_parser("worker", help="run one queue worker (REDIS_URL names the Redis)")
     from workers.main import add_arguments

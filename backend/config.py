@@ -18,7 +18,15 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="HEADSCOPE_", extra="ignore", populate_by_name=True)
 
-    data_dir: Path = Field(Path("data"), description="results, shares, checkpoints, embedded Redis")
+    data_dir: Path = Field(Path("data"), description="the SQLite store (by default), embedded Redis, caches")
+    database_url: str | None = Field(
+        None,
+        description="the store's SQLAlchemy URL: sqlite:///PATH or postgresql://USER:PASS@HOST:PORT/DB; "
+        "unset: sqlite:///<data dir>/headscope.db",
+    )
+    blob_dir: Path | None = Field(
+        None, description="a directory every replica and worker shares for checkpoint bytes; unset: in the database"
+    )
     redis_url: str | None = Field(
         None,
         validation_alias=AliasChoices("REDIS_URL", "HEADSCOPE_REDIS_URL", "redis_url"),

@@ -3,8 +3,9 @@
 ``submit`` is idempotent: identical requests share one job id, so they share one job and one
 result. A Redis claim (``SET NX``, released after the enqueue) plus a second look under the claim
 make concurrent identical submissions enqueue once.
-``lookup`` merges the three places a job's state can be: the results directory (durable), Redis'
-result and partial keys, and the RQ job (queued / started / failed and why).
+``lookup`` merges the places a job's state can be: the store (durable: the result, and the
+request's fingerprint), Redis' result and partial keys, and the RQ job (queued / started / failed
+and why).
 """
 
 from __future__ import annotations
@@ -87,11 +88,11 @@ class JobQueue:
 
         ``claim_counts``: a job being enqueued (claimed, not yet in RQ) reads as queued.
         """
-        if _persistable(job_id) and self.store.has_result(job_id):
+        if _persistable(job_id):
             if not with_result:
-                return Lookup(status="finished", progress=1.0, message="done")
-            stored = self.store.read_result(job_id)
-            if stored is not None:
+                if self.store.has_result(job_id):
+                    return Lookup(status="finished", progress=1.0, message="done")
+            elif (stored := self.store.read_result(job_id)) is not None:
                 meta, raw = stored
                 return Lookup("finished", meta["kind"], 1.0, "done", result_raw=raw, request=meta["request"])
         # the job before the result key: a worker writes the result and then finishes the job, so
@@ -115,6 +116,10 @@ class JobQueue:
                 return Lookup("finished", kind, 1.0, "done", result_raw=raw_s, request=request)
         partial = {k.decode(): json.loads(v) for k, v in got[2].items()} if with_partial else {}
         if job is None:
+            if request is None and _persistable(job_id):  # Redis forgot it; the database did not
+                seen = self.store.fingerprint(job_id)
+                if seen is not None:
+                    kind, request = seen["kind"], seen["request"]
             if request is None:
                 return None
             if claim_counts and self.conn.exists(protocol.claim_key(job_id)):
@@ -171,6 +176,8 @@ class JobQueue:
         s = self.settings
         fast = kind == "inspect"
         envelope = protocol.dumps({"kind": kind, "request": request})
+        if _persistable(job_id):
+            self.store.record_request(job_id, kind=kind, request=request)
         with self.conn.pipeline() as pipe:
             pipe.set(protocol.request_key(job_id), envelope, ex=s.redis_result_ttl_s)
             pipe.delete(protocol.partial_key(job_id), protocol.result_key(job_id))
@@ -200,5 +207,5 @@ class JobQueue:
 
 
 def _persistable(job_id: str) -> bool:
-    """Request hashes are persisted on disk; other ids (checkpoint inspections) stay in Redis."""
+    """Request hashes are persisted in the store; other ids (checkpoint inspections) stay in Redis."""
     return protocol.JOB_ID.fullmatch(job_id) is not None

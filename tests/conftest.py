@@ -81,3 +81,24 @@ def service(tmp_path_factory: pytest.TempPathFactory, tiny_model_dirs: dict[str,
     proc.start()
     yield proc
     proc.stop()
+
+
+# ------------------------------------------------------------ databases (tests/test_store*.py)
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server (tests/pg_server.py), started once and stopped at the end."""
+    from pg_server import PostgresServer, pg_bin
+
+    if pg_bin() is None:
+        pytest.skip("PostgreSQL is not installed: sh scripts/system-deps.sh (make test) installs it")
+    server = PostgresServer().init().start()
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture
+def pg_url(postgres) -> str:
+    """A fresh, empty PostgreSQL database of the session's server."""
+    return postgres.new_database()

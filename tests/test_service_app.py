@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import time
-
 import pytest
 from fastapi.testclient import TestClient
 from redis import Redis
@@ -59,26 +56,6 @@ def test_upload_limit_refuses_by_content_length(make_client):
     client = make_client(max_upload_bytes=1000)
     resp = client.post("/api/checkpoints", files={"file": ("big.npy", b"\0" * 200_000)})
     assert resp.status_code == 413 and "1,000-byte limit" in resp.json()["detail"]
-
-
-def test_sweep_expires_unshared_results_and_keeps_shared_ones(tmp_path):
-    store = Store(Settings(data_dir=tmp_path, result_ttl_s=3600))
-    old_shared, old_alone, fresh = "a" * 32, "b" * 32, "c" * 32
-    for job_id in (old_shared, old_alone, fresh):
-        store.write_result(job_id, kind="analysis", request={"text": job_id}, result_raw='{"x": 1}')
-    store.create_share(kind="analysis", target=old_shared, view={})
-    past = time.time() - 7200
-    for job_id in (old_shared, old_alone):
-        os.utime(tmp_path / "results" / f"{job_id}.meta.json", (past, past))
-    assert store.sweep() == [old_alone]
-    assert store.read_result(old_alone) is None
-    assert not (tmp_path / "results" / f"{old_alone}.result.json").exists()
-    assert store.read_result(old_shared) == ({"id": old_shared, "kind": "analysis", "request": {"text": old_shared},
-                                              "finished_at": pytest.approx(time.time(), abs=60)}, '{"x": 1}')
-    assert store.read_result(fresh) is not None
-    with pytest.raises(ValueError):
-        store.read_result("../../etc/passwd")
-    assert store.read_share("../../etc/passwd") is None
 
 
 def test_concurrent_submits_enqueue_once_and_a_lost_job_is_enqueued_again(redis_server, tmp_path):

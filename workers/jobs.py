@@ -3,17 +3,19 @@
 Each job is an importable function the API enqueues by dotted path (``workers.jobs.run_analysis``)
 with JSON arguments. It parses the request, takes the model from this process' cache, calls the
 core, writes each finished section to Redis as it comes (``hs:partial:{id}``), keeps its progress
-in ``job.meta`` and stores the result (``hs:result:{id}``). Errors the user can fix end the job
+in ``job.meta`` and writes the result to the store (``workers.store``: the database every replica
+shares), in one transaction. Errors the user can fix end the job
 with ``job.meta["error"]`` (no retry: the same input fails the same way); anything else raises, so
 RQ retries it once and then marks it failed.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import os
 import time
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -81,11 +83,32 @@ class Reporter:
             self.job.save_meta()
 
     def finish(self, result: dict[str, Any]) -> int:
+        """Store the result: a request's in the store (one transaction), else in Redis."""
         blob = protocol.dumps(result)
-        self.conn.set(protocol.result_key(self.job.id), blob, ex=self.ttl_s)
+        if not self._persist(blob):
+            self.conn.set(protocol.result_key(self.job.id), blob, ex=self.ttl_s)
         self.job.meta.update(progress=1.0, message="done")
         self.job.save_meta()
         return len(blob)
+
+    def _persist(self, blob: str) -> bool:
+        """Write a request's result to the store; False for other jobs or a database that is down
+        (then Redis holds it and the API moves it to the store when it reads it)."""
+        if not protocol.JOB_ID.fullmatch(self.job.id):
+            return False
+        raw = self.conn.get(protocol.request_key(self.job.id))
+        envelope = json.loads(raw) if raw else {}
+        if envelope.get("request") is None:
+            return False
+        from workers.store import StoreUnavailable
+
+        try:
+            _store().write_result(self.job.id, kind=envelope.get("kind", "analysis"),
+                                  request=envelope["request"], result_raw=blob)
+        except StoreUnavailable as exc:
+            logger.warning("job %s: result kept in Redis: %s", self.job.id, exc)
+            return False
+        return True
 
     def fail(self, exc: HeadscopeError) -> dict[str, Any]:
         logger.info("job %s: %s", self.job.id, exc)
@@ -98,6 +121,14 @@ def _settings():
     from backend.config import get_settings
 
     return get_settings()
+
+
+@lru_cache(maxsize=1)
+def _store():
+    """This process' store (the database every replica shares)."""
+    from workers.store import Store
+
+    return Store(_settings())
 
 
 def _current(ttl_s: int | None = None) -> Reporter:
@@ -186,8 +217,8 @@ def run_analysis(request: dict[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- checkpoints
 
 
-def checkpoint_file(checkpoint_id: str, *, conn: Redis) -> tuple[Path, str]:
-    """(local file, display name) of a checkpoint: a demo, the shared data dir, or Redis' copy."""
+def checkpoint_file(checkpoint_id: str, *, conn: Redis | None = None) -> tuple[Path, str]:
+    """(local file, display name) of a checkpoint: a shipped demo, or an upload in the store."""
     if checkpoint_id.startswith("demo-"):
         from workers.data.pe_demo import demo_checkpoints
 
@@ -197,24 +228,10 @@ def checkpoint_file(checkpoint_id: str, *, conn: Redis) -> tuple[Path, str]:
         raise HeadscopeError(f"unknown demo checkpoint {checkpoint_id!r}")
     if not protocol.CHECKPOINT_ID.fullmatch(checkpoint_id):
         raise HeadscopeError(f"malformed checkpoint id {checkpoint_id!r}")
-    data, ext, name = conn.hmget(protocol.checkpoint_blob_key(checkpoint_id), ["data", "ext", "filename"])
-    display = protocol.text(name) if name else checkpoint_id
-    shared = _settings().checkpoints_dir / checkpoint_id
-    for path in sorted(shared.glob("blob.*")) if shared.is_dir() else []:
-        return path, display
-    if data is None or ext is None:
+    found = _store().checkpoint_file(checkpoint_id)
+    if found is None:
         raise HeadscopeError(f"checkpoint {checkpoint_id} is no longer available; upload it again")
-    ext_s = protocol.text(ext)
-    if ext_s not in protocol.CHECKPOINT_EXTS:
-        raise HeadscopeError(f"checkpoint {checkpoint_id} has an unsupported type {ext_s!r}")
-    cache = _settings().data_dir / "worker-cache"
-    cache.mkdir(parents=True, exist_ok=True)
-    path = cache / f"{checkpoint_id}{ext_s}"
-    if not path.exists():
-        tmp = cache / f".{checkpoint_id}.{os.getpid()}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    return path, display
+    return found
 
 
 def _jsonable(obj: Any) -> Any:

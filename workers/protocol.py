@@ -6,11 +6,11 @@ Not part of the analysis core (it imports redis and rq); the backend and ``worke
 Keys (``{id}`` is a job id: the request hash, or ``ck-...`` for a checkpoint inspection):
     ``hs:request:{id}``  the normalised request (JSON), written at enqueue
     ``hs:partial:{id}``  hash kind -> section JSON, written as sections finish
-    ``hs:result:{id}``   the finished result (JSON)
+    ``hs:result:{id}``   a finished result the worker could not write to the store (the API
+                         moves it there), or an inspection's result (JSON)
     ``hs:computed:{id}`` how many times a worker started computing it (dedup checks)
     ``hs:worker:{name}`` a live worker's heartbeat (expires after ``worker_ttl_s``)
     ``hs:demos``         the demo checkpoints a worker found (JSON list)
-    ``hs:ckpt:{id}``     an uploaded checkpoint's bytes, for workers that do not share the data dir
 """
 
 from __future__ import annotations
@@ -66,10 +66,6 @@ def claim_key(job_id: str) -> str:
 
 def worker_key(name: str) -> str:
     return f"hs:worker:{name}"
-
-
-def checkpoint_blob_key(checkpoint_id: str) -> str:
-    return f"hs:ckpt:{checkpoint_id}"
 
 
 DEMOS_KEY = "hs:demos"

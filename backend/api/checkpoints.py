@@ -1,7 +1,7 @@
 """``POST /api/checkpoints`` (multipart upload), ``GET /api/checkpoints[/{id}]``.
 
-The API never opens a checkpoint (``.pt`` needs torch): it stores the bytes, content-addressed
-(``ck-`` + SHA-256), and waits for a worker's inspection job to list the candidate tensors. A file
+The API never opens a checkpoint (``.pt`` needs torch): it stores the bytes in the store,
+content-addressed (``ck-`` + SHA-256), and waits for a worker's inspection job to list the candidate tensors. A file
 the worker rejects (corrupt, a pickle that would run code, no 2-D tensor) gets a 400 with the
 worker's reason, and nothing of it is kept.
 """
@@ -27,7 +27,6 @@ from workers import protocol
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["positional encodings"])
 
-REDIS_BLOB_MAX = 64 * 2**20  # larger uploads reach workers only through the shared data dir
 CHUNK = 2**20
 PUBLIC = ("id", "filename", "size", "candidates", "default", "uploaded_at")
 
@@ -54,23 +53,6 @@ def known_checkpoint(checkpoint_id: str, conn: Redis, store: Store) -> dict[str,
     if checkpoint_id.startswith("demo-"):
         return next((d for d in demos(conn) if d.get("id") == checkpoint_id), None)
     return store.checkpoint(checkpoint_id)
-
-
-def ensure_blob(checkpoint_id: str, conn: Redis, store: Store, *, filename: str | None = None) -> None:
-    """Give workers without the shared data dir the bytes through Redis (small files only)."""
-    if not protocol.CHECKPOINT_ID.fullmatch(checkpoint_id):
-        return
-    blob = store.checkpoint_blob(checkpoint_id)
-    key = protocol.checkpoint_blob_key(checkpoint_id)
-    if blob is None:
-        return
-    if filename is None:
-        filename = (store.checkpoint(checkpoint_id) or {}).get("filename", checkpoint_id)
-    mapping: dict[str, Any] = {"ext": blob.suffix, "filename": filename}
-    if blob.stat().st_size <= REDIS_BLOB_MAX and not conn.hexists(key, "data"):
-        mapping["data"] = blob.read_bytes()
-    conn.hset(key, mapping=mapping)
-    conn.expire(key, store.settings.redis_result_ttl_s)
 
 
 def _public(meta: dict[str, Any]) -> dict[str, Any]:
@@ -102,12 +84,11 @@ def upload_checkpoint(file: UploadFile, queue: QueueDep, store: StoreDep, settin
         existing = store.checkpoint(ck_id)
         if existing is not None:
             return _public(existing)
-        store.stage_checkpoint(ck_id, tmp, ext=ext)
+        store.stage_checkpoint(ck_id, tmp, ext=ext, filename=filename)
     finally:
         tmp.unlink(missing_ok=True)
     conn = queue.conn
-    try:
-        ensure_blob(ck_id, conn, store, filename=filename)
+    try:  # the worker reads the staged bytes through the store
         queue.submit("inspect", ck_id, {"checkpoint": ck_id, "filename": filename})
         state = queue.wait(ck_id, timeout_s=settings.inspect_timeout_s)
         if state is None or state.status != "finished" or state.result_raw is None:
@@ -117,7 +98,6 @@ def upload_checkpoint(file: UploadFile, queue: QueueDep, store: StoreDep, settin
             raise HTTPException(400, f"{filename} holds no 2-D tensor that could be a positional encoding")
     except BaseException:
         store.discard_checkpoint(ck_id)
-        conn.delete(protocol.checkpoint_blob_key(ck_id))
         raise
     meta = {
         "id": ck_id,

@@ -1,4 +1,4 @@
-"""``GET /api/health``: Redis reachable, workers alive."""
+"""``GET /api/health``: Redis and the database reachable, workers alive."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import logging
 from fastapi import APIRouter
 from redis.exceptions import RedisError
 
-from backend.deps import RedisDep
+from backend.deps import RedisDep, StoreDep
+from backend.store import StoreUnavailable
 from workers import protocol
 
 logger = logging.getLogger(__name__)
@@ -15,8 +16,8 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/api/health")
-def health(conn: RedisDep) -> dict:
-    """``ok`` when Redis answers and at least one worker is alive, else ``degraded``."""
+def health(conn: RedisDep, store: StoreDep) -> dict:
+    """``ok`` when Redis and the database answer and a worker is alive, else ``degraded``."""
     try:
         conn.ping()
         workers = protocol.live_workers(conn)
@@ -25,10 +26,17 @@ def health(conn: RedisDep) -> dict:
     except RedisError as exc:
         logger.warning("health: Redis unreachable: %s", exc)
         workers, queued, redis_ok = {}, {}, False
-    status = "ok" if redis_ok and workers else "degraded"
+    try:
+        store.ping()
+        database_ok = True
+    except StoreUnavailable as exc:
+        logger.warning("health: %s", exc)
+        database_ok = False
+    status = "ok" if redis_ok and database_ok and workers else "degraded"
     return {
         "status": status,
         "redis": redis_ok,
+        "database": database_ok,
         "workers": len(workers),
         "ready": sum(bool(w.get("ready")) for w in workers.values()),  # models preloaded, taking jobs
         "worker_names": sorted(workers),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import JSONResponse
 
-from backend.api.checkpoints import ensure_blob, known_checkpoint
+from backend.api.checkpoints import known_checkpoint
 from backend.api.common import job_status
 from backend.deps import QueueDep, StoreDep, WriteAccess
 from workers.contracts import JobStatus, PEAnalysisRequest
@@ -30,8 +30,6 @@ def submit_pe(req: PEAnalysisRequest, queue: QueueDep, store: StoreDep) -> JSONR
                 422, f"checkpoint {ck.get('filename', ref.id)} has no 2-D tensor {ref.tensor!r}; "
                 f"candidates: {', '.join(names) or 'none'}"
             )
-    for ref in refs:  # workers without the shared data dir read the bytes from Redis
-        ensure_blob(ref.id, queue.conn, store)
     job_id = req.job_id()
     state = queue.submit("pe", job_id, req.normalised())
     return JSONResponse({"id": job_id, "status": state.status}, status_code=202)

@@ -1,0 +1,186 @@
+"""The store's contract, run against SQLite and a real PostgreSQL server (tests/pg_server.py).
+
+Results round-trip compressed and the first write of an id wins; share ids carry >= 128 random
+bits; "create if absent" is decided by unique keys under concurrency; a writer killed before its
+commit leaves nothing; checkpoints are invisible until committed and their bytes reach a process
+with a different data dir; migrations are idempotent; an un-migrated PostgreSQL is refused.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from backend.config import Settings
+from backend.store import SchemaOutOfDate, Store
+from workers.store import migrate
+from workers.store.schema import checkpoint_chunks, results
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = "a" * 32
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'shared' / 'headscope.db'}"
+    return request.getfixturevalue("pg_url")
+
+
+def open_store(url: str, data_dir: Path, **kw) -> Store:
+    store = Store(Settings(data_dir=data_dir, database_url=url, **kw), migrate=True)
+    return store
+
+
+@pytest.fixture
+def store(db_url, tmp_path):
+    s = open_store(db_url, tmp_path / "a")
+    yield s
+    s.close()
+
+
+def test_results_round_trip_compressed_and_the_first_write_wins(store):
+    raw = json.dumps({"values": [[i * 0.5 for i in range(200)] for _ in range(50)]})
+    assert store.write_result(JOB, kind="analysis", request={"text": "x"}, result_raw=raw) is True
+    assert store.write_result(JOB, kind="analysis", request={"text": "x"}, result_raw='{"other":1}') is False
+    meta, got = store.read_result(JOB)
+    assert got == raw and meta["kind"] == "analysis" and meta["request"] == {"text": "x"}
+    assert abs(meta["finished_at"] - time.time()) < 60
+    with store.engine.connect() as conn:
+        body = conn.execute(select(results.c.body)).scalar_one()
+    assert len(body) < len(raw) / 3  # stored compressed
+    assert store.has_result(JOB) and not store.has_result("b" * 32)
+    assert store.read_result("b" * 32) is None
+    with pytest.raises(ValueError):
+        store.read_result("../../etc/passwd")
+
+
+def test_share_ids_are_unguessable_and_unknown_ones_are_none(store):
+    store.write_result(JOB, kind="analysis", request={}, result_raw="{}")
+    ids = {store.create_share(kind="analysis", target=JOB, view={"layer": i})["id"] for i in range(50)}
+    assert len(ids) == 50
+    for share_id in ids:
+        assert len(base64.urlsafe_b64decode(share_id + "=" * (-len(share_id) % 4))) * 8 >= 128
+    one = sorted(ids)[0]
+    assert store.read_share(one)["target"] == JOB
+    assert store.read_share("A" * 32) is None and store.read_share("../../etc/passwd") is None
+    gone = store.create_share(kind="analysis", target=JOB, view={}, expires_at=time.time() - 1)
+    assert store.read_share(gone["id"]) is None  # expired (quotas): as if unknown
+
+
+def test_sweep_expires_unshared_results_and_keeps_shared_ones(store):
+    old_shared, old_alone, fresh = "a" * 32, "b" * 32, "c" * 32
+    past = time.time() - 1
+    store.write_result(old_shared, kind="analysis", request={"t": 1}, result_raw='{"x": 1}', expires_at=past)
+    store.write_result(old_alone, kind="analysis", request={"t": 2}, result_raw='{"x": 2}', expires_at=past)
+    store.write_result(fresh, kind="analysis", request={"t": 3}, result_raw='{"x": 3}')
+    store.create_share(kind="analysis", target=old_shared, view={})
+    assert store.sweep() == [old_alone]
+    assert store.read_result(old_alone) is None
+    assert store.read_result(old_shared)[1] == '{"x": 1}' and store.read_result(fresh) is not None
+    assert store.shared_targets() == {old_shared}
+
+
+def test_unique_keys_decide_concurrent_creates(store):
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        wrote = list(pool.map(lambda i: store.write_result(JOB, kind="analysis", request={}, result_raw=f'{{"n":{i}}}'),
+                              range(16)))
+        fresh = list(pool.map(lambda i: store.record_request(JOB, kind="analysis", request={"t": 1}), range(16)))
+    assert wrote.count(True) == 1 and fresh.count(True) == 1
+    assert store.fingerprint(JOB)["submissions"] == 16
+    assert store.fingerprint("b" * 32) is None
+
+
+@pytest.mark.parametrize("blob_dir", [False, True], ids=["bytes-in-db", "blob-dir"])
+def test_checkpoints_are_staged_committed_and_read_from_another_data_dir(db_url, tmp_path, blob_dir):
+    extra = {"blob_dir": tmp_path / "blobs"} if blob_dir else {}
+    a, b = open_store(db_url, tmp_path / "a", **extra), open_store(db_url, tmp_path / "b", **extra)
+    payload = os.urandom(9 * 2**20 + 17)  # three chunks
+    ck = "ck-" + "1" * 32
+    upload = a.new_upload_path()
+    upload.write_bytes(payload)
+    a.stage_checkpoint(ck, upload, ext=".npy", filename="pe.npy")
+    assert not upload.exists()
+    assert a.checkpoint(ck) is None and a.list_checkpoints() == []  # staged: not listed yet
+    path, name = b.checkpoint_file(ck)  # the other replica (or a worker) reads the bytes
+    assert name == "pe.npy" and path.read_bytes() == payload and not path.is_relative_to(tmp_path / "a")
+    meta = {"id": ck, "filename": "pe.npy", "size": len(payload), "uploaded_at": time.time()}
+    a.commit_checkpoint(ck, meta)
+    assert b.checkpoint(ck) == meta and b.list_checkpoints() == [meta]
+    b.discard_checkpoint(ck)  # committed: kept
+    assert a.checkpoint(ck) == meta
+    rejected = "ck-" + "2" * 32
+    upload = a.new_upload_path()
+    upload.write_bytes(b"not a checkpoint")
+    a.stage_checkpoint(rejected, upload, ext=".pt")
+    a.discard_checkpoint(rejected)
+    assert b.checkpoint_file(rejected) is None
+    with a.engine.connect() as conn:
+        left = conn.execute(select(checkpoint_chunks.c.checkpoint_id).distinct()).scalars().all()
+    assert left == ([] if blob_dir else [ck])
+    if blob_dir:
+        assert sorted(p.name for p in (tmp_path / "blobs").iterdir()) == [f"{ck}.npy"]
+    a.close()
+    b.close()
+
+
+KILLED_WRITER = """
+import os, sys, time
+sys.path.insert(0, {root!r})
+from sqlalchemy import event
+from backend.config import Settings
+from backend.store import Store
+store = Store(Settings(data_dir={data!r}, database_url={url!r}))
+
+def hold(conn):
+    open({marker!r}, "w").close()
+    time.sleep(600)  # killed here: the row is written, the commit never happens
+
+event.listen(store.engine, "commit", hold)
+store.write_result({job!r}, kind="analysis", request={{}}, result_raw='{{"half": true}}')
+"""
+
+
+def test_a_writer_killed_before_its_commit_leaves_no_result(db_url, tmp_path):
+    store = open_store(db_url, tmp_path / "a")
+    marker = tmp_path / "written"
+    code = KILLED_WRITER.format(root=str(ROOT), data=str(tmp_path / "w"), url=db_url, marker=str(marker), job=JOB)
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the writer never reached its commit"
+            time.sleep(0.02)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert store.read_result(JOB) is None and not store.has_result(JOB)
+    assert store.write_result(JOB, kind="analysis", request={}, result_raw='{"whole": true}') is True
+    assert store.read_result(JOB)[1] == '{"whole": true}'
+    store.close()
+
+
+def test_migrations_are_idempotent_and_head_matches_the_scripts(db_url, tmp_path):
+    assert migrate.script_head() == migrate.HEAD
+    store = Store(Settings(data_dir=tmp_path, database_url=db_url), migrate=False)
+    assert store.migrate() == (None, migrate.HEAD)
+    assert store.migrate() == (migrate.HEAD, migrate.HEAD)
+    store.prepare()
+    store.close()
+
+
+def test_an_unmigrated_postgresql_is_refused_naming_the_command(pg_url, tmp_path):
+    store = Store(Settings(data_dir=tmp_path, database_url=pg_url))  # PostgreSQL: never migrated implicitly
+    with pytest.raises(SchemaOutOfDate, match="headscope migrate"):
+        store.prepare()
+    store.close()
