@@ -123,6 +123,30 @@ class ServeProcess:
         self.stop()
         raise RuntimeError(f"serve did not become healthy in {timeout_s} s:\n{self.log.read_text()[-3000:]}")
 
+    def store(self):
+        """The service's store (the database its environment names), opened from the test."""
+        from backend.config import Settings
+        from backend.store import Store
+
+        return Store(Settings(data_dir=self.data_dir, database_url=self.env.get("HEADSCOPE_DATABASE_URL")),
+                     migrate=False)
+
+    def leftovers(self) -> list[str]:
+        """Every checkpoint row (staged or committed), cached blob and temporary upload file."""
+        from sqlalchemy import select
+
+        from workers.store.schema import checkpoints
+
+        store = self.store()
+        try:
+            with store.engine.connect() as conn:
+                rows = [f"row {r}" for r in conn.execute(select(checkpoints.c.id)).scalars()]
+        finally:
+            store.close()
+        files = [p.name for d in ("tmp", "blob-cache") if (self.data_dir / d).is_dir()
+                 for p in (self.data_dir / d).iterdir()]
+        return sorted(rows + files)
+
     def info(self) -> dict[str, Any]:
         return json.loads((self.data_dir / "serve.json").read_text())
 

@@ -6,7 +6,6 @@ the mechanics of every other analysis kind.
 
 from __future__ import annotations
 
-import json
 import random
 from concurrent.futures import ThreadPoolExecutor
 
@@ -227,14 +226,11 @@ def test_share_link_returns_view_inputs_and_result(client, service):
     assert client.post("/api/shares", json={"view": view}).status_code == 422
     big = client.post("/api/shares", json={"analysis_id": done["id"], "view": {"x": "y" * 70_000}})
     assert big.status_code == 413
-    stored = json.loads((service.data_dir / "shares" / f"{share['id']}.json").read_text())
-    assert stored["target"] == done["id"]
+    assert service.store().read_share(share["id"])["target"] == done["id"]
 
 
 def test_bad_uploads_are_refused_and_leave_nothing_behind(client, service):
-    def leftovers() -> list[str]:
-        return [p.name for d in ("tmp", "checkpoints") for p in (service.data_dir / d).iterdir()]
-
+    leftovers = service.leftovers
     before = leftovers()
     resp = client.post("/api/checkpoints", files={"file": ("pe.txt", b"hello", "text/plain")})
     assert resp.status_code == 415 and ".safetensors" in resp.json()["detail"]

@@ -19,12 +19,12 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from redis import Redis
 from held_jobs import attempts_key, release_key
+from redis import Redis
 from service_helpers import ROOT, service_env, short_text, write_catalogue
 
-from backend.config import Settings
 from backend import queue as queue_module
+from backend.config import Settings
 from backend.queue import JobQueue
 from backend.store import Store
 from workers import protocol

@@ -74,13 +74,12 @@ def test_bad_checkpoints_get_a_reason_and_leave_nothing_behind(client, service, 
         buf = io.BytesIO()
         np.save(buf, np.arange(5.0))
         data = buf.getvalue()
-    before = sorted(p.name for p in (service.data_dir / "checkpoints").iterdir())
+    before = service.leftovers()
     resp = client.post("/api/checkpoints", files={"file": (name, data, "application/octet-stream")})
     assert resp.status_code == 400, resp.text
     for w in words:
         assert w in resp.json()["detail"]
-    assert sorted(p.name for p in (service.data_dir / "checkpoints").iterdir()) == before
-    assert list((service.data_dir / "tmp").iterdir()) == []
+    assert service.leftovers() == before
 
 
 def test_pe_analysis_modularity_matches_networkx_and_shares(client, uploaded):

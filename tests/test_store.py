@@ -184,3 +184,63 @@ def test_an_unmigrated_postgresql_is_refused_naming_the_command(pg_url, tmp_path
     with pytest.raises(SchemaOutOfDate, match="headscope migrate"):
         store.prepare()
     store.close()
+
+
+def _file_store(root: Path) -> dict:
+    """A data dir as the file store (before the database) left it, with a few broken pieces."""
+    import numpy as np
+
+    job, job2 = "d" * 32, "e" * 32
+    (root / "results").mkdir(parents=True)
+    (root / "results" / f"{job}.result.json").write_text('{"max-attention": {"values": [[0.5, 0.25]]}}')
+    (root / "results" / f"{job}.meta.json").write_text(
+        json.dumps({"id": job, "kind": "analysis", "request": {"text": "old"}, "finished_at": 1.7e9}))
+    (root / "results" / f"{job2}.result.json").write_text('{"torn": ')  # never committed: no meta
+    (root / "shares").mkdir()
+    share = {"id": "S" * 32, "kind": "analysis", "target": job, "view": {"layer": 2}, "created_at": 1.7e9}
+    (root / "shares" / f"{share['id']}.json").write_text(json.dumps(share))
+    (root / "shares" / "broken.json").write_text("{not json")
+    ck = "ck-" + "3" * 32
+    (root / "checkpoints" / ck).mkdir(parents=True)
+    np.save(root / "checkpoints" / ck / "blob.npy", np.arange(12.0).reshape(3, 4))
+    ck_meta = {"id": ck, "filename": "pe.npy", "size": 224, "candidates": [], "uploaded_at": 1.7e9}
+    (root / "checkpoints" / ck / "meta.json").write_text(json.dumps(ck_meta))
+    (root / "checkpoints" / ("ck-" + "4" * 32)).mkdir()  # an upload never committed
+    return {"job": job, "share": share, "ck": ck, "ck_meta": ck_meta}
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_migrate_imports_a_file_store_idempotently_and_loses_nothing(db_url, tmp_path, monkeypatch, capsys):
+    from backend.cli import main
+    from backend.config import get_settings
+
+    old = tmp_path / "old-data"
+    made = _file_store(old)
+    before = _tree(old)
+    monkeypatch.setenv("HEADSCOPE_DATA_DIR", str(tmp_path / "new-data"))
+    monkeypatch.setenv("HEADSCOPE_DATABASE_URL", db_url)
+    get_settings.cache_clear()
+    try:
+        assert main(["migrate", "--import-files", str(old)]) == 1  # the broken share is reported
+        out, err = capsys.readouterr()
+        assert "results: 1 imported" in out and "shares: 1 imported" in out and "checkpoints: 1 imported" in out
+        assert "broken.json" in err
+        assert main(["migrate", "--import-files", str(old)]) == 1
+        out, _ = capsys.readouterr()
+        assert "results: 0 imported, 1 already present" in out and "shares: 0 imported, 1 already present" in out
+        assert "checkpoints: 0 imported, 1 already present" in out
+    finally:
+        get_settings.cache_clear()
+    assert _tree(old) == before  # the source is only read
+    store = open_store(db_url, tmp_path / "reader")
+    meta, raw = store.read_result(made["job"])
+    assert raw == (old / "results" / f"{made['job']}.result.json").read_text()
+    assert meta["request"] == {"text": "old"}
+    assert store.read_share(made["share"]["id"]) == made["share"]
+    assert store.checkpoint(made["ck"]) == made["ck_meta"]
+    assert store.checkpoint_blob(made["ck"]).read_bytes() == before[f"checkpoints/{made['ck']}/blob.npy"]
+    assert store.read_result("e" * 32) is None and store.checkpoint("ck-" + "4" * 32) is None
+    store.close()
