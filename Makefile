@@ -20,7 +20,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# Debian packages the tests need: chromium (browser tests), docker-compose (validates the compose file).
+# Debian packages the tests need: chromium (browser tests), docker-compose (validates the compose file),
+# postgresql (the store's tests start a real server).
 system-deps:
 	sh scripts/system-deps.sh
 
@@ -40,3 +41,4 @@ bench: setup
 	$(PY) -m tests.bench.bench_tsne
 	$(PY) -m tests.bench.bench_decomposition
 	$(PY) -m tests.bench.bench_service
+	$(PY) -m tests.bench.bench_store

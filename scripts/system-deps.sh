@@ -4,6 +4,8 @@ set -e
 missing=""
 command -v chromium >/dev/null 2>&1 || missing="$missing chromium"
 command -v docker-compose >/dev/null 2>&1 || missing="$missing docker-compose"
+# the PostgreSQL server the store's tests start themselves (tests/pg_server.py)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$missing postgresql"
 [ -z "$missing" ] && exit 0
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"

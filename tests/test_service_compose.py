@@ -44,3 +44,22 @@ def test_compose_services_volumes_gpu_and_healthchecks():
     env = services["api"]["environment"]
     assert env["REDIS_URL"] == worker["environment"]["REDIS_URL"] == "redis://redis:6379/0"
     assert set(cfg["volumes"]) >= {"redis-data", "data"}
+
+
+def test_compose_runs_api_and_workers_on_one_postgres():
+    yaml = pytest.importorskip("yaml")
+    out = compose("config")
+    assert out.returncode == 0, out.stderr
+    cfg = yaml.safe_load(out.stdout)
+    services = cfg["services"]
+    pg = services["postgres"]
+    assert pg["healthcheck"]["test"] and any(str(v).startswith("postgres-data:/var/lib/postgresql/data")
+                                              for v in pg["volumes"])
+    assert "postgres-data" in cfg["volumes"]
+    urls = {services[name]["environment"]["HEADSCOPE_DATABASE_URL"] for name in ("api", "worker", "migrate")}
+    assert len(urls) == 1
+    url = urls.pop()
+    assert url.startswith("postgresql://headscope:") and "@postgres:5432/" in url
+    assert services["migrate"]["command"] == ["headscope", "migrate"]
+    assert services["api"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert services["worker"]["depends_on"]["postgres"]["condition"] == "service_healthy"

@@ -1,8 +1,8 @@
 """Database URLs and engines: SQLite (WAL, one file under the data dir) or PostgreSQL (psycopg 3).
 
 ``database_url(settings)`` resolves ``HEADSCOPE_DATABASE_URL`` (default
-``sqlite:///<data dir>/headscope.db``); ``make_engine`` opens it with pool pre-ping, so a database
-that went away and came back is used again without a restart.
+``sqlite:///<data dir>/headscope.db``); ``make_engine`` opens PostgreSQL with pool pre-ping, so a
+database that went away and came back is used again without a restart.
 """
 
 from __future__ import annotations
@@ -66,8 +66,9 @@ def make_engine(url: str, **kw: Any) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        # a file: no server to go away, so no pre-ping round trip on every checkout
         engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_MS / 1000, "check_same_thread": False},
-                               pool_pre_ping=True, **kw)
+                               **kw)
         _sqlite_pragmas(engine)
         return engine
     return create_engine(
