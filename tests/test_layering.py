@@ -3,7 +3,8 @@
 - the analysis core (every module under workers.analysis and workers.models) imports no web or
   queue library (FastAPI, Starlette, Dash, Flask, Redis, RQ, uvicorn);
 - the backend (the app with all its routers, the CLI) imports no torch;
-- workers.contracts imports only pydantic, numpy and the standard library.
+- workers.contracts imports only pydantic, numpy and the standard library;
+- the store (workers.store), which the API and the workers share, imports no torch and no backend.
 """
 
 from __future__ import annotations
@@ -66,3 +67,9 @@ def test_contracts_import_only_pydantic_numpy_and_stdlib():
     }
     assert "pydantic" in mods
     assert {m for m in mods - allowed if not m.startswith("_sysconfigdata")} == set()
+
+
+def test_store_imports_neither_torch_nor_the_backend():
+    mods = imported(["workers.store.core", "workers.store.importer", "workers.store.migrate"])
+    assert "sqlalchemy" in mods  # the probe really imported the store
+    assert mods & {"torch", "transformers", "backend", "fastapi"} == set()

@@ -160,6 +160,8 @@ def reap_abandoned(conn: Redis, *, queues: tuple[str, ...] = QUEUES, grace_s: fl
                 job = fetch_job(conn, job_id)
                 if job is None or job.worker_name in alive:
                     continue
+                if not job.worker_name:  # being started: its worker has not written its name yet
+                    continue  # (RQ's own registry cleanup still ends it if that worker never does)
                 started = job.started_at
                 if started is not None:
                     started = started if started.tzinfo else started.replace(tzinfo=timezone.utc)

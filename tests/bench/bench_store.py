@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -196,6 +197,7 @@ def two_replicas(pg: PostgresServer, *, requests: int, duplicates: float, reads:
         for r in replicas:
             r.stop()
         stop(redis_proc, grace_s=5)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
