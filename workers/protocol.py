@@ -31,6 +31,7 @@ from typing import Any
 from redis import Redis
 from rq import Queue
 from rq.exceptions import NoSuchJobError
+from rq.executions import Execution
 from rq.job import Job
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
@@ -156,24 +157,32 @@ def reap_abandoned(conn: Redis, *, queues: tuple[str, ...] = QUEUES, grace_s: fl
             expired = False
             for raw in conn.zrange(registry.key, 0, -1):
                 member = text(raw)
-                job_id, _execution = parse_composite_key(member)
+                job_id, execution_id = parse_composite_key(member)
                 job = fetch_job(conn, job_id)
-                if job is None or job.worker_name in alive:
+                if job is None:
                     continue
-                if not job.worker_name:  # being started: its worker has not written its name yet
-                    continue  # (RQ's own registry cleanup still ends it if that worker never does)
-                started = job.started_at
+                # this execution's worker and start: the job hash gets them only a moment after
+                # the execution enters the registry (and still names the previous attempt's worker)
+                owner, started = job.worker_name, job.started_at
+                if execution_id:
+                    try:
+                        execution = Execution.fetch(execution_id, job_id, conn)
+                    except ValueError:
+                        continue  # the execution ended just now
+                    owner, started = execution.worker_name or owner, execution.created_at
+                if owner in alive:
+                    continue
                 if started is not None:
                     started = started if started.tzinfo else started.replace(tzinfo=timezone.utc)
                     if (now - started).total_seconds() < grace_s:
                         continue  # just started: its worker's first heartbeat may be in flight
-                job.meta["abandoned_by"] = job.worker_name or "unknown"
+                job.meta["abandoned_by"] = owner or "unknown"
                 job.meta["abandoned_count"] = int(job.meta.get("abandoned_count", 0)) + 1
                 job.save_meta()
                 conn.zadd(registry.key, {member: 1})  # expired long ago: cleanup() takes it
                 expired = True
                 reaped.append(job_id)
-                logger.warning("job %s: worker %s is gone; handing it to retry/failure", job_id, job.worker_name)
+                logger.warning("job %s: worker %s is gone; handing it to retry/failure", job_id, owner)
             if expired:
                 registry.cleanup()
     finally:
