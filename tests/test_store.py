@@ -91,6 +91,18 @@ def test_sweep_expires_unshared_results_and_keeps_shared_ones(store):
     assert store.shared_targets() == {old_shared}
 
 
+def test_owner_usage_counts_what_an_owner_holds(store):
+    store.write_result(JOB, kind="analysis", request={}, result_raw='{"x": 12345}', owner="alice")
+    store.write_result("b" * 32, kind="analysis", request={}, result_raw="{}", owner="bob")
+    store.create_share(kind="analysis", target=JOB, view={}, owner="alice")
+    upload = store.new_upload_path()
+    upload.write_bytes(b"0123456789")
+    store.stage_checkpoint("ck-" + "5" * 32, upload, ext=".npy", owner="alice")
+    assert store.usage("alice") == {"results": 1, "result_bytes": 12, "shares": 1, "checkpoints": 1,
+                                    "checkpoint_bytes": 10}
+    assert store.usage("carol")["results"] == 0
+
+
 def test_unique_keys_decide_concurrent_creates(store):
     with ThreadPoolExecutor(max_workers=8) as pool:
         wrote = list(pool.map(lambda i: store.write_result(JOB, kind="analysis", request={}, result_raw=f'{{"n":{i}}}'),

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, delete, exists, select, text, update
+from sqlalchemy import Connection, delete, exists, func, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -221,6 +221,17 @@ class Store(CheckpointStore):
             return None
         return {"id": row.id, "kind": row.kind, "request": json.loads(row.request),
                 "submissions": row.submissions, "owner": row.owner, "created_at": row.created_at}
+
+    def usage(self, owner: str) -> dict[str, int]:
+        """What ``owner`` holds (for quotas): counts and uncompressed bytes."""
+        with self._conn() as conn:
+            n_res, res_bytes = conn.execute(select(func.count(), func.coalesce(func.sum(results.c.size), 0))
+                                            .where(results.c.owner == owner)).one()
+            n_ck, ck_bytes = conn.execute(select(func.count(), func.coalesce(func.sum(checkpoints.c.size), 0))
+                                          .where(checkpoints.c.owner == owner)).one()
+            n_sh = conn.execute(select(func.count()).where(shares.c.owner == owner)).scalar_one()
+        return {"results": n_res, "result_bytes": int(res_bytes), "shares": n_sh, "checkpoints": n_ck,
+                "checkpoint_bytes": int(ck_bytes)}
 
     # -------------------------------------------------------------------------------- sweep
 
