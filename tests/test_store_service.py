@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
-import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -38,10 +38,9 @@ def test_two_replicas_share_one_store(tmp_path, tiny_model_dirs, redis_server, p
                               capture_output=True, text=True, timeout=120)
     assert migrated.returncode == 0, migrated.stderr
     a = ServeProcess.for_tests(tmp_path / "a", tiny_model_dirs, workers=0, **env)
-    starting = threading.Thread(target=b.start)
-    starting.start()
-    a.start()
-    starting.join()
+    with ThreadPoolExecutor(max_workers=2) as pool:  # both start at once; a failure is raised here
+        for started in [pool.submit(b.start), pool.submit(a.start)]:
+            started.result()
     try:
         with a.client() as ca, b.client() as cb:
             body = {"model": "tiny-bert", "text": short_text(20), "analyses": ["max-attention"]}
