@@ -49,7 +49,7 @@ def _loops(m: LasF, x: np.ndarray) -> dict[str, np.ndarray]:
         for b in range(ns):
             for p in (1, 2, 3):
                 phi[a, b] += sum(abs(qm[a, q] - qm[b, q]) ** p for q in range(dq)) ** (1 / p)
-    O = np.zeros((ns, n, ds))
+    O = np.zeros((ns, n, ds))  # noqa: E741
     for f in range(ns):
         for i in range(n):
             for s in range(ds):

@@ -100,7 +100,9 @@ class LasF(nn.Module):
         g = init_scale
         self.L = nn.Parameter(torch.randn(n_fields, d_in, d_q) * (g / math.sqrt(d_in)))
         self.L_S = nn.Parameter(torch.randn(n_fields, d_in, d_s) * (g / math.sqrt(d_in)))
-        self.L_Y = nn.Parameter(torch.randn(d_s, d_out) * (g / math.sqrt(d_s)))
+        # with a residual path the fields start silent (zero L_Y), as residual branches often do
+        y_scale = 0.0 if residual != "none" else g / math.sqrt(d_s)
+        self.L_Y = nn.Parameter(torch.randn(d_s, d_out) * y_scale)
         if mode == "stable":
             self.b_Y = nn.Parameter(torch.zeros(d_out))
             self.norm = nn.LayerNorm(d_out)
@@ -177,10 +179,10 @@ class LasF(nn.Module):
         if phi_override is not None:
             phi_used = phi_override.to(x.dtype).expand(b, -1, -1)
         relayed = torch.einsum("bmij,bmjs->bmis", weights, S)  # Psi[m] S[m]
-        O = torch.sigmoid(torch.einsum("blm,bmis->blis", phi_used, relayed))  # (Eq. 11)
-        O = O * mf[:, None, :, None]
+        O = torch.sigmoid(torch.einsum("blm,bmis->blis", phi_used, relayed))  # (Eq. 11)  # noqa: E741 - the paper's name
+        O = O * mf[:, None, :, None]  # noqa: E741 - the paper's name
         if field_scale is not None:
-            O = O * field_scale.to(x.dtype)[None, :, None, None]
+            O = O * field_scale.to(x.dtype)[None, :, None, None]  # noqa: E741 - the paper's name
         y = O.sum(1) @ self.L_Y  # (Eq. 12, D_Y = identity)
         if self.mode == "stable":
             y = y + self.b_Y
