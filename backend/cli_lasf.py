@@ -20,15 +20,11 @@ def cmd_lasf_train(args: argparse.Namespace) -> int:
         residual=args.residual or ("none" if paper else "linear"),
         n_fields=args.fields, d_q=args.d_q, d_s=args.d_s,
         init_scale=args.init_scale if args.init_scale is not None else (0.1 if paper else 1.0),
-        epochs=args.epochs, lr=args.lr, seed=args.seed, max_sentences=args.max_sentences,
+        epochs=args.epochs, lr=args.lr, seed=args.seed, max_sentences=args.max_sentences or None,
     )  # fmt: skip
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
     bar = StderrProgress(f"lasf-train {args.mode}", enabled=not args.quiet)
     try:
-        out = distil(config, args.out, cache_dir=args.cache_dir, progress=bar)
+        out = distil(config, args.out, cache_dir=args.cache_dir, progress=bar, threads=args.threads)
     finally:
         bar.close()
     t = out["timing"]
@@ -58,7 +54,7 @@ def add_lasf_commands(sub: Any) -> None:
     t.add_argument("--epochs", type=int, default=4)
     t.add_argument("--lr", type=float, default=2e-3)
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--max-sentences", type=int, default=None, help="cap the corpus (default: all)")
+    t.add_argument("--max-sentences", type=int, default=8000, help="sentences kept after the seeded shuffle (0: all 13.9k)")
     t.add_argument("--cache-dir", default=None, help="keep MiniLM's features here for later runs")
     t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     t.add_argument("--out", default="lasf-out", help="output directory (default: lasf-out)")

@@ -31,6 +31,8 @@ def tiny_config(**over) -> dict:
 def tiny_ckpt(tmp_path_factory) -> Path:
     torch.manual_seed(0)
     m = LasF(3, 384, 4, 8, 384, mode="stable", residual="identity")
+    with torch.no_grad():
+        m.L_Y.normal_(0.0, 0.3)  # a residual LasF starts with silent fields; give them a voice
     out = tmp_path_factory.mktemp("lasf") / "tiny"
     save_checkpoint(m, tiny_config(), out)
     return out / "lasf.safetensors"
@@ -180,3 +182,21 @@ def test_shipped_checkpoint_reproduces_its_stored_test_metrics(minilm):
     want = cfg["metrics"]["test_subset"]["lasf"]
     for key in ("r2", "top1", "rho"):
         assert abs(got[key] - want[key]) < 0.01, (key, got[key], want[key])
+
+
+def test_lasf_figures_from_a_result(minilm, tiny_ckpt):
+    from frontend import figures_lasf as F
+    from workers.analysis.lasf import load_lasf
+    from workers.analysis.pipeline import analyze
+
+    lasf = load_lasf(tiny_ckpt, name="tiny-lasf")
+    res = analyze(minilm, "A small dog saw the river.", ["lasf"], {"drop_special": True, "n_iter": 50,
+                                                                   "early_exaggeration_iter": 20}, lasf=lasf)
+    figs = F.all_figures(res, 1)
+    assert len(figs) == 7
+    assert figs[1].data[0].customdata[1][0] == [res["lasf"]["kept"][0], 1]  # [token, field] per cell
+    assert figs[2].layout.title.text.startswith("Field 1")
+    assert len(figs[0].layout.shapes) == 1  # the open field's row is outlined
+    header, rows, counts = F.specialisation_rows(res)
+    assert len(rows) == 3 and len(header) == 5 and set(counts) == set(res["lasf"]["specialisation"]["relations"])
+    assert F.clicked_cell({"points": [{"customdata": [4, 2]}]}) == (2, 4)

@@ -65,13 +65,13 @@ def _features(loaded: Any, corpus: Any, config: TrainConfig, cache_dir: Path | N
 
 def distil(
     config: TrainConfig, out_dir: str | Path, *, cache_dir: str | Path | None = None,
-    progress: Progress = no_progress,
+    progress: Progress = no_progress, threads: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Train LasF and both baselines; write the checkpoint (config with metrics) to ``out_dir``."""
     from workers.models import load_model
 
     config.check()
-    set_threads()
+    set_threads(threads)
     wall0, cpu0 = time.perf_counter(), cpu_seconds()
     progress(0.0, "building the corpus")
     corpus = build_corpus(seed=config.corpus_seed, max_sentences=config.max_sentences, fractions=CORPUS_FRACTIONS)

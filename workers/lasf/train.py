@@ -47,7 +47,7 @@ class TrainConfig:
     batch_size: int = 32
     seed: int = 0
     corpus_seed: int = 0
-    max_sentences: int | None = None
+    max_sentences: int | None = 8000
     max_tokens: int = 64
     base_model: str = "minilm"
     replaced_layer: int = 5  # 0-based index of the layer LasF replaces (MiniLM's 6th)
@@ -213,12 +213,14 @@ def init_output_norms(models: dict[str, nn.Module], train: list[Batch]) -> None:
             norm.bias.copy_(mean)
 
 
-def set_threads() -> None:
-    """Use every core this process may run on (the trainer is CPU-bound)."""
-    try:
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0))))
-    except AttributeError:  # pragma: no cover - not on Linux
-        pass
+def set_threads(threads: int | None = None) -> None:
+    """``threads`` torch threads, default every core this process may run on (CPU-bound work)."""
+    if threads is None:
+        try:
+            threads = len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - not on Linux
+            return
+    torch.set_num_threads(max(1, threads))
 
 
 def baselines(d: int, seed: int) -> dict[str, nn.Module]:
