@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in (128, 512):
         x = torch.randn(1, n, 384)
         with torch.no_grad():
-            jobs = {"minilm-layer": lambda: layer(x)[0], "lasf": lambda: lasf.module(x)}
+            jobs = {"minilm-layer": lambda x=x: layer(x)[0], "lasf": lambda x=x: lasf.module(x)}
             t = median_seconds(jobs, repeats=args.repeats)
         print(f"n={n}: MiniLM layer {t['minilm-layer'] * 1e3:.2f} ms, LasF {t['lasf'] * 1e3:.2f} ms, "
               f"ratio LasF/layer {t['lasf'] / t['minilm-layer']:.2f}")
