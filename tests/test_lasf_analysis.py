@@ -200,3 +200,16 @@ def test_lasf_figures_from_a_result(minilm, tiny_ckpt):
     header, rows, counts = F.specialisation_rows(res)
     assert len(rows) == 3 and len(header) == 5 and set(counts) == set(res["lasf"]["specialisation"]["relations"])
     assert F.clicked_cell({"points": [{"customdata": [4, 2]}]}) == (2, 4)
+
+
+def test_cli_analyze_lasf_with_a_checkpoint_file(minilm, tiny_ckpt, tmp_path, capsys):
+    from backend.cli import main
+
+    out = tmp_path / "r.json"
+    rc = main(["analyze", "--analysis", "lasf", "--model", str(tiny_ckpt), "--text", "A dog saw the river.",
+               "--n-iter", "50", "--early-exaggeration-iter", "20", "-q", "--out", str(out)])
+    assert rc == 0
+    res = json.loads(out.read_text())
+    assert res["analysis"] == "lasf" and res["n_fields"] == 3 and res["base_model"] == "minilm"
+    assert main(["analyze", "--analysis", "lasf", "--model", str(tmp_path / "nope.safetensors"), "-q"]) == 2
+    assert "unknown LasF model" in capsys.readouterr().err
