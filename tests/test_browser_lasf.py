@@ -14,6 +14,8 @@ PHI_CELL_JS = """([row, col]) => {
   return [r.left + fl.xaxis._offset + fl.xaxis.l2p(col), r.top + fl.yaxis._offset + fl.yaxis.l2p(row)];
 }"""
 FIELD = 3
+FIELD_OPEN_JS = ("(f) => { const gd = document.querySelector('#lasf-field-graph .js-plotly-plot');"
+                 " const t = gd && gd.layout.title && gd.layout.title.text; return (t || '').startsWith('Field ' + f); }")
 
 
 def test_lasf_page_phi_click_opens_a_field_and_shares(server, browser, tmp_path):  # noqa: F811
@@ -30,9 +32,7 @@ def test_lasf_page_phi_click_opens_a_field_and_shares(server, browser, tmp_path)
         page.locator("#lasf-phi-graph").scroll_into_view_if_needed()
         x, y = page.evaluate(PHI_CELL_JS, [FIELD, 0])
         page.mouse.click(x, y)
-        page.wait_for_function(
-            f"(document.querySelector('#lasf-field-graph .js-plotly-plot').layout.title.text || '').startsWith('Field {FIELD}')",
-            timeout=60_000)
+        page.wait_for_function(FIELD_OPEN_JS, arg=FIELD, timeout=60_000)
         page.wait_for_selector("#lasf-tsne-graph .scatterlayer .point", timeout=60_000)
         assert f"field={FIELD}" in page.url
         w.shot("lasf")
@@ -45,9 +45,7 @@ def test_lasf_page_phi_click_opens_a_field_and_shares(server, browser, tmp_path)
     w2 = Watch(browser, server, tmp_path)
     try:
         w2.page.goto(link)
-        w2.page.wait_for_function(
-            f"(document.querySelector('#lasf-field-graph .js-plotly-plot').layout.title.text || '').startsWith('Field {FIELD}')",
-            timeout=60_000)
+        w2.page.wait_for_function(FIELD_OPEN_JS, arg=FIELD, timeout=120_000)
         assert w2.problems == []
     finally:
         w2.close()
