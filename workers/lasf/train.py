@@ -186,7 +186,7 @@ def train_models(
                 loss.backward()
                 opts[k].step()
                 scheds[k].step()
-                losses[k] += float(loss) / len(train)
+                losses[k] += float(loss.detach()) / len(train)
             step += 1
             progress(step / steps, f"epoch {epoch + 1}/{config.epochs} loss {losses['lasf'] * len(train) / max(1, step - epoch * len(train)):.4f}")
         row: dict[str, Any] = {"epoch": epoch + 1, "seconds": time.perf_counter() - start}
