@@ -42,3 +42,4 @@ bench: setup
 	$(PY) -m tests.bench.bench_decomposition
 	$(PY) -m tests.bench.bench_service
 	$(PY) -m tests.bench.bench_store
+	$(PY) -m tests.bench.bench_lasf

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ANALYSES = ["max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition"]
+ANALYSES = ["max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf"]
 
 
 class StderrProgress:
@@ -117,12 +117,19 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     text = _read_text(args)
     if not text.strip():
         raise EmptyTextError()
+    if args.model is None:
+        args.model = "lasf-minilm" if args.analysis == "lasf" else "minilm"
     bar = StderrProgress(args.analysis, enabled=not args.quiet)
     start = time.perf_counter()
-    loaded = load_model(args.model, dtype=args.dtype, device=args.device)
+    lasf = None
+    if args.analysis == "lasf":
+        from backend.cli_lasf import cli_lasf_model
+
+        lasf = cli_lasf_model(args.model)
+    loaded = load_model(lasf.config["base_model"] if lasf else args.model, dtype=args.dtype, device=args.device)
     load_s = time.perf_counter() - start
     try:
-        result = analyze(loaded, text, [args.analysis], _options(args), progress=bar)
+        result = analyze(loaded, text, [args.analysis], _options(args), progress=bar, lasf=lasf)
     finally:
         bar.close()
     out = flatten(result, args.analysis)
@@ -217,7 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     a = sub.add_parser("analyze", help="run one analysis on a text and write JSON")
-    a.add_argument("--model", default="minilm", help="catalogue name (default: minilm)")
+    a.add_argument(
+        "--model", default=None,
+        help="catalogue name (default: minilm; lasf: lasf-minilm or a LasF checkpoint file)",
+    )
     src = a.add_mutually_exclusive_group()
     src.add_argument("--text-file", help="UTF-8 text file ('-' = stdin); default: the demo text")
     src.add_argument("--text", help="the text itself")
@@ -276,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     from backend.cli_pe import add_pe_commands
 
     add_pe_commands(sub)
+    from backend.cli_lasf import add_lasf_commands
+
+    add_lasf_commands(sub)
     return parser
 
 

@@ -45,6 +45,7 @@ class Lookup:
     message: str = ""
     error: str | None = None
     user_error: bool = False  # the input is at fault: resubmitting gives the same error
+    error_code: str | None = None  # the HeadscopeError's code when user_error
     partial: dict[str, Any] = field(default_factory=dict)
     result_raw: str | None = None
     request: dict[str, Any] | None = None
@@ -135,7 +136,7 @@ class JobQueue:
         progress, message = float(meta.get("progress", 0.0)), str(meta.get("message", ""))
         if meta.get("error"):  # the job ended on an input the user can fix
             return Lookup("failed", progress=progress, message="failed", error=str(meta["error"]),
-                          user_error=True, **base)
+                          user_error=True, error_code=meta.get("error_code"), **base)
         if status in ("queued", "deferred", "scheduled"):
             message = "queued (retrying)" if meta.get("abandoned_by") or job.retries_left == 0 else "queued"
             if not protocol.live_workers(self.conn):

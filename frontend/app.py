@@ -22,13 +22,13 @@ from dash import Input, Output, State, dcc, html
 
 from frontend.api_client import ApiClient, ApiError
 from frontend.data import ResultStore, parse_query
-from frontend.pages import pe, terms, text, words
+from frontend.pages import lasf, pe, terms, text, words
 
 logger = logging.getLogger(__name__)
 
 ASSETS = Path(__file__).resolve().parent / "assets"
-PAGES: dict[str, ModuleType] = {"/": text, "/terms": terms, "/words": words, "/pe": pe}
-PAGE_BY_NAME: dict[str, str] = {"text": "/", "terms": "/terms", "words": "/words", "pe": "/pe"}
+PAGES: dict[str, ModuleType] = {"/": text, "/terms": terms, "/words": words, "/pe": pe, "/lasf": lasf}
+PAGE_BY_NAME: dict[str, str] = {"text": "/", "terms": "/terms", "words": "/words", "pe": "/pe", "lasf": "/lasf"}
 
 
 def _nav() -> html.Nav:

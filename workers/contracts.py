@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 AnalysisKind = Literal[
-    "max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition"
+    "max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf"
 ]
 ANALYSIS_KINDS: tuple[str, ...] = (
     "max-attention",
@@ -22,7 +22,16 @@ ANALYSIS_KINDS: tuple[str, ...] = (
     "hidden-tsne",
     "word-tsne",
     "robustness",
+    "lasf",
 )  # also the order a job computes them in: cheap first
+LASF_MODELS: tuple[str, ...] = ("lasf-minilm",)  # shipped LasF layers; uploads are "ck-..." ids
+
+
+def is_lasf_model(name: str) -> bool:
+    """Whether a model name names a LasF layer (shipped, or an uploaded checkpoint id)."""
+    import re
+
+    return name in LASF_MODELS or re.fullmatch(r"ck-[0-9a-f]{32}", name) is not None
 
 MAX_TEXT_CHARS = 20_000  # before tokenisation; the model's own token limit is checked by the worker
 MAX_WORDS = 2_000  # word-tsne: lines in the list
@@ -83,6 +92,17 @@ class AnalysisRequest(BaseModel):
     @classmethod
     def _dedupe(cls, v: list[str]) -> list[str]:
         return [k for k in ANALYSIS_KINDS if k in set(v)]
+
+    @model_validator(mode="after")
+    def _lasf_pairing(self) -> AnalysisRequest:
+        lasf_model = is_lasf_model(self.model)
+        if "lasf" in self.analyses and not lasf_model:
+            raise ValueError(
+                f"the lasf analysis needs a LasF model ({', '.join(LASF_MODELS)} or an uploaded LasF checkpoint id), not {self.model!r}"
+            )
+        if lasf_model and self.analyses != ["lasf"]:
+            raise ValueError(f"{self.model} is a LasF layer: only the lasf analysis runs on it")
+        return self
 
     def normalised(self) -> dict[str, Any]:
         """Canonical JSON-able form: analyses sorted in job order, every option explicit."""

@@ -38,6 +38,7 @@ WEIGHTS = {
     "hidden-tsne": 3.0,
     "word-tsne": 3.0,
     "robustness": 12.0,
+    "lasf": 4.0,
 }
 ALL_HEADS_KEY = "head-tsne-all"
 
@@ -163,6 +164,7 @@ def compute_analysis(
     *,
     progress: Callable[[float, str], None],
     on_partial: Callable[[dict[str, Any]], None],
+    conn: Redis | None = None,
 ) -> dict[str, Any]:
     """The API's result for ``req``: common keys plus one section per analysis (no queue needed)."""
     from workers.analysis.pipeline import SECTIONS, analyze
@@ -176,7 +178,8 @@ def compute_analysis(
             f"available: {', '.join(k for k in ANALYSIS_KINDS if k in SECTIONS)}"
         )
     progress(0.0, f"loading model {req.model}")
-    loaded = load_model(req.model, dtype=req.options.dtype)
+    lasf = lasf_model(req.model, conn=conn) if "lasf" in req.analyses else None
+    loaded = load_model(lasf.config["base_model"] if lasf else req.model, dtype=req.options.dtype)
     stages = _stages(req)
     total = sum(WEIGHTS[key or k] for key, kinds, _ in stages for k in kinds)
     done = 0.0
@@ -197,6 +200,7 @@ def compute_analysis(
             options,
             progress=scaled(progress, done / total, (done + weight) / total),
             on_section=on_section,
+            lasf=lasf,
         )
         done += weight
     return result
@@ -208,7 +212,7 @@ def run_analysis(request: dict[str, Any]) -> dict[str, Any]:
     rep.start()
     try:
         req = AnalysisRequest.model_validate(request)
-        result = compute_analysis(req, progress=rep.progress, on_partial=rep.partial)
+        result = compute_analysis(req, progress=rep.progress, on_partial=rep.partial, conn=rep.conn)
     except HeadscopeError as exc:
         return rep.fail(exc)
     return {"bytes": rep.finish(result)}
@@ -234,6 +238,19 @@ def checkpoint_file(checkpoint_id: str, *, conn: Redis | None = None) -> tuple[P
     return found
 
 
+def lasf_model(name: str, *, conn: Redis | None) -> Any:
+    """The LasF layer ``name``: a shipped one (``lasf-minilm``) or an uploaded checkpoint id."""
+    from workers.analysis.lasf import load_lasf
+    from workers.lasf.checkpoint import shipped_path
+
+    path = shipped_path(name)
+    if path is None:
+        if conn is None or not protocol.CHECKPOINT_ID.fullmatch(name):
+            raise HeadscopeError(f"unknown LasF model {name!r}; use lasf-minilm or an uploaded LasF checkpoint id")
+        path = checkpoint_file(name, conn=conn)[0]
+    return load_lasf(path, name=name)
+
+
 def _jsonable(obj: Any) -> Any:
     import numpy as np
 
@@ -250,12 +267,16 @@ def _jsonable(obj: Any) -> Any:
 
 def inspect_checkpoint(checkpoint_id: str) -> dict[str, Any]:
     """RQ job: the candidate PE tensors of an uploaded checkpoint, best first."""
+    from workers.lasf.checkpoint import describe, is_lasf_file, read_checkpoint
     from workers.models.checkpoints import list_candidates
 
     rep = _current()
     rep.start()
     try:
         path, _name = checkpoint_file(checkpoint_id, conn=rep.conn)
+        if is_lasf_file(path):  # a LasF layer (docs/lasf.md): validated in full, no PE candidates
+            rep.finish({"candidates": [], "lasf": describe(read_checkpoint(path))})
+            return {"candidates": 0, "lasf": True}
         candidates = _jsonable(list_candidates(path))
     except HeadscopeError as exc:
         return rep.fail(exc)

@@ -9,16 +9,17 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import JSONResponse
 
 from backend.api.common import job_status
-from backend.deps import QueueDep, WriteAccess
+from backend.deps import QueueDep, StoreDep, WriteAccess
+from backend.store import Store
 from backend.tokens import count_tokens
-from workers.contracts import AnalysisRequest, JobStatus
+from workers.contracts import LASF_MODELS, AnalysisRequest, JobStatus, is_lasf_model
 from workers.errors import HeadscopeError, TextTooLongError
 from workers.models.catalogue import ModelSpec, get_catalogue
 from workers.protocol import JOB_ID
 
 router = APIRouter(tags=["analyses"])
 
-WHOLE_TEXT_KINDS = {"max-attention", "decomposition", "head-tsne", "hidden-tsne", "robustness"}
+WHOLE_TEXT_KINDS = {"max-attention", "decomposition", "head-tsne", "hidden-tsne", "robustness", "lasf"}
 
 
 @lru_cache(maxsize=64)
@@ -27,11 +28,28 @@ def model_facts(spec: ModelSpec) -> dict[str, Any]:
     return spec.summary()
 
 
-def check_request(req: AnalysisRequest) -> None:
+def lasf_base(model: str, store: Store) -> str:
+    """The base model of a LasF layer name; 422 for an id that is not an uploaded LasF checkpoint."""
+    if model in LASF_MODELS:
+        return "minilm"
+    meta = store.checkpoint(model)
+    if meta is None:
+        raise HTTPException(422, f"no uploaded checkpoint with id {model!r}; upload the LasF checkpoint first")
+    if not meta.get("lasf"):
+        raise HTTPException(422, f"{model} ({meta.get('filename', 'upload')}) is not a LasF checkpoint")
+    return str(meta["lasf"]["base_model"])
+
+
+def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
     """What the API can check without the model: the name, layer/head ranges, the token count."""
     cat = get_catalogue()
+    name = req.model
+    if is_lasf_model(name):
+        if store is None:
+            raise HTTPException(422, f"{name}: LasF models need the checkpoint store")
+        name = lasf_base(name, store)
     try:
-        spec = cat.get(req.model)
+        spec = cat.get(name)
     except HeadscopeError as exc:
         raise HTTPException(422, str(exc)) from None
     facts = model_facts(spec)
@@ -57,9 +75,9 @@ def check_request(req: AnalysisRequest) -> None:
     dependencies=[WriteAccess],
     responses={422: {"description": "unknown model, empty or over-long text, bad option"}},
 )
-def submit_analysis(req: AnalysisRequest, queue: QueueDep) -> JSONResponse:
+def submit_analysis(req: AnalysisRequest, queue: QueueDep, store: StoreDep) -> JSONResponse:
     """Queue a text analysis; identical requests get the same id, job and result."""
-    check_request(req)
+    check_request(req, store)
     job_id = req.job_id()
     state = queue.submit("analysis", job_id, req.normalised())
     return JSONResponse({"id": job_id, "status": state.status}, status_code=202)

@@ -14,7 +14,7 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter, HTTPException, UploadFile
 from redis import Redis
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 router = APIRouter(tags=["positional encodings"])
 
 CHUNK = 2**20
-PUBLIC = ("id", "filename", "size", "candidates", "default", "uploaded_at")
+PUBLIC = ("id", "filename", "size", "candidates", "default", "uploaded_at", "lasf")
 
 
 def safe_filename(name: str | None) -> str:
@@ -60,8 +60,15 @@ def _public(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 @router.post("/api/checkpoints", status_code=201, dependencies=[WriteAccess])
-def upload_checkpoint(file: UploadFile, queue: QueueDep, store: StoreDep, settings: SettingsDep) -> dict:
-    """Store an uploaded checkpoint and list its candidate PE tensors (best first)."""
+def upload_checkpoint(
+    file: UploadFile, queue: QueueDep, store: StoreDep, settings: SettingsDep, kind: Literal["any", "lasf"] = "any"
+) -> dict:
+    """Store an uploaded checkpoint and list its candidate PE tensors (best first).
+
+    A LasF checkpoint (docs/lasf.md) is recognised by its metadata and validated in full; its
+    reply carries ``lasf`` (base model, sizes, mode) instead of candidates. ``kind=lasf`` accepts
+    only LasF checkpoints (422 otherwise).
+    """
     filename = safe_filename(file.filename)
     ext = extension(filename)
     if ext is None:
@@ -83,6 +90,8 @@ def upload_checkpoint(file: UploadFile, queue: QueueDep, store: StoreDep, settin
         ck_id = f"ck-{digest.hexdigest()[:32]}"
         existing = store.checkpoint(ck_id)
         if existing is not None:
+            if kind == "lasf" and not existing.get("lasf"):
+                raise HTTPException(422, _not_lasf(filename))
             return _public(existing)
         store.stage_checkpoint(ck_id, tmp, ext=ext, filename=filename)
     finally:
@@ -93,8 +102,11 @@ def upload_checkpoint(file: UploadFile, queue: QueueDep, store: StoreDep, settin
         state = queue.wait(ck_id, timeout_s=settings.inspect_timeout_s)
         if state is None or state.status != "finished" or state.result_raw is None:
             raise _rejection(state, filename, ck_id, settings.inspect_timeout_s, conn)
-        candidates = json.loads(state.result_raw)["candidates"]
-        if not candidates:
+        inspected = json.loads(state.result_raw)
+        candidates, lasf = inspected["candidates"], inspected.get("lasf")
+        if kind == "lasf" and not lasf:
+            raise HTTPException(422, _not_lasf(filename))
+        if not candidates and not lasf:
             raise HTTPException(400, f"{filename} holds no 2-D tensor that could be a positional encoding")
     except BaseException:
         store.discard_checkpoint(ck_id)
@@ -104,15 +116,23 @@ def upload_checkpoint(file: UploadFile, queue: QueueDep, store: StoreDep, settin
         "filename": filename,
         "size": size,
         "candidates": candidates,
-        "default": candidates[0]["name"],
+        "default": candidates[0]["name"] if candidates else None,
         "uploaded_at": time.time(),
     }
+    if lasf:
+        meta["lasf"] = lasf
     store.commit_checkpoint(ck_id, meta)
     return _public(meta)
 
 
+def _not_lasf(filename: str) -> str:
+    return f"{filename} is not a LasF checkpoint (a safetensors file with a lasf-ckpt-v1 config in its metadata)"
+
+
 def _rejection(state: Any, filename: str, ck_id: str, timeout_s: float, conn: Redis) -> HTTPException:
     if state is not None and state.status == "failed":
+        if state.user_error and state.error_code == "bad_lasf_checkpoint":
+            return HTTPException(422, f"{filename}: {state.error}")
         if state.user_error:
             return HTTPException(400, f"{filename}: {state.error}")
         return HTTPException(500, f"{filename} could not be inspected: {state.error}")

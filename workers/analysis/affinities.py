@@ -52,12 +52,18 @@ def conditional_probabilities(x: np.ndarray, *, perplexity: float = 20.0, tol: f
         [n, n] float64, rows summing to 1, zero diagonal.
     """
     x = np.asarray(x, dtype=np.float64)
-    n = x.shape[0]
+    sq = np.sum(x * x, axis=1)
+    d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * x @ x.T, 0.0)
+    return conditional_from_distances(d2, perplexity=perplexity, tol=tol)
+
+
+def conditional_from_distances(d2: np.ndarray, *, perplexity: float = 20.0, tol: float = 1e-5) -> np.ndarray:
+    """``conditional_probabilities`` from squared distances d2 [n, n] instead of points."""
+    d2 = np.array(d2, dtype=np.float64)
+    n = d2.shape[0]
     if n < 4:
         raise HeadscopeError(f"t-SNE needs at least 4 points, got {n}")
     perp = min(float(perplexity), (n - 1) / 3.0)
-    sq = np.sum(x * x, axis=1)
-    d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * x @ x.T, 0.0)
     np.fill_diagonal(d2, np.inf)
     d2 = d2 - d2.min(axis=1, keepdims=True)  # shift per row: same conditional P, no underflow
     finite = np.where(np.isfinite(d2), d2, 0.0)

@@ -61,6 +61,7 @@ class Context:
     options: dict[str, Any]
     progress: Progress = no_progress
     timings: dict[str, float] = field(default_factory=dict)
+    lasf: Any = None  # workers.analysis.lasf.LasFModel for the lasf analysis
 
     @cached_property
     def run(self) -> ModelRun:
@@ -276,6 +277,22 @@ def _decomposition(ctx: Context) -> dict[str, Any]:
     return out
 
 
+@section("lasf")
+def _lasf(ctx: Context) -> dict[str, Any]:
+    """SPEC 9: the fields of a LasF layer on this text, and the specialisation table."""
+    from workers.analysis.lasf import lasf_section, specialisation
+
+    if ctx.lasf is None:
+        raise HeadscopeError("the lasf analysis needs a LasF model: lasf-minilm or an uploaded LasF checkpoint")
+    out = lasf_section(
+        ctx.run, ctx.lasf, keep=ctx.keep, tsne=ctx.tsne_options(), perplexity=float(ctx.options["perplexity"]),
+        progress=scaled(ctx.progress, 0.0, 0.8),
+    )  # fmt: skip
+    ctx.progress(0.8, "specialisation test")
+    out["specialisation"] = specialisation(ctx.loaded, ctx.lasf)
+    return out
+
+
 def common(ctx: Context) -> dict[str, Any]:
     """The keys every result has (tokens only when the analyses ran the text)."""
     out: dict[str, Any] = {
@@ -285,6 +302,8 @@ def common(ctx: Context) -> dict[str, Any]:
         "n_heads": ctx.loaded.n_heads,
         "max_tokens": ctx.loaded.max_length,
     }
+    if ctx.lasf is not None:
+        out.update(model=ctx.lasf.name, base_model=ctx.loaded.name)
     if "run" in ctx.__dict__:
         run = ctx.run
         enc = run.encoded
@@ -318,12 +337,14 @@ def analyze(
     *,
     progress: Progress | None = None,
     on_section: Callable[[str, dict[str, Any], dict[str, Any]], None] | None = None,
+    lasf: Any = None,
 ) -> dict[str, Any]:
     """Compute ``analyses`` on ``text`` in a cheap-first order.
 
     Args:
         on_section: called as ``on_section(kind, section, result_so_far)`` after each analysis —
             the queue job stores partial results with it.
+        lasf: the LasF layer (``workers.analysis.lasf.load_lasf``) the lasf analysis looks at.
     """
     from workers.contracts import ANALYSIS_KINDS
 
@@ -332,7 +353,7 @@ def analyze(
         raise HeadscopeError(f"unknown analysis {unknown[0]!r}; use one of {', '.join(SECTIONS)}")
     order = [k for k in ANALYSIS_KINDS if k in analyses] + [k for k in analyses if k not in ANALYSIS_KINDS]
     progress = progress or no_progress
-    ctx = Context(loaded=loaded, text=text, options=resolve_options(options))
+    ctx = Context(loaded=loaded, text=text, options=resolve_options(options), lasf=lasf)
     result: dict[str, Any] = {}
     for i, kind in enumerate(order):
         ctx.progress = scaled(progress, i / len(order), (i + 1) / len(order))
