@@ -46,7 +46,7 @@ def test_lasf_upload_analysis_and_refusals(client, service, tmp_path):
     up = resp.json()
     assert up["lasf"]["base_model"] == "minilm" and up["lasf"]["sizes"]["n_fields"] == 2 and up["candidates"] == []
 
-    before = sorted(p.name for p in (service.data_dir / "checkpoints").iterdir())
+    before = service.leftovers()
     bad = _upload(client, "gpt.safetensors", _lasf_bytes(tmp_path, base_model="gpt2"))
     assert bad.status_code == 422 and "base model 'gpt2'" in bad.json()["detail"]
     from safetensors.numpy import save
@@ -54,7 +54,7 @@ def test_lasf_upload_analysis_and_refusals(client, service, tmp_path):
     pe = save({"pos_embed": np.zeros((16, 8), np.float32)})
     not_lasf = _upload(client, "pe.safetensors", pe, kind="lasf")
     assert not_lasf.status_code == 422 and "not a LasF checkpoint" in not_lasf.json()["detail"]
-    assert sorted(p.name for p in (service.data_dir / "checkpoints").iterdir()) == before  # nothing kept
+    assert service.leftovers() == before  # nothing kept
 
     pe_id = _upload(client, "pe.safetensors", pe).json()["id"]  # a PE upload is fine as such...
     r = client.post("/api/analyses", json={"model": pe_id, "text": TEXT, "analyses": ["lasf"]})
