@@ -172,7 +172,8 @@ def max_attention_figure(
         return empty_figure("No layer selected.")
     kept = section.get("kept") or list(range(n_tok))
     labels = token_labels(result, kept)
-    what = "max attention (max over queries)" if reduction == "max" else "mean attention (mean over queries)"
+    over = "queries i >= j (causal)" if section.get("causal") else "queries"  # who can see key j
+    what = f"max attention (max over {over})" if reduction == "max" else f"mean attention (mean over {over})"
     fig = make_subplots(
         rows=len(shown), cols=1, shared_xaxes=True, vertical_spacing=min(0.08, 0.3 / len(shown)),
         subplot_titles=[f"layer {layer}" for layer in shown],
@@ -188,7 +189,8 @@ def max_attention_figure(
                 customdata=custom,
                 coloraxis="coloraxis",
                 hovertemplate=f"layer {layer}, head %{{y}}<br>token %{{customdata[0]}}: "
-                "%{text}<br>" + reduction + " attention %{z:.3f}<extra></extra>",
+                "%{text}<br>" + reduction + " attention %{z:.3f}<br>" + reduction + " over the "
+                + over + " that see this token<extra></extra>",
                 text=[labels] * n_heads,
                 name=f"layer {layer}",
                 xgap=1,
