@@ -29,8 +29,10 @@ MAX_TICK_LABELS = 80  # beyond this many tokens, label every k-th tick (hover st
 
 
 def display_token(token: str) -> str:
-    """A token as shown on axes: GPT-2's byte markers made readable."""
-    return token.replace("Ġ", "␣").replace("Ċ", "⏎").replace("ĉ", "⇥") or "∅"
+    """A token as shown on axes: GPT-2's byte markers made readable; ``<`` and ``>`` as entities,
+    so plotly shows Llama's ``<s>`` instead of reading it as its strike-through tag."""
+    shown = token.replace("Ġ", "␣").replace("Ċ", "⏎").replace("ĉ", "⇥")
+    return shown.replace("<", "&lt;").replace(">", "&gt;") or "∅"
 
 
 def token_labels(result: dict[str, Any], indices: list[int]) -> list[str]:
