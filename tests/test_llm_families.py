@@ -191,3 +191,13 @@ def test_operator_catalogue_with_hub_ids(tmp_path: Path):
     assert closed.names_available() == ["minilm", "tiny"]
     assert "llama-3.2-1b" in open_.names_available()
     assert open_.get("pythia-160m").summary()["n_layers"] is None  # nothing downloaded by listing
+
+
+def test_progress_is_reported_per_layer(families):
+    loaded = _load(families, "llama")
+    seen: list[tuple[float, str]] = []
+    analyze(loaded, TEXT, ["max-attention", "head-tsne"], FAST, progress=lambda f, m: seen.append((f, m)))
+    messages = [m for _, m in seen]
+    assert "layer 1/2: attention + head t-SNE" in messages and "layer 2/2: attention + head t-SNE" in messages
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
