@@ -111,11 +111,21 @@ def long_text(loaded: Any, n: int) -> str:
 
 
 def measure(fn: Callable[[], object]) -> dict[str, float]:
+    """Seconds, peak resident set, its increase; on CUDA also the peak of allocated GPU memory."""
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     with PeakRSS() as mem:
         start = time.perf_counter()
         fn()
+        if cuda:
+            torch.cuda.synchronize()
         secs = time.perf_counter() - start
-    return {"s": secs, "peak_rss_gib": mem.peak / 2**30, "delta_gib": (mem.peak - mem.start) / 2**30}
+    out = {"s": secs, "peak_rss_gib": mem.peak / 2**30, "delta_gib": (mem.peak - mem.start) / 2**30}
+    if cuda:
+        out["cuda_peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
