@@ -162,8 +162,8 @@ def test_memory_estimate_of_the_1b_shape():
     for kinds in (["max-attention"], ["decomposition"], ["head-tsne"]):
         est = estimate_text_request(facts, 2048, kinds, {"dtype": "float32"})
         assert est.total < budget, (kinds, est.total / 2**30)
-        # streamed: less than the weights plus every layer's maps held at once (8.6 GB)
-        assert est.total < facts.n_params * 4 + 16 * 32 * 2048**2 * 4
+        if kinds == ["max-attention"]:  # streamed: less than every layer's maps at once (8.6 GB)
+            assert est.total - facts.n_params * 4 < 16 * 32 * 2048**2 * 4
     big = estimate_text_request(facts, 4096, ["head-tsne"], {})
     with pytest.raises(MemoryBudgetError, match="budget is 24.0 GiB"):
         big.check(budget)
