@@ -29,8 +29,10 @@ MAX_TICK_LABELS = 80  # beyond this many tokens, label every k-th tick (hover st
 
 
 def display_token(token: str) -> str:
-    """A token as shown on axes: GPT-2's byte markers made readable."""
-    return token.replace("Ġ", "␣").replace("Ċ", "⏎").replace("ĉ", "⇥") or "∅"
+    """A token as shown on axes: GPT-2's byte markers made readable; ``<`` and ``>`` as entities,
+    so plotly shows Llama's ``<s>`` instead of reading it as its strike-through tag."""
+    shown = token.replace("Ġ", "␣").replace("Ċ", "⏎").replace("ĉ", "⇥")
+    return shown.replace("<", "&lt;").replace(">", "&gt;") or "∅"
 
 
 def token_labels(result: dict[str, Any], indices: list[int]) -> list[str]:
@@ -172,7 +174,8 @@ def max_attention_figure(
         return empty_figure("No layer selected.")
     kept = section.get("kept") or list(range(n_tok))
     labels = token_labels(result, kept)
-    what = "max attention (max over queries)" if reduction == "max" else "mean attention (mean over queries)"
+    over = "queries i >= j (causal)" if section.get("causal") else "queries"  # who can see key j
+    what = f"max attention (max over {over})" if reduction == "max" else f"mean attention (mean over {over})"
     fig = make_subplots(
         rows=len(shown), cols=1, shared_xaxes=True, vertical_spacing=min(0.08, 0.3 / len(shown)),
         subplot_titles=[f"layer {layer}" for layer in shown],
@@ -188,7 +191,8 @@ def max_attention_figure(
                 customdata=custom,
                 coloraxis="coloraxis",
                 hovertemplate=f"layer {layer}, head %{{y}}<br>token %{{customdata[0]}}: "
-                "%{text}<br>" + reduction + " attention %{z:.3f}<extra></extra>",
+                "%{text}<br>" + reduction + " attention %{z:.3f}<br>" + reduction + " over the "
+                + over + " that see this token<extra></extra>",
                 text=[labels] * n_heads,
                 name=f"layer {layer}",
                 xgap=1,

@@ -20,13 +20,15 @@ ARTIFACTS = ROOT / "test-artifacts"
 
 @pytest.fixture(scope="session")
 def tiny_model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Local model directories: ``tiny-bert`` and ``tiny-gpt2`` (perturbed biases and gains)."""
-    from tiny_models import build_tiny_bert, build_tiny_gpt2
+    """Local model directories: ``tiny-bert``, ``tiny-gpt2`` and ``tiny-llama`` (perturbed biases
+    and gains; the Llama has grouped-query attention and a BOS token)."""
+    from tiny_models import build_tiny_bert, build_tiny_decoder, build_tiny_gpt2
 
     base = tmp_path_factory.mktemp("models")
     return {
         "tiny-bert": build_tiny_bert(base / "tiny-bert"),
         "tiny-gpt2": build_tiny_gpt2(base / "tiny-gpt2"),
+        "tiny-llama": build_tiny_decoder(base / "tiny-llama", "llama"),
     }
 
 

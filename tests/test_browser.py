@@ -75,8 +75,9 @@ def _wait_healthy(url: str, proc: subprocess.Popen | None, timeout_s: float) -> 
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory):
-    """Base URL of a running headscope: the real ``serve`` (Redis + 1 worker + API + dashboard)."""
+def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dirs: dict[str, Path]):
+    """Base URL of a running headscope: the real ``serve`` (Redis + 1 worker + API + dashboard),
+    with MiniLM (the default) and the tiny models (``tiny-llama``: a Llama with GQA and a BOS)."""
     given = os.environ.get("HEADSCOPE_BROWSER_BASE_URL")
     if given:
         _wait_healthy(given.rstrip("/"), None, 30)
@@ -85,7 +86,11 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     pytest.importorskip("backend.app", reason="the service (backend.app, `headscope serve`) is not in this build")
     port = _free_port()
     data = tmp_path_factory.mktemp("serve-data")
-    env = {**os.environ, "HEADSCOPE_DATA_DIR": str(data), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    from service_helpers import write_catalogue
+
+    catalogue = write_catalogue(data / "models.json", tiny_model_dirs)
+    env = {**os.environ, "HEADSCOPE_DATA_DIR": str(data), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "HEADSCOPE_MODELS": str(catalogue)}
     log = open(data / "serve.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         [sys.executable, "-m", "backend.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
@@ -260,6 +265,53 @@ def test_pe_upload_of_a_demo_checkpoint(server, browser, tmp_path):
         page.click("#pe-demo-button")  # the shipped demos, one click away
         page.wait_for_function("document.querySelectorAll('#pe-checkpoint-list .checkpoint').length > 1",
                                timeout=60_000)
+        assert not w.problems, w.problems
+    finally:
+        w.close()
+
+
+def _pick(page, dropdown_id: str, label: str) -> None:
+    """Choose the option whose label starts with ``label`` in a dcc.Dropdown."""
+    page.click(f"#{dropdown_id}")
+    page.get_by_role("option", name=label).first.click()
+
+
+def test_tiny_llama_paste_heatmaps_head_and_terms(server, browser, tmp_path):
+    """A Llama-family decoder end to end: pick it, paste, causal heatmaps with BOS, open a head, Terms."""
+    w = Watch(browser, server, tmp_path)
+    page = w.page
+    try:
+        page.goto(server + "/")
+        _pick(page, "text-model", "tiny-llama — llama, 2x4 (2 kv), 64 tokens")
+        page.fill("#text-input", TEXT)
+        page.click("#analyze-button")
+        page.wait_for_function("document.querySelector('#text-status').textContent.includes('done')"
+                               " || document.querySelector('#text-error').textContent", timeout=120_000)
+        assert not page.inner_text("#text-error"), page.inner_text("#text-error")
+        page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=60_000)
+        heat = page.evaluate(FIGURE_JS, "max-attention-graph")
+        assert len(heat["data"]) == 2, page.inner_text("#text-status")  # two layers
+        assert "queries i >= j (causal)" in heat["title"]
+        tokens = page.evaluate("document.querySelector('#max-attention-graph .js-plotly-plot')"
+                               ".layout['xaxis2'].ticktext")
+        assert tokens[0] == "&lt;s&gt;" and len(tokens) > 5  # BOS, shown as <s> (not plotly's strike tag)
+        w.shot("5-llama-heatmaps")
+        page.locator("#max-attention-graph").scroll_into_view_if_needed()
+        x, y = page.evaluate(CELL_JS, [1, 3, 2])
+        page.mouse.click(x, y)
+        _wait_points(page, "head-tsne-graph")
+        assert "layer 1, head 3" in page.evaluate(FIGURE_JS, "head-tsne-graph")["title"]
+        page.wait_for_selector("#attention-matrix-graph .heatmaplayer", timeout=60_000)
+        w.shot("6-llama-head")
+
+        page.goto(server + "/terms")
+        _pick(page, "terms-model", "tiny-llama")
+        page.fill("#terms-text", TEXT)
+        page.click("#terms-analyze")
+        page.wait_for_selector("#terms-curves-graph .scatterlayer .trace", timeout=120_000)
+        curves = page.evaluate(FIGURE_JS, "terms-curves-graph")
+        assert any(len(t["x"]) == 3 for t in curves["data"])  # states 0, 1, 2
+        w.shot("7-llama-terms")
         assert not w.problems, w.problems
     finally:
         w.close()

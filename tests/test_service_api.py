@@ -51,9 +51,11 @@ def test_health_models_and_docs(client):
     models = client.get("/api/models").json()
     assert models["default"] == "minilm"
     by_name = {m["name"]: m for m in models["models"]}
-    assert set(by_name) == {"minilm", "tiny-bert", "tiny-gpt2"}
+    assert set(by_name) == {"minilm", "tiny-bert", "tiny-gpt2", "tiny-llama"}
     assert (by_name["minilm"]["n_layers"], by_name["minilm"]["n_heads"]) == (6, 12)
     assert by_name["tiny-bert"]["max_tokens"] == 64
+    llama = by_name["tiny-llama"]  # the picker's facts: family, layers x query heads (kv heads), limit
+    assert (llama["family"], llama["n_layers"], llama["n_heads"], llama["n_kv_heads"]) == ("llama", 2, 4, 2)
     assert client.get("/docs").status_code == 200
     paths = client.get("/openapi.json").json()["paths"]
     assert {"/api/analyses", "/api/analyses/{job_id}", "/api/shares", "/api/checkpoints"} <= set(paths)

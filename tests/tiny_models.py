@@ -19,8 +19,16 @@ def _perturb(model: torch.nn.Module, *, seed: int) -> None:
         for name, param in model.named_parameters():
             if name.endswith("bias"):
                 param.copy_(torch.randn(param.shape, generator=gen) * 0.1)
-            elif ("LayerNorm" in name or ".ln_" in name or name.startswith("ln_")) and name.endswith("weight"):
+            elif _is_norm_gain(name):
                 param.copy_(1.0 + torch.randn(param.shape, generator=gen) * 0.2)
+
+
+def _is_norm_gain(name: str) -> bool:
+    """LayerNorm / RMSNorm gains in BERT, GPT-2, Llama-like and GPT-NeoX naming."""
+    if not name.endswith("weight"):
+        return False
+    return ("LayerNorm" in name or ".ln_" in name or name.startswith("ln_") or "layernorm" in name
+            or "norm." in name or name == "norm.weight" or "layer_norm" in name)
 
 
 def build_tiny_bert(path: Path, *, layers: int = 2, heads: int = 4, hidden: int = 32, seed: int = 0,
@@ -50,21 +58,28 @@ def build_tiny_bert(path: Path, *, layers: int = 2, heads: int = 4, hidden: int 
     return path
 
 
-def build_tiny_gpt2(path: Path, *, layers: int = 2, heads: int = 4, hidden: int = 32, seed: int = 0,
-                    perturb: bool = True, max_positions: int = 64) -> Path:
-    """A random GPT2Model with a byte-level BPE tokenizer trained on the demo text."""
+def _bpe(special: list[str]):
+    """A byte-level BPE (400 entries) trained on the demo text; ``special`` get the first ids."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2Model, GPT2TokenizerFast
 
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=400,
-        special_tokens=["<|endoftext|>"],
+        special_tokens=special,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     bpe.train_from_iterator([demo_text()] * 4, trainer=trainer)
+    return bpe
+
+
+def build_tiny_gpt2(path: Path, *, layers: int = 2, heads: int = 4, hidden: int = 32, seed: int = 0,
+                    perturb: bool = True, max_positions: int = 64) -> Path:
+    """A random GPT2Model with a byte-level BPE tokenizer trained on the demo text."""
+    from transformers import GPT2Config, GPT2Model, GPT2TokenizerFast
+
+    bpe = _bpe(["<|endoftext|>"])
     tok = GPT2TokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
                             unk_token="<|endoftext|>", model_max_length=max_positions)
     torch.manual_seed(seed)
@@ -81,6 +96,59 @@ def build_tiny_gpt2(path: Path, *, layers: int = 2, heads: int = 4, hidden: int 
         eos_token_id=0,
     )
     model = GPT2Model(cfg)
+    if perturb:
+        _perturb(model, seed=seed)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+DECODER_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox")
+
+
+def _decoder_config(family: str, *, vocab: int, layers: int, heads: int, kv_heads: int, hidden: int,
+                    max_positions: int):
+    """A tiny config of ``family``: GQA (kv_heads < heads) where the family has it, biases where
+    it has them (Qwen2's q/k/v; Llama with ``attention_bias``), partial rotary and parallel residual
+    for GPT-NeoX, untied embeddings."""
+    import transformers as tf
+
+    common = dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                  intermediate_size=hidden * 2, max_position_embeddings=max_positions, bos_token_id=1,
+                  eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
+    if family == "gpt_neox":
+        return tf.GPTNeoXConfig(**common, rotary_pct=0.25, use_parallel_residual=True, hidden_dropout=0.0,
+                                attention_dropout=0.0)
+    gqa = dict(num_key_value_heads=kv_heads, rms_norm_eps=1e-6)
+    if family == "llama":
+        return tf.LlamaConfig(**common, **gqa, attention_bias=True, mlp_bias=True)
+    if family == "mistral":
+        return tf.MistralConfig(**common, **gqa, sliding_window=None)
+    if family == "qwen2":
+        return tf.Qwen2Config(**common, **gqa, use_sliding_window=False)
+    if family == "qwen3":
+        return tf.Qwen3Config(**common, **gqa, head_dim=hidden // heads, attention_bias=True)
+    raise ValueError(f"no tiny config for {family!r}")
+
+
+def build_tiny_decoder(path: Path, family: str = "llama", *, layers: int = 2, heads: int = 4,
+                       kv_heads: int = 2, hidden: int = 32, seed: int = 0, perturb: bool = True,
+                       max_positions: int = 64) -> Path:
+    """A random Llama-family / GPT-NeoX base model with a BPE tokenizer that prepends ``<s>`` (BOS),
+    as Llama's does; saved under ``path``."""
+    from tokenizers import processors
+    from transformers import AutoModel, PreTrainedTokenizerFast
+
+    bpe = _bpe(["<pad>", "<s>", "</s>"])
+    bpe.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)]
+    )
+    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                  unk_token="</s>", model_max_length=max_positions)
+    torch.manual_seed(seed)
+    cfg = _decoder_config(family, vocab=bpe.get_vocab_size(), layers=layers, heads=heads, kv_heads=kv_heads,
+                          hidden=hidden, max_positions=max_positions)
+    model = AutoModel.from_config(cfg)
     if perturb:
         _perturb(model, seed=seed)
     model.save_pretrained(path)

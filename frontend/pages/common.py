@@ -24,6 +24,21 @@ def graph(gid: str, *, filename: str | None = None, **kwargs: Any) -> dcc.Graph:
     return dcc.Graph(id=gid, config=graph_config(filename or f"headscope-{gid}"), **kwargs)
 
 
+def model_label(m: dict[str, Any]) -> str:
+    """``name — family, layers x heads, N tokens`` (what the picker shows; hub models not yet
+    downloaded show only their name)."""
+    facts = []
+    if m.get("family"):
+        facts.append(str(m["family"]))
+    if m.get("n_layers"):
+        kv = m.get("n_kv_heads")
+        gqa = f" ({kv} kv)" if kv and kv != m.get("n_heads") else ""
+        facts.append(f"{m['n_layers']}x{m.get('n_heads')}{gqa}")
+    if m.get("max_tokens"):
+        facts.append(f"{int(m['max_tokens']):,} tokens")
+    return f"{m['name']} — {', '.join(facts)}" if facts else str(m["name"])
+
+
 def model_options(store: ResultStore) -> tuple[list[dict[str, str]], str, dict[str, dict[str, Any]]]:
     """Dropdown options from ``GET /api/models``, the default, and each model's facts by name.
 
@@ -36,8 +51,7 @@ def model_options(store: ResultStore) -> tuple[list[dict[str, str]], str, dict[s
         body = {"default": "minilm", "models": [{"name": "minilm", "n_layers": 6, "n_heads": 12}]}
     opts, info = [], {}
     for m in body.get("models") or []:
-        shape = f" ({m.get('n_layers')}x{m.get('n_heads')})" if m.get("n_layers") else ""
-        opts.append({"label": f"{m['name']}{shape}", "value": m["name"], "title": m.get("description") or ""})
+        opts.append({"label": model_label(m), "value": m["name"], "title": m.get("description") or ""})
         info[m["name"]] = m
     default = body.get("default") or (opts[0]["value"] if opts else "minilm")
     return opts or [{"label": default, "value": default}], default, info

@@ -12,10 +12,15 @@ Every hidden state splits as ``X[l] = i + h + f + c`` per token:
   mapped through ``W_O``, attention and feed-forward output biases, each carried like the others.
 
 Post-LayerNorm encoders (BERT family): the embedding LayerNorm gives state 0, the two LayerNorms of
-layer l give state l + 1. Pre-LayerNorm decoders (GPT-2): the residual stream is already a sum
-(state 0 = word + position embedding); HF's last hidden state has the final LayerNorm ``ln_f`` applied,
-so the terms of the last state are carried through ``ln_f`` the same way
-(``Decomposition.final_norm_in_last_state``).
+layer l give state l + 1. Pre-norm decoders (GPT-2, Llama, Mistral, Qwen2, Qwen3, GPT-NeoX): the
+residual stream is already a sum (state 0 = the embedding); the norms inside the branches need no
+term (the branch outputs are recorded); HF's last hidden state has the final norm applied, so the
+terms of the last state are carried through it the same way (``Decomposition.final_norm_in_last_state``).
+RMSNorm maps ``t -> g * t / rms(x)``, ``rms(x) = sqrt(mean(x^2) + eps)``: no mean shift, no bias.
+GPT-NeoX's parallel residual adds both branches, each read from the same input: still a sum.
+Value biases go to ``c`` as ``(sum_j a_ij) b_v W_O`` with the recorded row sums, so a softmax computed
+in float32 inside a float64 model costs no exactness; under grouped-query attention a key/value
+head's bias goes to every query head of its group.
 
 Importance (paper eq. 6): ``mu(e, t) = e.t / |e|^2`` with ``e`` the model's own hidden state, so the
 four importances of a token sum to 1 up to the reconstruction error.
@@ -39,6 +44,7 @@ import numpy as np
 import torch
 
 from workers.analysis.decomposition_model import Recorder, batch_inputs, ln_stats, locate
+from workers.analysis.progress import Progress, no_progress
 from workers.errors import HeadscopeError
 from workers.models.adapters import Encoded, encode
 
@@ -51,7 +57,8 @@ TERM_LABELS: tuple[str, ...] = ("input", "attention", "feedforward", "bias")
 CONVENTION = (
     "X[l] = input + attention + feedforward + bias per token. Each LayerNorm maps every term t to "
     "g*t/s (s = sqrt(var(x) + eps) of its whole input x); its mean shift -g*mean(x)/s and its bias b "
-    "go to the bias term. Attention and feed-forward terms are the sublayer outputs without their "
+    "go to the bias term; an RMSNorm maps t to g*t/rms(x) (rms(x) = sqrt(mean(x^2) + eps)), with no "
+    "mean shift and no bias. Attention and feed-forward terms are the sublayer outputs without their "
     "biases; value biases (through W_O) and output biases go to the bias term. "
     "Importance mu(e, t) = e.t/|e|^2 with e the model's hidden state."
 )
@@ -89,6 +96,7 @@ class Decomposition:
         default_factory=list
     )  # per layer: LayerNorms applied before its heads
     ff_entry: list[int] = field(default_factory=list)
+    final_norm_deviation: float = 0.0  # max |own final norm - transformers' own| (float32 RMSNorm)
 
     @property
     def tokens(self) -> list[str]:
@@ -166,88 +174,113 @@ class Decomposition:
         return np.stack(parts), labels
 
 
+def _carry(scales: list[torch.Tensor], start: int, stop: int) -> torch.Tensor | None:
+    """The product of the norms' ``g / s`` [b, n, d] from norm ``start`` up to ``stop`` (None: none)."""
+    out = None
+    for k in range(start, stop):
+        out = scales[k] if out is None else out * scales[k]
+    return out
+
+
 @torch.inference_mode()
 def decompose_encoded(
-    loaded: LoadedModel, encs: list[Encoded], texts: list[str], *, keep_components: bool = True
+    loaded: LoadedModel,
+    encs: list[Encoded],
+    texts: list[str],
+    *,
+    keep_components: bool = True,
+    progress: Progress | None = None,
 ) -> list[Decomposition]:
-    """Decompose a batch of already-tokenised texts (right-padded; padding never enters a term)."""
+    """Decompose a batch of already-tokenised texts (right-padded; padding never enters a term).
+
+    Memory: one forward pass, then per layer its context vectors [b, n, heads*head_dim] and its
+    feed-forward output [b, n, d]; per-head outputs [head, n, d] are never all held (head
+    importances are ``context_h . (w W_O,h^T)``) unless ``keep_components``.
+    """
+    progress = progress or no_progress
     arch = locate(loaded)
     rec = Recorder(arch)
     try:
         out = loaded.model(**batch_inputs(loaded, encs), output_hidden_states=True)
     finally:
         rec.remove()
+    progress(0.5, "decomposition: forward pass done")
     hidden = torch.stack(out.hidden_states)  # [state, b, n, d]
     n_layers, n_heads = len(arch.layers), arch.n_heads
     n_states = n_layers + 1
     b, n, d = hidden.shape[1:]
     terms = torch.zeros((4, b, n, d), dtype=hidden.dtype, device=hidden.device)  # [term, b, n, d]
-    carried: dict[
-        str, torch.Tensor | None
-    ] = {}  # source -> running product of g/s since it entered
-    heads: list[torch.Tensor] = []  # per layer [b, head, n, d]
-    ffs: list[torch.Tensor] = []  # per layer [b, n, d]
-    stds: list[torch.Tensor] = []  # per LayerNorm [b, n]
+    scales: list[torch.Tensor] = []  # per norm [b, n, d]: g / s
+    stds: list[torch.Tensor] = []  # per norm [b, n]
     gains: list[torch.Tensor] = []
     state_terms: list[torch.Tensor] = []
     applied: list[int] = []
+    contexts: list[torch.Tensor] = []  # per layer [b, n, head*head_dim], value bias removed
+    ffs: list[torch.Tensor] = []  # per layer [b, n, d], output bias removed
     head_entry: list[int] = []
     ff_entry: list[int] = []
-    head_imp = torch.zeros(
-        (n_states, n_layers, b, n_heads, n), dtype=hidden.dtype, device=hidden.device
-    )
-    ff_imp = torch.zeros((n_states, n_layers, b, n), dtype=hidden.dtype, device=hidden.device)
 
-    def layer_norm(ln: torch.nn.LayerNorm | None) -> None:
+    def norm(ln: torch.nn.Module | None) -> torch.Tensor | None:
         if ln is None:
-            return
-        scale, shift, std = ln_stats(ln, rec.ln_in[id(ln)])
+            return None
+        x = rec.ln_in[id(ln)]
+        scale, shift, std = ln_stats(ln, x)
         terms.mul_(scale)
         terms[3].add_(shift)
-        for key, acc in carried.items():
-            carried[key] = scale if acc is None else acc * scale
+        scales.append(scale)
         stds.append(std)
-        gains.append(ln.weight if ln.weight is not None else torch.ones_like(scale[0, 0]))
-
-    def record_state() -> None:
-        s = len(state_terms)
-        state_terms.append(terms.clone())
-        applied.append(len(stds))
-        e = hidden[s]  # [b, n, d]
-        norm2 = (e * e).sum(-1, keepdim=True)
-        w = e / torch.where(norm2 > 0, norm2, torch.ones_like(norm2))  # [b, n, d]
-        for layer in range(len(heads)):
-            wh = carried[f"h{layer}"]
-            wh = w if wh is None else w * wh
-            head_imp[s, layer] = torch.einsum("bhnd,bnd->bhn", heads[layer], wh)
-            wf = carried[f"f{layer}"]
-            ff_imp[s, layer] = (ffs[layer] * (w if wf is None else w * wf)).sum(-1)
+        gains.append(ln.weight if getattr(ln, "weight", None) is not None else torch.ones_like(scale[0, 0]))
+        return x * scale + shift  # the norm's output, in the model's dtype
 
     x0 = rec.ln_in[id(arch.emb_ln)] if arch.emb_ln is not None else hidden[0]
     terms[0].add_(x0)
-    layer_norm(arch.emb_ln)
-    record_state()
+    norm(arch.emb_ln)
+    state_terms.append(terms.clone())
+    applied.append(len(scales))
+    final_deviation = 0.0
     for layer, la in enumerate(arch.layers):
         ctx = rec.context[layer]  # [b, n, head*head_dim]
         dh = ctx.shape[-1] // n_heads
-        unbiased = (ctx - la.b_v).view(b, n, n_heads, dh).transpose(1, 2)  # [b, head, n, dh]
-        r = torch.matmul(unbiased, la.w_o.reshape(n_heads, dh, d))  # [b, head, n, d]
-        heads.append(r)
-        head_entry.append(len(stds))
-        carried[f"h{layer}"] = None
-        terms[1].add_(r.sum(1))
-        terms[3].add_(la.attn_bias)
-        layer_norm(la.ln_attn)
+        # value bias times each query's attention row sum (1 up to the softmax's own rounding)
+        vb = rec.row_sums[layer].to(ctx.dtype).repeat_interleave(dh, dim=-1) * la.b_v  # [b, n, head*head_dim]
+        unbiased = ctx - vb
+        contexts.append(unbiased)
+        head_entry.append(len(scales))
+        terms[1].add_(unbiased @ la.w_o)
+        terms[3].add_(vb @ la.w_o + la.b_o)
+        norm(la.ln_attn)
         f = rec.ff_out[layer] - la.ff_bias  # [b, n, d]
         ffs.append(f)
-        ff_entry.append(len(stds))
-        carried[f"f{layer}"] = None
+        ff_entry.append(len(scales))
         terms[2].add_(f)
         terms[3].add_(la.ff_bias)
-        layer_norm(la.ln_ff)
-        if layer == n_layers - 1:
-            layer_norm(arch.final_ln)
-        record_state()
+        norm(la.ln_ff)
+        if layer == n_layers - 1 and arch.final_ln is not None:
+            # the final norm's output recomputed in the model's dtype: transformers' RMSNorm
+            # computes in float32 even in a float64 model (its deviation is reported)
+            own = norm(arch.final_ln)
+            assert own is not None
+            final_deviation = float((own - hidden[-1]).abs().max())
+            hidden = torch.cat([hidden[:-1], own[None]])
+        state_terms.append(terms.clone())
+        applied.append(len(scales))
+        progress(0.5 + 0.25 * (layer + 1) / n_layers, f"decomposition: layer {layer + 1}/{n_layers}")
+
+    # importances: mu(e, t) = e.t / |e|^2 for each head's and each feed-forward's carried output
+    norm2 = (hidden * hidden).sum(-1, keepdim=True)
+    w = hidden / torch.where(norm2 > 0, norm2, torch.ones_like(norm2))  # [state, b, n, d]
+    head_imp = torch.zeros((n_states, n_layers, b, n_heads, n), dtype=hidden.dtype, device=hidden.device)
+    ff_imp = torch.zeros((n_states, n_layers, b, n), dtype=hidden.dtype, device=hidden.device)
+    for layer, la in enumerate(arch.layers):
+        later = range(layer + 1, n_states)
+        wh = torch.stack([_weighted(w[s], _carry(scales, head_entry[layer], applied[s])) for s in later])
+        v = wh @ la.w_o.T  # [state', b, n, head*head_dim]
+        ctx = contexts[layer]
+        prod = (ctx[None] * v).view(len(later), b, n, n_heads, -1).sum(-1)  # [state', b, n, head]
+        head_imp[layer + 1 :, layer] = prod.transpose(-1, -2)
+        for s in later:
+            ff_imp[s, layer] = (ffs[layer] * _weighted(w[s], _carry(scales, ff_entry[layer], applied[s]))).sum(-1)
+        progress(0.75 + 0.25 * (layer + 1) / n_layers, f"decomposition: importances {layer + 1}/{n_layers}")
 
     def np_(t: torch.Tensor) -> np.ndarray:
         return t.detach().cpu().numpy()
@@ -271,9 +304,14 @@ def decompose_encoded(
             ln_applied=applied,
             head_entry=head_entry,
             ff_entry=ff_entry,
+            final_norm_deviation=final_deviation,
         )
         if keep_components:
-            dec.head_outputs = np_(torch.stack([h[row, :, :k] for h in heads]))
+            heads = [
+                torch.matmul(c[row, :k].view(k, n_heads, -1).transpose(0, 1), la.w_o.reshape(n_heads, -1, d))
+                for c, la in zip(contexts, arch.layers, strict=True)
+            ]  # per layer [head, token, d]
+            dec.head_outputs = np_(torch.stack(heads))
             dec.ff_outputs = np_(torch.stack([f[row, :k] for f in ffs]))
             if stds:
                 dec.ln_std = np_(torch.stack([s[row, :k] for s in stds]))
@@ -283,6 +321,10 @@ def decompose_encoded(
                 dec.ln_gain = np.zeros((0, d), dtype=dec.states.dtype)
         results.append(dec)
     return results
+
+
+def _weighted(w: torch.Tensor, carry: torch.Tensor | None) -> torch.Tensor:
+    return w if carry is None else w * carry
 
 
 def decompose_batch(

@@ -88,9 +88,13 @@ def field_affinities(weights: np.ndarray, psi: np.ndarray, *, mode: str, perplex
 
 def lasf_section(
     run: Any, lasf: LasFModel, *, keep: np.ndarray | None, tsne: TSNEOptions, perplexity: float = 20.0,
-    progress: Progress = no_progress,
+    progress: Progress = no_progress, attention: np.ndarray | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """The ``lasf`` result section for one base-model run (``workers.models.ModelRun``)."""
+    """The ``lasf`` result section for one base-model run (``workers.models.ModelRun``).
+
+    ``attention``: the replaced layer's maps [head, n, n] when the run was streamed (it then holds no
+    attentions); by default ``run.attentions[replaced_layer]``.
+    """
     cfg = lasf.config
     layer = int(cfg["replaced_layer"])
     x = torch.from_numpy(np.asarray(run.hidden_states[layer], dtype=np.float32))  # [n, D]
@@ -121,7 +125,8 @@ def lasf_section(
     max_rel = np.where(off[None], weights, -np.inf).max(axis=1)  # [N_s, m]: max over queries i != j
     share = per_field[:, kept] / np.maximum(per_field[:, kept].sum(0, keepdims=True), 1e-12)
     r2_full = _r2(y[kept], y_true[kept])
-    att = np.asarray(run.attentions[layer], dtype=np.float64)[(slice(None), *ix)]  # [head, m, m]
+    att_all = run.attentions[layer] if attention is None else attention
+    att = np.asarray(att_all, dtype=np.float64)[(slice(None), *ix)]  # [head, m, m]
     fvh = _ranks_offdiag(weights) @ _ranks_offdiag(att).T  # Spearman's rho [field, head]
     start = time.perf_counter()
     P = field_affinities(weights, psi, mode=cfg["mode"], perplexity=perplexity)

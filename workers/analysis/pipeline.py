@@ -7,6 +7,12 @@ The CLI and the queue jobs both call ``analyze``; the result is::
      "<analysis kind>": {section}, ...}
 
 Each section is also what ``headscope analyze --analysis KIND`` writes, merged with the common keys.
+
+Streaming (issue 10): the text runs through the model once, and each layer's attention maps go to
+the consumers the requested views registered (``workers.analysis.streaming``): max/mean attention
+reduced on the device, the chosen heads' t-SNE embedded layer by layer, one head kept for the head
+view or robustness. No view holds every layer's maps. Before anything runs, the memory the request
+needs is estimated (``workers.analysis.memory``) and a request over the budget fails at once.
 """
 
 from __future__ import annotations
@@ -20,14 +26,15 @@ from typing import Any
 
 import numpy as np
 
-from workers.analysis.attention import max_attention, mean_attention
 from workers.analysis.hidden import states_tsne
+from workers.analysis.memory import ModelFacts, estimate_text_request
 from workers.analysis.progress import Progress, no_progress, scaled
 from workers.analysis.robustness import disturb_ids, summarize
-from workers.analysis.tsne import TSNEOptions, embed_affinities, head_tsne, select_indices
+from workers.analysis.streaming import AttentionStats, Consumer, HeadKeeper, LayerHeadTSNE
+from workers.analysis.tsne import TSNEOptions, embed_affinities, select_indices
 from workers.errors import HeadscopeError
-from workers.models import LoadedModel, ModelRun, pooled_states, run_text
-from workers.models.adapters import Encoded, forward
+from workers.models import LoadedModel, ModelRun, pooled_states
+from workers.models.adapters import Encoded, encode, forward_streamed
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +59,13 @@ DEFAULT_OPTIONS: dict[str, Any] = {
 DEFAULT_ENGINE = "fast"  # issue 7; "batched" and "opentsne" stay selectable
 
 
+STREAMED = ("max-attention", "head-tsne", "hidden-tsne", "robustness", "lasf")  # read the text's forward pass
+
+
 @dataclass
 class Context:
-    """What a section function sees: the model, the text, the options, a progress reporter."""
+    """What a section function sees: the model, the text, the options, a progress reporter, and
+    the consumers the requested views registered for the streamed forward pass."""
 
     loaded: LoadedModel
     text: str
@@ -62,17 +73,69 @@ class Context:
     progress: Progress = no_progress
     timings: dict[str, float] = field(default_factory=dict)
     lasf: Any = None  # workers.analysis.lasf.LasFModel for the lasf analysis
+    consumers: dict[str, Consumer] = field(default_factory=dict)
+
+    @cached_property
+    def encoded(self) -> Encoded:
+        return encode(self.loaded, self.text, truncate=bool(self.options["truncate"]))
 
     @cached_property
     def run(self) -> ModelRun:
+        """The streamed forward pass: hidden states kept, attention maps handed to the consumers."""
         start = time.perf_counter()
-        run = run_text(self.loaded, self.text, truncate=bool(self.options["truncate"]))
+        consumers = list(self.consumers.values())
+        n_layers, progress = self.loaded.n_layers, self.progress
+        what = " + head t-SNE" if "head-tsne" in self.consumers else ""
+
+        def sink(layer: int, weights: Any) -> None:
+            for consume in consumers:
+                consume(layer, weights)
+            progress((layer + 1) / n_layers, f"layer {layer + 1}/{n_layers}: attention{what}")
+
+        hidden = forward_streamed(self.loaded, self.encoded, sink)
         self.timings["forward_s"] = time.perf_counter() - start
-        return run
+        return ModelRun(
+            model=self.loaded.name,
+            family=self.loaded.family,
+            text=self.text,
+            encoded=self.encoded,
+            attentions=None,
+            hidden_states=hidden,
+            final_norm_in_last_state=self.loaded.causal,
+            meta={"truncated_from": self.encoded.truncated_from, "n_heads": self.loaded.n_heads, "streamed": True},
+            causal=self.loaded.causal,
+        )
 
     @property
     def keep(self) -> np.ndarray | None:
-        return ~self.run.special if self.options["drop_special"] else None
+        return ~np.asarray(self.encoded.special, dtype=bool) if self.options["drop_special"] else None
+
+    def robustness_head(self) -> tuple[int, int]:
+        o, n_layers, n_heads = self.options, self.loaded.n_layers, self.loaded.n_heads
+        layer = n_layers // 2 if o["layer"] == "all" else select_indices(o["layer"], n_layers, "layer")[0]
+        head = 0 if o["head"] == "all" else select_indices(o["head"], n_heads, "head")[0]
+        return layer, head
+
+    def single_head(self) -> bool:
+        return self.options["layer"] != "all" and self.options["head"] != "all"
+
+    def plan(self, analyses: list[str]) -> None:
+        """Register the consumers of the streamed pass that ``analyses`` need."""
+        o, L, H = self.options, self.loaded.n_layers, self.loaded.n_heads
+        if "max-attention" in analyses:
+            self.consumers["max-attention"] = AttentionStats(L, H, keep=self.keep, causal=self.loaded.causal)
+        if "head-tsne" in analyses:
+            self.consumers["head-tsne"] = LayerHeadTSNE(
+                L, H, layers=o["layer"], heads=o["head"], keep=self.keep, options=self.tsne_options()
+            )
+            if self.single_head():
+                pair = (select_indices(o["layer"], L, "layer")[0], select_indices(o["head"], H, "head")[0])
+                self.consumers["head-view"] = HeadKeeper([pair])
+        if "robustness" in analyses:
+            self.consumers["robustness"] = HeadKeeper([self.robustness_head()])
+        if "lasf" in analyses and self.lasf is not None:  # the replaced layer's heads, for field_vs_head
+            replaced = int(self.lasf.config["replaced_layer"])
+            self.consumers["lasf"] = HeadKeeper([(replaced, h) for h in range(H)])
 
     def tsne_options(self, **overrides: Any) -> TSNEOptions:
         o = self.options
@@ -108,41 +171,44 @@ def _grid(array: np.ndarray, single: bool) -> Any:
 
 @section("max-attention")
 def _max_attention(ctx: Context) -> dict[str, Any]:
-    run, keep = ctx.run, ctx.keep
-    kept = np.arange(len(run.tokens)) if keep is None else np.flatnonzero(keep)
+    stats = ctx.consumers["max-attention"]
+    assert isinstance(stats, AttentionStats)
+    ctx.run  # noqa: B018 - the streamed pass fills the consumers
+    assert stats.max is not None and stats.mean is not None
+    kept = np.arange(ctx.encoded.n) if ctx.keep is None else np.flatnonzero(ctx.keep)
     return {
-        "max_attention": max_attention(run.attentions, keep=keep).tolist(),  # [layer][head][token]
-        "mean_attention": mean_attention(run.attentions, keep=keep).tolist(),  # [layer][head][token]
+        "max_attention": stats.max.tolist(),  # [layer][head][token]
+        "mean_attention": stats.mean.tolist(),  # [layer][head][token]
         "kept": kept.tolist(),
+        "causal": ctx.loaded.causal,
+        "over": "the queries i >= j that can see key j" if ctx.loaded.causal else "every query",
     }
 
 
 @section("head-tsne")
 def _head_tsne(ctx: Context) -> dict[str, Any]:
-    o = ctx.options
-    res = head_tsne(
-        ctx.run.attentions,
-        layers=o["layer"],
-        heads=o["head"],
-        keep=ctx.keep,
-        options=ctx.tsne_options(),
-        progress=ctx.progress,
-    )
-    single = len(res.layers) == 1 and len(res.heads) == 1 and o["layer"] != "all" and o["head"] != "all"
+    res = ctx.consumers["head-tsne"]
+    assert isinstance(res, LayerHeadTSNE)
+    ctx.run  # noqa: B018 - the streamed pass embeds layer by layer
+    embedding, kl, kl_restarts, tsne_s = res.gather()
+    kept = np.arange(ctx.encoded.n) if ctx.keep is None else np.flatnonzero(ctx.keep)
+    single = len(res.layers) == 1 and len(res.heads) == 1 and ctx.single_head()
     extra: dict[str, Any] = {}
     if single:  # the head's own attention matrix for the dashboard's head view (kept rows and columns)
-        a = ctx.run.attentions[res.layers[0], res.heads[0]][np.ix_(res.kept, res.kept)]  # [query, key]
-        extra["attention"] = np.round(a.astype(np.float64), 6).tolist()
+        keeper = ctx.consumers["head-view"]
+        assert isinstance(keeper, HeadKeeper)
+        a = keeper.maps[(res.layers[0], res.heads[0])][np.ix_(kept, kept)]  # [query, key]
+        extra["attention"] = np.round(a, 6).tolist()
     return {
         "layers": res.layers,
         "heads": res.heads,
-        "kept": res.kept.tolist(),
-        "engine": res.engine,
-        "embedding": _grid(res.embedding, single),  # [token][2] or [layer][head][token][2]
-        "kl": res.kl.ravel().tolist() if single else res.kl.tolist(),  # [kl] or [layer][head]
-        "kl_restarts": _grid(res.kl_restarts, single) if not single else res.kl_restarts[0, 0].tolist(),
+        "kept": kept.tolist(),
+        "engine": res.options.engine,
+        "embedding": _grid(embedding, single),  # [token][2] or [layer][head][token][2]
+        "kl": kl.ravel().tolist() if single else kl.tolist(),  # [kl] or [layer][head]
+        "kl_restarts": _grid(kl_restarts, single) if not single else kl_restarts[0, 0].tolist(),
         **extra,
-        "timings": {"tsne_s": res.tsne_s},
+        "timings": {"tsne_s": tsne_s},
     }
 
 
@@ -198,7 +264,7 @@ def _word_tsne(ctx: Context) -> dict[str, Any]:
         progress=ctx.progress,
     )
     single = o["layer"] != "all"
-    pooling = o["pooling"] if o["pooling"] != "auto" else ("first" if ctx.loaded.family == "bert" else "last")
+    pooling = o["pooling"] if o["pooling"] != "auto" else ("last" if ctx.loaded.causal else "first")
     return {
         "words": words,
         "word_tokens": [e.tokens for e in encs],
@@ -215,8 +281,9 @@ def _word_tsne(ctx: Context) -> dict[str, Any]:
 @section("robustness")
 def _robustness(ctx: Context) -> dict[str, Any]:
     o, run, loaded = ctx.options, ctx.run, ctx.loaded
-    layer = run.n_layers // 2 if o["layer"] == "all" else select_indices(o["layer"], run.n_layers, "layer")[0]
-    head = 0 if o["head"] == "all" else select_indices(o["head"], run.n_heads, "head")[0]
+    layer, head = ctx.robustness_head()
+    keeper = ctx.consumers["robustness"]
+    assert isinstance(keeper, HeadKeeper)
     repeats, fraction = int(o["repeats"]), float(o["fraction"])
     rng = np.random.default_rng(int(o["seed"]))
     enc = run.encoded
@@ -226,15 +293,16 @@ def _robustness(ctx: Context) -> dict[str, Any]:
     p_head_d, p_hid_d, replaced = [], [], []
     for r in range(repeats):
         ids, where = disturb_ids(enc.input_ids, enc.special, fraction=fraction, rng=rng)
-        att, hid = forward(loaded, Encoded(ids, enc.tokens, enc.offsets, enc.special))
+        one = HeadKeeper([(layer, head)])  # streamed: only this head's map is kept
+        hid = forward_streamed(loaded, enc, one, ids=ids)
         keep = ctx.keep
-        p_head_d.append(head_affinities(att[layer, head], keep=keep))
+        p_head_d.append(head_affinities(one.maps[(layer, head)], keep=keep))
         kept_hid = hid[layer + 1] if keep is None else hid[layer + 1][keep]
         p_hid_d.append(perplexity_affinities(kept_hid, perplexity=float(o["perplexity"])))
         replaced.append(where)
         ctx.progress(0.2 * (r + 1) / repeats, f"disturbed input {r + 1}/{repeats}")
     keep = ctx.keep
-    p_head = head_affinities(run.attentions[layer, head], keep=keep)
+    p_head = head_affinities(keeper.maps[(layer, head)], keep=keep)
     hid0 = run.hidden_states[layer + 1] if keep is None else run.hidden_states[layer + 1][keep]
     p_hid = perplexity_affinities(hid0, perplexity=float(o["perplexity"]))
     # R random starts of the same input vs R disturbed inputs, each a batch for the engine
@@ -271,7 +339,7 @@ def _decomposition(ctx: Context) -> dict[str, Any]:
         model = load_model(loaded.name, dtype=o["dtype"], device=loaded.device, catalogue=own)
     states = select_indices(o["layer"], loaded.n_layers + 1, "state") if o["layer"] != "all" else [None]
     start = time.perf_counter()
-    dec = decompose_encoded(model, [ctx.run.encoded], [ctx.text], keep_components=False)[0]
+    dec = decompose_encoded(model, [ctx.encoded], [ctx.text], keep_components=False, progress=ctx.progress)[0]
     out = decomposition_section(dec, drop_special=bool(o["drop_special"]), head_state=states[0])
     out["timings"] = {"decomposition_s": time.perf_counter() - start}
     return out
@@ -284,9 +352,13 @@ def _lasf(ctx: Context) -> dict[str, Any]:
 
     if ctx.lasf is None:
         raise HeadscopeError("the lasf analysis needs a LasF model: lasf-minilm or an uploaded LasF checkpoint")
+    keeper = ctx.consumers["lasf"]
+    assert isinstance(keeper, HeadKeeper)
+    replaced = int(ctx.lasf.config["replaced_layer"])
+    attention = np.stack([keeper.maps[(replaced, h)] for h in range(ctx.loaded.n_heads)])  # [head, n, n]
     out = lasf_section(
         ctx.run, ctx.lasf, keep=ctx.keep, tsne=ctx.tsne_options(), perplexity=float(ctx.options["perplexity"]),
-        progress=scaled(ctx.progress, 0.0, 0.8),
+        progress=scaled(ctx.progress, 0.0, 0.8), attention=attention,
     )  # fmt: skip
     ctx.progress(0.8, "specialisation test")
     out["specialisation"] = specialisation(ctx.loaded, ctx.lasf)
@@ -301,16 +373,16 @@ def common(ctx: Context) -> dict[str, Any]:
         "n_layers": ctx.loaded.n_layers,
         "n_heads": ctx.loaded.n_heads,
         "max_tokens": ctx.loaded.max_length,
+        "causal": ctx.loaded.causal,
     }
     if ctx.lasf is not None:
         out.update(model=ctx.lasf.name, base_model=ctx.loaded.name)
-    if "run" in ctx.__dict__:
-        run = ctx.run
-        enc = run.encoded
+    if "encoded" in ctx.__dict__:
+        enc = ctx.encoded
         out.update(
             {
                 "tokens": enc.tokens,
-                "token_texts": [run.text[a:b] for a, b in enc.offsets],
+                "token_texts": [ctx.text[a:b] for a, b in enc.offsets],
                 "offsets": [list(o) for o in enc.offsets],
                 "special": enc.special,
                 "n_tokens": enc.n,
@@ -355,8 +427,18 @@ def analyze(
     progress = progress or no_progress
     ctx = Context(loaded=loaded, text=text, options=resolve_options(options), lasf=lasf)
     result: dict[str, Any] = {}
+    first = 0.0
+    if any(k != "word-tsne" for k in order):
+        estimate = estimate_text_request(ModelFacts.of(loaded), ctx.encoded.n, order, ctx.options)
+        estimate.check(what=f"{', '.join(order)} on {ctx.encoded.n} tokens of {loaded.name}")
+        ctx.timings["memory_estimate_gib"] = round(estimate.total / 2**30, 3)
+    if any(k in STREAMED for k in order):
+        ctx.plan(order)
+        first = 0.8 if "head-tsne" in order else 0.3  # the streamed pass's share of the progress bar
+        ctx.progress = scaled(progress, 0.0, first)
+        ctx.run  # noqa: B018 - one forward pass feeds every registered consumer
     for i, kind in enumerate(order):
-        ctx.progress = scaled(progress, i / len(order), (i + 1) / len(order))
+        ctx.progress = scaled(progress, first + (1 - first) * i / len(order), first + (1 - first) * (i + 1) / len(order))
         ctx.progress(0.0, f"{kind}: starting")
         start = time.perf_counter()
         sec = SECTIONS[kind](ctx)

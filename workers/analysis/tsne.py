@@ -366,21 +366,35 @@ def head_tsne(
     ls = select_indices(layers, n_layers, "layer")
     hs = select_indices(heads, n_heads, "head")
     kept = np.arange(n) if keep is None else np.flatnonzero(np.asarray(keep, dtype=bool))
-    a = attentions[np.ix_(ls, hs)]  # [Ls, Hs, n, n]
-    p = head_affinities(a, keep=keep)  # [Ls, Hs, m, m]
-    m = p.shape[-1]
-    res = embed_affinities(p.reshape(-1, m, m), options=options, progress=progress)
-    k = res.kl_restarts.shape[-1]
+    opts = options or TSNEOptions()
+    progress = progress or no_progress
+    parts = []
+    for i, layer in enumerate(ls):  # layer by layer, as the streamed pipeline does (same numbers)
+        a = np.asarray(attentions[layer][hs], dtype=np.float64)  # [Hs, n, n]
+        parts.append(embed_layer(a, keep=keep, options=opts, progress=scaled(progress, i / len(ls), (i + 1) / len(ls))))
+    m = parts[0].embedding.shape[-2]
     return HeadTSNEResult(
         layers=ls,
         heads=hs,
         kept=kept,
-        embedding=res.embedding.reshape(len(ls), len(hs), m, 2),
-        kl=res.kl.reshape(len(ls), len(hs)),
-        kl_restarts=res.kl_restarts.reshape(len(ls), len(hs), k),
-        tsne_s=res.tsne_s,
-        engine=res.engine,
+        embedding=np.stack([r.embedding for r in parts]).reshape(len(ls), len(hs), m, 2),
+        kl=np.stack([r.kl for r in parts]).reshape(len(ls), len(hs)),
+        kl_restarts=np.stack([r.kl_restarts for r in parts]).reshape(len(ls), len(hs), -1),
+        tsne_s=float(sum(r.tsne_s for r in parts)),
+        engine=parts[0].engine,
     )
+
+
+def embed_layer(
+    a: np.ndarray, *, keep: np.ndarray | None, options: TSNEOptions, progress: Progress | None = None
+) -> TSNEResult:
+    """t-SNE of one layer's heads: ``a`` [head, n, n] -> embedding [head, m, 2], best restart each.
+
+    The unit of work of both the all-at-once ``head_tsne`` and the streamed pipeline, so both give
+    the same maps.
+    """
+    p = head_affinities(a, keep=keep)  # [head, m, m]
+    return embed_affinities(p, options=options, progress=progress)
 
 
 def with_overrides(options: TSNEOptions, **changes: object) -> TSNEOptions:

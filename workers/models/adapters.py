@@ -1,15 +1,19 @@
 """Architecture adapters: tokenise a text and run the model, returning tokens, attentions and
-hidden states in one layout for every family.
+hidden states in one layout for every family (``workers.models.families`` lists them).
 
-Families:
-    ``bert``: post-LayerNorm encoders (BERT, RoBERTa, MiniLM). ``special`` marks [CLS]/[SEP]/<s>.
-    ``gpt2``: pre-LayerNorm decoders (GPT-2). HF's last hidden state already has the final
-        LayerNorm applied; ``ModelRun.final_norm_in_last_state`` says so.
+Attention maps come from forward hooks on each layer's attention module (eager attention returns
+``(output, weights)``), one query head per map: under grouped-query attention ``n_heads`` counts
+query heads. ``run_text`` keeps every layer's maps; ``forward_streamed`` hands each layer's maps to a
+sink as the forward pass reaches it and keeps none, so long texts on large models never hold
+``layers x heads x n^2`` at once. HF's last hidden state of a decoder has the final norm applied;
+``ModelRun.final_norm_in_last_state`` says so.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,25 +21,14 @@ import numpy as np
 import torch
 
 from workers.errors import EmptyTextError, HeadscopeError, TextTooLongError
+from workers.models.families import family_of, resolve
 
 if TYPE_CHECKING:
     from workers.models.loader import LoadedModel
 
 logger = logging.getLogger(__name__)
 
-POST_LN_TYPES = {"bert", "roberta", "xlm-roberta", "camembert"}
-PRE_LN_TYPES = {"gpt2"}
-
-
-def family_of(model_type: str) -> str:
-    """``bert`` or ``gpt2`` for a transformers ``model_type``; a clear error otherwise."""
-    if model_type in POST_LN_TYPES:
-        return "bert"
-    if model_type in PRE_LN_TYPES:
-        return "gpt2"
-    supported = ", ".join(sorted(POST_LN_TYPES | PRE_LN_TYPES))
-    raise HeadscopeError(f"model type {model_type!r} is not supported; supported: {supported}")
-
+AttentionSink = Callable[[int, torch.Tensor], None]  # (layer, weights [batch, head, query, key])
 
 @dataclass
 class Encoded:
@@ -64,10 +57,11 @@ class ModelRun:
     family: str
     text: str
     encoded: Encoded
-    attentions: np.ndarray  # [layer, head, query, key]
+    attentions: np.ndarray | None  # [layer, head, query, key]; None when streamed
     hidden_states: np.ndarray  # [layer+1, token, dim]
     final_norm_in_last_state: bool = False
     meta: dict[str, Any] = field(default_factory=dict)
+    causal: bool = False
 
     @property
     def tokens(self) -> list[str]:
@@ -79,11 +73,11 @@ class ModelRun:
 
     @property
     def n_layers(self) -> int:
-        return int(self.attentions.shape[0])
+        return int(self.hidden_states.shape[0] - 1)
 
     @property
     def n_heads(self) -> int:
-        return int(self.attentions.shape[1])
+        return int(self.meta.get("n_heads") or self.attentions.shape[1])  # type: ignore[union-attr]
 
 
 def encode(loaded: LoadedModel, text: str, *, truncate: bool = False) -> Encoded:
@@ -138,17 +132,58 @@ def model_inputs(loaded: LoadedModel, encoded: Encoded) -> dict[str, torch.Tenso
     return inputs
 
 
+def attention_modules(loaded: LoadedModel) -> list[torch.nn.Module]:
+    """Each layer's attention module (its forward returns ``(output, weights)`` under eager)."""
+    arch = loaded.arch or family_of(loaded.config.get("model_type", loaded.family))
+    return [resolve(layer, arch.attention) for layer in resolve(loaded.model, arch.layers)]
+
+
+@contextmanager
+def watch_attention(loaded: LoadedModel, sink: AttentionSink) -> Iterator[None]:
+    """Within the block, every forward pass hands ``sink(layer, weights)`` each layer's maps."""
+    handles = []
+    for i, module in enumerate(attention_modules(loaded)):
+
+        def hook(module: torch.nn.Module, args: Any, output: Any, layer: int = i) -> None:
+            weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+            if weights is None:
+                raise RuntimeError("the model returned no attentions; load it with attn_implementation='eager'")
+            sink(layer, weights)
+
+        handles.append(module.register_forward_hook(hook))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _to_np(t: torch.Tensor) -> np.ndarray:
+    return t.cpu().numpy() if t.dtype == torch.float64 else t.float().cpu().numpy()
+
+
 @torch.inference_mode()
+def forward_streamed(
+    loaded: LoadedModel, encoded: Encoded, sink: AttentionSink, *, ids: list[int] | None = None
+) -> np.ndarray:
+    """Run one text, handing each layer's attention ``[1, head, query, key]`` (on the model's
+    device) to ``sink`` as the forward reaches it; keep none. Returns hidden states [layer+1, token, dim].
+    """
+    enc = encoded if ids is None else Encoded(ids, encoded.tokens, encoded.offsets, encoded.special)
+    with watch_attention(loaded, sink):
+        out = loaded.model(**model_inputs(loaded, enc), output_hidden_states=True)
+    return _to_np(torch.stack(out.hidden_states)[:, 0])  # [layer+1, token, dim]
+
+
 def forward(loaded: LoadedModel, encoded: Encoded) -> tuple[np.ndarray, np.ndarray]:
     """Attentions [layer, head, query, key] and hidden states [layer+1, token, dim] as numpy."""
-    out = loaded.model(**model_inputs(loaded, encoded), output_attentions=True, output_hidden_states=True)
-    if not out.attentions:
-        raise RuntimeError("the model returned no attentions; load it with attn_implementation='eager'")
-    att = torch.stack(out.attentions)[:, 0]  # [layer, head, query, key]
-    hid = torch.stack(out.hidden_states)[:, 0]  # [layer+1, token, dim]
-    keep64 = att.dtype == torch.float64
-    to_np = (lambda t: t.cpu().numpy()) if keep64 else (lambda t: t.float().cpu().numpy())
-    return to_np(att), to_np(hid)
+    maps: dict[int, np.ndarray] = {}
+
+    def keep(layer: int, weights: torch.Tensor) -> None:
+        maps[layer] = _to_np(weights[0])
+
+    hidden = forward_streamed(loaded, encoded, keep)
+    return np.stack([maps[i] for i in range(len(maps))]), hidden
 
 
 def run_text(loaded: LoadedModel, text: str, *, truncate: bool = False) -> ModelRun:
@@ -162,8 +197,9 @@ def run_text(loaded: LoadedModel, text: str, *, truncate: bool = False) -> Model
         encoded=encoded,
         attentions=attentions,
         hidden_states=hidden,
-        final_norm_in_last_state=loaded.family == "gpt2",
+        final_norm_in_last_state=loaded.causal,
         meta={"truncated_from": encoded.truncated_from, "device": str(loaded.device)},
+        causal=loaded.causal,
     )
 
 
@@ -175,7 +211,7 @@ def pooled_states(
 
     ``pooling``: ``first`` (the [CLS] / first token, the thesis' choice for BERT), ``last`` (the last
     real token; the sensible choice for left-to-right decoders), ``mean`` (mean over non-special
-    tokens), or ``auto`` (first for the bert family, last for gpt2).
+    tokens), or ``auto`` (first for the bert family, last for every decoder).
     """
     if pooling == "auto":
         pooling = "first" if loaded.family == "bert" else "last"

@@ -60,15 +60,15 @@ class ModelSpec:
 
     def summary(self) -> dict[str, Any]:
         """Name, description and the architecture facts the dashboard shows before loading."""
+        from workers.models.families import config_facts
+
         cfg = self.config()
         return {
             "name": self.name,
             "description": self.description,
             "source": self.source,
             "model_type": cfg.get("model_type"),
-            "n_layers": cfg.get("num_hidden_layers", cfg.get("n_layer")),
-            "n_heads": cfg.get("num_attention_heads", cfg.get("n_head")),
-            "max_tokens": cfg.get("max_position_embeddings", cfg.get("n_positions")),
+            **config_facts(cfg),  # family, n_layers, n_heads (query heads), n_kv_heads, max_tokens, ...
         }
 
 
@@ -110,6 +110,8 @@ class Catalogue:
         """Builtins plus the entries of an operator's JSON file.
 
         Format: ``{"models": {"NAME": {"path": "/dir", "description": "..."} | {"hub": "id"}}}``.
+        A hub entry is listed only with ``allow_hub``; its weights are downloaded by the worker
+        that loads it (``--preload NAME`` at start, or the first job that uses it).
         """
         try:
             data = json.loads(Path(path).read_text())

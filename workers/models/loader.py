@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from workers.models.adapters import family_of
 from workers.models.catalogue import Catalogue, ModelSpec, get_catalogue
+from workers.models.families import Family, config_facts, family_of
 
 logger = logging.getLogger(__name__)
 
@@ -31,13 +31,23 @@ class LoadedModel:
     spec: ModelSpec
     model: Any  # a transformers PreTrainedModel (BertModel, RobertaModel, GPT2Model)
     tokenizer: Any
-    family: str  # "bert" | "gpt2"
+    family: str  # the family's name: "bert", "gpt2", "llama", "qwen2", "gpt_neox", ...
     device: torch.device
     dtype: torch.dtype
     config: dict[str, Any] = field(default_factory=dict)
     n_layers: int = 0
     n_heads: int = 0
     max_length: int = 512
+    arch: Family | None = None  # where the family keeps its parts (workers.models.families)
+    n_kv_heads: int = 0  # key/value heads (fewer than n_heads under grouped-query attention)
+
+    @property
+    def causal(self) -> bool:
+        return bool(self.arch and self.arch.causal)
+
+    @property
+    def n_params(self) -> int:
+        return int(sum(p.numel() for p in self.model.parameters()))
 
     @property
     def pad_token_id(self) -> int:
@@ -97,29 +107,30 @@ def load_model(
         offline = spec.source != "hub"
         config = AutoConfig.from_pretrained(where, local_files_only=offline)
         family = family_of(config.model_type)
-        logger.info("loading model %s from %s (%s, %s, %s)", name, spec.source, family, dev, dtype)
+        logger.info("loading model %s from %s (%s, %s, %s)", name, spec.source, family.name, dev, dtype)
         model = AutoModel.from_pretrained(
             where, attn_implementation="eager", local_files_only=offline, dtype=DTYPES[dtype]
         )
         model.eval().to(dev)
         tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=offline)
         cfg = config.to_dict()
-        max_pos = int(cfg.get("max_position_embeddings") or cfg.get("n_positions") or 512)
-        if config.model_type in {"roberta", "xlm-roberta", "camembert"}:
-            max_pos -= 2  # RoBERTa's position ids start after the padding index
+        facts = config_facts(cfg)
+        max_pos = int(facts["max_tokens"] or 512)
         tok_max = getattr(tokenizer, "model_max_length", None) or max_pos
         loaded = LoadedModel(
             name=name,
             spec=spec,
             model=model,
             tokenizer=tokenizer,
-            family=family,
+            family=family.name,
             device=dev,
             dtype=DTYPES[dtype],
             config=cfg,
-            n_layers=int(cfg.get("num_hidden_layers") or cfg.get("n_layer")),
-            n_heads=int(cfg.get("num_attention_heads") or cfg.get("n_head")),
+            n_layers=int(facts["n_layers"]),
+            n_heads=int(facts["n_heads"]),
             max_length=int(min(max_pos, tok_max)),
+            arch=family,
+            n_kv_heads=int(facts["n_kv_heads"]),
         )
         _cache[key] = loaded
         return loaded

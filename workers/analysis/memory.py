@@ -1,0 +1,141 @@
+"""Memory a text analysis needs, estimated before it starts (issue 10), and the budget it must fit.
+
+The estimate follows what the streamed pipeline holds: the weights; one layer's eager attention at a
+time during the forward pass (scores, softmax, a float64 host copy of the chosen heads); per view
+what it keeps. A request that cannot fit fails at once with the estimate and the budget in its
+message, instead of running out of memory half-way.
+
+Torch-free, so the backend can call it too. The budget is ``HEADSCOPE_MEMORY_BUDGET_GB`` or,
+unset, the machine's physical memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from workers.errors import HeadscopeError
+
+logger = logging.getLogger(__name__)
+
+GIB = 1024**3
+F8 = 8  # float64 bytes (P matrices, t-SNE, host copies)
+RUNTIME = GIB // 2  # Python, torch and transformers themselves (measured: ~0.45 GiB resident)
+
+
+class MemoryBudgetError(HeadscopeError):
+    code = "too_large"
+
+    def __init__(self, *, estimate: int, budget: int, parts: dict[str, int], what: str):
+        self.estimate, self.budget, self.parts = estimate, budget, parts
+        top = ", ".join(f"{k} {v / GIB:.1f}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])[:4])
+        super().__init__(
+            f"{what} needs about {estimate / GIB:.1f} GiB of memory ({top} GiB) but the memory budget is "
+            f"{budget / GIB:.1f} GiB (HEADSCOPE_MEMORY_BUDGET_GB); use a shorter text, one layer or head, "
+            f"fewer views or a smaller model"
+        )
+
+
+def memory_budget() -> int:
+    """Bytes a request may use: ``HEADSCOPE_MEMORY_BUDGET_GB`` (GiB) or the machine's memory."""
+    raw = os.environ.get("HEADSCOPE_MEMORY_BUDGET_GB")
+    if raw:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise HeadscopeError(f"HEADSCOPE_MEMORY_BUDGET_GB must be a number of GiB, got {raw!r}") from None
+        if value <= 0:
+            raise HeadscopeError(f"HEADSCOPE_MEMORY_BUDGET_GB must be positive, got {raw!r}")
+        return int(value * GIB)
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+@dataclass
+class ModelFacts:
+    """The shapes the estimate needs (``workers.models.families.config_facts`` + parameter count)."""
+
+    n_layers: int
+    n_heads: int
+    hidden: int
+    intermediate: int
+    n_params: int
+    dtype_bytes: int = 4
+    head_dim: int = 0
+
+    @classmethod
+    def of(cls, loaded: Any) -> ModelFacts:
+        cfg = loaded.config
+        hidden = int(cfg.get("hidden_size") or cfg.get("n_embd"))
+        inter = int(cfg.get("intermediate_size") or cfg.get("n_inner") or 4 * hidden)
+        head_dim = int(cfg.get("head_dim") or hidden // loaded.n_heads)
+        return cls(loaded.n_layers, loaded.n_heads, hidden, inter, loaded.n_params,
+                   loaded.dtype.itemsize, head_dim)
+
+
+@dataclass
+class Estimate:
+    """Peak bytes of a request: the weights plus the largest stage; ``parts`` names every item."""
+
+    total: int
+    parts: dict[str, int] = field(default_factory=dict)
+
+    def check(self, budget: int | None = None, *, what: str = "this request") -> None:
+        budget = memory_budget() if budget is None else budget
+        if self.total > budget:
+            raise MemoryBudgetError(estimate=self.total, budget=budget, parts=self.parts, what=what)
+
+
+def _count(sel: Any, size: int) -> int:
+    return size if sel in (None, "all") else (len(sel) if isinstance(sel, list) else 1)
+
+
+def estimate_text_request(
+    facts: ModelFacts, n: int, analyses: list[str], options: dict[str, Any]
+) -> Estimate:
+    """Peak memory of ``analyze`` on an ``n``-token text (see the module docstring)."""
+    L, H, d, b = facts.n_layers, facts.n_heads, facts.hidden, facts.dtype_bytes
+    hd = facts.head_dim or d // H
+    nn = n * n
+    weights = facts.n_params * b
+    hidden_states = (L + 1) * n * d * (b + 4) * 2  # HF's tuple, the stack, the float32 host copy
+    # one layer alive at a time: scores, mask added, softmax in float32, cast, plus the MLP's n x I
+    forward = H * nn * (3 * b + 4) + 3 * n * facts.intermediate * b + 4 * n * d * b + hidden_states
+    streamed: dict[str, int] = {"forward": forward}
+    stages: dict[str, int] = {}
+    if "max-attention" in analyses:
+        streamed["max-attention"] = H * nn * F8 + 2 * L * H * n * F8  # a float64 view of one layer
+    single = options.get("layer", "all") != "all" and options.get("head", "all") != "all"
+    if "head-tsne" in analyses:
+        hs = _count(options.get("head", "all"), H)
+        # one layer's heads: float64 copy, A + A^T, P, the engine's float32 P and the KL's Q
+        streamed["head-tsne"] = hs * nn * (3 * F8 + 4 + F8) + (nn * F8 if single else 0)
+    if "robustness" in analyses:
+        repeats = int(options.get("repeats", 10))
+        streamed["robustness"] = nn * F8 * 2
+        stages["robustness"] = forward + 4 * repeats * nn * F8 + 3 * nn * F8
+    if "hidden-tsne" in analyses:
+        states = L + 1 if options.get("hidden_layer", options.get("layer", "all")) in (None, "all") else 1
+        stages["hidden-tsne"] = hidden_states + states * nn * F8 * 3 + nn * F8 * 3
+    if "decomposition" in analyses:
+        db = 8 if options.get("dtype") == "float64" else 4
+        S = L + 1
+        ctx = H * hd
+        dec = (
+            2 * S * 4 * n * d * db  # terms of every state, and their stacked copy
+            + 4 * S * n * d * db  # hidden states (HF's, stacked, re-normed) and importance weights
+            + 2 * L * n * (ctx + d) * db  # context vectors and feed-forward outputs, recorded and unbiased
+            + S * L * H * n * db  # head importances
+            + S * n * (d + 2 * ctx) * db  # one layer's [state, n, .] importance products
+        )
+        extra = facts.n_params * (db - b) if db > b else 0  # the model again in float64
+        stages["decomposition"] = forward + dec + extra
+    if len(streamed) > 1 or not stages:
+        stages["forward"] = sum(streamed.values())
+    peak_name = max(stages, key=lambda k: stages[k])
+    parts = {"weights": weights, **{k: v for k, v in streamed.items()}, **{
+        k: v for k, v in stages.items() if k not in streamed and k != "forward"}}
+    parts["runtime"] = RUNTIME
+    logger.debug("memory estimate at n=%d: peak stage %s", n, peak_name)
+    return Estimate(RUNTIME + weights + stages[peak_name], parts)

@@ -1,0 +1,125 @@
+"""The architecture families headscope supports: one table entry per transformers ``model_type``.
+
+Each entry says where a layer's pieces live in the Hugging Face module tree (attribute paths from
+the base model, e.g. ``LlamaModel``) and what is exact for the family. A further family whose layout
+follows Llama's (pre-RMSNorm decoder, ``self_attn.o_proj``, gated ``mlp.down_proj``, final ``norm``)
+is one ``llama_like(...)`` line in ``FAMILIES``.
+
+This module imports nothing from torch or transformers, so the backend can read the table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from workers.errors import HeadscopeError
+
+Layout = Literal["bert", "gpt2", "llama", "gpt_neox"]
+
+
+@dataclass(frozen=True)
+class Family:
+    """Where one architecture keeps its parts and what the decomposition must handle.
+
+    Attributes:
+        name: the family name results and the model picker show.
+        layout: ``bert`` (post-LayerNorm encoder), ``gpt2`` (pre-LayerNorm decoder, Conv1D weights),
+            ``llama`` (pre-RMSNorm decoder, rotary, GQA, gated MLP) or ``gpt_neox`` (pre-LayerNorm
+            decoder, fused per-head q/k/v, partial rotary, parallel residual).
+        causal: queries see only keys at or before them.
+        layers: attribute path of the layer list.
+        attention: attribute path (in a layer) of the module returning ``(output, weights)``.
+        out_proj: attribute path (in a layer) of the attention output projection; its input is the
+            concatenated per-query-head outputs.
+        ff_out: attribute path (in a layer) of the module whose output is the feed-forward output.
+        final_norm: attribute path of the norm applied to the last hidden state (decoders).
+        norm: ``layernorm`` or ``rmsnorm`` (no mean shift, no bias).
+        notes: what is exact for this family (docs/models.md lists them).
+    """
+
+    name: str
+    layout: Layout
+    causal: bool
+    layers: str
+    attention: str
+    out_proj: str
+    ff_out: str
+    final_norm: str | None
+    norm: Literal["layernorm", "rmsnorm"]
+    notes: str = ""
+
+
+BERT = Family(
+    "bert", "bert", False, "encoder.layer", "attention.self", "attention.output.dense",
+    "output.dense", None, "layernorm",
+    "post-LayerNorm encoder; every LayerNorm carried as g*t/s, mean shift and biases in c",
+)
+GPT2 = Family(
+    "gpt2", "gpt2", True, "h", "attn", "attn.c_proj", "mlp.c_proj", "ln_f", "layernorm",
+    "pre-LayerNorm decoder; residual stream is a sum, ln_f carried into the last state",
+)
+
+
+def llama_like(name: str, notes: str = "") -> Family:
+    """A pre-RMSNorm decoder laid out like Llama (``layers[i].self_attn.o_proj``, ``mlp.down_proj``)."""
+    return Family(
+        name, "llama", True, "layers", "self_attn", "self_attn.o_proj", "mlp.down_proj", "norm",
+        "rmsnorm",
+        notes or "RMSNorm (g*t/rms), rotary, grouped-query attention (one map per query head), gated MLP",
+    )
+
+
+FAMILIES: dict[str, Family] = {
+    "bert": BERT,
+    "roberta": BERT,
+    "xlm-roberta": BERT,
+    "camembert": BERT,
+    "gpt2": GPT2,
+    "llama": llama_like("llama"),
+    "mistral": llama_like("mistral", "as llama; sliding-window attention beyond its window"),
+    "qwen2": llama_like("qwen2", "as llama, with q/k/v biases (value bias mapped through W_O into c)"),
+    "qwen3": llama_like("qwen3", "as llama; per-head q/k RMSNorms sit inside attention (no term)"),
+    "gpt_neox": Family(
+        "gpt_neox", "gpt_neox", True, "layers", "attention", "attention.dense", "mlp.dense_4h_to_h",
+        "final_layer_norm", "layernorm",
+        "pre-LayerNorm decoder, parallel residual (both branches read the same input), partial rotary",
+    ),
+}
+
+
+def family_of(model_type: str) -> Family:
+    """The family of a transformers ``model_type``; a clear error for anything else."""
+    fam = FAMILIES.get(model_type)
+    if fam is None:
+        supported = ", ".join(sorted(FAMILIES))
+        raise HeadscopeError(f"model type {model_type!r} is not supported; supported: {supported}")
+    return fam
+
+
+def config_facts(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Layers, query heads, key/value heads, hidden size and token limit from a config.json dict."""
+    n_heads = cfg.get("num_attention_heads", cfg.get("n_head"))
+    max_pos = cfg.get("max_position_embeddings", cfg.get("n_positions"))
+    if max_pos and cfg.get("model_type") in {"roberta", "xlm-roberta", "camembert"}:
+        max_pos -= 2  # RoBERTa's position ids start after the padding index
+    fam = FAMILIES.get(str(cfg.get("model_type")))
+    return {
+        "family": fam.name if fam else None,
+        "n_layers": cfg.get("num_hidden_layers", cfg.get("n_layer")),
+        "n_heads": n_heads,
+        "n_kv_heads": cfg.get("num_key_value_heads") or n_heads,
+        "hidden_size": cfg.get("hidden_size", cfg.get("n_embd")),
+        "intermediate_size": cfg.get("intermediate_size", cfg.get("n_inner")),
+        "vocab_size": cfg.get("vocab_size"),
+        "max_tokens": max_pos,
+        "causal": fam.causal if fam else None,
+    }
+
+
+def resolve(root: Any, path: str) -> Any:
+    """``resolve(model, "encoder.layer")`` -> ``model.encoder.layer``."""
+    obj = root
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
