@@ -132,6 +132,10 @@ def _head_tsne(ctx: Context) -> dict[str, Any]:
     if single:  # the head's own attention matrix for the dashboard's head view (kept rows and columns)
         a = ctx.run.attentions[res.layers[0], res.heads[0]][np.ix_(res.kept, res.kept)]  # [query, key]
         extra["attention"] = np.round(a.astype(np.float64), 6).tolist()
+    else:  # every embedded head's matrix, one byte a weight: the dashboard's head and model views
+        from workers.packing import pack_attention
+
+        extra.update(pack_attention(ctx.run.attentions, layers=res.layers, heads=res.heads, kept=res.kept))
     return {
         "layers": res.layers,
         "heads": res.heads,
