@@ -1,7 +1,9 @@
 /* headscope: switching heads in the browser, with no request to the analysis service.
  *
  * - A click anywhere in a panel of the gallery (#head-gallery, one figure whose layout.meta.gallery
- *   gives the panel pitch) picks that head: it is written to the store text-pick (set_props).
+ *   gives the panel pitch), on a cell of the max-attention heatmaps or of the model view picks that
+ *   head: the large map is redrawn at once, in the click's own event (Plotly.react), and the head is
+ *   written to the store text-pick (set_props) for everything else that follows it.
  * - selectHead merges the ways of picking a head (gallery, max-attention cell, model-view cell,
  *   the layer/head dropdowns) into text-selected and the dropdowns.
  * - drawHead draws the large attention-head t-SNE (#head-tsne-graph) of the selected head from the
@@ -30,14 +32,49 @@
     return {layer: meta.layers[r], head: meta.heads[c]};
   }
 
+  function pointer(gd, ev, xa, ya) {  /* data coordinates of the event on axes (xa, ya), or null */
+    var rect = gd.getBoundingClientRect();
+    var px = ev.clientX - rect.left - xa._offset, py = ev.clientY - rect.top - ya._offset;
+    if (px < 0 || py < 0 || px > xa._length || py > ya._length) { return null; }
+    return [xa.p2l(px), ya.p2l(py)];
+  }
+
+  function heatmapCell(gd, ev) {  /* a max-attention cell: the subplot under the pointer, head = row */
+    var meta = gd.layout && gd.layout.meta, fl = gd._fullLayout;
+    if (!meta || !meta.layers || !fl) { return null; }
+    for (var t = 0; t < (gd.data || []).length; t++) {
+      var tr = gd.data[t];
+      var xa = fl[(tr.xaxis || "x").replace("x", "xaxis")], ya = fl[(tr.yaxis || "y").replace("y", "yaxis")];
+      var at = xa && ya ? pointer(gd, ev, xa, ya) : null;
+      if (at && meta.layers[t] !== undefined) {
+        var head = Math.round(at[1]);
+        return head >= 0 && head < (tr.y || []).length ? {layer: meta.layers[t], head: head} : null;
+      }
+    }
+    return null;
+  }
+
+  function modelCell(gd, ev) {
+    var fl = gd._fullLayout, at = fl && fl.xaxis ? pointer(gd, ev, fl.xaxis, fl.yaxis) : null;
+    return at ? fromModelView({points: [{x: at[0], y: at[1]}]}) : null;
+  }
+
+  var PICKERS = {"head-gallery": galleryPanel, "max-attention-graph": heatmapCell, "model-view-graph": modelCell};
+  var shown = {maps: null, viewOpts: ["rescale"]};  /* what drawHead last drew from */
+
   document.addEventListener("click", function (ev) {
-    var host = ev.target && ev.target.closest ? ev.target.closest("#head-gallery") : null;
+    var host = ev.target && ev.target.closest
+      ? ev.target.closest("#head-gallery, #max-attention-graph, #model-view-graph") : null;
     if (!host) { return; }
     var gd = host.querySelector(".js-plotly-plot");
-    var picked = gd ? galleryPanel(gd, ev) : null;
+    var picked = gd ? PICKERS[host.id](gd, ev) : null;
     if (!picked || !window.dash_clientside || !window.dash_clientside.set_props) { return; }
-    picked.at = performance.now();
-    window.dash_clientside.set_props("text-pick", {data: picked});
+    var map = plotOf("head-tsne-graph");
+    if (map && window.Plotly && shown.maps) {  /* draw now; Dash's own update then finds it drawn */
+      var fig = drawHead(picked, shown.viewOpts, shown.maps);
+      window.Plotly.react(map, fig.data, fig.layout);
+    }
+    window.dash_clientside.set_props("text-pick", {data: {layer: picked.layer, head: picked.head}});
   }, true);
 
   function fromMaxAttention(click) {
@@ -88,6 +125,8 @@
   }
 
   function drawHead(selected, viewOpts, maps) {
+    shown.maps = maps || shown.maps;
+    shown.viewOpts = viewOpts || [];
     if (!selected) {
       return emptyFigure("Click a panel of the gallery or a cell of the heatmaps to open that head.");
     }
@@ -97,6 +136,11 @@
                          ("No attention-head t-SNE for layer " + selected.layer + ", head " + selected.head + " yet."));
     }
     var rescale = (viewOpts || []).indexOf("rescale") >= 0;
+    var gd = plotOf("head-tsne-graph");
+    if (gd && gd.layout && gd.layout.title && gd.layout.title.text === m.title && gd.layout.meta &&
+        gd.layout.meta.rescaled === rescale && gd.data && gd.data.length === 1) {
+      return {data: gd.data, layout: gd.layout};  /* already drawn by the click: nothing to redo */
+    }
     var tpl = maps.templates[rescale ? "rescaled" : "raw"];
     var fig = JSON.parse(JSON.stringify(tpl));
     var tr = fig.data[0], labels = maps.labels, kept = maps.kept;
@@ -110,6 +154,10 @@
     }
     fig.layout.shapes = [];
     return fig;
+  }
+
+  function drawHeadOnMaps(maps, selected, viewOpts) {
+    return drawHead(selected, viewOpts, maps);
   }
 
   function headViewHover(hover, figure) {
@@ -138,5 +186,6 @@
   }
 
   var ns = (window.dash_clientside = window.dash_clientside || {});
-  ns.headscope_heads = {selectHead: selectHead, drawHead: drawHead, headViewHover: headViewHover};
+  ns.headscope_heads = {selectHead: selectHead, drawHead: drawHead, drawHeadOnMaps: drawHeadOnMaps,
+                        headViewHover: headViewHover};
 })();

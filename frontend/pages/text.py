@@ -36,8 +36,8 @@ logger = logging.getLogger(__name__)
 
 PATH = "/"
 TITLE = "Text explorer"
-GRAPHS = ["max-attention-graph", "head-tsne-graph", "hidden-tsne-graph", "attention-matrix-graph", "head-gallery"]
-EXPORTED = [*GRAPHS, "head-view-graph", "model-view-graph"]
+GRAPHS = ["max-attention-graph", "head-tsne-graph", "hidden-tsne-graph", "attention-matrix-graph"]
+EXPORTED = [*GRAPHS, *text_heads.GRAPHS]  # the gallery is not in GRAPHS: rings in 72 panels cost a hover
 
 
 def text_request(

@@ -65,7 +65,7 @@ def lines_panel(state: dict[str, Any], n_heads: int) -> html.Div:
                          value=state["hv_heads"], multi=True, placeholder="other heads of the layer",
                          className="layers-picker"),
             html.Label("weights ≥", htmlFor="text-hv-threshold"),
-            dcc.Input(id="text-hv-threshold", type="number", min=0.001, max=1, step=0.01,
+            dcc.Input(id="text-hv-threshold", type="number", min=0.001, max=1, step="any",
                       value=state["threshold"], className="small-input", debounce=True),
             html.Span("queries left, keys right, opacity = weight; hover a token to keep only its lines",
                       className="hint"),
@@ -141,12 +141,22 @@ def register(app: Dash, store: ResultStore) -> None:
         State("text-selected", "data"),
         prevent_initial_call=True,
     )
+    # The maps are a State of the switch: as an Input, the switch would wait for every server callback
+    # upstream of them (a click also reaches the server through text-selected); new maps redraw apart.
     app.clientside_callback(
         ClientsideFunction(namespace="headscope_heads", function_name="drawHead"),
         Output("head-tsne-graph", "figure"),
         Input("text-selected", "data"),
         Input("text-view-options", "value"),
+        State("text-head-maps", "data"),
+    )
+    app.clientside_callback(
+        ClientsideFunction(namespace="headscope_heads", function_name="drawHeadOnMaps"),
+        Output("head-tsne-graph", "figure", allow_duplicate=True),
         Input("text-head-maps", "data"),
+        State("text-selected", "data"),
+        State("text-view-options", "value"),
+        prevent_initial_call=True,
     )
     app.clientside_callback(
         ClientsideFunction(namespace="headscope_heads", function_name="headViewHover"),
