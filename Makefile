@@ -40,3 +40,4 @@ bench: setup
 	$(PY) -m tests.bench.bench_tsne
 	$(PY) -m tests.bench.bench_decomposition
 	$(PY) -m tests.bench.bench_service
+	PYTHONPATH=. $(PY) -m tests.bench.bench_gallery
