@@ -323,6 +323,7 @@ def test_gallery_switches_heads_in_the_browser(server, browser, tmp_path):
                                timeout=120_000)
         page.wait_for_function("(document.querySelector('#head-gallery .js-plotly-plot')?.layout?.meta?.gallery"
                                "?.panels?.length || 0) === 72", timeout=30_000)
+        page.wait_for_function("location.search.includes('analysis=')", timeout=30_000)
         analysis = page.url.split("analysis=")[1].split("&")[0]
         result = httpx.get(f"{server}/api/analyses/{analysis}", timeout=30).json()["result"]
         n = len(result["tokens"])
