@@ -43,3 +43,4 @@ bench: setup
 	$(PY) -m tests.bench.bench_service
 	$(PY) -m tests.bench.bench_store
 	$(PY) -m tests.bench.bench_lasf
+	PYTHONPATH=. $(PY) -m tests.bench.bench_gallery

@@ -18,6 +18,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.subplots import make_subplots
 
+from frontend.heads import head_attention, head_sections
 from frontend.rescale import quantile_rescale
 
 POSITION_SCALE = "Viridis"
@@ -262,6 +263,15 @@ def head_embedding(section: dict[str, Any], layer: int, head: int) -> dict[str, 
     }
 
 
+def find_head(result: dict[str, Any], layer: int, head: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(section, ``head_embedding``) of (layer, head) in the first head-tsne section holding it."""
+    for sec in head_sections(result):
+        found = head_embedding(sec, layer, head)
+        if found is not None:
+            return sec, found
+    return None
+
+
 def state_embedding(section: dict[str, Any], state: int) -> dict[str, Any] | None:
     """The map of one hidden state from a hidden-tsne / word-tsne section, or None."""
     layers = list(section.get("layers", []))
@@ -277,10 +287,10 @@ def head_tsne_figure(
     result: dict[str, Any], *, layer: int, head: int, rescale: bool = True
 ) -> go.Figure:
     """Attention-head t-SNE of (layer, head): tokens as labels, coloured by position."""
-    section = result.get("head-tsne")
-    found = head_embedding(section, layer, head) if section else None
-    if found is None:
+    hit = find_head(result, layer, head)
+    if hit is None:
         return empty_figure(f"No attention-head t-SNE for layer {layer}, head {head} yet.")
+    section, found = hit
     kept = section.get("kept") or list(range(len(found["embedding"])))
     restarts = found["kl_restarts"]
     best = f" (best of {len(restarts)})" if len(restarts) > 1 else ""
@@ -316,12 +326,10 @@ def hidden_tsne_figure(result: dict[str, Any], *, state: int, rescale: bool = Tr
 
 def attention_matrix_figure(result: dict[str, Any], *, layer: int, head: int) -> go.Figure:
     """The head's attention matrix, queries as rows (needs the one-head ``attention`` field)."""
-    section = result.get("head-tsne")
-    found = head_embedding(section, layer, head) if section else None
-    if found is None or found.get("attention") is None:
+    hit = head_attention(result, layer, head)
+    if hit is None:
         return empty_figure(f"No attention matrix for layer {layer}, head {head} in this result.")
-    a = np.asarray(found["attention"], dtype=np.float64)  # [query, key]
-    kept = section.get("kept") or list(range(a.shape[0]))
+    a, kept, exact = hit  # [query, key]
     labels = token_labels(result, kept)
     custom = [[int(kept[j]) for j in range(len(kept))] for _ in range(len(kept))]  # key token per cell
     fig = go.Figure(
@@ -339,7 +347,8 @@ def attention_matrix_figure(result: dict[str, Any], *, layer: int, head: int) ->
     )
     ticks = _token_ticks(labels)
     fig.update_layout(
-        title={"text": f"Attention matrix — layer {layer}, head {head} (rows: queries)", "font": {"size": 14}},
+        title={"text": f"Attention matrix — layer {layer}, head {head} (rows: queries)"
+               + ("" if exact else ", weights to 1/255"), "font": {"size": 14}},
         xaxis={**ticks, "title": {"text": "key"}},
         yaxis={**{k: v for k, v in ticks.items() if k != "tickangle"}, "title": {"text": "query"},
                "autorange": "reversed"},
@@ -353,8 +362,8 @@ def attention_matrix_figure(result: dict[str, Any], *, layer: int, head: int) ->
 def kl_summary(result: dict[str, Any], *, layer: int, head: int) -> str:
     """One line comparing the two KLs of the head view (SPEC §1–2, thesis Fig. 12)."""
     parts = []
-    head_sec, hid_sec = result.get("head-tsne"), result.get("hidden-tsne")
-    found = head_embedding(head_sec, layer, head) if head_sec else None
+    hid_sec = result.get("hidden-tsne")
+    found = (find_head(result, layer, head) or (None, None))[1]
     if found:
         parts.append(f"KL attention-head t-SNE (layer {layer}, head {head}): {found['kl']:.4f}")
         if len(found["kl_restarts"]) > 1:

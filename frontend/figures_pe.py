@@ -36,14 +36,20 @@ def _reports(result: dict[str, Any] | None) -> list[dict[str, Any]]:
     return list((result or {}).get("checkpoints") or [])
 
 
-def pe_distance_figure(result: dict[str, Any], *, reorder: bool = True) -> go.Figure:
-    """The token-by-token distance matrix of each checkpoint, side by side, reordered by partition."""
+def pe_distance_figure(result: dict[str, Any], *, reorder: bool = True, shared_scale: bool = False) -> go.Figure:
+    """The token-by-token distance matrix of each checkpoint, side by side, reordered by partition.
+
+    Each panel has its own colour scale (its own min to max, colour bar beside it) unless
+    ``shared_scale``: then one scale spans every panel, so a narrow-ranged matrix next to a
+    wide-ranged one looks flat.
+    """
     reports = _reports(result)
     if not reports:
         return empty_figure("Run an analysis to see distance matrices.")
     k = len(reports)
+    spacing = (0.06 if shared_scale else 0.1) if k > 1 else 0.1
     fig = make_subplots(rows=1, cols=k, subplot_titles=[report_title(r) for r in reports],
-                        horizontal_spacing=0.06 if k > 1 else 0.1)
+                        horizontal_spacing=spacing)
     for c, rep in enumerate(reports, start=1):
         d = np.asarray(rep["distance_matrix"], dtype=np.float64)  # [pos, pos]
         n = d.shape[0]
@@ -53,8 +59,14 @@ def pe_distance_figure(result: dict[str, Any], *, reorder: bool = True) -> go.Fi
         names = [str(i) for i in order]
         text = [[f"{order[i]} ({labels[order[i]]}) – {order[j]} ({labels[order[j]]})" if labels
                  else f"{order[i]} – {order[j]}" for j in range(n)] for i in range(n)]
+        axis = "coloraxis" if shared_scale or c == 1 else f"coloraxis{c}"
+        if not shared_scale:
+            domain = fig.layout[f"xaxis{c if c > 1 else ''}"].domain
+            fig.update_layout({axis: {"colorscale": "Viridis", "cmin": float(d.min()), "cmax": float(d.max()),
+                                      "colorbar": {"title": {"text": "D"}, "thickness": 10, "x": domain[1] + 0.005,
+                                                   "xanchor": "left", "len": 0.9}}})
         fig.add_trace(go.Heatmap(
-            z=d.tolist(), x=list(range(n)), y=list(range(n)), text=text, coloraxis="coloraxis",
+            z=d.tolist(), x=list(range(n)), y=list(range(n)), text=text, coloraxis=axis,
             hovertemplate="positions %{text}<br>distance %{z:.4g}<extra></extra>",
             name=rep.get("name", ""),
         ), row=1, col=c)
@@ -66,9 +78,11 @@ def pe_distance_figure(result: dict[str, Any], *, reorder: bool = True) -> go.Fi
         fig.update_yaxes(**ticks, row=1, col=c, autorange="reversed", scaleanchor=f"x{c if c > 1 else ''}",
                          constrain="domain")
     metric = reports[0].get("metric", "euclidean")
+    if shared_scale:
+        fig.update_layout(coloraxis={"colorscale": "Viridis", "colorbar": {"title": {"text": "D"}, "thickness": 12}})
+    scale = "one colour scale for all" if shared_scale else "each panel its own colour scale"
     fig.update_layout(
-        title={"text": f"{metric} distance between positions", "font": {"size": 14}},
-        coloraxis={"colorscale": "Viridis", "colorbar": {"title": {"text": "D"}, "thickness": 12}},
+        title={"text": f"{metric} distance between positions ({scale})", "font": {"size": 14}},
         height=420 if k <= 2 else 360,
         margin={"l": 50, "r": 20, "t": 80, "b": 60},
         plot_bgcolor="white",

@@ -95,10 +95,13 @@ def test_text_request_holds_the_whole_head_view():
     from frontend.pages.text import text_request
 
     plain = text_request(text="a b", model="minilm", drop_special=False, restarts=1, layer=None, head=None)
-    assert plain["analyses"] == ["max-attention"] and "layer" not in plain["options"]
+    assert plain["analyses"] == ["max-attention", "head-tsne", "hidden-tsne"]
+    assert (plain["options"]["layer"], plain["options"]["head"]) == (0, 0)  # no head picked yet: the first
     head = text_request(text="a b", model="minilm", drop_special=True, restarts=3, layer=2, head=5)
     assert head["analyses"] == ["max-attention", "head-tsne", "hidden-tsne"]
-    assert head["options"] == {"drop_special": True, "restarts": 3, "layer": 2, "head": 5, "hidden_layer": 3}
+    # the picked head first, then every head (the gallery) and every hidden state: one request
+    assert head["options"] == {"drop_special": True, "restarts": 3, "layer": 2, "head": 5, "all_heads": True,
+                               "hidden_layer": "all"}
     from workers.contracts import AnalysisRequest
 
     AnalysisRequest(**head)  # valid against the API contract

@@ -1,7 +1,8 @@
 """PE explorer: uploaded positional-encoding checkpoints against a reference and a partition (SPEC §7).
 
 URL state: ``/pe?analysis=<id>`` (or ``/pe?share=<id>``) plus ``colour`` (row / column /
-partition / position), ``rescale``, ``reorder`` and ``aligned`` (1/0).
+partition / position), ``rescale``, ``reorder``, ``aligned`` and ``shared`` (1/0: one colour scale for
+all distance heatmaps instead of one per panel).
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         source = {"kind": "pe", "id": query["analysis"]}
         st = store.status(source)
         request, result = st.get("request") or {}, st.get("result") or {}
-    view.update({k: v for k, v in query.items() if k in ("colour", "rescale", "reorder", "aligned")})
+    view.update({k: v for k, v in query.items() if k in ("colour", "rescale", "reorder", "aligned", "shared")})
     reports = result.get("checkpoints") or []
     entries = []
     for i, c in enumerate(request.get("checkpoints") or []):
@@ -139,8 +140,13 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         export_bar("pe", GRAPHS),
         html.Div(className="panel", children=[html.Div(id="pe-metrics")]),
         html.Div(className="panel", children=[
-            dcc.Checklist(id="pe-reorder", options=[{"label": " reorder positions by partition", "value": "on"}],
-                          value=["on"] if _flag(view, "reorder", True) else [], inline=True),
+            html.Div(className="control-row", children=[
+                dcc.Checklist(id="pe-reorder", options=[{"label": " reorder positions by partition", "value": "on"}],
+                              value=["on"] if _flag(view, "reorder", True) else [], inline=True),
+                dcc.Checklist(id="pe-shared-scale", options=[
+                    {"label": " one colour scale for all panels (default: each its own)", "value": "shared"}],
+                    value=["shared"] if _flag(view, "shared", False) else [], inline=True),
+            ]),
             graph("pe-distance-graph", figure=empty_figure("Load a checkpoint and press Analyze.")),
         ]),
         html.Div(className="panel", children=[
@@ -179,10 +185,11 @@ def _grid_of(request: dict[str, Any] | None, rows: Any, cols: Any) -> tuple[int,
     return int(rows or 4), int(cols or 4)
 
 
-def _figures(result: dict[str, Any], reorder: Any, colour: Any, view_opts: Any, rows: Any, cols: Any) -> list[Any]:
+def _figures(result: dict[str, Any], reorder: Any, colour: Any, view_opts: Any, rows: Any, cols: Any,
+             shared: Any = None) -> list[Any]:
     grid = _grid_of(None, rows, cols)
     opts = view_opts or []
-    return [P.pe_distance_figure(result, reorder=bool(reorder)),
+    return [P.pe_distance_figure(result, reorder=bool(reorder), shared_scale=bool(shared)),
             P.pe_map_figure(result, colour_by=colour or "row", grid=grid, rescale="rescale" in opts,
                             aligned="aligned" in opts),
             P.pe_sweep_figure(result)]
@@ -314,11 +321,12 @@ def register(app: Dash, store: ResultStore) -> None:
         Input("pe-reorder", "value"),
         Input("pe-colour", "value"),
         Input("pe-view-options", "value"),
+        Input("pe-shared-scale", "value"),
         State("pe-source", "data"),
         State("pe-grid-rows", "value"),
         State("pe-grid-cols", "value"),
     )
-    def _render(_job, reorder, colour, view_opts, source, rows, cols):  # type: ignore[no-untyped-def]
+    def _render(_job, reorder, colour, view_opts, shared, source, rows, cols):  # type: ignore[no-untyped-def]
         st = store.status(source)
         result = st["result"]
         if not result.get("checkpoints"):
@@ -327,25 +335,26 @@ def register(app: Dash, store: ResultStore) -> None:
             return html.Div(), empty_figure(msg), empty_figure(""), empty_figure("", height=200)
         grid = _grid_of(st.get("request"), rows, cols)
         opts = view_opts or []
-        return (metrics_table(result), P.pe_distance_figure(result, reorder=bool(reorder)),
+        return (metrics_table(result), P.pe_distance_figure(result, reorder=bool(reorder), shared_scale=bool(shared)),
                 P.pe_map_figure(result, colour_by=colour or "row", grid=grid, rescale="rescale" in opts,
                                 aligned="aligned" in opts),
                 P.pe_sweep_figure(result))
 
-    view_inputs = [Input("pe-colour", "value"), Input("pe-view-options", "value"), Input("pe-reorder", "value")]
+    view_inputs = [Input("pe-colour", "value"), Input("pe-view-options", "value"), Input("pe-reorder", "value"),
+                   Input("pe-shared-scale", "value")]
 
-    def _view(colour: Any, view_opts: Any, reorder: Any) -> dict[str, Any]:
+    def _view(colour: Any, view_opts: Any, reorder: Any, shared: Any = None) -> dict[str, Any]:
         opts = view_opts or []
         return {"colour": colour, "rescale": "rescale" in opts, "aligned": "aligned" in opts,
-                "reorder": bool(reorder)}
+                "reorder": bool(reorder), "shared": bool(shared)}
 
     @app.callback(Output("url", "search", allow_duplicate=True), Input("pe-source", "data"), *view_inputs,
                   prevent_initial_call=True)
-    def _url(source, colour, view_opts, reorder):  # type: ignore[no-untyped-def]
+    def _url(source, *view):  # type: ignore[no-untyped-def]
         if not source:
             return no_update
         key = "share" if source.get("kind") == "share" else "analysis"
-        return query_string({key: source["id"], **_view(colour, view_opts, reorder)})
+        return query_string({key: source["id"], **_view(*view)})
 
     @app.callback(
         Output("pe-share-url", "children"),
@@ -356,13 +365,13 @@ def register(app: Dash, store: ResultStore) -> None:
         *[State(i.component_id, i.component_property) for i in view_inputs],
         prevent_initial_call=True,
     )
-    def _share(_n, source, colour, view_opts, reorder):  # type: ignore[no-untyped-def]
-        url, error = share_link(client, source, {"page": "pe", **_view(colour, view_opts, reorder)}, page_path="/pe")
+    def _share(_n, source, *view):  # type: ignore[no-untyped-def]
+        url, error = share_link(client, source, {"page": "pe", **_view(*view)}, page_path="/pe")
         return (url, url, "") if url else (no_update, no_update, error)
 
     register_exports(
         app, store, "pe", source="pe-source", graphs=GRAPHS, figures=_figures,
         view_states=[State("pe-reorder", "value"), State("pe-colour", "value"), State("pe-view-options", "value"),
-                     State("pe-grid-rows", "value"), State("pe-grid-cols", "value")],
+                     State("pe-grid-rows", "value"), State("pe-grid-cols", "value"), State("pe-shared-scale", "value")],
         title="headscope — positional encodings",
     )

@@ -1,9 +1,11 @@
 """Text explorer (home page): max-attention heatmaps of all layers and the head view.
 
 URL state: ``/?analysis=<id>`` or ``/?share=<id>``, plus ``layer``, ``head``, ``rescale`` (1/0),
-``reduction`` (max/mean) and ``layers`` (the layers shown, comma-separated). The head view is one
-request holding max attention, the head's t-SNE (with its attention matrix) and the standard
-t-SNE of state ``layer + 1``, so a share link restores it from one stored result.
+``reduction`` (max/mean), ``layers`` (the layers shown, comma-separated), ``gpage`` (the gallery
+page), ``hv_heads`` and ``threshold`` (the head view). Analyze sends one request holding max
+attention, the selected head's t-SNE (with its attention matrix), every head's t-SNE
+(``all_heads``: the gallery, with every head's attention) and the standard t-SNE of every state,
+so switching heads and share links need nothing more from the service (``pages/text_heads.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from frontend import figures as F
 from frontend.api_client import ApiError
 from frontend.data import ResultStore, int_list, int_or_none, query_string
+from frontend.heads import has_head
+from frontend.pages import text_heads
 from frontend.pages.common import (
     export_bar,
     graph,
@@ -33,17 +37,18 @@ logger = logging.getLogger(__name__)
 PATH = "/"
 TITLE = "Text explorer"
 GRAPHS = ["max-attention-graph", "head-tsne-graph", "hidden-tsne-graph", "attention-matrix-graph"]
+EXPORTED = [*GRAPHS, *text_heads.GRAPHS]  # the gallery is not in GRAPHS: rings in 72 panels cost a hover
 
 
 def text_request(
     *, text: str, model: str, drop_special: bool, restarts: int, layer: int | None, head: int | None
 ) -> dict[str, Any]:
-    """The API request of the view: max attention, plus the head view when a head is open."""
-    options: dict[str, Any] = {"drop_special": bool(drop_special), "restarts": int(restarts or 1)}
-    analyses = ["max-attention"]
-    if layer is not None and head is not None:
-        analyses += ["head-tsne", "hidden-tsne"]
-        options.update(layer=int(layer), head=int(head), hidden_layer=int(layer) + 1)
+    """The API request of the view: max attention, the selected head (layer 0, head 0 when none is)
+    first, then every head (the gallery) and the hidden states of every layer."""
+    options: dict[str, Any] = {"drop_special": bool(drop_special), "restarts": int(restarts or 1),
+                               "layer": int(layer or 0), "head": int(head or 0), "all_heads": True,
+                               "hidden_layer": "all"}
+    analyses = ["max-attention", "head-tsne", "hidden-tsne"]
     return {"model": model, "text": text, "analyses": analyses, "options": options}
 
 
@@ -66,7 +71,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         if st["status"] == "failed":
             error = st.get("error") or ""
         source["request"] = request
-    for key in ("layer", "head", "rescale", "reduction", "layers"):
+    for key in ("layer", "head", "rescale", "reduction", "layers", "gpage", "hv_heads", "threshold"):
         if key in query:
             view[key] = query[key]
     opts = (request or {}).get("options") or {}
@@ -81,6 +86,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
     facts = info.get(model) or {}
     n_layers, n_heads = int(facts.get("n_layers") or 6), int(facts.get("n_heads") or 12)
     running = source is not None
+    heads_state = text_heads.view_state(view, layer=layer, head=head)
 
     controls = html.Div(className="controls", children=[
         dcc.Textarea(id="text-input", value=text, className="text-input",
@@ -110,6 +116,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         ]),
         graph("max-attention-graph", figure=F.empty_figure("Press Analyze.")),
     ])
+    gallery = text_heads.gallery_panel(heads_state)
     head_view = html.Div(className="panel", children=[
         html.Div(className="control-row", children=[
             html.Span("head view:", className="label"),
@@ -124,7 +131,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         html.Div(id="text-kl", className="kl"),
         html.Div(className="row", children=[
             html.Div(className="col", children=graph("head-tsne-graph", figure=F.empty_figure(
-                "Click a row of the heatmaps to open that head."))),
+                "Click a panel of the gallery or a cell of the heatmaps to open that head."))),
             html.Div(className="col", children=graph("hidden-tsne-graph", figure=F.empty_figure(
                 "The standard t-SNE of the same layer's hidden states appears here."))),
         ]),
@@ -133,9 +140,11 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
     return html.Div(className="page", id="text-page", children=[
         html.H2(TITLE),
         controls,
-        export_bar("text", GRAPHS),
+        export_bar("text", EXPORTED),
         heatmaps,
+        gallery,
         head_view,
+        text_heads.lines_panel(heads_state, n_heads),
         dcc.Store(id="text-source", data=source),
         dcc.Store(id="text-heatmap-key"),
         *highlight_stores("text", GRAPHS),
@@ -143,14 +152,18 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
 
 
 def _figures(result: dict[str, Any], layer: int | None, head: int | None, view_opts: list[str] | None,
-             reduction: str | None, layers: list[int] | None) -> list[Any]:
+             reduction: str | None, layers: list[int] | None, gpage: Any = 0, hv_heads: Any = None,
+             threshold: Any = text_heads.DEFAULT_THRESHOLD) -> list[Any]:
     figs = [F.max_attention_figure(result, reduction=reduction or "max", layers=layers or None)]
     if layer is not None and head is not None:
         rescale = "rescale" in (view_opts or [])
         figs += [F.head_tsne_figure(result, layer=layer, head=head, rescale=rescale),
                  F.hidden_tsne_figure(result, state=layer + 1, rescale=rescale),
                  F.attention_matrix_figure(result, layer=layer, head=head)]
-    return figs
+    state = text_heads.view_state({"gpage": gpage, "hv_heads": hv_heads, "threshold": threshold},
+                                  layer=layer, head=head)
+    return figs + text_heads.figures(result, layer=layer, head=head, layers=layers, gpage=state["gpage"],
+                                     hv_heads=state["hv_heads"], threshold=state["threshold"])
 
 
 def register(app: Dash, store: ResultStore) -> None:
@@ -158,32 +171,31 @@ def register(app: Dash, store: ResultStore) -> None:
     client = store.client
     register_poll(app, store, "text", ["text-source"])
     register_highlight(app, "text", GRAPHS)
+    text_heads.register(app, store)
 
     @app.callback(
         Output("text-source", "data"),
-        Output("text-layer", "value"),
-        Output("text-head", "value"),
         Output("text-error", "children"),
         Input("analyze-button", "n_clicks"),
-        Input("max-attention-graph", "clickData"),
-        Input("text-layer", "value"),
-        Input("text-head", "value"),
+        Input("text-selected", "data"),
         State("text-input", "value"),
         State("text-model", "value"),
         State("text-options", "value"),
         State("text-restarts", "value"),
         State("text-source", "data"),
-        State("text-layers", "value"),
         prevent_initial_call=True,
     )
-    def _submit(_n, click, layer, head, text, model, flags, restarts, source, layers):  # type: ignore[no-untyped-def]
+    def _submit(_n, selected, text, model, flags, restarts, source):  # type: ignore[no-untyped-def]
         trig = ctx.triggered_id
         previous = (source or {}).get("request")
-        if trig == "max-attention-graph":
-            picked = F.clicked_head(click, F.shown_layers(store.status(source)["result"], layers))
-            if picked is None:
-                return no_update, no_update, no_update, no_update
-            layer, head = picked
+        layer, head = (selected or {}).get("layer"), (selected or {}).get("head")
+        if trig != "analyze-button":
+            st = store.status(source)
+            # the head is in the result (or will be: the gallery is still computing): nothing to ask
+            if layer is None or head is None or has_head(st["result"], layer, head) or (
+                    st["status"] not in ("finished", "failed", "none")
+                    and ((previous or {}).get("options") or {}).get("all_heads")):
+                return no_update, ""
         if trig == "analyze-button" or previous is None:
             base = {"text": text or "", "model": model, "drop_special": "drop_special" in (flags or []),
                     "restarts": restarts or 1}
@@ -191,16 +203,12 @@ def register(app: Dash, store: ResultStore) -> None:
             o = previous.get("options") or {}
             base = {"text": previous["text"], "model": previous["model"],
                     "drop_special": bool(o.get("drop_special")), "restarts": o.get("restarts", 1)}
-        if trig != "analyze-button" and (layer is None or head is None):
-            return no_update, layer, head, ""
-        if trig != "analyze-button" and source and _has_head(store.status(source), layer, head):
-            return no_update, layer, head, ""  # already in the shown result: nothing to compute
-        req = text_request(layer=layer, head=head, **base)
+        req = text_request(layer=layer, head=head, **base)  # an older result without this head
         try:
             job = client.submit_analysis(**req)
         except ApiError as exc:
-            return no_update, layer, head, str(exc)
-        return {"kind": "analysis", "id": job["id"], "request": req}, layer, head, ""
+            return no_update, str(exc)
+        return {"kind": "analysis", "id": job["id"], "request": req}, ""
 
     @app.callback(
         Output("text-layer", "options"),
@@ -237,29 +245,26 @@ def register(app: Dash, store: ResultStore) -> None:
             return no_update, no_update
         return F.max_attention_figure(result, reduction=reduction or "max", layers=layers or None), key
 
-    @app.callback(
-        Output("head-tsne-graph", "figure"),
+    @app.callback(  # the large map is drawn in the browser (text_heads: drawHead)
         Output("hidden-tsne-graph", "figure"),
         Output("attention-matrix-graph", "figure"),
         Output("text-kl", "children"),
         Input("text-job", "data"),
         Input("text-view-options", "value"),
-        Input("text-layer", "value"),
-        Input("text-head", "value"),
+        Input("text-selected", "data"),
         State("text-source", "data"),
     )
-    def _head_view(_job, view_opts, layer, head, source):  # type: ignore[no-untyped-def]
+    def _head_view(_job, view_opts, selected, source):  # type: ignore[no-untyped-def]
+        layer, head = (selected or {}).get("layer"), (selected or {}).get("head")
         if layer is None or head is None:
-            msg = "Click a row of the heatmaps (or pick a layer and a head) to open that head."
-            return F.empty_figure(msg), F.empty_figure(""), F.empty_figure(""), ""
+            return F.empty_figure(""), F.empty_figure(""), ""
         st = store.status(source)
         result = st["result"]
         rescale = "rescale" in (view_opts or [])
         if not result.get("head-tsne"):
             msg = "Computing the head's t-SNE…" if st["status"] not in ("failed", "none") else "No result."
-            return F.empty_figure(msg), F.empty_figure(""), F.empty_figure(""), ""
+            return F.empty_figure(msg), F.empty_figure(""), ""
         return (
-            F.head_tsne_figure(result, layer=layer, head=head, rescale=rescale),
             F.hidden_tsne_figure(result, state=layer + 1, rescale=rescale),
             F.attention_matrix_figure(result, layer=layer, head=head),
             F.kl_summary(result, layer=layer, head=head),
@@ -267,7 +272,8 @@ def register(app: Dash, store: ResultStore) -> None:
 
     view_inputs = [Input("text-layer", "value"), Input("text-head", "value"),
                    Input("text-view-options", "value"), Input("text-reduction", "value"),
-                   Input("text-layers", "value")]
+                   Input("text-layers", "value"), Input("text-gallery-page", "value"),
+                   Input("text-hv-heads", "value"), Input("text-hv-threshold", "value")]
 
     @app.callback(
         Output("url", "search", allow_duplicate=True),
@@ -275,11 +281,11 @@ def register(app: Dash, store: ResultStore) -> None:
         *view_inputs,
         prevent_initial_call=True,
     )
-    def _url(source, layer, head, view_opts, reduction, layers):  # type: ignore[no-untyped-def]
+    def _url(source, *view):  # type: ignore[no-untyped-def]
         if not source:
             return no_update
         key = "share" if source.get("kind") == "share" else "analysis"
-        return query_string({key: source["id"], **_view(layer, head, view_opts, reduction, layers)})
+        return query_string({key: source["id"], **_view(*view)})
 
     @app.callback(
         Output("share-url", "children"),
@@ -290,29 +296,21 @@ def register(app: Dash, store: ResultStore) -> None:
         *[State(i.component_id, i.component_property) for i in view_inputs],
         prevent_initial_call=True,
     )
-    def _share(_n, source, layer, head, view_opts, reduction, layers):  # type: ignore[no-untyped-def]
-        view = {"page": "text", **_view(layer, head, view_opts, reduction, layers)}
+    def _share(_n, source, *view_args):  # type: ignore[no-untyped-def]
+        view = {"page": "text", **_view(*view_args)}
         url, error = share_link(client, source, view)
         return (url, url, "") if url else (no_update, no_update, error)
 
     register_exports(
-        app, store, "text", source="text-source", graphs=GRAPHS,
+        app, store, "text", source="text-source", graphs=EXPORTED,
         figures=_figures,
-        view_states=[State("text-layer", "value"), State("text-head", "value"),
-                     State("text-view-options", "value"), State("text-reduction", "value"),
-                     State("text-layers", "value")],
+        view_states=[State(i.component_id, i.component_property) for i in view_inputs],
         title="headscope — text explorer",
     )
 
 
-def _view(layer: Any, head: Any, view_opts: Any, reduction: Any, layers: Any) -> dict[str, Any]:
+def _view(layer: Any, head: Any, view_opts: Any, reduction: Any, layers: Any, gpage: Any = None,
+          hv_heads: Any = None, threshold: Any = None) -> dict[str, Any]:
     return {"layer": layer, "head": head, "rescale": "rescale" in (view_opts or []),
-            "reduction": reduction, "layers": list(layers) if layers else None}
-
-
-def _has_head(status: dict[str, Any], layer: int, head: int) -> bool:
-    result = status.get("result") or {}
-    sec, hid = result.get("head-tsne"), result.get("hidden-tsne")
-    return bool(sec and hid and F.head_embedding(sec, layer, head) is not None
-                and F.state_embedding(hid, layer + 1) is not None
-                and F.head_embedding(sec, layer, head).get("attention") is not None)
+            "reduction": reduction, "layers": list(layers) if layers else None, "gpage": gpage or None,
+            "hv_heads": list(hv_heads) if hv_heads else None, "threshold": threshold}

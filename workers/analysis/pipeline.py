@@ -30,7 +30,13 @@ from workers.analysis.hidden import states_tsne
 from workers.analysis.memory import ModelFacts, estimate_text_request
 from workers.analysis.progress import Progress, no_progress, scaled
 from workers.analysis.robustness import disturb_ids, summarize
-from workers.analysis.streaming import AttentionStats, Consumer, HeadKeeper, LayerHeadTSNE
+from workers.analysis.streaming import (
+    AttentionStats,
+    Consumer,
+    HeadKeeper,
+    LayerHeadTSNE,
+    PackedAttention,
+)
 from workers.analysis.tsne import TSNEOptions, embed_affinities, select_indices
 from workers.errors import HeadscopeError
 from workers.models import LoadedModel, ModelRun, pooled_states
@@ -131,6 +137,10 @@ class Context:
             if self.single_head():
                 pair = (select_indices(o["layer"], L, "layer")[0], select_indices(o["head"], H, "head")[0])
                 self.consumers["head-view"] = HeadKeeper([pair])
+            else:
+                self.consumers["packed-attention"] = PackedAttention(
+                    L, H, layers=o["layer"], heads=o["head"], keep=self.keep
+                )
         if "robustness" in analyses:
             self.consumers["robustness"] = HeadKeeper([self.robustness_head()])
         if "lasf" in analyses and self.lasf is not None:  # the replaced layer's heads, for field_vs_head
@@ -199,6 +209,10 @@ def _head_tsne(ctx: Context) -> dict[str, Any]:
         assert isinstance(keeper, HeadKeeper)
         a = keeper.maps[(res.layers[0], res.heads[0])][np.ix_(kept, kept)]  # [query, key]
         extra["attention"] = np.round(a, 6).tolist()
+    else:  # every embedded head's matrix, one byte a weight: the dashboard's head and model views
+        packed = ctx.consumers["packed-attention"]
+        assert isinstance(packed, PackedAttention)
+        extra.update(packed.fields())
     return {
         "layers": res.layers,
         "heads": res.heads,

@@ -141,6 +141,40 @@ class LayerHeadTSNE:
         )
 
 
+class PackedAttention:
+    """The chosen heads' maps as bytes (``workers.packing``), quantised layer by layer as they arrive:
+    the dashboard's head and model views for every embedded head, without holding float maps."""
+
+    def __init__(self, n_layers: int, n_heads: int, *, layers: int | str | list[int] | None = "all",
+                 heads: int | str | list[int] | None = "all", keep: np.ndarray | None = None):  # fmt: skip
+        self.layers = select_indices(layers, n_layers, "layer")
+        self.heads = select_indices(heads, n_heads, "head")
+        self.keep = keep
+        self.bytes: dict[int, np.ndarray] = {}  # layer -> [head, m, m] uint8
+        self.omitted: str | None = None
+
+    def __call__(self, layer: int, weights: torch.Tensor) -> None:
+        from workers.packing import packed_shape, quantise
+
+        if layer not in self.layers:
+            return
+        idx = kept_index(weights.shape[-1], self.keep)
+        if self.omitted is None:
+            _, self.omitted = packed_shape(self.layers, self.heads, idx)
+        if self.omitted:
+            return
+        a = weights[0, self.heads].double().cpu().numpy()[np.ix_(range(len(self.heads)), idx, idx)]
+        self.bytes[layer] = quantise(a)
+
+    def fields(self) -> dict[str, object]:
+        """``workers.packing.pack_attention``'s fields for what arrived."""
+        from workers.packing import encode_packed
+
+        if self.omitted:
+            return {"attention_omitted": self.omitted}
+        return encode_packed(np.stack([self.bytes[lay] for lay in self.layers]))
+
+
 def feed(attentions: np.ndarray, *consumers: Consumer) -> None:
     """Feed an all-at-once [layer, head, query, key] array to consumers, layer by layer."""
     for layer in range(attentions.shape[0]):

@@ -1,0 +1,188 @@
+"""The text explorer's every-head views: the gallery, instant head switching, the head and model views.
+
+Not a page of its own: ``pages/text.py`` places ``gallery_panel`` / ``lines_panel`` in its layout
+and calls ``register``. The selected head lives in the store ``text-selected`` (``{layer, head}``);
+a gallery panel, a max-attention cell, a model-view cell or the dropdowns change it in the browser
+(``assets/heads.js``), and the large map is redrawn there from ``text-head-maps``, the per-head
+data the server sends once per result — no new analysis request. The matrix, the hidden-state
+t-SNE and the head view follow from the result the server already holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import ClientsideFunction, Dash, Input, Output, State, dcc, html, no_update
+
+from frontend import figures_gallery as G
+from frontend import figures_headview as HV
+from frontend.data import ResultStore, int_list, int_or_none
+from frontend.figures import empty_figure
+from frontend.heads import gallery_section
+from frontend.pages.common import graph
+
+DEFAULT_THRESHOLD = 0.1
+GRAPHS = ["head-gallery", "head-view-graph", "model-view-graph"]
+
+
+def view_state(view: dict[str, Any], *, layer: int | None, head: int | None) -> dict[str, Any]:
+    """The every-head part of a page's view (URL or share): page, extra heads, threshold."""
+    try:
+        threshold = float(view.get("threshold", DEFAULT_THRESHOLD))
+    except (TypeError, ValueError):
+        threshold = DEFAULT_THRESHOLD
+    extra = view.get("hv_heads")
+    extra = int_list(extra) if isinstance(extra, str) else extra
+    return {"selected": {"layer": layer, "head": head} if layer is not None and head is not None else None,
+            "gpage": int_or_none(view.get("gpage")) or 0,
+            "hv_heads": [int(h) for h in extra or []],
+            "threshold": min(1.0, max(0.001, threshold))}
+
+
+def gallery_panel(state: dict[str, Any]) -> html.Div:
+    return html.Div(className="panel", children=[
+        html.Div(className="control-row", children=[
+            html.Span("every head:", className="label"),
+            dcc.Dropdown(id="text-gallery-page", options=[], value=state["gpage"], clearable=False,
+                         placeholder="layers", className="small-picker"),
+            html.Span("(the layers chosen above; click a panel to open that head below)", className="hint"),
+        ]),
+        graph("head-gallery", figure=empty_figure("The gallery of every head appears here after Analyze.",
+                                                  height=200)),
+        dcc.Store(id="text-pick"),
+        dcc.Store(id="text-selected", data=state["selected"]),
+        dcc.Store(id="text-head-maps"),
+        dcc.Store(id="text-gallery-key"),
+    ])
+
+
+def lines_panel(state: dict[str, Any], n_heads: int) -> html.Div:
+    return html.Div(className="panel", children=[
+        html.Div(className="control-row", children=[
+            html.Span("head view:", className="label"),
+            html.Label("also show heads", htmlFor="text-hv-heads"),
+            dcc.Dropdown(id="text-hv-heads", options=[{"label": f"head {h}", "value": h} for h in range(n_heads)],
+                         value=state["hv_heads"], multi=True, placeholder="other heads of the layer",
+                         className="layers-picker"),
+            html.Label("weights ≥", htmlFor="text-hv-threshold"),
+            dcc.Input(id="text-hv-threshold", type="number", min=0.001, max=1, step="any",
+                      value=state["threshold"], className="small-input", debounce=True),
+            html.Span("queries left, keys right, opacity = weight; hover a token to keep only its lines",
+                      className="hint"),
+        ]),
+        html.Div(className="row", children=[
+            html.Div(className="col", children=graph("head-view-graph", figure=empty_figure(
+                "The selected head's attention as lines appears here."), clear_on_unhover=True)),
+            html.Div(className="col", children=graph("model-view-graph", figure=empty_figure(
+                "Every head's attention pattern appears here."))),
+        ]),
+        dcc.Store(id="text-hv-focus"),
+    ])
+
+
+def figures(result: dict[str, Any], *, layer: int | None, head: int | None, layers: list[int] | None,
+            gpage: int, hv_heads: list[int] | None, threshold: float) -> list[Any]:
+    """The every-head figures of the view, as exported (gallery page, head view, model view)."""
+    figs = [G.gallery_figure(result, layers=layers, page=gpage or 0)]
+    if layer is not None and head is not None:
+        figs.append(HV.head_view_figure(result, layer=layer, heads=_heads(head, hv_heads), threshold=threshold))
+    figs.append(HV.model_view_figure(result, layer=layer, head=head))
+    return figs
+
+
+def _heads(head: int, extra: list[int] | None) -> list[int]:
+    return [head, *[h for h in extra or [] if h != head]]
+
+
+def register(app: Dash, store: ResultStore) -> None:
+    """Callbacks of the every-head views (the page's poll writes ``text-job``)."""
+
+    @app.callback(
+        Output("head-gallery", "figure"),
+        Output("text-gallery-page", "options"),
+        Output("text-gallery-page", "value"),
+        Output("text-gallery-key", "data"),
+        Output("text-head-maps", "data"),
+        Input("text-job", "data"),
+        Input("text-layers", "value"),
+        Input("text-gallery-page", "value"),
+        State("text-source", "data"),
+        State("text-gallery-key", "data"),
+    )
+    def _gallery(_job, layers, page, source, shown):  # type: ignore[no-untyped-def]
+        st = store.status(source)
+        result = st["result"]
+        req = st.get("request") or {}
+        heads_key = sorted(k for k in ("head-tsne", "head-tsne-all") if result.get(k))
+        busy = st["status"] not in ("finished", "failed", "none")
+        key = [source and source.get("id"), heads_key, layers, page, busy and "head-tsne-all" not in heads_key]
+        if key == shown:
+            return no_update, no_update, no_update, no_update, no_update
+        maps = G.head_maps(result)
+        maps["message"] = "Computing every head's map…" if busy else "No map of this head in this result."
+        if gallery_section(result) is None:
+            msg = ("Computing every head's map…" if busy and (req.get("options") or {}).get("all_heads")
+                   else "The gallery of every head appears here after Analyze.")
+            return empty_figure(msg, height=200), [], no_update, key, maps
+        options = G.gallery_page_options(result, layers)
+        page = min(int(page or 0), len(options) - 1)
+        return G.gallery_figure(result, layers=layers, page=page), options, page, key, maps
+
+    app.clientside_callback(
+        ClientsideFunction(namespace="headscope_heads", function_name="selectHead"),
+        Output("text-selected", "data"),
+        Output("text-layer", "value"),
+        Output("text-head", "value"),
+        Input("text-pick", "data"),
+        Input("max-attention-graph", "clickData"),
+        Input("model-view-graph", "clickData"),
+        Input("text-layer", "value"),
+        Input("text-head", "value"),
+        State("text-selected", "data"),
+        prevent_initial_call=True,
+    )
+    # The maps are a State of the switch: as an Input, the switch would wait for every server callback
+    # upstream of them (a click also reaches the server through text-selected); new maps redraw apart.
+    app.clientside_callback(
+        ClientsideFunction(namespace="headscope_heads", function_name="drawHead"),
+        Output("head-tsne-graph", "figure"),
+        Input("text-selected", "data"),
+        Input("text-view-options", "value"),
+        State("text-head-maps", "data"),
+    )
+    app.clientside_callback(
+        ClientsideFunction(namespace="headscope_heads", function_name="drawHeadOnMaps"),
+        Output("head-tsne-graph", "figure", allow_duplicate=True),
+        Input("text-head-maps", "data"),
+        State("text-selected", "data"),
+        State("text-view-options", "value"),
+        prevent_initial_call=True,
+    )
+    app.clientside_callback(
+        ClientsideFunction(namespace="headscope_heads", function_name="headViewHover"),
+        Output("text-hv-focus", "data"),
+        Input("head-view-graph", "hoverData"),
+        State("head-view-graph", "figure"),
+        prevent_initial_call=True,
+    )
+
+    @app.callback(
+        Output("head-view-graph", "figure"),
+        Output("model-view-graph", "figure"),
+        Input("text-job", "data"),
+        Input("text-selected", "data"),
+        Input("text-hv-heads", "value"),
+        Input("text-hv-threshold", "value"),
+        State("text-source", "data"),
+    )
+    def _lines(_job, selected, extra, threshold, source):  # type: ignore[no-untyped-def]
+        result = store.status(source)["result"]
+        layer, head = (selected or {}).get("layer"), (selected or {}).get("head")
+        model = HV.model_view_figure(result, layer=layer, head=head)
+        if layer is None or head is None:
+            return empty_figure("Select a head to see its attention as lines."), model
+        try:
+            t = min(1.0, max(0.001, float(threshold)))
+        except (TypeError, ValueError):
+            t = DEFAULT_THRESHOLD
+        return HV.head_view_figure(result, layer=layer, heads=_heads(head, extra), threshold=t), model
