@@ -133,7 +133,10 @@ class Store:
         for tmp in self.settings.tmp_dir.iterdir():
             try:
                 if now - tmp.stat().st_mtime > 3600:
-                    tmp.unlink(missing_ok=True)
+                    if tmp.is_dir():  # an upload in flight is a directory (backend/api/checkpoints.py)
+                        shutil.rmtree(tmp, ignore_errors=True)
+                    else:
+                        tmp.unlink(missing_ok=True)
             except FileNotFoundError:
                 pass
         if removed:
@@ -187,3 +190,67 @@ class Store:
             except (OSError, ValueError):
                 logger.warning("unreadable checkpoint meta %s", meta)
         return sorted(out, key=lambda m: m.get("uploaded_at", 0.0))
+
+    # ------------------------------------------------- fair-use bookkeeping (backend/quota.py)
+    # Small on purpose: backend/quota.py holds the policy and calls only these.
+
+    def add_checkpoint_owner(self, checkpoint_id: str, owner: str) -> dict[str, Any] | None:
+        """Record ``owner`` among the clients that uploaded a committed checkpoint (refreshes its
+        last-use time); return the updated meta, or None if there is no such checkpoint."""
+        meta = self.checkpoint(checkpoint_id)
+        if meta is None:
+            return None
+        owners = list(meta.get("owners", []))
+        if owner not in owners:
+            owners.append(owner)
+        meta = {**meta, "owners": owners}
+        self.commit_checkpoint(checkpoint_id, meta)
+        return meta
+
+    def touch_checkpoint(self, checkpoint_id: str) -> None:
+        """Restart a committed checkpoint's expiry clock (it was used)."""
+        meta = self._checkpoint_dir(checkpoint_id) / "meta.json"
+        if meta.exists():
+            os.utime(meta)
+
+    def result_request(self, job_id: str) -> dict[str, Any] | None:
+        """The stored request of a persisted result (its meta only), or None."""
+        try:
+            return json.loads(self._result_paths(job_id)[0].read_text()).get("request")
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def usage(self) -> list[dict[str, Any]]:
+        """Every stored result and checkpoint: ``{"kind": "result"|"checkpoint", "id", "bytes",
+        "used_at"}`` (``used_at``: last write or touch, epoch seconds), plus ``owners`` for
+        checkpoints."""
+        items: list[dict[str, Any]] = []
+        for meta_path in self.settings.results_dir.glob("*.meta.json"):
+            job_id = meta_path.name.split(".", 1)[0]
+            try:
+                size = meta_path.stat().st_size
+                used = meta_path.stat().st_mtime
+                size += (self.settings.results_dir / f"{job_id}.result.json").stat().st_size
+            except FileNotFoundError:
+                continue
+            items.append({"kind": "result", "id": job_id, "bytes": size, "used_at": used})
+        for meta_path in self.settings.checkpoints_dir.glob("ck-*/meta.json"):
+            try:
+                meta = json.loads(meta_path.read_text())
+                size = sum(p.stat().st_size for p in meta_path.parent.iterdir())
+                used = meta_path.stat().st_mtime
+            except (OSError, ValueError):
+                continue
+            items.append({"kind": "checkpoint", "id": meta_path.parent.name, "bytes": size, "used_at": used,
+                          "owners": list(meta.get("owners", []))})
+        return items
+
+    def delete_result(self, job_id: str) -> None:
+        """Remove a persisted result (meta first: a half-deleted result reads as absent)."""
+        meta_path, result_path = self._result_paths(job_id)
+        meta_path.unlink(missing_ok=True)
+        result_path.unlink(missing_ok=True)
+
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        """Remove a checkpoint, committed or not."""
+        shutil.rmtree(self._checkpoint_dir(checkpoint_id), ignore_errors=True)
