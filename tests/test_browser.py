@@ -213,10 +213,8 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
 
     fresh = Watch(browser, server, tmp_path)  # a colleague: new context, no cookies, no cache
     try:
-        start = time.perf_counter()
-        fresh.page.goto(link)
+        fresh.page.goto(link)  # no timing claim: the stored map (below) shows nothing was recomputed
         _wait_points(fresh.page, "head-tsne-graph", timeout=30_000)
-        opened_s = time.perf_counter() - start
         again = fresh.page.evaluate(FIGURE_JS, "head-tsne-graph")
         assert again["title"] == head["title"]
         assert again["data"][0]["customdata"] == head["data"][0]["customdata"]  # the stored map, not a new one
@@ -226,7 +224,6 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         _wait_points(fresh.page, "hidden-tsne-graph", timeout=30_000)
         fresh.page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=30_000)
         fresh.shot("3-shared-link")
-        assert opened_s < 60
         assert not fresh.problems, fresh.problems
     finally:
         fresh.close()

@@ -239,7 +239,7 @@ def test_bad_uploads_are_refused_and_leave_nothing_behind(client, service):
     resp = client.post("/api/checkpoints", files={"file": ("pe.txt", b"hello", "text/plain")})
     assert resp.status_code == 415 and ".safetensors" in resp.json()["detail"]
     resp = client.post("/api/checkpoints", files={"file": ("../../evil.npy", b"", "application/octet-stream")})
-    assert resp.status_code == 400 and "empty" in resp.json()["detail"] and ".." not in resp.json()["detail"]
+    assert resp.status_code == 422 and "empty" in resp.json()["detail"] and ".." not in resp.json()["detail"]
     big = b"\0" * (3 * 2**20)  # the fixture's limit is 2 MiB
     resp = client.post("/api/checkpoints", files={"file": ("big.npy", big, "application/octet-stream")})
     assert resp.status_code == 413 and "2,097,152" in resp.json()["detail"]
