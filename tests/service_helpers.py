@@ -167,3 +167,27 @@ def short_text(words: int = 30) -> str:
     from workers.data import demo_text
 
     return " ".join(demo_text().split()[:words])
+
+
+def wait_ready(conn: Any, procs: list[subprocess.Popen], n: int, log: Path, *, timeout_s: float = 180) -> None:
+    """Wait until ``n`` workers on ``conn`` are ready (models preloaded, taking jobs)."""
+    from workers import protocol
+
+    deadline = time.monotonic() + timeout_s
+    while sum(w["ready"] for w in protocol.live_workers(conn).values()) < n:
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        assert all(p.poll() is None for p in procs), log.read_text()[-3000:]
+        time.sleep(0.2)
+
+
+def stop_all(procs: list[subprocess.Popen], *, grace_s: float = 15) -> None:
+    """SIGTERM every process still running, wait ``grace_s`` each, then SIGKILL."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

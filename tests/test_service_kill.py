@@ -19,12 +19,12 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from redis import Redis
 from held_jobs import attempts_key, release_key
-from service_helpers import ROOT, service_env, short_text, write_catalogue
+from redis import Redis
+from service_helpers import ROOT, service_env, short_text, stop_all, write_catalogue
 
-from backend.config import Settings
 from backend import queue as queue_module
+from backend.config import Settings
 from backend.queue import JobQueue
 from backend.store import Store
 from workers import protocol
@@ -72,15 +72,7 @@ def cluster(redis_server, tmp_path_factory, tiny_model_dirs):
     store = Store(settings)
     yield SimpleNamespace(conn=conn, settings=settings, store=store, queue=JobQueue(conn, store, settings),
                           procs=procs)
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    stop_all(procs)
     log.close()
 
 

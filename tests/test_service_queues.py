@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from held_jobs import release_key
 from redis import Redis
-from service_helpers import ROOT, service_env, short_text, write_catalogue
+from service_helpers import ROOT, service_env, short_text, stop_all, wait_ready, write_catalogue
 
 from backend import queue as queue_module
 from backend.config import Settings
@@ -39,22 +39,11 @@ def workers(redis_server, tmp_path_factory, tiny_model_dirs):
     procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT),
              subprocess.Popen([*cmd, "--queues", ",".join(protocol.SHORT_QUEUES)], cwd=ROOT, env=env,
                               stdout=log, stderr=subprocess.STDOUT)]
-    deadline = time.monotonic() + 180
-    while sum(w["ready"] for w in protocol.live_workers(conn).values()) < 2:
-        assert time.monotonic() < deadline, (base / "workers.log").read_text()[-3000:]
-        assert all(p.poll() is None for p in procs), (base / "workers.log").read_text()[-3000:]
-        time.sleep(0.2)
+    wait_ready(conn, procs, 2, base / "workers.log")
     settings = Settings(data_dir=base / "data", redis_url=redis_server)
     store = Store(settings)
     yield SimpleNamespace(conn=conn, queue=JobQueue(conn, store, settings), env=env, base=base, log=log)
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    stop_all(procs)
     log.close()
 
 
