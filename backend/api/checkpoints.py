@@ -133,7 +133,8 @@ def upload_checkpoint(
         try:
             candidates = _jsonable(inspect_file(tmp, max_bytes=settings.max_upload_bytes))
         except HeadscopeError as exc:
-            raise HTTPException(422, str(exc)) from None
+            reason = str(exc)
+            raise HTTPException(422, reason if reason.startswith(filename) else f"{filename}: {reason}") from None
         if not candidates:
             raise HTTPException(422, f"{filename} holds no 2-D tensor that could be a positional encoding")
         store.stage_checkpoint(ck_id, tmp, ext=ext)
