@@ -182,10 +182,11 @@ def reap_abandoned(conn: Redis, *, queues: tuple[str, ...] = QUEUES, grace_s: fl
                 if job is None or job.worker_name in alive:
                     continue
                 started = job.started_at
-                if started is not None:
-                    started = started if started.tzinfo else started.replace(tzinfo=timezone.utc)
-                    if (now - started).total_seconds() < grace_s:
-                        continue  # just started: its worker's first heartbeat may be in flight
+                if started is None or job.worker_name is None:
+                    continue  # being started right now: RQ registers the job before it saves who runs it
+                started = started if started.tzinfo else started.replace(tzinfo=timezone.utc)
+                if (now - started).total_seconds() < grace_s:
+                    continue  # just started: its worker's first heartbeat may be in flight
                 job.meta["abandoned_by"] = job.worker_name or "unknown"
                 job.meta["abandoned_count"] = int(job.meta.get("abandoned_count", 0)) + 1
                 job.save_meta()
