@@ -20,13 +20,13 @@ MAX_NAME_CHARS = 200
 NPY_VERSIONS = ((1, 0), (2, 0), (3, 0))
 
 
-def _count(value: Any) -> bool:
+def whole_count(value: Any) -> bool:
     """A JSON whole number >= 0 (not a bool, a float or a string)."""
     return type(value) is int and 0 <= value <= MAX_DIM_SIZE
 
 
 def check_npy_shape(shape: Any, label: str) -> None:
-    if not (isinstance(shape, tuple) and len(shape) <= MAX_NDIM and all(_count(s) for s in shape)):
+    if not (isinstance(shape, tuple) and len(shape) <= MAX_NDIM and all(whole_count(s) for s in shape)):
         raise BadFileError(f"{label}: the .npy shape must be at most {MAX_NDIM} whole numbers >= 0")
 
 

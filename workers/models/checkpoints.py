@@ -31,12 +31,12 @@ from workers.errors import BadFileError
 from workers.models.checkpoint_checks import (
     MAX_NDIM,
     NPY_VERSIONS,
-    _count,
     check_data_size,
     check_npy_shape,
     check_spans,
     clean_name,
     clean_names,
+    whole_count,
 )
 
 logger = logging.getLogger(__name__)
@@ -295,9 +295,9 @@ def _scan_safetensors(path: Path, size: int) -> list[_Entry]:
         dtype, itemsize = _ST_DTYPES[info["dtype"]]
         shape = info.get("shape")
         offsets = info.get("data_offsets")
-        if not (isinstance(shape, list) and len(shape) <= MAX_NDIM and all(_count(s) for s in shape)):
+        if not (isinstance(shape, list) and len(shape) <= MAX_NDIM and all(whole_count(s) for s in shape)):
             raise BadFileError(f"{label}: the shape must be a list of at most {MAX_NDIM} whole numbers >= 0)")
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_count(o) for o in offsets)):
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(whole_count(o) for o in offsets)):
             raise BadFileError(f"{label}: data_offsets must be two whole numbers >= 0)")
         begin, end = offsets
         if begin > end or base + end > size:
