@@ -53,7 +53,7 @@ def enforce(store: Store, settings: Settings, *, need: int = 0, now: float | Non
     exceed the storage quota, delete the least recently used unprotected items. Returns their ids."""
     now = time.time() if now is None else now
     keep = protected(store)
-    items = store.usage()
+    items = store.stored_items()
     removed: list[str] = []
     for item in items:
         if item["kind"] == "checkpoint" and item["id"] not in keep and now - item["used_at"] > settings.upload_ttl_s:
@@ -80,7 +80,7 @@ def sweep(store: Store, settings: Settings) -> list[str]:
 
 def check_upload(store: Store, settings: Settings, *, owner: str, size: int, filename: str) -> None:
     """413 unless ``size`` more bytes fit the client's upload quota and the storage quota."""
-    items = store.usage()
+    items = store.stored_items()
     mine = sum(i["bytes"] for i in items if i["kind"] == "checkpoint" and owner in i.get("owners", []))
     quota = settings.upload_quota_bytes
     if quota and mine + size > quota:
@@ -92,7 +92,7 @@ def check_upload(store: Store, settings: Settings, *, owner: str, size: int, fil
     limit = settings.storage_quota_bytes
     if limit and total + size > limit:
         enforce(store, settings, need=size)
-        total = sum(i["bytes"] for i in store.usage())
+        total = sum(i["bytes"] for i in store.stored_items())
         if total + size > limit:
             raise HTTPException(
                 413, f"the server's storage is full ({total:,} of {limit:,} bytes are kept for shares); "

@@ -220,7 +220,7 @@ class Store:
         except (FileNotFoundError, ValueError):
             return None
 
-    def usage(self) -> list[dict[str, Any]]:
+    def stored_items(self) -> list[dict[str, Any]]:
         """Every stored result and checkpoint: ``{"kind": "result"|"checkpoint", "id", "bytes",
         "used_at"}`` (``used_at``: last write or touch, epoch seconds), plus ``owners`` for
         checkpoints."""
