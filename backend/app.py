@@ -11,48 +11,20 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from redis import Redis
 from redis.exceptions import RedisError
 
+from backend import errors, quota
 from backend.api import analyses, checkpoints, health, models, pe, shares
 from backend.config import Settings, get_settings
 from backend.queue import JobQueue
 from backend.store import SchemaOutOfDate, Store, StoreUnavailable
 from workers import protocol
-from workers.errors import HeadscopeError
 
 logger = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_S = 3600.0
-
-
-def readable_errors(errors: list[dict[str, Any]]) -> str:
-    """Pydantic's error list as one sentence a user can act on."""
-    parts = []
-    for err in errors:
-        loc = [str(x) for x in err.get("loc", ()) if x not in ("body", "query", "path")]
-        msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
-        kind = err.get("type")
-        ctx = err.get("ctx") or {}
-        if kind == "string_too_long" and loc[-1:] == ["text"]:
-            msg = (
-                f"the text has {len(err.get('input') or ''):,} characters; "
-                f"the limit is {ctx.get('max_length', 0):,}"
-            )
-        elif kind == "extra_forbidden":
-            msg = f"unknown {'option' if loc[:1] == ['options'] else 'field'} {loc[-1]!r}"
-            loc = loc[:-1]
-        elif kind == "missing":
-            msg = f"{loc[-1] if loc else 'a field'} is required"
-            loc = loc[:-1]
-        elif kind == "literal_error" and loc[:1] == ["analyses"]:
-            msg = f"unknown analysis {err.get('input')!r}; {msg[0].lower()}{msg[1:]}"
-            loc = []
-        where = ".".join(loc)
-        parts.append(f"{where}: {msg}" if where else msg)
-    return "; ".join(parts) or "invalid request"
 
 
 class BodyTooLarge(HTTPException):
@@ -151,7 +123,7 @@ def create_app(
                 protocol.Ticker(
                     lambda: protocol.reap_abandoned(conn), interval_s=settings.reaper_interval_s, name="reaper"
                 ).start(),
-                protocol.Ticker(store.sweep, interval_s=SWEEP_INTERVAL_S, name="sweeper").start(),
+                protocol.Ticker(lambda: quota.sweep(store, settings), interval_s=SWEEP_INTERVAL_S, name="sweeper").start(),
             ]
         yield
         for t in tickers:
@@ -168,13 +140,7 @@ def create_app(
     app.state.store = store
     app.state.queue = JobQueue(conn, store, settings)
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse({"detail": readable_errors(list(exc.errors()))}, status_code=422)
-
-    @app.exception_handler(HeadscopeError)
-    async def _user_error(request: Request, exc: HeadscopeError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=422)
+    errors.install(app)
 
     @app.exception_handler(RedisError)
     async def _redis_down(request: Request, exc: RedisError) -> JSONResponse:
@@ -196,7 +162,9 @@ def create_app(
     app.add_middleware(UploadLimit, limit=settings.max_upload_bytes, paths=("/api/checkpoints",))
     for module in (health, models, analyses, checkpoints, pe, shares):
         app.include_router(module.router)
+    errors.add_catch_all(app, [m.router for m in (health, models, analyses, checkpoints, pe, shares)])
     if frontend:
         base = api_base_url or os.environ.get("HEADSCOPE_API_BASE_URL", "http://127.0.0.1:8050")
         mount_frontend(app, api_base_url=base)
+    errors.declare(app)
     return app

@@ -47,6 +47,31 @@ class Settings(BaseSettings):
     worker_heartbeat_s: float = Field(5.0, gt=0, description="how often a worker says it is alive")
     reaper_interval_s: float = Field(5.0, gt=0, description="how often abandoned jobs are looked for")
     max_view_bytes: int = Field(64 * 1024, ge=256, description="size limit of a share's view JSON")
+    # fair use (docs/api.md "Fair use"); 0 turns a limit off
+    rate_limit_writes: int = Field(
+        120, ge=0, description="writes (POST) one client may make per rate window; over it: 429 + Retry-After"
+    )
+    rate_limit_window_s: int = Field(60, ge=1, description="the rate limit's window")
+    trusted_proxies: list[str] = Field(
+        default_factory=lambda: ["127.0.0.1", "::1"],
+        description="peers whose X-Forwarded-For names the client (the dashboard, a reverse proxy)",
+    )
+    upload_quota_bytes: int = Field(
+        1024 * 2**20, ge=0, description="what one client's uploads may take on disk in all"
+    )
+    storage_quota_bytes: int = Field(
+        20 * 2**30, ge=0,
+        description="results and uploads in all; over it the oldest that no share references go first",
+    )
+    upload_ttl_s: int = Field(30 * 86400, ge=60, description="unshared uploads unused this long are deleted")
+    short_workers: int = Field(
+        1, ge=0, description="`headscope serve`: workers that take only short jobs (PE, one head), so "
+        "they start while long analyses run"
+    )
+    worker_max_jobs: int = Field(200, ge=0, description="a worker is replaced after this many jobs (memory)")
+    worker_max_rss_mb: int = Field(
+        3072, ge=0, description="a worker whose resident memory passes this after a job is replaced"
+    )
 
     @property
     def results_dir(self) -> Path:

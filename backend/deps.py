@@ -44,8 +44,20 @@ def require_token(
         )
 
 
+def require_write(
+    request: Request,
+    settings: Annotated[Settings, Depends(get_settings)],
+    authorization: Annotated[str | None, Header()] = None,
+) -> None:
+    """Every write: the token (if configured), then the client's rate limit (backend/ratelimit.py)."""
+    from backend.ratelimit import check_write_rate
+
+    require_token(settings, authorization)
+    check_write_rate(request)
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 RedisDep = Annotated[Redis, Depends(get_redis)]
 StoreDep = Annotated[Store, Depends(get_store)]
 QueueDep = Annotated[JobQueue, Depends(get_queue)]
-WriteAccess = Depends(require_token)
+WriteAccess = Depends(require_write)

@@ -183,7 +183,8 @@ class JobQueue:
             pipe.set(protocol.request_key(job_id), envelope, ex=s.redis_result_ttl_s)
             pipe.delete(protocol.partial_key(job_id), protocol.result_key(job_id))
             pipe.execute()
-        q = protocol.queue(self.conn, protocol.FAST_QUEUE if fast else protocol.QUEUE)
+        name = protocol.FAST_QUEUE if fast else protocol.SHORT_QUEUE if protocol.is_short(kind, request) else protocol.QUEUE
+        q = protocol.queue(self.conn, name)
         q.enqueue_call(
             FUNCS[kind],
             args=(job_id if kind == "inspect" else request,),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from backend.config import Settings, get_settings
 from backend.store import atomic_write
-from workers.protocol import dumps
+from workers.protocol import SHORT_QUEUES, dumps
 
 logger = logging.getLogger(__name__)
 
@@ -64,22 +65,31 @@ def redis_executable() -> str:
     return found
 
 
-def start_redis(data_dir: Path, *, port: int | None = None, timeout_s: float = 15.0) -> tuple[subprocess.Popen, str]:
-    """A persistent redis-server on loopback with its files under ``data_dir/redis``."""
+def start_redis(
+    data_dir: Path, *, port: int | None = None, timeout_s: float = 15.0, password: str | None = None
+) -> tuple[subprocess.Popen, str]:
+    """A persistent redis-server bound to 127.0.0.1 with its files under ``data_dir/redis``,
+    protected by a password generated for this run (None: a new random one). The returned URL
+    carries it; only this process and its children (through ``REDIS_URL``) know it."""
     from redis import Redis
     from redis.exceptions import RedisError
 
     rdir = (data_dir / "redis").resolve()
     rdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
+    password = password or secrets.token_urlsafe(24)
+    auth = rdir / "auth.conf"  # the password in a 0600 file, not on the command line (ps shows that)
+    auth.touch(mode=0o600)
+    auth.chmod(0o600)
+    auth.write_text(f"requirepass {password}\n")
     args = [
-        redis_executable(), "--bind", "127.0.0.1", "--port", str(port), "--dir", str(rdir),
+        redis_executable(), str(auth), "--bind", "127.0.0.1", "--port", str(port), "--dir", str(rdir),
         "--appendonly", "yes", "--appendfsync", "everysec", "--save", "60 1",
         "--protected-mode", "yes", "--daemonize", "no", "--loglevel", "warning",
         "--logfile", str(rdir / "redis.log"),
     ]
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
-    url = f"redis://127.0.0.1:{port}/0"
+    url = f"redis://:{password}@127.0.0.1:{port}/0"
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -135,8 +145,11 @@ class Supervisor:
                 env[var] = threads
         return env
 
-    def spawn_worker(self) -> subprocess.Popen:
+    def spawn_worker(self, *, short: bool = False) -> subprocess.Popen:
+        """A worker on every queue, or (``short``) one on the short-job queues only."""
         cmd = [sys.executable, "-m", "workers.main"]
+        if short:
+            cmd += ["--queues", ",".join(SHORT_QUEUES)]
         for model in self.preload:
             cmd += ["--preload", model]
         if self.verbose:
@@ -150,6 +163,7 @@ class Supervisor:
 
     def start_workers(self) -> None:
         self.workers = [self.spawn_worker() for _ in range(self.n_workers)]
+        self.workers += [self.spawn_worker(short=True) for _ in range(self.settings.short_workers)]
         self.record()
 
     def watch(self) -> None:
@@ -160,11 +174,15 @@ class Supervisor:
                     continue
                 now = time.monotonic()
                 self.restarts = [t for t in self.restarts if now - t < 60]
-                if len(self.restarts) >= 5:
+                recycled = proc.returncode == 0  # stopped itself after its job or memory bound
+                if len(self.restarts) >= 5 and not recycled:
                     continue
-                logger.warning("worker pid %d exited with %s: restarting it", proc.pid, proc.returncode)
-                self.restarts.append(now)
-                self.workers[i] = self.spawn_worker()
+                if recycled:
+                    logger.info("worker pid %d recycled: starting a fresh one", proc.pid)
+                else:
+                    logger.warning("worker pid %d exited with %s: restarting it", proc.pid, proc.returncode)
+                    self.restarts.append(now)
+                self.workers[i] = self.spawn_worker(short=i >= self.n_workers)
                 self.record()
 
     def record(self) -> None:
@@ -175,7 +193,9 @@ class Supervisor:
             "redis_url": self.redis_url,
             "worker_pids": [p.pid for p in self.workers],
         }
-        atomic_write(self.settings.data_dir / "serve.json", dumps(info))
+        path = self.settings.data_dir / "serve.json"
+        atomic_write(path, dumps(info))
+        path.chmod(0o600)  # the Redis URL carries its password
 
     def shutdown(self) -> None:
         self.stopping.set()

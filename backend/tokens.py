@@ -64,3 +64,15 @@ def count_tokens(spec: ModelSpec, text: str) -> tuple[int, int] | None:
     if tok is None or limit is None:
         return None
     return len(tok.encode(text, add_special_tokens=True).ids), limit
+
+
+def is_blank(spec: ModelSpec, text: str) -> bool:
+    """True when the model's tokenizer finds no token in ``text`` (after its own normalisation).
+
+    Models without a ``tokenizer.json`` here: False (the contract's ``visible`` check and the
+    worker still apply).
+    """
+    if spec.source == "hub":
+        return False
+    tok = _tokenizer(spec.resolve())
+    return tok is not None and not tok.encode(text, add_special_tokens=False).ids

@@ -41,6 +41,26 @@ def _detail(response: httpx.Response) -> str:
     return str(detail)
 
 
+CLIENT_COOKIE = "hs_client"  # a random id per browser, set by frontend/app.py
+
+
+def browser_headers() -> dict[str, str]:
+    """Inside a dashboard callback: the browser's client id (cookie) and address, so the API
+    lists a browser's own uploads and rate-limits per browser (backend/clients.py)."""
+    try:
+        from flask import has_request_context, request
+    except ImportError:
+        return {}
+    if not has_request_context():
+        return {}
+    headers = {}
+    if request.cookies.get(CLIENT_COOKIE):
+        headers["X-Headscope-Client"] = request.cookies[CLIENT_COOKIE][:64]
+    if request.remote_addr:
+        headers["X-Forwarded-For"] = request.remote_addr
+    return headers
+
+
 class ApiClient:
     """Synchronous client of the headscope API rooted at ``base_url`` (e.g. ``http://127.0.0.1:8050``)."""
 
@@ -63,7 +83,7 @@ class ApiClient:
 
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
-            response = self._http.request(method, path, **kwargs)
+            response = self._http.request(method, path, headers=browser_headers(), **kwargs)
         except httpx.HTTPError as exc:
             logger.warning("%s %s failed: %s", method, path, exc)
             raise ApiError(f"the analysis service is not reachable ({type(exc).__name__})") from exc

@@ -20,7 +20,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from frontend.api_client import ApiClient, ApiError
+from frontend.api_client import CLIENT_COOKIE, ApiClient, ApiError
 from frontend.data import ResultStore, parse_query
 from frontend.pages import lasf, pe, terms, text, words
 
@@ -103,5 +103,17 @@ def create_dash_app(api_base_url: str, *, client: ApiClient | None = None) -> da
         if request.path == "/api" or request.path.startswith("/api/"):
             return jsonify({"detail": f"not found: {request.path}"}), 404
         return None
+
+    @app.server.after_request
+    def _client_cookie(response: Any) -> Any:
+        """Give each browser a random client id (its uploads are listed to it alone)."""
+        import secrets
+
+        from flask import request
+
+        if not request.cookies.get(CLIENT_COOKIE):
+            response.set_cookie(CLIENT_COOKIE, secrets.token_urlsafe(18), max_age=365 * 86400,
+                                httponly=True, samesite="Lax")
+        return response
 
     return app

@@ -35,3 +35,8 @@ def held_analysis(request: dict[str, Any]) -> dict[str, Any]:
     while not conn.exists(release_key(job.id)):
         time.sleep(0.02)  # a job timeout (SIGALRM) or SIGKILL ends this wait
     return jobs.run_analysis(request)
+
+
+def noop() -> int:
+    """A job that does nothing (worker recycling tests count jobs, not work)."""
+    return 1

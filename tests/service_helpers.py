@@ -15,6 +15,9 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+# how long a wait may last before a test calls it a hang: a guard, never a claim about speed (the
+# suite must pass on a slow or busy machine; speed is measured by tests/bench/)
+HANG_S = 600.0
 
 
 def free_port() -> int:
@@ -94,7 +97,10 @@ class ServeProcess:
         data = base / "data"
         data.mkdir(parents=True, exist_ok=True)
         cat = write_catalogue(base / "models.json", model_dirs)
-        defaults = {"HEADSCOPE_MAX_UPLOAD_BYTES": str(2 * 2**20), "HEADSCOPE_INSPECT_TIMEOUT_S": "30"}
+        defaults = {"HEADSCOPE_MAX_UPLOAD_BYTES": str(2 * 2**20), "HEADSCOPE_INSPECT_TIMEOUT_S": "30",
+                    # the shared e2e service: no short-job worker, no rate limit (tests/test_service_fair.py
+                    # checks both on their own)
+                    "HEADSCOPE_SHORT_WORKERS": "0", "HEADSCOPE_RATE_LIMIT_WRITES": "0"}
         return cls(data, service_env(data, cat, **{**defaults, **env}), workers=workers)
 
     @property
@@ -104,7 +110,7 @@ class ServeProcess:
     def client(self, **kw: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=60, **kw)
 
-    def start(self, *, timeout_s: float = 120.0) -> None:
+    def start(self, *, timeout_s: float = HANG_S) -> None:
         cmd = [sys.executable, "-m", "backend.cli", "serve", "--port", str(self.port),
                "--workers", str(self.workers), "--no-preload"]
         with open(self.log, "ab") as log:
@@ -171,7 +177,7 @@ class ServeProcess:
         return left
 
 
-def wait_done(client: httpx.Client, path: str, *, timeout_s: float = 120.0) -> dict[str, Any]:
+def wait_done(client: httpx.Client, path: str, *, timeout_s: float = HANG_S) -> dict[str, Any]:
     """Poll ``GET path`` until the job is finished or failed."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -188,3 +194,27 @@ def short_text(words: int = 30) -> str:
     from workers.data import demo_text
 
     return " ".join(demo_text().split()[:words])
+
+
+def wait_ready(conn: Any, procs: list[subprocess.Popen], n: int, log: Path, *, timeout_s: float = HANG_S) -> None:
+    """Wait until ``n`` workers on ``conn`` are ready (models preloaded, taking jobs)."""
+    from workers import protocol
+
+    deadline = time.monotonic() + timeout_s
+    while sum(w["ready"] for w in protocol.live_workers(conn).values()) < n:
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        assert all(p.poll() is None for p in procs), log.read_text()[-3000:]
+        time.sleep(0.2)
+
+
+def stop_all(procs: list[subprocess.Popen], *, grace_s: float = 15) -> None:
+    """SIGTERM every process still running, wait ``grace_s`` each, then SIGKILL."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

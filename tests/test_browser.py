@@ -27,6 +27,8 @@ from conftest import ARTIFACTS, ROOT
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 CHROMIUM = "/usr/bin/chromium"
+# a wait longer than this is a hang: a guard, never a speed claim (a busy machine must pass)
+WAIT_MS = 600_000
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TEXT = "The cat sat on the mat because the dog was tired."
@@ -98,7 +100,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dirs: dict[str, 
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(url, proc, 180)
+        _wait_healthy(url, proc, WAIT_MS / 1000)
         yield url
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -145,7 +147,7 @@ class Watch:
         self.context.close()
 
 
-def _wait_points(page, gid: str, timeout: float = 120_000) -> None:
+def _wait_points(page, gid: str, timeout: float = WAIT_MS) -> None:
     page.wait_for_selector(f"#{gid} .scatterlayer .point", timeout=timeout)
 
 
@@ -156,9 +158,9 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         page.goto(server + "/")
         page.fill("#text-input", TEXT)
         page.click("#analyze-button")
-        page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=120_000)
+        page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=WAIT_MS)
         page.wait_for_function("document.querySelector('#text-status').textContent.includes('done')",
-                               timeout=120_000)
+                               timeout=WAIT_MS)
         heat = page.evaluate(FIGURE_JS, "max-attention-graph")
         assert len(heat["data"]) == 6  # MiniLM: one heatmap per layer
         tokens = page.evaluate("document.querySelector('#max-attention-graph .js-plotly-plot')"
@@ -171,7 +173,7 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         page.mouse.click(x, y)
         _wait_points(page, "head-tsne-graph")
         _wait_points(page, "hidden-tsne-graph")
-        page.wait_for_selector("#attention-matrix-graph .heatmaplayer", timeout=60_000)
+        page.wait_for_selector("#attention-matrix-graph .heatmaplayer", timeout=WAIT_MS)
         head = page.evaluate(FIGURE_JS, "head-tsne-graph")
         assert f"layer {LAYER}, head {HEAD}" in head["title"]
         assert list(head["data"][0]["text"]) == tokens  # tokens as labels
@@ -185,7 +187,7 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         page.mouse.move(x, y, steps=4)
         page.wait_for_function("document.querySelector('#hidden-tsne-graph .js-plotly-plot').layout.shapes"
                                " && document.querySelector('#hidden-tsne-graph .js-plotly-plot').layout.shapes.length",
-                               timeout=10_000)
+                               timeout=WAIT_MS)
         assert [page.evaluate(FIGURE_JS, g)["shapes"] for g in GRAPHS] == [1, 1, 1, 2]  # token 2 in every view
         w.shot("2-head-view")
 
@@ -202,7 +204,7 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         assert html_page.count("Plotly.newPlot") == 7 and "<script src=" not in html_page
         page.check("#text-image-format input[value=svg]")  # the camera button now saves SVG
         page.wait_for_function("document.querySelector('#head-tsne-graph .js-plotly-plot')"
-                               "._context.toImageButtonOptions.format === 'svg'", timeout=10_000)
+                               "._context.toImageButtonOptions.format === 'svg'", timeout=WAIT_MS)
         with page.expect_download() as dl:
             page.locator("#head-tsne-graph .modebar-btn[data-title^='Download']").click()
         assert dl.value.suggested_filename == "headscope-head-tsne-graph.svg"
@@ -211,7 +213,7 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         page.locator("#share-button").scroll_into_view_if_needed()
         page.click("#share-button")
         page.wait_for_function("document.querySelector('#share-url').textContent.includes('share=')",
-                               timeout=30_000)
+                               timeout=WAIT_MS)
         link = page.inner_text("#share-url")
         assert link.startswith(server + "/?share=")
         assert not w.problems, w.problems
@@ -220,20 +222,17 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
 
     fresh = Watch(browser, server, tmp_path)  # a colleague: new context, no cookies, no cache
     try:
-        start = time.perf_counter()
-        fresh.page.goto(link)
-        _wait_points(fresh.page, "head-tsne-graph", timeout=30_000)
-        opened_s = time.perf_counter() - start
+        fresh.page.goto(link)  # no timing claim: the stored map (below) shows nothing was recomputed
+        _wait_points(fresh.page, "head-tsne-graph", timeout=WAIT_MS)
         again = fresh.page.evaluate(FIGURE_JS, "head-tsne-graph")
         assert again["title"] == head["title"]
         assert again["data"][0]["customdata"] == head["data"][0]["customdata"]  # the stored map, not a new one
         assert fresh.page.input_value("#text-input") == TEXT
         assert f"layer={LAYER}" in fresh.page.url and f"head={HEAD}" in fresh.page.url
         assert "shared result" in fresh.page.inner_text("#text-status")
-        _wait_points(fresh.page, "hidden-tsne-graph", timeout=30_000)
-        fresh.page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=30_000)
+        _wait_points(fresh.page, "hidden-tsne-graph", timeout=WAIT_MS)
+        fresh.page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=WAIT_MS)
         fresh.shot("3-shared-link")
-        assert opened_s < 60
         assert not fresh.problems, fresh.problems
     finally:
         fresh.close()
@@ -250,12 +249,12 @@ def test_pe_upload_of_a_demo_checkpoint(server, browser, tmp_path):
     try:
         page.goto(server + "/pe")
         page.set_input_files("#pe-upload input[type=file]", str(upload))
-        page.wait_for_selector("#pe-checkpoint-list .checkpoint", timeout=60_000)
+        page.wait_for_selector("#pe-checkpoint-list .checkpoint", timeout=WAIT_MS)
         assert upload.name in page.inner_text("#pe-checkpoint-list")
         page.click("#pe-run-button")  # defaults: 2d-fixed 4x4 reference, grid-row partition
-        page.wait_for_selector("#pe-metrics-table", timeout=120_000)
-        page.wait_for_selector("#pe-distance-graph .heatmaplayer", timeout=60_000)
-        _wait_points(page, "pe-map-graph", timeout=60_000)
+        page.wait_for_selector("#pe-metrics-table", timeout=WAIT_MS)
+        page.wait_for_selector("#pe-distance-graph .heatmaplayer", timeout=WAIT_MS)
+        _wait_points(page, "pe-map-graph", timeout=WAIT_MS)
         rows = page.locator("#pe-metrics-table tbody tr")
         assert rows.count() == 1
         cells = [c.strip() for c in rows.nth(0).inner_text().split("\t")]
@@ -266,7 +265,7 @@ def test_pe_upload_of_a_demo_checkpoint(server, browser, tmp_path):
         w.shot("4-pe")
         page.click("#pe-demo-button")  # the shipped demos, one click away
         page.wait_for_function("document.querySelectorAll('#pe-checkpoint-list .checkpoint').length > 1",
-                               timeout=60_000)
+                               timeout=WAIT_MS)
         assert not w.problems, w.problems
     finally:
         w.close()

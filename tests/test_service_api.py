@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 from redis import Redis
-from service_helpers import short_text, wait_done
+from service_helpers import HANG_S, short_text, wait_done
 
 from workers import protocol
 
@@ -27,7 +27,7 @@ def post(client, body: dict) -> str:
     return resp.json()["id"]
 
 
-def run(client, body: dict, *, timeout_s: float = 120.0) -> dict:
+def run(client, body: dict, *, timeout_s: float = HANG_S) -> dict:
     job_id = post(client, body)
     done = wait_done(client, f"/api/analyses/{job_id}", timeout_s=timeout_s)
     assert done["id"] == job_id
@@ -120,7 +120,7 @@ def test_minilm_max_attention_and_one_head_match_the_core(client, minilm, demo_t
     text = " ".join(demo_text.split()[:60])
     body = {"model": "minilm", "text": text, "analyses": ["head-tsne", "max-attention"],
             "options": {"layer": 1, "head": 2}}
-    done = run(client, body, timeout_s=180)
+    done = run(client, body)
     assert done["status"] == "finished", done["error"]
     res = done["result"]
     local = run_text(minilm, text)
@@ -206,7 +206,7 @@ def test_50_concurrent_requests_none_lost_identical_computed_once(client, redis)
     for body, job_id in zip(bodies, ids, strict=True):
         by_text.setdefault(body["text"], set()).add(job_id)
     assert all(len(s) == 1 for s in by_text.values()) and len(set(ids)) == 10
-    finals = [wait_done(client, f"/api/analyses/{job_id}", timeout_s=180) for job_id in sorted(set(ids))]
+    finals = [wait_done(client, f"/api/analyses/{job_id}") for job_id in sorted(set(ids))]
     assert [f["status"] for f in finals] == ["finished"] * 10
     assert [int(redis.get(protocol.computed_key(i))) for i in sorted(set(ids))] == [1] * 10
     for f in finals:  # each result belongs to its own request
@@ -237,7 +237,7 @@ def test_bad_uploads_are_refused_and_leave_nothing_behind(client, service):
     resp = client.post("/api/checkpoints", files={"file": ("pe.txt", b"hello", "text/plain")})
     assert resp.status_code == 415 and ".safetensors" in resp.json()["detail"]
     resp = client.post("/api/checkpoints", files={"file": ("../../evil.npy", b"", "application/octet-stream")})
-    assert resp.status_code == 400 and "empty" in resp.json()["detail"] and ".." not in resp.json()["detail"]
+    assert resp.status_code == 422 and "empty" in resp.json()["detail"] and ".." not in resp.json()["detail"]
     big = b"\0" * (3 * 2**20)  # the fixture's limit is 2 MiB
     resp = client.post("/api/checkpoints", files={"file": ("big.npy", big, "application/octet-stream")})
     assert resp.status_code == 413 and "2,097,152" in resp.json()["detail"]

@@ -21,7 +21,15 @@ from types import SimpleNamespace
 import pytest
 from held_jobs import attempts_key, release_key
 from redis import Redis
-from service_helpers import ROOT, service_env, short_text, write_catalogue
+from service_helpers import (
+    HANG_S,
+    ROOT,
+    service_env,
+    short_text,
+    stop_all,
+    wait_ready,
+    write_catalogue,
+)
 
 from backend import queue as queue_module
 from backend.config import Settings
@@ -33,7 +41,7 @@ from workers.contracts import AnalysisRequest
 pytestmark = pytest.mark.slow
 
 WORKER_TTL_S = 3.0
-JOB_TIMEOUT_S = 60
+JOB_TIMEOUT_S = int(HANG_S)  # a released job must never race its timeout, however slow the machine
 
 
 def long_request(seed: int) -> AnalysisRequest:
@@ -62,29 +70,17 @@ def cluster(redis_server, tmp_path_factory, tiny_model_dirs):
     log = open(base / "workers.log", "ab")  # noqa: SIM115 (closed at teardown)
     procs = [subprocess.Popen([sys.executable, "-m", "workers.main", "--preload", "tiny-bert"], cwd=ROOT, env=env, stdout=log,
                               stderr=subprocess.STDOUT) for _ in range(3)]
-    deadline = time.monotonic() + 120
-    while sum(w["ready"] for w in protocol.live_workers(conn).values()) < 3:
-        assert time.monotonic() < deadline, (base / "workers.log").read_text()[-3000:]
-        assert all(p.poll() is None for p in procs), (base / "workers.log").read_text()[-3000:]
-        time.sleep(0.2)
+    wait_ready(conn, procs, 3, base / "workers.log")
     settings = Settings(data_dir=base / "data", redis_url=redis_server, job_timeout_s=JOB_TIMEOUT_S,
                         worker_ttl_s=WORKER_TTL_S)
     store = Store(settings)
     yield SimpleNamespace(conn=conn, settings=settings, store=store, queue=JobQueue(conn, store, settings),
                           procs=procs)
-    for p in procs:
-        if p.poll() is None:
-            p.terminate()
-    for p in procs:
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+    stop_all(procs)
     log.close()
 
 
-def wait_running(c, job_id: str, *, timeout_s: float = 90) -> str:
+def wait_running(c, job_id: str, *, timeout_s: float = HANG_S) -> str:
     """Wait until the job is computing (past loading); return its worker's name."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -116,7 +112,7 @@ def test_job_over_its_timeout_fails_with_a_reason_after_one_retry(cluster):
     queue = JobQueue(cluster.conn, cluster.store, short)
     req = long_request(seed=100)
     queue.submit("analysis", req.job_id(), req.normalised())  # never released: over 1 s, twice
-    state = queue.wait(req.job_id(), timeout_s=90)
+    state = queue.wait(req.job_id(), timeout_s=HANG_S)
     assert state.status == "failed"
     assert "longer than its 1 s limit" in state.error
     assert int(cluster.conn.get(attempts_key(req.job_id()))) == 2  # tried, retried, given up
@@ -128,22 +124,21 @@ def test_killed_worker_job_is_retried_and_finished_while_another_worker_serves(c
     job_id = req.job_id()
     c.queue.submit("analysis", job_id, req.normalised())
     victim = wait_running(c, job_id)
-    killed_at = time.monotonic()
     kill_worker(c, victim)
     small = AnalysisRequest(model="tiny-bert", text=short_text(10), analyses=["max-attention"])
     c.queue.submit("analysis", small.job_id(), small.normalised())
     release(c, small.job_id())
 
-    served = c.queue.wait(small.job_id(), timeout_s=60)
+    served = c.queue.wait(small.job_id(), timeout_s=HANG_S)
     served_at = time.monotonic()
     assert served.status == "finished", served.error
     release(c, job_id)  # only now may the retried job finish
-    state = c.queue.wait(job_id, timeout_s=JOB_TIMEOUT_S + 60)
+    state = c.queue.wait(job_id, timeout_s=HANG_S)
     finished_at = time.monotonic()
     assert state.status == "finished", state.error
     assert served_at < finished_at  # the other worker kept serving while the job was recovered
-    assert finished_at - killed_at < JOB_TIMEOUT_S + 60
     job = protocol.fetch_job(c.conn, job_id)
+    # recovered by the reaper (it sets abandoned_by), not by RQ's own job timeout + 60 s
     assert job.meta["abandoned_by"] == victim and job.worker_name != victim
     assert int(c.conn.get(attempts_key(job_id))) == 2
     assert int(c.conn.get(protocol.computed_key(job_id))) == 1  # computed once, by the second worker
@@ -159,7 +154,7 @@ def test_job_whose_workers_die_twice_fails_with_a_reason(cluster):
     c.queue.submit("analysis", job_id, req.normalised())
     first = wait_running(c, job_id)
     kill_worker(c, first)
-    deadline = time.monotonic() + WORKER_TTL_S + 30
+    deadline = time.monotonic() + HANG_S
     while protocol.fetch_job(c.conn, job_id).meta.get("abandoned_count", 0) < 1:  # the other worker reaps
         assert time.monotonic() < deadline
         time.sleep(0.1)
@@ -167,7 +162,7 @@ def test_job_whose_workers_die_twice_fails_with_a_reason(cluster):
     assert second != first
     kill_worker(c, second)
     assert all(p.poll() is not None for p in c.procs)  # every worker is dead now
-    deadline = time.monotonic() + WORKER_TTL_S + 30
+    deadline = time.monotonic() + HANG_S
     while True:  # no worker left: the API's reaper (this call) hands it to RQ's failure handling
         protocol.reap_abandoned(c.conn)
         state = c.queue.lookup(job_id, with_partial=False)

@@ -76,7 +76,7 @@ def test_bad_checkpoints_get_a_reason_and_leave_nothing_behind(client, service, 
         data = buf.getvalue()
     before = service.leftovers()
     resp = client.post("/api/checkpoints", files={"file": (name, data, "application/octet-stream")})
-    assert resp.status_code == 400, resp.text
+    assert resp.status_code == 422, resp.text  # the file is at fault: 422 naming the problem
     for w in words:
         assert w in resp.json()["detail"]
     assert service.leftovers() == before

@@ -8,9 +8,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+import unicodedata
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 
 AnalysisKind = Literal[
     "max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf"
@@ -38,11 +47,20 @@ MAX_WORDS = 2_000  # word-tsne: lines in the list
 
 LayerSel = int | Literal["all"]
 
+# what tokenizers drop before splitting: controls (NUL), format characters (zero-width space,
+# joiners, BOM), unassigned and private-use code points, and whitespace of every kind
+_INVISIBLE = {"Cc", "Cf", "Cn", "Co", "Cs", "Zs", "Zl", "Zp"}
+
+
+def visible(text: str) -> str:
+    """``text`` without what every tokenizer's normalisation removes; empty: nothing to tokenise."""
+    return "".join(ch for ch in text if unicodedata.category(ch) not in _INVISIBLE)
+
 
 class AnalysisOptions(BaseModel):
     """Options of a text analysis; every field has a default so ``{}`` is valid."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # no "yes" -> True, no true -> 1
 
     truncate: bool = Field(False, description="cut texts longer than the model's limit instead of failing")
     drop_special: bool = Field(False, description="leave [CLS]/[SEP]/<s> out of t-SNE and maps")
@@ -74,7 +92,7 @@ class AnalysisOptions(BaseModel):
 class AnalysisRequest(BaseModel):
     """``POST /api/analyses`` body and the job's input."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # no "yes" -> True, no true -> 1
 
     model: str = Field("minilm", min_length=1, max_length=100)
     text: str = Field(..., max_length=MAX_TEXT_CHARS)
@@ -84,7 +102,7 @@ class AnalysisRequest(BaseModel):
     @field_validator("text")
     @classmethod
     def _not_empty(cls, v: str) -> str:
-        if not v.strip():
+        if not visible(v):
             raise ValueError("the text is empty: paste at least one word")
         return v
 
@@ -143,13 +161,13 @@ class JobStatus(BaseModel):
 # ------------------------------------------------------------------- positional encodings, shares
 
 CHECKPOINT_ID_PATTERN = r"^(ck-[0-9a-f]{32}|demo-[A-Za-z0-9_.-]{1,60})$"
-Grid = tuple[int, int]
+Grid = Annotated[tuple[StrictInt, StrictInt], Strict(False)]  # a JSON list of two whole numbers
 
 
 class CheckpointRef(BaseModel):
     """One PE matrix: an uploaded (``ck-...``) or shipped (``demo-...``) checkpoint and a tensor."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # no "yes" -> True, no true -> 1
 
     id: str = Field(..., pattern=CHECKPOINT_ID_PATTERN)
     tensor: str | None = Field(None, max_length=500, description="None: the best candidate")
@@ -158,7 +176,7 @@ class CheckpointRef(BaseModel):
 class PEReference(BaseModel):
     """What each PE matrix is aligned to (SPEC §7)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # no "yes" -> True, no true -> 1
 
     kind: Literal["2d-fixed", "1d-fixed", "random", "checkpoint", "none"] = "none"
     grid: Grid | None = None
@@ -187,7 +205,7 @@ class PEReference(BaseModel):
 class PEPartition(BaseModel):
     """How positions group into modules for modularity and clustering (SPEC §7)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # no "yes" -> True, no true -> 1
 
     kind: Literal["none", "rows", "columns", "csv"] = "none"
     grid: Grid | None = None
@@ -211,7 +229,7 @@ class PEPartition(BaseModel):
 class PEAnalysisRequest(BaseModel):
     """``POST /api/pe-analyses`` body and the job's input."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # no "yes" -> True, no true -> 1
 
     checkpoints: list[CheckpointRef] = Field(..., min_length=1, max_length=20)
     reference: PEReference = Field(default_factory=PEReference)
@@ -228,7 +246,7 @@ class PEAnalysisRequest(BaseModel):
 class ShareRequest(BaseModel):
     """``POST /api/shares``: exactly one of the two ids, plus the view to restore."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # no "yes" -> True, no true -> 1
 
     analysis_id: str | None = Field(None, max_length=64)
     pe_analysis_id: str | None = Field(None, max_length=64)

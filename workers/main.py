@@ -16,9 +16,9 @@ import time
 from typing import Any
 
 from redis import Redis
-from rq.worker import SimpleWorker
 
 from workers import protocol
+from workers.recycle import RecyclingWorker
 
 logger = logging.getLogger(__name__)
 
@@ -94,11 +94,13 @@ def run_worker(
             logger.warning("could not publish the demo checkpoints", exc_info=True)
         info["ready"] = True
         protocol.beat(conn, name, ttl_s=settings.worker_ttl_s, info=info)
-        worker = SimpleWorker(
+        worker = RecyclingWorker(
             [protocol.queue(conn, q) for q in queues], connection=conn, name=name, serializer=protocol.SERIALIZER
         )
+        worker.max_rss_mb = float(settings.worker_max_rss_mb)
         logger.info("worker %s (pid %d) listening on %s", name, os.getpid(), ", ".join(queues))
-        worker.work(burst=burst, logging_level="INFO" if verbose else "WARNING", with_scheduler=False)
+        worker.work(burst=burst, logging_level="INFO" if verbose else "WARNING", with_scheduler=False,
+                    max_jobs=settings.worker_max_jobs or None)
     finally:
         ticker.stop()
         try:
@@ -117,7 +119,9 @@ def healthy_here(conn: Redis) -> bool:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis-url", default=None, help="default: $REDIS_URL")
     parser.add_argument("--name", default=None, help="worker name (default host.pid.random)")
-    parser.add_argument("--queues", default=",".join(protocol.QUEUES), help="comma-separated, in priority order")
+    parser.add_argument("--queues", default=",".join(protocol.QUEUES),
+                        help="comma-separated, in priority order; short-job workers: "
+                        f"{protocol.FAST_QUEUE},{protocol.SHORT_QUEUE}")
     parser.add_argument("--preload", action="append", default=[], help="load this catalogue model at start")
     parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     parser.add_argument("--check", action="store_true",

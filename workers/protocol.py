@@ -41,7 +41,24 @@ logger = logging.getLogger(__name__)
 
 QUEUE = "headscope"  # analyses
 FAST_QUEUE = "headscope-fast"  # checkpoint inspections: a user is waiting on the upload
-QUEUES = (FAST_QUEUE, QUEUE)  # the order workers listen in
+SHORT_QUEUE = "headscope-short"  # short jobs (PE analyses, one head): served by short-job workers too
+QUEUES = (FAST_QUEUE, SHORT_QUEUE, QUEUE)  # the order workers listen in
+SHORT_QUEUES = (FAST_QUEUE, SHORT_QUEUE)  # what a short-job worker listens to
+SHORT_ANALYSES = {"max-attention", "head-tsne"}
+
+
+def is_short(kind: str, request: dict[str, Any]) -> bool:
+    """A job that takes seconds at most: a PE analysis, or max attention and/or one head's t-SNE."""
+    if kind == "pe":
+        return True
+    if kind != "analysis":
+        return False
+    kinds = set(request.get("analyses") or ())
+    opts = request.get("options") or {}
+    one_head = isinstance(opts.get("layer"), int) and isinstance(opts.get("head"), int)
+    return bool(kinds) and kinds <= SHORT_ANALYSES and (
+        "head-tsne" not in kinds or (one_head and not opts.get("all_heads") and int(opts.get("restarts", 1)) <= 4)
+    )
 SERIALIZER = JSONSerializer
 
 

@@ -10,8 +10,9 @@ from fastapi.responses import JSONResponse
 
 from backend.api.common import job_status
 from backend.deps import QueueDep, StoreDep, WriteAccess
+from backend.errors import error_responses
 from backend.store import Store
-from backend.tokens import count_tokens
+from backend.tokens import count_tokens, is_blank
 from workers.contracts import LASF_MODELS, AnalysisRequest, JobStatus, is_lasf_model
 from workers.errors import HeadscopeError, TextTooLongError
 from workers.models.catalogue import ModelSpec, get_catalogue
@@ -62,6 +63,13 @@ def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
             raise HTTPException(422, f"layer {o.layer} is out of range: {req.model} has layers 0-{top}")
     if isinstance(o.head, int) and n_heads and not 0 <= o.head < n_heads:
         raise HTTPException(422, f"head {o.head} is out of range: {req.model} has heads 0-{n_heads - 1}")
+    if isinstance(o.hidden_layer, int) and n_layers and not 0 <= o.hidden_layer <= n_layers:
+        raise HTTPException(
+            422, f"hidden_layer {o.hidden_layer} is out of range: {req.model} has states 0-{n_layers} "
+            f"(0 = embedding output, l + 1 = output of layer l)"
+        )
+    if is_blank(spec, req.text):
+        raise HTTPException(422, "the text is empty after normalisation (only invisible or control characters)")
     if not o.truncate and kinds & WHOLE_TEXT_KINDS:
         counted = count_tokens(spec, req.text)
         if counted is not None and counted[0] > counted[1]:
@@ -73,7 +81,7 @@ def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
     "/api/analyses",
     status_code=202,
     dependencies=[WriteAccess],
-    responses={422: {"description": "unknown model, empty or over-long text, bad option"}},
+    responses=error_responses(),
 )
 def submit_analysis(req: AnalysisRequest, queue: QueueDep, store: StoreDep) -> JSONResponse:
     """Queue a text analysis; identical requests get the same id, job and result."""
@@ -83,7 +91,7 @@ def submit_analysis(req: AnalysisRequest, queue: QueueDep, store: StoreDep) -> J
     return JSONResponse({"id": job_id, "status": state.status}, status_code=202)
 
 
-@router.get("/api/analyses/{job_id}", response_model=JobStatus, responses={404: {"description": "unknown id"}})
+@router.get("/api/analyses/{job_id}", response_model=JobStatus, responses=error_responses(404))
 def get_analysis(job_id: str, queue: QueueDep):
     """Status, progress, partial sections while running, the result when finished."""
     return job_status(queue, job_id, kind="analysis", what="analysis", pattern=JOB_ID)

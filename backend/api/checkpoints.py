@@ -1,9 +1,11 @@
 """``POST /api/checkpoints`` (multipart upload), ``GET /api/checkpoints[/{id}]``.
 
-The API never opens a checkpoint (``.pt`` needs torch): it stores the bytes in the store,
-content-addressed (``ck-`` + SHA-256), and waits for a worker's inspection job to list the candidate tensors. A file
-the worker rejects (corrupt, a pickle that would run code, no 2-D tensor) gets a 400 with the
-worker's reason, and nothing of it is kept.
+The API reads an upload itself, without torch (``workers.models.checkpoints`` parses safetensors,
+NumPy and PyTorch zip files with a restricted unpickler; nothing in a file runs), checks it
+completely before it is stored, and keeps it content-addressed (``ck-`` + SHA-256). A file it
+refuses (corrupt, lying about its sizes, a pickle that would run code, NaN values, no 2-D tensor)
+gets a 422 naming the problem, and nothing of it is kept: no row in the store, no file.
+A LasF checkpoint (docs/lasf.md) is recognised by its metadata and validated in full the same way.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import hashlib
 import json
 import logging
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -19,16 +22,30 @@ from typing import Any, Literal
 from fastapi import APIRouter, HTTPException, UploadFile
 from redis import Redis
 
+from backend import quota
 from backend.api.common import not_found
+from backend.clients import ClientDep
 from backend.deps import QueueDep, SettingsDep, StoreDep, WriteAccess
+from backend.errors import error_responses
 from backend.store import Store
 from workers import protocol
+from workers.errors import HeadscopeError
+from workers.models.checkpoint_checks import inspect_file
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["positional encodings"])
 
 CHUNK = 2**20
 PUBLIC = ("id", "filename", "size", "candidates", "default", "uploaded_at", "lasf")
+
+
+def _jsonable(obj: Any) -> Any:
+    """numpy scalars in the reader's output as plain JSON values."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_jsonable(v) for v in obj]
+    return obj.item() if hasattr(obj, "item") and not isinstance(obj, str) else obj
 
 
 def safe_filename(name: str | None) -> str:
@@ -59,15 +76,20 @@ def _public(meta: dict[str, Any]) -> dict[str, Any]:
     return {k: meta[k] for k in PUBLIC if k in meta}
 
 
-@router.post("/api/checkpoints", status_code=201, dependencies=[WriteAccess])
+@router.post(
+    "/api/checkpoints", status_code=201, dependencies=[WriteAccess], responses=error_responses(413, 415)
+)
 def upload_checkpoint(
-    file: UploadFile, queue: QueueDep, store: StoreDep, settings: SettingsDep, kind: Literal["any", "lasf"] = "any"
-) -> dict:
-    """Store an uploaded checkpoint and list its candidate PE tensors (best first).
+    file: UploadFile, store: StoreDep, settings: SettingsDep, client: ClientDep,
+    kind: Literal["any", "lasf"] = "any",
+) -> dict:  # fmt: skip
+    """Check an uploaded checkpoint completely, then store it and list its candidate PE tensors.
 
-    A LasF checkpoint (docs/lasf.md) is recognised by its metadata and validated in full; its
-    reply carries ``lasf`` (base model, sizes, mode) instead of candidates. ``kind=lasf`` accepts
-    only LasF checkpoints (422 otherwise).
+    Nothing of a refused upload is kept: it is read from a temporary directory and checked
+    (``workers.models.checkpoint_checks.inspect_file``: structure, sizes, offsets, values) before
+    it is stored. A LasF checkpoint (docs/lasf.md) is recognised by its metadata and validated in
+    full; its reply carries ``lasf`` (base model, sizes, mode) instead of candidates. ``kind=lasf``
+    accepts only LasF checkpoints (422 otherwise).
     """
     filename = safe_filename(file.filename)
     ext = extension(filename)
@@ -75,7 +97,9 @@ def upload_checkpoint(
         raise HTTPException(
             415, f"{filename}: unsupported file type; upload {', '.join(protocol.CHECKPOINT_EXTS)}"
         )
-    tmp = store.new_upload_path()
+    work = store.new_upload_path()
+    work.mkdir(parents=True)
+    tmp = work / filename
     digest, size = hashlib.sha256(), 0
     try:
         with open(tmp, "wb") as out:
@@ -86,31 +110,19 @@ def upload_checkpoint(
                 digest.update(chunk)
                 out.write(chunk)
         if size == 0:
-            raise HTTPException(400, f"{filename} is empty")
+            raise HTTPException(422, f"{filename} is empty")
         ck_id = f"ck-{digest.hexdigest()[:32]}"
-        existing = store.checkpoint(ck_id)
+        existing = store.add_checkpoint_owner(ck_id, client.owner)
         if existing is not None:
             if kind == "lasf" and not existing.get("lasf"):
                 raise HTTPException(422, _not_lasf(filename))
             return _public(existing)
-        store.stage_checkpoint(ck_id, tmp, ext=ext, filename=filename)
+        quota.check_upload(store, settings, owner=client.owner, size=size, filename=filename)
+        candidates, lasf = _inspect(tmp, filename=filename, kind=kind, max_bytes=settings.max_upload_bytes)
+        store.stage_checkpoint(ck_id, tmp, ext=ext, filename=filename, owner=client.owner)
     finally:
-        tmp.unlink(missing_ok=True)
-    conn = queue.conn
-    try:  # the worker reads the staged bytes through the store
-        queue.submit("inspect", ck_id, {"checkpoint": ck_id, "filename": filename})
-        state = queue.wait(ck_id, timeout_s=settings.inspect_timeout_s)
-        if state is None or state.status != "finished" or state.result_raw is None:
-            raise _rejection(state, filename, ck_id, settings.inspect_timeout_s, conn)
-        inspected = json.loads(state.result_raw)
-        candidates, lasf = inspected["candidates"], inspected.get("lasf")
-        if kind == "lasf" and not lasf:
-            raise HTTPException(422, _not_lasf(filename))
-        if not candidates and not lasf:
-            raise HTTPException(400, f"{filename} holds no 2-D tensor that could be a positional encoding")
-    except BaseException:
-        store.discard_checkpoint(ck_id)
-        raise
+        shutil.rmtree(work, ignore_errors=True)
+    candidates = sorted(candidates, key=lambda c: -float(c.get("score") or 0.0))
     meta = {
         "id": ck_id,
         "filename": filename,
@@ -118,10 +130,15 @@ def upload_checkpoint(
         "candidates": candidates,
         "default": candidates[0]["name"] if candidates else None,
         "uploaded_at": time.time(),
+        "owners": [client.owner],
     }
     if lasf:
         meta["lasf"] = lasf
-    store.commit_checkpoint(ck_id, meta)
+    try:
+        store.commit_checkpoint(ck_id, meta)
+    except BaseException:
+        store.delete_checkpoint(ck_id)
+        raise
     return _public(meta)
 
 
@@ -129,26 +146,35 @@ def _not_lasf(filename: str) -> str:
     return f"{filename} is not a LasF checkpoint (a safetensors file with a lasf-ckpt-v1 config in its metadata)"
 
 
-def _rejection(state: Any, filename: str, ck_id: str, timeout_s: float, conn: Redis) -> HTTPException:
-    if state is not None and state.status == "failed":
-        if state.user_error and state.error_code == "bad_lasf_checkpoint":
-            return HTTPException(422, f"{filename}: {state.error}")
-        if state.user_error:
-            return HTTPException(400, f"{filename}: {state.error}")
-        return HTTPException(500, f"{filename} could not be inspected: {state.error}")
-    job = protocol.fetch_job(conn, ck_id)
-    if job is not None:  # nobody picked it up in time: withdraw it with the upload
-        job.delete(remove_from_queue=True)
-    return HTTPException(503, f"no worker read {filename} within {timeout_s:g} s; try again later")
+def _inspect(path: Path, *, filename: str, kind: str, max_bytes: int) -> tuple[list[dict[str, Any]], Any]:
+    """(PE candidates, LasF description or None) of an upload; 422 naming the problem."""
+    from workers.lasf.checkpoint import describe, is_lasf_file, read_checkpoint
+
+    try:
+        if is_lasf_file(path):
+            return [], _jsonable(describe(read_checkpoint(path)))
+        if kind == "lasf":
+            raise HTTPException(422, _not_lasf(filename))
+        candidates = _jsonable(inspect_file(path, max_bytes=max_bytes))
+    except HeadscopeError as exc:
+        reason = str(exc)
+        raise HTTPException(422, reason if reason.startswith(filename) else f"{filename}: {reason}") from None
+    if not candidates:
+        raise HTTPException(422, f"{filename} holds no 2-D tensor that could be a positional encoding")
+    return candidates, None
 
 
 @router.get("/api/checkpoints")
-def list_checkpoints(queue: QueueDep, store: StoreDep) -> dict:
-    """Uploaded checkpoints and the shipped demos (ids ``demo-...``)."""
-    return {"checkpoints": [_public(m) for m in store.list_checkpoints()], "demos": demos(queue.conn)}
+def list_checkpoints(queue: QueueDep, store: StoreDep, client: ClientDep) -> dict:
+    """This client's uploads (no one else's) and the shipped demos (ids ``demo-...``).
+
+    An upload's id still opens it for anyone who has it (a share, a link): ids are content hashes.
+    """
+    mine = [_public(m) for m in store.list_checkpoints() if client.owner in m.get("owners", [])]
+    return {"checkpoints": mine, "demos": demos(queue.conn)}
 
 
-@router.get("/api/checkpoints/{checkpoint_id}", responses={404: {"description": "unknown id"}})
+@router.get("/api/checkpoints/{checkpoint_id}", responses=error_responses(404))
 def get_checkpoint(checkpoint_id: str, queue: QueueDep, store: StoreDep) -> dict:
     ck = known_checkpoint(checkpoint_id, queue.conn, store)
     if ck is None:

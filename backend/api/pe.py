@@ -8,13 +8,14 @@ from fastapi.responses import JSONResponse
 from backend.api.checkpoints import known_checkpoint
 from backend.api.common import job_status
 from backend.deps import QueueDep, StoreDep, WriteAccess
+from backend.errors import error_responses
 from workers.contracts import JobStatus, PEAnalysisRequest
 from workers.protocol import JOB_ID
 
 router = APIRouter(tags=["positional encodings"])
 
 
-@router.post("/api/pe-analyses", status_code=202, dependencies=[WriteAccess])
+@router.post("/api/pe-analyses", status_code=202, dependencies=[WriteAccess], responses=error_responses(404))
 def submit_pe(req: PEAnalysisRequest, queue: QueueDep, store: StoreDep) -> JSONResponse:
     """Queue a PE analysis of one or more checkpoints (SPEC §7)."""
     refs = list(req.checkpoints)
@@ -30,11 +31,14 @@ def submit_pe(req: PEAnalysisRequest, queue: QueueDep, store: StoreDep) -> JSONR
                 422, f"checkpoint {ck.get('filename', ref.id)} has no 2-D tensor {ref.tensor!r}; "
                 f"candidates: {', '.join(names) or 'none'}"
             )
+    for ref in refs:
+        if not ref.id.startswith("demo-"):
+            store.touch_checkpoint(ref.id)  # in use: its expiry clock restarts
     job_id = req.job_id()
     state = queue.submit("pe", job_id, req.normalised())
     return JSONResponse({"id": job_id, "status": state.status}, status_code=202)
 
 
-@router.get("/api/pe-analyses/{job_id}", response_model=JobStatus, responses={404: {"description": "unknown id"}})
+@router.get("/api/pe-analyses/{job_id}", response_model=JobStatus, responses=error_responses(404))
 def get_pe(job_id: str, queue: QueueDep):
     return job_status(queue, job_id, kind="pe", what="PE analysis", pattern=JOB_ID)

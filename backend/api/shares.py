@@ -7,13 +7,16 @@ from fastapi.responses import Response
 
 from backend.api.common import not_found, raw_json
 from backend.deps import QueueDep, SettingsDep, StoreDep, WriteAccess
+from backend.errors import error_responses
 from workers.contracts import ShareRequest
 from workers.protocol import JOB_ID, dumps
 
 router = APIRouter(tags=["shares"])
 
 
-@router.post("/api/shares", status_code=201, dependencies=[WriteAccess])
+@router.post(
+    "/api/shares", status_code=201, dependencies=[WriteAccess], responses=error_responses(404, 409, 413)
+)
 def create_share(req: ShareRequest, queue: QueueDep, store: StoreDep, settings: SettingsDep) -> dict:
     """A share of a finished analysis (or PE analysis) and the view to restore."""
     kind = "analysis" if req.analysis_id is not None else "pe"
@@ -35,7 +38,7 @@ def create_share(req: ShareRequest, queue: QueueDep, store: StoreDep, settings: 
     return {"id": share["id"], "url": f"{page}?share={share['id']}"}
 
 
-@router.get("/api/shares/{share_id}", responses={404: {"description": "unknown id"}})
+@router.get("/api/shares/{share_id}", responses=error_responses(404, 410))
 def open_share(share_id: str, store: StoreDep) -> Response:
     """``{"id", "kind", "view", "request", "result"}`` from disk; never recomputes."""
     share = store.read_share(share_id)

@@ -28,6 +28,16 @@ from typing import Any
 import numpy as np
 
 from workers.errors import BadFileError
+from workers.models.checkpoint_checks import (
+    MAX_NDIM,
+    NPY_VERSIONS,
+    check_data_size,
+    check_npy_shape,
+    check_spans,
+    clean_name,
+    clean_names,
+    whole_count,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -180,10 +190,8 @@ def _guard(path: Path, work: Callable[[], Any]) -> Any:
     except MemoryError:
         raise BadFileError(f"{path.name}: the file asks for more memory than allowed") from None
     except Exception as exc:  # noqa: BLE001 - parsers of untrusted bytes raise anything
-        logger.info("checkpoint %s rejected: %r", path, exc)
-        raise BadFileError(
-            f"{path.name}: corrupt or unsupported file ({type(exc).__name__}: {exc})"[:300]
-        ) from None
+        logger.info("checkpoint %s rejected: %r", path, exc)  # the library's words stay in the log
+        raise BadFileError(f"{path.name}: corrupt or unsupported file") from None
 
 
 def _words(name: str) -> list[str]:
@@ -242,7 +250,7 @@ def _scan(path: Path, *, max_bytes: int | None) -> list[_Entry]:
         )
     if len(entries) > MAX_TENSORS:
         raise BadFileError(f"{path.name} holds {len(entries)} tensors; the limit is {MAX_TENSORS}")
-    return entries
+    return clean_names(entries)
 
 
 def _scan_directory(path: Path, *, max_bytes: int | None) -> list[_Entry]:
@@ -277,23 +285,28 @@ def _scan_safetensors(path: Path, size: int) -> list[_Entry]:
     if not isinstance(header, dict):
         raise BadFileError(f"{bad} (the header is not a JSON object)")
     base = 8 + n
-    entries = []
+    entries, spans = [], []
     for name, info in header.items():
         if name == "__metadata__":
             continue
-        try:
-            dtype, itemsize = _ST_DTYPES[info["dtype"]]
-            shape = tuple(int(s) for s in info["shape"])
-            begin, end = (int(o) for o in info["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            raise BadFileError(f"{bad} (bad entry for tensor {name!r})") from None
-        if any(s < 0 for s in shape) or not 0 <= begin <= end or base + end > size:
-            raise BadFileError(f"{bad} (tensor {name!r} lies outside the file)")
+        label = f"{bad} (tensor {clean_name(name)!r}"
+        if not isinstance(info, dict) or info.get("dtype") not in _ST_DTYPES:
+            raise BadFileError(f"{label}: missing or unknown dtype)")
+        dtype, itemsize = _ST_DTYPES[info["dtype"]]
+        shape = info.get("shape")
+        offsets = info.get("data_offsets")
+        if not (isinstance(shape, list) and len(shape) <= MAX_NDIM and all(whole_count(s) for s in shape)):
+            raise BadFileError(f"{label}: the shape must be a list of at most {MAX_NDIM} whole numbers >= 0)")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(whole_count(o) for o in offsets)):
+            raise BadFileError(f"{label}: data_offsets must be two whole numbers >= 0)")
+        begin, end = offsets
+        if begin > end or base + end > size:
+            raise BadFileError(f"{label} lies outside the file)")
         if end - begin != math.prod(shape) * itemsize:
-            raise BadFileError(
-                f"{bad} (tensor {name!r}: {end - begin} bytes for shape {list(shape)})"
-            )
-        entries.append(_Entry(name, shape, dtype, _reader(path, base + begin, dtype, shape)))
+            raise BadFileError(f"{label}: {end - begin} bytes for shape {shape} of {info['dtype']})")
+        spans.append((begin, end, name))
+        entries.append(_Entry(name, tuple(shape), dtype, _reader(path, base + begin, dtype, tuple(shape))))
+    check_spans(spans, data_size=size - base, bad=bad)
     return entries
 
 
@@ -329,14 +342,20 @@ def _decode(raw: bytes, dtype: str, order: str) -> np.ndarray:
 def _npy_header(fp: Any, label: str) -> tuple[tuple[int, ...], np.dtype]:
     try:
         version = np.lib.format.read_magic(fp)
-        read = (
-            np.lib.format.read_array_header_1_0
-            if version == (1, 0)
-            else np.lib.format.read_array_header_2_0
+    except (ValueError, OSError, EOFError) as exc:
+        logger.info("%s: bad .npy magic: %r", label, exc)
+        raise BadFileError(f"{label}: corrupt .npy header") from None
+    if version not in NPY_VERSIONS:
+        raise BadFileError(
+            f"{label}: .npy format version {version[0]}.{version[1]} is not supported (1.0, 2.0 or 3.0)"
         )
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    try:
         shape, _fortran, dtype = read(fp, max_header_size=10_000)
-    except (ValueError, OSError, SyntaxError, EOFError) as exc:
-        raise BadFileError(f"{label}: corrupt .npy data ({exc})") from None
+    except (ValueError, OSError, SyntaxError, EOFError, TypeError) as exc:
+        logger.info("%s: bad .npy header: %r", label, exc)
+        raise BadFileError(f"{label}: corrupt .npy header") from None
+    check_npy_shape(shape, label)
     return tuple(shape), dtype
 
 
@@ -351,13 +370,16 @@ def _np_dtype_name(dtype: np.dtype, label: str) -> str:
 def _npy_entry(path: Path, name: str) -> _Entry:
     with open(path, "rb") as f:
         shape, dtype = _npy_header(f, path.name)
+        header_end = f.tell()
     kind = _np_dtype_name(dtype, path.name)
+    check_data_size(path.stat().st_size - header_end, math.prod(shape) * dtype.itemsize, path.name, shape)
 
     def load() -> np.ndarray:
         try:
             arr = np.load(path, allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:
-            raise BadFileError(f"{path.name}: corrupt .npy file ({exc})") from None
+            logger.info("%s: unreadable .npy: %r", path.name, exc)
+            raise BadFileError(f"{path.name}: corrupt .npy file") from None
         return _native_float(arr)
 
     return _Entry(name, shape, kind, load)
@@ -372,7 +394,8 @@ def _scan_zip(path: Path) -> list[_Entry]:
         zf = zipfile.ZipFile(path)
         infos = zf.infolist()
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise BadFileError(f"{path.name}: corrupt zip archive ({exc})") from None
+        logger.info("%s: unreadable zip: %r", path.name, exc)
+        raise BadFileError(f"{path.name}: corrupt zip archive") from None
     with zf:
         names = [i.filename for i in infos]
         pkl = [n for n in names if n.endswith("data.pkl") and n.count("/") == 1]
@@ -396,21 +419,21 @@ def _scan_npz(path: Path, zf: zipfile.ZipFile) -> list[_Entry]:
         try:
             with zf.open(info) as fp:
                 shape, dtype = _npy_header(fp, f"{path.name}:{name}")
+                header_end = fp.tell()
         except (OSError, zlib.error, zipfile.BadZipFile) as exc:
-            raise BadFileError(f"{path.name}: corrupt .npz archive ({exc})") from None
+            logger.info("%s: unreadable .npz member: %r", path.name, exc)
+            raise BadFileError(f"{path.name}: corrupt .npz archive") from None
         kind = _np_dtype_name(dtype, f"{path.name}:{name}")
         need = math.prod(shape) * dtype.itemsize
-        if info.file_size > need + 100_000:  # header + data, nothing hidden behind
-            raise BadFileError(
-                f"{path.name}:{name}: {info.file_size} bytes for shape {list(shape)}"
-            )
+        check_data_size(info.file_size - header_end, need, f"{path.name}:{name}", shape)
 
         def load(member: str = info.filename) -> np.ndarray:
             try:
                 with zipfile.ZipFile(path) as z, z.open(member) as fp:
                     return _native_float(np.lib.format.read_array(fp, allow_pickle=False))
             except (ValueError, OSError, EOFError, zlib.error, zipfile.BadZipFile) as exc:
-                raise BadFileError(f"{path.name}:{member}: corrupt array ({exc})") from None
+                logger.info("%s:%s: unreadable array: %r", path.name, member, exc)
+                raise BadFileError(f"{path.name}:{member}: corrupt array") from None
 
         entries.append(_Entry(name, shape, kind, load))
     return entries

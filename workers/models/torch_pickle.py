@@ -10,6 +10,7 @@ one's bytes are read, and its geometry is checked against its storage first.
 from __future__ import annotations
 
 import io
+import logging
 import math
 import pickle
 import pickletools
@@ -31,6 +32,8 @@ from workers.models.checkpoints import (
     _decode,
     _Entry,
 )
+
+logger = logging.getLogger(__name__)
 
 _TORCH_STORAGES = {  # torch.<Name>Storage -> (dtype name, itemsize)
     "DoubleStorage": ("float64", 8), "FloatStorage": ("float32", 4), "HalfStorage": ("float16", 2),
@@ -135,9 +138,8 @@ def scan_torch_zip(path: Path, zf: zipfile.ZipFile, pkl_name: str) -> list[_Entr
         raise
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
             KeyError, RecursionError, MemoryError, OSError, zlib.error, zipfile.BadZipFile) as exc:  # fmt: skip
-        raise BadFileError(
-            f"{path.name}: corrupt PyTorch checkpoint ({type(exc).__name__}: {exc})"
-        ) from None
+        logger.info("%s: unreadable pickle: %r", path.name, exc)
+        raise BadFileError(f"{path.name}: corrupt PyTorch checkpoint (its pickle cannot be read)") from None
     found: list[tuple[str, _TensorRef]] = []
     _collect(obj, "", found)
     if not found:
@@ -177,7 +179,8 @@ def _torch_reader(path: Path, member: str, ref: _TensorRef, order: str) -> Calla
             with zipfile.ZipFile(path) as z, z.open(member) as fp:
                 raw = fp.read(st.numel * st.itemsize)
         except (OSError, zlib.error, zipfile.BadZipFile) as exc:
-            raise BadFileError(f"{path.name}: cannot read tensor data ({exc})") from None
+            logger.info("%s: unreadable tensor data: %r", path.name, exc)
+            raise BadFileError(f"{path.name}: cannot read the data of a tensor (corrupt archive)") from None
         flat = _decode(raw, st.dtype, order)
         view = np.lib.stride_tricks.as_strided(
             flat[ref.offset :], shape=ref.shape, strides=[s * flat.itemsize for s in ref.stride]
@@ -208,8 +211,8 @@ def refuse_raw_pickle(path: Path) -> None:
                 break
     except UnsafePickleError:
         raise
-    except (ValueError, IndexError) as exc:
-        raise BadFileError(f"{path.name}: corrupt pickle ({exc})") from None
+    except (ValueError, IndexError):
+        raise BadFileError(f"{path.name}: corrupt pickle") from None
     raise BadFileError(
         f"{path.name}: a bare pickle or a legacy (pre-1.6) PyTorch file is not accepted; "
         f"re-save it with torch.save (zip format) or as safetensors"

@@ -138,6 +138,41 @@ class CheckpointStore:
             conn.execute(delete(checkpoints).where(staged))
         self._forget_files(checkpoint_id, row.blob_path)
 
+    # ------------------------------------------------- fair-use bookkeeping (backend/quota.py)
+
+    def add_checkpoint_owner(self, checkpoint_id: str, owner: str) -> dict[str, Any] | None:
+        """Record ``owner`` among the clients that uploaded a committed checkpoint (``meta["owners"]``)
+        and mark it used; return the updated meta, or None if there is no such checkpoint."""
+        meta = self.checkpoint(checkpoint_id)
+        if meta is None:
+            return None
+        owners = list(meta.get("owners", []))
+        if owner not in owners:
+            owners.append(owner)
+        meta = {**meta, "owners": owners}
+        with self._conn(write=True) as conn:
+            conn.execute(update(checkpoints).where(checkpoints.c.id == checkpoint_id)
+                         .values(meta=dumps(meta), used_at=time.time()))
+        return meta
+
+    def touch_checkpoint(self, checkpoint_id: str) -> None:
+        """Restart a checkpoint's expiry clock (it was used)."""
+        if not CHECKPOINT_ID.fullmatch(checkpoint_id):
+            return
+        with self._conn(write=True) as conn:
+            conn.execute(update(checkpoints).where(checkpoints.c.id == checkpoint_id).values(used_at=time.time()))
+
+    def delete_checkpoint(self, checkpoint_id: str) -> None:
+        """Remove a checkpoint, committed or not, with its bytes."""
+        self._check_id(checkpoint_id)
+        with self._conn(write=True) as conn:
+            row = conn.execute(select(checkpoints.c.blob_path).where(checkpoints.c.id == checkpoint_id)).first()
+            if row is None:
+                return
+            conn.execute(delete(checkpoint_chunks).where(checkpoint_chunks.c.checkpoint_id == checkpoint_id))
+            conn.execute(delete(checkpoints).where(checkpoints.c.id == checkpoint_id))
+        self._forget_files(checkpoint_id, row.blob_path)
+
     def _forget_files(self, checkpoint_id: str, blob_path: str | None) -> None:
         if blob_path and self.blob_dir is not None:
             (self.blob_dir / blob_path).unlink(missing_ok=True)

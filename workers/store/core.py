@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import secrets
+import shutil
 import time
 import zlib
 from collections.abc import Iterator
@@ -161,8 +162,41 @@ class Store(CheckpointStore):
         """Restart a result's expiry clock (a share now references it)."""
         self._check_job_id(job_id)
         with self._conn(write=True) as conn:
+            now = time.time()
             conn.execute(update(results).where(results.c.id == job_id)
-                         .values(expires_at=time.time() + self.settings.result_ttl_s))
+                         .values(expires_at=now + self.settings.result_ttl_s, used_at=now))
+
+    def result_request(self, job_id: str) -> dict[str, Any] | None:
+        """The stored request of a persisted result, or None."""
+        if not JOB_ID.fullmatch(job_id):
+            return None
+        with self._conn() as conn:
+            raw = conn.execute(select(results.c.request).where(results.c.id == job_id)).scalar()
+        return json.loads(raw) if raw else None
+
+    def delete_result(self, job_id: str) -> None:
+        """Remove a persisted result."""
+        self._check_job_id(job_id)
+        with self._conn(write=True) as conn:
+            conn.execute(delete(results).where(results.c.id == job_id))
+
+    def stored_items(self) -> list[dict[str, Any]]:
+        """Every stored result and committed checkpoint for the storage quota: ``{"kind":
+        "result"|"checkpoint", "id", "bytes", "used_at"}``, plus ``owners`` for checkpoints."""
+        res_used = func.coalesce(results.c.used_at, results.c.created_at)
+        ck_used = func.coalesce(checkpoints.c.used_at, checkpoints.c.created_at)
+        with self._conn() as conn:
+            rows = conn.execute(select(results.c.id, func.length(results.c.body), res_used)).all()
+            cks = conn.execute(select(checkpoints.c.id, checkpoints.c.size, ck_used, checkpoints.c.meta)
+                               .where(checkpoints.c.state == "ready")).all()
+        items: list[dict[str, Any]] = [
+            {"kind": "result", "id": rid, "bytes": int(size or 0), "used_at": float(used)} for rid, size, used in rows
+        ]
+        for cid, size, used, meta in cks:
+            owners = list(json.loads(meta).get("owners", [])) if meta else []
+            items.append({"kind": "checkpoint", "id": cid, "bytes": int(size), "used_at": float(used),
+                          "owners": owners})
+        return items
 
     # ------------------------------------------------------------------------------- shares
 
@@ -255,7 +289,10 @@ class Store(CheckpointStore):
         for tmp in self.tmp_dir.iterdir():
             try:
                 if now - tmp.stat().st_mtime > STALE_UPLOAD_S:
-                    tmp.unlink(missing_ok=True)
+                    if tmp.is_dir():  # an upload in flight may be a directory (backend/api/checkpoints.py)
+                        shutil.rmtree(tmp, ignore_errors=True)
+                    else:
+                        tmp.unlink(missing_ok=True)
             except FileNotFoundError:
                 pass
         if removed:

@@ -41,6 +41,7 @@ results = Table(
     Column("owner", String(128), nullable=True, index=True),
     Column("created_at", Float, nullable=False),
     Column("expires_at", Float, nullable=True, index=True),
+    Column("used_at", Float, nullable=True),  # last read through a share or touch; NULL: created_at
 )
 
 shares = Table(
@@ -69,6 +70,7 @@ checkpoints = Table(
     Column("owner", String(128), nullable=True, index=True),
     Column("created_at", Float, nullable=False),
     Column("expires_at", Float, nullable=True),
+    Column("used_at", Float, nullable=True),  # last use (analysis, new owner); NULL: created_at
 )
 
 checkpoint_chunks = Table(
