@@ -73,3 +73,9 @@ def test_store_imports_neither_torch_nor_the_backend():
     mods = imported(["workers.store.core", "workers.store.importer", "workers.store.migrate"])
     assert "sqlalchemy" in mods  # the probe really imported the store
     assert mods & {"torch", "transformers", "backend", "fastapi"} == set()
+
+
+def test_worker_process_and_jobs_import_nothing_from_the_backend():
+    mods = imported(["workers.jobs", "workers.main", "workers.settings"])
+    assert "rq" in mods  # the probe really imported the worker side
+    assert "backend" not in mods

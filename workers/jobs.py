@@ -119,7 +119,7 @@ class Reporter:
 
 
 def _settings():
-    from backend.config import get_settings
+    from workers.settings import get_settings
 
     return get_settings()
 

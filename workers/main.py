@@ -56,7 +56,7 @@ def run_worker(
     verbose: bool = False,
 ) -> int:
     """Serve jobs until SIGTERM/SIGINT (warm shutdown: the current job finishes first)."""
-    from backend.config import get_settings
+    from workers.settings import get_settings
 
     settings = get_settings()
     conn = Redis.from_url(redis_url)
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    from backend.config import get_settings
+    from workers.settings import get_settings
 
     redis_url = args.redis_url or get_settings().redis_url
     if not redis_url:

@@ -1,0 +1,97 @@
+"""Service settings, read from ``HEADSCOPE_*`` environment variables (pydantic-settings).
+
+The API, ``headscope serve`` and the workers all read the same variables, so one environment
+configures a whole deployment (docker-compose passes them to every service). It lives below
+both the backend and the workers (it imports only pydantic); ``backend.config`` re-exports it.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Everything an operator can set; every field has a safe default for one machine."""
+
+    model_config = SettingsConfigDict(env_prefix="HEADSCOPE_", extra="ignore", populate_by_name=True)
+
+    data_dir: Path = Field(Path("data"), description="the SQLite store (by default), embedded Redis, caches")
+    database_url: str | None = Field(
+        None,
+        description="the store's SQLAlchemy URL: sqlite:///PATH or postgresql://USER:PASS@HOST:PORT/DB; "
+        "unset: sqlite:///<data dir>/headscope.db",
+    )
+    blob_dir: Path | None = Field(
+        None, description="a directory every replica and worker shares for checkpoint bytes; unset: in the database"
+    )
+    redis_url: str | None = Field(
+        None,
+        validation_alias=AliasChoices("REDIS_URL", "HEADSCOPE_REDIS_URL", "redis_url"),
+        description="an existing Redis; unset: `headscope serve` starts the bundled redis-server",
+    )
+    api_token: str | None = Field(
+        None, description="if set, write endpoints (POST) need `Authorization: Bearer <token>`"
+    )
+    cors_origins: list[str] = Field(
+        default_factory=list, description="origins allowed by CORS; empty = CORS off"
+    )
+    job_timeout_s: int = Field(1800, ge=1, description="a job running longer is stopped (then retried once)")
+    inspect_timeout_s: float = Field(60.0, gt=0, description="how long an upload waits for a worker to read it")
+    max_upload_bytes: int = Field(256 * 2**20, ge=1, description="checkpoint upload limit")
+    result_ttl_s: int = Field(7 * 86400, ge=60, description="unshared results are deleted after this")
+    redis_result_ttl_s: int = Field(86400, ge=60, description="results and partials kept in Redis")
+    worker_ttl_s: float = Field(30.0, gt=0, description="a worker silent this long counts as dead")
+    worker_heartbeat_s: float = Field(5.0, gt=0, description="how often a worker says it is alive")
+    reaper_interval_s: float = Field(5.0, gt=0, description="how often abandoned jobs are looked for")
+    max_view_bytes: int = Field(64 * 1024, ge=256, description="size limit of a share's view JSON")
+    # fair use (docs/api.md "Fair use"); 0 turns a limit off
+    rate_limit_writes: int = Field(
+        120, ge=0, description="writes (POST) one client may make per rate window; over it: 429 + Retry-After"
+    )
+    rate_limit_window_s: int = Field(60, ge=1, description="the rate limit's window")
+    trusted_proxies: list[str] = Field(
+        default_factory=lambda: ["127.0.0.1", "::1"],
+        description="peers whose X-Forwarded-For names the client (the dashboard, a reverse proxy)",
+    )
+    upload_quota_bytes: int = Field(
+        1024 * 2**20, ge=0, description="what one client's uploads may take on disk in all"
+    )
+    storage_quota_bytes: int = Field(
+        20 * 2**30, ge=0,
+        description="results and uploads in all; over it the oldest that no share references go first",
+    )
+    upload_ttl_s: int = Field(30 * 86400, ge=60, description="unshared uploads unused this long are deleted")
+    short_workers: int = Field(
+        1, ge=0, description="`headscope serve`: workers that take only short jobs (PE, one head), so "
+        "they start while long analyses run"
+    )
+    worker_max_jobs: int = Field(200, ge=0, description="a worker is replaced after this many jobs (memory)")
+    worker_max_rss_mb: int = Field(
+        3072, ge=0, description="a worker whose resident memory passes this after a job is replaced"
+    )
+
+    @property
+    def results_dir(self) -> Path:
+        return self.data_dir / "results"
+
+    @property
+    def shares_dir(self) -> Path:
+        return self.data_dir / "shares"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.data_dir / "checkpoints"
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.data_dir / "tmp"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return Settings()
