@@ -42,6 +42,12 @@ def query_string(params: dict[str, Any]) -> str:
     return "?" + urlencode(clean) if clean else ""
 
 
+def source_query(source: dict[str, Any], view: dict[str, Any]) -> str:
+    """The URL query of a page showing ``source`` (a share or an analysis id) with ``view``."""
+    key = "share" if source.get("kind") == "share" else "analysis"
+    return query_string({key: source["id"], **view})
+
+
 def int_or_none(value: Any) -> int | None:
     try:
         return int(value)

@@ -12,7 +12,7 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from frontend import figures_lasf as F
 from frontend.api_client import ApiError
-from frontend.data import ResultStore, int_or_none, query_string
+from frontend.data import ResultStore, int_or_none, source_query
 from frontend.figures import empty_figure
 from frontend.pages.common import (
     export_bar,
@@ -204,8 +204,7 @@ def register(app: Dash, store: ResultStore) -> None:
     def _url(source, field, token):  # type: ignore[no-untyped-def]
         if not source:
             return no_update
-        key = "share" if source.get("kind") == "share" else "analysis"
-        return query_string({key: source["id"], "field": field, "token": token})
+        return source_query(source, {"field": field, "token": token})
 
     @app.callback(
         Output("lasf-share-url", "children"),

@@ -15,7 +15,7 @@ from dash import ALL, Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from frontend import figures_pe as P
 from frontend.api_client import ApiError
-from frontend.data import ResultStore, query_string
+from frontend.data import ResultStore, source_query
 from frontend.figures import empty_figure
 from frontend.pages.common import (
     export_bar,
@@ -353,8 +353,7 @@ def register(app: Dash, store: ResultStore) -> None:
     def _url(source, *view):  # type: ignore[no-untyped-def]
         if not source:
             return no_update
-        key = "share" if source.get("kind") == "share" else "analysis"
-        return query_string({key: source["id"], **_view(*view)})
+        return source_query(source, _view(*view))
 
     @app.callback(
         Output("pe-share-url", "children"),

@@ -13,7 +13,7 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from frontend import figures_terms as T
 from frontend.api_client import ApiError
-from frontend.data import ResultStore, int_or_none, query_string
+from frontend.data import ResultStore, int_or_none, source_query
 from frontend.figures import empty_figure
 from frontend.pages.common import (
     export_bar,
@@ -211,9 +211,7 @@ def register(app: Dash, store: ResultStore) -> None:
     def _url(source, source_b, token, state):  # type: ignore[no-untyped-def]
         if not source:
             return no_update
-        key = "share" if source.get("kind") == "share" else "analysis"
-        return query_string({key: source["id"], "compare": (source_b or {}).get("id"),
-                             "token": token, "state": state})
+        return source_query(source, {"compare": (source_b or {}).get("id"), "token": token, "state": state})
 
     @app.callback(
         Output("terms-share-url", "children"),

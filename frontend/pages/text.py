@@ -17,7 +17,7 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from frontend import figures as F
 from frontend.api_client import ApiError
-from frontend.data import ResultStore, int_list, int_or_none, query_string
+from frontend.data import ResultStore, int_list, int_or_none, source_query
 from frontend.heads import has_head
 from frontend.pages import text_heads
 from frontend.pages.common import (
@@ -284,8 +284,7 @@ def register(app: Dash, store: ResultStore) -> None:
     def _url(source, *view):  # type: ignore[no-untyped-def]
         if not source:
             return no_update
-        key = "share" if source.get("kind") == "share" else "analysis"
-        return query_string({key: source["id"], **_view(*view)})
+        return source_query(source, _view(*view))
 
     @app.callback(
         Output("share-url", "children"),

@@ -12,7 +12,7 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from frontend import figures as F
 from frontend.api_client import ApiError
-from frontend.data import ResultStore, int_or_none, query_string
+from frontend.data import ResultStore, int_or_none, source_query
 from frontend.pages.common import (
     export_bar,
     graph,
@@ -155,8 +155,7 @@ def register(app: Dash, store: ResultStore) -> None:
     def _url(source, state, view_opts):  # type: ignore[no-untyped-def]
         if not source:
             return no_update
-        key = "share" if source.get("kind") == "share" else "analysis"
-        return query_string({key: source["id"], "state": state, "rescale": "rescale" in (view_opts or [])})
+        return source_query(source, {"state": state, "rescale": "rescale" in (view_opts or [])})
 
     @app.callback(
         Output("words-share-url", "children"),
