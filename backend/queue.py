@@ -28,7 +28,6 @@ logger = logging.getLogger(__name__)
 FUNCS = {
     "analysis": "workers.jobs.run_analysis",
     "pe": "workers.jobs.run_pe_analysis",
-    "inspect": "workers.jobs.inspect_checkpoint",
 }
 CLAIM_S = 10  # a claim's lifetime if its holder dies before releasing it
 FINISHED_JOB_TTL_S = 3600  # RQ's job hash after success (the result lives elsewhere)
@@ -175,7 +174,6 @@ class JobQueue:
 
     def _enqueue(self, kind: str, job_id: str, request: dict[str, Any]) -> None:
         s = self.settings
-        fast = kind == "inspect"
         envelope = protocol.dumps({"kind": kind, "request": request})
         if _persistable(job_id):
             self.store.record_request(job_id, kind=kind, request=request)
@@ -183,13 +181,13 @@ class JobQueue:
             pipe.set(protocol.request_key(job_id), envelope, ex=s.redis_result_ttl_s)
             pipe.delete(protocol.partial_key(job_id), protocol.result_key(job_id))
             pipe.execute()
-        name = protocol.FAST_QUEUE if fast else protocol.SHORT_QUEUE if protocol.is_short(kind, request) else protocol.QUEUE
+        name = protocol.SHORT_QUEUE if protocol.is_short(kind, request) else protocol.QUEUE
         q = protocol.queue(self.conn, name)
         q.enqueue_call(
             FUNCS[kind],
-            args=(job_id if kind == "inspect" else request,),
+            args=(request,),
             job_id=job_id,
-            timeout=max(30, int(s.inspect_timeout_s)) if fast else s.job_timeout_s,
+            timeout=s.job_timeout_s,
             result_ttl=FINISHED_JOB_TTL_S,
             failure_ttl=FAILED_JOB_TTL_S,
             retry=Retry(max=1),

@@ -97,7 +97,7 @@ class ServeProcess:
         data = base / "data"
         data.mkdir(parents=True, exist_ok=True)
         cat = write_catalogue(base / "models.json", model_dirs)
-        defaults = {"HEADSCOPE_MAX_UPLOAD_BYTES": str(2 * 2**20), "HEADSCOPE_INSPECT_TIMEOUT_S": "30",
+        defaults = {"HEADSCOPE_MAX_UPLOAD_BYTES": str(2 * 2**20),
                     # the shared e2e service: no short-job worker, no rate limit (tests/test_service_fair.py
                     # checks both on their own)
                     "HEADSCOPE_SHORT_WORKERS": "0", "HEADSCOPE_RATE_LIMIT_WRITES": "0"}

@@ -265,26 +265,6 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def inspect_checkpoint(checkpoint_id: str) -> dict[str, Any]:
-    """RQ job: the candidate PE tensors of an uploaded checkpoint, best first."""
-    from workers.lasf.checkpoint import describe, is_lasf_file, read_checkpoint
-    from workers.models.checkpoints import list_candidates
-
-    rep = _current()
-    rep.start()
-    try:
-        path, _name = checkpoint_file(checkpoint_id, conn=rep.conn)
-        if is_lasf_file(path):  # a LasF layer (docs/lasf.md): validated in full, no PE candidates
-            rep.finish({"candidates": [], "lasf": describe(read_checkpoint(path))})
-            return {"candidates": 0, "lasf": True}
-        candidates = _jsonable(list_candidates(path))
-    except HeadscopeError as exc:
-        return rep.fail(exc)
-    candidates = sorted(candidates, key=lambda c: -float(c.get("score") or 0.0))
-    rep.finish({"candidates": candidates})
-    return {"candidates": len(candidates)}
-
-
 def _reference(ref: dict[str, Any], *, n: int, d: int, conn: Redis) -> Any:
     from workers.analysis.positional import make_reference
     from workers.models.checkpoints import read_tensor

@@ -121,7 +121,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default=None, help="worker name (default host.pid.random)")
     parser.add_argument("--queues", default=",".join(protocol.QUEUES),
                         help="comma-separated, in priority order; short-job workers: "
-                        f"{protocol.FAST_QUEUE},{protocol.SHORT_QUEUE}")
+                        f"{protocol.SHORT_QUEUE}")
     parser.add_argument("--preload", action="append", default=[], help="load this catalogue model at start")
     parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
     parser.add_argument("--check", action="store_true",

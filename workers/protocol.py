@@ -40,10 +40,9 @@ from rq.utils import parse_composite_key
 logger = logging.getLogger(__name__)
 
 QUEUE = "headscope"  # analyses
-FAST_QUEUE = "headscope-fast"  # checkpoint inspections: a user is waiting on the upload
 SHORT_QUEUE = "headscope-short"  # short jobs (PE analyses, one head): served by short-job workers too
-QUEUES = (FAST_QUEUE, SHORT_QUEUE, QUEUE)  # the order workers listen in
-SHORT_QUEUES = (FAST_QUEUE, SHORT_QUEUE)  # what a short-job worker listens to
+QUEUES = (SHORT_QUEUE, QUEUE)  # the order workers listen in
+SHORT_QUEUES = (SHORT_QUEUE,)  # what a short-job worker listens to
 SHORT_ANALYSES = {"max-attention", "head-tsne"}
 
 

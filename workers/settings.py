@@ -40,7 +40,6 @@ class Settings(BaseSettings):
         default_factory=list, description="origins allowed by CORS; empty = CORS off"
     )
     job_timeout_s: int = Field(1800, ge=1, description="a job running longer is stopped (then retried once)")
-    inspect_timeout_s: float = Field(60.0, gt=0, description="how long an upload waits for a worker to read it")
     max_upload_bytes: int = Field(256 * 2**20, ge=1, description="checkpoint upload limit")
     result_ttl_s: int = Field(7 * 86400, ge=60, description="unshared results are deleted after this")
     redis_result_ttl_s: int = Field(86400, ge=60, description="results and partials kept in Redis")
