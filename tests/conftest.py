@@ -15,6 +15,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+
+def _interpret_triton_without_cuda() -> None:
+    """Without a GPU, Triton kernels (the fast t-SNE engine's CUDA path) run by Triton's interpreter
+    on CPU tensors; the switch is read when Triton is first imported, so it is set here, first."""
+    import torch
+
+    if not torch.cuda.is_available() and "triton" not in sys.modules:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+_interpret_triton_without_cuda()
+
 ARTIFACTS = ROOT / "test-artifacts"
 
 

@@ -140,7 +140,6 @@ def test_cuda_path_matches_cpu():
     p = random_p(8, 100, seed=11)
     cpu = embed_affinities(p, options=TSNEOptions(engine="fast", device="cpu"))
     gpu = embed_affinities(p, options=TSNEOptions(engine="fast", device="cuda"))
-    assert fast_tsne.pick_backend("auto", torch.device("cuda")) == "torch"
     assert gpu.kl.mean() <= 1.02 * cpu.kl.mean()
 
 

@@ -7,6 +7,7 @@ the mechanics of every other analysis kind.
 from __future__ import annotations
 
 import random
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -48,6 +49,15 @@ def redis(service) -> Redis:
 def test_health_models_and_docs(client):
     health = client.get("/api/health").json()
     assert health == {**health, "status": "ok", "redis": True, "workers": 2}
+    # each worker says what it computes on (here: the CPU, with the compiled numba t-SNE kernels),
+    # once it has imported the analysis core (it is "ready" after that)
+    deadline = time.monotonic() + 600  # a guard against a hang, not a deadline
+    while health["ready"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+        health = client.get("/api/health").json()
+    assert set(health["devices"]) == set(health["worker_names"])
+    for report in health["devices"].values():
+        assert report["device"] == "cpu" and report["tsne_backend"] == "numba" and report["threads"] >= 1
     models = client.get("/api/models").json()
     assert models["default"] == "minilm"
     by_name = {m["name"]: m for m in models["models"]}

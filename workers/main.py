@@ -78,6 +78,9 @@ def run_worker(
     ticker = protocol.Ticker(tick, interval_s=settings.worker_heartbeat_s, name="heartbeat").start()
     try:
         import workers.analysis.pipeline  # noqa: F401 (torch and the core imported before the first job)
+        from workers.models.loader import device_report
+
+        info["device"] = device_report()
 
         if preload:
             from workers.models import load_model

@@ -40,5 +40,7 @@ def health(conn: RedisDep, store: StoreDep) -> dict:
         "workers": len(workers),
         "ready": sum(bool(w.get("ready")) for w in workers.values()),  # models preloaded, taking jobs
         "worker_names": sorted(workers),
+        # what each worker computes on (its models and the fast t-SNE engine), from its heartbeat
+        "devices": {name: w.get("device") for name, w in sorted(workers.items())},
         "queued": queued,
     }

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-BACKENDS = ("auto", "numba", "torch")
+BACKENDS = ("auto", "numba", "torch", "triton")
 KL_FLOOR = 1e-2  # below this KL, changes are judged in absolute terms (a map that is already right)
 P_FLUSH = 1e-20  # smaller P entries are zeroed for the float32 forces: denormal products cost ~100x
 
@@ -66,11 +66,17 @@ def numba_available() -> bool:
 
 
 def pick_backend(backend: str, device: torch.device) -> str:
-    """``numba`` for CPU when numba is installed, else ``torch`` (CUDA, or CPU without numba)."""
+    """``auto``: on CPU ``numba`` when installed, else ``torch``; on CUDA ``triton`` when installed,
+    else ``torch``. ``torch`` and ``triton`` run the schedule on the device (``gpu_tsne``); ``triton``
+    on a CPU device runs the same kernel through Triton's interpreter (slow: for tests)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown fast t-SNE backend {backend!r}; use one of {', '.join(BACKENDS)}")
     if backend == "auto":
-        return "numba" if device.type == "cpu" and numba_available() else "torch"
+        if device.type == "cpu":
+            return "numba" if numba_available() else "torch"
+        from workers.analysis.gpu_tsne import triton_available
+
+        return "triton" if triton_available() else "torch"
     return backend
 
 
@@ -193,60 +199,24 @@ class _NumbaState:
         return np.swapaxes(self.y[heads], 1, 2).astype(np.float64)  # [h, n, 2]
 
 
-class _TorchState:
-    """Head states as batched tensors on any torch device (the CUDA path)."""
+class _DeviceRunner:
+    """The device-side schedule (``gpu_tsne``) behind ``fast_optimize``'s numpy interface."""
 
-    def __init__(
-        self, p: np.ndarray, y0: np.ndarray, entropy: np.ndarray, device: torch.device, dtype: torch.dtype
-    ):
-        self.device, self.dtype = device, dtype
-        self.p = torch.as_tensor(p, dtype=dtype, device=device)  # [B, n, n]
-        self.y = torch.as_tensor(y0, dtype=dtype, device=device)  # [B, n, 2]
-        self.u = torch.zeros_like(self.y)
-        self.g = torch.ones_like(self.y)
-        self.entropy = torch.as_tensor(entropy, dtype=torch.float64, device=device)
+    def __init__(self, kind: str, device: torch.device):
+        self.kind, self.device = kind, device
+
+    def optimize(self, p: np.ndarray, y0: np.ndarray, ent: np.ndarray, *, options: TSNEOptions,
+                 schedule: FastSchedule, progress: Progress) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        from workers.analysis.gpu_tsne import optimize_device
+
         n = p.shape[-1]
-        self.eye = torch.eye(n, dtype=torch.bool, device=device)
-        self.chunk = max(1, (1 << 25) // (n * n)) if device.type == "cpu" else max(1, (1 << 28) // (n * n))
-
-    def _w(self, y: torch.Tensor) -> torch.Tensor:
-        sq = (y * y).sum(-1)
-        d2 = (sq[..., :, None] + sq[..., None, :] - 2.0 * (y @ y.transpose(-1, -2))).clamp_min_(0.0)
-        return (1.0 + d2).reciprocal_().masked_fill_(self.eye, 0.0)  # [h, n, n]
-
-    def _run_chunk(self, idx: torch.Tensor, steps: int, ex, mom, lr, max_step: float) -> torch.Tensor:
-        p, y, u, g = self.p[idx], self.y[idx], self.u[idx], self.g[idx]
-        ex, mom, lr = (torch.as_tensor(a, dtype=self.dtype, device=self.device)[:, None, None] for a in (ex, mom, lr))
-        pe = p * ex
-        for _ in range(steps):
-            w = self._w(y)
-            z = w.sum(dim=(-2, -1), keepdim=True).clamp_min_(1e-30)
-            pq = (pe - w / z).mul_(w)
-            grad = pq.sum(-1, keepdim=True) * y - pq @ y
-            flipped = torch.sign(u) != torch.sign(grad)
-            g = torch.where(flipped, g + 0.2, g * 0.8 + 0.01)
-            u = mom * u - lr * g * grad
-            norm = u.norm(dim=-1, keepdim=True)
-            u = torch.where(norm > max_step, u * (max_step / norm.clamp_min(1e-30)), u)
-            y = y + u
-            y = y - y.mean(dim=-2, keepdim=True)
-        self.y[idx], self.u[idx], self.g[idx] = y, u, g
-        w = self._w(y)
-        logq = torch.log(w.clamp_min(1e-30)) - torch.log(w.sum(dim=(-2, -1), keepdim=True))
-        cross = -(p * logq).sum(dim=(-2, -1), dtype=torch.float64)
-        return self.entropy[idx] + cross
-
-    def run(self, heads: np.ndarray, steps: int, ex, mom, lr, max_step: float) -> np.ndarray:
-        out = []
-        for s in range(0, len(heads), self.chunk):
-            sl = slice(s, s + self.chunk)
-            idx = torch.as_tensor(heads[sl], device=self.device)
-            out.append(self._run_chunk(idx, steps, ex[sl], mom[sl], lr[sl], max_step).cpu().numpy())
-        return np.concatenate(out)
-
-    def positions(self, heads: np.ndarray) -> np.ndarray:
-        idx = torch.as_tensor(heads, device=self.device)
-        return self.y[idx].double().cpu().numpy()
+        pt = torch.as_tensor(p, device=self.device)
+        lengths = torch.full((p.shape[0],), n, device=self.device)
+        best, used = optimize_device(
+            pt, torch.as_tensor(y0, device=self.device), lengths, torch.as_tensor(ent, device=self.device),
+            options=options, schedule=schedule, kind=self.kind, progress=progress,
+        )  # fmt: skip
+        return best.cpu().numpy(), used.cpu().numpy()
 
 
 # ---------------------------------------------------------------------------- the engine
@@ -289,7 +259,7 @@ def fast_optimize(
         y0: [B, n, 2] starts.
         options: a ``TSNEOptions``: iteration caps, exaggeration, momenta, learning rate, device.
         schedule: the adaptive knobs; defaults to ``FastSchedule()``.
-        backend: ``auto`` (numba on CPU when installed, else torch), ``numba`` or ``torch``.
+        backend: ``auto``, ``numba``, ``torch`` or ``triton`` (see ``pick_backend``).
 
     Returns:
         ([B, n, 2] float64 best embedding seen, [B] iterations used per head).
@@ -302,13 +272,12 @@ def fast_optimize(
     device = _device(options.device)
     chosen = pick_backend(backend, device)
     ent = entropies(p)
-    pk = kernel_p(p)
-    if chosen == "numba":
-        state: _NumbaState | _TorchState = _NumbaState(pk, y0, ent)
-    else:
-        dtype = torch.float64 if options.dtype == "float64" else torch.float32
-        state = _TorchState(pk if dtype == torch.float32 else p, y0, ent, device, dtype)
-    del pk
+    if chosen != "numba":
+        best, used = _DeviceRunner(chosen, device).optimize(p, y0, ent, options=options, schedule=schedule,
+                                                            progress=progress)  # fmt: skip
+        logger.debug("fast t-SNE (%s on %s): iterations per head %s", chosen, device, used.tolist())
+        return best, used
+    state = _NumbaState(kernel_p(p), y0, ent)
     plan = _Plan.make(batch, n, options=options, schedule=schedule)
     best = np.array(y0, dtype=np.float64, copy=True)
     best_kl = np.full(batch, np.inf)
@@ -336,9 +305,15 @@ def run_fast(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The engine entry ``embed_affinities`` calls: ([restart, B, n, 2], [restart, B] exact KL)."""
     from workers.analysis.affinities import kl_divergence
-    from workers.analysis.tsne import initial_embedding
+    from workers.analysis.tsne import _device, initial_embedding
 
     batch, n = p.shape[0], p.shape[-1]
+    device = _device(options.device)
+    if device.type != "cpu":  # the whole engine on the device: P goes up once, results come back
+        from workers.analysis.gpu_tsne import embed_device
+
+        emb_t, kls_t = embed_device(torch.as_tensor(p, device=device), options=options, progress=progress)
+        return emb_t.cpu().numpy(), kls_t.cpu().numpy()
     emb = np.zeros((options.restarts, batch, n, 2))
     kls = np.zeros((options.restarts, batch))
     for r in range(options.restarts):

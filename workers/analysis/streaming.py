@@ -122,8 +122,13 @@ class LayerHeadTSNE:
     def __call__(self, layer: int, weights: torch.Tensor) -> None:
         if layer not in self.layers:
             return
-        a = weights[0, self.heads].double().cpu().numpy()  # [head, n, n]
-        self.results[layer] = embed_layer(a, keep=self.keep, options=self.options)
+        if weights.device.type != "cpu" and self.options.engine == "fast":  # a GPU worker: P stays there
+            from workers.analysis.gpu_tsne import embed_layer_on_device
+
+            self.results[layer] = embed_layer_on_device(weights[0, self.heads], keep=self.keep, options=self.options)
+        else:
+            a = weights[0, self.heads].double().cpu().numpy()  # [head, n, n]
+            self.results[layer] = embed_layer(a, keep=self.keep, options=self.options)
         done = len(self.results)
         self.progress(done / len(self.layers), f"head t-SNE: layer {layer} ({done}/{len(self.layers)} layers)")
 

@@ -12,6 +12,7 @@ factor 4 and ``learning_rate="auto"`` = n / exaggeration (equal to the classic n
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -148,8 +149,12 @@ def initial_embedding(
 
 
 def _device(name: str | None) -> torch.device:
+    """``name``, else the worker's device: ``HEADSCOPE_DEVICE`` if set, else cuda when available."""
     if name:
         return torch.device(name)
+    wanted = os.environ.get("HEADSCOPE_DEVICE")
+    if wanted:
+        return torch.device(wanted)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 

@@ -69,6 +69,22 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def device_report() -> dict[str, object]:
+    """What this process computes on, for the worker's heartbeat and ``/api/health``: the models'
+    device (``default_device``), its name and memory, and the fast t-SNE engine's backend there."""
+    from workers.analysis.fast_tsne import pick_backend
+
+    dev = default_device()
+    out: dict[str, object] = {"device": str(dev), "tsne_backend": pick_backend("auto", dev)}
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        out.update(name=props.name, memory_gb=round(props.total_memory / 2**30, 1),
+                   capability=f"{props.major}.{props.minor}")  # fmt: skip
+    else:
+        out.update(name="cpu", threads=torch.get_num_threads())
+    return out
+
+
 def _quiet_transformers() -> None:
     from transformers.utils import logging as hf_logging
 
