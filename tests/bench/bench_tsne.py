@@ -48,11 +48,11 @@ def _reset_peak() -> bool:
         return False
 
 
-def texts_by_size(loaded, sizes: list[int]) -> dict[int, str]:
-    """Prefixes of the bench text that the model's tokenizer cuts into exactly n tokens."""
+def texts_by_size(loaded, sizes: list[int], *, text: str | None = None) -> dict[int, str]:
+    """Prefixes of the bench text (or ``text``) that the model's tokenizer cuts into exactly n tokens."""
     from workers.models import encode
 
-    text = (HERE / "bench_text.txt").read_text()
+    text = text if text is not None else (HERE / "bench_text.txt").read_text()
     enc = encode(loaded, text, truncate=True)
     out = {}
     for n in sizes:
