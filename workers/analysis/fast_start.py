@@ -3,14 +3,20 @@
 ``spectral_init`` (tsne.py) takes a full eigendecomposition of every head's normalised P, O(n^3)
 each; the start needs only the two leading non-trivial eigenpairs. Lanczos with full
 reorthogonalisation finds them with a few dozen matrix-vector products, all heads in parallel
-(``fast_kernels.lanczos_round``), and gives the same start (tested).
+(``fast_kernels.lanczos_round``), and gives the same start (tested). ``device_spectral_init`` is
+the same Lanczos in torch on P's device (a GPU engine keeps P there; only [B, n, 2] leaves it).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from workers.analysis import fast_tsne
+
+if TYPE_CHECKING:
+    import torch
 
 
 def fast_spectral_init(
@@ -80,3 +86,131 @@ def _ritz(alpha: np.ndarray, beta: np.ndarray, size: int) -> tuple[np.ndarray, n
         )
         vals[i], vecs[i] = w, v
     return vals, vecs
+
+
+def device_spectral_init(
+    p: torch.Tensor,
+    *,
+    seed: int = 0,
+    lengths: torch.Tensor | None = None,
+    max_steps: int = 150,
+    tol: float = 1e-6,
+    every: int = 20,
+) -> torch.Tensor:
+    """fast_spectral_init on P's torch device: p [B, N, N] float32 or float64 (zero padded past each
+    head's length when `lengths` [B] is given: head b uses p[b, :n_b, :n_b]); returns [B, N, 2]
+    float64 on p's device, rows past a head's length zero.
+
+    The same Lanczos as ``fast_spectral_init`` (same start vector, steps, stopping rule and Ritz
+    solver), all heads' products ``P x`` as one batched matmul in P's dtype, the basis in float64.
+    The host is consulted every ``every`` steps (the convergence check, on the tiny tridiagonal
+    problems) and at the end: only [B, k] coefficients and the [B, N, 2] result cross, never P.
+    Head b's start vector and jitter are those of index b in a batch of heads of its length, so
+    each head gets the start ``fast_spectral_init`` gives it there (whatever the padding and the
+    other heads). Once at most a quarter of the heads are still running, their P is gathered (a copy of at
+    most B/4 heads) so the finished ones cost nothing. Points with no weight (d = 0) start at 0.
+    On CUDA, float32 P needs full-precision matmuls (TF32 would cost ~1e-3 of the start's scale).
+    """
+    import torch
+
+    from workers.analysis.tsne import finish_spectral, spectral_vectors
+
+    batch, size = p.shape[0], p.shape[-1]
+    dev, f64 = p.device, torch.float64
+    lens = np.full(batch, size, np.int64) if lengths is None else torch.as_tensor(lengths).cpu().numpy()
+    lens = lens.astype(np.int64)
+    inside = torch.arange(size, device=dev) < torch.as_tensor(lens, device=dev)[:, None]  # [B, N]
+    d = torch.where(inside, p.sum(-1, dtype=f64), 0.0)  # padded rows of P are zero anyway
+    # d = 0 (padding, or a point without weight): 1 / sqrt(d) would overflow float32 to inf and
+    # make nan; with dis = 0 there, m = D^-1/2 P D^-1/2 is the same (its row and column are zero)
+    dis = torch.where(d > 0, 1.0 / d.clamp_min(1e-300).sqrt(), 0.0)
+    v1 = d.sqrt() / d.sqrt().norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    k = max(min(max_steps, size - 1), 0)
+    kb = np.clip(np.minimum(max_steps, lens - 1), 0, None)  # each head's step limit
+    start = np.zeros((batch, size))  # fixed: head b's row in fast_spectral_init's at its length
+    for n in np.unique(lens[lens > 0]):
+        heads = np.flatnonzero(lens == n)
+        start[heads, :n] = np.random.default_rng(12345).normal(size=(heads[-1] + 1, n))[heads]
+    start = torch.as_tensor(start, device=dev)
+    start = start - (start * v1).sum(-1, keepdim=True) * v1
+    q = torch.zeros(batch, k + 1, size, dtype=f64, device=dev)
+    q[:, 0] = start / start.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    alpha, beta = torch.zeros(batch, k, dtype=f64, device=dev), torch.zeros(batch, k, dtype=f64, device=dev)
+    alpha_h, beta_h = np.zeros((batch, k)), np.zeros((batch, k))  # host copies for the checks
+    used = np.zeros(batch, dtype=np.int64)
+    kb_d = torch.as_tensor(kb, device=dev)
+    active = np.flatnonzero(kb > 0)
+    while len(active):
+        j0 = int(used[active[0]])  # active heads move in step
+        j1 = min(k, j0 + every)
+        idx = torch.as_tensor(active, device=dev)
+        if len(active) > batch // 4:  # all heads, the finished ones masked off: no copy of P
+            live = torch.zeros(batch, dtype=torch.bool, device=dev)
+            live[idx] = True
+            taken = _device_steps(p, dis, v1, q, alpha, beta, kb_d, live, j0, j1)[idx]
+        else:
+            sub = [t.index_select(0, idx) for t in (q, alpha, beta)]
+            live = torch.ones(len(active), dtype=torch.bool, device=dev)
+            pick = (p.index_select(0, idx), dis[idx], v1[idx], *sub, kb_d[idx], live)
+            taken = _device_steps(*pick, j0, j1)
+            for full, part in zip((q, alpha, beta), sub, strict=True):
+                full[idx] = part
+        got = torch.cat([alpha[idx, j0:j1], beta[idx, j0:j1], taken[:, None].to(f64)], 1).cpu().numpy()
+        alpha_h[active, j0:j1], beta_h[active, j0:j1] = got[:, : j1 - j0], got[:, j1 - j0 : -1]
+        steps = got[:, -1].astype(np.int64)
+        used[active] += steps
+        go = active[steps == j1 - j0]  # the others found an invariant subspace or their limit
+        if len(go) == 0 or j1 < 2:  # (heads of 2 points: one step, then the full decomposition)
+            break
+        _, vecs = _ritz(alpha_h[go], beta_h[go], j1)
+        res = np.abs(vecs[:, -1, :]) * beta_h[go, j1 - 1][:, None]
+        converged = (res < tol).all(-1) & (j1 >= np.minimum(kb[go], 2 * every))
+        active = go[~(converged | (used[go] >= kb[go]))]
+    out = torch.zeros(batch, size, 2, dtype=f64, device=dev)
+    for steps in np.unique(used):
+        heads = np.flatnonzero((used == steps) & (lens > 0))
+        if steps < 2:  # P's graph falls apart into tiny pieces: that head's full decomposition
+            for b in heads:
+                one = p[b : b + 1, : lens[b], : lens[b]].cpu().numpy()
+                out[b, : lens[b]] = torch.as_tensor(spectral_vectors(one)[0], device=dev)
+            continue
+        if len(heads) == 0:
+            continue
+        vals, vecs = _ritz(alpha_h[heads], beta_h[heads], int(steps))
+        h = torch.as_tensor(heads, device=dev)
+        top = torch.as_tensor(vecs[:, :, ::-1].copy(), device=dev)  # [h, steps, 2], largest first
+        basis = torch.einsum("hsn,hsc->hnc", q[h, :steps], top)  # Ritz vectors v_k
+        out[h] = basis * dis[h, :, None] * torch.as_tensor(vals[:, None, ::-1].copy(), device=dev)
+    raw, final = out.cpu().numpy(), np.zeros((batch, size, 2))
+    for n in np.unique(lens[lens > 0]):  # finish_spectral per length, each head's own jitter
+        heads = np.flatnonzero(lens == n)
+        final[heads, :n] = finish_spectral(raw[heads, :n], seed=seed, index=heads)
+    return torch.as_tensor(final, device=dev)
+
+
+def _device_steps(
+    p: torch.Tensor, dis: torch.Tensor, v1: torch.Tensor, q: torch.Tensor, alpha: torch.Tensor,
+    beta: torch.Tensor, kb: torch.Tensor, live: torch.Tensor, j0: int, j1: int,
+) -> torch.Tensor:
+    """Lanczos steps j0..j1-1 of every head in ``live`` (``_lanczos_head`` batched): ``P x`` in P's
+    dtype, the rest in float64, full reorthogonalisation twice (classical Gram-Schmidt against
+    ``v1`` and the basis); no host synchronisation. Returns each head's steps taken [B]."""
+    import torch
+
+    taken = torch.zeros(p.shape[0], dtype=torch.int64, device=p.device)
+    for j in range(j0, j1):
+        run = live & (kb > j)
+        qj = q[:, j]
+        w = (p @ (dis * qj).to(p.dtype).unsqueeze(-1)).squeeze(-1).to(torch.float64) * dis
+        a = (w * qj).sum(-1)
+        basis = q[:, : j + 1]
+        for _ in range(2):
+            w = w - (w * v1).sum(-1, keepdim=True) * v1
+            w = w - torch.einsum("bj,bjn->bn", torch.einsum("bjn,bn->bj", basis, w), basis)
+        b = w.norm(dim=-1)
+        alpha[:, j] = torch.where(run, a, alpha[:, j])
+        beta[:, j] = torch.where(run, b, beta[:, j])
+        taken += run
+        live = run & (b >= 1e-10)  # below: an invariant subspace, the Ritz pairs are exact
+        q[:, j + 1] = torch.where(live[:, None], w / b.clamp_min(1e-300)[:, None], q[:, j + 1])
+    return taken

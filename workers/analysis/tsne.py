@@ -103,14 +103,18 @@ def spectral_vectors(p: np.ndarray) -> np.ndarray:
     return vecs[..., :, 1:3].cpu().numpy()
 
 
-def finish_spectral(y: np.ndarray, *, seed: int) -> np.ndarray:
-    """Sign, scale and jitter of a spectral start ``[..., n, 2]`` (shared by every engine)."""
+def finish_spectral(y: np.ndarray, *, seed: int, index: np.ndarray | None = None) -> np.ndarray:
+    """Sign, scale and jitter of a spectral start ``[..., n, 2]`` (shared by every engine).
+
+    The jitter of batch element ``b`` is drawn for index ``b``, or ``index[b]`` when given (a
+    subset of a batch, e.g. the heads of one length, keeps each head's jitter)."""
     # a deterministic sign: the largest-magnitude coordinate of each axis is positive
     idx = np.abs(y).argmax(axis=-2, keepdims=True)
     sign = np.sign(np.take_along_axis(y, idx, axis=-2))
     y = _rescale(y * np.where(sign == 0, 1.0, sign))
     flat = y.reshape(-1, *y.shape[-2:])
-    jitter = np.stack([_normal(seed, b, flat.shape[-2:]) for b in range(flat.shape[0])])
+    heads = range(flat.shape[0]) if index is None else np.asarray(index).tolist()
+    jitter = np.stack([_normal(seed, b, flat.shape[-2:]) for b in heads])
     return y + 1e-6 * jitter.reshape(y.shape)  # 1 % of the std, so coinciding points separate
 
 
