@@ -19,7 +19,8 @@ evenly: its seconds are per sampled head, labelled so); speed ratios against bot
 engine's KL over openTSNE's (mean and worst over the sampled heads) and over the CPU engine's.
 
 Without CUDA the device column runs the same schedule with the torch round on the CPU and the
-report says the GPU figures are unmeasured. ``--graphs both`` times CUDA graphs on and off.
+report says the GPU figures are unmeasured. On CUDA every row also times CUDA graphs on and off and
+the kernel layouts (``--graphs``, ``--layouts``; ``gpu_kernels.layout`` picks one by default).
 """
 
 from __future__ import annotations
@@ -44,12 +45,13 @@ def _sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def device_run(p_dev, *, graphs: bool = True) -> dict:
+def device_run(p_dev, *, graphs: bool = True, layout: str = "auto") -> dict:
     """The device engine on P already on the device; seconds until the results are on the host."""
     from workers.analysis import gpu_tsne
     from workers.analysis.tsne import TSNEOptions
 
     os.environ["HEADSCOPE_CUDA_GRAPHS"] = "1" if graphs else "0"
+    os.environ["HEADSCOPE_TSNE_LAYOUT"] = layout
     options = TSNEOptions(engine="fast", device=str(p_dev.device))
     _sync(p_dev.device)
     start = time.perf_counter()
@@ -57,6 +59,15 @@ def device_run(p_dev, *, graphs: bool = True) -> dict:
     y, kl = gpu_tsne.best_restart(emb, kls)
     y, kl = y.cpu().numpy(), kl.cpu().numpy()
     return {"seconds": time.perf_counter() - start, "kl": kl, "embedding": y}
+
+
+def variants(args, device) -> list[tuple[bool, str]]:
+    """(CUDA graphs, kernel layout) pairs to time; the first is the reported 'device' column."""
+    if device.type != "cuda":
+        return [(False, "auto")]
+    graphs = {"on": [True], "off": [False], "both": [True, False]}[args.graphs]
+    layouts = ["auto", "fused", "wide"] if args.layouts == "all" else [args.layouts]
+    return [(g, lay) for lay in layouts for g in graphs]
 
 
 def cpu_run(p: np.ndarray, engine: str, *, n_jobs: int) -> dict:
@@ -76,11 +87,13 @@ def compare(p_host, p_dev, label: str, args, report: dict, *, cpu_heads: int | N
     sampled) heads; openTSNE on ``--opentsne-heads`` sampled heads."""
     batch = p_dev.shape[0]
     row: dict = {"heads": batch, "n": int(p_dev.shape[-1])}
-    modes = {"on": [True], "off": [False], "both": [True, False]}[args.graphs] if p_dev.device.type == "cuda" else [False]
-    device_run(p_dev[: min(batch, 2)], graphs=modes[0])  # compile / warm the allocator, not timed
-    for graphs in modes:
-        key = "device" if graphs == modes[0] else "device_graphs_off"
-        row[key] = device_run(p_dev, graphs=graphs)
+    combos = variants(args, p_dev.device)
+    timings = {}
+    for graphs, lay in combos:
+        device_run(p_dev[: min(batch, 2)], graphs=graphs, layout=lay)  # compile, warm the allocator: not timed
+        timings[(graphs, lay)] = device_run(p_dev, graphs=graphs, layout=lay)
+    row["device"] = timings[combos[0]]
+    row["variants_s"] = {f"graphs={'on' if g else 'off'} layout={lay}": t["seconds"] for (g, lay), t in timings.items()}
     dev = row["device"]
     cpu_idx = np.arange(batch) if cpu_heads is None else sample(batch, cpu_heads)
     ots_idx = sample(batch, args.opentsne_heads)
@@ -98,16 +111,14 @@ def compare(p_host, p_dev, label: str, args, report: dict, *, cpu_heads: int | N
         kl_vs_opentsne_worst=float((dev["kl"][ots_idx] / ots["kl"]).max()),
         kl_vs_cpu_fast_mean=float(dev["kl"][cpu_idx].mean() / cpu["kl"].mean()),
     )  # fmt: skip
-    if "device_graphs_off" in row:
-        row["device_graphs_off_s"] = row["device_graphs_off"]["seconds"]
-    for k in ("device", "device_graphs_off"):
-        row.pop(k, None)
+    row.pop("device", None)
     cpu_note = "" if cpu_heads is None else f" ({len(cpu_idx)} heads)"
-    off = f" (graphs off {row['device_graphs_off_s']:.3f})" if "device_graphs_off_s" in row else ""
-    print(f"{label:<26} | device {row['device_s']:8.3f} s{off} | cpu fast {row['cpu_fast_s']:8.2f} s{cpu_note}"
+    print(f"{label:<26} | device {row['device_s']:8.3f} s | cpu fast {row['cpu_fast_s']:8.2f} s{cpu_note}"
           f" = {row['x_vs_cpu_fast']:6.1f}x per head | openTSNE {per_ots:7.2f} s/head ({len(ots_idx)} heads) "
           f"= {row['x_vs_opentsne_per_head']:7.1f}x per head | KL/openTSNE mean {row['kl_vs_opentsne_mean']:.3f} "
           f"worst {row['kl_vs_opentsne_worst']:.2f} | KL/cpu fast {row['kl_vs_cpu_fast_mean']:.3f}", flush=True)
+    if len(row["variants_s"]) > 1:
+        print(" " * 27 + "| " + ", ".join(f"{k} {v:.4f} s" for k, v in row["variants_s"].items()), flush=True)
     report["rows"][label] = row
 
 
@@ -151,8 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5, help="timings of the one-head row (median)")
     ap.add_argument("--big", action="store_true", help="also 512 heads at n = 2048")
     ap.add_argument("--big-heads", type=int, default=512)
+    ap.add_argument("--big-n", type=int, default=2048, help="tokens of the big row (smaller: a smoke run on CPU)")
     ap.add_argument("--big-cpu-heads", type=int, default=16, help="heads of the big row the CPU engine embeds")
     ap.add_argument("--graphs", choices=("on", "off", "both"), default="both", help="CUDA graphs (CUDA only)")
+    ap.add_argument("--layouts", choices=("auto", "fused", "wide", "all"), default="all",
+                    help="Triton kernel layouts to time (CUDA only; the first variant is the 'device' column)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     args.n_jobs = args.n_jobs or os.cpu_count() or 1
@@ -199,16 +213,23 @@ def main(argv: list[str] | None = None) -> int:
 
             compare(p_host2, p2, f"144 MiniLM heads, n={n}", args, report)
             one = p_dev[p_dev.shape[0] // 2 : p_dev.shape[0] // 2 + 1]
-            device_run(one)
-            dev_s = statistics.median(device_run(one)["seconds"] for _ in range(args.repeats))
+            per_variant = {}
+            for graphs, lay in variants(args, device):
+                device_run(one, graphs=graphs, layout=lay)
+                per_variant[f"graphs={'on' if graphs else 'off'} layout={lay}"] = statistics.median(
+                    device_run(one, graphs=graphs, layout=lay)["seconds"] for _ in range(args.repeats))
+            dev_s = next(iter(per_variant.values()))
             one_host = p_host([p_dev.shape[0] // 2])
             cpu_s = statistics.median(cpu_run(one_host, "fast", n_jobs=1)["seconds"] for _ in range(args.repeats))
             ots_s = cpu_run(one_host, "opentsne", n_jobs=args.n_jobs)["seconds"]
-            report["rows"][f"one head, n={n}"] = {"device_s": dev_s, "cpu_fast_s": cpu_s, "opentsne_s": ots_s}
+            report["rows"][f"one head, n={n}"] = {"device_s": dev_s, "cpu_fast_s": cpu_s, "opentsne_s": ots_s,
+                                                  "variants_s": per_variant}  # fmt: skip
             print(f"{'one head on demand, n=' + str(n):<26} | device {dev_s:8.4f} s | cpu fast {cpu_s:8.4f} s = "
                   f"{cpu_s / dev_s:6.1f}x | openTSNE {ots_s:7.2f} s = {ots_s / dev_s:7.1f}x (medians of {args.repeats})")
+            if len(per_variant) > 1:
+                print(" " * 27 + "| " + ", ".join(f"{k} {v:.4f} s" for k, v in per_variant.items()))
     if args.big:
-        n, heads = 2048, args.big_heads
+        n, heads = args.big_n, args.big_heads
         p_dev = big_p(heads, n, device)  # float32 on the device: 8 GiB at 512 heads
 
         def p_big(idx):

@@ -145,7 +145,7 @@ def round_function(kind: str, device: torch.device) -> Round:
         from workers.analysis import gpu_kernels
 
         def run(state, steps, ex, mom, lr, max_step, *, check_every):
-            gpu_kernels.launch(state, steps, ex, mom, lr, max_step)
+            gpu_kernels.launch(state, steps, ex, mom, lr, max_step, check_every=check_every)
 
         return run
     if kind == "torch":
