@@ -333,21 +333,26 @@ def run_fast(
 
 
 def warm_up() -> float:
-    """Compile (or load from numba's on-disk cache) the CPU kernels; seconds taken.
+    """Compile (or load from numba's on-disk cache) the CPU kernels, and on a CUDA worker the
+    Triton kernels too; seconds taken.
 
     A worker calls this at start so the first request does not pay for compilation.
     """
     import time
 
-    from workers.analysis.tsne import TSNEOptions
+    from workers.analysis.tsne import TSNEOptions, _device
 
-    if not numba_available():
-        return 0.0
     start = time.perf_counter()
     rng = np.random.default_rng(0)
     a = rng.random((2, 16, 16))
     p = a + a.transpose(0, 2, 1)
     p[:, np.arange(16), np.arange(16)] = 0.0
     p /= p.sum(axis=(1, 2), keepdims=True)
-    run_fast(p, options=TSNEOptions(n_iter=2, early_exaggeration_iter=2, device="cpu"), x=None, progress=no_progress)
+    devices = (["cpu"] if numba_available() else []) + ([str(_device(None))] if _device(None).type == "cuda" else [])
+    for device in devices:
+        run_fast(p, options=TSNEOptions(n_iter=2, early_exaggeration_iter=2, device=device), x=None, progress=no_progress)
+        if device != "cpu":
+            from workers.analysis.gpu_tsne import warm_up_kernels
+
+            warm_up_kernels(torch.device(device))
     return time.perf_counter() - start

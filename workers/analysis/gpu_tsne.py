@@ -458,3 +458,21 @@ def embed_layer_on_device(
         best_y.cpu().numpy(), best_kl.cpu().numpy(), kls.T.cpu().numpy(), time.perf_counter() - start, options.engine,
         extra={"device": str(a.device)},
     )  # fmt: skip
+
+
+def warm_up_kernels(device: torch.device) -> None:
+    """Compile both Triton layouts for ``device`` (a worker's start), so no request waits for it."""
+    if device.type != "cuda" or not triton_available():
+        return
+    from workers.analysis import gpu_kernels
+
+    n = 16
+    p = torch.full((2, n, n), 1.0 / (n * (n - 1)), device=device)
+    p.diagonal(dim1=-2, dim2=-1).zero_()
+    y0 = torch.randn(2, n, 2, device=device, generator=torch.Generator(device=device).manual_seed(0)) * 1e-4
+    state = DeviceState(p, y0, torch.full((2,), n, device=device), entropy_device(p))
+    one = torch.ones(2, dtype=torch.int32, device=device)
+    knob = torch.ones(2, dtype=torch.float32, device=device)
+    for which in ("fused", "wide"):
+        gpu_kernels.launch(state, one, knob, knob, knob, 5.0, check_every=1, which=which)
+    torch.cuda.synchronize(device)
