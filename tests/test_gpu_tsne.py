@@ -249,3 +249,18 @@ def test_cuda_p_built_on_the_device():
     a = torch.softmax(torch.randn(3, 40, 40, device="cuda") * 3, dim=-1)
     got = gpu_tsne.head_affinities_device(a).cpu().numpy()
     np.testing.assert_allclose(got, head_affinities(a.cpu().numpy()), rtol=1e-6, atol=1e-12)
+
+
+@needs_cuda
+def test_cuda_streamed_layer_never_builds_p_on_the_host(monkeypatch):
+    """A GPU worker's head t-SNE: the layer's maps stay on the device (the host path would fail)."""
+    from workers.analysis import streaming
+
+    monkeypatch.setattr(streaming, "embed_layer", lambda *a, **k: pytest.fail("P was built on the host"))
+    a = torch.softmax(torch.randn(1, 4, 50, 50, device="cuda") * 3, dim=-1)
+    consumer = streaming.LayerHeadTSNE(1, 4, options=TSNEOptions(engine="fast"))
+    consumer(0, a)
+    emb, kl, _, _ = consumer.gather()
+    assert emb.shape == (1, 4, 50, 2) and np.isfinite(kl).all()
+    p = head_affinities(a[0].double().cpu().numpy())
+    np.testing.assert_allclose(kl[0], kl_divergence(p, emb[0]), rtol=1e-6)
