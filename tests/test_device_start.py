@@ -62,8 +62,9 @@ def test_mixed_lengths_give_each_head_its_own_start(dtype, sizes):
     p, lengths = padded(ps)
     got = device_spectral_init(p.to(dtype), seed=5, lengths=lengths).numpy()
     # float32: the products P x of a padded head are summed in another order (~1e-7 of each),
-    # which Lanczos carries into the eigenvectors (measured 3e-6 of the scale); float64: 1e-14
-    tol = 1e-8 if dtype == torch.float64 else 1e-4
+    # which Lanczos carries into the eigenvectors (measured 5e-7 to 3e-6 of the scale, depending
+    # on the matmul's blocking); float64: 1e-14
+    tol = 1e-8 if dtype == torch.float64 else 1e-5
     for b, head in enumerate(ps):
         n = head.shape[-1]
         # head b alone: at the same index (its start vector and jitter) of a batch of its length
