@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,9 +46,15 @@ class Lookup:
     error: str | None = None
     user_error: bool = False  # the input is at fault: resubmitting gives the same error
     error_code: str | None = None  # the HeadscopeError's code when user_error
-    partial: dict[str, Any] = field(default_factory=dict)
+    partial_raw: dict[str, str] = field(default_factory=dict)  # key of the partial result -> its JSON text
+    partial_keys: list[str] = field(default_factory=list)  # every key of the partial result so far
     result_raw: str | None = None
     request: dict[str, Any] | None = None
+
+    @property
+    def partial(self) -> dict[str, Any]:
+        """The partial result read (the keys in ``partial_raw``), parsed."""
+        return {k: json.loads(v) for k, v in self.partial_raw.items()}
 
 
 def failure_reason(job: Any) -> str:
@@ -82,10 +89,18 @@ class JobQueue:
     # --------------------------------------------------------------------------------- look up
 
     def lookup(
-        self, job_id: str, *, with_partial: bool = True, with_result: bool = True, claim_counts: bool = True
+        self,
+        job_id: str,
+        *,
+        with_partial: bool | Collection[str] = True,
+        with_result: bool = True,
+        claim_counts: bool = True,
     ) -> Lookup | None:
         """The job's state, or None for an id never submitted (or long forgotten).
 
+        ``with_partial``: True reads the whole partial result, a collection of keys only those keys
+        (an empty one none: only ``partial_keys``), False nothing. The partial values stay JSON text
+        (``partial_raw``): a running all-heads job's partial result is tens of MB.
         ``claim_counts``: a job being enqueued (claimed, not yet in RQ) reads as queued.
         """
         if _persistable(job_id):
@@ -101,8 +116,14 @@ class JobQueue:
         with self.conn.pipeline() as pipe:
             pipe.get(protocol.request_key(job_id))
             pipe.exists(protocol.result_key(job_id))
-            if with_partial:
+            names: list[str] = []
+            if with_partial is True:
                 pipe.hgetall(protocol.partial_key(job_id))
+            elif with_partial is not False:
+                names = list(dict.fromkeys(with_partial))
+                pipe.hkeys(protocol.partial_key(job_id))
+                if names:
+                    pipe.hmget(protocol.partial_key(job_id), names)
             got = pipe.execute()
         req_raw, has_result = got[0], bool(got[1])
         envelope = json.loads(req_raw) if req_raw else {}
@@ -114,7 +135,16 @@ class JobQueue:
                 if _persistable(job_id) and request is not None:
                     self.store.write_result(job_id, kind=kind, request=request, result_raw=raw_s)
                 return Lookup("finished", kind, 1.0, "done", result_raw=raw_s, request=request)
-        partial = {k.decode(): json.loads(v) for k, v in got[2].items()} if with_partial else {}
+        partial_raw: dict[str, str] = {}
+        partial_keys: list[str] = []
+        if with_partial is True:
+            partial_raw = {protocol.text(k): protocol.text(v) for k, v in got[2].items()}
+            partial_keys = sorted(partial_raw)
+        elif with_partial is not False:
+            partial_keys = sorted(protocol.text(k) for k in got[2])
+            if names:
+                partial_raw = {k: protocol.text(v) for k, v in zip(names, got[3], strict=True) if v is not None}
+        partial = {"partial_raw": partial_raw, "partial_keys": partial_keys}
         if job is None:
             if request is None and _persistable(job_id):  # Redis forgot it; the database did not
                 seen = self.store.fingerprint(job_id)
@@ -123,15 +153,15 @@ class JobQueue:
             if request is None:
                 return None
             if claim_counts and self.conn.exists(protocol.claim_key(job_id)):
-                return Lookup("queued", kind, message="queued", partial=partial, request=request)
+                return Lookup("queued", kind, message="queued", request=request, **partial)
             return Lookup(
                 "failed", kind, error="the job was lost (the queue was reset); submit it again",
-                partial=partial, request=request,
+                request=request, **partial,
             )
         meta = job.meta or {}
         status = job.get_status(refresh=False)
         status = getattr(status, "value", status)
-        base = {"kind": kind, "partial": partial, "request": request}
+        base = {"kind": kind, "request": request, **partial}
         progress, message = float(meta.get("progress", 0.0)), str(meta.get("message", ""))
         if meta.get("error"):  # the job ended on an input the user can fix
             return Lookup("failed", progress=progress, message="failed", error=str(meta["error"]),

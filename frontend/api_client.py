@@ -107,9 +107,11 @@ class ApiClient:
         body = {"model": model, "text": text, "analyses": analyses, "options": options or {}}
         return self._request("POST", "/api/analyses", json=body)
 
-    def analysis(self, analysis_id: str) -> dict[str, Any]:
-        """``GET /api/analyses/{id}`` → JobStatus (``status``, ``progress``, ``partial``, ``result``, …)."""
-        return self._request("GET", f"/api/analyses/{analysis_id}")
+    def analysis(self, analysis_id: str, *, partial: str | None = None) -> dict[str, Any]:
+        """``GET /api/analyses/{id}`` → JobStatus (``status``, ``progress``, ``partial``, ``partial_keys``,
+        ``result``, …); ``partial``: which partial keys to send (``"none"``, ``"a,b"``; default all)."""
+        params = {"partial": partial} if partial is not None else None
+        return self._request("GET", f"/api/analyses/{analysis_id}", params=params)
 
     # ------------------------------------------------------------------ positional encodings
     def upload_checkpoint(self, filename: str, data: bytes) -> dict[str, Any]:
@@ -127,8 +129,9 @@ class ApiClient:
     def submit_pe_analysis(self, body: dict[str, Any]) -> dict[str, Any]:
         return self._request("POST", "/api/pe-analyses", json=body)
 
-    def pe_analysis(self, analysis_id: str) -> dict[str, Any]:
-        return self._request("GET", f"/api/pe-analyses/{analysis_id}")
+    def pe_analysis(self, analysis_id: str, *, partial: str | None = None) -> dict[str, Any]:
+        params = {"partial": partial} if partial is not None else None
+        return self._request("GET", f"/api/pe-analyses/{analysis_id}", params=params)
 
     # ------------------------------------------------------------------ share links
     def create_share(

@@ -2,8 +2,9 @@
 
 A *source* is a JSON-able dict kept in a ``dcc.Store``: ``{"kind": "analysis" | "pe" | "share",
 "id": str}`` (plus ``request`` for analyses submitted from this page). Finished results never change,
-so they are cached in-process; running jobs are asked for each time. Pages keep only ids in the
-browser; the figures are built on the server from the cached JSON.
+so they are cached in-process; running jobs are asked for each time, but each of their sections is
+downloaded once (``ResultStore``). Pages keep only ids in the browser; the figures are built on the
+server from the cached JSON.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
@@ -66,13 +68,24 @@ def int_list(value: str | None) -> list[int] | None:
 
 
 class ResultStore:
-    """Job status and results by source, with finished results and shares cached (LRU)."""
+    """Job status and results by source, with finished results and shares cached (LRU).
 
-    def __init__(self, client: ApiClient, *, size: int = 48):
+    A running job's sections are read once each: every call asks the API for the status and the
+    names of the partial keys only (``?partial=none``) and downloads just the keys it has not read
+    yet (``?partial=a,b``); a section never changes once written. An all-heads job at 512 tokens
+    has a 25 MB section (``attention_u8``): every callback of every poll downloading and decoding
+    the whole partial result again kept the page's server busy for tens of seconds. Calls for the
+    same job wait for each other, so callbacks fired together share one download.
+    """
+
+    def __init__(self, client: ApiClient, *, size: int = 48, running: int = 8):
         self.client = client
         self._size = size
+        self._running = running
         self._cache: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        self._partials: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()  # running jobs' keys read
         self._lock = threading.Lock()
+        self._job_locks = [threading.Lock() for _ in range(16)]  # by job: one download at a time
         self._models: tuple[float, dict[str, Any]] | None = None
 
     def _get_cached(self, key: tuple[str, str]) -> dict[str, Any] | None:
@@ -88,6 +101,10 @@ class ResultStore:
             self._cache.move_to_end(key)
             while len(self._cache) > self._size:
                 self._cache.popitem(last=False)
+            self._partials.pop(key, None)
+
+    def _job_lock(self, key: tuple[str, str]) -> threading.Lock:
+        return self._job_locks[hash(key) % len(self._job_locks)]
 
     def models(self, *, ttl: float = 60.0) -> dict[str, Any]:
         """``GET /api/models``, cached for ``ttl`` seconds (raises ApiError)."""
@@ -114,6 +131,7 @@ class ResultStore:
 
         Keys: ``status``, ``progress``, ``message``, ``error``, ``result`` (finished) or the
         partial sections merged into one dict, ``request``, ``view`` (shares only).
+        The result is shared between callers: read it, never change it.
         """
         if not source or not source.get("id"):
             return {"status": "none", "progress": 0.0, "message": "", "error": None, "result": {}}
@@ -128,7 +146,11 @@ class ResultStore:
             hit = self._get_cached(key)
             if hit is not None:
                 return hit
-            raw = self.client.pe_analysis(sid) if kind == "pe" else self.client.analysis(sid)
+            with self._job_lock(key):
+                hit = self._get_cached(key)  # finished while this call waited for another's download
+                if hit is not None:
+                    return hit
+                raw, partial = self._read(key)
         except ApiError as exc:
             gone = exc.status == 404
             message = "this result is no longer stored; run the analysis again" if gone else str(exc)
@@ -145,9 +167,70 @@ class ResultStore:
             out["progress"] = 1.0
             self._put(key, out)
         else:
-            partial = dict(raw.get("partial") or {})
             out["result"] = partial
         return out
+
+    def _read(self, key: tuple[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(JobStatus, the partial result so far), downloading only the partial keys not read before."""
+        kind, sid = key
+        fetch = self.client.pe_analysis if kind == "pe" else self.client.analysis
+        raw = fetch(sid, partial="none")
+        if raw.get("status") == "finished" and raw.get("result") is not None:
+            return raw, {}
+        with self._lock:
+            have = self._partials.get(key) or {}
+        missing = [k for k in raw.get("partial_keys") or [] if k not in have]
+        if missing:
+            raw = fetch(sid, partial=",".join(missing))
+            if raw.get("status") == "finished" and raw.get("result") is not None:
+                return raw, {}
+            have = {**have, **(raw.get("partial") or {})}
+            with self._lock:
+                self._partials[key] = have
+                self._partials.move_to_end(key)
+                while len(self._partials) > self._running:
+                    self._partials.popitem(last=False)
+        # a retried job starts its partial result again: show only the keys it has now
+        return raw, {k: have[k] for k in raw.get("partial_keys") or [] if k in have}
+
+
+class Built:
+    """A few values (figures) by key, each built once: a caller asking for a key being built waits
+    for that build instead of running its own beside it.
+
+    Two sections arriving a few tenths of a second apart (max attention, then the head's t-SNE) make
+    two polls redraw the same heatmaps; at 512 tokens one build takes seconds, two at once on the
+    page's server twice as long each.
+    """
+
+    def __init__(self, size: int = 4):
+        self._size = size
+        self._lock = threading.Lock()
+        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+        self._building: dict[Hashable, threading.Event] = {}
+
+    def get(self, key: Hashable, build: Callable[[], Any]) -> Any:
+        while True:
+            with self._lock:
+                if key in self._items:
+                    self._items.move_to_end(key)
+                    return self._items[key]
+                done = self._building.get(key)
+                if done is None:
+                    done = self._building[key] = threading.Event()
+                    break
+            done.wait()  # another caller's build; its value (or, if it failed, this caller's build) next
+        try:
+            value = build()
+            with self._lock:
+                self._items[key] = value
+                while len(self._items) > self._size:
+                    self._items.popitem(last=False)
+            return value
+        finally:
+            with self._lock:
+                del self._building[key]
+            done.set()
 
 
 def sections_of(status: dict[str, Any]) -> list[str]:

@@ -153,6 +153,7 @@ class JobStatus(BaseModel):
     progress: float = 0.0
     message: str = ""
     partial: dict[str, Any] = Field(default_factory=dict)
+    partial_keys: list[str] = Field(default_factory=list)  # every key of the partial result, sent or not
     result: dict[str, Any] | None = None
     error: str | None = None
     request: dict[str, Any] | None = None

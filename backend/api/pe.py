@@ -6,7 +6,7 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import JSONResponse
 
 from backend.api.checkpoints import known_checkpoint
-from backend.api.common import job_status
+from backend.api.common import PARTIAL_QUERY, job_status
 from backend.deps import QueueDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from workers.contracts import JobStatus, PEAnalysisRequest
@@ -40,5 +40,5 @@ def submit_pe(req: PEAnalysisRequest, queue: QueueDep, store: StoreDep) -> JSONR
 
 
 @router.get("/api/pe-analyses/{job_id}", response_model=JobStatus, responses=error_responses(404))
-def get_pe(job_id: str, queue: QueueDep):
-    return job_status(queue, job_id, kind="pe", what="PE analysis", pattern=JOB_ID)
+def get_pe(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY):
+    return job_status(queue, job_id, kind="pe", what="PE analysis", pattern=JOB_ID, partial=partial)

@@ -10,6 +10,7 @@ so switching heads and share links need nothing more from the service (``pages/t
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -17,7 +18,7 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from frontend import figures as F
 from frontend.api_client import ApiError
-from frontend.data import ResultStore, int_list, int_or_none, source_query
+from frontend.data import Built, ResultStore, int_list, int_or_none, source_query
 from frontend.heads import has_head
 from frontend.pages import text_heads
 from frontend.pages.common import (
@@ -169,6 +170,7 @@ def _figures(result: dict[str, Any], layer: int | None, head: int | None, view_o
 def register(app: Dash, store: ResultStore) -> None:
     """The page's callbacks."""
     client = store.client
+    heatmaps = Built()
     register_poll(app, store, "text", ["text-source"])
     register_highlight(app, "text", GRAPHS)
     text_heads.register(app, store)
@@ -243,7 +245,9 @@ def register(app: Dash, store: ResultStore) -> None:
                result.get("tokens") is not None, reduction, layers]
         if key == shown_key and req:  # same heatmaps as already drawn (e.g. a new head of the same text)
             return no_update, no_update
-        return F.max_attention_figure(result, reduction=reduction or "max", layers=layers or None), key
+        fig = heatmaps.get(json.dumps([source.get("kind"), source.get("id"), key]),
+                           lambda: F.max_attention_figure(result, reduction=reduction or "max", layers=layers or None))
+        return fig, key
 
     @app.callback(  # the large map is drawn in the browser (text_heads: drawHead)
         Output("hidden-tsne-graph", "figure"),

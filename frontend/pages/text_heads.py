@@ -10,13 +10,14 @@ t-SNE and the head view follow from the result the server already holds.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from dash import ClientsideFunction, Dash, Input, Output, State, dcc, html, no_update
 
 from frontend import figures_gallery as G
 from frontend import figures_headview as HV
-from frontend.data import ResultStore, int_list, int_or_none
+from frontend.data import Built, ResultStore, int_list, int_or_none
 from frontend.figures import empty_figure
 from frontend.heads import gallery_section
 from frontend.pages.common import graph
@@ -96,6 +97,7 @@ def _heads(head: int, extra: list[int] | None) -> list[int]:
 
 def register(app: Dash, store: ResultStore) -> None:
     """Callbacks of the every-head views (the page's poll writes ``text-job``)."""
+    built = Built()
 
     @app.callback(
         Output("head-gallery", "figure"),
@@ -118,15 +120,21 @@ def register(app: Dash, store: ResultStore) -> None:
         key = [source and source.get("id"), heads_key, layers, page, busy and "head-tsne-all" not in heads_key]
         if key == shown:
             return no_update, no_update, no_update, no_update, no_update
-        maps = G.head_maps(result)
-        maps["message"] = "Computing every head's map…" if busy else "No map of this head in this result."
+        message = "Computing every head's map…" if busy else "No map of this head in this result."
         if gallery_section(result) is None:
             msg = ("Computing every head's map…" if busy and (req.get("options") or {}).get("all_heads")
                    else "The gallery of every head appears here after Analyze.")
-            return empty_figure(msg, height=200), [], no_update, key, maps
-        options = G.gallery_page_options(result, layers)
-        page = min(int(page or 0), len(options) - 1)
-        return G.gallery_figure(result, layers=layers, page=page), options, page, key, maps
+            return empty_figure(msg, height=200), [], no_update, key, {**G.head_maps(result), "message": message}
+
+        def build() -> tuple[Any, list[dict[str, Any]], int, dict[str, Any]]:
+            options = G.gallery_page_options(result, layers)
+            shown_page = min(int(page or 0), len(options) - 1)
+            return G.gallery_figure(result, layers=layers, page=shown_page), options, shown_page, G.head_maps(result)
+
+        # the sections drawn never change: a later poll (a new section, the job's end) reuses the build
+        fig, options, shown_page, maps = built.get(json.dumps([source.get("kind"), source.get("id"), heads_key,
+                                                               layers, page]), build)
+        return fig, options, shown_page, key, {**maps, "message": message}
 
     app.clientside_callback(
         ClientsideFunction(namespace="headscope_heads", function_name="selectHead"),

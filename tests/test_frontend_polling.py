@@ -1,0 +1,118 @@
+"""The dashboard's polling of a running job through the real server: each partial section is downloaded once.
+
+The job is made running by hand in the service's Redis (an RQ job in the started state, its request and
+its partial result, as ``workers.jobs.Reporter`` writes them): the test decides when each section
+arrives, on any machine. The dashboard's ``ResultStore`` talks to ``headscope serve`` over HTTP through
+a transport that keeps every response body, as its callbacks do on every poll.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from redis import Redis
+from rq.job import Job, JobStatus
+
+from frontend.api_client import ApiClient
+from frontend.data import ResultStore
+from workers import protocol
+
+pytestmark = pytest.mark.slow
+
+CALLBACKS = 5  # the poll and the text explorer's callbacks that read the result when a section arrives
+
+
+class Recording(httpx.BaseTransport):
+    """Real HTTP to the server; keeps (query, body) of every response."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.seen: list[tuple[str, bytes]] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self.inner.handle_request(request)
+        body = response.read()
+        response.close()
+        self.seen.append((request.url.query.decode(), body))
+        headers = [(k, v) for k, v in response.headers.items() if k.lower() != "content-encoding"]
+        return httpx.Response(response.status_code, headers=headers, content=body, request=request)
+
+
+@pytest.fixture
+def redis(service) -> Redis:
+    return Redis.from_url(service.info()["redis_url"])
+
+
+def start_job(redis: Redis, request: dict) -> str:
+    job_id = uuid.uuid4().hex
+    redis.set(protocol.request_key(job_id), protocol.dumps({"kind": "analysis", "request": request}), ex=600)
+    job = Job.create("held_jobs.noop", connection=redis, id=job_id, serializer=protocol.SERIALIZER,
+                     meta={"progress": 0.2, "message": "head t-SNE"})
+    job.save()
+    job.set_status(JobStatus.STARTED)
+    return job_id
+
+
+def publish(redis: Redis, job_id: str, fields: dict) -> None:
+    """What ``Reporter.partial`` writes when sections finish."""
+    redis.hset(protocol.partial_key(job_id), mapping={k: protocol.dumps(v) for k, v in fields.items()})
+
+
+def poll(store: ResultStore, source: dict) -> list[dict]:
+    """The callbacks that read the job when a section arrives, at once (each in its own thread)."""
+    with ThreadPoolExecutor(CALLBACKS) as pool:
+        return list(pool.map(lambda _: store.status(source), range(CALLBACKS)))
+
+
+def test_a_running_jobs_large_section_is_downloaded_once(service, redis):
+    request = {"model": "minilm", "text": "a running job", "analyses": ["max-attention", "head-tsne", "hidden-tsne"],
+               "options": {"all_heads": True}}
+    job_id = start_job(redis, request)
+    blob = base64.b64encode(os.urandom(3 * 2**19)).decode()  # 2 MiB of base64, as attention_u8 is
+    common = {"tokens": ["[CLS]", "a", "[SEP]"], "n_tokens": 3, "n_layers": 2, "n_heads": 2}
+    stages = [
+        {**common, "max-attention": {"max_attention": [[[0.5, 0.25, 0.25]] * 2] * 2}},
+        {"head-tsne-all": {"layers": [0, 1], "heads": [0, 1], "attention_u8": blob, "attention_shape": [2, 2, 3, 3]}},
+        {"hidden-tsne": {"layers": [0, 1, 2], "embedding": [[[0.0, 1.0]] * 3] * 3}},
+    ]
+    transport = Recording()
+    store = ResultStore(ApiClient(service.url, transport=transport))
+    source = {"kind": "analysis", "id": job_id}
+    try:
+        assert {s["status"] for s in poll(store, source)} == {"running"}
+        expected: dict = {}
+        for fields in stages:
+            publish(redis, job_id, fields)
+            expected.update(fields)
+            for _ in range(3):  # the next polls: nothing new
+                statuses = poll(store, source)
+                assert all(s["status"] == "running" and s["result"] == expected for s in statuses)
+
+        with_blob = [query for query, body in transport.seen if blob.encode() in body]
+        assert len(with_blob) == 1, f"attention_u8 downloaded {len(with_blob)} times: {with_blob}"
+        sent = sum(len(body) for _, body in transport.seen)
+        assert sent < 1.5 * len(blob), f"{sent} bytes for a {len(blob)}-byte partial result"
+
+        # the API itself: the names of the keys without their values, or only the keys asked for
+        with service.client() as c:
+            names = c.get(f"/api/analyses/{job_id}", params={"partial": "none"}).json()
+            assert names["partial"] == {} and set(names["partial_keys"]) == set(expected)
+            some = c.get(f"/api/analyses/{job_id}", params={"partial": "hidden-tsne,tokens"}).json()
+            assert some["partial"] == {k: expected[k] for k in ("hidden-tsne", "tokens")}
+            assert c.get(f"/api/analyses/{job_id}").json()["partial"] == expected  # the default: all
+
+        # finished: the result once, then no request at all
+        redis.set(protocol.result_key(job_id), protocol.dumps({**expected, "timings": {}}), ex=600)
+        Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).set_status(JobStatus.FINISHED)
+        done = poll(store, source)
+        assert all(s["status"] == "finished" and s["result"]["head-tsne-all"]["attention_u8"] == blob for s in done)
+        before = len(transport.seen)
+        assert store.status(source)["status"] == "finished" and len(transport.seen) == before
+    finally:
+        Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).delete()
+        redis.delete(protocol.partial_key(job_id), protocol.result_key(job_id))
