@@ -73,6 +73,17 @@ def test_fast_spectral_init_equals_spectral_init():
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-8)
 
 
+def test_fast_spectral_init_of_a_uniform_p():
+    """Uniform P: Lanczos stops after one step for every head; the start falls back to the full
+    decomposition (it used to raise from the Ritz solver)."""
+    n = 12
+    p = np.full((2, n, n), 1.0 / (n * (n - 1)))
+    p[:, np.arange(n), np.arange(n)] = 0.0
+    got = fast_spectral_init(p, seed=2)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, spectral_init(p, seed=2), rtol=0, atol=1e-12)
+
+
 def test_kl_divergence_equals_the_definition():
     p = random_p(6, 30, seed=5).reshape(2, 3, 30, 30)
     y = np.random.default_rng(6).normal(size=(2, 3, 30, 2)) * 3

@@ -55,9 +55,13 @@ def fast_spectral_init(
         lanczos_round(pk, dis, v1, q, alpha, beta, active, j0, j1, taken)
         used[active] += taken[active]
         stopped = taken[active] < (j1 - j0)  # invariant subspace found
-        _, vecs = _ritz(alpha[active], beta[active], int(used[active].max()))
-        res = np.abs(vecs[:, -1, :]) * beta[active, np.maximum(used[active] - 1, 0)][:, None]
-        converged = (res < tol).all(-1) & (used[active] >= min(k, 2 * every))
+        size = int(used[active].max())
+        if size < 2:  # every head stopped after one step (e.g. uniform P): no pair of Ritz vectors
+            converged = np.ones(len(active), dtype=bool)
+        else:
+            _, vecs = _ritz(alpha[active], beta[active], size)
+            res = np.abs(vecs[:, -1, :]) * beta[active, np.maximum(used[active] - 1, 0)][:, None]
+            converged = (res < tol).all(-1) & (used[active] >= min(k, 2 * every))
         active = active[~(stopped | converged | (used[active] >= k))]
     out = np.zeros((batch, n, 2))
     for steps in np.unique(used):
