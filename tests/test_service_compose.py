@@ -42,7 +42,12 @@ def test_compose_services_volumes_gpu_and_healthchecks():
     assert any(str(v).startswith("redis-data:/data") for v in services["redis"]["volumes"])
     assert any(str(v).startswith("data:/data") for v in services["api"]["volumes"])
     env = services["api"]["environment"]
-    assert env["REDIS_URL"] == worker["environment"]["REDIS_URL"] == "redis://redis:6379/0"
+    assert env["REDIS_URL"] == worker["environment"]["REDIS_URL"] == "redis://:headscope@redis:6379/0"
+    # Redis asks for the password every client's URL carries (and the healthcheck's redis-cli has)
+    command = services["redis"]["command"]
+    assert command[command.index("--requirepass") + 1] == "headscope"
+    assert services["redis"]["environment"]["REDISCLI_AUTH"] == "headscope"
+    assert "ports" not in services["redis"]
     assert set(cfg["volumes"]) >= {"redis-data", "data"}
 
 
