@@ -30,6 +30,18 @@ _interpret_triton_without_cuda()
 ARTIFACTS = ROOT / "test-artifacts"
 
 
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread for the test: on small tensors intra-op threads only contend (up to 16x
+    slower on a loaded machine). Modules use it with ``pytestmark``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Local model directories: ``tiny-bert``, ``tiny-gpt2`` and ``tiny-llama`` (perturbed biases

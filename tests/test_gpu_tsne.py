@@ -24,13 +24,7 @@ needs_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 DEVICE = "cuda" if CUDA else "cpu"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The torch round's tensors here are tiny: intra-op threads only contend (16x slower at load)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_backend_choice():

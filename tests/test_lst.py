@@ -17,14 +17,7 @@ from workers.lst import puzzles as P
 from workers.lst.train import LSTConfig, attention_maps, build_model, evaluate, load_run, train_lst
 from workers.models.checkpoints import list_candidates, read_tensor
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small models run fastest on one thread, and the machine is shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _is_latin(square: np.ndarray) -> bool:

@@ -199,24 +199,17 @@ class _NumbaState:
         return np.swapaxes(self.y[heads], 1, 2).astype(np.float64)  # [h, n, 2]
 
 
-class _DeviceRunner:
+def _optimize_on_device(kind: str, device: torch.device, p: np.ndarray, y0: np.ndarray, ent: np.ndarray, *,
+                        options: TSNEOptions, schedule: FastSchedule, progress: Progress) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """The device-side schedule (``gpu_tsne``) behind ``fast_optimize``'s numpy interface."""
+    from workers.analysis.gpu_tsne import optimize_device
 
-    def __init__(self, kind: str, device: torch.device):
-        self.kind, self.device = kind, device
-
-    def optimize(self, p: np.ndarray, y0: np.ndarray, ent: np.ndarray, *, options: TSNEOptions,
-                 schedule: FastSchedule, progress: Progress) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
-        from workers.analysis.gpu_tsne import optimize_device
-
-        n = p.shape[-1]
-        pt = torch.as_tensor(p, device=self.device)
-        lengths = torch.full((p.shape[0],), n, device=self.device)
-        best, used = optimize_device(
-            pt, torch.as_tensor(y0, device=self.device), lengths, torch.as_tensor(ent, device=self.device),
-            options=options, schedule=schedule, kind=self.kind, progress=progress,
-        )  # fmt: skip
-        return best.cpu().numpy(), used.cpu().numpy()
+    lengths = torch.full((p.shape[0],), p.shape[-1], device=device)
+    best, used = optimize_device(
+        torch.as_tensor(p, device=device), torch.as_tensor(y0, device=device), lengths,
+        torch.as_tensor(ent, device=device), options=options, schedule=schedule, kind=kind, progress=progress,
+    )  # fmt: skip
+    return best.cpu().numpy(), used.cpu().numpy()
 
 
 # ---------------------------------------------------------------------------- the engine
@@ -273,8 +266,8 @@ def fast_optimize(
     chosen = pick_backend(backend, device)
     ent = entropies(p)
     if chosen != "numba":
-        best, used = _DeviceRunner(chosen, device).optimize(p, y0, ent, options=options, schedule=schedule,
-                                                            progress=progress)  # fmt: skip
+        best, used = _optimize_on_device(chosen, device, p, y0, ent, options=options, schedule=schedule,
+                                         progress=progress)  # fmt: skip
         logger.debug("fast t-SNE (%s on %s): iterations per head %s", chosen, device, used.tolist())
         return best, used
     state = _NumbaState(kernel_p(p), y0, ent)

@@ -39,27 +39,37 @@ LAYOUTS = ("auto", "fused", "wide")
 
 
 @triton.jit
-def _row_forces(pb, yb, i0, n, N, BI: tl.constexpr, BJ: tl.constexpr):  # pragma: no cover - compiled
-    """Attraction, unnormalised repulsion and row sums of w for rows ``i0 .. i0 + BI`` of a head."""
+def _rows(yb, i0, n, N, BI: tl.constexpr):  # pragma: no cover - compiled
+    """Indices, mask and positions of rows ``i0 .. i0 + BI`` of a head."""
     ri = i0 + tl.arange(0, BI)
     mi = ri < n
-    yi0 = tl.load(yb + ri, mask=mi, other=0.0)
-    yi1 = tl.load(yb + N + ri, mask=mi, other=0.0)
+    return ri, mi, tl.load(yb + ri, mask=mi, other=0.0), tl.load(yb + N + ri, mask=mi, other=0.0)
+
+
+@triton.jit
+def _tile(pb, yb, ri, mi, yi0, yi1, j0, n, N, BJ: tl.constexpr):  # pragma: no cover - compiled
+    """One tile of pairs: differences, ``1 + d2``, the pair mask (no padding, no diagonal) and P."""
+    rj = j0 + tl.arange(0, BJ)
+    mj = rj < n
+    dx = yi0[:, None] - tl.load(yb + rj, mask=mj, other=0.0)[None, :]
+    dy = yi1[:, None] - tl.load(yb + N + rj, mask=mj, other=0.0)[None, :]
+    pair = mi[:, None] & mj[None, :] & (ri[:, None] != rj[None, :])
+    pij = tl.load(pb + ri[:, None].to(tl.int64) * N + rj[None, :], mask=pair, other=0.0)
+    return dx, dy, 1.0 + dx * dx + dy * dy, pair, pij
+
+
+@triton.jit
+def _row_forces(pb, yb, i0, n, N, BI: tl.constexpr, BJ: tl.constexpr):  # pragma: no cover - compiled
+    """Attraction, unnormalised repulsion and row sums of w for rows ``i0 .. i0 + BI`` of a head."""
+    ri, mi, yi0, yi1 = _rows(yb, i0, n, N, BI)
     ax = tl.zeros([BI], dtype=tl.float32)
     ay = tl.zeros([BI], dtype=tl.float32)
     rx = tl.zeros([BI], dtype=tl.float32)
     ry = tl.zeros([BI], dtype=tl.float32)
     zi = tl.zeros([BI], dtype=tl.float32)
     for j0 in range(0, n, BJ):
-        rj = j0 + tl.arange(0, BJ)
-        mj = rj < n
-        yj0 = tl.load(yb + rj, mask=mj, other=0.0)
-        yj1 = tl.load(yb + N + rj, mask=mj, other=0.0)
-        dx = yi0[:, None] - yj0[None, :]
-        dy = yi1[:, None] - yj1[None, :]
-        pair = mi[:, None] & mj[None, :] & (ri[:, None] != rj[None, :])
-        w = tl.where(pair, 1.0 / (1.0 + dx * dx + dy * dy), 0.0)
-        pij = tl.load(pb + ri[:, None].to(tl.int64) * N + rj[None, :], mask=pair, other=0.0)
+        dx, dy, d, pair, pij = _tile(pb, yb, ri, mi, yi0, yi1, j0, n, N, BJ)
+        w = tl.where(pair, 1.0 / d, 0.0)
         pw = pij * w
         ax += tl.sum(pw * dx, axis=1)
         ay += tl.sum(pw * dy, axis=1)
@@ -73,22 +83,11 @@ def _row_forces(pb, yb, i0, n, N, BI: tl.constexpr, BJ: tl.constexpr):  # pragma
 @triton.jit
 def _row_kl(pb, yb, i0, n, N, BI: tl.constexpr, BJ: tl.constexpr):  # pragma: no cover - compiled
     """Row sums of ``p log(1 + d2)`` and of w (float32 terms) for rows ``i0 .. i0 + BI``."""
-    ri = i0 + tl.arange(0, BI)
-    mi = ri < n
-    yi0 = tl.load(yb + ri, mask=mi, other=0.0)
-    yi1 = tl.load(yb + N + ri, mask=mi, other=0.0)
+    ri, mi, yi0, yi1 = _rows(yb, i0, n, N, BI)
     zi = tl.zeros([BI], dtype=tl.float32)
     si = tl.zeros([BI], dtype=tl.float32)
     for j0 in range(0, n, BJ):
-        rj = j0 + tl.arange(0, BJ)
-        mj = rj < n
-        yj0 = tl.load(yb + rj, mask=mj, other=0.0)
-        yj1 = tl.load(yb + N + rj, mask=mj, other=0.0)
-        dx = yi0[:, None] - yj0[None, :]
-        dy = yi1[:, None] - yj1[None, :]
-        pair = mi[:, None] & mj[None, :] & (ri[:, None] != rj[None, :])
-        d = 1.0 + dx * dx + dy * dy
-        pij = tl.load(pb + ri[:, None].to(tl.int64) * N + rj[None, :], mask=pair, other=0.0)
+        _, _, d, pair, pij = _tile(pb, yb, ri, mi, yi0, yi1, j0, n, N, BJ)
         zi += tl.sum(tl.where(pair, 1.0 / d, 0.0), axis=1)
         si += tl.sum(pij * tl.log(d), axis=1)
     return si, zi

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from workers.analysis.fast_tsne import KL_FLOOR, P_FLUSH
 from workers.analysis.progress import Progress, no_progress
 
 if TYPE_CHECKING:
@@ -36,9 +37,6 @@ if TYPE_CHECKING:
     from workers.analysis.tsne import TSNEOptions, TSNEResult
 
 logger = logging.getLogger(__name__)
-
-P_FLUSH = 1e-20  # as fast_tsne: smaller P entries are zeroed for the float32 forces
-KL_FLOOR = 1e-2
 
 
 def triton_available() -> bool:
@@ -348,27 +346,22 @@ def head_affinities_device(attention: torch.Tensor, keep: torch.Tensor | None = 
 
 
 def entropy_device(p: torch.Tensor) -> torch.Tensor:
-    """``sum p log p`` per head in float64: [B, N, N] -> [B]."""
-    return torch.special.xlogy(p, p).sum(dim=(-2, -1), dtype=torch.float64) if p.dtype == torch.float64 else \
-        torch.stack([torch.special.xlogy(h.double(), h.double()).sum() for h in p])  # fmt: skip
+    """``sum p log p`` per head in float64: [B, N, N] -> [B] (float32 P a head at a time, so no
+    float64 copy of the whole batch exists)."""
+    if p.dtype == torch.float64:
+        return torch.special.xlogy(p, p).sum(dim=(-2, -1))
+    return torch.stack([torch.special.xlogy(h.double(), h.double()).sum() for h in p])
 
 
 def kl_masked(p: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Exact float64 ``KL(P || Q)`` of each head over its own points: p [B, N, N], y [B, N, 2]."""
-    batch, n = p.shape[0], p.shape[-1]
-    out = torch.empty(batch, dtype=torch.float64, device=p.device)
-    chunk = max(1, (1 << 21) // (n * n))
-    for s in range(0, batch, chunk):
-        pc = p[s : s + chunk].double()
-        yc = y[s : s + chunk].double()
-        valid = torch.arange(n, device=p.device)[None, :] < lengths[s : s + chunk, None]
-        pair = valid[:, :, None] & valid[:, None, :]
-        pair &= ~torch.eye(n, dtype=torch.bool, device=p.device)
-        t = torch.cdist(yc, yc).pow_(2).log1p_()
-        cross = (pc * t).sum(dim=(-2, -1))
-        z = torch.where(pair, t.neg().exp(), 0.0).sum(dim=(-2, -1))
-        ent = torch.special.xlogy(pc, pc).sum(dim=(-2, -1))
-        out[s : s + chunk] = ent + cross + pc.sum(dim=(-2, -1)) * torch.log(z)
+    """``affinities.kl_divergence`` of each head over its own points (heads grouped by length):
+    p [B, N, N], y [B, N, 2] -> [B] float64 on P's device."""
+    from workers.analysis.affinities import kl_divergence
+
+    out = torch.empty(p.shape[0], dtype=torch.float64, device=p.device)
+    for n in torch.unique(lengths).tolist():
+        heads = (lengths == n).nonzero().flatten()
+        out[heads] = torch.as_tensor(kl_divergence(p[heads, :n, :n], y[heads, :n]), device=p.device)
     return out
 
 
