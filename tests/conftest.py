@@ -14,6 +14,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Tests compare results bit for bit with CPU references: models, t-SNE and the services' workers
+# (which inherit the environment) compute on the CPU even on a machine with a GPU. The CUDA tests
+# name their device themselves; HEADSCOPE_DEVICE=cuda runs the rest on the GPU on purpose.
+os.environ.setdefault("HEADSCOPE_DEVICE", "cpu")
 
 
 def _interpret_triton_without_cuda() -> None:

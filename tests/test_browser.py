@@ -48,6 +48,10 @@ POINT_JS = """([id, k]) => {
   const tr = gd.data[0], fl = gd._fullLayout, r = gd.getBoundingClientRect();
   return [r.left + fl.xaxis._offset + fl.xaxis.l2p(tr.x[k]), r.top + fl.yaxis._offset + fl.yaxis.l2p(tr.y[k])];
 }"""
+URL_HEAD_JS = """([layer, head]) => {
+  const q = new URLSearchParams(window.location.search);
+  return q.get('layer') === String(layer) && q.get('head') === String(head);
+}"""
 FIGURE_JS = "(id) => { const gd = document.querySelector('#' + id + ' .js-plotly-plot'); " \
             "return {title: gd.layout.title && gd.layout.title.text, data: gd.data.map(t => ({x: Array.from(t.x || []), " \
             "y: Array.from(t.y || []), text: t.text, customdata: t.customdata})), shapes: (gd.layout.shapes || []).length}; }"
@@ -171,13 +175,15 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         page.locator("#max-attention-graph").scroll_into_view_if_needed()
         x, y = page.evaluate(CELL_JS, [LAYER, HEAD, 3])
         page.mouse.click(x, y)
+        # the URL holds the head from the click on (written in the browser, no server round)
+        page.wait_for_function(URL_HEAD_JS, arg=[LAYER, HEAD], timeout=WAIT_MS)
         _wait_points(page, "head-tsne-graph")
         _wait_points(page, "hidden-tsne-graph")
         page.wait_for_selector("#attention-matrix-graph .heatmaplayer", timeout=WAIT_MS)
         head = page.evaluate(FIGURE_JS, "head-tsne-graph")
         assert f"layer {LAYER}, head {HEAD}" in head["title"]
         assert list(head["data"][0]["text"]) == tokens  # tokens as labels
-        assert f"layer={LAYER}" in page.url and f"head={HEAD}" in page.url  # page state in the URL
+        assert page.evaluate(URL_HEAD_JS, [LAYER, HEAD])  # still there once every view is drawn
         assert "X[2] (output of layer 1)" in page.evaluate(FIGURE_JS, "hidden-tsne-graph")["title"]
         assert "KL" in page.inner_text("#text-kl")
 
@@ -228,7 +234,7 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         assert again["title"] == head["title"]
         assert again["data"][0]["customdata"] == head["data"][0]["customdata"]  # the stored map, not a new one
         assert fresh.page.input_value("#text-input") == TEXT
-        assert f"layer={LAYER}" in fresh.page.url and f"head={HEAD}" in fresh.page.url
+        fresh.page.wait_for_function(URL_HEAD_JS, arg=[LAYER, HEAD], timeout=WAIT_MS)
         assert "shared result" in fresh.page.inner_text("#text-status")
         _wait_points(fresh.page, "hidden-tsne-graph", timeout=WAIT_MS)
         fresh.page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=WAIT_MS)

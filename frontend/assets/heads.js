@@ -69,6 +69,7 @@
     var gd = host.querySelector(".js-plotly-plot");
     var picked = gd ? PICKERS[host.id](gd, ev) : null;
     if (!picked || !window.dash_clientside || !window.dash_clientside.set_props) { return; }
+    headInUrl(picked);  /* the link holds the head from the click on, before Dash's round */
     var map = plotOf("head-tsne-graph");
     if (map && window.Plotly && shown.maps) {  /* draw now; Dash's own update then finds it drawn */
       var fig = drawHead(picked, shown.viewOpts, shown.maps);
@@ -76,6 +77,34 @@
     }
     window.dash_clientside.set_props("text-pick", {data: {layer: picked.layer, head: picked.head}});
   }, true);
+
+  /* the page's URL with the picked head (the same keys as viewUrl) */
+  function headInUrl(picked) {
+    if (!window.history || !window.history.replaceState) { return; }
+    var q = new URLSearchParams(window.location.search);
+    q.set("layer", String(picked.layer));
+    q.set("head", String(picked.head));
+    window.history.replaceState(window.history.state, "", window.location.pathname + "?" + q.toString());
+  }
+
+  /* The URL query of the text page's view, as frontend.data.source_query(source, text._view(...))
+     builds it, computed in the browser so that a head picked by a click is in the URL in the same
+     turn as its map (a server callback would answer later, and a slower earlier answer could
+     overwrite it). None/empty values are left out, booleans are 1/0, lists comma-joined. */
+  function viewUrl(source, layer, head, viewOpts, reduction, layers, gpage, hvHeads, threshold) {
+    if (!source || !source.id) { return NO(); }
+    var params = [[source.kind === "share" ? "share" : "analysis", source.id], ["layer", layer],
+      ["head", head], ["rescale", (viewOpts || []).indexOf("rescale") >= 0 ? 1 : 0],
+      ["reduction", reduction], ["layers", layers && layers.length ? layers.join(",") : null],
+      ["gpage", gpage || null], ["hv_heads", hvHeads && hvHeads.length ? hvHeads.join(",") : null],
+      ["threshold", threshold]];
+    var q = new URLSearchParams();
+    params.forEach(function (kv) {
+      if (kv[1] !== null && kv[1] !== undefined && kv[1] !== "") { q.append(kv[0], String(kv[1])); }
+    });
+    var search = "?" + q.toString();
+    return search === window.location.search ? NO() : search;
+  }
 
   function fromMaxAttention(click) {
     var p = click && click.points && click.points[0];
@@ -187,5 +216,5 @@
 
   var ns = (window.dash_clientside = window.dash_clientside || {});
   ns.headscope_heads = {selectHead: selectHead, drawHead: drawHead, drawHeadOnMaps: drawHeadOnMaps,
-                        headViewHover: headViewHover};
+                        headViewHover: headViewHover, viewUrl: viewUrl};
 })();

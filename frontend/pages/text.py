@@ -14,11 +14,11 @@ import json
 import logging
 from typing import Any
 
-from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+from dash import ClientsideFunction, Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from frontend import figures as F
 from frontend.api_client import ApiError
-from frontend.data import Built, ResultStore, int_list, int_or_none, source_query
+from frontend.data import Built, ResultStore, int_list, int_or_none
 from frontend.heads import has_head
 from frontend.pages import text_heads
 from frontend.pages.common import (
@@ -279,16 +279,15 @@ def register(app: Dash, store: ResultStore) -> None:
                    Input("text-layers", "value"), Input("text-gallery-page", "value"),
                    Input("text-hv-heads", "value"), Input("text-hv-threshold", "value")]
 
-    @app.callback(
+    # the URL is written in the browser (heads.js: viewUrl, the keys of _view): a click's head is
+    # in it at once, and no slower server answer can put an older view back
+    app.clientside_callback(
+        ClientsideFunction(namespace="headscope_heads", function_name="viewUrl"),
         Output("url", "search", allow_duplicate=True),
         Input("text-source", "data"),
         *view_inputs,
         prevent_initial_call=True,
     )
-    def _url(source, *view):  # type: ignore[no-untyped-def]
-        if not source:
-            return no_update
-        return source_query(source, _view(*view))
 
     @app.callback(
         Output("share-url", "children"),

@@ -96,7 +96,7 @@ class Decomposition:
         default_factory=list
     )  # per layer: LayerNorms applied before its heads
     ff_entry: list[int] = field(default_factory=list)
-    final_norm_deviation: float = 0.0  # max |own final norm - transformers' own| (float32 RMSNorm)
+    final_norm_deviation: float = 0.0  # max |own final norm - transformers' own| (rounding only)
 
     @property
     def tokens(self) -> list[str]:
@@ -256,8 +256,8 @@ def decompose_encoded(
         terms[3].add_(la.ff_bias)
         norm(la.ln_ff)
         if layer == n_layers - 1 and arch.final_ln is not None:
-            # the final norm's output recomputed in the model's dtype: transformers' RMSNorm
-            # computes in float32 even in a float64 model (its deviation is reported)
+            # the final norm's output recomputed from the carried terms' scale: equal to the
+            # model's own up to rounding (its deviation is reported)
             own = norm(arch.final_ln)
             assert own is not None
             final_deviation = float((own - hidden[-1]).abs().max())

@@ -17,6 +17,10 @@ from workers.errors import HeadscopeError
 
 Layout = Literal["bert", "gpt2", "llama", "gpt_neox"]
 
+# transformers' eager attention, except that the softmax runs in the model's dtype
+# (workers/models/precision.py registers it; its eager softmax is float32 whatever the dtype)
+DTYPE_EAGER = "headscope_eager"
+
 
 @dataclass(frozen=True)
 class Family:
@@ -36,6 +40,9 @@ class Family:
         final_norm: attribute path of the norm applied to the last hidden state (decoders).
         norm: ``layernorm`` or ``rmsnorm`` (no mean shift, no bias).
         notes: what is exact for this family (docs/models.md lists them).
+        attn_implementation: the transformers attention function the family is loaded with:
+            ``eager`` where transformers' own keeps the model's dtype (BERT, GPT-2),
+            ``DTYPE_EAGER`` where its softmax is float32 whatever the dtype.
     """
 
     name: str
@@ -48,6 +55,7 @@ class Family:
     final_norm: str | None
     norm: Literal["layernorm", "rmsnorm"]
     notes: str = ""
+    attn_implementation: str = "eager"
 
 
 BERT = Family(
@@ -67,6 +75,7 @@ def llama_like(name: str, notes: str = "") -> Family:
         name, "llama", True, "layers", "self_attn", "self_attn.o_proj", "mlp.down_proj", "norm",
         "rmsnorm",
         notes or "RMSNorm (g*t/rms), rotary, grouped-query attention (one map per query head), gated MLP",
+        DTYPE_EAGER,
     )
 
 
@@ -84,6 +93,7 @@ FAMILIES: dict[str, Family] = {
         "gpt_neox", "gpt_neox", True, "layers", "attention", "attention.dense", "mlp.dense_4h_to_h",
         "final_layer_norm", "layernorm",
         "pre-LayerNorm decoder, parallel residual (both branches read the same input), partial rotary",
+        DTYPE_EAGER,
     ),
 }
 

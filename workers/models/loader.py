@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 from workers.models.catalogue import Catalogue, ModelSpec, get_catalogue
-from workers.models.families import Family, config_facts, family_of
+from workers.models.families import DTYPE_EAGER, Family, config_facts, family_of
+from workers.models.precision import keep_dtype, register_attention
 
 logger = logging.getLogger(__name__)
 
@@ -124,9 +125,13 @@ def load_model(
         config = AutoConfig.from_pretrained(where, local_files_only=offline)
         family = family_of(config.model_type)
         logger.info("loading model %s from %s (%s, %s, %s)", name, spec.source, family.name, dev, dtype)
+        if family.attn_implementation == DTYPE_EAGER:
+            register_attention()
         model = AutoModel.from_pretrained(
-            where, attn_implementation="eager", local_files_only=offline, dtype=DTYPES[dtype]
+            where, attn_implementation=family.attn_implementation, local_files_only=offline,
+            dtype=DTYPES[dtype],
         )
+        keep_dtype(model)
         model.eval().to(dev)
         tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=offline)
         cfg = config.to_dict()
