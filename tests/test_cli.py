@@ -100,3 +100,30 @@ def test_binary_file_is_a_clear_error(tmp_path):
 def test_truncate_opts_in(tmp_path, minilm):
     r = _run(tmp_path, "--text", "word " * 600, "--analysis", "max-attention", "--truncate")
     assert r["n_tokens"] == 512 and r["truncated_from"] == 602
+
+
+def test_progress_in_a_log_file_is_one_line_per_step(tmp_path, text_file):
+    """stderr that is not a terminal (a file, a pipe) gets lines, not carriage-return redraws."""
+    out = _cli("analyze", "--text-file", str(text_file), "--analysis", "robustness", "--layer", "1",
+               "--head", "0", "--repeats", "12", *FAST, "--out", str(tmp_path / "r.json"))
+    assert out.returncode == 0, out.stderr
+    assert "\r" not in out.stderr
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("robustness ")]
+    assert len(lines) >= 2 and all(len(ln) < 200 for ln in lines)
+    pcts = [float(ln.split()[1].rstrip("%")) for ln in lines]
+    assert pcts == sorted(pcts) and pcts[-1] == 100.0
+
+
+def test_progress_lines_write_each_step_once_and_repeat_slowly():
+    from workers.progress_lines import ProgressLines, step_of
+
+    now = [0.0]
+    lines = ProgressLines(every_s=5.0, clock=lambda: now[0])
+    assert step_of("robustness: repeat 17/200") == "robustness: repeat #/#"
+    due = []
+    for i in range(200):  # 200 repeats, 0.1 s apart: the first, then one line each 5 s
+        now[0] = i * 0.1
+        due.append(lines.due(i / 200, f"robustness: repeat {i + 1}/200"))
+    assert sum(due) == 4 and due[0] and due[50] and due[100] and due[150]
+    assert lines.due(0.999, "decomposition: layer 1/6")  # a new step: at once
+    assert lines.due(1.0, "done") and not lines.due(1.0, "done")  # the end, once

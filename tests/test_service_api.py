@@ -223,6 +223,18 @@ def test_50_concurrent_requests_none_lost_identical_computed_once(client, redis)
         assert f["request"]["text"].startswith(f["result"]["token_texts"][1])
 
 
+def test_workers_log_one_line_per_step(client, service):
+    """The worker's log (a file here) gets progress as lines, never carriage-return redraws."""
+    done = run(client, {"model": "tiny-bert", "text": short_text(20), "analyses": ["robustness"],
+                        "options": {**FAST, "layer": 1, "head": 0, "repeats": 12}})
+    assert done["status"] == "finished", done["error"]
+    log = service.log.read_text(errors="replace")
+    lines = [ln for ln in log.splitlines() if "headscope.progress" in ln and f"job {done['id'][:12]}" in ln]
+    assert len(lines) >= 2 and "\r" not in log  # loading, the steps, the end
+    assert all(len(ln) < 300 for ln in lines)
+    assert "100.0%" in lines[-1]
+
+
 def test_share_link_returns_view_inputs_and_result(client, service):
     done = run(client, {"model": "tiny-bert", "text": short_text(15), "analyses": ["max-attention"]})
     view = {"page": "attention", "layer": 1, "head": 2, "rescaled": True}

@@ -26,8 +26,11 @@ from rq.job import Job
 from workers import protocol
 from workers.contracts import ANALYSIS_KINDS, AnalysisRequest, PEAnalysisRequest
 from workers.errors import HeadscopeError
+from workers.progress_lines import ProgressLines, progress_line
 
 logger = logging.getLogger(__name__)
+# a job's progress as log lines (INFO even when the worker logs only warnings: workers.main)
+PROGRESS_LOG = logging.getLogger("headscope.progress")
 
 # rough relative cost of each stage, for one progress bar across all of them
 WEIGHTS = {
@@ -51,6 +54,7 @@ class Reporter:
         self.conn: Redis = job.connection
         self.ttl_s = ttl_s
         self._last_meta = 0.0
+        self._lines = ProgressLines()
 
     def start(self) -> None:
         """A fresh attempt: forget the partials of an earlier one, count the computation."""
@@ -64,6 +68,8 @@ class Reporter:
         self.job.save_meta()
 
     def progress(self, fraction: float, message: str) -> None:
+        if self._lines.due(fraction, message):  # the worker's log: one line per step
+            PROGRESS_LOG.info("%s", progress_line(f"job {self.job.id[:12]}", fraction, self._lines.elapsed(), message))
         now = time.monotonic()
         if now - self._last_meta < 0.25 and fraction < 1.0:
             return  # at most four meta writes a second

@@ -58,6 +58,8 @@ def run_worker(
     """Serve jobs until SIGTERM/SIGINT (warm shutdown: the current job finishes first)."""
     from workers.settings import get_settings
 
+    logging.getLogger("headscope.progress").setLevel(logging.INFO)  # a line per step of each job
+
     settings = get_settings()
     conn = Redis.from_url(redis_url)
     name = name or protocol.new_worker_name()
