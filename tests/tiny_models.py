@@ -133,11 +133,12 @@ def _decoder_config(family: str, *, vocab: int, layers: int, heads: int, kv_head
 
 def build_tiny_decoder(path: Path, family: str = "llama", *, layers: int = 2, heads: int = 4,
                        kv_heads: int = 2, hidden: int = 32, seed: int = 0, perturb: bool = True,
-                       max_positions: int = 64) -> Path:
+                       max_positions: int = 64, lm_head: bool = False, tied: bool = False) -> Path:
     """A random Llama-family / GPT-NeoX base model with a BPE tokenizer that prepends ``<s>`` (BOS),
-    as Llama's does; saved under ``path``."""
+    as Llama's does; saved under ``path``. ``lm_head``: the ``...ForCausalLM`` model instead, with its
+    own ``lm_head.weight`` (``embed_out`` for GPT-NeoX), or the embedding as its head with ``tied``."""
     from tokenizers import processors
-    from transformers import AutoModel, PreTrainedTokenizerFast
+    from transformers import AutoModel, AutoModelForCausalLM, PreTrainedTokenizerFast
 
     bpe = _bpe(["<pad>", "<s>", "</s>"])
     bpe.post_processor = processors.TemplateProcessing(
@@ -148,7 +149,8 @@ def build_tiny_decoder(path: Path, family: str = "llama", *, layers: int = 2, he
     torch.manual_seed(seed)
     cfg = _decoder_config(family, vocab=bpe.get_vocab_size(), layers=layers, heads=heads, kv_heads=kv_heads,
                           hidden=hidden, max_positions=max_positions)
-    model = AutoModel.from_config(cfg)
+    cfg.tie_word_embeddings = bool(lm_head and tied)
+    model = AutoModelForCausalLM.from_config(cfg) if lm_head else AutoModel.from_config(cfg)
     if perturb:
         _perturb(model, seed=seed)
     model.save_pretrained(path)

@@ -12,6 +12,7 @@ import torch
 
 from workers.models.catalogue import Catalogue, ModelSpec, get_catalogue
 from workers.models.families import DTYPE_EAGER, Family, config_facts, family_of
+from workers.models.lm_head import Unembedding, load_unembedding
 from workers.models.precision import keep_dtype, register_attention
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,12 @@ class LoadedModel:
     max_length: int = 512
     arch: Family | None = None  # where the family keeps its parts (workers.models.families)
     n_kv_heads: int = 0  # key/value heads (fewer than n_heads under grouped-query attention)
+    unembed: Unembedding | None = None  # the language-model head (workers.models.lm_head), if any
+    lm_head_reason: str = ""  # why there is one, or why not (shown by the API and the causal page)
+
+    @property
+    def has_lm_head(self) -> bool:
+        return self.unembed is not None
 
     @property
     def causal(self) -> bool:
@@ -136,6 +143,7 @@ def load_model(
         tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=offline)
         cfg = config.to_dict()
         facts = config_facts(cfg)
+        unembed, head_reason = load_unembedding(model, cfg, where if offline else None)
         max_pos = int(facts["max_tokens"] or 512)
         tok_max = getattr(tokenizer, "model_max_length", None) or max_pos
         loaded = LoadedModel(
@@ -152,6 +160,8 @@ def load_model(
             max_length=int(min(max_pos, tok_max)),
             arch=family,
             n_kv_heads=int(facts["n_kv_heads"]),
+            unembed=unembed,
+            lm_head_reason=head_reason,
         )
         _cache[key] = loaded
         return loaded
