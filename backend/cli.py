@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ANALYSES = ["max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf"]
+ANALYSES = ["max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf",
+            "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching"]
 
 
 class StderrProgress:
@@ -109,10 +110,49 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         "repeats": args.repeats,
         "dtype": args.dtype,
     }
+    opts.update(_causal_options(args))
     if args.n_iter is not None:
         opts["n_iter"] = args.n_iter
     if args.early_exaggeration_iter is not None:
         opts["early_exaggeration_iter"] = args.early_exaggeration_iter
+    return opts
+
+
+def _token_arg(value: str) -> int | str:
+    """A target token: an id (digits) or the token's text."""
+    return int(value) if value.isdigit() else value
+
+
+def _heads_arg(value: str) -> str | list[list[int]]:
+    """``each`` or heads as ``L.H,L.H`` (e.g. ``3.1,5.0``)."""
+    if value == "each":
+        return value
+    try:
+        return [[int(x) for x in part.split(".")] for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'each' or heads as LAYER.HEAD,LAYER.HEAD; got {value!r}") from None
+
+
+def _causal_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The causal views' options (docs/causal.md), validated by the same contract as the API's."""
+    from workers.contracts import AnalysisOptions
+    from workers.errors import HeadscopeError
+
+    opts: dict[str, Any] = {"k": args.k, "ablation": args.ablation, "continue_tokens": args.continue_tokens,
+                            "temperature": args.temperature, "ablate": args.ablate}  # fmt: skip
+    if args.target is not None:
+        opts["target"] = args.target[0] if len(args.target) == 1 else list(args.target)
+    if args.position is not None:
+        opts["position"] = args.position
+    if args.corrupted is not None:
+        opts["corrupted"] = args.corrupted
+    if args.analysis == "patching" and args.corrupted is None:
+        raise HeadscopeError("patching needs --corrupted TEXT (the same token length as --text)")
+    try:
+        AnalysisOptions.model_validate(opts)
+    except ValueError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())  # type: ignore[attr-defined]
+        raise HeadscopeError(f"bad option: {problems}") from None
     return opts
 
 
@@ -270,6 +310,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="model precision; decomposition: float64 reconstructs X[l] to < 1e-9 (docs/decomposition.md)",
     )
     a.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
+    c = a.add_argument_group("causal views (decoders with a language-model head; docs/causal.md)")
+    c.add_argument("--k", type=int, default=10, help="predictions: top-k next tokens per position")
+    c.add_argument("--target", nargs="+", type=_token_arg, metavar="TOKEN",
+                   help="one token (text or id), or two: the logit difference a - b (patching: the pair)")
+    c.add_argument("--position", type=int, default=None, help="position of the layers x heads maps (default: last)")
+    c.add_argument("--ablate", type=_heads_arg, default="each", help="'each' head in turn, or LAYER.HEAD,... together")
+    c.add_argument("--ablation", choices=["zero", "mean"], default="mean", help="replace a head's output by")
+    c.add_argument("--corrupted", default=None, metavar="TEXT", help="patching: the corrupted text (same token length)")
+    c.add_argument("--continue-tokens", type=int, default=16, help="continue: tokens to generate")
+    c.add_argument("--temperature", type=float, default=0.0, help="continue: 0 = greedy, else sampled with --seed")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     a.set_defaults(func=cmd_analyze)
 

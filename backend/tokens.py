@@ -55,15 +55,16 @@ def _limit(model_dir: str) -> int | None:
     return limit
 
 
-def count_tokens(spec: ModelSpec, text: str) -> tuple[int, int] | None:
-    """(token count with special tokens, the model's limit), or None when unknown here."""
+def count_tokens(spec: ModelSpec, text: str, *, special: bool = True) -> tuple[int, int] | None:
+    """(token count, with special tokens unless ``special`` is False; the model's limit), or None
+    when unknown here."""
     if spec.source == "hub":
         return None
     model_dir = spec.resolve()
     tok, limit = _tokenizer(model_dir), _limit(model_dir)
     if tok is None or limit is None:
         return None
-    return len(tok.encode(text, add_special_tokens=True).ids), limit
+    return len(tok.encode(text, add_special_tokens=special).ids), limit
 
 
 def is_blank(spec: ModelSpec, text: str) -> bool:

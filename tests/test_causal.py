@@ -186,7 +186,7 @@ def test_ablation(heads, fam):
 
 
 @pytest.mark.parametrize("fam", FAMILIES)
-def test_patching(heads, fam):
+def test_patching(heads, fam, monkeypatch):
     loaded = _load(heads, fam, "float64")
     c, k = encode(loaded, CLEAN), encode(loaded, CORRUPTED)
     assert c.n == k.n
@@ -206,6 +206,12 @@ def test_patching(heads, fam):
         logits = run_from(loaded, layer, rk.states[layer][None])
         m = float(logits[0, -1, target[0]] - logits[0, -1, target[1]])
         assert abs(m - pat["metric_corrupted"]) < 1e-9
+    if fam == "llama":  # patched runs in batches of 7 rows: the same fractions
+        import workers.analysis.interventions as iv
+
+        monkeypatch.setattr(iv, "ROW_TOKENS", 7 * n)
+        again = patching(loaded, c, k, target=target)
+        assert np.allclose(again["residual"], res, atol=1e-12)
     with pytest.raises(HeadscopeError, match="same length"):
         patching(loaded, c, encode(loaded, CLEAN + " of the"), target=target)
 

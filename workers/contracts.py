@@ -22,8 +22,13 @@ from pydantic import (
 )
 
 AnalysisKind = Literal[
-    "max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf"
+    "max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf",
+    "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching",
 ]
+# the causal views (SPEC 10, docs/causal.md): decoders with a language-model head only
+CAUSAL_KINDS: tuple[str, ...] = (
+    "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching",
+)  # fmt: skip
 ANALYSIS_KINDS: tuple[str, ...] = (
     "max-attention",
     "decomposition",
@@ -32,7 +37,11 @@ ANALYSIS_KINDS: tuple[str, ...] = (
     "word-tsne",
     "robustness",
     "lasf",
+    *CAUSAL_KINDS,  # continue first: it extends the text the other causal views read
 )  # also the order a job computes them in: cheap first
+MAX_TOP_K = 50  # predictions: next tokens listed per position
+MAX_ABLATED = 64  # ablation: heads in one ablated set ("each" runs every head in turn)
+MAX_CONTINUE = 64  # continue: generated tokens
 LASF_MODELS: tuple[str, ...] = ("lasf-minilm",)  # shipped LasF layers; uploads are "ck-..." ids
 
 
@@ -46,6 +55,8 @@ MAX_TEXT_CHARS = 20_000  # before tokenisation; the model's own token limit is c
 MAX_WORDS = 2_000  # word-tsne: lines in the list
 
 LayerSel = int | Literal["all"]
+HeadPair = Annotated[tuple[StrictInt, StrictInt], Strict(False)]  # [layer, head] as a JSON list
+TokenSel = Annotated[str, Field(min_length=1, max_length=100)] | StrictInt  # a token's text or id
 
 # what tokenizers drop before splitting: controls (NUL), format characters (zero-width space,
 # joiners, BOM), unassigned and private-use code points, and whitespace of every kind
@@ -87,6 +98,52 @@ class AnalysisOptions(BaseModel):
     hidden_layer: LayerSel | None = Field(
         None, description="state of hidden-tsne (0 = embedding output, l + 1 = output of layer l); None = layer"
     )
+    # the causal views (docs/causal.md); left out of the job id while at their defaults
+    k: int = Field(10, ge=1, le=MAX_TOP_K, description="predictions: top-k next tokens per position")
+    target: TokenSel | list[TokenSel] | None = Field(
+        None, description="logit-attribution / ablation: a token (text or id), a pair [a, b] scored as "
+        "l[a] - l[b], or None: the text's next token; patching: the pair (None: the two texts' top predictions)",
+    )
+    position: int | None = Field(
+        None, ge=0, description="the position of the layers x heads maps (attribution, ablation); None = the last"
+    )
+    ablate: Literal["each"] | Annotated[list[HeadPair], Field(max_length=MAX_ABLATED)] = Field(
+        "each", description="ablation: 'each' head in turn (a map at position), or a set of [layer, head] ablated together"
+    )
+    ablation: Literal["zero", "mean"] = Field("mean", description="ablation: replace z by zero or its mean over the text")
+    corrupted: str | None = Field(
+        None, max_length=MAX_TEXT_CHARS, description="patching: the corrupted text (same token length as the text)"
+    )
+    continue_tokens: int = Field(16, ge=1, le=MAX_CONTINUE, description="continue: tokens to generate")
+    temperature: float = Field(0.0, ge=0.0, le=10.0, description="continue: 0 = greedy, else sampled with seed")
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            if len(v) != 2:
+                raise ValueError(f"a target pair has two tokens [a, b], got {len(v)}")
+            if v[0] == v[1]:
+                raise ValueError("the two tokens of a target pair must differ")
+        for t in v if isinstance(v, list) else [v]:
+            if isinstance(t, int) and t < 0:
+                raise ValueError(f"token id {t} is negative")
+        return v
+
+    @field_validator("ablate")
+    @classmethod
+    def _ablate(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            if any(x < 0 for pair in v for x in pair):
+                raise ValueError("layers and heads to ablate are counted from 0")
+            return sorted(set(v))  # a set: the same heads in any order are one request
+        return v
+
+
+CAUSAL_DEFAULTS: dict[str, Any] = {
+    name: AnalysisOptions.model_fields[name].default
+    for name in ("k", "target", "position", "ablate", "ablation", "corrupted", "continue_tokens", "temperature")
+}
 
 
 class AnalysisRequest(BaseModel):
@@ -122,13 +179,27 @@ class AnalysisRequest(BaseModel):
             raise ValueError(f"{self.model} is a LasF layer: only the lasf analysis runs on it")
         return self
 
+    @model_validator(mode="after")
+    def _causal(self) -> AnalysisRequest:
+        if "patching" in self.analyses and not visible(self.options.corrupted or ""):
+            raise ValueError("patching needs a corrupted text (options.corrupted) of the same token length")
+        if "continue" in self.analyses and not set(self.analyses) <= set(CAUSAL_KINDS):
+            raise ValueError("continue extends the text of the causal views only: request it with "
+                             f"{', '.join(CAUSAL_KINDS[1:])}, not with the other analyses")
+        return self
+
     def normalised(self) -> dict[str, Any]:
-        """Canonical JSON-able form: analyses sorted in job order, every option explicit."""
+        """Canonical JSON-able form: analyses sorted in job order, every option explicit except the
+        causal views' options at their defaults (so requests from before them keep their ids)."""
+        options = self.options.model_dump(mode="json")
+        for name, default in CAUSAL_DEFAULTS.items():
+            if options.get(name) == default:
+                del options[name]
         return {
             "model": self.model,
             "text": self.text,
             "analyses": list(self.analyses),
-            "options": self.options.model_dump(mode="json"),
+            "options": options,
         }
 
     def job_id(self) -> str:

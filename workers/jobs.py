@@ -42,6 +42,12 @@ WEIGHTS = {
     "word-tsne": 3.0,
     "robustness": 12.0,
     "lasf": 4.0,
+    "continue": 1.0,
+    "predictions": 1.0,
+    "logit-lens": 1.0,
+    "logit-attribution": 2.0,
+    "ablation": 6.0,
+    "patching": 6.0,
 }
 ALL_HEADS_KEY = "head-tsne-all"
 

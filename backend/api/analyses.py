@@ -13,14 +13,14 @@ from backend.deps import QueueDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from backend.store import Store
 from backend.tokens import count_tokens, is_blank
-from workers.contracts import LASF_MODELS, AnalysisRequest, JobStatus, is_lasf_model
+from workers.contracts import CAUSAL_KINDS, LASF_MODELS, AnalysisRequest, JobStatus, is_lasf_model
 from workers.errors import HeadscopeError, TextTooLongError
 from workers.models.catalogue import ModelSpec, get_catalogue
 from workers.protocol import JOB_ID
 
 router = APIRouter(tags=["analyses"])
 
-WHOLE_TEXT_KINDS = {"max-attention", "decomposition", "head-tsne", "hidden-tsne", "robustness", "lasf"}
+WHOLE_TEXT_KINDS = {"max-attention", "decomposition", "head-tsne", "hidden-tsne", "robustness", "lasf", *CAUSAL_KINDS}
 
 
 @lru_cache(maxsize=64)
@@ -75,6 +75,53 @@ def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
         if counted is not None and counted[0] > counted[1]:
             err = TextTooLongError(count=counted[0], limit=counted[1], model=req.model)
             raise HTTPException(422, str(err))
+    if kinds & set(CAUSAL_KINDS):
+        check_causal(req, spec, facts)
+
+
+def check_causal(req: AnalysisRequest, spec: ModelSpec, facts: dict[str, Any]) -> None:
+    """The causal views (docs/causal.md): a language-model head, one-token targets, a corrupted
+    text of the text's token length, a position and a continuation within the text's limits."""
+    if facts.get("lm_head") is False:
+        can = [n for n in get_catalogue().names_available() if model_facts(get_catalogue().get(n)).get("lm_head")]
+        raise HTTPException(
+            422, f"{req.model} has no language-model head, so it cannot say what comes next ({facts['lm_head_reason']}); "
+            f"the causal views run on {', '.join(can) or 'decoders with a head (none in this catalogue)'}",
+        )  # fmt: skip
+    o, kinds = req.options, set(req.analyses)
+    counted = count_tokens(spec, req.text)
+    for t in o.target if isinstance(o.target, list) else [o.target]:
+        if isinstance(t, str):
+            got = count_tokens(spec, t, special=False)
+            if got is not None and got[0] != 1:
+                raise HTTPException(422, f"target {t!r} is {got[0]} tokens for {req.model}; a target must be exactly one token")
+        elif isinstance(t, int) and facts.get("vocab_size") and t >= int(facts["vocab_size"]):
+            raise HTTPException(422, f"token id {t} is out of range: {req.model} has ids 0-{int(facts['vocab_size']) - 1}")
+    if counted is None:
+        return  # the worker checks the rest
+    n, limit = counted
+    if "continue" in kinds and n + o.continue_tokens > limit:
+        raise HTTPException(
+            422, f"the text has {n} tokens; with {o.continue_tokens} more (continue_tokens) it would pass "
+            f"{req.model}'s limit of {limit}",
+        )  # fmt: skip
+    total = n + (o.continue_tokens if "continue" in kinds else 0)
+    if o.position is not None and o.position >= total:
+        raise HTTPException(422, f"position {o.position} is out of range: the text has positions 0-{total - 1}")
+    if "patching" in kinds and o.corrupted is not None:
+        other = count_tokens(spec, o.corrupted)
+        if other is not None and other[0] != n:
+            raise HTTPException(
+                422, f"the corrupted text has {other[0]} tokens and the text {n}; patching compares the two "
+                "position by position, so they need the same token length",
+            )  # fmt: skip
+    n_layers, n_heads = facts.get("n_layers"), facts.get("n_heads")
+    if isinstance(o.ablate, list) and n_layers and n_heads:
+        for layer, head in o.ablate:
+            if layer >= n_layers or head >= n_heads:
+                raise HTTPException(
+                    422, f"head [{layer}, {head}] is out of range: {req.model} has layers 0-{n_layers - 1}, heads 0-{n_heads - 1}"
+                )
 
 
 @router.post(

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+ROW_TOKENS = 4096  # patching: tokens of one batch of patched runs (rows x length)
 HeadValues = dict[int, list[tuple[int, int, torch.Tensor]]]  # layer -> [(batch row, head, value [n|1, dh])]
 
 
@@ -224,11 +225,13 @@ def patching(
         raise HeadscopeError("the metric is the same on both texts: nothing to restore")
     steps, done = (L + 1) + L, 0
     residual = np.zeros((L + 1, n))
+    rows = max(1, ROW_TOKENS // n)  # patched runs per batch
     for layer in range(L + 1):
-        x = rk.states[layer][None].repeat(n, 1, 1)  # row t: position t from the clean run
-        idx = torch.arange(n, device=x.device)
-        x[idx, idx] = rc.states[layer]
-        residual[layer] = (metric(run_from(loaded, layer, x)) - m_k) / (m_c - m_k)
+        for t0 in range(0, n, rows):
+            idx = torch.arange(t0, min(n, t0 + rows), device=rk.states.device)
+            x = rk.states[layer][None].repeat(len(idx), 1, 1)  # row i: position t0 + i from the clean run
+            x[torch.arange(len(idx)), idx] = rc.states[layer][idx]
+            residual[layer, t0 : t0 + len(idx)] = (metric(run_from(loaded, layer, x)) - m_k) / (m_c - m_k)
         done += 1
         progress(done / steps, f"patching: residual stream at layer {layer}/{L}")
     heads = np.zeros((L, H))

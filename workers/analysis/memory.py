@@ -63,6 +63,7 @@ class ModelFacts:
     n_params: int
     dtype_bytes: int = 4
     head_dim: int = 0
+    vocab: int = 0
 
     @classmethod
     def of(cls, loaded: Any) -> ModelFacts:
@@ -71,7 +72,7 @@ class ModelFacts:
         inter = int(cfg.get("intermediate_size") or cfg.get("n_inner") or 4 * hidden)
         head_dim = int(cfg.get("head_dim") or hidden // loaded.n_heads)
         return cls(loaded.n_layers, loaded.n_heads, hidden, inter, loaded.n_params,
-                   loaded.dtype.itemsize, head_dim)
+                   loaded.dtype.itemsize, head_dim, int(cfg.get("vocab_size") or 0))
 
 
 @dataclass
@@ -89,6 +90,27 @@ class Estimate:
 
 def _count(sel: Any, size: int) -> int:
     return size if sel in (None, "all") else (len(sel) if isinstance(sel, list) else 1)
+
+
+def _causal_stages(
+    facts: ModelFacts, n: int, analyses: list[str], options: dict[str, Any], *, forward: int, hidden_states: int
+) -> dict[str, int]:
+    """The causal views (docs/causal.md): logits [n, vocabulary] in the model's dtype and float64,
+    the attribution's per-head outputs, the batched runs of ablation and patching."""
+    L, H, d, b, V = facts.n_layers, facts.n_heads, facts.hidden, facts.dtype_bytes, facts.vocab
+    n = n + int(options.get("continue_tokens", 16)) if "continue" in analyses else n
+    logits = n * V * (b + 3 * F8)  # the logits, their float64 log-softmax and its top-k copy
+    out: dict[str, int] = {}
+    if {"predictions", "logit-lens"} & set(analyses):
+        out["predictions"] = forward + hidden_states + logits
+    if "logit-attribution" in analyses:
+        db = 8 if options.get("dtype") == "float64" else b
+        out["logit-attribution"] = forward + logits + 2 * (L + 1) * 4 * n * d * db + 2 * L * H * n * d * db
+    rows = {"ablation": H, "patching": max(H, min(n, max(1, 4096 // max(n, 1))))}
+    for kind, r in rows.items():
+        if kind in analyses:
+            out[kind] = (r + 2) * forward + hidden_states * 2 + logits
+    return out
 
 
 def estimate_text_request(
@@ -131,6 +153,8 @@ def estimate_text_request(
         )
         extra = facts.n_params * (db - b) if db > b else 0  # the model again in float64
         stages["decomposition"] = forward + dec + extra
+    causal = _causal_stages(facts, n, analyses, options, forward=forward, hidden_states=hidden_states)
+    stages.update(causal)
     if len(streamed) > 1 or not stages:
         stages["forward"] = sum(streamed.values())
     peak_name = max(stages, key=lambda k: stages[k])

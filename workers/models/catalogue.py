@@ -61,14 +61,18 @@ class ModelSpec:
     def summary(self) -> dict[str, Any]:
         """Name, description and the architecture facts the dashboard shows before loading."""
         from workers.models.families import config_facts
+        from workers.models.lm_head import head_status
 
         cfg = self.config()
+        head = head_status(cfg, self.resolve() if self.source in ("package", "local") else None)
         return {
             "name": self.name,
             "description": self.description,
             "source": self.source,
             "model_type": cfg.get("model_type"),
             **config_facts(cfg),  # family, n_layers, n_heads (query heads), n_kv_heads, max_tokens, ...
+            "lm_head": head.has,  # the causal views run on it (None: known once a worker loads it)
+            "lm_head_reason": head.reason,
         }
 
 
