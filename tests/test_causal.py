@@ -113,7 +113,7 @@ def test_predictions_and_the_lens(heads, fam):
     L = loaded.n_layers
     assert lens["top_ids"].shape == (L + 1, n) and lens["next_rank"].shape == (L + 1, n - 1)
     assert (lens["top_ids"][L] == np.asarray(pr["top_ids"])[:, 0]).all()
-    assert np.allclose(lens["top_probs"][L], probs[:, 0], atol=1e-12)
+    assert np.allclose(lens["top_probs"][L], probs[:, 0], atol=1e-6)  # float32 log-sum-exp vs float64
     assert (lens["next_rank"][L] == ranks).all()
     assert not np.allclose(lens["top_probs"][0], lens["top_probs"][L])  # the lens reads other states
 

@@ -192,14 +192,16 @@ def logit_lens(
     unembed, norm = head_of(loaded), final_norm(loaded)
     ids = torch.tensor(encoded.input_ids[1:], device=run.logits.device)
     rows: dict[str, list[Any]] = {"top_ids": [], "top_probs": [], "next_rank": [], "next_prob": []}
-    n_states = run.states.shape[0]
+    n_states, m = run.states.shape[0], ids.shape[0]
     for state in range(n_states):
-        logits = unembed.logits(norm(run.states[state][None])[0])  # [n, vocabulary]
-        r = _read(loaded, logits, ids, 1)
-        rows["top_ids"].append(r["top_ids"][:, 0])
-        rows["top_probs"].append(r["top_probs"][:, 0])
-        rows["next_rank"].append(r["next_rank"])
-        rows["next_prob"].append(np.exp(r["next_logprob"]))
+        logits = unembed.logits(norm(run.states[state][None])[0])  # [n, vocabulary], the model's dtype
+        lse = torch.logsumexp(logits, dim=-1)  # [n]
+        top, arg = logits.max(dim=-1)
+        own = logits[:m].gather(-1, ids[:, None])[:, 0]
+        rows["top_ids"].append(arg.cpu().numpy())
+        rows["top_probs"].append((top - lse).double().exp().cpu().numpy())
+        rows["next_rank"].append(((logits[:m] > own[:, None]).sum(-1) + 1).cpu().numpy())
+        rows["next_prob"].append((own - lse[:m]).double().exp().cpu().numpy())
         progress((state + 1) / n_states, f"logit lens: state {state + 1}/{n_states}")
     out: dict[str, Any] = {key: np.stack(v) for key, v in rows.items()}
     out["top_tokens"] = [[token_str(loaded, i) for i in row] for row in out["top_ids"]]
