@@ -22,13 +22,15 @@ from dash import Input, Output, State, dcc, html
 
 from frontend.api_client import CLIENT_COOKIE, ApiClient, ApiError
 from frontend.data import ResultStore, parse_query
-from frontend.pages import lasf, pe, terms, text, words
+from frontend.pages import causal, lasf, pe, terms, text, words
 
 logger = logging.getLogger(__name__)
 
 ASSETS = Path(__file__).resolve().parent / "assets"
-PAGES: dict[str, ModuleType] = {"/": text, "/terms": terms, "/words": words, "/pe": pe, "/lasf": lasf}
-PAGE_BY_NAME: dict[str, str] = {"text": "/", "terms": "/terms", "words": "/words", "pe": "/pe", "lasf": "/lasf"}
+PAGES: dict[str, ModuleType] = {"/": text, "/terms": terms, "/words": words, "/pe": pe, "/lasf": lasf,
+                                 "/causal": causal}
+PAGE_BY_NAME: dict[str, str] = {"text": "/", "terms": "/terms", "words": "/words", "pe": "/pe", "lasf": "/lasf",
+                                "causal": "/causal"}
 
 
 def _nav() -> html.Nav:
