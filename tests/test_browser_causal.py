@@ -17,7 +17,7 @@ HEAD_CELL_JS = """([id, layer, head]) => {
   const r = gd.getBoundingClientRect();
   return [r.left + fl.xaxis._offset + fl.xaxis.l2p(head), r.top + fl.yaxis._offset + fl.yaxis.l2p(layer)];
 }"""
-DONE_JS = "document.querySelector('#causal-status').textContent.includes('done')"
+DONE_JS = "document.querySelector('#causal-status').textContent.trim() === 'done'"
 
 
 def test_causal_page_views_head_link_and_share(server, browser, tmp_path):  # noqa: F811
