@@ -105,9 +105,9 @@ def lens_figure(result: dict[str, Any], *, position: int | None = None) -> go.Fi
     prob = np.asarray(sec["next_prob"], dtype=np.float64)  # [state, n-1]
     n_states = prob.shape[0]
     n = prob.shape[1] + 1
-    z = np.concatenate([prob, np.full((n_states, 1), np.nan)], axis=1)  # the last position has no next token
     tops = [[repr(t)[1:-1][:8] for t in row] for row in sec["top_tokens"]]
-    probs = np.asarray(sec["top_probs"])
+    probs = np.asarray(sec["top_probs"], dtype=np.float64)  # [state, n]
+    z = np.concatenate([prob, probs[:, -1:]], axis=1)  # the last position has no next token: its top token's
     custom = [[[tops[s][t], float(probs[s][t])] for t in range(n)] for s in range(n_states)]
     lab = labels(result)
     fig = go.Figure(go.Heatmap(
@@ -120,7 +120,8 @@ def lens_figure(result: dict[str, Any], *, position: int | None = None) -> go.Fi
     fig.update_layout(xaxis=_token_ticks(lab), yaxis={"title": {"text": "state (0 = embedding)"}, "dtick": 1},
                       shapes=_generated_shapes(result) + _position_line(position))
     return _layout(fig, "Logit lens: each layer's stream read through the final norm and the unembedding "
-                        "(text = top token, colour = probability of the actual next token)",
+                        "(text = top token; colour = probability of the actual next token, at the last "
+                        "position of the top token)",
                    height=max(320, 22 * n_states + 140))
 
 
