@@ -15,10 +15,9 @@ import logging
 import time
 from typing import Any
 
-from fastapi import HTTPException
-
 from backend.config import Settings
 from backend.store import Store
+from workers.errors import TooLargeError
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +83,8 @@ def check_upload(store: Store, settings: Settings, *, owner: str, size: int, fil
     mine = sum(i["bytes"] for i in items if i["kind"] == "checkpoint" and owner in i.get("owners", []))
     quota = settings.upload_quota_bytes
     if quota and mine + size > quota:
-        raise HTTPException(
-            413, f"{filename} ({size:,} bytes) does not fit your upload quota: your uploads take {mine:,} "
+        raise TooLargeError(
+            f"{filename} ({size:,} bytes) does not fit your upload quota: your uploads take {mine:,} "
             f"of {quota:,} bytes; unused uploads expire after {settings.upload_ttl_s // 86400} day(s)",
         )
     total = sum(i["bytes"] for i in items)
@@ -94,7 +93,7 @@ def check_upload(store: Store, settings: Settings, *, owner: str, size: int, fil
         enforce(store, settings, need=size)
         total = sum(i["bytes"] for i in store.stored_items())
         if total + size > limit:
-            raise HTTPException(
-                413, f"the server's storage is full ({total:,} of {limit:,} bytes are kept for shares); "
+            raise TooLargeError(
+                f"the server's storage is full ({total:,} of {limit:,} bytes are kept for shares); "
                 "try again later or ask the operator",
             )
