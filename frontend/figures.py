@@ -360,7 +360,7 @@ def attention_matrix_figure(result: dict[str, Any], *, layer: int, head: int) ->
 
 
 def kl_summary(result: dict[str, Any], *, layer: int, head: int) -> str:
-    """One line comparing the two KLs of the head view (SPEC §1–2, thesis Fig. 12)."""
+    """One line comparing the two KLs of the head view (docs/analyses.md, thesis Fig. 12)."""
     parts = []
     hid_sec = result.get("hidden-tsne")
     found = (find_head(result, layer, head) or (None, None))[1]

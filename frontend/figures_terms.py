@@ -1,4 +1,4 @@
-"""Figures of the term-importance page (SPEC §6): pure functions, result JSON -> plotly Figure.
+"""Figures of the term-importance page (docs/decomposition.md): pure functions, result JSON -> plotly Figure.
 
 They read the ``decomposition`` section: ``terms`` (labels), ``per_token`` [state][token][term],
 ``mean`` / ``sd`` [state][term], ``kept`` (tokens in the means), ``head_importance_mean``

@@ -1,4 +1,4 @@
-"""Maximum attention, head affinities and KL (SPEC §1, §3)."""
+"""Maximum attention, head affinities and KL (docs/analyses.md#attention-head-t-sne, §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exact additive decomposition (SPEC §6): reconstruction, importances, padding, by-hand layer, CLI."""
+"""Exact additive decomposition (docs/decomposition.md): reconstruction, importances, padding, by-hand layer, CLI."""
 
 from __future__ import annotations
 

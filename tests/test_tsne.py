@@ -1,4 +1,4 @@
-"""Attention-head t-SNE engines (SPEC §1): determinism, restarts, engine agreement on real heads."""
+"""Attention-head t-SNE engines (docs/analyses.md#attention-head-t-sne): determinism, restarts, engine agreement on real heads."""
 
 from __future__ import annotations
 

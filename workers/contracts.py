@@ -175,7 +175,7 @@ class CheckpointRef(BaseModel):
 
 
 class PEReference(BaseModel):
-    """What each PE matrix is aligned to (SPEC §7)."""
+    """What each PE matrix is aligned to (docs/positional.md)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)  # no "yes" -> True, no true -> 1
 
@@ -204,7 +204,7 @@ class PEReference(BaseModel):
 
 
 class PEPartition(BaseModel):
-    """How positions group into modules for modularity and clustering (SPEC §7)."""
+    """How positions group into modules for modularity and clustering (docs/positional.md)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)  # no "yes" -> True, no true -> 1
 

@@ -1,4 +1,4 @@
-"""LasF: what each semantic field of a LasF layer relates in a text (SPEC 9, docs/lasf.md).
+"""LasF: what each semantic field of a LasF layer relates in a text (docs/lasf.md, docs/lasf.md).
 
 URL state: ``/lasf?analysis=<id>`` (or a share) plus ``field`` (the open field) and ``token``.
 """

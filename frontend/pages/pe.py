@@ -1,4 +1,4 @@
-"""PE explorer: uploaded positional-encoding checkpoints against a reference and a partition (SPEC §7).
+"""PE explorer: uploaded positional-encoding checkpoints against a reference and a partition (docs/positional.md).
 
 URL state: ``/pe?analysis=<id>`` (or ``/pe?share=<id>``) plus ``colour`` (row / column /
 partition / position), ``rescale``, ``reorder``, ``aligned`` and ``shared`` (1/0: one colour scale for

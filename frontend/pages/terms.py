@@ -1,4 +1,4 @@
-"""Terms: importance curves of the exact decomposition e = i + h + f + c (SPEC §6).
+"""Terms: importance curves of the exact decomposition e = i + h + f + c (docs/decomposition.md).
 
 URL state: ``/terms?analysis=<id>`` (or a share) plus ``compare`` (a second model's analysis
 id), ``token`` (the clicked token) and ``state`` (the state of the token strip and head map).

@@ -5,7 +5,7 @@ Run from the repository root (not part of the default test run)::
     python -m tests.bench.bench_tsne [--sizes 128,256,512] [--quick] [--heads N] [--json out.json]
 
 For each size n the real MiniLM reads the first n tokens of ``bench_text.txt`` (the demo text
-followed by paragraphs of the thesis), P is formed for every head (SPEC §1), and each engine
+followed by paragraphs of the thesis), P is formed for every head (docs/analyses.md#attention-head-t-sne), and each engine
 embeds all heads through ``embed_affinities`` — spectral start, optimisation and the exact
 float64 KL included, as the service runs it. Times are ratios against openTSNE measured in the
 same run; KL ratios compare the exact KL of each head's returned map. Peak memory is the rise of

@@ -1,4 +1,4 @@
-"""The analysis core: pure functions on numpy/torch arrays, one module per analysis of SPEC.md.
+"""The analysis core: pure functions on numpy/torch arrays, one module per analysis of docs/analyses.md.
 
 Nothing here imports FastAPI, Dash, Redis or RQ (tests/test_layering.py proves it), so every view of
 the dashboard is also a notebook call::

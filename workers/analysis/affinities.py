@@ -1,7 +1,7 @@
 """Neighbour probabilities for t-SNE and the exact KL divergence both engines report.
 
-- ``head_affinities``: SPEC §1, P straight from one head's attention matrix.
-- ``perplexity_affinities``: SPEC §2, Gaussian kernels with per-point σ found by bisection.
+- ``head_affinities``: docs/analyses.md#attention-head-t-sne, P straight from one head's attention matrix.
+- ``perplexity_affinities``: docs/analyses.md#t-sne-of-hidden-states, Gaussian kernels with per-point σ found by bisection.
 - ``kl_divergence``: ``KL(P || Q)`` with the Student-t Q of an embedding, computed exactly.
 """
 
@@ -91,7 +91,7 @@ def conditional_from_distances(d2: np.ndarray, *, perplexity: float = 20.0, tol:
 
 
 def perplexity_affinities(x: np.ndarray, *, perplexity: float = 20.0, tol: float = 1e-5) -> np.ndarray:
-    """Symmetric Gaussian t-SNE probabilities ``(p_j|i + p_i|j) / 2n`` (SPEC §2).
+    """Symmetric Gaussian t-SNE probabilities ``(p_j|i + p_i|j) / 2n`` (docs/analyses.md#t-sne-of-hidden-states).
 
     Args:
         x: [n, d] points.

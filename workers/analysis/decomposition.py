@@ -1,4 +1,4 @@
-"""Exact additive decomposition of every hidden state (SPEC §6; Mickus et al. 2022, eqs. 1-5, app. A).
+"""Exact additive decomposition of every hidden state (docs/decomposition.md; Mickus et al. 2022, eqs. 1-5, app. A).
 
 Every hidden state splits as ``X[l] = i + h + f + c`` per token:
 

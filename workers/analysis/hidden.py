@@ -1,4 +1,4 @@
-"""Standard t-SNE of hidden states (SPEC §2): token states of one text, or the multi-token
+"""Standard t-SNE of hidden states (docs/analyses.md#t-sne-of-hidden-states): token states of one text, or the multi-token
 embeddings of a list of short texts (thesis Def. 4.1)."""
 
 from __future__ import annotations

@@ -341,7 +341,7 @@ def _robustness(ctx: Context) -> dict[str, Any]:
 
 @section("decomposition")
 def _decomposition(ctx: Context) -> dict[str, Any]:
-    """SPEC §6 term importances; option ``dtype`` picks the precision, ``layer`` the head-view state."""
+    """docs/decomposition.md term importances; option ``dtype`` picks the precision, ``layer`` the head-view state."""
     from workers.analysis.decomposition import decompose_encoded
     from workers.analysis.decomposition_stats import decomposition_section
     from workers.models import Catalogue, load_model
@@ -361,7 +361,7 @@ def _decomposition(ctx: Context) -> dict[str, Any]:
 
 @section("lasf")
 def _lasf(ctx: Context) -> dict[str, Any]:
-    """SPEC 9: the fields of a LasF layer on this text, and the specialisation table."""
+    """docs/lasf.md: the fields of a LasF layer on this text, and the specialisation table."""
     from workers.analysis.lasf import lasf_section, specialisation
 
     if ctx.lasf is None:

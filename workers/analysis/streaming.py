@@ -51,7 +51,7 @@ def visible_counts(idx: np.ndarray, *, causal: bool) -> np.ndarray:
 
 
 class AttentionStats:
-    """Max and mean attention each key receives (SPEC §3), per layer and head.
+    """Max and mean attention each key receives (docs/analyses.md#maximum-attention), per layer and head.
 
     ``max[l, h, j] = max_i A[l, h, i, j]`` and ``mean[l, h, j] = mean_i A[l, h, i, j]`` over the kept
     queries ``i`` that can see key ``j``: every query for an encoder, the queries ``i >= j`` for a
@@ -95,7 +95,7 @@ class HeadKeeper:
 
 
 class LayerHeadTSNE:
-    """Attention-head t-SNE (SPEC §1) of the chosen heads, embedded layer by layer as the maps arrive.
+    """Attention-head t-SNE (docs/analyses.md#attention-head-t-sne) of the chosen heads, embedded layer by layer as the maps arrive.
 
     Only one layer's P (float64, [head, m, m]) is alive at a time. Results are gathered in layer order:
     ``embedding`` [layer, head, token, 2], ``kl`` [layer, head], ``kl_restarts`` [layer, head, restart].

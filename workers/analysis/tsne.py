@@ -1,4 +1,4 @@
-"""t-SNE engines for precomputed P (SPEC §1–2).
+"""t-SNE engines for precomputed P (docs/analyses.md).
 
 Affinities, initialisation and optimisation are separate, as in openTSNE:
 ``initial_embedding`` (spectral / random / pca) -> ``optimize_batched`` or the openTSNE engine ->
@@ -364,7 +364,7 @@ def head_tsne(
     options: TSNEOptions | None = None,
     progress: Progress | None = None,
 ) -> HeadTSNEResult:
-    """Attention-head t-SNE (SPEC §1) for the chosen layers x heads, all at once.
+    """Attention-head t-SNE (docs/analyses.md#attention-head-t-sne) for the chosen layers x heads, all at once.
 
     Args:
         attentions: [layer, head, query, key].
