@@ -6,7 +6,6 @@ Never imports torch (tests/test_layering.py checks it): jobs run in worker proce
 from __future__ import annotations
 
 import logging
-import os
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -154,7 +153,7 @@ def create_app(
         app.include_router(module.router)
     errors.add_catch_all(app, [m.router for m in (health, models, analyses, checkpoints, pe, shares)])
     if frontend:
-        base = api_base_url or os.environ.get("HEADSCOPE_API_BASE_URL", "http://127.0.0.1:8050")
+        base = api_base_url or settings.api_base_url
         mount_frontend(app, api_base_url=base)
     errors.declare(app)
     return app

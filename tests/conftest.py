@@ -35,6 +35,21 @@ ARTIFACTS = ROOT / "test-artifacts"
 
 
 @pytest.fixture
+def setting(monkeypatch):
+    """``setting("HEADSCOPE_X", "value")``: set an environment variable and re-read the settings
+    (``workers.settings.get_settings`` reads them once per process); put back after the test."""
+    from workers.settings import get_settings
+
+    def set_(name: str, value: str) -> None:
+        monkeypatch.setenv(name, value)
+        get_settings.cache_clear()
+
+    yield set_
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+@pytest.fixture
 def one_torch_thread():
     """torch on one thread for the test: on small tensors intra-op threads only contend (up to 16x
     slower on a loaded machine). Modules use it with ``pytestmark``."""

@@ -176,18 +176,18 @@ def test_robustness_streams_one_head(families):
     assert len(res["head_tsne"]["disturbed"]["kl"]) == 2
 
 
-def test_memory_estimate_refuses_before_any_work(families, monkeypatch):
+def test_memory_estimate_refuses_before_any_work(families, setting):
     loaded = _load(families, "llama")
     calls = []
     handle = loaded.model.register_forward_pre_hook(lambda *a: calls.append(1))
     try:
-        monkeypatch.setenv("HEADSCOPE_MEMORY_BUDGET_GB", "0.00001")
+        setting("HEADSCOPE_MEMORY_BUDGET_GB", "0.00001")
         with pytest.raises(MemoryBudgetError) as info:
             analyze(loaded, TEXT, ["max-attention", "head-tsne"])
         msg = str(info.value)
         assert "GiB of memory" in msg and "budget is 0.0 GiB" in msg and "HEADSCOPE_MEMORY_BUDGET_GB" in msg
         assert info.value.code == "too_large" and calls == []  # refused before the forward pass
-        monkeypatch.setenv("HEADSCOPE_MEMORY_BUDGET_GB", "4")
+        setting("HEADSCOPE_MEMORY_BUDGET_GB", "4")
         analyze(loaded, TEXT, ["max-attention"])
         assert calls == [1]
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -72,18 +73,24 @@ class Settings(BaseSettings):
     worker_max_rss_mb: int = Field(
         3072, ge=0, description="a worker whose resident memory passes this after a job is replaced"
     )
-
-    @property
-    def results_dir(self) -> Path:
-        return self.data_dir / "results"
-
-    @property
-    def shares_dir(self) -> Path:
-        return self.data_dir / "shares"
-
-    @property
-    def checkpoints_dir(self) -> Path:
-        return self.data_dir / "checkpoints"
+    # models and compute (workers; the API reads `models` and `allow_hub` for its checks)
+    models: Path | None = Field(
+        None, description="an operator's model catalogue file (JSON: name -> path or hub id); unset: builtins only"
+    )
+    allow_hub: bool = Field(False, description="catalogue entries may name a Hugging Face hub id (downloads)")
+    device: str | None = Field(
+        None, description="where models and t-SNE compute: cpu, cuda, cuda:1; unset: cuda when available"
+    )
+    memory_budget_gb: float | None = Field(
+        None, gt=0, description="GiB one request may use (checked before any work); unset: the machine's memory"
+    )
+    cuda_graphs: bool = Field(True, description="the GPU t-SNE replays its rounds as CUDA graphs")
+    tsne_layout: Literal["auto", "fused", "wide"] = Field(
+        "auto", description="the GPU t-SNE kernels' layout; auto: fused with >= 2 heads per SM, else wide"
+    )
+    api_base_url: str = Field(
+        "http://127.0.0.1:8050", description="where the dashboard (mounted in the API) reaches the API"
+    )
 
     @property
     def tmp_dir(self) -> Path:

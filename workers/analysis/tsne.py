@@ -12,7 +12,6 @@ factor 4 and ``learning_rate="auto"`` = n / exaggeration (equal to the classic n
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -153,13 +152,10 @@ def initial_embedding(
 
 
 def _device(name: str | None) -> torch.device:
-    """``name``, else the worker's device: ``HEADSCOPE_DEVICE`` if set, else cuda when available."""
-    if name:
-        return torch.device(name)
-    wanted = os.environ.get("HEADSCOPE_DEVICE")
-    if wanted:
-        return torch.device(wanted)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """``name``, else the worker's device (``workers.devices.resolve_device``)."""
+    from workers.devices import resolve_device
+
+    return resolve_device(name)
 
 
 def optimize_batched(

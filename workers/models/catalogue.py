@@ -131,8 +131,10 @@ class Catalogue:
     @classmethod
     def from_env(cls) -> Catalogue:
         """Builtins, plus ``$HEADSCOPE_MODELS`` if set; hub entries only if ``$HEADSCOPE_ALLOW_HUB=1``."""
-        allow_hub = os.environ.get("HEADSCOPE_ALLOW_HUB", "0").lower() in {"1", "true", "yes"}
-        path = os.environ.get("HEADSCOPE_MODELS")
+        from workers.settings import get_settings
+
+        settings = get_settings()
+        allow_hub, path = settings.allow_hub, settings.models
         if path:
             return cls.from_file(path, allow_hub=allow_hub)
         return cls(allow_hub=allow_hub)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from workers.devices import resolve_device
 from workers.models.catalogue import Catalogue, ModelSpec, get_catalogue
 from workers.models.families import DTYPE_EAGER, Family, config_facts, family_of
 from workers.models.precision import keep_dtype, register_attention
@@ -63,11 +63,8 @@ _lock = threading.Lock()
 
 
 def default_device() -> torch.device:
-    """cuda when available (and not disabled with HEADSCOPE_DEVICE), else cpu."""
-    wanted = os.environ.get("HEADSCOPE_DEVICE")
-    if wanted:
-        return torch.device(wanted)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    """The models' device (``workers.devices.resolve_device``)."""
+    return resolve_device()
 
 
 def device_report() -> dict[str, object]:
