@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
-from scipy.stats import spearmanr
 
 from frontend.figures import _token_ticks, empty_figure, token_labels
+from workers.rank_stats import spearman_per_state as rank_spearman
 
 TERM_COLOURS = {
     "input": "#1f77b4",
@@ -198,20 +198,7 @@ def spearman_per_state(a: dict[str, Any], b: dict[str, Any]) -> np.ndarray:
             "Spearman's ρ needs the same tokens"
         )
     sa, sb = a["decomposition"], b["decomposition"]
-    pa = np.asarray(sa["per_token"], dtype=np.float64)  # [state, token, term]
-    pb = np.asarray(sb["per_token"], dtype=np.float64)
-    kept = sa.get("kept") or list(range(pa.shape[1]))
-    pa, pb = pa[:, kept], pb[:, kept]
-    if pa.shape[1] < 3:
-        raise ValueError("Spearman's ρ needs at least 3 tokens")
-    n_states = min(pa.shape[0], pb.shape[0])
-    rho = np.full((n_states, pa.shape[2]), np.nan)
-    for s in range(n_states):
-        for k in range(pa.shape[2]):
-            x, y = pa[s, :, k], pb[s, :, k]
-            if np.ptp(x) > 0 and np.ptp(y) > 0:
-                rho[s, k] = float(spearmanr(x, y).statistic)
-    return rho
+    return rank_spearman(sa["per_token"], sb["per_token"], keep=sa.get("kept") or None)  # [state, token, term]
 
 
 def model_compare_figure(a: dict[str, Any], b: dict[str, Any]) -> go.Figure:

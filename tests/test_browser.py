@@ -216,11 +216,11 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         assert dl.value.suggested_filename == "headscope-head-tsne-graph.svg"
         assert Path(dl.value.path()).read_text().lstrip().startswith("<svg")
 
-        page.locator("#share-button").scroll_into_view_if_needed()
-        page.click("#share-button")
-        page.wait_for_function("document.querySelector('#share-url').textContent.includes('share=')",
+        page.locator("#text-share-button").scroll_into_view_if_needed()
+        page.click("#text-share-button")
+        page.wait_for_function("document.querySelector('#text-share-url').textContent.includes('share=')",
                                timeout=WAIT_MS)
-        link = page.inner_text("#share-url")
+        link = page.inner_text("#text-share-url")
         assert link.startswith(server + "/?share=")
         assert not w.problems, w.problems
     finally:
@@ -461,11 +461,11 @@ def test_gallery_switches_heads_in_the_browser(server, browser, tmp_path):
         with page.expect_download() as dl:
             page.locator("#head-gallery .modebar-btn[data-title^='Download']").click()
         assert dl.value.suggested_filename == "headscope-head-gallery.png"
-        page.locator("#share-button").scroll_into_view_if_needed()
-        page.click("#share-button")
-        page.wait_for_function("document.querySelector('#share-url').textContent.includes('share=')",
+        page.locator("#text-share-button").scroll_into_view_if_needed()
+        page.click("#text-share-button")
+        page.wait_for_function("document.querySelector('#text-share-url').textContent.includes('share=')",
                                timeout=30_000)
-        link = page.inner_text("#share-url")
+        link = page.inner_text("#text-share-url")
         assert not w.problems, w.problems
     finally:
         w.close()

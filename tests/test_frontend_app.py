@@ -11,8 +11,8 @@ import pytest
 from frontend.api_client import ApiClient, ApiError, _detail
 from frontend.data import int_list, parse_query, query_string
 
-REQUIRED_IDS = ["text-input", "analyze-button", "max-attention-graph", "head-tsne-graph", "share-button",
-                "share-url"]
+REQUIRED_IDS = ["text-input", "analyze-button", "max-attention-graph", "head-tsne-graph", "text-share-button",
+                "text-share-url"]
 
 
 def _closed_port() -> int:
@@ -69,7 +69,7 @@ def test_pages_render_with_stable_ids(app):
 
 def test_required_outputs_have_callbacks(app):
     outputs = " ".join(app.callback_map)
-    for target in ["max-attention-graph.figure", "head-tsne-graph.figure", "share-url.children",
+    for target in ["max-attention-graph.figure", "head-tsne-graph.figure", "text-share-url.children",
                    "text-source.data", "terms-curves-graph.figure", "words-tsne-graph.figure",
                    "pe-distance-graph.figure", "pe-metrics.children", "page-content.children"]:
         assert target in outputs, target

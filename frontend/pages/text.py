@@ -22,6 +22,7 @@ from frontend.data import Built, ResultStore, int_list, int_or_none
 from frontend.heads import has_head
 from frontend.pages import text_heads
 from frontend.pages.common import (
+    PageView,
     export_bar,
     graph,
     highlight_stores,
@@ -30,13 +31,15 @@ from frontend.pages.common import (
     register_exports,
     register_highlight,
     register_poll,
-    share_link,
+    register_view,
 )
 
 logger = logging.getLogger(__name__)
 
+NAME = "text"  # a share's view names its page
 PATH = "/"
 TITLE = "Text explorer"
+NAV_ORDER = 0
 GRAPHS = ["max-attention-graph", "head-tsne-graph", "hidden-tsne-graph", "attention-matrix-graph"]
 EXPORTED = [*GRAPHS, *text_heads.GRAPHS]  # the gallery is not in GRAPHS: rings in 72 panels cost a hover
 
@@ -274,41 +277,31 @@ def register(app: Dash, store: ResultStore) -> None:
             F.kl_summary(result, layer=layer, head=head),
         )
 
-    view_inputs = [Input("text-layer", "value"), Input("text-head", "value"),
-                   Input("text-view-options", "value"), Input("text-reduction", "value"),
-                   Input("text-layers", "value"), Input("text-gallery-page", "value"),
-                   Input("text-hv-heads", "value"), Input("text-hv-threshold", "value")]
-
+    view = PageView(
+        name="text", prefix="text", path=PATH, source="text-source", inputs=VIEW_INPUTS, view=_view, url="browser"
+    )
     # the URL is written in the browser (heads.js: viewUrl, the keys of _view): a click's head is
     # in it at once, and no slower server answer can put an older view back
     app.clientside_callback(
         ClientsideFunction(namespace="headscope_heads", function_name="viewUrl"),
         Output("url", "search", allow_duplicate=True),
         Input("text-source", "data"),
-        *view_inputs,
+        *[Input(c, p) for c, p in VIEW_INPUTS],
         prevent_initial_call=True,
     )
-
-    @app.callback(
-        Output("share-url", "children"),
-        Output("share-url", "href"),
-        Output("text-error", "children", allow_duplicate=True),
-        Input("share-button", "n_clicks"),
-        State("text-source", "data"),
-        *[State(i.component_id, i.component_property) for i in view_inputs],
-        prevent_initial_call=True,
-    )
-    def _share(_n, source, *view_args):  # type: ignore[no-untyped-def]
-        view = {"page": "text", **_view(*view_args)}
-        url, error = share_link(client, source, view)
-        return (url, url, "") if url else (no_update, no_update, error)
+    register_view(app, client, view)
 
     register_exports(
         app, store, "text", source="text-source", graphs=EXPORTED,
         figures=_figures,
-        view_states=[State(i.component_id, i.component_property) for i in view_inputs],
+        view_states=view.states,
         title="headscope — text explorer",
     )
+
+
+VIEW_INPUTS = (("text-layer", "value"), ("text-head", "value"), ("text-view-options", "value"),
+               ("text-reduction", "value"), ("text-layers", "value"), ("text-gallery-page", "value"),
+               ("text-hv-heads", "value"), ("text-hv-threshold", "value"))
 
 
 def _view(layer: Any, head: Any, view_opts: Any, reduction: Any, layers: Any, gpage: Any = None,

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import spearmanr
 
 from workers.analysis.decomposition import CONVENTION, TERM_LABELS, Decomposition
 from workers.errors import HeadscopeError
+from workers.rank_stats import spearman_per_state
 
 logger = logging.getLogger(__name__)
 
@@ -61,32 +61,6 @@ def importance_curves(dec: Decomposition, *, drop_special: bool = False) -> Impo
         kept=kept,
         labels=dec.labels,
     )
-
-
-def spearman_per_state(
-    importance_a: np.ndarray, importance_b: np.ndarray, *, keep: np.ndarray | None = None
-) -> np.ndarray:
-    """[state, term]: Spearman's rho over tokens between two [state, token, term] importance arrays.
-
-    NaN where either side is constant over the tokens (e.g. attention at state 0).
-    """
-    a, b = np.asarray(importance_a), np.asarray(importance_b)
-    if a.ndim != 3 or b.ndim != 3 or a.shape[1:] != b.shape[1:]:
-        raise HeadscopeError(
-            f"importances must be [state, token, term] with the same tokens, got {a.shape} and {b.shape}"
-        )
-    if keep is not None:
-        a, b = a[:, keep], b[:, keep]
-    if a.shape[1] < 3:
-        raise HeadscopeError("Spearman's rho needs at least 3 tokens")
-    n_states = min(a.shape[0], b.shape[0])
-    rho = np.full((n_states, a.shape[2]), np.nan)
-    for s in range(n_states):
-        for k in range(a.shape[2]):
-            x, y = a[s, :, k], b[s, :, k]
-            if np.ptp(x) > 0 and np.ptp(y) > 0:
-                rho[s, k] = float(spearmanr(x, y).statistic)
-    return rho
 
 
 def importance_spearman(
