@@ -14,6 +14,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# SmolLM2's converted directory (workers/models/gguf.py), shared by this run's tests and the services
+# they start, and kept for the next run: the ~40 s conversion happens once per checkout
+os.environ.setdefault("HEADSCOPE_MODEL_CACHE_DIR", str(ROOT / "test-artifacts" / "model-cache"))
 
 
 def _interpret_triton_without_cuda() -> None:
@@ -75,6 +78,14 @@ def minilm():
     from workers.models import load_model
 
     return load_model("minilm", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real SmolLM2-135M-Instruct, loaded once (converted from its GGUF file on the first run)."""
+    from workers.models import load_model
+
+    return load_model("smollm2", device="cpu")
 
 
 @pytest.fixture(scope="session")
