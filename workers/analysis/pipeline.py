@@ -47,6 +47,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_OPTIONS: dict[str, Any] = {
     "truncate": False,
     "drop_special": False,
+    "chat": False,
     "layer": "all",
     "head": "all",
     "engine": None,
@@ -83,7 +84,7 @@ class Context:
 
     @cached_property
     def encoded(self) -> Encoded:
-        return encode(self.loaded, self.text, truncate=bool(self.options["truncate"]))
+        return encode(self.loaded, self.text, truncate=bool(self.options["truncate"]), chat=bool(self.options["chat"]))
 
     @cached_property
     def run(self) -> ModelRun:
@@ -396,7 +397,7 @@ def common(ctx: Context) -> dict[str, Any]:
         out.update(
             {
                 "tokens": enc.tokens,
-                "token_texts": [ctx.text[a:b] for a, b in enc.offsets],
+                "token_texts": enc.texts if enc.texts is not None else [ctx.text[a:b] for a, b in enc.offsets],
                 "offsets": [list(o) for o in enc.offsets],
                 "special": enc.special,
                 "n_tokens": enc.n,
