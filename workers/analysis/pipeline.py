@@ -465,3 +465,18 @@ def analyze(
             on_section(kind, sec, result)
     progress(1.0, "done")
     return result
+
+
+WARM_UP_TEXT = "The cat sat on the mat. The dog slept by the door, and the cat watched it."
+
+
+def warm_up(loaded: LoadedModel) -> float:
+    """Run the text explorer's first request on a short text (a forward pass with the streamed
+    consumers, every head's t-SNE, the states' t-SNE) so a fresh worker's first real request pays
+    for no lazy initialisation or compilation; seconds taken. A worker calls it per preloaded model."""
+    start = time.perf_counter()
+    opts = {"layer": "all", "head": "all", "n_iter": 20, "early_exaggeration_iter": 10, "perplexity": 4.0,
+            "hidden_layer": 0}  # fmt: skip
+    analyze(loaded, WARM_UP_TEXT, ["max-attention", "head-tsne", "hidden-tsne"], opts)
+    return time.perf_counter() - start
+
