@@ -217,3 +217,14 @@ def test_word_lists_pool_the_last_token(smollm2):
     with torch.inference_mode():
         out = smollm2.model(input_ids=torch.tensor([encs[1].input_ids]), output_hidden_states=True)
     np.testing.assert_allclose(vecs[:, 1], torch.stack(out.hidden_states)[:, 0, -1].numpy(), atol=1e-4)
+
+
+def test_robustness_runs_on_the_previous_token_head(smollm2):
+    from workers.analysis.pipeline import analyze
+
+    opts = {"layer": 16, "head": 0, "repeats": 2, "n_iter": 50, "early_exaggeration_iter": 20, "perplexity": 4.0}
+    sec = analyze(smollm2, SHORT, ["robustness"], opts)["robustness"]
+    for key in ("head_tsne", "hidden_tsne"):
+        for cond in sec[key].values():
+            assert len(cond["kl"]) == 2 and all(np.isfinite(cond["kl"]))
+    assert len(sec["replaced_positions"]) == 2 and all(len(r) >= 1 for r in sec["replaced_positions"])
