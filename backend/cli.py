@@ -174,7 +174,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         res = analyze(loaded, text, ["max-attention", "head-tsne", "hidden-tsne"], opts, progress=bar)
     finally:
         bar.close()
-    tokens = res["tokens"]
+    from frontend.figures import readable_tokens
+
+    tokens = readable_tokens(res, markup=False)  # the text's own spans, never raw pieces like "Ġcat"
     ma = np.asarray(res["max-attention"]["max_attention"])  # [layer, head, token]
     print(f"model {res['model']} ({res['family']}): {res['n_layers']} layers x {res['n_heads']} heads")
     print(f"text: {len(text)} characters, {len(tokens)} tokens")

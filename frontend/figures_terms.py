@@ -39,6 +39,17 @@ def _terms(section: dict[str, Any], n: int) -> list[str]:
     return terms if len(terms) == n else [f"term {i}" for i in range(n)]
 
 
+def error_note(section: dict[str, Any]) -> str:
+    """The reconstruction error as a subtitle: absolute, and relative to the state's norm (a
+    decoder's states reach the thousands). ``""`` for results without it."""
+    if not section.get("max_abs_error"):
+        return ""
+    note = f"max |i+h+f+c − X| = {max(section['max_abs_error']):.1e}"
+    if section.get("max_rel_error"):
+        note += f", relative to |X|: {max(section['max_rel_error']):.1e}"
+    return f"<br><sup>{note} ({section.get('dtype', '')})</sup>"
+
+
 def term_curves_figure(result: dict[str, Any], *, title: str | None = None) -> go.Figure:
     """Mean ± sd over tokens of each term's importance at every state, one line per term."""
     section = result.get("decomposition")
@@ -64,7 +75,8 @@ def term_curves_figure(result: dict[str, Any], *, title: str | None = None) -> g
         ))
     model = result.get("model", "")
     fig.update_layout(
-        title={"text": title or f"Term importance μ(e, t) per state — {model} (mean ± sd over tokens)",
+        title={"text": (title or f"Term importance μ(e, t) per state — {model} (mean ± sd over tokens)")
+               + error_note(section),
                "font": {"size": 14}},
         xaxis={"title": {"text": "state (0 = embedding output, l = output of layer l - 1)"},
                "tickmode": "array", "tickvals": states},

@@ -64,6 +64,10 @@ class AnalysisOptions(BaseModel):
 
     truncate: bool = Field(False, description="cut texts longer than the model's limit instead of failing")
     drop_special: bool = Field(False, description="leave [CLS]/[SEP]/<s> out of t-SNE and maps")
+    chat: bool = Field(
+        False, description="wrap the text in the model's chat template as a user message; the template's "
+        "tokens count as special (drop_special hides them)"
+    )
     layer: LayerSel = Field("all", description="layer of head-tsne / hidden-tsne / word-tsne, or all")
     head: LayerSel = Field("all", description="head of head-tsne, or all")
     all_heads: bool = Field(

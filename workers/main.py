@@ -85,14 +85,18 @@ def run_worker(
         info["device"] = device_report()
 
         if preload:
+            from workers.analysis.fast_tsne import warm_up
+            from workers.analysis.pipeline import warm_up as warm_up_model
             from workers.models import load_model
 
+            logger.info("fast t-SNE kernels ready in %.1f s", warm_up())
             for model in preload:
                 loaded = load_model(model)
                 logger.info("preloaded %s on %s", model, loaded.device)
-            from workers.analysis.fast_tsne import warm_up
-
-            logger.info("fast t-SNE kernels ready in %.1f s", warm_up())
+                try:  # the first request then runs as fast as later ones
+                    logger.info("%s warmed up in %.1f s", model, warm_up_model(loaded))
+                except Exception:
+                    logger.warning("warm-up of %s failed; its first request will be slower", model, exc_info=True)
         try:
             publish_demos(conn)
         except Exception:

@@ -21,6 +21,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HEADSCOPE_", extra="ignore", populate_by_name=True)
 
     data_dir: Path = Field(Path("data"), description="the SQLite store (by default), embedded Redis, caches")
+    model_cache_dir: Path | None = Field(
+        None, description="converted built-in models (SmolLM2 from its GGUF file); unset: <data dir>/models"
+    )
     database_url: str | None = Field(
         None,
         description="the store's SQLAlchemy URL: sqlite:///PATH or postgresql://USER:PASS@HOST:PORT/DB; "

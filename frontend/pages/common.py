@@ -39,7 +39,7 @@ def model_label(m: dict[str, Any]) -> str:
         gqa = f" ({kv} kv)" if kv and kv != m.get("n_heads") else ""
         facts.append(f"{m['n_layers']}x{m.get('n_heads')}{gqa}")
     if m.get("max_tokens"):
-        facts.append(f"{int(m['max_tokens']):,} tokens")
+        facts.append(f"{int(m['max_tokens'])} tokens")
     return f"{m['name']} — {', '.join(facts)}" if facts else str(m["name"])
 
 

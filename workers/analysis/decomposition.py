@@ -125,6 +125,14 @@ class Decomposition:
         return np.abs(self.reconstruction - self.states).max(axis=(1, 2))
 
     @property
+    def max_rel_error(self) -> np.ndarray:
+        """[state]: ``max over tokens of |i + h + f + c - X[l]|_2 / |X[l]|_2`` (decoders' states reach
+        the thousands, so the absolute error alone says little)."""
+        err = np.linalg.norm(self.reconstruction - self.states, axis=2)  # [state, token]
+        norm = np.linalg.norm(self.states, axis=2)
+        return (err / np.where(norm > 0, norm, 1.0)).max(axis=1)
+
+    @property
     def importance(self) -> np.ndarray:
         """[state, token, term]: ``mu(X[l], t) = X[l].t / |X[l]|^2``."""
         e = self.states  # [state, token, dim]

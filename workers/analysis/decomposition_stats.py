@@ -103,6 +103,7 @@ def decomposition_section(
         "sd": curves.sd.tolist(),  # [state][term]
         "kept": curves.kept.tolist(),
         "max_abs_error": dec.max_abs_error.tolist(),  # [state]
+        "max_rel_error": dec.max_rel_error.tolist(),  # [state], relative to each token's state norm
         "head_state": hs,
         "head_importance": dec.head_importance[hs].tolist(),  # [layer][head][token]
         "head_importance_mean": curves.head_mean.tolist(),  # [state][layer][head]

@@ -47,6 +47,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_OPTIONS: dict[str, Any] = {
     "truncate": False,
     "drop_special": False,
+    "chat": False,
     "layer": "all",
     "head": "all",
     "engine": None,
@@ -83,7 +84,7 @@ class Context:
 
     @cached_property
     def encoded(self) -> Encoded:
-        return encode(self.loaded, self.text, truncate=bool(self.options["truncate"]))
+        return encode(self.loaded, self.text, truncate=bool(self.options["truncate"]), chat=bool(self.options["chat"]))
 
     @cached_property
     def run(self) -> ModelRun:
@@ -396,7 +397,7 @@ def common(ctx: Context) -> dict[str, Any]:
         out.update(
             {
                 "tokens": enc.tokens,
-                "token_texts": [ctx.text[a:b] for a, b in enc.offsets],
+                "token_texts": enc.texts if enc.texts is not None else [ctx.text[a:b] for a, b in enc.offsets],
                 "offsets": [list(o) for o in enc.offsets],
                 "special": enc.special,
                 "n_tokens": enc.n,
@@ -464,3 +465,18 @@ def analyze(
             on_section(kind, sec, result)
     progress(1.0, "done")
     return result
+
+
+WARM_UP_TEXT = "The cat sat on the mat. The dog slept by the door, and the cat watched it."
+
+
+def warm_up(loaded: LoadedModel) -> float:
+    """Run the text explorer's first request on a short text (a forward pass with the streamed
+    consumers, every head's t-SNE, the states' t-SNE) so a fresh worker's first real request pays
+    for no lazy initialisation or compilation; seconds taken. A worker calls it per preloaded model."""
+    start = time.perf_counter()
+    opts = {"layer": "all", "head": "all", "n_iter": 20, "early_exaggeration_iter": 10, "perplexity": 4.0,
+            "hidden_layer": 0}  # fmt: skip
+    analyze(loaded, WARM_UP_TEXT, ["max-attention", "head-tsne", "hidden-tsne"], opts)
+    return time.perf_counter() - start
+
