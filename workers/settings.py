@@ -73,6 +73,18 @@ class Settings(BaseSettings):
         3072, ge=0, description="a worker whose resident memory passes this after a job is replaced"
     )
 
+    tsne_engines: str | None = Field(
+        None,
+        description="fast t-SNE engines a worker may use, in order, checked at its start (comma-separated "
+        "from triton-fused, triton-wide, torch; cpu always last); unset: all three on CUDA, none on CPU. "
+        "torch on a CPU worker runs the device path there (tests)",
+    )
+    tsne_fault: str | None = Field(
+        None,
+        description="inject a t-SNE engine failure (tests, a first run on a GPU; docs/gpu.md): compile, "
+        "launch or fatal, optionally @engine (default triton)",
+    )
+
     @property
     def results_dir(self) -> Path:
         return self.data_dir / "results"

@@ -110,6 +110,7 @@ class EngineState:
 _STATE: EngineState | None = None
 _checking: contextvars.ContextVar[bool] = contextvars.ContextVar("tsne_self_check", default=False)
 _avoid: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("tsne_avoid", default=frozenset())
+_avoid_notes: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("tsne_avoid_notes", default=())
 
 
 def default_chain(device: torch.device, candidates: tuple[str, ...] | None = None) -> list[str]:
@@ -146,6 +147,11 @@ def _state(device: torch.device | None = None) -> EngineState:
     return state
 
 
+def current(device: torch.device | None = None) -> EngineState:
+    """The engines of ``device`` in this process (the installed ones, or its defaults)."""
+    return _state(device)
+
+
 def install(state: EngineState | None) -> EngineState | None:
     """Make ``state`` this process' engines (None: back to the defaults); returns the previous one."""
     global _STATE
@@ -159,13 +165,15 @@ def lost() -> str | None:
 
 
 @contextlib.contextmanager
-def avoiding(engines: list[str] | tuple[str, ...] | frozenset[str]) -> Iterator[None]:
-    """Within the block, skip ``engines`` (a retried job skips the engine that lost the device)."""
-    token = _avoid.set(frozenset(engines))
+def avoiding(engines: list[str] | tuple[str, ...] | frozenset[str], *, notes: tuple[str, ...] = ()) -> Iterator[None]:
+    """Within the block, skip ``engines`` (a retried job skips the engine that lost the device);
+    ``notes`` say why, in every result's fallback list."""
+    token, token_notes = _avoid.set(frozenset(engines)), _avoid_notes.set(tuple(notes))
     try:
         yield
     finally:
         _avoid.reset(token)
+        _avoid_notes.reset(token_notes)
 
 
 def chain_for(device: torch.device) -> list[str]:
@@ -264,16 +272,17 @@ def run_chain(
         DeviceLost: an engine's error left the device unusable (the caller retries elsewhere).
         HeadscopeError: the input is unusable (every engine would refuse it).
     """
-    from workers.analysis.gpu_tsne import embed_device
+    from workers.analysis.gpu_tsne import embed_device, ran_as
 
     device = p.device
-    notes: list[str] = []
+    notes: list[str] = list(_avoid_notes.get())
     for engine in attempts(device):
         if engine == "cpu":
             emb, kls = _cpu(p, options=options, x=x, progress=progress)
             return emb, kls, {"backend": "cpu", "fallback": notes}
         try:
-            emb_t, kls_t, ran = embed_device(p, options=options, kind=engine, x=x, progress=progress)
+            emb_t, kls_t = embed_device(p, options=options, kind=engine, x=x, progress=progress)
+            ran = ran_as(engine, p.shape[0], p.shape[-1], device)
             emb, kls = emb_t.cpu().numpy(), kls_t.cpu().numpy()  # a device error surfaces here at the latest
             if not (np.isfinite(emb).all() and np.isfinite(kls).all()):
                 raise FloatingPointError("non-finite positions")
@@ -403,3 +412,82 @@ def self_check(device: torch.device | str, candidates: tuple[str, ...] = ROUND_K
         _checking.reset(token)
         install(previous)
     return CheckReport(str(device), passed, failed, time.perf_counter() - start, lost_why)
+
+
+# ---------------------------------------------------------------------------- a worker's start
+
+
+def parse_candidates(text: str | None, device: torch.device) -> tuple[str, ...]:
+    """HEADSCOPE_TSNE_ENGINES as round kinds (``cpu`` dropped: always last); unset: every round
+    kind on CUDA, none on CPU."""
+    if not text:
+        return ROUND_KINDS if device.type == "cuda" else ()
+    names = tuple(e.strip() for e in text.split(",") if e.strip())
+    bad = [e for e in names if e not in ENGINES]
+    if bad:
+        raise ValueError(f"HEADSCOPE_TSNE_ENGINES: unknown engine {bad[0]!r}; use {', '.join(ENGINES)}")
+    return tuple(e for e in names if e != "cpu")
+
+
+def check_in_subprocess(device: torch.device, candidates: tuple[str, ...], *, fault: str | None,
+                        timeout_s: float = 600.0) -> CheckReport:  # fmt: skip
+    """``self_check`` in a child process, so a sticky device error there leaves this process'
+    device usable; a child that dies or hangs fails every candidate with the reason."""
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "workers.analysis.engines", "--device", str(device),
+           "--candidates", ",".join(candidates), "--fault", fault or ""]  # fmt: skip
+    start = time.perf_counter()
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        if out.returncode == 0:
+            return CheckReport(**json.loads(out.stdout.strip().splitlines()[-1]))
+        tail = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+        reason = f"self-check process failed: {tail[:160]}"
+    except subprocess.TimeoutExpired:
+        reason = f"self-check process hung for {timeout_s:.0f} s"
+    return CheckReport(str(device), [], dict.fromkeys(candidates, reason), time.perf_counter() - start)
+
+
+def start_worker_engines(device: torch.device, *, engines: str | None, fault: str | None,
+                         in_subprocess: bool = True) -> EngineState:  # fmt: skip
+    """A worker's start: check the candidate engines on ``device``, install what passed (with the
+    injected fault, if any), log one line naming what failed and why; returns the state."""
+    injected = Fault.parse(fault)
+    candidates = parse_candidates(engines, device)
+    if candidates:
+        if in_subprocess:
+            report = check_in_subprocess(device, candidates, fault=fault)
+        else:
+            report = self_check(device, candidates, fault=injected)
+        state = report.state(fault=injected)
+        (logger.warning if report.failed else logger.info)("%s", report.line())
+    else:
+        state = EngineState(device, ["cpu"], fault=injected)
+    install(state)
+    return state
+
+
+def _main(argv: list[str] | None = None) -> int:
+    """``python -m workers.analysis.engines --device D --candidates a,b --fault F``: one JSON line."""
+    import argparse
+    import json
+    from dataclasses import asdict
+
+    parser = argparse.ArgumentParser(prog="python -m workers.analysis.engines")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--candidates", default=",".join(ROUND_KINDS))
+    parser.add_argument("--fault", default="")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    report = self_check(device, parse_candidates(args.candidates, device) or (), fault=Fault.parse(args.fault))
+    print(json.dumps(asdict(report)))
+    return 0
+
+
+if __name__ == "__main__":  # run the imported module's copy: its state is the one the rounds consult
+    from workers.analysis import engines as _engines
+
+    raise SystemExit(_engines._main())
