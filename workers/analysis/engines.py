@@ -176,6 +176,11 @@ def avoiding(engines: list[str] | tuple[str, ...] | frozenset[str], *, notes: tu
         _avoid_notes.reset(token_notes)
 
 
+def avoided_notes() -> list[str]:
+    """Why engines are avoided in this context (a retried job's note), for its results."""
+    return list(_avoid_notes.get())
+
+
 def chain_for(device: torch.device) -> list[str]:
     """The engines to try on ``device``, in order: the installed chain minus the avoided ones."""
     state = _state(device)
@@ -275,7 +280,7 @@ def run_chain(
     from workers.analysis.gpu_tsne import embed_device, ran_as
 
     device = p.device
-    notes: list[str] = list(_avoid_notes.get())
+    notes = avoided_notes()
     for engine in attempts(device):
         if engine == "cpu":
             emb, kls = _cpu(p, options=options, x=x, progress=progress)

@@ -309,7 +309,7 @@ def run_fast(
     if engines.device_path(device):
         return engines.run_chain(torch.as_tensor(p, device=device), options=options, x=x, progress=progress)
     emb, kls = run_fast_host(p, options=replace(options, device="cpu"), x=x, progress=progress)
-    return emb, kls, {"backend": "cpu", "fallback": []}
+    return emb, kls, {"backend": "cpu", "fallback": engines.avoided_notes()}
 
 
 def run_fast_host(
