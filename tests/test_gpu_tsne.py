@@ -212,7 +212,14 @@ def test_layer_on_device_is_the_host_layer():
     keep[[0, 39]] = False  # special tokens left out
     options = TSNEOptions(device="cpu")
     host = embed_layer(a, keep=keep, options=options)
-    dev = gpu_tsne.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=keep, options=options)
+    from workers.analysis import engines
+
+    before = engines.install(engines.EngineState(torch.device(DEVICE), [*engines.default_chain(torch.device(DEVICE), ("torch",))]))
+    try:  # the torch round (the chain a CPU process has by default is the CPU engine alone)
+        dev = gpu_tsne.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32, device=DEVICE), keep=keep, options=options)
+    finally:
+        engines.install(before)
+    assert dev.extra["backend"] == "torch"
     assert dev.embedding.shape == host.embedding.shape == (3, 38, 2)
     p = head_affinities(a, keep=keep)
     np.testing.assert_allclose(dev.kl, kl_divergence(p, dev.embedding), rtol=1e-6)
