@@ -13,6 +13,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     TOKENIZERS_PARALLELISM=false \
     HEADSCOPE_DATA_DIR=/data
 
+# Triton (the GPU workers' t-SNE kernels) builds a small C launcher at its first launch: it needs a C
+# compiler, which the slim image lacks (without one the start's self-check reports
+# "triton failed: no C compiler" and the worker uses the torch round instead; docs/gpu.md)
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+ENV CC=gcc
+
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY backend backend

@@ -119,12 +119,12 @@ def test_kernel_compiles_for_the_h100():
     assert len(out.stdout.strip().split("\n")) == 12, out.stdout
 
 
-def test_layout_choice(monkeypatch):
+def test_layout_choice(setting):
     assert gpu_kernels.layout(1, 512, torch.device("cpu")) == "wide"  # one head on demand: spread it
     assert gpu_kernels.layout(512, 2048, torch.device("cpu")) == "fused"  # enough heads for every SM
-    monkeypatch.setenv("HEADSCOPE_TSNE_LAYOUT", "fused")
+    setting("HEADSCOPE_TSNE_LAYOUT", "fused")
     assert gpu_kernels.layout(1, 512, torch.device("cpu")) == "fused"
-    monkeypatch.setenv("HEADSCOPE_TSNE_LAYOUT", "sideways")
+    setting("HEADSCOPE_TSNE_LAYOUT", "sideways")
     with pytest.raises(ValueError, match="HEADSCOPE_TSNE_LAYOUT"):
         gpu_kernels.layout(1, 512, torch.device("cpu"))
 
@@ -164,12 +164,12 @@ def test_device_plan_is_the_host_plan():
 
 
 @pytest.mark.parametrize("kind", ["torch", pytest.param("triton", marks=needs_kernel)])
-def test_device_engine_matches_the_cpu_engine(kind, monkeypatch):
+def test_device_engine_matches_the_cpu_engine(kind, setting):
     """The whole schedule on the device: same start, KL as good as the CPU engine's, per head
     (the interpreted kernel is slow: a smaller case with shorter phases, the fused layout, for it;
     both layouts' rounds are compared above)."""
     if kind == "triton" and not CUDA:
-        monkeypatch.setenv("HEADSCOPE_TSNE_LAYOUT", "fused")
+        setting("HEADSCOPE_TSNE_LAYOUT", "fused")
         p, options = random_p(2, 32, seed=12, sharp=3.0), dict(early_exaggeration_iter=60, n_iter=150)
     else:
         p, options = random_p(4, 80, seed=12, sharp=3.0), {}
@@ -212,7 +212,14 @@ def test_layer_on_device_is_the_host_layer():
     keep[[0, 39]] = False  # special tokens left out
     options = TSNEOptions(device="cpu")
     host = embed_layer(a, keep=keep, options=options)
-    dev = gpu_tsne.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=keep, options=options)
+    from workers.analysis import engines
+
+    before = engines.install(engines.EngineState(torch.device(DEVICE), [*engines.default_chain(torch.device(DEVICE), ("torch",))]))
+    try:  # the torch round (the chain a CPU process has by default is the CPU engine alone)
+        dev = gpu_tsne.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32, device=DEVICE), keep=keep, options=options)
+    finally:
+        engines.install(before)
+    assert dev.extra["backend"] == "torch"
     assert dev.embedding.shape == host.embedding.shape == (3, 38, 2)
     p = head_affinities(a, keep=keep)
     np.testing.assert_allclose(dev.kl, kl_divergence(p, dev.embedding), rtol=1e-6)

@@ -57,7 +57,7 @@ def test_health_models_and_docs(client):
         health = client.get("/api/health").json()
     assert set(health["devices"]) == set(health["worker_names"])
     for report in health["devices"].values():
-        assert report["device"] == "cpu" and report["tsne_backend"] == "numba" and report["threads"] >= 1
+        assert report["device"] == "cpu" and report["tsne_engine"] == "cpu" and report["threads"] >= 1
     models = client.get("/api/models").json()
     assert models["default"] == "minilm"
     by_name = {m["name"]: m for m in models["models"]}

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -88,12 +87,31 @@ class Settings(BaseSettings):
         None, gt=0, description="GiB one request may use (checked before any work); unset: the machine's memory"
     )
     cuda_graphs: bool = Field(True, description="the GPU t-SNE replays its rounds as CUDA graphs")
-    tsne_layout: Literal["auto", "fused", "wide"] = Field(
-        "auto", description="the GPU t-SNE kernels' layout; auto: fused with >= 2 heads per SM, else wide"
+    tsne_layout: str = Field(
+        "auto", description="the GPU t-SNE kernels' layout: fused, wide, or auto (fused with >= 2 heads per SM)"
     )
     api_base_url: str = Field(
         "http://127.0.0.1:8050", description="where the dashboard (mounted in the API) reaches the API"
     )
+
+    tsne_engines: str | None = Field(
+        None,
+        description="fast t-SNE engines a worker may use, in order, checked at its start (comma-separated "
+        "from triton-fused, triton-wide, torch; cpu always last); unset: all three on CUDA, none on CPU. "
+        "torch on a CPU worker runs the device path there (tests)",
+    )
+    tsne_fault: str | None = Field(
+        None,
+        description="inject a t-SNE engine failure (tests, a first run on a GPU; docs/gpu.md): compile, "
+        "launch or fatal, optionally @engine (default triton)",
+    )
+
+    @field_validator("tsne_layout")
+    @classmethod
+    def _layout(cls, value: str) -> str:
+        if value not in ("auto", "fused", "wide"):
+            raise ValueError(f"HEADSCOPE_TSNE_LAYOUT must be one of auto, fused, wide, got {value!r}")
+        return value
 
     @property
     def tmp_dir(self) -> Path:

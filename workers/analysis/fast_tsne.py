@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -295,18 +295,31 @@ def fast_optimize(
 
 def run_fast(
     p: np.ndarray, *, options: TSNEOptions, x: np.ndarray | None, progress: Progress
+) -> tuple[np.ndarray, np.ndarray, dict[str, object]]:
+    """The engine entry ``embed_affinities`` calls: ([restart, B, n, 2], [restart, B] exact KL,
+    {"backend": the engine that ran, "fallback": why others did not}).
+
+    Where the process' chain starts with a device round (``engines``: a CUDA worker, or one told to
+    by HEADSCOPE_TSNE_ENGINES), P goes up once and the chain runs there, falling back engine by
+    engine; else the numba engine runs here."""
+    from workers.analysis import engines
+    from workers.analysis.tsne import _device
+
+    device = _device(options.device)
+    if engines.device_path(device):
+        return engines.run_chain(torch.as_tensor(p, device=device), options=options, x=x, progress=progress)
+    emb, kls = run_fast_host(p, options=replace(options, device="cpu"), x=x, progress=progress)
+    return emb, kls, {"backend": "cpu", "fallback": engines.avoided_notes()}
+
+
+def run_fast_host(
+    p: np.ndarray, *, options: TSNEOptions, x: np.ndarray | None, progress: Progress
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The engine entry ``embed_affinities`` calls: ([restart, B, n, 2], [restart, B] exact KL)."""
+    """The CPU engine (numba, or torch on CPU without it): ([restart, B, n, 2], [restart, B] exact KL)."""
     from workers.analysis.affinities import kl_divergence
-    from workers.analysis.tsne import _device, initial_embedding
+    from workers.analysis.tsne import initial_embedding
 
     batch, n = p.shape[0], p.shape[-1]
-    device = _device(options.device)
-    if device.type != "cpu":  # the whole engine on the device: P goes up once, results come back
-        from workers.analysis.gpu_tsne import embed_device
-
-        emb_t, kls_t = embed_device(torch.as_tensor(p, device=device), options=options, progress=progress)
-        return emb_t.cpu().numpy(), kls_t.cpu().numpy()
     emb = np.zeros((options.restarts, batch, n, 2))
     kls = np.zeros((options.restarts, batch))
     for r in range(options.restarts):
@@ -327,12 +340,13 @@ def run_fast(
 
 def warm_up() -> float:
     """Compile (or load from numba's on-disk cache) the CPU kernels, and on a CUDA worker the
-    Triton kernels too; seconds taken.
+    Triton layouts its chain uses (``gpu_tsne.warm_up_kernels``); seconds taken.
 
     A worker calls this at start so the first request does not pay for compilation.
     """
     import time
 
+    from workers.analysis import engines
     from workers.analysis.tsne import TSNEOptions, _device
 
     start = time.perf_counter()
@@ -341,11 +355,20 @@ def warm_up() -> float:
     p = a + a.transpose(0, 2, 1)
     p[:, np.arange(16), np.arange(16)] = 0.0
     p /= p.sum(axis=(1, 2), keepdims=True)
-    devices = (["cpu"] if numba_available() else []) + ([str(_device(None))] if _device(None).type == "cuda" else [])
-    for device in devices:
-        run_fast(p, options=TSNEOptions(n_iter=2, early_exaggeration_iter=2, device=device), x=None, progress=no_progress)
-        if device != "cpu":
-            from workers.analysis.gpu_tsne import warm_up_kernels
+    options = TSNEOptions(n_iter=2, early_exaggeration_iter=2, device="cpu")
+    if numba_available():
+        run_fast_host(p, options=options, x=None, progress=no_progress)
+    device = _device(None)
+    if device.type == "cuda":
+        from workers.analysis.gpu_tsne import warm_up_kernels
 
-            warm_up_kernels(torch.device(device))
+        chain = engines.chain_for(device)
+        layouts = tuple(e.partition("-")[2] for e in chain if e.startswith("triton-"))
+        try:
+            run_fast(p, options=replace(options, device=str(device)), x=None, progress=no_progress)
+            warm_up_kernels(device, layouts=layouts)
+        except engines.DeviceLost:
+            raise
+        except Exception:  # a size the self-check did not cover: the job's chain will fall back
+            logger.warning("warming up the Triton kernels failed", exc_info=True)
     return time.perf_counter() - start

@@ -219,6 +219,7 @@ def _head_tsne(ctx: Context) -> dict[str, Any]:
         "heads": res.heads,
         "kept": kept.tolist(),
         "engine": res.options.engine,
+        **(res.backends() if res.options.engine == "fast" else {}),  # which fast engine ran, and fallbacks
         "embedding": _grid(embedding, single),  # [token][2] or [layer][head][token][2]
         "kl": kl.ravel().tolist() if single else kl.tolist(),  # [kl] or [layer][head]
         "kl_restarts": _grid(kl_restarts, single) if not single else kl_restarts[0, 0].tolist(),

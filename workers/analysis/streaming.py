@@ -122,7 +122,9 @@ class LayerHeadTSNE:
     def __call__(self, layer: int, weights: torch.Tensor) -> None:
         if layer not in self.layers:
             return
-        if weights.device.type != "cpu" and self.options.engine == "fast":  # a GPU worker: P stays there
+        from workers.analysis.engines import device_path
+
+        if self.options.engine == "fast" and device_path(weights.device):  # a GPU worker: P stays there
             from workers.analysis.gpu_tsne import embed_layer_on_device
 
             self.results[layer] = embed_layer_on_device(weights[0, self.heads], keep=self.keep, options=self.options)
@@ -131,6 +133,14 @@ class LayerHeadTSNE:
             self.results[layer] = embed_layer(a, keep=self.keep, options=self.options)
         done = len(self.results)
         self.progress(done / len(self.layers), f"head t-SNE: layer {layer} ({done}/{len(self.layers)} layers)")
+
+    def backends(self) -> dict[str, object]:
+        """Which fast engine embedded the layers (``"cpu"``, ``"triton-wide"``, or several joined by
+        ``+`` in layer order) and every fallback note, for the result."""
+        ran = [self.results[lay].extra.get("backend") for lay in self.layers if lay in self.results]
+        notes = [n for lay in self.layers if lay in self.results for n in self.results[lay].extra.get("fallback", [])]
+        names = list(dict.fromkeys(r for r in ran if r))
+        return {"backend": "+".join(names) or None, "fallback": list(dict.fromkeys(notes))}
 
     def gather(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         """(embedding [L, H, m, 2], kl [L, H], kl_restarts [L, H, k], seconds) in layer order."""

@@ -278,7 +278,7 @@ def _opentsne(
 
 def _fast(
     p: np.ndarray, *, options: TSNEOptions, x: np.ndarray | None, progress: Progress
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, dict[str, object]]:
     from workers.analysis.fast_tsne import run_fast
 
     return run_fast(p, options=options, x=x, progress=progress)
@@ -306,12 +306,14 @@ def embed_affinities(
         raise HeadscopeError(f"t-SNE needs at least 3 points, got {pb.shape[-1]}")
     start = time.perf_counter()
     run = {"batched": _batched, "opentsne": _opentsne, "fast": _fast}[options.engine]
-    emb, kls = run(np.ascontiguousarray(pb, dtype=np.float64), options=options, x=x, progress=progress)
+    out = run(np.ascontiguousarray(pb, dtype=np.float64), options=options, x=x, progress=progress)
+    emb, kls = out[0], out[1]
+    extra = out[2] if len(out) > 2 else {}  # the fast engine: which of its engines ran, and fallbacks
     best = kls.argmin(axis=0)  # [B]
     embedding = emb[best, np.arange(pb.shape[0])]
     kl = kls[best, np.arange(pb.shape[0])]
     elapsed = time.perf_counter() - start
-    res = TSNEResult(embedding, kl, kls.T.copy(), elapsed, options.engine)
+    res = TSNEResult(embedding, kl, kls.T.copy(), elapsed, options.engine, extra=dict(extra))
     if single:
         res.embedding, res.kl, res.kl_restarts = embedding[0], kl[0:1], res.kl_restarts[0:1]
     return res

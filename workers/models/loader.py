@@ -69,11 +69,15 @@ def default_device() -> torch.device:
 
 def device_report() -> dict[str, object]:
     """What this process computes on, for the worker's heartbeat and ``/api/health``: the models'
-    device (``default_device``), its name and memory, and the fast t-SNE engine's backend there."""
-    from workers.analysis.fast_tsne import pick_backend
+    device (``default_device``), its name and memory, and the fast t-SNE engine as it really is
+    (``engines.describe``: ``triton``, ``torch: triton failed: no C compiler``, ...; what failed
+    the start's self-check is in ``tsne_failed``)."""
+    from workers.analysis import engines
 
     dev = default_device()
-    out: dict[str, object] = {"device": str(dev), "tsne_backend": pick_backend("auto", dev)}
+    state = engines.current(dev)
+    out: dict[str, object] = {"device": str(dev), "tsne_engine": engines.describe(state),
+                              "tsne_engines": engines.chain_for(dev), "tsne_failed": dict(state.failed)}  # fmt: skip
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
         out.update(name=props.name, memory_gb=round(props.total_memory / 2**30, 1),
