@@ -154,6 +154,8 @@ def load(source: dict[str, Any] | str | Path) -> dict[str, Any]:
             return load(source["result"])
         if "analysis" in source and source["analysis"] not in source:  # the CLI's flat form
             return {**source, source["analysis"]: source}
+        if "distance_matrix" in source and "checkpoints" not in source:  # `headscope pe` on one file
+            return {"checkpoints": [source]}
         if not any(k in source for k in RESULT_KEYS):
             raise HeadscopeError(f"this dict is no headscope result: none of {', '.join(RESULT_KEYS)} in it")
         return source

@@ -29,8 +29,14 @@ import numpy as np
 import torch
 
 from workers.analysis.pipeline import head_tsne_section, max_attention_section
-from workers.analysis.streaming import AttentionStats, LayerHeadTSNE, PackedAttention, kept_index
-from workers.analysis.tsne import TSNEOptions
+from workers.analysis.streaming import (
+    AttentionStats,
+    HeadKeeper,
+    LayerHeadTSNE,
+    PackedAttention,
+    kept_index,
+)
+from workers.analysis.tsne import TSNEOptions, select_indices
 from workers.errors import HeadscopeError
 
 KINDS = ("max-attention", "head-tsne")
@@ -135,7 +141,8 @@ def attention_result(
         attentions: the ``output_attentions=True`` tuple (see ``attention_layers``).
         tokens: the ``n`` tokens of the maps, e.g. ``tokenizer.convert_ids_to_tokens(ids)``.
         analyses: ``max-attention`` and/or ``head-tsne`` (the grid of ``layers`` x ``heads``, with
-            every embedded head's map packed for the head and model views).
+            every embedded head's map packed for the head and model views; for one layer and one
+            head, the one-head section with its exact matrix, as the pipeline gives).
         causal: whether queries see only earlier keys; None: read off the maps (lower triangular).
         special: which tokens are special (default: by their look, ``special_tokens``).
         drop_special: leave the special tokens out of both analyses, as the dashboard's toggle does.
@@ -169,7 +176,11 @@ def attention_result(
     if "head-tsne" in analyses:
         consumers["head-tsne"] = LayerHeadTSNE(n_layers, n_heads, layers=layers, heads=heads, keep=keep,
                                                options=options)
-        consumers["packed"] = PackedAttention(n_layers, n_heads, layers=layers, heads=heads, keep=keep)
+        pairs = [(la, h) for la in select_indices(layers, n_layers, "layer") for h in select_indices(heads, n_heads, "head")]
+        if len(pairs) == 1:  # one head: its exact matrix, as the pipeline keeps for one head
+            consumers["one"] = HeadKeeper(pairs)
+        else:
+            consumers["packed"] = PackedAttention(n_layers, n_heads, layers=layers, heads=heads, keep=keep)
     for layer, weights in enumerate(maps):  # the same consumers the streamed forward pass feeds
         for consume in consumers.values():
             consume(layer, weights)
@@ -181,6 +192,10 @@ def attention_result(
     if "max-attention" in consumers:
         result["max-attention"] = max_attention_section(consumers["max-attention"], kept, causal=causal)
     if "head-tsne" in consumers:
-        result["head-tsne"] = head_tsne_section(consumers["head-tsne"], kept, single=False,
-                                                extra=consumers["packed"].fields())
+        if "one" in consumers:
+            a = next(iter(consumers["one"].maps.values()))[np.ix_(kept, kept)]  # [query, key]
+            extra, single = {"attention": np.round(a, 6).tolist()}, True
+        else:
+            extra, single = consumers["packed"].fields(), False
+        result["head-tsne"] = head_tsne_section(consumers["head-tsne"], kept, single=single, extra=extra)
     return result
