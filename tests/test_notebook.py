@@ -28,7 +28,6 @@ import torch
 from conftest import ARTIFACTS, ROOT
 
 from frontend import notebook as hs
-from workers.analysis.tsne import TSNEOptions
 from workers.errors import HeadscopeError
 
 TEXT = "The cat sat on the mat because it was tired."
