@@ -199,13 +199,22 @@ def attention(attentions: Any, tokens: Sequence[str], **options: Any) -> dict[st
     return _result(attentions, tokens, analyses=("max-attention", "head-tsne"), byo=options)
 
 
-def analyze(model: str, text: str, analyses: Sequence[str] = ("max-attention", "head-tsne"), **options: Any) -> dict[str, Any]:
+def analyze(model: str, text: str, analyses: Sequence[str] | None = None, **options: Any) -> dict[str, Any]:
     """headscope's own result: ``pipeline.analyze`` on a catalogue model (``minilm``, …) and a text;
-    ``options`` as the CLI's (``drop_special=True``, ``n_iter=300``, …)."""
+    ``analyses`` default to max-attention and every head's t-SNE (``lasf`` for a shipped LasF model,
+    ``lasf-minilm``); ``options`` as the CLI's (``drop_special=True``, ``n_iter=300``, …)."""
     from workers.analysis.pipeline import analyze as run
+    from workers.lasf.checkpoint import shipped_path
     from workers.models import load_model
 
-    return run(load_model(model), text, list(analyses), options)
+    lasf, path = None, shipped_path(model)
+    if path is not None:
+        from workers.analysis.lasf import load_lasf
+
+        lasf = load_lasf(path, name=model)
+        model = str(lasf.config["base_model"])
+    kinds = list(analyses or (["lasf"] if lasf is not None else ["max-attention", "head-tsne"]))
+    return run(load_model(model), text, kinds, options, lasf=lasf)
 
 
 # ---------------------------------------------------------------------------- the views
@@ -245,7 +254,7 @@ def gallery(source: Any, tokens: Sequence[str] | None = None, *, layers: list[in
         raise HeadscopeError("this result holds no gallery: analyse with layer and head 'all' (head-tsne)")
     layer, head = open_head or (sec["layers"][0], sec["heads"][0])
     maps = head_maps(result)
-    script = HEADS_JS.read_text(encoding="utf-8") + "\n" + GALLERY_SCRIPT % pio.json.to_json_plotly(maps)
+    script = HEADS_JS.read_text(encoding="utf-8") + "\n" + GALLERY_SCRIPT % pio.json.to_json_plotly(maps).replace("</", "<\\/")
     figures = {"gallery": gallery_figure(result, layers=layers, page=page),
                "map": head_tsne_figure(result, layer=layer, head=head)}
     return View(figures, title=f"attention-head t-SNE of every head — {result.get('model', '')}", script=script)
@@ -310,7 +319,7 @@ def pe(source: Any, *, reorder: bool = True, shared_scale: bool = False, colour_
 
 def lasf(source: Any, *, field: int | None = None) -> View:
     """The LasF page's figures (Φ, relations, the field's matrix and map, contributions, ablation,
-    field vs head) of a ``lasf`` result."""
+    field vs head) of a ``lasf`` result: ``hs.lasf(hs.analyze("lasf-minilm", text))``."""
     from frontend.figures_lasf import all_figures
 
     result = _own(source, "lasf", "lasf")

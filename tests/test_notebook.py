@@ -144,6 +144,27 @@ def test_causal_maps_are_read_off_a_decoder(minilm_attention):
     assert np.asarray(res["head-tsne"]["embedding"]).shape == (2, 3, n, 2)
 
 
+def test_lasf_and_pe_views_from_headscope_results(tmp_path):
+    from workers.analysis.positional import grid_partition, make_reference, pe_sweep
+    from workers.data import pe_demo
+    from workers.models.checkpoints import read_tensor
+
+    res = hs.analyze("lasf-minilm", "A small dog saw the river.", drop_special=True, n_iter=50,
+                     early_exaggeration_iter=20)
+    view = hs.lasf(res, field=1)
+    assert len(view.figures) == 7 and view.figures["field_matrix"].layout.title.text.startswith("Field 1")
+    pe = read_tensor(Path(pe_demo.__file__).parent / "demo-lst-learned-0.2.safetensors", "pe")  # [16, 160]
+    sweep = pe_sweep([("learned-0.2", pe)], reference=make_reference("2d-fixed", n=16, d=160, grid=(4, 4)),
+                     partition=grid_partition("rows", (4, 4)))
+    flat = tmp_path / "pe.json"  # `headscope pe --out` on one checkpoint writes the report flat
+    flat.write_text(json.dumps({**sweep["checkpoints"][0], "reference": {}, "partition": {}}))
+    for source in (sweep, flat):
+        d = np.asarray(hs.pe(source).figures["distances"].data[0].z)  # reordered by the rows partition
+        assert d.shape == (16, 16) and np.allclose(d, d.T) and np.allclose(np.diag(d), 0)
+    with pytest.raises(HeadscopeError, match=r"pe\(\) needs a result with 'checkpoints'"):
+        hs.pe(res)
+
+
 class _Share(BaseHTTPRequestHandler):
     payload: bytes = b""
 
@@ -187,18 +208,25 @@ def test_saved_results_and_share_links_draw_the_same(own, tmp_path):
         hs.heatmaps(f"{url}/")
 
 
+@pytest.mark.browser
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="PNG/SVG export and the browser check need Chromium")
 def test_exports_and_the_gallery_page_in_chromium(own, tmp_path):
+    import kaleido
     from playwright.sync_api import sync_playwright
 
     view = hs.gallery(own)
     page_file = view.save(tmp_path / "gallery.html")[0]
     assert not EXTERNAL.findall(page_file.read_text())
-    pngs = view.save(tmp_path / "gallery.png")
+    kaleido.start_sync_server(silence_warnings=True)  # one Chromium for both exports
+    try:
+        with pytest.warns(UserWarning, match="kopts"):  # plotly's note that a running server is used
+            pngs = view.save(tmp_path / "gallery.png")
+            svg = hs.heatmaps(own).save(tmp_path / "heatmaps.svg")[0].read_text()
+    finally:
+        kaleido.stop_sync_server(silence_warnings=True)
     assert [p.name for p in pngs] == ["gallery-gallery.png", "gallery-map.png"]
     for p in pngs:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
-    svg = hs.heatmaps(own).save(tmp_path / "heatmaps.svg")[0].read_text()
     assert svg.startswith("<svg") and "layer 5" in svg
     with pytest.raises(HeadscopeError, match="use .html, .png, .svg or .pdf"):
         view.save(tmp_path / "gallery.txt")
