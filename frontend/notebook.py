@@ -132,7 +132,7 @@ def share(url: str, share_id: str | None = None, *, token: str | None = None, ti
 
     parts = urlsplit(url)
     if share_id is None:
-        share_id = (parse_qs(parts.query).get("share") or [None])[0]
+        share_id = (parse_qs(parts.query).get("share") or [""])[0]
         if not share_id:
             raise HeadscopeError(f"{url} holds no share id: pass a link with ?share=ID or the id as share_id=")
     base = f"{parts.scheme}://{parts.netloc}"

@@ -71,7 +71,7 @@ def attention_layers(attentions: Any, *, batch_index: int | None = None) -> list
             "(an empty tuple or None means the model ran with attn_implementation='sdpa' or 'flash': "
             "load it with attn_implementation='eager')"
         )
-    layers = []
+    layers: list[torch.Tensor] = []
     for i, a in enumerate(attentions):
         t = torch.as_tensor(a).detach() if not isinstance(a, torch.Tensor) else a.detach()
         if t.ndim != 4:
