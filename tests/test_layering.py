@@ -4,7 +4,8 @@
   queue library (FastAPI, Starlette, Dash, Flask, Redis, RQ, uvicorn);
 - the backend (the app with all its routers, the CLI) imports no torch;
 - workers.contracts imports only pydantic, numpy and the standard library;
-- the store (workers.store), which the API and the workers share, imports no torch and no backend.
+- the store (workers.store), which the API and the workers share, imports no torch and no backend;
+- frontend.notebook imports no web or queue library and no backend.
 """
 
 from __future__ import annotations
@@ -79,3 +80,10 @@ def test_worker_process_and_jobs_import_nothing_from_the_backend():
     mods = imported(["workers.jobs", "workers.main", "workers.settings"])
     assert "rq" in mods  # the probe really imported the worker side
     assert "backend" not in mods
+
+
+def test_notebook_module_imports_neither_the_web_stack_nor_the_backend():
+    """frontend.notebook draws the dashboard's figures with no Dash, server or queue behind them."""
+    mods = imported(["frontend.notebook"])
+    assert "plotly" in mods  # the probe really imported the module
+    assert mods & (WEB_AND_QUEUE | {"backend"}) == set()

@@ -187,12 +187,18 @@ def _max_attention(ctx: Context) -> dict[str, Any]:
     ctx.run  # noqa: B018 - the streamed pass fills the consumers
     assert stats.max is not None and stats.mean is not None
     kept = np.arange(ctx.encoded.n) if ctx.keep is None else np.flatnonzero(ctx.keep)
+    return max_attention_section(stats, kept, causal=ctx.loaded.causal)
+
+
+def max_attention_section(stats: AttentionStats, kept: np.ndarray, *, causal: bool) -> dict[str, Any]:
+    """The max-attention section from a fed ``AttentionStats`` (also ``workers.analysis.external``)."""
+    assert stats.max is not None and stats.mean is not None
     return {
         "max_attention": stats.max.tolist(),  # [layer][head][token]
         "mean_attention": stats.mean.tolist(),  # [layer][head][token]
         "kept": kept.tolist(),
-        "causal": ctx.loaded.causal,
-        "over": "the queries i >= j that can see key j" if ctx.loaded.causal else "every query",
+        "causal": causal,
+        "over": "the queries i >= j that can see key j" if causal else "every query",
     }
 
 
@@ -201,7 +207,6 @@ def _head_tsne(ctx: Context) -> dict[str, Any]:
     res = ctx.consumers["head-tsne"]
     assert isinstance(res, LayerHeadTSNE)
     ctx.run  # noqa: B018 - the streamed pass embeds layer by layer
-    embedding, kl, kl_restarts, tsne_s = res.gather()
     kept = np.arange(ctx.encoded.n) if ctx.keep is None else np.flatnonzero(ctx.keep)
     single = len(res.layers) == 1 and len(res.heads) == 1 and ctx.single_head()
     extra: dict[str, Any] = {}
@@ -210,10 +215,17 @@ def _head_tsne(ctx: Context) -> dict[str, Any]:
         assert isinstance(keeper, HeadKeeper)
         a = keeper.maps[(res.layers[0], res.heads[0])][np.ix_(kept, kept)]  # [query, key]
         extra["attention"] = np.round(a, 6).tolist()
-    else:  # every embedded head's matrix, one byte a weight: the dashboard's head and model views
-        packed = ctx.consumers["packed-attention"]
-        assert isinstance(packed, PackedAttention)
-        extra.update(packed.fields())
+        return head_tsne_section(res, kept, single=True, extra=extra)
+    packed = ctx.consumers["packed-attention"]  # every embedded head's matrix, one byte a weight
+    assert isinstance(packed, PackedAttention)
+    return head_tsne_section(res, kept, single=False, extra=packed.fields())
+
+
+def head_tsne_section(
+    res: LayerHeadTSNE, kept: np.ndarray, *, single: bool, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """The head-tsne section from a fed ``LayerHeadTSNE`` (also ``workers.analysis.external``)."""
+    embedding, kl, kl_restarts, tsne_s = res.gather()
     return {
         "layers": res.layers,
         "heads": res.heads,
