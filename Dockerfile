@@ -34,7 +34,7 @@ RUN pip install "torch>=2.2,<3" --index-url "${TORCH_INDEX_URL}" \
     && mkdir -p /data && chown headscope /data
 USER headscope
 # SmolLM2 is converted from its GGUF file on first use into /data/models (~40 s, 517 MB; a volume
-# on /data keeps it); to bake it into the image instead, RUN python -m workers.models.gguf here
+# on /data keeps it); to bake it into the image instead, RUN python -m workers.models.convert here
 # with HEADSCOPE_MODEL_CACHE_DIR pointing inside the image.
 EXPOSE 8050
 # the whole thing in one container (bundled Redis, one worker); compose runs the pieces separately

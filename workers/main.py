@@ -83,7 +83,8 @@ def run_worker(
     try:
         import workers.analysis.pipeline  # noqa: F401 (torch and the core imported before the first job)
         from workers.analysis import engines
-        from workers.models.loader import default_device, device_report
+        from workers.analysis.engines import device_report
+        from workers.models.loader import default_device
 
         # check before serving: each t-SNE engine this device may use runs a small problem against
         # the CPU engine (in a child process); what fails is not used, and health says why

@@ -30,7 +30,7 @@ from backend.errors import error_responses
 from backend.store import Store
 from workers import protocol
 from workers.errors import BadFileError, HeadscopeError, TooLargeError, UnsupportedFileError
-from workers.models.checkpoint_checks import inspect_file
+from workers.models.checkpoints import inspect_file
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["positional encodings"])

@@ -475,6 +475,26 @@ def start_worker_engines(device: torch.device, *, engines: str | None, fault: st
     return state
 
 
+def device_report() -> dict[str, object]:
+    """What this process computes on, for the worker's heartbeat and ``/api/health``: the models'
+    device (``workers.devices.resolve_device``), its name and memory, and the fast t-SNE engine as it really is
+    (``engines.describe``: ``triton``, ``torch: triton failed: no C compiler``, ...; what failed
+    the start's self-check is in ``tsne_failed``)."""
+    from workers.devices import resolve_device
+
+    dev = resolve_device()
+    state = current(dev)
+    out: dict[str, object] = {"device": str(dev), "tsne_engine": describe(state),
+                              "tsne_engines": chain_for(dev), "tsne_failed": dict(state.failed)}  # fmt: skip
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        out.update(name=props.name, memory_gb=round(props.total_memory / 2**30, 1),
+                   capability=f"{props.major}.{props.minor}")  # fmt: skip
+    else:
+        out.update(name="cpu", threads=torch.get_num_threads())
+    return out
+
+
 def _main(argv: list[str] | None = None) -> int:
     """``python -m workers.analysis.engines --device D --candidates a,b --fault F``: one JSON line."""
     import argparse

@@ -276,32 +276,3 @@ def convert(gguf: Path, out: Path, *, digest: str) -> dict[str, Any]:
             os.fsync(fh.fileno())
     logger.info("converted %s in %.1f s (%.0f MB)", gguf.name, marker["seconds"], sum(files.values()) / 1e6)
     return marker
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m workers.models.gguf [NAME ...]``: convert built-in GGUF models now (setup step)."""
-    import argparse
-
-    from workers.models.catalogue import BUILTIN
-
-    parser = argparse.ArgumentParser(description="Convert the built-in GGUF models into the model cache.")
-    gguf_names = [n for n, s in BUILTIN.items() if s.source == "gguf"]
-    parser.add_argument("names", nargs="*", default=gguf_names, help=f"default: {' '.join(gguf_names)}")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for name in args.names:
-        spec = BUILTIN.get(name)
-        if spec is None or spec.source != "gguf":
-            parser.error(f"{name} is not a built-in GGUF model; choose from {', '.join(gguf_names)}")
-        try:
-            start = time.perf_counter()
-            where = converted_dir(name, GGUFPackage.parse(spec.location))
-        except HeadscopeError as exc:
-            print(f"error: {exc}")
-            return 1
-        print(f"{name}: {where} ({time.perf_counter() - start:.1f} s)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

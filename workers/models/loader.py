@@ -67,26 +67,6 @@ def default_device() -> torch.device:
     return resolve_device()
 
 
-def device_report() -> dict[str, object]:
-    """What this process computes on, for the worker's heartbeat and ``/api/health``: the models'
-    device (``default_device``), its name and memory, and the fast t-SNE engine as it really is
-    (``engines.describe``: ``triton``, ``torch: triton failed: no C compiler``, ...; what failed
-    the start's self-check is in ``tsne_failed``)."""
-    from workers.analysis import engines
-
-    dev = default_device()
-    state = engines.current(dev)
-    out: dict[str, object] = {"device": str(dev), "tsne_engine": engines.describe(state),
-                              "tsne_engines": engines.chain_for(dev), "tsne_failed": dict(state.failed)}  # fmt: skip
-    if dev.type == "cuda":
-        props = torch.cuda.get_device_properties(dev)
-        out.update(name=props.name, memory_gb=round(props.total_memory / 2**30, 1),
-                   capability=f"{props.major}.{props.minor}")  # fmt: skip
-    else:
-        out.update(name="cpu", threads=torch.get_num_threads())
-    return out
-
-
 def _quiet_transformers() -> None:
     from transformers.utils import logging as hf_logging
 

@@ -298,9 +298,3 @@ class Store(CheckpointStore):
         if removed:
             logger.info("expired %d unshared results", len(removed))
         return removed
-
-    def import_files(self, source: Path) -> dict[str, Any]:
-        """Copy a file store (``results/``, ``shares/``, ``checkpoints/``) in; see ``importer``."""
-        from workers.store.importer import import_file_store
-
-        return import_file_store(self, source)
