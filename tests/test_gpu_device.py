@@ -11,12 +11,12 @@ import pytest
 import torch
 from test_fast_tsne import random_p
 
-from workers.analysis import gpu_tsne
-from workers.analysis.fast_tsne import FastSchedule
 from workers.analysis.tsne import TSNEOptions
+from workers.analysis.tsne import device as gpu_tsne
+from workers.analysis.tsne.options import FastSchedule
 
 pytest.importorskip("triton", reason="the gpu extra (Triton) is not installed")
-from workers.analysis import gpu_kernels  # noqa: E402
+from workers.analysis.tsne import gpu_kernels  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 if not (CUDA or gpu_kernels.interpreted()):

@@ -12,7 +12,7 @@ from workers.analysis import (
     head_tsne,
     kl_divergence,
 )
-from workers.analysis.tsne import spectral_init
+from workers.analysis.tsne.start import spectral_init
 from workers.errors import HeadscopeError, OutOfRangeError
 from workers.models import run_text
 

@@ -1,6 +1,6 @@
 """A t-SNE engine that cannot fail blind (issue 20), on CPU: the start's self-check runs the real
 rounds (Triton through its interpreter, the torch round on a CPU device) against the CPU engine, and
-injected faults (``engines.Fault``) -- a compile that fails, a launch that raises, a device that
+injected faults (``tsne_chain.Fault``) -- a compile that fails, a launch that raises, a device that
 reports a sticky error -- leave each analysis correct, with the engine that ran recorded."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from workers.analysis import engines, gpu_tsne
-from workers.analysis.affinities import head_affinities, kl_divergence
-from workers.analysis.engines import DeviceLost, EngineState, Fault
-from workers.analysis.tsne import TSNEOptions, embed_affinities, embed_layer
+from workers.analysis.tsne import TSNEOptions, TSNEResult, embed_affinities, embed_layer, engines
+from workers.analysis.tsne import chain as tsne_chain
+from workers.analysis.tsne import device as gpu_tsne
+from workers.analysis.tsne.affinities import head_affinities, kl_divergence
+from workers.analysis.tsne.chain import DeviceLost, EngineState, Fault
 from workers.errors import HeadscopeError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -24,15 +25,15 @@ TEXT = "The quick brown fox jumps over the lazy dog while the cat watches from t
 @pytest.fixture(autouse=True)
 def fresh_engines():
     """Every test starts from the process defaults and leaves them so."""
-    before = engines.install(None)
+    before = tsne_chain.install(None)
     yield
-    engines.install(before)
+    tsne_chain.install(before)
 
 
 def chain(*names: str, fault: str | None = None) -> EngineState:
     """Install ``names`` (then cpu) as this process' engines on the CPU device, with a fault."""
     state = EngineState(CPU, [*names, "cpu"], fault=Fault.parse(fault))
-    engines.install(state)
+    tsne_chain.install(state)
     return state
 
 
@@ -48,13 +49,13 @@ def attention(heads: int, n: int, *, seed: int) -> np.ndarray:
 
 def test_self_check_runs_every_round_and_passes_them():
     pytest.importorskip("triton")
-    from workers.analysis import gpu_kernels
+    from workers.analysis.tsne import gpu_kernels
 
     if not gpu_kernels.interpreted():
         pytest.skip("Triton's interpreter is off (TRITON_INTERPRET)")
     report = engines.self_check(CPU, ALL)
     assert report.passed == list(ALL) and report.failed == {} and report.lost is None
-    assert engines.describe(report.state()) == "triton"
+    assert tsne_chain.describe(report.state()) == "triton"
     assert report.line().startswith("t-SNE engine on cpu: triton (self-check ")
 
 
@@ -72,23 +73,23 @@ def test_self_check_rejects_a_round_that_computes_wrong(monkeypatch):
     monkeypatch.setattr(gpu_tsne, "torch_round", nan_round)
     report = engines.self_check(CPU, ("torch",))
     assert report.failed == {"torch": "non-finite positions"}
-    assert engines.describe(report.state()) == "cpu: torch failed: non-finite positions"
+    assert tsne_chain.describe(report.state()) == "cpu: torch failed: non-finite positions"
 
 
 def test_compile_fault_fails_the_check_and_health_says_why():
     report = engines.self_check(CPU, ALL, fault=Fault.parse("compile"))
     assert report.passed == ["torch"]
     assert report.failed == {"triton-fused": "no C compiler (injected)", "triton-wide": "no C compiler (injected)"}
-    assert engines.describe(report.state()) == "torch: triton failed: no C compiler (injected)"
+    assert tsne_chain.describe(report.state()) == "torch: triton failed: no C compiler (injected)"
     report = engines.self_check(CPU, ("torch",), fault=Fault.parse("compile@torch"))
-    assert engines.describe(report.state()) == "cpu: torch failed: no C compiler (injected)"
+    assert tsne_chain.describe(report.state()) == "cpu: torch failed: no C compiler (injected)"
 
 
 def test_launch_and_fatal_faults_spare_the_check():
     """They model a job's failure (a size the check does not run, a kernel bug it does not hit)."""
     for fault in ("launch@torch", "fatal@torch"):
         assert engines.self_check(CPU, ("torch",), fault=Fault.parse(fault)).passed == ["torch"]
-    assert engines.lost() is None
+    assert tsne_chain.lost() is None
 
 
 def test_fault_and_engine_settings_are_checked():
@@ -102,18 +103,18 @@ def test_fault_and_engine_settings_are_checked():
 
 
 def test_sticky_errors_are_fatal_others_are_not():
-    assert engines.is_fatal(RuntimeError("CUDA error: an illegal memory access was encountered"), CPU)
-    assert not engines.is_fatal(RuntimeError("out of resources: shared memory"), CPU)
+    assert tsne_chain.is_fatal(RuntimeError("CUDA error: an illegal memory access was encountered"), CPU)
+    assert not tsne_chain.is_fatal(RuntimeError("out of resources: shared memory"), CPU)
 
 
 # ---------------------------------------------------------------------------- falling back per job
 
 
-def reference_layer(a: np.ndarray, options: TSNEOptions) -> gpu_tsne.TSNEResult:
+def reference_layer(a: np.ndarray, options: TSNEOptions) -> TSNEResult:
     """The layer on the torch round alone (no fault): what a fallback to torch must give, bit for bit."""
     chain("torch")
-    ref = gpu_tsne.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=None, options=options)
-    engines.install(None)
+    ref = engines.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=None, options=options)
+    tsne_chain.install(None)
     return ref
 
 
@@ -125,7 +126,7 @@ def test_a_failing_triton_round_gives_way_to_torch(fault):
     options = TSNEOptions(device="cpu", early_exaggeration_iter=60, n_iter=150)
     ref = reference_layer(a, options)
     chain("triton-fused", "triton-wide", "torch", fault=fault)
-    got = gpu_tsne.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=None, options=options)
+    got = engines.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=None, options=options)
     why = "no C compiler (injected)" if fault == "compile" else "triton launch failed: out of resources"
     assert got.extra["backend"] == "torch" and got.extra["fallback"][0].startswith(f"triton failed: {why}")
     np.testing.assert_array_equal(got.embedding, ref.embedding)
@@ -137,9 +138,9 @@ def test_every_device_round_failing_ends_on_the_cpu_engine():
     a = attention(2, 20, seed=2)
     options = TSNEOptions(device="cpu")
     chain("torch", fault="launch@torch")
-    got = gpu_tsne.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=None, options=options)
+    got = engines.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=None, options=options)
     assert got.extra["backend"] == "cpu" and got.extra["fallback"] == ["torch failed: torch launch failed: out of resources (injected by HEADSCOPE_TSNE_FAULT)"]  # noqa: E501
-    engines.install(None)
+    tsne_chain.install(None)
     a32 = a.astype(np.float32).astype(np.float64)  # the maps the device path had
     host = embed_layer(a32, keep=None, options=options)  # the CPU engine's own path
     np.testing.assert_allclose(got.embedding, host.embedding, rtol=0, atol=1e-9)
@@ -151,17 +152,17 @@ def test_a_fatal_error_stops_the_device_and_the_retry_skips_the_engine():
     ref = reference_layer(a, options)
     chain("triton-wide", "torch", fault="fatal")
     with pytest.raises(DeviceLost) as lost:
-        gpu_tsne.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=None, options=options)
+        engines.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=None, options=options)
     assert lost.value.engine == "triton-wide" and "illegal memory access" in lost.value.why
-    assert "illegal memory access" in engines.lost() and engines.chain_for(CPU) == ["cpu"]
-    assert "device lost: triton-wide: CUDA error" in engines.describe()
+    assert "illegal memory access" in tsne_chain.lost() and tsne_chain.chain_for(CPU) == ["cpu"]
+    assert "device lost: triton-wide: CUDA error" in tsne_chain.describe()
     # a fresh worker (same engines, same fault) retries the job without the engine that lost the device
     chain("triton-wide", "torch", fault="fatal")
-    with engines.avoiding(["triton-wide"], notes=("triton-wide failed: CUDA error",)):
-        got = gpu_tsne.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=None, options=options)
+    with tsne_chain.avoiding(["triton-wide"], notes=("triton-wide failed: CUDA error",)):
+        got = engines.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=None, options=options)
     assert got.extra["backend"] == "torch" and got.extra["fallback"] == ["triton-wide failed: CUDA error"]
     np.testing.assert_array_equal(got.embedding, ref.embedding)
-    assert engines.lost() is None
+    assert tsne_chain.lost() is None
 
 
 # ---------------------------------------------------------------------------- the device path's inputs
@@ -190,14 +191,14 @@ def test_device_path_refuses_what_the_cpu_path_refuses():
     options = TSNEOptions(device="cpu")
     eye = torch.eye(6)[None].repeat(2, 1, 1)  # every token attends only to itself
     with pytest.raises(HeadscopeError, match="all its weight on the diagonal") as dev:
-        gpu_tsne.embed_layer_on_device(eye, keep=None, options=options)
+        engines.embed_layer_on_device(eye, keep=None, options=options)
     with pytest.raises(HeadscopeError) as host:
         head_affinities(eye.numpy())
     assert str(dev.value) == str(host.value)
     with pytest.raises(HeadscopeError, match="at least 3 points"):
-        gpu_tsne.embed_layer_on_device(torch.full((1, 2, 2), 0.5), keep=None, options=options)
+        engines.embed_layer_on_device(torch.full((1, 2, 2), 0.5), keep=None, options=options)
     with pytest.raises(HeadscopeError, match="at least 3 tokens"):
-        gpu_tsne.embed_layer_on_device(torch.full((1, 5, 5), 0.2), keep=np.array([1, 1, 0, 0, 0], bool), options=options)
+        engines.embed_layer_on_device(torch.full((1, 5, 5), 0.2), keep=np.array([1, 1, 0, 0, 0], bool), options=options)
     with pytest.raises(HeadscopeError, match="P is all zero"):
         gpu_tsne.embed_device(torch.zeros(1, 5, 5), options=options, kind="torch")
 
@@ -221,6 +222,6 @@ def test_a_request_stays_correct_when_the_device_round_fails(catalogue):
     assert got["head-tsne"]["backend"] == "torch" and ref["head-tsne"]["backend"] == "torch"
     assert got["head-tsne"]["fallback"][0].startswith("triton failed: triton launch failed")
     assert got["head-tsne"]["embedding"] == ref["head-tsne"]["embedding"]
-    engines.install(None)
+    tsne_chain.install(None)
     host = analyze(model, TEXT, ["head-tsne"], opts)["head-tsne"]
     assert host["backend"] == "cpu" and host["fallback"] == []

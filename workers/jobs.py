@@ -231,7 +231,7 @@ def engine_retry(job: Job) -> Iterator[None]:
     """A t-SNE engine that lost the device (``engines.DeviceLost``): remember it in ``job.meta`` and
     raise, so RQ retries the job (``Retry``) while this worker ends itself (``workers.recycle``);
     the retry skips that engine, on whichever worker takes it."""
-    from workers.analysis import engines
+    from workers.analysis.tsne import chain as engines
 
     avoid = list(job.meta.get("tsne_avoid", []))
     notes = tuple(f"{why} (the device was lost; retried by a fresh worker)" for why in job.meta.get("tsne_lost", []))

@@ -82,8 +82,8 @@ def run_worker(
     ticker = protocol.Ticker(tick, interval_s=settings.worker_heartbeat_s, name="heartbeat").start()
     try:
         import workers.analysis.pipeline  # noqa: F401 (torch and the core imported before the first job)
-        from workers.analysis import engines
-        from workers.analysis.engines import device_report
+        from workers.analysis.tsne import chain, engines
+        from workers.analysis.tsne.engines import device_report
         from workers.models.loader import default_device
 
         # check before serving: each t-SNE engine this device may use runs a small problem against
@@ -92,8 +92,8 @@ def run_worker(
         info["device"] = device_report()
 
         if preload:
-            from workers.analysis.fast_tsne import warm_up
             from workers.analysis.pipeline import warm_up as warm_up_model
+            from workers.analysis.tsne.engines import warm_up
             from workers.models import load_model
 
             logger.info("fast t-SNE kernels ready in %.1f s", warm_up())
@@ -125,7 +125,7 @@ def run_worker(
         logger.info("worker %s (pid %d) listening on %s", name, os.getpid(), ", ".join(queues))
         worker.work(burst=burst, logging_level="INFO" if verbose else "WARNING", with_scheduler=False,
                     max_jobs=settings.worker_max_jobs or None)
-        if engines.lost():
+        if chain.lost():
             return DEVICE_LOST_EXIT
     finally:
         ticker.stop()

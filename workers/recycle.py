@@ -3,7 +3,7 @@
 After every job the worker collects garbage and returns freed heap pages to the system
 (``malloc_trim``, glibc). It stops (warm: between jobs, exit status 0) after ``worker_max_jobs``
 jobs, or when its resident memory passes ``worker_max_rss_mb``, or (exit status 3) when a job left
-its GPU unusable (``workers.analysis.engines.DeviceLost``); ``headscope serve`` and the compose
+its GPU unusable (``workers.analysis.tsne.chain.DeviceLost``); ``headscope serve`` and the compose
 file's ``restart: unless-stopped`` start a fresh one. tests/bench/bench_worker_memory.py
 reports the resident memory over 500 jobs.
 """
@@ -52,7 +52,7 @@ class RecyclingWorker(SimpleWorker):
         try:
             return super().execute_job(job, queue)
         finally:
-            from workers.analysis.engines import lost
+            from workers.analysis.tsne.chain import lost
 
             why = lost()
             if why:  # a sticky GPU error: this process can never use its device again

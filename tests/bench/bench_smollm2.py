@@ -51,9 +51,9 @@ def main() -> None:
 
     import torch
 
-    from workers.analysis.fast_tsne import warm_up as warm_kernels
     from workers.analysis.pipeline import analyze
     from workers.analysis.pipeline import warm_up as warm_model
+    from workers.analysis.tsne.engines import warm_up as warm_kernels
     from workers.models import load_model
     from workers.models.adapters import encode, model_inputs
 

@@ -10,9 +10,9 @@ the dashboard is also a notebook call::
     res = head_tsne(run.attentions, layers=[2], heads=[5])
 """
 
-from workers.analysis.affinities import head_affinities, kl_divergence, perplexity_affinities
 from workers.analysis.attention import attention_reduce, max_attention, mean_attention
 from workers.analysis.tsne import TSNEOptions, TSNEResult, embed_affinities, head_tsne
+from workers.analysis.tsne.affinities import head_affinities, kl_divergence, perplexity_affinities
 
 __all__ = [
     "TSNEOptions",

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workers.analysis.affinities import perplexity_affinities
 from workers.analysis.progress import Progress
 from workers.analysis.tsne import TSNEOptions, embed_affinities, select_indices
+from workers.analysis.tsne.affinities import perplexity_affinities
 
 
 @dataclass

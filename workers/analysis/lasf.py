@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from workers.analysis.affinities import conditional_from_distances, head_affinities
 from workers.analysis.progress import Progress, no_progress
 from workers.analysis.tsne import TSNEOptions, embed_affinities
+from workers.analysis.tsne.affinities import conditional_from_distances, head_affinities
 from workers.errors import HeadscopeError
 
 logger = logging.getLogger(__name__)

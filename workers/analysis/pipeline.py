@@ -315,7 +315,7 @@ def _robustness(ctx: Context) -> dict[str, Any]:
     repeats, fraction = int(o["repeats"]), float(o["fraction"])
     rng = np.random.default_rng(int(o["seed"]))
     enc = run.encoded
-    from workers.analysis.affinities import head_affinities, perplexity_affinities
+    from workers.analysis.tsne.affinities import head_affinities, perplexity_affinities
 
     # disturbed inputs: one forward pass each
     p_head_d, p_hid_d, replaced = [], [], []

@@ -122,10 +122,10 @@ class LayerHeadTSNE:
     def __call__(self, layer: int, weights: torch.Tensor) -> None:
         if layer not in self.layers:
             return
-        from workers.analysis.engines import device_path
+        from workers.analysis.tsne.chain import device_path
 
         if self.options.engine == "fast" and device_path(weights.device):  # a GPU worker: P stays there
-            from workers.analysis.gpu_tsne import embed_layer_on_device
+            from workers.analysis.tsne.engines import embed_layer_on_device
 
             self.results[layer] = embed_layer_on_device(weights[0, self.heads], keep=self.keep, options=self.options)
         else:

@@ -1,7 +1,7 @@
 """The fast t-SNE engine with its schedule on the device (issue 11): the GPU path.
 
-``fast_tsne`` runs the adaptive schedule on the host: every ``check_every`` iterations it reads
-each head's KL back and decides. Here the same schedule (``_Plan``'s rules, as tensors) runs on
+``fast`` runs the adaptive schedule on the host: every ``check_every`` iterations it reads each
+head's KL back and decides. Here the same schedule (``schedule._Plan``'s rules, as tensors) runs on
 the torch device, so a round -- ``check_every`` iterations of every head, their KL estimates, the
 phase bookkeeping and the best-so-far positions -- needs no host value:
 
@@ -23,28 +23,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from workers.analysis.fast_tsne import KL_FLOOR, P_FLUSH
 from workers.analysis.progress import Progress, no_progress
-
-if TYPE_CHECKING:
-    from workers.analysis.fast_tsne import FastSchedule
-    from workers.analysis.tsne import TSNEOptions, TSNEResult
+from workers.analysis.tsne.affinities import kl_divergence
+from workers.analysis.tsne.chain import round_hook
+from workers.analysis.tsne.options import (
+    KL_FLOOR,
+    P_FLUSH,
+    FastSchedule,
+    TSNEOptions,
+    triton_available,
+)
+from workers.analysis.tsne.start import initial_embedding
+from workers.errors import HeadscopeError
 
 logger = logging.getLogger(__name__)
-
-
-def triton_available() -> bool:
-    """True when the Triton kernel can be built (Triton installed)."""
-    try:
-        import workers.analysis.gpu_kernels  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def graphs_enabled(device: torch.device) -> bool:
@@ -52,10 +48,6 @@ def graphs_enabled(device: torch.device) -> bool:
     from workers.settings import get_settings
 
     return device.type == "cuda" and get_settings().cuda_graphs
-
-
-# ---------------------------------------------------------------------------- state
-
 
 class DeviceState:
     """Every head's P, positions, updates, gains and KL as tensors on one device.
@@ -80,7 +72,6 @@ class DeviceState:
     def valid(self) -> torch.Tensor:
         """[B, N] bool: the points of each head."""
         return torch.arange(self.n_max, device=self.device)[None, :] < self.lengths[:, None]
-
 
 def torch_round(state: DeviceState, steps: torch.Tensor, ex: torch.Tensor, mom: torch.Tensor,
                 lr: torch.Tensor, max_step: float, *, check_every: int) -> None:  # fmt: skip
@@ -127,28 +118,25 @@ def torch_round(state: DeviceState, steps: torch.Tensor, ex: torch.Tensor, mom: 
         kl = state.entropy[idx] + cross + torch.log(z)
         state.kl[idx] = torch.where(steps[idx] > 0, kl, state.kl[idx])
 
-
 def _student(y: torch.Tensor, pair: torch.Tensor) -> torch.Tensor:
     """``w_ij = 1 / (1 + |y_i - y_j|^2)`` of axis-major ``y`` [h, 2, N], zero off ``pair``."""
     dx = y[:, 0, :, None] - y[:, 0, None, :]
     dy = y[:, 1, :, None] - y[:, 1, None, :]
     return torch.where(pair, 1.0 / (1.0 + dx * dx + dy * dy), 0.0)
 
-
 Round = Callable[..., None]
-ROUNDS = ("triton", "triton-fused", "triton-wide", "torch")
 
+ROUNDS = ("triton", "triton-fused", "triton-wide", "torch")
 
 def round_function(kind: str, device: torch.device) -> Round:
     """``triton`` (the kernel, its layout picked per batch; interpreted on CPU), ``triton-fused`` /
     ``triton-wide`` (one layout) or ``torch`` (batched ops). Each round first gives an injected
-    fault its chance (``engines.round_hook``)."""
-    from workers.analysis.engines import round_hook
+    fault its chance (``chain.round_hook``)."""
 
     if kind not in ROUNDS:
         raise ValueError(f"unknown device round {kind!r}; use one of {', '.join(ROUNDS)}")
     if kind.startswith("triton"):
-        from workers.analysis import gpu_kernels
+        from workers.analysis.tsne import gpu_kernels
 
         which = kind.partition("-")[2] or None
 
@@ -164,15 +152,13 @@ def round_function(kind: str, device: torch.device) -> Round:
 
     return run_torch
 
-
 def ran_as(kind: str, batch: int, n_max: int, device: torch.device) -> str:
     """The engine name a round ``kind`` runs as for this batch (``triton`` -> its layout)."""
     if kind != "triton":
         return kind
-    from workers.analysis import gpu_kernels
+    from workers.analysis.tsne import gpu_kernels
 
     return f"triton-{gpu_kernels.layout(batch, n_max, device)}"
-
 
 def on_device(device: torch.device):
     """``torch.cuda.device(device)`` on CUDA (Triton launches and graph capture use the current
@@ -181,13 +167,9 @@ def on_device(device: torch.device):
 
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
-
-# ---------------------------------------------------------------------------- schedule
-
-
 @dataclass
 class DevicePlan:
-    """``fast_tsne._Plan`` as device tensors: the same phases, caps, minimums and stopping rule."""
+    """``schedule._Plan`` as device tensors: the same phases, caps, minimums and stopping rule."""
 
     caps: tuple[int, int, int]
     cap: torch.Tensor  # [4] long: caps of phases 0-2, 0 for done
@@ -276,10 +258,6 @@ class DevicePlan:
         """No head needs more rounds than this (each round advances an active head >= 1 step)."""
         return sum(-(-c // self.check_every) for c in self.caps) + 1
 
-
-# ---------------------------------------------------------------------------- driver
-
-
 def optimize_device(
     p: torch.Tensor,
     y0: torch.Tensor,
@@ -307,9 +285,8 @@ def optimize_device(
         return _optimize(p, y0, lengths, entropy, options=options, schedule=schedule, kind=kind,
                          rounds_per_sync=rounds_per_sync, progress=progress)  # fmt: skip
 
-
 def _optimize(p, y0, lengths, entropy, *, options, schedule, kind, rounds_per_sync, progress):
-    from workers.analysis.fast_tsne import FastSchedule
+    from workers.analysis.tsne.options import FastSchedule
 
     schedule = schedule or FastSchedule()
     progress = progress or no_progress
@@ -342,7 +319,6 @@ def _optimize(p, y0, lengths, entropy, *, options, schedule, kind, rounds_per_sy
     best = plan.best_y.transpose(1, 2).double()
     return best, plan.used
 
-
 def _graphed(one_round: Callable[[], None], rounds: int) -> Callable[[], None]:
     """``rounds`` rounds as one CUDA graph. The first round runs eagerly (it compiles the kernel
     and warms the allocator: it is a real round, counted by the plan), then ``rounds`` are
@@ -367,13 +343,8 @@ def _graphed(one_round: Callable[[], None], rounds: int) -> Callable[[], None]:
         return eager
     return graph.replay
 
-
-# ---------------------------------------------------------------------------- P, KL, entry
-
-
 def head_affinities_device(attention: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
     """``affinities.head_affinities`` on the attention's device, float64: [..., n, n] -> [..., m, m]."""
-    from workers.errors import HeadscopeError
 
     a = attention.to(torch.float64)
     if keep is not None:
@@ -388,7 +359,6 @@ def head_affinities_device(attention: torch.Tensor, keep: torch.Tensor | None = 
         raise HeadscopeError("the attention matrix puts all its weight on the diagonal; P is undefined")
     return p / total
 
-
 def entropy_device(p: torch.Tensor) -> torch.Tensor:
     """``sum p log p`` per head in float64: [B, N, N] -> [B] (float32 P a head at a time, so no
     float64 copy of the whole batch exists)."""
@@ -396,18 +366,15 @@ def entropy_device(p: torch.Tensor) -> torch.Tensor:
         return torch.special.xlogy(p, p).sum(dim=(-2, -1))
     return torch.stack([torch.special.xlogy(h.double(), h.double()).sum() for h in p])
 
-
 def kl_masked(p: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """``affinities.kl_divergence`` of each head over its own points (heads grouped by length):
     p [B, N, N], y [B, N, 2] -> [B] float64 on P's device."""
-    from workers.analysis.affinities import kl_divergence
 
     out = torch.empty(p.shape[0], dtype=torch.float64, device=p.device)
     for n in torch.unique(lengths).tolist():
         heads = (lengths == n).nonzero().flatten()
         out[heads] = torch.as_tensor(kl_divergence(p[heads, :n, :n], y[heads, :n]), device=p.device)
     return out
-
 
 def pad(ps: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Heads of different lengths into one zero-padded batch: ([B, N, N], lengths [B])."""
@@ -417,16 +384,14 @@ def pad(ps: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         out[b, : q.shape[-1], : q.shape[-1]] = q
     return out, torch.tensor([q.shape[-1] for q in ps], device=ps[0].device)
 
-
 def starts(p: torch.Tensor, lengths: torch.Tensor, *, options: TSNEOptions, restart: int,
            x: np.ndarray | None = None) -> torch.Tensor:  # fmt: skip
     """Restart ``restart``'s start of every head [B, N, 2] float64 on P's device: the spectral start
     on the device for restart 0, else the CPU engine's start of each head's length (random, or the
     ``pca`` start of the data points ``x`` [N, d], which needs every head to have all N points)."""
-    from workers.analysis.tsne import initial_embedding
 
     if restart == 0 and options.init == "spectral":
-        from workers.analysis.fast_start import device_spectral_init
+        from workers.analysis.tsne.start import device_spectral_init
 
         return device_spectral_init(p, seed=options.seed, lengths=lengths)
     out = torch.zeros(p.shape[0], p.shape[-1], 2, dtype=torch.float64, device=p.device)
@@ -437,7 +402,6 @@ def starts(p: torch.Tensor, lengths: torch.Tensor, *, options: TSNEOptions, rest
                                seed=options.seed, restart=restart, x=x if n == p.shape[-1] else None)  # fmt: skip
         out[heads, :n] = torch.as_tensor(y0, device=p.device)
     return out
-
 
 def embed_device(
     p: torch.Tensor,
@@ -458,7 +422,6 @@ def embed_device(
         HeadscopeError: a head with fewer than 3 points or an all-zero P (as the CPU path).
     """
     from workers.analysis.progress import scaled
-    from workers.errors import HeadscopeError
 
     progress = progress or no_progress
     batch, n = p.shape[0], p.shape[-1]
@@ -478,43 +441,15 @@ def embed_device(
         kls[r] = kl_masked(p, emb[r], lengths)
     return emb, kls
 
-
 def best_restart(emb: torch.Tensor, kls: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Each head's best restart: ([B, N, 2], [B])."""
     best = kls.argmin(dim=0)
     heads = torch.arange(kls.shape[1], device=kls.device)
     return emb[best, heads], kls[best, heads]
 
-
-def embed_layer_on_device(
-    a: torch.Tensor, *, keep: np.ndarray | None, options: TSNEOptions, progress: Progress | None = None
-) -> TSNEResult:
-    """``tsne.embed_layer`` for one layer's maps already on the device, ``a`` [head, n, n]: P is built
-    there and only the embeddings and KLs ([head, m, 2], [head]) come back to the host. The engine
-    is the process' chain (``engines.run_chain``: a failing engine gives way to the next); which
-    one ran is in ``extra["backend"]``."""
-    import time
-
-    from workers.analysis.engines import run_chain
-    from workers.analysis.tsne import TSNEResult
-    from workers.errors import HeadscopeError
-
-    start = time.perf_counter()
-    if a.shape[-1] < 3:
-        raise HeadscopeError(f"t-SNE needs at least 3 points, got {a.shape[-1]}")
-    keep_t = None if keep is None else torch.as_tensor(np.asarray(keep, dtype=bool), device=a.device)
-    p = head_affinities_device(a, keep_t)
-    emb, kls, ran = run_chain(p, options=options.validate(), progress=progress)
-    best = kls.argmin(axis=0)
-    heads = np.arange(kls.shape[1])
-    return TSNEResult(emb[best, heads], kls[best, heads], kls.T.copy(), time.perf_counter() - start, options.engine,
-                      extra={"device": str(a.device), **ran})  # fmt: skip
-
-
 # n where a Triton specialisation changes: the fused tile (16 / 32 / 64), the wide layout's column
 # tile and row-block count (powers of two), N's alignment to 16
 WARM_SIZES = (15, 16, 17, 32, 33, 64, 65, 128, 129, 256, 257, 512, 513)
-
 
 def warm_up_kernels(device: torch.device, *, layouts: tuple[str, ...] = ("fused", "wide"),
                     sizes: tuple[int, ...] = WARM_SIZES) -> int:  # fmt: skip
@@ -523,7 +458,7 @@ def warm_up_kernels(device: torch.device, *, layouts: tuple[str, ...] = ("fused"
     share these variants except for the wide layout past 513 points (compiled at first use)."""
     if device.type != "cuda" or not triton_available() or not layouts:
         return 0
-    from workers.analysis import gpu_kernels
+    from workers.analysis.tsne import gpu_kernels
 
     done = 0
     with on_device(device):

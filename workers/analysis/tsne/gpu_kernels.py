@@ -1,6 +1,6 @@
 """Triton kernels of the fast t-SNE engine's device path (issue 11).
 
-Exact-force gradient descent with openTSNE's update rule (as ``fast_kernels._steps``; the gradient
+Exact-force gradient descent with openTSNE's update rule (as ``cpu_kernels._steps``; the gradient
 omits the factor 4), in two layouts that share their tile code:
 
 - **fused**: one launch per round. One program per head runs that head's ``steps`` iterations and
@@ -287,7 +287,7 @@ def _check(state) -> None:
 
 def launch(state, steps: torch.Tensor, ex: torch.Tensor, mom: torch.Tensor, lr: torch.Tensor,
            max_step: float, *, check_every: int, which: str | None = None) -> None:  # fmt: skip
-    """One round for every head of ``state`` (a ``gpu_tsne.DeviceState``): up to ``check_every``
+    """One round for every head of ``state`` (a ``device.DeviceState``): up to ``check_every``
     iterations (each head its own ``steps``), then ``state.kl`` of every stepped head."""
     _check(state)
     which = which or layout(state.batch, state.n_max, state.device)
