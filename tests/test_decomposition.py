@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from workers.analysis.decomposition import TERM_LABELS, decompose, decompose_batch
-from workers.analysis.decomposition_stats import (
+from workers.analysis.decomposition.stats import (
     importance_curves,
     importance_spearman,
     spearman_per_state,

@@ -124,6 +124,11 @@ def test_tsne_engine_modules_import_downward_only():
     assert imports["options"] <= {"cpu_kernels", "gpu_kernels"} and not imports["cpu_kernels"]
 
 
+def test_decomposition_modules_import_downward_only():
+    imports = _package_imports(ROOT / "workers" / "analysis" / "decomposition", "workers.analysis.decomposition")
+    assert imports == {"model": set(), "terms": {"model"}, "stats": {"terms"}, "__init__": {"terms", "stats"}}
+
+
 def test_no_import_circles():
     """No two modules of workers/, backend/ or frontend/ import each other, directly or round a
     circle (imports inside functions count: they are a dependency all the same)."""

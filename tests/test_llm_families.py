@@ -92,7 +92,7 @@ def test_decomposition_of_a_padded_batch_matches_single_texts(families, fam):
 
 @pytest.mark.parametrize("fam", DECODER_FAMILIES)
 def test_float64_maps_of_a_padded_batch_match_single_texts(families, fam):
-    from workers.analysis.decomposition_model import batch_inputs
+    from workers.analysis.decomposition.model import batch_inputs
     from workers.models.adapters import encode, watch_attention
 
     loaded = _load(families, fam, "float64")
@@ -229,7 +229,7 @@ def test_operator_catalogue_with_hub_ids(tmp_path: Path):
         "tiny": {"path": str(tmp_path)},
     }}))
     closed, open_ = Catalogue.from_file(path), Catalogue.from_file(path, allow_hub=True)
-    assert closed.names_available() == ["minilm", "tiny"]
+    assert closed.names_available() == ["minilm", "smollm2", "tiny"]  # the builtins and the file's local entry
     assert "llama-3.2-1b" in open_.names_available()
     assert open_.get("pythia-160m").summary()["n_layers"] is None  # nothing downloaded by listing
 

@@ -357,7 +357,7 @@ def _robustness(ctx: Context) -> dict[str, Any]:
 def _decomposition(ctx: Context) -> dict[str, Any]:
     """docs/decomposition.md term importances; option ``dtype`` picks the precision, ``layer`` the head-view state."""
     from workers.analysis.decomposition import decompose_encoded
-    from workers.analysis.decomposition_stats import decomposition_section
+    from workers.analysis.decomposition.stats import decomposition_section
     from workers.models import Catalogue, load_model
 
     o, loaded = ctx.options, ctx.loaded

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from workers.analysis.decomposition_model import Recorder, batch_inputs, ln_stats, locate
+from workers.analysis.decomposition.model import Recorder, batch_inputs, ln_stats, locate
 from workers.analysis.progress import Progress, no_progress
 from workers.errors import HeadscopeError
 from workers.models.adapters import Encoded, encode

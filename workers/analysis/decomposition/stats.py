@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.analysis.decomposition import CONVENTION, TERM_LABELS, Decomposition
+from workers.analysis.decomposition.terms import CONVENTION, TERM_LABELS, Decomposition
 from workers.errors import HeadscopeError
 from workers.rank_stats import spearman_per_state
 
