@@ -46,3 +46,12 @@ class OutOfRangeError(HeadscopeError):
 
 class BadFileError(HeadscopeError):
     code = "bad_file"
+
+
+class CancelledError(HeadscopeError):
+    """The user cancelled the job; nothing of it is kept."""
+
+    code = "cancelled"
+
+    def __init__(self, what: str = "the job") -> None:
+        super().__init__(f"{what} was cancelled")
