@@ -70,7 +70,7 @@ def format_of(filename: str) -> str | None:
     return None
 
 
-def decode(raw: bytes, *, name: str, max_bytes: int = MAX_CORPUS_BYTES) -> str:
+def decode(raw: bytes, *, name: str, max_bytes: int) -> str:
     """UTF-8 text (a BOM allowed); the size, NUL bytes and bad encodings refused by name."""
     if len(raw) > max_bytes:
         raise BadFileError(f"{name} is larger than the {max_bytes:,}-byte limit for a corpus")
@@ -112,9 +112,12 @@ def _check(texts: list[tuple[int, str]], *, name: str, max_texts: int) -> list[s
 
 
 def parse_corpus(raw: bytes | str, *, fmt: str, name: str, field: str | None = None,
-                 max_bytes: int = MAX_CORPUS_BYTES, max_texts: int = MAX_TEXTS) -> Corpus:
+                 max_bytes: int | None = None, max_texts: int | None = None) -> Corpus:
     """Check and parse a corpus (``fmt``: txt, jsonl or csv; ``field``: the JSONL field or CSV
-    column). Raises ``BadFileError`` naming the problem."""
+    column; limits default to ``MAX_CORPUS_BYTES`` and ``MAX_TEXTS``). Raises ``BadFileError``
+    naming the problem."""
+    max_bytes = MAX_CORPUS_BYTES if max_bytes is None else max_bytes
+    max_texts = MAX_TEXTS if max_texts is None else max_texts
     text = raw if isinstance(raw, str) else decode(raw, name=name, max_bytes=max_bytes)
     if isinstance(raw, str):
         if len(text.encode()) > max_bytes:
@@ -176,8 +179,6 @@ def _csv(text: str, *, name: str, column: str) -> list[tuple[int, str]]:
             rows.append((line_no, record[at]))
     except csv.Error as exc:
         raise BadFileError(f"{name}: bad CSV near line {reader.line_num} ({exc})") from None
-    while rows and not rows[-1][1].strip() and rows[-1][0] == len(text.splitlines()):
-        rows.pop()
     return rows
 
 
