@@ -22,13 +22,15 @@ from dash import Input, Output, State, dcc, html
 
 from frontend.api_client import CLIENT_COOKIE, ApiClient, ApiError
 from frontend.data import ResultStore, parse_query
-from frontend.pages import lasf, pe, terms, text, words
+from frontend.pages import corpus, lasf, pe, terms, text, words
 
 logger = logging.getLogger(__name__)
 
 ASSETS = Path(__file__).resolve().parent / "assets"
-PAGES: dict[str, ModuleType] = {"/": text, "/terms": terms, "/words": words, "/pe": pe, "/lasf": lasf}
-PAGE_BY_NAME: dict[str, str] = {"text": "/", "terms": "/terms", "words": "/words", "pe": "/pe", "lasf": "/lasf"}
+PAGES: dict[str, ModuleType] = {"/": text, "/terms": terms, "/words": words, "/pe": pe, "/lasf": lasf,
+                                 "/corpus": corpus}
+PAGE_BY_NAME: dict[str, str] = {"text": "/", "terms": "/terms", "words": "/words", "pe": "/pe", "lasf": "/lasf",
+                                "corpus": "/corpus"}
 
 
 def _nav() -> html.Nav:
@@ -57,7 +59,8 @@ def render_page(store: ResultStore, pathname: str | None, search: str | None) ->
             msg = "this share link does not exist" if exc.status == 404 else str(exc)
             return html.Div(className="page", children=[html.H2("Share link"),
                                                         html.Div(msg, className="error", id="share-error")])
-        page = (share.get("view") or {}).get("page") or ("pe" if share.get("kind") == "pe" else "text")
+        kind = share.get("kind")
+        page = (share.get("view") or {}).get("page") or (kind if kind in ("pe", "corpus") else "text")
         path = PAGE_BY_NAME.get(page, path)
     module = PAGES.get(path.rstrip("/") or "/")
     if module is None:
