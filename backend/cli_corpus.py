@@ -79,7 +79,7 @@ def add_corpus_commands(sub: Any) -> None:
     c.add_argument("--statistics", help="comma-separated subset (default: all)")
     c.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     c.add_argument("--joint", metavar="L,H", help="also the joint query-key map of head (L, H)")
-    c.add_argument("--method", choices=["tsne", "pca"], default="tsne", help="embedding of the joint map")
+    c.add_argument("--method", choices=["pca", "tsne"], default="pca", help="embedding of the joint map")
     c.add_argument("--out", required=True, help="the result JSON")
     c.add_argument("--quiet", action="store_true")
     c.set_defaults(func=cmd_corpus)

@@ -319,7 +319,7 @@ class JointMapRequest(BaseModel):
     max_tokens: int = Field(128, ge=2, le=4096)
     keep_special: bool = False
     max_points: int = Field(10_000, ge=10, le=20_000, description="queries + keys; tokens are sampled beyond it")
-    method: Literal["tsne", "pca"] = "tsne"
+    method: Literal["pca", "tsne"] = Field("pca", description="pca: instant; tsne: minutes for 10,000 points on 2 cores")
     seed: int = Field(0, ge=0, le=2**31 - 1)
 
     def normalised(self) -> dict[str, Any]:

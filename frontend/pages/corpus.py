@@ -137,6 +137,9 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         html.Div(className="panel", children=[
             html.Div(className="control-row", children=[
                 html.Button("Joint query–key map", id="corpus-joint-button", className="button"),
+                dcc.RadioItems(id="corpus-joint-method", options=[{"label": "PCA", "value": "pca"},
+                                                                  {"label": "t-SNE (slow)", "value": "tsne"}],
+                               value="pca", inline=True),
                 dcc.RadioItems(id="corpus-joint-color", options=[{"label": "query / key", "value": "kind"},
                                                                  {"label": "position", "value": "position"}],
                                value="kind", inline=True),
@@ -299,16 +302,17 @@ def register(app: Dash, store: ResultStore) -> None:
         Input("corpus-joint-button", "n_clicks"),
         State("corpus-head", "data"),
         State("corpus-source", "data"),
+        State("corpus-joint-method", "value"),
         prevent_initial_call=True,
     )
-    def _joint(_n, head, source):  # type: ignore[no-untyped-def]
+    def _joint(_n, head, source, method):  # type: ignore[no-untyped-def]
         sel = C.parse_head(head)
         request = store.status(source).get("request") or {}
         if sel is None or not request:
             return no_update, "analyze a corpus and click a head first"
         body = {"model": request["model"], "corpus": request["corpus"], "layer": sel[0], "head": sel[1],
                 "max_tokens": (request.get("options") or {}).get("max_tokens", 128),
-                "keep_special": (request.get("options") or {}).get("keep_special", False)}
+                "keep_special": (request.get("options") or {}).get("keep_special", False), "method": method or "pca"}
         try:
             made = client.submit_joint(body)
         except ApiError as exc:

@@ -52,7 +52,7 @@ def plain_forward(loaded, texts: list[str], *, max_tokens: int) -> float:
     return time.perf_counter() - t0
 
 
-def bench(model: str, n: int, *, max_tokens: int, joint_points: int, repeats: int) -> dict:
+def bench(model: str, n: int, *, max_tokens: int, joint_points: int, repeats: int, method: str) -> dict:
     import torch
 
     from workers.analysis.corpus import CorpusOptions, corpus_statistics
@@ -73,7 +73,7 @@ def bench(model: str, n: int, *, max_tokens: int, joint_points: int, repeats: in
            "ratio": min(stats) / min(plain), "texts_per_s": n / min(stats)}
     if joint_points:
         t0 = time.perf_counter()
-        jm = joint_map(loaded, texts, layer=loaded.n_layers // 2, head=0, max_points=joint_points, method="tsne")
+        jm = joint_map(loaded, texts, layer=loaded.n_layers // 2, head=0, max_points=joint_points, method=method)
         out.update(joint_points=jm["n_points"], joint_sampled=jm["sampled"], joint_s=time.perf_counter() - t0)
     return out
 
@@ -107,6 +107,7 @@ def main() -> None:
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--joint-points", type=int, default=10_000, help="0: no joint map")
     p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--method", choices=["pca", "tsne"], default="pca", help="embedding of the joint map")
     p.add_argument("--memory", default="", help="comma-separated corpus sizes for the peak-memory runs")
     args = p.parse_args()
     os.environ.setdefault("HEADSCOPE_DEVICE", "cpu")
@@ -121,7 +122,7 @@ def main() -> None:
             print(json.dumps(peak_rss(args.model, n, args.max_tokens)), flush=True)
         return
     r = bench(args.model, args.sentences, max_tokens=args.max_tokens, joint_points=args.joint_points,
-              repeats=args.repeats)
+              repeats=args.repeats, method=args.method)
     print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}), flush=True)
     _ = resource  # (peak memory: --memory)
 

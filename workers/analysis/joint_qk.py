@@ -123,7 +123,7 @@ def align(q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[st
     return q * c, k2 / c, {"scale": c, "shift_norm": float(np.linalg.norm(shift))}
 
 
-def embed_2d(x: np.ndarray, *, method: str = "tsne", seed: int = 0) -> np.ndarray:
+def embed_2d(x: np.ndarray, *, method: str = "pca", seed: int = 0) -> np.ndarray:
     """[point, 2]: openTSNE (Barnes–Hut below 5,000 points, FFT above) or PCA."""
     if method == "pca" or len(x) < 5:
         z = x - x.mean(axis=0)
@@ -200,7 +200,7 @@ def head_vectors(
 
 def joint_map(
     loaded: LoadedModel, texts: list[str], *, layer: int, head: int, max_tokens: int = 128,
-    keep_special: bool = False, max_points: int = 10_000, method: str = "tsne", seed: int = 0,
+    keep_special: bool = False, max_points: int = 10_000, method: str = "pca", seed: int = 0,
     progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """The joint query–key map of head (``layer``, ``head``): keys docs/results.md, "corpus"."""
