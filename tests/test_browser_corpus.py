@@ -31,7 +31,8 @@ def test_corpus_page_table_head_joint_map_and_share(server, browser, tmp_path): 
         page.click("#corpus-joint-button")
         page.wait_for_function(
             "(() => { const gd = document.querySelector('#corpus-joint-graph .js-plotly-plot');"
-            " return gd && gd.data.length === 2 && gd.data[0].x.length > 0; })()", timeout=WAIT_MS)
+            " return gd && gd._fullData && gd._fullData.length === 2 && gd._fullData[0].x.length > 0; })()",
+            timeout=WAIT_MS)
         w.shot("corpus-2-joint")
         page.click("#corpus-share-button")
         page.wait_for_function("document.querySelector('#corpus-share-url').href.includes('share=')",
