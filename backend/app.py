@@ -14,7 +14,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from redis import Redis
 
 from backend import errors, quota
-from backend.api import analyses, checkpoints, health, models, pe, shares
+from backend.api import analyses, checkpoints, corpora, health, models, pe, shares
 from backend.config import Settings, get_settings
 from backend.queue import JobQueue
 from backend.store import SchemaOutOfDate, Store, StoreUnavailable
@@ -145,13 +145,14 @@ def create_app(
         from fastapi.middleware.cors import CORSMiddleware
 
         app.add_middleware(
-            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "Content-Type"],
         )
-    app.add_middleware(UploadLimit, limit=settings.max_upload_bytes, paths=("/api/checkpoints",))
-    for module in (health, models, analyses, checkpoints, pe, shares):
+    app.add_middleware(UploadLimit, limit=settings.max_upload_bytes, paths=("/api/checkpoints", "/api/corpora"))
+    routers = (health, models, analyses, checkpoints, pe, shares, corpora)
+    for module in routers:
         app.include_router(module.router)
-    errors.add_catch_all(app, [m.router for m in (health, models, analyses, checkpoints, pe, shares)])
+    errors.add_catch_all(app, [m.router for m in routers])
     if frontend:
         base = api_base_url or settings.api_base_url
         mount_frontend(app, api_base_url=base)

@@ -2,7 +2,7 @@
 
 Subcommands: ``analyze`` (one analysis of a text, JSON out), ``demo`` (the demo text, a summary on
 stdout), ``serve`` (Redis + workers + API + dashboard), ``worker`` (one queue worker), ``pe`` (a
-learned positional encoding, JSON out), ``lst-train`` / ``lst-compare`` (Latin Square Task models).
+learned positional encoding, JSON out), ``corpus`` (heads across a corpus, JSON out), ``lst-train`` / ``lst-compare`` (Latin Square Task models).
 Heavy imports (torch, transformers) happen inside the commands, so ``headscope --help``
 is instant and the backend package never imports torch at import time.
 """
@@ -267,6 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
     from backend.cli_lasf import add_lasf_commands
 
     add_lasf_commands(sub)
+    from backend.cli_corpus import add_corpus_commands
+
+    add_corpus_commands(sub)
     return parser
 
 

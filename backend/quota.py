@@ -29,7 +29,10 @@ def _checkpoint_ids(request: dict[str, Any] | None) -> set[str]:
     ref = (request.get("reference") or {}).get("checkpoint")
     if ref:
         refs.append(ref)
-    return {r["id"] for r in refs if isinstance(r, dict) and isinstance(r.get("id"), str)}
+    ids = {r["id"] for r in refs if isinstance(r, dict) and isinstance(r.get("id"), str)}
+    if isinstance(request.get("corpus"), str):  # a corpus analysis' corpus
+        ids.add(request["corpus"])
+    return ids
 
 
 def protected(store: Store) -> set[str]:
@@ -43,6 +46,8 @@ def protected(store: Store) -> set[str]:
 def _delete(store: Store, item: dict[str, Any]) -> None:
     if item["kind"] == "result":
         store.delete_result(item["id"])
+    elif item["kind"] == "corpus":
+        store.delete_corpus(item["id"])
     else:
         store.delete_checkpoint(item["id"])
 
@@ -55,7 +60,7 @@ def enforce(store: Store, settings: Settings, *, need: int = 0, now: float | Non
     items = store.stored_items()
     removed: list[str] = []
     for item in items:
-        if item["kind"] == "checkpoint" and item["id"] not in keep and now - item["used_at"] > settings.upload_ttl_s:
+        if item["kind"] in ("checkpoint", "corpus") and item["id"] not in keep and now - item["used_at"] > settings.upload_ttl_s:
             _delete(store, item)
             removed.append(item["id"])
     items = [i for i in items if i["id"] not in removed]
@@ -80,7 +85,7 @@ def sweep(store: Store, settings: Settings) -> list[str]:
 def check_upload(store: Store, settings: Settings, *, owner: str, size: int, filename: str) -> None:
     """413 unless ``size`` more bytes fit the client's upload quota and the storage quota."""
     items = store.stored_items()
-    mine = sum(i["bytes"] for i in items if i["kind"] == "checkpoint" and owner in i.get("owners", []))
+    mine = sum(i["bytes"] for i in items if i["kind"] in ("checkpoint", "corpus") and owner in i.get("owners", []))
     quota = settings.upload_quota_bytes
     if quota and mine + size > quota:
         raise TooLargeError(

@@ -74,7 +74,8 @@ def render_page(store: ResultStore, pathname: str | None, search: str | None) ->
             msg = "this share link does not exist" if exc.status == 404 else str(exc)
             return html.Div(className="page", children=[html.H2("Share link"),
                                                         html.Div(msg, className="error", id="share-error")])
-        page = (share.get("view") or {}).get("page") or ("pe" if share.get("kind") == "pe" else "text")
+        kind = share.get("kind")
+        page = (share.get("view") or {}).get("page") or (kind if kind in ("pe", "corpus") else "text")
         path = PAGE_BY_NAME.get(page, path)
     module = PAGES.get(path.rstrip("/") or "/")
     if module is None:

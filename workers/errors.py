@@ -90,3 +90,12 @@ class UnsupportedFileError(BadFileError):
 
     code = "unsupported_file"
     status = 415
+
+
+class CancelledError(HeadscopeError):
+    """The user cancelled the job; nothing of it is kept."""
+
+    code = "cancelled"
+
+    def __init__(self, what: str = "the job") -> None:
+        super().__init__(f"{what} was cancelled")

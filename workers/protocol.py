@@ -83,6 +83,11 @@ def claim_key(job_id: str) -> str:
     return f"hs:claim:{job_id}"
 
 
+def cancel_key(job_id: str) -> str:
+    """Set by the API to ask a running job to stop (corpus jobs look between batches)."""
+    return f"hs:cancel:{job_id}"
+
+
 def worker_key(name: str) -> str:
     return f"hs:worker:{name}"
 

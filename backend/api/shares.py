@@ -19,11 +19,10 @@ router = APIRouter(tags=["shares"])
     "/api/shares", status_code=201, dependencies=[WriteAccess], responses=error_responses(404, 409, 413)
 )
 def create_share(req: ShareRequest, queue: QueueDep, store: StoreDep, settings: SettingsDep) -> dict:
-    """A share of a finished analysis (or PE analysis) and the view to restore."""
-    kind = "analysis" if req.analysis_id is not None else "pe"
-    target = req.analysis_id if req.analysis_id is not None else req.pe_analysis_id
-    assert target is not None
-    what = "analysis" if kind == "analysis" else "PE analysis"
+    """A share of a finished analysis (text, PE or corpus) and the view to restore."""
+    kind, target = next((k, t) for k, t in (("analysis", req.analysis_id), ("pe", req.pe_analysis_id),
+                                              ("corpus", req.corpus_analysis_id)) if t is not None)
+    what = {"analysis": "analysis", "pe": "PE analysis", "corpus": "corpus analysis"}[kind]
     if len(dumps(req.view)) > settings.max_view_bytes:
         raise TooLargeError(f"the view is larger than {settings.max_view_bytes:,} bytes")
     if not JOB_ID.fullmatch(target):
@@ -35,7 +34,7 @@ def create_share(req: ShareRequest, queue: QueueDep, store: StoreDep, settings: 
         raise NotReadyError(f"the {what} {target} has not finished (status: {state.status})")
     store.touch_result(target)
     share = store.create_share(kind=kind, target=target, view=req.view)
-    page = "/" if kind == "analysis" else "/pe"
+    page = {"analysis": "/", "pe": "/pe", "corpus": "/corpus"}[kind]
     return {"id": share["id"], "url": f"{page}?share={share['id']}"}
 
 
