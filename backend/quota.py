@@ -15,10 +15,9 @@ import logging
 import time
 from typing import Any
 
-from fastapi import HTTPException
-
 from backend.config import Settings
 from backend.store import Store
+from workers.errors import TooLargeError
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +29,10 @@ def _checkpoint_ids(request: dict[str, Any] | None) -> set[str]:
     ref = (request.get("reference") or {}).get("checkpoint")
     if ref:
         refs.append(ref)
-    return {r["id"] for r in refs if isinstance(r, dict) and isinstance(r.get("id"), str)}
+    ids = {r["id"] for r in refs if isinstance(r, dict) and isinstance(r.get("id"), str)}
+    if isinstance(request.get("corpus"), str):  # a corpus analysis' corpus
+        ids.add(request["corpus"])
+    return ids
 
 
 def protected(store: Store) -> set[str]:
@@ -44,6 +46,8 @@ def protected(store: Store) -> set[str]:
 def _delete(store: Store, item: dict[str, Any]) -> None:
     if item["kind"] == "result":
         store.delete_result(item["id"])
+    elif item["kind"] == "corpus":
+        store.delete_corpus(item["id"])
     else:
         store.delete_checkpoint(item["id"])
 
@@ -56,7 +60,7 @@ def enforce(store: Store, settings: Settings, *, need: int = 0, now: float | Non
     items = store.stored_items()
     removed: list[str] = []
     for item in items:
-        if item["kind"] == "checkpoint" and item["id"] not in keep and now - item["used_at"] > settings.upload_ttl_s:
+        if item["kind"] in ("checkpoint", "corpus") and item["id"] not in keep and now - item["used_at"] > settings.upload_ttl_s:
             _delete(store, item)
             removed.append(item["id"])
     items = [i for i in items if i["id"] not in removed]
@@ -81,11 +85,11 @@ def sweep(store: Store, settings: Settings) -> list[str]:
 def check_upload(store: Store, settings: Settings, *, owner: str, size: int, filename: str) -> None:
     """413 unless ``size`` more bytes fit the client's upload quota and the storage quota."""
     items = store.stored_items()
-    mine = sum(i["bytes"] for i in items if i["kind"] == "checkpoint" and owner in i.get("owners", []))
+    mine = sum(i["bytes"] for i in items if i["kind"] in ("checkpoint", "corpus") and owner in i.get("owners", []))
     quota = settings.upload_quota_bytes
     if quota and mine + size > quota:
-        raise HTTPException(
-            413, f"{filename} ({size:,} bytes) does not fit your upload quota: your uploads take {mine:,} "
+        raise TooLargeError(
+            f"{filename} ({size:,} bytes) does not fit your upload quota: your uploads take {mine:,} "
             f"of {quota:,} bytes; unused uploads expire after {settings.upload_ttl_s // 86400} day(s)",
         )
     total = sum(i["bytes"] for i in items)
@@ -94,7 +98,7 @@ def check_upload(store: Store, settings: Settings, *, owner: str, size: int, fil
         enforce(store, settings, need=size)
         total = sum(i["bytes"] for i in store.stored_items())
         if total + size > limit:
-            raise HTTPException(
-                413, f"the server's storage is full ({total:,} of {limit:,} bytes are kept for shares); "
+            raise TooLargeError(
+                f"the server's storage is full ({total:,} of {limit:,} bytes are kept for shares); "
                 "try again later or ask the operator",
             )

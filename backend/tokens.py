@@ -58,9 +58,9 @@ def _limit(model_dir: str) -> int | None:
 def count_tokens(spec: ModelSpec, text: str, *, special: bool = True) -> tuple[int, int] | None:
     """(token count, with special tokens unless ``special`` is False; the model's limit), or None
     when unknown here."""
-    if spec.source == "hub":
+    model_dir = spec.ready_dir()  # None: a hub model, or a GGUF model the worker has not converted yet
+    if model_dir is None:
         return None
-    model_dir = spec.resolve()
     tok, limit = _tokenizer(model_dir), _limit(model_dir)
     if tok is None or limit is None:
         return None
@@ -73,7 +73,8 @@ def is_blank(spec: ModelSpec, text: str) -> bool:
     Models without a ``tokenizer.json`` here: False (the contract's ``visible`` check and the
     worker still apply).
     """
-    if spec.source == "hub":
+    model_dir = spec.ready_dir()
+    if model_dir is None:
         return False
-    tok = _tokenizer(spec.resolve())
+    tok = _tokenizer(model_dir)
     return tok is not None and not tok.encode(text, add_special_tokens=False).ids

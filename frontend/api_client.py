@@ -133,6 +133,37 @@ class ApiClient:
         params = {"partial": partial} if partial is not None else None
         return self._request("GET", f"/api/pe-analyses/{analysis_id}", params=params)
 
+    # ------------------------------------------------------------------ corpora (docs/corpus.md)
+    def upload_corpus(self, *, filename: str | None = None, data: bytes | None = None, text: str | None = None,
+                      field: str | None = None, name: str | None = None) -> dict[str, Any]:
+        """``POST /api/corpora``: a file (``filename`` + ``data``) or pasted ``text`` → id, name, n_texts."""
+        form = {k: v for k, v in {"text": text, "field": field, "name": name}.items() if v}
+        files = {"file": (filename or "corpus.txt", data or b"", "application/octet-stream")} if data is not None else None
+        if files is None and "text" not in form:
+            form["text"] = ""
+        return self._request("POST", "/api/corpora", data=form, files=files)
+
+    def corpora(self) -> dict[str, Any]:
+        """``{"corpora": [...], "shipped": [...]}``; shipped ids start with ``builtin-``."""
+        return self._request("GET", "/api/corpora")
+
+    def submit_corpus(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._request("POST", "/api/corpus-analyses", json=body)
+
+    def corpus_analysis(self, job_id: str, *, partial: str | None = None) -> dict[str, Any]:
+        params = {"partial": partial} if partial is not None else None
+        return self._request("GET", f"/api/corpus-analyses/{job_id}", params=params)
+
+    def cancel_corpus(self, job_id: str) -> dict[str, Any]:
+        return self._request("DELETE", f"/api/corpus-analyses/{job_id}")
+
+    def submit_joint(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._request("POST", "/api/corpus-joint", json=body)
+
+    def corpus_joint(self, job_id: str, *, partial: str | None = None) -> dict[str, Any]:
+        params = {"partial": partial} if partial is not None else None
+        return self._request("GET", f"/api/corpus-joint/{job_id}", params=params)
+
     # ------------------------------------------------------------------ share links
     def create_share(
         self,
@@ -140,16 +171,15 @@ class ApiClient:
         view: dict[str, Any],
         analysis_id: str | None = None,
         pe_analysis_id: str | None = None,
+        corpus_analysis_id: str | None = None,
     ) -> dict[str, Any]:
         """``POST /api/shares`` → ``{"id", "url"}``; the view is stored as given."""
-        if (analysis_id is None) == (pe_analysis_id is None):
+        ids = {"analysis_id": analysis_id, "pe_analysis_id": pe_analysis_id,
+               "corpus_analysis_id": corpus_analysis_id}
+        given = {k: v for k, v in ids.items() if v is not None}
+        if len(given) != 1:
             raise ValueError("give exactly one of analysis_id and pe_analysis_id")
-        body: dict[str, Any] = {"view": view}
-        if analysis_id is not None:
-            body["analysis_id"] = analysis_id
-        else:
-            body["pe_analysis_id"] = pe_analysis_id
-        return self._request("POST", "/api/shares", json=body)
+        return self._request("POST", "/api/shares", json={"view": view, **given})
 
     def share(self, share_id: str) -> dict[str, Any]:
         """``GET /api/shares/{id}`` → ``{"id", "kind", "view", "request", "result"}`` (never recomputes)."""

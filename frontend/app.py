@@ -12,7 +12,9 @@ from a share link (``?share=<id>`` opens the page stored in the share's view).
 
 from __future__ import annotations
 
+import importlib
 import logging
+import pkgutil
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -20,22 +22,35 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
+from frontend import pages
 from frontend.api_client import CLIENT_COOKIE, ApiClient, ApiError
 from frontend.data import ResultStore, parse_query
-from frontend.pages import causal, lasf, pe, terms, text, words
 
 logger = logging.getLogger(__name__)
 
 ASSETS = Path(__file__).resolve().parent / "assets"
-PAGES: dict[str, ModuleType] = {"/": text, "/terms": terms, "/words": words, "/pe": pe, "/lasf": lasf,
-                                 "/causal": causal}
-PAGE_BY_NAME: dict[str, str] = {"text": "/", "terms": "/terms", "words": "/words", "pe": "/pe", "lasf": "/lasf",
-                                "causal": "/causal"}
+PAGE_API = ("NAME", "PATH", "TITLE", "NAV_ORDER", "layout", "register")
+
+
+def discover_pages() -> list[ModuleType]:
+    """Every module of ``frontend/pages`` that is a page (has ``PAGE_API``), in navigation order:
+    a new page is one module there, listed nowhere else."""
+    found = []
+    for info in pkgutil.iter_modules(pages.__path__):
+        module = importlib.import_module(f"{pages.__name__}.{info.name}")
+        if all(hasattr(module, attr) for attr in PAGE_API):
+            found.append(module)
+    return sorted(found, key=lambda m: (m.NAV_ORDER, m.PATH))
+
+
+PAGE_MODULES = discover_pages()
+PAGES: dict[str, ModuleType] = {m.PATH: m for m in PAGE_MODULES}
+PAGE_BY_NAME: dict[str, str] = {m.NAME: m.PATH for m in PAGE_MODULES}
 
 
 def _nav() -> html.Nav:
-    links = [dcc.Link(mod.TITLE, href=path, className="nav-link", id=f"nav-{name}")
-             for name, path in PAGE_BY_NAME.items() for mod in [PAGES[path]]]
+    links = [dcc.Link(mod.TITLE, href=mod.PATH, className="nav-link", id=f"nav-{mod.NAME}")
+             for mod in PAGE_MODULES]
     return html.Nav(className="nav", children=[html.Span("headscope", className="brand"), *links])
 
 
@@ -59,7 +74,8 @@ def render_page(store: ResultStore, pathname: str | None, search: str | None) ->
             msg = "this share link does not exist" if exc.status == 404 else str(exc)
             return html.Div(className="page", children=[html.H2("Share link"),
                                                         html.Div(msg, className="error", id="share-error")])
-        page = (share.get("view") or {}).get("page") or ("pe" if share.get("kind") == "pe" else "text")
+        kind = share.get("kind")
+        page = (share.get("view") or {}).get("page") or (kind if kind in ("pe", "corpus") else "text")
         path = PAGE_BY_NAME.get(page, path)
     module = PAGES.get(path.rstrip("/") or "/")
     if module is None:

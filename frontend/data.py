@@ -173,7 +173,8 @@ class ResultStore:
     def _read(self, key: tuple[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
         """(JobStatus, the partial result so far), downloading only the partial keys not read before."""
         kind, sid = key
-        fetch = self.client.pe_analysis if kind == "pe" else self.client.analysis
+        fetch = {"pe": self.client.pe_analysis, "corpus": self.client.corpus_analysis,
+                 "corpus-joint": self.client.corpus_joint}.get(kind, self.client.analysis)
         raw = fetch(sid, partial="none")
         if raw.get("status") == "finished" and raw.get("result") is not None:
             return raw, {}

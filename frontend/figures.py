@@ -29,17 +29,49 @@ MAX_TICK_LABELS = 80  # beyond this many tokens, label every k-th tick (hover st
 # ---------------------------------------------------------------------------- helpers
 
 
-def display_token(token: str) -> str:
-    """A token as shown on axes: GPT-2's byte markers made readable; ``<`` and ``>`` as entities,
-    so plotly shows Llama's ``<s>`` instead of reading it as its strike-through tag."""
-    shown = token.replace("Ġ", "␣").replace("Ċ", "⏎").replace("ĉ", "⇥")
-    return shown.replace("<", "&lt;").replace(">", "&gt;") or "∅"
+def _markup(shown: str, markup: bool) -> str:
+    # ``<`` and ``>`` as entities, so plotly shows Llama's ``<s>`` instead of its strike-through tag
+    return (shown.replace("<", "&lt;").replace(">", "&gt;") if markup else shown) or "∅"
+
+
+def display_token(token: str, *, markup: bool = True) -> str:
+    """A raw token as shown on axes: GPT-2's byte markers made readable; with ``markup``, ``<`` and
+    ``>`` as HTML entities."""
+    return _markup(token.replace("Ġ", "␣").replace("Ċ", "⏎").replace("ĉ", "⇥"), markup)
+
+
+def display_text(text: str, *, markup: bool = True) -> str:
+    """A token's span of the text as shown on axes: line breaks and tabs marked, outer spaces
+    dropped (a token of spaces only: ``␣``). ``" present"`` -> ``"present"``."""
+    shown = text.replace("\r", "").replace("\n", "⏎").replace("\t", "⇥")
+    return _markup(shown.strip(" ") or "␣" * len(shown), markup)
+
+
+def readable_tokens(result: dict[str, Any], *, markup: bool = True) -> list[str]:
+    """Every token of a result as readable text: its span of the text (``token_texts``; a chat
+    template's tokens have theirs too, ``<|im_start|>``), else the tokenizer's own string (``[CLS]``,
+    ``<s>``: added tokens span no text; results without spans). Raw byte-level pieces
+    (``Ġpresent``, ``âĢĻ``) never show.
+
+    ``{"tokens": ["[CLS]", "Ġcat"], "token_texts": ["", " cat"]}`` -> ``["[CLS]", "cat"]``. ``markup``: ``<`` and ``>`` as HTML entities (plotly labels); off
+    for plain text (the CLI).
+    """
+    tokens = result.get("tokens") or []
+    texts = result.get("token_texts") or []
+    out = []
+    for i, tok in enumerate(tokens):
+        text = texts[i] if i < len(texts) else ""
+        if text:
+            out.append(display_text(text, markup=markup))
+        else:
+            out.append(display_token(tok, markup=markup))
+    return out
 
 
 def token_labels(result: dict[str, Any], indices: list[int]) -> list[str]:
     """Labels for the tokens at ``indices`` (``#i`` when the result has no tokens yet)."""
-    tokens = result.get("tokens") or []
-    return [display_token(tokens[i]) if i < len(tokens) else f"#{i}" for i in indices]
+    labels = readable_tokens(result)
+    return [labels[i] if i < len(labels) else f"#{i}" for i in indices]
 
 
 def empty_figure(message: str, *, height: int = 320) -> go.Figure:
@@ -360,7 +392,7 @@ def attention_matrix_figure(result: dict[str, Any], *, layer: int, head: int) ->
 
 
 def kl_summary(result: dict[str, Any], *, layer: int, head: int) -> str:
-    """One line comparing the two KLs of the head view (SPEC §1–2, thesis Fig. 12)."""
+    """One line comparing the two KLs of the head view (docs/analyses.md, thesis Fig. 12)."""
     parts = []
     hid_sec = result.get("hidden-tsne")
     found = (find_head(result, layer, head) or (None, None))[1]

@@ -2,7 +2,7 @@
 
 Pure functions, result JSON -> Figure / JSON, no Dash. The gallery is one figure on one pair of
 hidden axes: panel (row r, column c) holds head ``heads[c]`` of layer ``layers[r]`` with its map
-rescaled quantile-equidistantly (SPEC §5) into the unit square at ``(c·SX, r·SY)`` — a single axis
+rescaled quantile-equidistantly (docs/analyses.md#quantile-equidistant-rescaling) into the unit square at ``(c·SX, r·SY)`` — a single axis
 draws fast for hundreds of panels and exports as one PNG/SVG. ``layout.meta.gallery`` tells
 ``assets/heads.js`` which panel a click falls in. Large pages switch to WebGL (``Scattergl``).
 
@@ -47,7 +47,7 @@ def gallery_pages(layers: list[int], n_heads: int, *, max_panels: int = MAX_PANE
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
-    """Quantile-equidistant coordinates in [0, 1] (SPEC §5, k = 100)."""
+    """Quantile-equidistant coordinates in [0, 1] (docs/analyses.md#quantile-equidistant-rescaling, k = 100)."""
     from frontend.rescale import fit_axis
 
     return fit_axis(v, k=100).forward(v)

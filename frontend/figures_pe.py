@@ -1,4 +1,4 @@
-"""Figures of the positional-encoding explorer (SPEC §7): pure functions, result JSON -> Figure.
+"""Figures of the positional-encoding explorer (docs/positional.md): pure functions, result JSON -> Figure.
 
 A PE result is ``{"checkpoints": [report, ...], "reference": {...}}``; a report has ``name``,
 ``tensor``, ``shape``, ``distance_matrix`` [n][n], ``order``, ``labels`` (partition or None),

@@ -1,4 +1,4 @@
-"""Figures of the term-importance page (SPEC §6): pure functions, result JSON -> plotly Figure.
+"""Figures of the term-importance page (docs/decomposition.md): pure functions, result JSON -> plotly Figure.
 
 They read the ``decomposition`` section: ``terms`` (labels), ``per_token`` [state][token][term],
 ``mean`` / ``sd`` [state][term], ``kept`` (tokens in the means), ``head_importance_mean``
@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
-from scipy.stats import spearmanr
 
 from frontend.figures import _token_ticks, empty_figure, token_labels
+from workers.rank_stats import spearman_per_state as rank_spearman
 
 TERM_COLOURS = {
     "input": "#1f77b4",
@@ -37,6 +37,17 @@ def _rgba(hex_colour: str, alpha: float) -> str:
 def _terms(section: dict[str, Any], n: int) -> list[str]:
     terms = list(section.get("terms") or [])
     return terms if len(terms) == n else [f"term {i}" for i in range(n)]
+
+
+def error_note(section: dict[str, Any]) -> str:
+    """The reconstruction error as a subtitle: absolute, and relative to the state's norm (a
+    decoder's states reach the thousands). ``""`` for results without it."""
+    if not section.get("max_abs_error"):
+        return ""
+    note = f"max |i+h+f+c − X| = {max(section['max_abs_error']):.1e}"
+    if section.get("max_rel_error"):
+        note += f", relative to |X|: {max(section['max_rel_error']):.1e}"
+    return f"<br><sup>{note} ({section.get('dtype', '')})</sup>"
 
 
 def term_curves_figure(result: dict[str, Any], *, title: str | None = None) -> go.Figure:
@@ -64,7 +75,8 @@ def term_curves_figure(result: dict[str, Any], *, title: str | None = None) -> g
         ))
     model = result.get("model", "")
     fig.update_layout(
-        title={"text": title or f"Term importance μ(e, t) per state — {model} (mean ± sd over tokens)",
+        title={"text": (title or f"Term importance μ(e, t) per state — {model} (mean ± sd over tokens)")
+               + error_note(section),
                "font": {"size": 14}},
         xaxis={"title": {"text": "state (0 = embedding output, l = output of layer l - 1)"},
                "tickmode": "array", "tickvals": states},
@@ -198,20 +210,7 @@ def spearman_per_state(a: dict[str, Any], b: dict[str, Any]) -> np.ndarray:
             "Spearman's ρ needs the same tokens"
         )
     sa, sb = a["decomposition"], b["decomposition"]
-    pa = np.asarray(sa["per_token"], dtype=np.float64)  # [state, token, term]
-    pb = np.asarray(sb["per_token"], dtype=np.float64)
-    kept = sa.get("kept") or list(range(pa.shape[1]))
-    pa, pb = pa[:, kept], pb[:, kept]
-    if pa.shape[1] < 3:
-        raise ValueError("Spearman's ρ needs at least 3 tokens")
-    n_states = min(pa.shape[0], pb.shape[0])
-    rho = np.full((n_states, pa.shape[2]), np.nan)
-    for s in range(n_states):
-        for k in range(pa.shape[2]):
-            x, y = pa[s, :, k], pb[s, :, k]
-            if np.ptp(x) > 0 and np.ptp(y) > 0:
-                rho[s, k] = float(spearmanr(x, y).statistic)
-    return rho
+    return rank_spearman(sa["per_token"], sb["per_token"], keep=sa.get("kept") or None)  # [state, token, term]
 
 
 def model_compare_figure(a: dict[str, Any], b: dict[str, Any]) -> go.Figure:

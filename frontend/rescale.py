@@ -1,4 +1,4 @@
-"""Quantile-equidistant rescaling of scatter plots (SPEC §5, thesis A.3).
+"""Quantile-equidistant rescaling of scatter plots (docs/analyses.md#quantile-equidistant-rescaling, thesis A.3).
 
 Pure numpy, no Dash: the figure functions and the tests call it directly.
 """

@@ -18,6 +18,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # (which inherit the environment) compute on the CPU even on a machine with a GPU. The CUDA tests
 # name their device themselves; HEADSCOPE_DEVICE=cuda runs the rest on the GPU on purpose.
 os.environ.setdefault("HEADSCOPE_DEVICE", "cpu")
+# SmolLM2's converted directory (workers/models/gguf.py), shared by this run's tests and the services
+# they start, and kept for the next run: the ~40 s conversion happens once per checkout
+os.environ.setdefault("HEADSCOPE_MODEL_CACHE_DIR", str(ROOT / "test-artifacts" / "model-cache"))
 
 
 def _interpret_triton_without_cuda() -> None:
@@ -32,6 +35,21 @@ def _interpret_triton_without_cuda() -> None:
 _interpret_triton_without_cuda()
 
 ARTIFACTS = ROOT / "test-artifacts"
+
+
+@pytest.fixture
+def setting(monkeypatch):
+    """``setting("HEADSCOPE_X", "value")``: set an environment variable and re-read the settings
+    (``workers.settings.get_settings`` reads them once per process); put back after the test."""
+    from workers.settings import get_settings
+
+    def set_(name: str, value: str) -> None:
+        monkeypatch.setenv(name, value)
+        get_settings.cache_clear()
+
+    yield set_
+    monkeypatch.undo()
+    get_settings.cache_clear()
 
 
 @pytest.fixture
@@ -79,6 +97,14 @@ def minilm():
     from workers.models import load_model
 
     return load_model("minilm", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real SmolLM2-135M-Instruct, loaded once (converted from its GGUF file on the first run)."""
+    from workers.models import load_model
+
+    return load_model("smollm2", device="cpu")
 
 
 @pytest.fixture(scope="session")

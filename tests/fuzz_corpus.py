@@ -128,6 +128,8 @@ BAD_REQUESTS: list[tuple[str, str, object, int, list[str]]] = [
      {"checkpoints": [{"id": "demo-x"}], "reference": {"kind": "2d-fixed", "grid": [True, 4]}}, 422, ["grid"]),
     ("pe-bad-id", "/api/pe-analyses", {"checkpoints": [{"id": "../../etc/passwd"}]}, 422, ["checkpoints.0.id"]),
     ("pe-unknown-checkpoint", "/api/pe-analyses", {"checkpoints": [{"id": "ck-" + "0" * 32}]}, 404, ["upload it first"]),
+    ("lasf-unknown-checkpoint", "/api/analyses", {"model": "ck-" + "0" * 32, "text": "hi", "analyses": ["lasf"]},
+     404, ["no checkpoint with id", "upload the LasF checkpoint first"]),
     ("share-both-ids", "/api/shares", {"analysis_id": "a" * 32, "pe_analysis_id": "b" * 32}, 422, ["exactly one"]),
     ("share-unknown", "/api/shares", {"analysis_id": "a" * 32}, 404, ["a" * 32]),
 ]

@@ -1,4 +1,4 @@
-"""Maximum attention, head affinities and KL (SPEC §1, §3)."""
+"""Maximum attention, head affinities and KL (docs/analyses.md#attention-head-t-sne, §3)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from workers.analysis import head_affinities, kl_divergence, max_attention, mean_attention
-from workers.analysis.affinities import conditional_probabilities, perplexity_affinities
+from workers.analysis.tsne.affinities import conditional_probabilities, perplexity_affinities
 from workers.errors import HeadscopeError
 from workers.models import run_text
 

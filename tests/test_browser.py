@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 from conftest import ARTIFACTS, ROOT
 
@@ -200,7 +201,9 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         with page.expect_download() as dl:
             page.click("#text-export-json")
         exported = json.loads(Path(dl.value.path()).read_text())
-        assert exported["result"]["tokens"] == tokens
+        from frontend.figures import readable_tokens
+
+        assert readable_tokens(exported["result"]) == tokens  # the labels shown are the export's tokens
         assert exported["request"]["options"]["hidden_layer"] == "all"  # every state: heads switch in place
         assert exported["request"]["options"]["all_heads"] is True
         with page.expect_download() as dl:
@@ -216,11 +219,11 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         assert dl.value.suggested_filename == "headscope-head-tsne-graph.svg"
         assert Path(dl.value.path()).read_text().lstrip().startswith("<svg")
 
-        page.locator("#share-button").scroll_into_view_if_needed()
-        page.click("#share-button")
-        page.wait_for_function("document.querySelector('#share-url').textContent.includes('share=')",
+        page.locator("#text-share-button").scroll_into_view_if_needed()
+        page.click("#text-share-button")
+        page.wait_for_function("document.querySelector('#text-share-url').textContent.includes('share=')",
                                timeout=WAIT_MS)
-        link = page.inner_text("#share-url")
+        link = page.inner_text("#text-share-url")
         assert link.startswith(server + "/?share=")
         assert not w.problems, w.problems
     finally:
@@ -461,11 +464,11 @@ def test_gallery_switches_heads_in_the_browser(server, browser, tmp_path):
         with page.expect_download() as dl:
             page.locator("#head-gallery .modebar-btn[data-title^='Download']").click()
         assert dl.value.suggested_filename == "headscope-head-gallery.png"
-        page.locator("#share-button").scroll_into_view_if_needed()
-        page.click("#share-button")
-        page.wait_for_function("document.querySelector('#share-url').textContent.includes('share=')",
+        page.locator("#text-share-button").scroll_into_view_if_needed()
+        page.click("#text-share-button")
+        page.wait_for_function("document.querySelector('#text-share-url').textContent.includes('share=')",
                                timeout=30_000)
-        link = page.inner_text("#share-url")
+        link = page.inner_text("#text-share-url")
         assert not w.problems, w.problems
     finally:
         w.close()
@@ -513,3 +516,76 @@ def test_pe_colour_scales_per_panel_or_shared(server, browser, tmp_path):
         assert not w.problems, w.problems
     finally:
         w.close()
+
+
+# ------------------------------------------------------------------ a real decoder (issue 22)
+
+
+def test_smollm2_text_explorer_gallery_heads_and_chat(server, browser, tmp_path):
+    """SmolLM2 (30 layers x 9 heads, real weights) end to end: 30 heatmaps with readable labels, the
+    gallery of 270 heads over pages, a head from the gallery in every head view, a share link, and
+    the chat-message toggle whose template hides with the special tokens."""
+    w = Watch(browser, server, tmp_path)
+    page = w.page
+    try:
+        page.goto(server + "/")
+        _pick(page, "text-model", "smollm2 — llama, 30x9 (3 kv), 8192 tokens")
+        page.fill("#text-input", TEXT)
+        page.click("#analyze-button")
+        page.wait_for_function("document.querySelector('#text-status').textContent.includes('done')"
+                               " || document.querySelector('#text-error').textContent", timeout=WAIT_MS)
+        assert not page.inner_text("#text-error"), page.inner_text("#text-error")
+        page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=60_000)
+        heat = page.evaluate(FIGURE_JS, "max-attention-graph")
+        assert len(heat["data"]) == 30 and "queries i >= j (causal)" in heat["title"]
+        ticks = page.evaluate("document.querySelector('#max-attention-graph .js-plotly-plot').layout['xaxis30'].ticktext")
+        assert ticks[:3] == ["The", "cat", "sat"] and not any("Ġ" in t or "␣" in t for t in ticks)
+        w.shot("8-smollm2-heatmaps")
+
+        page.wait_for_function("(document.querySelector('#head-gallery .js-plotly-plot')?.layout?.meta?.gallery"
+                               "?.panels?.length || 0) === 90", timeout=WAIT_MS)  # 10 whole layers a page
+        page.wait_for_function("location.search.includes('analysis=')", timeout=30_000)
+        analysis = page.url.split("analysis=")[1].split("&")[0]
+        result = httpx.get(f"{server}/api/analyses/{analysis}", timeout=30).json()["result"]
+        assert np.asarray(result["head-tsne-all"]["embedding"]).shape[:2] == (30, 9)  # all 270 heads
+        _pick(page, "text-gallery-page", "layers 20")
+        page.wait_for_function("document.querySelector('#head-gallery .js-plotly-plot').layout.meta.gallery"
+                               ".panels.some(([l, h]) => l === 29 && h === 8)", timeout=30_000)
+        page.locator("#head-gallery").scroll_into_view_if_needed()
+        page.mouse.click(*page.evaluate(PANEL_JS, ["head-gallery", 23, 4]))
+        _wait_points(page, "head-tsne-graph")
+        for gid in ("head-tsne-graph", "attention-matrix-graph", "head-view-graph"):
+            page.wait_for_function(f"document.querySelector('#{gid} .js-plotly-plot')?.layout?.title?.text"
+                                   "?.includes('layer 23, head 4')", timeout=60_000)
+        page.wait_for_selector("#model-view-graph .js-plotly-plot", timeout=60_000)
+        w.shot("9-smollm2-head")
+        page.locator("#text-share-button").scroll_into_view_if_needed()
+        page.click("#text-share-button")
+        page.wait_for_function("document.querySelector('#text-share-url').textContent.includes('share=')",
+                               timeout=30_000)
+        link = page.inner_text("#text-share-url")
+
+        # the chat toggle: the template's tokens are special, so "hide special tokens" hides them
+        page.locator("#text-input").scroll_into_view_if_needed()
+        page.get_by_label("chat message").check()
+        page.click("#analyze-button")
+        page.wait_for_function("document.querySelector('#max-attention-graph .js-plotly-plot')?.layout['xaxis30']"
+                               "?.ticktext?.[0] === '&lt;|im_start|&gt;'", timeout=WAIT_MS)
+        page.get_by_label("hide special tokens").check()
+        page.click("#analyze-button")
+        page.wait_for_function("document.querySelector('#max-attention-graph .js-plotly-plot')?.layout['xaxis30']"
+                               "?.ticktext?.[0] === 'The'", timeout=WAIT_MS)
+        ticks = page.evaluate("document.querySelector('#max-attention-graph .js-plotly-plot').layout['xaxis30'].ticktext")
+        assert not any("im_start" in t or "im_end" in t for t in ticks) and ticks[-1] == "."
+        assert not w.problems, w.problems
+    finally:
+        w.close()
+
+    fresh = Watch(browser, server, tmp_path)
+    try:
+        fresh.page.goto(link)
+        fresh.page.wait_for_function("document.querySelector('#head-tsne-graph .js-plotly-plot')?.layout?.title"
+                                     "?.text?.includes('layer 23, head 4')", timeout=60_000)
+        assert not fresh.problems, fresh.problems
+    finally:
+        fresh.close()

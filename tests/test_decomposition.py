@@ -1,4 +1,4 @@
-"""Exact additive decomposition (SPEC §6): reconstruction, importances, padding, by-hand layer, CLI."""
+"""Exact additive decomposition (docs/decomposition.md): reconstruction, importances, padding, by-hand layer, CLI."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from workers.analysis.decomposition import TERM_LABELS, decompose, decompose_batch
-from workers.analysis.decomposition_stats import (
+from workers.analysis.decomposition.stats import (
     importance_curves,
     importance_spearman,
     spearman_per_state,

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from workers.analysis import fast_tsne
-from workers.analysis.affinities import head_affinities
-from workers.analysis.fast_start import device_spectral_init, fast_spectral_init
+from workers.analysis.tsne import options as fast_tsne
+from workers.analysis.tsne import start
+from workers.analysis.tsne.affinities import head_affinities
+from workers.analysis.tsne.start import device_spectral_init, fast_spectral_init
 
 STD = 1e-4  # every spectral start is scaled to this std
 
@@ -49,7 +50,7 @@ def test_device_start_equals_the_numba_start(n, monkeypatch):
     assert got.dtype == torch.float64 and got.shape == (6, n, 2)
     assert np.abs(got.numpy() - want).max() <= 1e-3 * STD
     # float64 P against the numba kernel run on float64 P: the same algorithm, step for step
-    monkeypatch.setattr(fast_tsne, "kernel_p", lambda q: np.ascontiguousarray(q, dtype=np.float64))
+    monkeypatch.setattr(start, "kernel_p", lambda q: np.ascontiguousarray(q, dtype=np.float64))
     want64 = fast_spectral_init(p, seed=3)
     got64 = device_spectral_init(torch.tensor(p), seed=3).numpy()
     assert np.abs(got64 - want64).max() <= 1e-8 * STD

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from workers.analysis import fast_tsne
-from workers.analysis.affinities import head_affinities, kl_divergence, perplexity_affinities
-from workers.analysis.fast_start import fast_spectral_init
-from workers.analysis.fast_tsne import FastSchedule, fast_optimize
-from workers.analysis.tsne import TSNEOptions, embed_affinities, spectral_init
+from workers.analysis.tsne import TSNEOptions, embed_affinities, start
+from workers.analysis.tsne import fast as fast_tsne
+from workers.analysis.tsne.affinities import head_affinities, kl_divergence, perplexity_affinities
+from workers.analysis.tsne.fast import fast_optimize
+from workers.analysis.tsne.options import FastSchedule
+from workers.analysis.tsne.start import fast_spectral_init, spectral_init
 from workers.errors import HeadscopeError
 
 
@@ -133,7 +134,8 @@ def test_iteration_caps_are_upper_bounds():
 
 
 def test_torch_fallback_without_numba(monkeypatch):
-    monkeypatch.setattr(fast_tsne, "numba_available", lambda: False)
+    monkeypatch.setattr(fast_tsne, "numba_available", lambda: False)  # the backend choice
+    monkeypatch.setattr(start, "numba_available", lambda: False)  # the Lanczos start
     p = random_p(2, 30, seed=10)
     res = embed_affinities(p, options=TSNEOptions(engine="fast", n_iter=200, early_exaggeration_iter=50))
     assert np.isfinite(res.kl).all() and (res.kl < kl_divergence(p, spectral_init(p))).all()

@@ -33,7 +33,8 @@ def dropped_result(minilm):
 def test_max_attention_heatmaps_have_token_labels_and_values(head_result):
     fig = F.max_attention_figure(head_result)
     ma = np.asarray(head_result["max-attention"]["max_attention"])  # [layer, head, token]
-    tokens = head_result["tokens"]
+    tokens = F.readable_tokens(head_result)  # the text's own spans: "The", not the tokenizer's "the"
+    assert tokens[:3] == ["[CLS]", "The", "cat"] and tokens[-1] == "[SEP]"
     assert len(fig.data) == head_result["n_layers"] == ma.shape[0]
     for layer, trace in enumerate(fig.data):
         np.testing.assert_allclose(np.asarray(trace.z), ma[layer])
@@ -59,7 +60,7 @@ def test_clicking_a_heatmap_cell_names_layer_and_head(head_result):
 
 
 def test_dropped_special_tokens_leave_axes_and_maps(dropped_result):
-    tokens, special = dropped_result["tokens"], dropped_result["special"]
+    tokens, special = F.readable_tokens(dropped_result), dropped_result["special"]
     kept = [t for t, s in zip(tokens, special, strict=True) if not s]
     fig = F.max_attention_figure(dropped_result)
     assert list(fig.layout[f"xaxis{len(fig.data)}"].ticktext) == kept
@@ -86,7 +87,7 @@ def test_head_tsne_rescaled_axes_tick_in_original_units(head_result):
     assert np.array_equal(np.argsort(x, kind="stable"), np.argsort(emb[:, 0], kind="stable"))
     custom = np.asarray([c[1:3] for c in trace.customdata], dtype=float)
     np.testing.assert_allclose(custom, emb)
-    assert list(trace.text) == head_result["tokens"]
+    assert list(trace.text) == F.readable_tokens(head_result)
     assert list(trace.marker.color) == list(range(len(head_result["tokens"])))  # colour = position
     assert "layer 1, head 2" in fig.layout.title.text and "best of 2" in fig.layout.title.text
     raw = F.head_tsne_figure(head_result, layer=1, head=2, rescale=False)

@@ -91,7 +91,7 @@ def test_gallery_pages_by_whole_layers(page_result):
 def test_head_maps_are_what_the_server_would_draw(page_result):
     maps = G.head_maps(page_result)
     assert len(maps["maps"]) == page_result["n_layers"] * page_result["n_heads"]
-    assert maps["labels"] == page_result["tokens"]
+    assert maps["labels"] == F.readable_tokens(page_result)
     for layer, head in [(LAYER, HEAD), (0, 0), (3, 4), (5, 11)]:
         m = maps["maps"][f"{layer},{head}"]
         for rescale, (xs, ys) in ((True, ("x", "y")), (False, ("xr", "yr"))):
@@ -145,7 +145,7 @@ def test_head_view_draws_one_line_per_pair_above_the_threshold(page_result):
         assert len(drawn) == len(expected) and set(drawn) == expected
     assert len(colours) == 2 and all(len(v) == 1 for v in colours.values())  # one colour per head
     tokens = [t for t in fig.data if t.name == "querys"][0]
-    assert list(tokens.text) == page_result["tokens"]
+    assert list(tokens.text) == F.readable_tokens(page_result)
     fewer = HV.head_view_figure(page_result, layer=3, heads=[4], threshold=0.5)
     assert sum(len(p) for p in fewer.layout.meta["headview"]["pairs"]) < len(drawn)
 

@@ -11,8 +11,8 @@ import pytest
 from frontend.api_client import ApiClient, ApiError, _detail
 from frontend.data import int_list, parse_query, query_string
 
-REQUIRED_IDS = ["text-input", "analyze-button", "max-attention-graph", "head-tsne-graph", "share-button",
-                "share-url"]
+REQUIRED_IDS = ["text-input", "analyze-button", "max-attention-graph", "head-tsne-graph", "text-share-button",
+                "text-share-url"]
 
 
 def _closed_port() -> int:
@@ -53,14 +53,15 @@ def test_pages_render_with_stable_ids(app):
     assert set(REQUIRED_IDS) <= home
     assert {"text-layer", "text-head", "hidden-tsne-graph", "attention-matrix-graph", "text-options",
             "text-restarts", "text-view-options", "text-progress-bar"} <= home
-    for path, prefix in [("/terms", "terms"), ("/words", "words"), ("/pe", "pe"), ("/lasf", "lasf")]:
+    for path, prefix in [("/terms", "terms"), ("/words", "words"), ("/pe", "pe"), ("/lasf", "lasf"),
+                         ("/corpus", "corpus")]:
         ids = _ids(render_page(store, path, ""))
         assert f"{prefix}-share-button" in ids and f"{prefix}-export-json" in ids, path
         assert all(i.startswith(prefix) for i in ids), f"ids of {path} are prefixed by the page"
     assert {"pe-upload", "pe-demo-button", "pe-run-button", "pe-distance-graph", "pe-map-graph"} <= _ids(
         render_page(store, "/pe", ""))
     assert "no page at /nope" in str(render_page(store, "/nope", ""))
-    assert set(PAGES) == {"/", "/terms", "/words", "/pe", "/lasf"}
+    assert set(PAGES) == {"/", "/terms", "/words", "/pe", "/lasf", "/corpus"}
     assert {"lasf-phi-graph", "lasf-relation-graph", "lasf-field-graph", "lasf-tsne-graph"} <= _ids(
         render_page(store, "/lasf", ""))
     missing_share = str(render_page(store, "/", "?share=abc"))
@@ -69,7 +70,7 @@ def test_pages_render_with_stable_ids(app):
 
 def test_required_outputs_have_callbacks(app):
     outputs = " ".join(app.callback_map)
-    for target in ["max-attention-graph.figure", "head-tsne-graph.figure", "share-url.children",
+    for target in ["max-attention-graph.figure", "head-tsne-graph.figure", "text-share-url.children",
                    "text-source.data", "terms-curves-graph.figure", "words-tsne-graph.figure",
                    "pe-distance-graph.figure", "pe-metrics.children", "page-content.children"]:
         assert target in outputs, target

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from frontend import figures as F
 from frontend import figures_pe as P
 from frontend import figures_terms as T
 
@@ -46,12 +47,13 @@ def test_token_views_sum_to_one_and_follow_clicks(dec_minilm):
     z = np.asarray(strip.data[0].z)  # [term, token] at the last state
     assert z.shape == (4, n)
     np.testing.assert_allclose(z.sum(axis=0), 1.0, atol=1e-4)
-    assert list(strip.layout.xaxis.ticktext) == dec_minilm["tokens"]
+    assert list(strip.layout.xaxis.ticktext) == F.readable_tokens(dec_minilm)
+    assert "The" in strip.layout.xaxis.ticktext and "[CLS]" in strip.layout.xaxis.ticktext
     assert T.clicked_token({"points": [{"curveNumber": 0, "x": 5, "y": "input"}]}) == 5
     curves = T.token_curves_figure(dec_minilm, token=5)
     per = np.asarray(dec_minilm["decomposition"]["per_token"])[:, 5]  # [state, term]
     np.testing.assert_allclose(np.stack([t.y for t in curves.data], axis=1), per)
-    assert repr(dec_minilm["tokens"][5]) in curves.layout.title.text
+    assert repr(F.readable_tokens(dec_minilm)[5]) in curves.layout.title.text
     assert "not in this result" in T.token_curves_figure(dec_minilm, token=n).layout.annotations[0].text
 
 

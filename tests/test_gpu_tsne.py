@@ -9,13 +9,17 @@ import pytest
 import torch
 from test_fast_tsne import random_p, reference_steps
 
-from workers.analysis import fast_tsne, gpu_tsne
-from workers.analysis.affinities import head_affinities, kl_divergence
-from workers.analysis.fast_tsne import FastSchedule, _Plan, fast_optimize
-from workers.analysis.tsne import TSNEOptions, embed_affinities, spectral_init
+from workers.analysis.tsne import TSNEOptions, chain, embed_affinities, engines
+from workers.analysis.tsne import device as gpu_tsne
+from workers.analysis.tsne import fast as fast_tsne
+from workers.analysis.tsne.affinities import head_affinities, kl_divergence
+from workers.analysis.tsne.fast import fast_optimize
+from workers.analysis.tsne.options import FastSchedule
+from workers.analysis.tsne.schedule import _Plan
+from workers.analysis.tsne.start import spectral_init
 
 triton = pytest.importorskip("triton", reason="the gpu extra (Triton) is not installed")
-from workers.analysis import gpu_kernels  # noqa: E402
+from workers.analysis.tsne import gpu_kernels  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 needs_kernel = pytest.mark.skipif(not (CUDA or gpu_kernels.interpreted()),
@@ -62,7 +66,7 @@ def test_kernel_round_equals_torch_round_and_reports_kl(layout):
     """One round of 10 iterations, mixed lengths and per-head steps (one head idle): each kernel
     layout and the torch round agree on positions, updates, gains, and the KL they report is the
     exact KL of the positions."""
-    from workers.analysis import gpu_kernels
+    from workers.analysis.tsne import gpu_kernels
 
     ps = [torch.as_tensor(random_p(1, n, seed=n)[0]) for n in (40, 33, 17)]
     pp, lengths = gpu_tsne.pad(ps)
@@ -104,7 +108,7 @@ def test_kernel_compiles_for_the_h100():
     import sys
 
     code = (
-        "from workers.analysis.gpu_kernels import compile_for\n"
+        "from workers.analysis.tsne.gpu_kernels import compile_for\n"
         "for block in (16, 32, 64):\n"
         "    for name, k in compile_for(90, block).items():\n"
         "        ptx = k.asm['ptx']\n"
@@ -119,12 +123,12 @@ def test_kernel_compiles_for_the_h100():
     assert len(out.stdout.strip().split("\n")) == 12, out.stdout
 
 
-def test_layout_choice(monkeypatch):
+def test_layout_choice(setting):
     assert gpu_kernels.layout(1, 512, torch.device("cpu")) == "wide"  # one head on demand: spread it
     assert gpu_kernels.layout(512, 2048, torch.device("cpu")) == "fused"  # enough heads for every SM
-    monkeypatch.setenv("HEADSCOPE_TSNE_LAYOUT", "fused")
+    setting("HEADSCOPE_TSNE_LAYOUT", "fused")
     assert gpu_kernels.layout(1, 512, torch.device("cpu")) == "fused"
-    monkeypatch.setenv("HEADSCOPE_TSNE_LAYOUT", "sideways")
+    setting("HEADSCOPE_TSNE_LAYOUT", "sideways")
     with pytest.raises(ValueError, match="HEADSCOPE_TSNE_LAYOUT"):
         gpu_kernels.layout(1, 512, torch.device("cpu"))
 
@@ -164,12 +168,12 @@ def test_device_plan_is_the_host_plan():
 
 
 @pytest.mark.parametrize("kind", ["torch", pytest.param("triton", marks=needs_kernel)])
-def test_device_engine_matches_the_cpu_engine(kind, monkeypatch):
+def test_device_engine_matches_the_cpu_engine(kind, setting):
     """The whole schedule on the device: same start, KL as good as the CPU engine's, per head
     (the interpreted kernel is slow: a smaller case with shorter phases, the fused layout, for it;
     both layouts' rounds are compared above)."""
     if kind == "triton" and not CUDA:
-        monkeypatch.setenv("HEADSCOPE_TSNE_LAYOUT", "fused")
+        setting("HEADSCOPE_TSNE_LAYOUT", "fused")
         p, options = random_p(2, 32, seed=12, sharp=3.0), dict(early_exaggeration_iter=60, n_iter=150)
     else:
         p, options = random_p(4, 80, seed=12, sharp=3.0), {}
@@ -212,7 +216,13 @@ def test_layer_on_device_is_the_host_layer():
     keep[[0, 39]] = False  # special tokens left out
     options = TSNEOptions(device="cpu")
     host = embed_layer(a, keep=keep, options=options)
-    dev = gpu_tsne.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=keep, options=options)
+
+    before = chain.install(chain.EngineState(torch.device(DEVICE), [*chain.default_chain(torch.device(DEVICE), ("torch",))]))
+    try:  # the torch round (the chain a CPU process has by default is the CPU engine alone)
+        dev = engines.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32, device=DEVICE), keep=keep, options=options)
+    finally:
+        chain.install(before)
+    assert dev.extra["backend"] == "torch"
     assert dev.embedding.shape == host.embedding.shape == (3, 38, 2)
     p = head_affinities(a, keep=keep)
     np.testing.assert_allclose(dev.kl, kl_divergence(p, dev.embedding), rtol=1e-6)

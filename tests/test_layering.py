@@ -4,7 +4,8 @@
   queue library (FastAPI, Starlette, Dash, Flask, Redis, RQ, uvicorn);
 - the backend (the app with all its routers, the CLI) imports no torch;
 - workers.contracts imports only pydantic, numpy and the standard library;
-- the store (workers.store), which the API and the workers share, imports no torch and no backend.
+- the store (workers.store), which the API and the workers share, imports no torch and no backend;
+- frontend.notebook imports no web or queue library and no backend.
 """
 
 from __future__ import annotations
@@ -79,3 +80,92 @@ def test_worker_process_and_jobs_import_nothing_from_the_backend():
     mods = imported(["workers.jobs", "workers.main", "workers.settings"])
     assert "rq" in mods  # the probe really imported the worker side
     assert "backend" not in mods
+
+
+def test_notebook_module_imports_neither_the_web_stack_nor_the_backend():
+    """frontend.notebook draws the dashboard's figures with no Dash, server or queue behind them."""
+    mods = imported(["frontend.notebook"])
+    assert "plotly" in mods  # the probe really imported the module
+    assert mods & (WEB_AND_QUEUE | {"backend"}) == set()
+
+
+def _package_imports(path: Path, package: str) -> dict[str, set[str]]:
+    """For each module of ``package`` (a directory), the modules of the same package it imports,
+    at module level or inside functions: ``{"fast": {"options", "device", ...}}``."""
+    import ast
+
+    out: dict[str, set[str]] = {}
+    for file in sorted(path.glob("*.py")):
+        name = file.stem
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module == package:  # a submodule by name, or a name from __init__
+                    found |= {a.name if (path / f"{a.name}.py").exists() else "__init__" for a in node.names}
+                elif node.module.startswith(package + "."):
+                    found.add(node.module[len(package) + 1 :].split(".")[0])
+            elif isinstance(node, ast.Import):
+                found |= {a.name[len(package) + 1 :].split(".")[0] for a in node.names if a.name.startswith(package + ".")}
+        out[name] = found - {name}
+    return out
+
+
+# the t-SNE engine, bottom to top: each module may import only modules on lower rungs
+TSNE_ORDER = [{"cpu_kernels", "gpu_kernels"}, {"options"}, {"affinities"}, {"start"}, {"schedule"}, {"chain"},
+              {"device"}, {"fast", "reference"}, {"engines"}, {"__init__"}]
+
+
+def test_tsne_engine_modules_import_downward_only():
+    imports = _package_imports(ROOT / "workers" / "analysis" / "tsne", "workers.analysis.tsne")
+    rank = {m: i for i, rung in enumerate(TSNE_ORDER) for m in rung}
+    assert set(imports) == set(rank), "every module of the engine has a rung in TSNE_ORDER"
+    upward = [(m, t) for m, targets in imports.items() for t in targets if rank[t] >= rank[m]]
+    assert not upward, f"imports that go up or sideways: {upward}"
+    assert imports["options"] <= {"cpu_kernels", "gpu_kernels"} and not imports["cpu_kernels"]
+
+
+def test_decomposition_modules_import_downward_only():
+    imports = _package_imports(ROOT / "workers" / "analysis" / "decomposition", "workers.analysis.decomposition")
+    assert imports == {"model": set(), "terms": {"model"}, "stats": {"terms"}, "__init__": {"terms", "stats"}}
+
+
+def test_no_import_circles():
+    """No two modules of workers/, backend/ or frontend/ import each other, directly or round a
+    circle (imports inside functions count: they are a dependency all the same)."""
+    import ast
+
+    files = [p for d in ("workers", "backend", "frontend") for p in (ROOT / d).rglob("*.py") if "migrations" not in p.parts]
+    mods = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p for p in files}
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        is_pkg = p.name == "__init__.py"
+        for n in ast.walk(ast.parse(p.read_text())):
+            names: list[str] = []
+            if isinstance(n, ast.Import):
+                names = [a.name for a in n.names]
+            elif isinstance(n, ast.ImportFrom):
+                parts = m.split(".") if is_pkg else m.split(".")[:-1]
+                base = n.module or ""
+                if n.level:
+                    base = ".".join(parts[: len(parts) - (n.level - 1)] + ([n.module] if n.module else []))
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in n.names]
+            # a package's own submodules are below it (its __init__ re-exports them)
+            graph[m] |= {x for x in names if x in mods and x != m and not x.startswith(m + ".") and not m.startswith(x + ".")}
+    seen: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(a: str) -> list[str] | None:
+        seen[a] = 1
+        stack.append(a)
+        for b in sorted(graph[a]):
+            if seen.get(b) == 1:
+                return stack[stack.index(b):] + [b]
+            if b not in seen and (cycle := visit(b)):
+                return cycle
+        stack.pop()
+        seen[a] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in seen and (cycle := visit(m)):
+            pytest.fail(f"import circle: {' -> '.join(cycle)}")

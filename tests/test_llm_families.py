@@ -92,7 +92,7 @@ def test_decomposition_of_a_padded_batch_matches_single_texts(families, fam):
 
 @pytest.mark.parametrize("fam", DECODER_FAMILIES)
 def test_float64_maps_of_a_padded_batch_match_single_texts(families, fam):
-    from workers.analysis.decomposition_model import batch_inputs
+    from workers.analysis.decomposition.model import batch_inputs
     from workers.models.adapters import encode, watch_attention
 
     loaded = _load(families, fam, "float64")
@@ -176,18 +176,18 @@ def test_robustness_streams_one_head(families):
     assert len(res["head_tsne"]["disturbed"]["kl"]) == 2
 
 
-def test_memory_estimate_refuses_before_any_work(families, monkeypatch):
+def test_memory_estimate_refuses_before_any_work(families, setting):
     loaded = _load(families, "llama")
     calls = []
     handle = loaded.model.register_forward_pre_hook(lambda *a: calls.append(1))
     try:
-        monkeypatch.setenv("HEADSCOPE_MEMORY_BUDGET_GB", "0.00001")
+        setting("HEADSCOPE_MEMORY_BUDGET_GB", "0.00001")
         with pytest.raises(MemoryBudgetError) as info:
             analyze(loaded, TEXT, ["max-attention", "head-tsne"])
         msg = str(info.value)
         assert "GiB of memory" in msg and "budget is 0.0 GiB" in msg and "HEADSCOPE_MEMORY_BUDGET_GB" in msg
         assert info.value.code == "too_large" and calls == []  # refused before the forward pass
-        monkeypatch.setenv("HEADSCOPE_MEMORY_BUDGET_GB", "4")
+        setting("HEADSCOPE_MEMORY_BUDGET_GB", "4")
         analyze(loaded, TEXT, ["max-attention"])
         assert calls == [1]
     finally:
@@ -229,7 +229,7 @@ def test_operator_catalogue_with_hub_ids(tmp_path: Path):
         "tiny": {"path": str(tmp_path)},
     }}))
     closed, open_ = Catalogue.from_file(path), Catalogue.from_file(path, allow_hub=True)
-    assert closed.names_available() == ["minilm", "tiny"]
+    assert closed.names_available() == ["minilm", "smollm2", "tiny"]  # the builtins and the file's local entry
     assert "llama-3.2-1b" in open_.names_available()
     assert open_.get("pythia-160m").summary()["n_layers"] is None  # nothing downloaded by listing
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.analysis.affinities import perplexity_affinities
 from workers.analysis.hidden import states_tsne
 from workers.analysis.pipeline import analyze, word_list
 from workers.analysis.robustness import disturb_ids
+from workers.analysis.tsne.affinities import perplexity_affinities
 from workers.errors import HeadscopeError
 from workers.models import pooled_states, run_text
 

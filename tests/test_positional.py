@@ -1,4 +1,4 @@
-"""Positional-encoding analysis (SPEC §7): references, Procrustes, distances, Q, C, agreement."""
+"""Positional-encoding analysis (docs/positional.md): references, Procrustes, distances, Q, C, agreement."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Quantile-equidistant rescaling (SPEC §5, thesis A.3)."""
+"""Quantile-equidistant rescaling (docs/analyses.md#quantile-equidistant-rescaling, thesis A.3)."""
 
 from __future__ import annotations
 

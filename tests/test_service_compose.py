@@ -68,3 +68,14 @@ def test_compose_runs_api_and_workers_on_one_postgres():
     assert services["migrate"]["command"] == ["headscope", "migrate"]
     assert services["api"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     assert services["worker"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+
+def test_worker_image_has_a_c_compiler_and_the_worker_its_engine_settings():
+    """Triton builds a C launcher at its first launch: the image installs gcc before the project."""
+    yaml = pytest.importorskip("yaml")
+    docker = (ROOT / "Dockerfile").read_text()
+    assert "apt-get install -y --no-install-recommends gcc" in docker
+    assert docker.index("gcc") < docker.index("pip install .")
+    out = compose("config")
+    worker = yaml.safe_load(out.stdout)["services"]["worker"]
+    assert {"HEADSCOPE_TSNE_ENGINES", "HEADSCOPE_TSNE_FAULT"} <= set(worker["environment"])

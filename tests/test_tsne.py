@@ -1,4 +1,4 @@
-"""Attention-head t-SNE engines (SPEC §1): determinism, restarts, engine agreement on real heads."""
+"""Attention-head t-SNE engines (docs/analyses.md#attention-head-t-sne): determinism, restarts, engine agreement on real heads."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from workers.analysis import (
     head_tsne,
     kl_divergence,
 )
-from workers.analysis.tsne import spectral_init
+from workers.analysis.tsne.start import spectral_init
 from workers.errors import HeadscopeError, OutOfRangeError
 from workers.models import run_text
 

@@ -75,6 +75,10 @@ class AnalysisOptions(BaseModel):
 
     truncate: bool = Field(False, description="cut texts longer than the model's limit instead of failing")
     drop_special: bool = Field(False, description="leave [CLS]/[SEP]/<s> out of t-SNE and maps")
+    chat: bool = Field(
+        False, description="wrap the text in the model's chat template as a user message; the template's "
+        "tokens count as special (drop_special hides them)"
+    )
     layer: LayerSel = Field("all", description="layer of head-tsne / hidden-tsne / word-tsne, or all")
     head: LayerSel = Field("all", description="head of head-tsne, or all")
     all_heads: bool = Field(
@@ -246,7 +250,7 @@ class CheckpointRef(BaseModel):
 
 
 class PEReference(BaseModel):
-    """What each PE matrix is aligned to (SPEC §7)."""
+    """What each PE matrix is aligned to (docs/positional.md)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)  # no "yes" -> True, no true -> 1
 
@@ -275,7 +279,7 @@ class PEReference(BaseModel):
 
 
 class PEPartition(BaseModel):
-    """How positions group into modules for modularity and clustering (SPEC §7)."""
+    """How positions group into modules for modularity and clustering (docs/positional.md)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)  # no "yes" -> True, no true -> 1
 
@@ -316,16 +320,85 @@ class PEAnalysisRequest(BaseModel):
 
 
 class ShareRequest(BaseModel):
-    """``POST /api/shares``: exactly one of the two ids, plus the view to restore."""
+    """``POST /api/shares``: exactly one of the ids, plus the view to restore."""
 
     model_config = ConfigDict(extra="forbid", strict=True)  # no "yes" -> True, no true -> 1
 
     analysis_id: str | None = Field(None, max_length=64)
     pe_analysis_id: str | None = Field(None, max_length=64)
+    corpus_analysis_id: str | None = Field(None, max_length=64)
     view: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_target(self) -> ShareRequest:
-        if (self.analysis_id is None) == (self.pe_analysis_id is None):
-            raise ValueError("give exactly one of analysis_id and pe_analysis_id")
+        given = [x for x in (self.analysis_id, self.pe_analysis_id, self.corpus_analysis_id) if x is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of analysis_id, pe_analysis_id and corpus_analysis_id")
         return self
+
+
+# ------------------------------------------------------------------------ corpus (docs/corpus.md)
+
+CORPUS_STATISTICS: tuple[str, ...] = (
+    "entropy", "entropy_normalised", "sink", "previous", "self", "distance", "induction", "duplicate",
+)
+CorpusStatistic = Literal[
+    "entropy", "entropy_normalised", "sink", "previous", "self", "distance", "induction", "duplicate"
+]
+CORPUS_REF_PATTERN = r"^(cp-[0-9a-f]{32}|builtin-[a-z0-9-]{1,40})$"
+
+
+class CorpusOptions(BaseModel):
+    """Options of a corpus analysis (docs/corpus.md); ``{}`` is valid."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    max_tokens: int = Field(128, ge=2, le=4096, description="per text, special tokens included; longer ones are cut (counted)")
+    keep_special: bool = Field(False, description="keep [CLS]/[SEP]/<s> as queries and keys")
+    statistics: list[CorpusStatistic] = Field(default_factory=lambda: list(CORPUS_STATISTICS), min_length=1)
+    top_k: int = Field(20, ge=0, le=100, description="top (query, key) pairs kept per head")
+    exclude_sink_self: bool = Field(True, description="top pairs leave out the first kept key and the query itself")
+    dtype: Literal["float32", "float64"] = "float32"
+
+    @field_validator("statistics")
+    @classmethod
+    def _order(cls, v: list[str]) -> list[str]:
+        return [s for s in CORPUS_STATISTICS if s in set(v)]
+
+
+class CorpusRequest(BaseModel):
+    """``POST /api/corpus-analyses``: statistics of every head over a stored or shipped corpus."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str = Field("minilm", min_length=1, max_length=100)
+    corpus: str = Field(..., pattern=CORPUS_REF_PATTERN, description="cp-... (uploaded) or builtin-...")
+    options: CorpusOptions = Field(default_factory=CorpusOptions)
+
+    def normalised(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def job_id(self) -> str:
+        return request_hash("corpus", self.normalised())
+
+
+class JointMapRequest(BaseModel):
+    """``POST /api/corpus-joint``: the joint query–key map of one head over a corpus (docs/corpus.md)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model: str = Field("minilm", min_length=1, max_length=100)
+    corpus: str = Field(..., pattern=CORPUS_REF_PATTERN)
+    layer: int = Field(..., ge=0, le=1000)
+    head: int = Field(..., ge=0, le=1000)
+    max_tokens: int = Field(128, ge=2, le=4096)
+    keep_special: bool = False
+    max_points: int = Field(10_000, ge=10, le=20_000, description="queries + keys; tokens are sampled beyond it")
+    method: Literal["pca", "tsne"] = Field("pca", description="pca: instant; tsne: minutes for 10,000 points on 2 cores")
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+
+    def normalised(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def job_id(self) -> str:
+        return request_hash("corpus-joint", self.normalised())

@@ -11,10 +11,11 @@ RQ retries it once and then marks it failed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -224,10 +225,30 @@ def run_analysis(request: dict[str, Any]) -> dict[str, Any]:
     rep.start()
     try:
         req = AnalysisRequest.model_validate(request)
-        result = compute_analysis(req, progress=rep.progress, on_partial=rep.partial, conn=rep.conn)
+        with engine_retry(rep.job):
+            result = compute_analysis(req, progress=rep.progress, on_partial=rep.partial, conn=rep.conn)
     except HeadscopeError as exc:
         return rep.fail(exc)
     return {"bytes": rep.finish(result)}
+
+
+@contextlib.contextmanager
+def engine_retry(job: Job) -> Iterator[None]:
+    """A t-SNE engine that lost the device (``engines.DeviceLost``): remember it in ``job.meta`` and
+    raise, so RQ retries the job (``Retry``) while this worker ends itself (``workers.recycle``);
+    the retry skips that engine, on whichever worker takes it."""
+    from workers.analysis.tsne import chain as engines
+
+    avoid = list(job.meta.get("tsne_avoid", []))
+    notes = tuple(f"{why} (the device was lost; retried by a fresh worker)" for why in job.meta.get("tsne_lost", []))
+    try:
+        with engines.avoiding(avoid, notes=notes):
+            yield
+    except engines.DeviceLost as exc:
+        job.meta.update(tsne_avoid=[*avoid, exc.engine], tsne_lost=[*job.meta.get("tsne_lost", []),
+                        f"{exc.engine} failed: {exc.why}"], message="device lost: retrying")  # fmt: skip
+        job.save_meta()
+        raise
 
 
 # ----------------------------------------------------------------------------- checkpoints

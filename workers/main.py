@@ -21,6 +21,7 @@ from workers import protocol
 from workers.recycle import RecyclingWorker
 
 logger = logging.getLogger(__name__)
+DEVICE_LOST_EXIT = 3  # a job left the GPU unusable: the supervisor starts a fresh worker
 
 
 def publish_demos(conn: Redis) -> int:
@@ -55,7 +56,8 @@ def run_worker(
     burst: bool = False,
     verbose: bool = False,
 ) -> int:
-    """Serve jobs until SIGTERM/SIGINT (warm shutdown: the current job finishes first)."""
+    """Serve jobs until SIGTERM/SIGINT (warm shutdown: the current job finishes first); exit status
+    ``DEVICE_LOST_EXIT`` when a job left the device unusable."""
     from workers.settings import get_settings
 
     logging.getLogger("headscope.progress").setLevel(logging.INFO)  # a line per step of each job
@@ -80,19 +82,28 @@ def run_worker(
     ticker = protocol.Ticker(tick, interval_s=settings.worker_heartbeat_s, name="heartbeat").start()
     try:
         import workers.analysis.pipeline  # noqa: F401 (torch and the core imported before the first job)
-        from workers.models.loader import device_report
+        from workers.analysis.tsne import chain, engines
+        from workers.analysis.tsne.engines import device_report
+        from workers.models.loader import default_device
 
+        # check before serving: each t-SNE engine this device may use runs a small problem against
+        # the CPU engine (in a child process); what fails is not used, and health says why
+        engines.start_worker_engines(default_device(), engines=settings.tsne_engines, fault=settings.tsne_fault)
         info["device"] = device_report()
 
         if preload:
+            from workers.analysis.pipeline import warm_up as warm_up_model
+            from workers.analysis.tsne.engines import warm_up
             from workers.models import load_model
 
+            logger.info("fast t-SNE kernels ready in %.1f s", warm_up())
             for model in preload:
                 loaded = load_model(model)
                 logger.info("preloaded %s on %s", model, loaded.device)
-            from workers.analysis.fast_tsne import warm_up
-
-            logger.info("fast t-SNE kernels ready in %.1f s", warm_up())
+                try:  # the first request then runs as fast as later ones
+                    logger.info("%s warmed up in %.1f s", model, warm_up_model(loaded))
+                except Exception:
+                    logger.warning("warm-up of %s failed; its first request will be slower", model, exc_info=True)
         try:
             publish_demos(conn)
         except Exception:
@@ -103,9 +114,19 @@ def run_worker(
             [protocol.queue(conn, q) for q in queues], connection=conn, name=name, serializer=protocol.SERIALIZER
         )
         worker.max_rss_mb = float(settings.worker_max_rss_mb)
+
+        def device_lost(why: str) -> None:
+            info["ready"] = False
+            info["device"] = device_report()
+            protocol.beat(conn, name, ttl_s=settings.worker_ttl_s, info=info)
+            protocol.note_device_lost(conn, name, why)
+
+        worker.on_device_lost = device_lost
         logger.info("worker %s (pid %d) listening on %s", name, os.getpid(), ", ".join(queues))
         worker.work(burst=burst, logging_level="INFO" if verbose else "WARNING", with_scheduler=False,
                     max_jobs=settings.worker_max_jobs or None)
+        if chain.lost():
+            return DEVICE_LOST_EXIT
     finally:
         ticker.stop()
         try:

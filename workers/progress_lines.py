@@ -1,6 +1,6 @@
 """Progress as log lines: when a long job writes one, and what it says.
 
-A terminal gets a redrawn bar (``backend.cli.StderrProgress``); a log file or a pipe gets lines, one
+A terminal gets a redrawn bar (``backend.progress.StderrProgress``); a log file or a pipe gets lines, one
 per step: a new step (the message with its numbers taken out changes, "robustness: repeat 3/200"
 -> "decomposition: layer 1/6"), or the same step again after ``every_s`` seconds, or the end. So
 a 200-repeat robustness run writes a few dozen short lines, never one line of carriage returns.

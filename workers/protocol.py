@@ -11,6 +11,8 @@ Keys (``{id}`` is a job id: the request hash, or ``ck-...`` for a checkpoint ins
     ``hs:computed:{id}`` how many times a worker started computing it (dedup checks)
     ``hs:worker:{name}`` a live worker's heartbeat (expires after ``worker_ttl_s``)
     ``hs:demos``         the demo checkpoints a worker found (JSON list)
+    ``hs:device-lost``   the last device losses (a worker that ended itself after a sticky GPU
+                         error: JSON {worker, host, at, why}, newest first, at most 20)
 """
 
 from __future__ import annotations
@@ -81,11 +83,32 @@ def claim_key(job_id: str) -> str:
     return f"hs:claim:{job_id}"
 
 
+def cancel_key(job_id: str) -> str:
+    """Set by the API to ask a running job to stop (corpus jobs look between batches)."""
+    return f"hs:cancel:{job_id}"
+
+
 def worker_key(name: str) -> str:
     return f"hs:worker:{name}"
 
 
 DEMOS_KEY = "hs:demos"
+DEVICE_LOST_KEY = "hs:device-lost"
+
+
+def note_device_lost(conn: Redis, name: str, why: str, *, keep: int = 20, ttl_s: int = 7 * 86400) -> None:
+    """Record that worker ``name`` lost its device (``/api/health`` lists the last ones)."""
+    entry = dumps({"worker": name, "host": socket.gethostname(), "at": time.time(), "why": why})
+    with conn.pipeline() as pipe:
+        pipe.lpush(DEVICE_LOST_KEY, entry)
+        pipe.ltrim(DEVICE_LOST_KEY, 0, keep - 1)
+        pipe.expire(DEVICE_LOST_KEY, ttl_s)
+        pipe.execute()
+
+
+def device_losses(conn: Redis) -> list[dict[str, Any]]:
+    """The recorded device losses, newest first."""
+    return [json.loads(raw) for raw in conn.lrange(DEVICE_LOST_KEY, 0, -1)]
 JOB_ID = re.compile(r"[0-9a-f]{32}")  # a request hash
 CHECKPOINT_ID = re.compile(r"ck-[0-9a-f]{32}")  # an upload's content hash
 CHECKPOINT_EXTS = (".safetensors", ".npy", ".npz", ".pt", ".pth", ".bin")

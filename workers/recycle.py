@@ -2,8 +2,9 @@
 
 After every job the worker collects garbage and returns freed heap pages to the system
 (``malloc_trim``, glibc). It stops (warm: between jobs, exit status 0) after ``worker_max_jobs``
-jobs, or when its resident memory passes ``worker_max_rss_mb``; ``headscope serve`` and the
-compose file's ``restart: unless-stopped`` start a fresh one. tests/bench/bench_worker_memory.py
+jobs, or when its resident memory passes ``worker_max_rss_mb``, or (exit status 3) when a job left
+its GPU unusable (``workers.analysis.tsne.chain.DeviceLost``); ``headscope serve`` and the compose
+file's ``restart: unless-stopped`` start a fresh one. tests/bench/bench_worker_memory.py
 reports the resident memory over 500 jobs.
 """
 
@@ -45,11 +46,20 @@ class RecyclingWorker(SimpleWorker):
     stops once its resident memory passes ``max_rss_mb`` (0: no bound)."""
 
     max_rss_mb: float = 0.0
+    on_device_lost: Any = None  # called with the reason when a job left the device unusable
 
     def execute_job(self, job: Any, queue: Any) -> Any:
         try:
             return super().execute_job(job, queue)
         finally:
+            from workers.analysis.tsne.chain import lost
+
+            why = lost()
+            if why:  # a sticky GPU error: this process can never use its device again
+                logger.error("worker %s: device lost (%s): stopping so a fresh worker takes over", self.name, why)
+                self._stop_requested = True
+                if self.on_device_lost is not None:
+                    self.on_device_lost(why)
             give_back()
             rss = rss_mb()
             if self.max_rss_mb and rss > self.max_rss_mb:

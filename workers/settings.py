@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -20,6 +20,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HEADSCOPE_", extra="ignore", populate_by_name=True)
 
     data_dir: Path = Field(Path("data"), description="the SQLite store (by default), embedded Redis, caches")
+    model_cache_dir: Path | None = Field(
+        None, description="converted built-in models (SmolLM2 from its GGUF file); unset: <data dir>/models"
+    )
     database_url: str | None = Field(
         None,
         description="the store's SQLAlchemy URL: sqlite:///PATH or postgresql://USER:PASS@HOST:PORT/DB; "
@@ -72,18 +75,43 @@ class Settings(BaseSettings):
     worker_max_rss_mb: int = Field(
         3072, ge=0, description="a worker whose resident memory passes this after a job is replaced"
     )
+    # models and compute (workers; the API reads `models` and `allow_hub` for its checks)
+    models: Path | None = Field(
+        None, description="an operator's model catalogue file (JSON: name -> path or hub id); unset: builtins only"
+    )
+    allow_hub: bool = Field(False, description="catalogue entries may name a Hugging Face hub id (downloads)")
+    device: str | None = Field(
+        None, description="where models and t-SNE compute: cpu, cuda, cuda:1; unset: cuda when available"
+    )
+    memory_budget_gb: float | None = Field(
+        None, gt=0, description="GiB one request may use (checked before any work); unset: the machine's memory"
+    )
+    cuda_graphs: bool = Field(True, description="the GPU t-SNE replays its rounds as CUDA graphs")
+    tsne_layout: str = Field(
+        "auto", description="the GPU t-SNE kernels' layout: fused, wide, or auto (fused with >= 2 heads per SM)"
+    )
+    api_base_url: str = Field(
+        "http://127.0.0.1:8050", description="where the dashboard (mounted in the API) reaches the API"
+    )
 
-    @property
-    def results_dir(self) -> Path:
-        return self.data_dir / "results"
+    tsne_engines: str | None = Field(
+        None,
+        description="fast t-SNE engines a worker may use, in order, checked at its start (comma-separated "
+        "from triton-fused, triton-wide, torch; cpu always last); unset: all three on CUDA, none on CPU. "
+        "torch on a CPU worker runs the device path there (tests)",
+    )
+    tsne_fault: str | None = Field(
+        None,
+        description="inject a t-SNE engine failure (tests, a first run on a GPU; docs/gpu.md): compile, "
+        "launch or fatal, optionally @engine (default triton)",
+    )
 
-    @property
-    def shares_dir(self) -> Path:
-        return self.data_dir / "shares"
-
-    @property
-    def checkpoints_dir(self) -> Path:
-        return self.data_dir / "checkpoints"
+    @field_validator("tsne_layout")
+    @classmethod
+    def _layout(cls, value: str) -> str:
+        if value not in ("auto", "fused", "wide"):
+            raise ValueError(f"HEADSCOPE_TSNE_LAYOUT must be one of auto, fused, wide, got {value!r}")
+        return value
 
     @property
     def tmp_dir(self) -> Path:

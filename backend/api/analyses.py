@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from backend.api.common import PARTIAL_QUERY, job_status
@@ -14,7 +14,13 @@ from backend.errors import error_responses
 from backend.store import Store
 from backend.tokens import count_tokens, is_blank
 from workers.contracts import CAUSAL_KINDS, LASF_MODELS, AnalysisRequest, JobStatus, is_lasf_model
-from workers.errors import HeadscopeError, TextTooLongError
+from workers.errors import (
+    EmptyTextError,
+    HeadscopeError,
+    NotFoundError,
+    OutOfRangeError,
+    TextTooLongError,
+)
 from workers.models.catalogue import ModelSpec, get_catalogue
 from workers.protocol import JOB_ID
 
@@ -30,14 +36,15 @@ def model_facts(spec: ModelSpec) -> dict[str, Any]:
 
 
 def lasf_base(model: str, store: Store) -> str:
-    """The base model of a LasF layer name; 422 for an id that is not an uploaded LasF checkpoint."""
+    """The base model of a LasF layer name: 404 for an unknown checkpoint id, 422 for one that is
+    not a LasF checkpoint."""
     if model in LASF_MODELS:
         return "minilm"
     meta = store.checkpoint(model)
     if meta is None:
-        raise HTTPException(422, f"no uploaded checkpoint with id {model!r}; upload the LasF checkpoint first")
+        raise NotFoundError.of("checkpoint", model, "upload the LasF checkpoint first")
     if not meta.get("lasf"):
-        raise HTTPException(422, f"{model} ({meta.get('filename', 'upload')}) is not a LasF checkpoint")
+        raise HeadscopeError(f"{model} ({meta.get('filename', 'upload')}) is not a LasF checkpoint")
     return str(meta["lasf"]["base_model"])
 
 
@@ -47,12 +54,9 @@ def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
     name = req.model
     if is_lasf_model(name):
         if store is None:
-            raise HTTPException(422, f"{name}: LasF models need the checkpoint store")
+            raise HeadscopeError(f"{name}: LasF models need the checkpoint store")
         name = lasf_base(name, store)
-    try:
-        spec = cat.get(name)
-    except HeadscopeError as exc:
-        raise HTTPException(422, str(exc)) from None
+    spec = cat.get(name)
     facts = model_facts(spec)
     o = req.options
     n_layers, n_heads = facts.get("n_layers"), facts.get("n_heads")
@@ -60,21 +64,20 @@ def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
     if isinstance(o.layer, int) and n_layers:
         top = n_layers if kinds <= {"hidden-tsne", "word-tsne"} else n_layers - 1
         if not 0 <= o.layer <= top:
-            raise HTTPException(422, f"layer {o.layer} is out of range: {req.model} has layers 0-{top}")
+            raise OutOfRangeError(f"layer {o.layer} is out of range: {req.model} has layers 0-{top}")
     if isinstance(o.head, int) and n_heads and not 0 <= o.head < n_heads:
-        raise HTTPException(422, f"head {o.head} is out of range: {req.model} has heads 0-{n_heads - 1}")
+        raise OutOfRangeError(f"head {o.head} is out of range: {req.model} has heads 0-{n_heads - 1}")
     if isinstance(o.hidden_layer, int) and n_layers and not 0 <= o.hidden_layer <= n_layers:
-        raise HTTPException(
-            422, f"hidden_layer {o.hidden_layer} is out of range: {req.model} has states 0-{n_layers} "
+        raise OutOfRangeError(
+            f"hidden_layer {o.hidden_layer} is out of range: {req.model} has states 0-{n_layers} "
             f"(0 = embedding output, l + 1 = output of layer l)"
         )
     if is_blank(spec, req.text):
-        raise HTTPException(422, "the text is empty after normalisation (only invisible or control characters)")
+        raise EmptyTextError("the text is empty after normalisation (only invisible or control characters)")
     if not o.truncate and kinds & WHOLE_TEXT_KINDS:
         counted = count_tokens(spec, req.text)
         if counted is not None and counted[0] > counted[1]:
-            err = TextTooLongError(count=counted[0], limit=counted[1], model=req.model)
-            raise HTTPException(422, str(err))
+            raise TextTooLongError(count=counted[0], limit=counted[1], model=req.model)
     if kinds & set(CAUSAL_KINDS):
         check_causal(req, spec, facts)
 
@@ -84,8 +87,8 @@ def check_causal(req: AnalysisRequest, spec: ModelSpec, facts: dict[str, Any]) -
     text of the text's token length, a position and a continuation within the text's limits."""
     if facts.get("lm_head") is False:
         can = [n for n in get_catalogue().names_available() if model_facts(get_catalogue().get(n)).get("lm_head")]
-        raise HTTPException(
-            422, f"{req.model} has no language-model head, so it cannot say what comes next ({facts['lm_head_reason']}); "
+        raise HeadscopeError(
+            f"{req.model} has no language-model head, so it cannot say what comes next ({facts['lm_head_reason']}); "
             f"the causal views run on {', '.join(can) or 'decoders with a head (none in this catalogue)'}",
         )  # fmt: skip
     o, kinds = req.options, set(req.analyses)
@@ -94,33 +97,33 @@ def check_causal(req: AnalysisRequest, spec: ModelSpec, facts: dict[str, Any]) -
         if isinstance(t, str):
             got = count_tokens(spec, t, special=False)
             if got is not None and got[0] != 1:
-                raise HTTPException(422, f"target {t!r} is {got[0]} tokens for {req.model}; a target must be exactly one token")
+                raise OutOfRangeError(f"target {t!r} is {got[0]} tokens for {req.model}; a target must be exactly one token")
         elif isinstance(t, int) and facts.get("vocab_size") and t >= int(facts["vocab_size"]):
-            raise HTTPException(422, f"token id {t} is out of range: {req.model} has ids 0-{int(facts['vocab_size']) - 1}")
+            raise OutOfRangeError(f"token id {t} is out of range: {req.model} has ids 0-{int(facts['vocab_size']) - 1}")
     if counted is None:
         return  # the worker checks the rest
     n, limit = counted
     if "continue" in kinds and n + o.continue_tokens > limit:
-        raise HTTPException(
-            422, f"the text has {n} tokens; with {o.continue_tokens} more (continue_tokens) it would pass "
+        raise HeadscopeError(
+            f"the text has {n} tokens; with {o.continue_tokens} more (continue_tokens) it would pass "
             f"{req.model}'s limit of {limit}",
         )  # fmt: skip
     total = n + (o.continue_tokens if "continue" in kinds else 0)
     if o.position is not None and o.position >= total:
-        raise HTTPException(422, f"position {o.position} is out of range: the text has positions 0-{total - 1}")
+        raise OutOfRangeError(f"position {o.position} is out of range: the text has positions 0-{total - 1}")
     if "patching" in kinds and o.corrupted is not None:
         other = count_tokens(spec, o.corrupted)
         if other is not None and other[0] != n:
-            raise HTTPException(
-                422, f"the corrupted text has {other[0]} tokens and the text {n}; patching compares the two "
+            raise HeadscopeError(
+                f"the corrupted text has {other[0]} tokens and the text {n}; patching compares the two "
                 "position by position, so they need the same token length",
             )  # fmt: skip
     n_layers, n_heads = facts.get("n_layers"), facts.get("n_heads")
     if isinstance(o.ablate, list) and n_layers and n_heads:
         for layer, head in o.ablate:
             if layer >= n_layers or head >= n_heads:
-                raise HTTPException(
-                    422, f"head [{layer}, {head}] is out of range: {req.model} has layers 0-{n_layers - 1}, heads 0-{n_heads - 1}"
+                raise OutOfRangeError(
+                    f"head [{layer}, {head}] is out of range: {req.model} has layers 0-{n_layers - 1}, heads 0-{n_heads - 1}"
                 )
 
 

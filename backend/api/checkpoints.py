@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from fastapi import APIRouter, HTTPException, UploadFile
+from fastapi import APIRouter, UploadFile
 from redis import Redis
 
 from backend import quota
@@ -29,8 +29,8 @@ from backend.deps import QueueDep, SettingsDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from backend.store import Store
 from workers import protocol
-from workers.errors import HeadscopeError
-from workers.models.checkpoint_checks import inspect_file
+from workers.errors import BadFileError, HeadscopeError, TooLargeError, UnsupportedFileError
+from workers.models.checkpoints import inspect_file
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["positional encodings"])
@@ -94,9 +94,7 @@ def upload_checkpoint(
     filename = safe_filename(file.filename)
     ext = extension(filename)
     if ext is None:
-        raise HTTPException(
-            415, f"{filename}: unsupported file type; upload {', '.join(protocol.CHECKPOINT_EXTS)}"
-        )
+        raise UnsupportedFileError(f"{filename}: unsupported file type; upload {', '.join(protocol.CHECKPOINT_EXTS)}")
     work = store.new_upload_path()
     work.mkdir(parents=True)
     tmp = work / filename
@@ -106,16 +104,16 @@ def upload_checkpoint(
             while chunk := file.file.read(CHUNK):
                 size += len(chunk)
                 if size > settings.max_upload_bytes:
-                    raise HTTPException(413, f"{filename} is larger than the {settings.max_upload_bytes:,}-byte limit")
+                    raise TooLargeError(f"{filename} is larger than the {settings.max_upload_bytes:,}-byte limit")
                 digest.update(chunk)
                 out.write(chunk)
         if size == 0:
-            raise HTTPException(422, f"{filename} is empty")
+            raise BadFileError(f"{filename} is empty")
         ck_id = f"ck-{digest.hexdigest()[:32]}"
         existing = store.add_checkpoint_owner(ck_id, client.owner)
         if existing is not None:
             if kind == "lasf" and not existing.get("lasf"):
-                raise HTTPException(422, _not_lasf(filename))
+                raise BadFileError(_not_lasf(filename))
             return _public(existing)
         quota.check_upload(store, settings, owner=client.owner, size=size, filename=filename)
         candidates, lasf = _inspect(tmp, filename=filename, kind=kind, max_bytes=settings.max_upload_bytes)
@@ -154,13 +152,14 @@ def _inspect(path: Path, *, filename: str, kind: str, max_bytes: int) -> tuple[l
         if is_lasf_file(path):
             return [], _jsonable(describe(read_checkpoint(path)))
         if kind == "lasf":
-            raise HTTPException(422, _not_lasf(filename))
+            raise BadFileError(_not_lasf(filename))
         candidates = _jsonable(inspect_file(path, max_bytes=max_bytes))
-    except HeadscopeError as exc:
-        reason = str(exc)
-        raise HTTPException(422, reason if reason.startswith(filename) else f"{filename}: {reason}") from None
+    except HeadscopeError as exc:  # the file's name in front of the checker's reason
+        if not str(exc).startswith(filename):
+            exc.args = (f"{filename}: {exc}",)
+        raise
     if not candidates:
-        raise HTTPException(422, f"{filename} holds no 2-D tensor that could be a positional encoding")
+        raise BadFileError(f"{filename} holds no 2-D tensor that could be a positional encoding")
     return candidates, None
 
 

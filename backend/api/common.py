@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastapi import HTTPException, Query
+from fastapi import Query
 from fastapi.responses import Response
 
 from backend.queue import Lookup
+from workers.errors import NotFoundError
 from workers.protocol import dumps
 
 
@@ -57,8 +58,8 @@ def status_response(job_id: str, state: Lookup) -> Response:
     return raw_json({**parts, "result": None}, raw)
 
 
-def not_found(what: str, ident: str) -> HTTPException:
-    return HTTPException(404, f"no {what} with id {ident!r}")
+def not_found(what: str, ident: str) -> NotFoundError:
+    return NotFoundError.of(what, ident)
 
 
 def job_status(

@@ -22,10 +22,11 @@ def health(conn: RedisDep, store: StoreDep) -> dict:
         conn.ping()
         workers = protocol.live_workers(conn)
         queued = {name: protocol.queue(conn, name).count for name in protocol.QUEUES}
+        losses = protocol.device_losses(conn)
         redis_ok = True
     except RedisError as exc:
         logger.warning("health: Redis unreachable: %s", exc)
-        workers, queued, redis_ok = {}, {}, False
+        workers, queued, losses, redis_ok = {}, {}, [], False
     try:
         store.ping()
         database_ok = True
@@ -40,7 +41,10 @@ def health(conn: RedisDep, store: StoreDep) -> dict:
         "workers": len(workers),
         "ready": sum(bool(w.get("ready")) for w in workers.values()),  # models preloaded, taking jobs
         "worker_names": sorted(workers),
-        # what each worker computes on (its models and the fast t-SNE engine), from its heartbeat
+        # what each worker computes on (its models and the fast t-SNE engine that passed its start's
+        # self-check, with what failed and why), from its heartbeat
         "devices": {name: w.get("device") for name, w in sorted(workers.items())},
         "queued": queued,
+        # workers that ended themselves after a GPU error left their device unusable, newest first
+        "device_lost": losses,
     }

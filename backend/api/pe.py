@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from backend.api.checkpoints import known_checkpoint
@@ -10,6 +10,7 @@ from backend.api.common import PARTIAL_QUERY, job_status
 from backend.deps import QueueDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from workers.contracts import JobStatus, PEAnalysisRequest
+from workers.errors import HeadscopeError, NotFoundError
 from workers.protocol import JOB_ID
 
 router = APIRouter(tags=["positional encodings"])
@@ -17,18 +18,18 @@ router = APIRouter(tags=["positional encodings"])
 
 @router.post("/api/pe-analyses", status_code=202, dependencies=[WriteAccess], responses=error_responses(404))
 def submit_pe(req: PEAnalysisRequest, queue: QueueDep, store: StoreDep) -> JSONResponse:
-    """Queue a PE analysis of one or more checkpoints (SPEC §7)."""
+    """Queue a PE analysis of one or more checkpoints (docs/positional.md)."""
     refs = list(req.checkpoints)
     if req.reference.checkpoint is not None:
         refs.append(req.reference.checkpoint)
     for ref in refs:
         ck = known_checkpoint(ref.id, queue.conn, store)
         if ck is None:
-            raise HTTPException(404, f"no checkpoint with id {ref.id!r}; upload it first")
+            raise NotFoundError.of("checkpoint", ref.id, "upload it first")
         names = [c["name"] for c in ck.get("candidates", [])]
         if ref.tensor is not None and ref.tensor not in names:
-            raise HTTPException(
-                422, f"checkpoint {ck.get('filename', ref.id)} has no 2-D tensor {ref.tensor!r}; "
+            raise HeadscopeError(
+                f"checkpoint {ck.get('filename', ref.id)} has no 2-D tensor {ref.tensor!r}; "
                 f"candidates: {', '.join(names) or 'none'}"
             )
     for ref in refs:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter
 from fastapi.responses import Response
 
 from backend.api.common import not_found, raw_json
 from backend.deps import QueueDep, SettingsDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from workers.contracts import ShareRequest
+from workers.errors import GoneError, NotReadyError, TooLargeError
 from workers.protocol import JOB_ID, dumps
 
 router = APIRouter(tags=["shares"])
@@ -18,23 +19,22 @@ router = APIRouter(tags=["shares"])
     "/api/shares", status_code=201, dependencies=[WriteAccess], responses=error_responses(404, 409, 413)
 )
 def create_share(req: ShareRequest, queue: QueueDep, store: StoreDep, settings: SettingsDep) -> dict:
-    """A share of a finished analysis (or PE analysis) and the view to restore."""
-    kind = "analysis" if req.analysis_id is not None else "pe"
-    target = req.analysis_id if req.analysis_id is not None else req.pe_analysis_id
-    assert target is not None
-    what = "analysis" if kind == "analysis" else "PE analysis"
+    """A share of a finished analysis (text, PE or corpus) and the view to restore."""
+    kind, target = next((k, t) for k, t in (("analysis", req.analysis_id), ("pe", req.pe_analysis_id),
+                                              ("corpus", req.corpus_analysis_id)) if t is not None)
+    what = {"analysis": "analysis", "pe": "PE analysis", "corpus": "corpus analysis"}[kind]
     if len(dumps(req.view)) > settings.max_view_bytes:
-        raise HTTPException(413, f"the view is larger than {settings.max_view_bytes:,} bytes")
+        raise TooLargeError(f"the view is larger than {settings.max_view_bytes:,} bytes")
     if not JOB_ID.fullmatch(target):
         raise not_found(what, target)
     state = queue.lookup(target, with_partial=False)  # persists a finished result to disk
     if state is None or state.kind != kind:
         raise not_found(what, target)
     if state.status != "finished" or not store.has_result(target):
-        raise HTTPException(409, f"the {what} {target} has not finished (status: {state.status})")
+        raise NotReadyError(f"the {what} {target} has not finished (status: {state.status})")
     store.touch_result(target)
     share = store.create_share(kind=kind, target=target, view=req.view)
-    page = "/" if kind == "analysis" else "/pe"
+    page = {"analysis": "/", "pe": "/pe", "corpus": "/corpus"}[kind]
     return {"id": share["id"], "url": f"{page}?share={share['id']}"}
 
 
@@ -46,7 +46,7 @@ def open_share(share_id: str, store: StoreDep) -> Response:
         raise not_found("share", share_id)
     stored = store.read_result(share["target"])
     if stored is None:
-        raise HTTPException(410, f"the result behind share {share_id} is no longer stored")
+        raise GoneError(f"the result behind share {share_id} is no longer stored")
     meta, raw = stored
     parts = {
         "id": share["id"],

@@ -216,5 +216,6 @@
 
   var ns = (window.dash_clientside = window.dash_clientside || {});
   ns.headscope_heads = {selectHead: selectHead, drawHead: drawHead, drawHeadOnMaps: drawHeadOnMaps,
-                        headViewHover: headViewHover, viewUrl: viewUrl};
+                        headViewHover: headViewHover, viewUrl: viewUrl,
+                        galleryPanel: galleryPanel};  /* also the notebook's gallery (frontend/notebook.py) */
 })();

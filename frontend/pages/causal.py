@@ -17,20 +17,23 @@ from frontend.api_client import ApiError
 from frontend.data import ResultStore, int_or_none, source_query
 from frontend.figures import empty_figure
 from frontend.pages.common import (
+    PageView,
     export_bar,
     graph,
     model_options,
     progress_block,
     register_exports,
     register_poll,
+    register_view,
     restore_view,
-    share_link,
 )
 
 logger = logging.getLogger(__name__)
 
+NAME = "causal"  # a share's view names its page
 PATH = "/causal"
 TITLE = "Causal"
+NAV_ORDER = 6
 GRAPHS = ["causal-surprisal-graph", "causal-lens-graph", "causal-attribution-graph", "causal-ablation-graph",
           "causal-patch-residual-graph", "causal-patch-heads-graph"]
 HEAD_GRAPHS = ["causal-attribution-graph", "causal-ablation-graph", "causal-patch-heads-graph"]
@@ -306,32 +309,11 @@ def register(app: Dash, store: ResultStore) -> None:
         return (f"Layer {layer}, head {h}.",
                 dcc.Link(f"Open L{layer}H{h} in the text explorer →", href=href, id="causal-open-head"))
 
-    @app.callback(
-        Output("url", "search", allow_duplicate=True),
-        Input("causal-source", "data"),
-        Input("causal-position", "data"),
-        Input("causal-head", "data"),
-        prevent_initial_call=True,
-    )
-    def _url(source, position, head):  # type: ignore[no-untyped-def]
-        if not source:
-            return no_update
-        return source_query(source, {"position": position, "head": f"{head[0]}.{head[1]}" if head else None})
-
-    @app.callback(
-        Output("causal-share-url", "children"),
-        Output("causal-share-url", "href"),
-        Output("causal-error", "children", allow_duplicate=True),
-        Input("causal-share-button", "n_clicks"),
-        State("causal-source", "data"),
-        State("causal-position", "data"),
-        State("causal-head", "data"),
-        prevent_initial_call=True,
-    )
-    def _share(_n, source, position, head):  # type: ignore[no-untyped-def]
-        view = {"page": "causal", "position": position, "head": f"{head[0]}.{head[1]}" if head else None}
-        url, error = share_link(client, source, view, page_path=PATH)
-        return (url, url, "") if url else (no_update, no_update, error)
+    register_view(app, client, PageView(
+        name=NAME, prefix="causal", path=PATH, source="causal-source",
+        inputs=(("causal-position", "data"), ("causal-head", "data")),
+        view=lambda position, head: {"position": position, "head": f"{head[0]}.{head[1]}" if head else None},
+    ))
 
     register_exports(
         app, store, "causal", source="causal-source", graphs=GRAPHS, figures=_figures,

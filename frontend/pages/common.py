@@ -1,17 +1,21 @@
-"""Widgets and callback helpers every page uses: progress, polling, export bar, share link."""
+"""The page kit: widgets and callback helpers every page uses (progress, polling, export bar, the
+URL and share link of its view). A page is one module in ``frontend/pages`` with ``NAME``, ``PATH``,
+``TITLE``, ``NAV_ORDER``, ``layout(store, query, share)`` and ``register(app, store)``; the shell
+finds it (``frontend/app.py``) and ``register_view`` gives it its URL and share behaviour."""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import plotly.graph_objects as go
 from dash import ClientsideFunction, Dash, Input, Output, State, dcc, html, no_update
 
 from frontend.api_client import ApiError
-from frontend.data import DONE, ResultStore, query_string, sections_of
+from frontend.data import DONE, ResultStore, query_string, sections_of, source_query
 from frontend.figures import graph_config, standalone_html
 
 logger = logging.getLogger(__name__)
@@ -35,7 +39,7 @@ def model_label(m: dict[str, Any]) -> str:
         gqa = f" ({kv} kv)" if kv and kv != m.get("n_heads") else ""
         facts.append(f"{m['n_layers']}x{m.get('n_heads')}{gqa}")
     if m.get("max_tokens"):
-        facts.append(f"{int(m['max_tokens']):,} tokens")
+        facts.append(f"{int(m['max_tokens'])} tokens")
     return f"{m['name']} — {', '.join(facts)}" if facts else str(m["name"])
 
 
@@ -77,9 +81,9 @@ def export_bar(prefix: str, graphs: list[str]) -> html.Div:
     return html.Div(
         className="export-bar",
         children=[
-            html.Button("Share", id=f"{prefix}-share-button" if prefix != "text" else "share-button",
+            html.Button("Share", id=f"{prefix}-share-button",
                         className="button"),
-            html.A(id=f"{prefix}-share-url" if prefix != "text" else "share-url", className="share-url",
+            html.A(id=f"{prefix}-share-url", className="share-url",
                    target="_blank"),
             html.Span("image format:", className="label"),
             dcc.RadioItems(id=f"{prefix}-image-format", options=[{"label": "PNG", "value": "png"},
@@ -193,6 +197,65 @@ def register_exports(
                 "type": "text/html"}
 
 
+@dataclass(frozen=True)
+class PageView:
+    """What a page's URL and share links hold.
+
+    Attributes:
+        name: the page's name, written into a share's view (``{"page": name, ...}``).
+        prefix: the page's element id prefix (``{prefix}-share-button``, ``-share-url``, ``-error``).
+        path: the page's path (``/terms``); a share opened there keeps its view in the URL.
+        source: id of the ``dcc.Store`` that holds the page's source (``{kind, id}``).
+        inputs: ``(component id, property)`` of every control the view is made of.
+        view: their values (in that order) -> the view's keys, as the URL and the share store them.
+        url: ``server`` (a callback writes ``url.search``) or ``browser`` (the page writes it in a
+            clientside callback of its own, as the text page does for instant head switching).
+    """
+
+    name: str
+    prefix: str
+    path: str
+    source: str
+    inputs: tuple[tuple[str, str], ...]
+    view: Callable[..., dict[str, Any]]
+    url: Literal["server", "browser"] = "server"
+
+    @property
+    def states(self) -> list[State]:
+        """The view's controls as ``State``s (for exports)."""
+        return [State(c, p) for c, p in self.inputs]
+
+
+def register_view(app: Dash, client: Any, page: PageView) -> None:
+    """The page's URL follows its source and view; its Share button makes a link to both."""
+    if page.url == "server":
+
+        @app.callback(
+            Output("url", "search", allow_duplicate=True),
+            Input(page.source, "data"),
+            *[Input(c, p) for c, p in page.inputs],
+            prevent_initial_call=True,
+        )
+        def _url(source: dict[str, Any] | None, *values: Any) -> Any:
+            if not source:
+                return no_update
+            return source_query(source, page.view(*values))
+
+    @app.callback(
+        Output(f"{page.prefix}-share-url", "children"),
+        Output(f"{page.prefix}-share-url", "href"),
+        Output(f"{page.prefix}-error", "children", allow_duplicate=True),
+        Input(f"{page.prefix}-share-button", "n_clicks"),
+        State(page.source, "data"),
+        *page.states,
+        prevent_initial_call=True,
+    )
+    def _share(_n: int | None, source: dict[str, Any] | None, *values: Any) -> Any:
+        view = {"page": page.name, **page.view(*values)}
+        url, error = share_link(client, source, view, page_path=page.path)
+        return (url, url, "") if url else (no_update, no_update, error)
+
+
 def share_link(
     client: Any, source: dict[str, Any] | None, view: dict[str, Any], *, page_path: str = "/"
 ) -> tuple[str | None, str]:
@@ -205,7 +268,8 @@ def share_link(
     if source.get("kind") == "share":
         params = {k: v for k, v in view.items() if k != "page"}
         return absolute_url(page_path + query_string({"share": source["id"], **params})), ""
-    target = {"pe_analysis_id": source["id"]} if source.get("kind") == "pe" else {"analysis_id": source["id"]}
+    field = {"pe": "pe_analysis_id", "corpus": "corpus_analysis_id"}.get(source.get("kind", ""), "analysis_id")
+    target = {field: source["id"]}
     try:
         path = client.create_share(view=view, **target)["url"]
     except ApiError as exc:

@@ -1,4 +1,4 @@
-"""LasF: what each semantic field of a LasF layer relates in a text (SPEC 9, docs/lasf.md).
+"""LasF: what each semantic field of a LasF layer relates in a text (docs/lasf.md, docs/lasf.md).
 
 URL state: ``/lasf?analysis=<id>`` (or a share) plus ``field`` (the open field) and ``token``.
 """
@@ -12,9 +12,10 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from frontend import figures_lasf as F
 from frontend.api_client import ApiError
-from frontend.data import ResultStore, int_or_none, source_query
+from frontend.data import ResultStore, int_or_none
 from frontend.figures import empty_figure
 from frontend.pages.common import (
+    PageView,
     export_bar,
     graph,
     highlight_stores,
@@ -22,14 +23,16 @@ from frontend.pages.common import (
     register_exports,
     register_highlight,
     register_poll,
+    register_view,
     restore_view,
-    share_link,
 )
 
 logger = logging.getLogger(__name__)
 
+NAME = "lasf"  # a share's view names its page
 PATH = "/lasf"
 TITLE = "LasF"
+NAV_ORDER = 4
 SHIPPED = "lasf-minilm"
 DEMO = "The old farmer in Paris wrote a letter to Alice Smith, and the young teacher painted the green house."
 GRAPHS = ["lasf-phi-graph", "lasf-relation-graph", "lasf-field-graph", "lasf-tsne-graph",
@@ -194,31 +197,11 @@ def register(app: Dash, store: ResultStore) -> None:
         title = "" if field is None else f"Field {field}"
         return (*by_graph, title, summary, spec_table(result))
 
-    @app.callback(
-        Output("url", "search", allow_duplicate=True),
-        Input("lasf-source", "data"),
-        Input("lasf-field", "data"),
-        Input("lasf-token", "data"),
-        prevent_initial_call=True,
-    )
-    def _url(source, field, token):  # type: ignore[no-untyped-def]
-        if not source:
-            return no_update
-        return source_query(source, {"field": field, "token": token})
-
-    @app.callback(
-        Output("lasf-share-url", "children"),
-        Output("lasf-share-url", "href"),
-        Output("lasf-error", "children", allow_duplicate=True),
-        Input("lasf-share-button", "n_clicks"),
-        State("lasf-source", "data"),
-        State("lasf-field", "data"),
-        State("lasf-token", "data"),
-        prevent_initial_call=True,
-    )
-    def _share(_n, source, field, token):  # type: ignore[no-untyped-def]
-        url, error = share_link(client, source, {"page": "lasf", "field": field, "token": token}, page_path=PATH)
-        return (url, url, "") if url else (no_update, no_update, error)
+    register_view(app, client, PageView(
+        name=NAME, prefix="lasf", path=PATH, source="lasf-source",
+        inputs=(("lasf-field", "data"), ("lasf-token", "data")),
+        view=lambda field, token: {"field": field, "token": token},
+    ))
 
     register_exports(
         app, store, "lasf", source="lasf-source", graphs=GRAPHS,

@@ -1,4 +1,4 @@
-"""PE explorer: uploaded positional-encoding checkpoints against a reference and a partition (SPEC §7).
+"""PE explorer: uploaded positional-encoding checkpoints against a reference and a partition (docs/positional.md).
 
 URL state: ``/pe?analysis=<id>`` (or ``/pe?share=<id>``) plus ``colour`` (row / column /
 partition / position), ``rescale``, ``reorder``, ``aligned`` and ``shared`` (1/0: one colour scale for
@@ -15,21 +15,24 @@ from dash import ALL, Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from frontend import figures_pe as P
 from frontend.api_client import ApiError
-from frontend.data import ResultStore, source_query
+from frontend.data import ResultStore
 from frontend.figures import empty_figure
 from frontend.pages.common import (
+    PageView,
     export_bar,
     graph,
     progress_block,
     register_exports,
     register_poll,
-    share_link,
+    register_view,
 )
 
 logger = logging.getLogger(__name__)
 
+NAME = "pe"  # a share's view names its page
 PATH = "/pe"
 TITLE = "PE explorer"
+NAV_ORDER = 3
 GRAPHS = ["pe-distance-graph", "pe-map-graph", "pe-sweep-graph"]
 REFERENCES = [("none", "none"), ("2d-fixed", "2d-fixed (grid)"), ("1d-fixed", "1d-fixed"),
               ("random", "random N(0, σ²)"), ("checkpoint", "another checkpoint")]
@@ -340,33 +343,17 @@ def register(app: Dash, store: ResultStore) -> None:
                                 aligned="aligned" in opts),
                 P.pe_sweep_figure(result))
 
-    view_inputs = [Input("pe-colour", "value"), Input("pe-view-options", "value"), Input("pe-reorder", "value"),
-                   Input("pe-shared-scale", "value")]
-
     def _view(colour: Any, view_opts: Any, reorder: Any, shared: Any = None) -> dict[str, Any]:
         opts = view_opts or []
         return {"colour": colour, "rescale": "rescale" in opts, "aligned": "aligned" in opts,
                 "reorder": bool(reorder), "shared": bool(shared)}
 
-    @app.callback(Output("url", "search", allow_duplicate=True), Input("pe-source", "data"), *view_inputs,
-                  prevent_initial_call=True)
-    def _url(source, *view):  # type: ignore[no-untyped-def]
-        if not source:
-            return no_update
-        return source_query(source, _view(*view))
-
-    @app.callback(
-        Output("pe-share-url", "children"),
-        Output("pe-share-url", "href"),
-        Output("pe-error", "children", allow_duplicate=True),
-        Input("pe-share-button", "n_clicks"),
-        State("pe-source", "data"),
-        *[State(i.component_id, i.component_property) for i in view_inputs],
-        prevent_initial_call=True,
-    )
-    def _share(_n, source, *view):  # type: ignore[no-untyped-def]
-        url, error = share_link(client, source, {"page": "pe", **_view(*view)}, page_path="/pe")
-        return (url, url, "") if url else (no_update, no_update, error)
+    register_view(app, client, PageView(
+        name=NAME, prefix="pe", path=PATH, source="pe-source",
+        inputs=(("pe-colour", "value"), ("pe-view-options", "value"), ("pe-reorder", "value"),
+                ("pe-shared-scale", "value")),
+        view=_view,
+    ))
 
     register_exports(
         app, store, "pe", source="pe-source", graphs=GRAPHS, figures=_figures,

@@ -1,4 +1,4 @@
-"""Terms: importance curves of the exact decomposition e = i + h + f + c (SPEC §6).
+"""Terms: importance curves of the exact decomposition e = i + h + f + c (docs/decomposition.md).
 
 URL state: ``/terms?analysis=<id>`` (or a share) plus ``compare`` (a second model's analysis
 id), ``token`` (the clicked token) and ``state`` (the state of the token strip and head map).
@@ -13,9 +13,10 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from frontend import figures_terms as T
 from frontend.api_client import ApiError
-from frontend.data import ResultStore, int_or_none, source_query
+from frontend.data import ResultStore, int_or_none
 from frontend.figures import empty_figure
 from frontend.pages.common import (
+    PageView,
     export_bar,
     graph,
     highlight_stores,
@@ -24,14 +25,16 @@ from frontend.pages.common import (
     register_exports,
     register_highlight,
     register_poll,
+    register_view,
     restore_view,
-    share_link,
 )
 
 logger = logging.getLogger(__name__)
 
+NAME = "terms"  # a share's view names its page
 PATH = "/terms"
 TITLE = "Terms"
+NAV_ORDER = 1
 GRAPHS = ["terms-curves-graph", "terms-strip-graph", "terms-token-graph", "terms-heads-graph",
           "terms-compare-graph"]
 
@@ -200,34 +203,11 @@ def register(app: Dash, store: ResultStore) -> None:
         return (T.token_strip_figure(result, state=state), token_fig,
                 T.head_contributions_figure(result, state=state, token=token))
 
-    @app.callback(
-        Output("url", "search", allow_duplicate=True),
-        Input("terms-source", "data"),
-        Input("terms-source-b", "data"),
-        Input("terms-token", "data"),
-        Input("terms-state", "value"),
-        prevent_initial_call=True,
-    )
-    def _url(source, source_b, token, state):  # type: ignore[no-untyped-def]
-        if not source:
-            return no_update
-        return source_query(source, {"compare": (source_b or {}).get("id"), "token": token, "state": state})
-
-    @app.callback(
-        Output("terms-share-url", "children"),
-        Output("terms-share-url", "href"),
-        Output("terms-error", "children", allow_duplicate=True),
-        Input("terms-share-button", "n_clicks"),
-        State("terms-source", "data"),
-        State("terms-source-b", "data"),
-        State("terms-token", "data"),
-        State("terms-state", "value"),
-        prevent_initial_call=True,
-    )
-    def _share(_n, source, source_b, token, state):  # type: ignore[no-untyped-def]
-        view = {"page": "terms", "compare": (source_b or {}).get("id"), "token": token, "state": state}
-        url, error = share_link(client, source, view)
-        return (url, url, "") if url else (no_update, no_update, error)
+    register_view(app, client, PageView(
+        name=NAME, prefix="terms", path=PATH, source="terms-source",
+        inputs=(("terms-source-b", "data"), ("terms-token", "data"), ("terms-state", "value")),
+        view=lambda source_b, token, state: {"compare": (source_b or {}).get("id"), "token": token, "state": state},
+    ))
 
     register_exports(
         app, store, "terms", source="terms-source", graphs=GRAPHS, figures=_figures,

@@ -22,6 +22,7 @@ from frontend.data import Built, ResultStore, int_list, int_or_none
 from frontend.heads import has_head
 from frontend.pages import text_heads
 from frontend.pages.common import (
+    PageView,
     export_bar,
     graph,
     highlight_stores,
@@ -30,25 +31,31 @@ from frontend.pages.common import (
     register_exports,
     register_highlight,
     register_poll,
-    share_link,
+    register_view,
 )
 
 logger = logging.getLogger(__name__)
 
+NAME = "text"  # a share's view names its page
 PATH = "/"
 TITLE = "Text explorer"
+NAV_ORDER = 0
 GRAPHS = ["max-attention-graph", "head-tsne-graph", "hidden-tsne-graph", "attention-matrix-graph"]
 EXPORTED = [*GRAPHS, *text_heads.GRAPHS]  # the gallery is not in GRAPHS: rings in 72 panels cost a hover
 
 
 def text_request(
-    *, text: str, model: str, drop_special: bool, restarts: int, layer: int | None, head: int | None
+    *, text: str, model: str, drop_special: bool, restarts: int, layer: int | None, head: int | None,
+    chat: bool = False,
 ) -> dict[str, Any]:
     """The API request of the view: max attention, the selected head (layer 0, head 0 when none is)
-    first, then every head (the gallery) and the hidden states of every layer."""
+    first, then every head (the gallery) and the hidden states of every layer. ``chat``: the text
+    as a user message in the model's chat template (sent only when on, so older links keep their id)."""
     options: dict[str, Any] = {"drop_special": bool(drop_special), "restarts": int(restarts or 1),
                                "layer": int(layer or 0), "head": int(head or 0), "all_heads": True,
                                "hidden_layer": "all"}
+    if chat:
+        options["chat"] = True
     analyses = ["max-attention", "head-tsne", "hidden-tsne"]
     return {"model": model, "text": text, "analyses": analyses, "options": options}
 
@@ -95,8 +102,12 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         html.Div(className="control-row", children=[
             html.Label("model", htmlFor="text-model"),
             dcc.Dropdown(id="text-model", options=options, value=model, clearable=False, className="model-picker"),
-            dcc.Checklist(id="text-options", options=[{"label": " hide special tokens", "value": "drop_special"}],
-                          value=["drop_special"] if opts.get("drop_special") else [], inline=True),
+            dcc.Checklist(id="text-options", options=[
+                {"label": " hide special tokens", "value": "drop_special"},
+                {"label": " chat message", "value": "chat",
+                 "title": "wrap the text in the model's chat template as a user message (decoders with a template, "
+                          "e.g. smollm2); the template's tokens count as special"}],
+                value=[k for k in ("drop_special", "chat") if opts.get(k)], inline=True),
             html.Label("best of k restarts", htmlFor="text-restarts"),
             dcc.Input(id="text-restarts", type="number", min=1, max=20, step=1,
                       value=int(opts.get("restarts", 1)), className="small-input"),
@@ -200,11 +211,12 @@ def register(app: Dash, store: ResultStore) -> None:
                 return no_update, ""
         if trig == "analyze-button" or previous is None:
             base = {"text": text or "", "model": model, "drop_special": "drop_special" in (flags or []),
-                    "restarts": restarts or 1}
+                    "restarts": restarts or 1, "chat": "chat" in (flags or [])}
         else:
             o = previous.get("options") or {}
             base = {"text": previous["text"], "model": previous["model"],
-                    "drop_special": bool(o.get("drop_special")), "restarts": o.get("restarts", 1)}
+                    "drop_special": bool(o.get("drop_special")), "restarts": o.get("restarts", 1),
+                    "chat": bool(o.get("chat"))}
         req = text_request(layer=layer, head=head, **base)  # an older result without this head
         try:
             job = client.submit_analysis(**req)
@@ -242,6 +254,7 @@ def register(app: Dash, store: ResultStore) -> None:
             return F.empty_figure(msg), None
         req = st.get("request") or {}
         key = [req.get("model"), req.get("text"), (req.get("options") or {}).get("drop_special"),
+               (req.get("options") or {}).get("chat"),
                result.get("tokens") is not None, reduction, layers]
         if key == shown_key and req:  # same heatmaps as already drawn (e.g. a new head of the same text)
             return no_update, no_update
@@ -274,41 +287,31 @@ def register(app: Dash, store: ResultStore) -> None:
             F.kl_summary(result, layer=layer, head=head),
         )
 
-    view_inputs = [Input("text-layer", "value"), Input("text-head", "value"),
-                   Input("text-view-options", "value"), Input("text-reduction", "value"),
-                   Input("text-layers", "value"), Input("text-gallery-page", "value"),
-                   Input("text-hv-heads", "value"), Input("text-hv-threshold", "value")]
-
+    view = PageView(
+        name="text", prefix="text", path=PATH, source="text-source", inputs=VIEW_INPUTS, view=_view, url="browser"
+    )
     # the URL is written in the browser (heads.js: viewUrl, the keys of _view): a click's head is
     # in it at once, and no slower server answer can put an older view back
     app.clientside_callback(
         ClientsideFunction(namespace="headscope_heads", function_name="viewUrl"),
         Output("url", "search", allow_duplicate=True),
         Input("text-source", "data"),
-        *view_inputs,
+        *[Input(c, p) for c, p in VIEW_INPUTS],
         prevent_initial_call=True,
     )
-
-    @app.callback(
-        Output("share-url", "children"),
-        Output("share-url", "href"),
-        Output("text-error", "children", allow_duplicate=True),
-        Input("share-button", "n_clicks"),
-        State("text-source", "data"),
-        *[State(i.component_id, i.component_property) for i in view_inputs],
-        prevent_initial_call=True,
-    )
-    def _share(_n, source, *view_args):  # type: ignore[no-untyped-def]
-        view = {"page": "text", **_view(*view_args)}
-        url, error = share_link(client, source, view)
-        return (url, url, "") if url else (no_update, no_update, error)
+    register_view(app, client, view)
 
     register_exports(
         app, store, "text", source="text-source", graphs=EXPORTED,
         figures=_figures,
-        view_states=[State(i.component_id, i.component_property) for i in view_inputs],
+        view_states=view.states,
         title="headscope — text explorer",
     )
+
+
+VIEW_INPUTS = (("text-layer", "value"), ("text-head", "value"), ("text-view-options", "value"),
+               ("text-reduction", "value"), ("text-layers", "value"), ("text-gallery-page", "value"),
+               ("text-hv-heads", "value"), ("text-hv-threshold", "value"))
 
 
 def _view(layer: Any, head: Any, view_opts: Any, reduction: Any, layers: Any, gpage: Any = None,

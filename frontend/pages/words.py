@@ -12,22 +12,25 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from frontend import figures as F
 from frontend.api_client import ApiError
-from frontend.data import ResultStore, int_or_none, source_query
+from frontend.data import ResultStore, int_or_none
 from frontend.pages.common import (
+    PageView,
     export_bar,
     graph,
     model_options,
     progress_block,
     register_exports,
     register_poll,
+    register_view,
     restore_view,
-    share_link,
 )
 
 logger = logging.getLogger(__name__)
 
+NAME = "words"  # a share's view names its page
 PATH = "/words"
 TITLE = "Word lists"
+NAV_ORDER = 2
 GRAPHS = ["words-tsne-graph"]
 DEMO_WORDS = """cat
 dog
@@ -145,32 +148,11 @@ def register(app: Dash, store: ResultStore) -> None:
         fig = F.words_tsne_figure(st["result"], state=state, rescale="rescale" in (view_opts or []))
         return fig, max(states), {i: str(i) for i in states}
 
-    @app.callback(
-        Output("url", "search", allow_duplicate=True),
-        Input("words-source", "data"),
-        Input("words-state", "value"),
-        Input("words-view-options", "value"),
-        prevent_initial_call=True,
-    )
-    def _url(source, state, view_opts):  # type: ignore[no-untyped-def]
-        if not source:
-            return no_update
-        return source_query(source, {"state": state, "rescale": "rescale" in (view_opts or [])})
-
-    @app.callback(
-        Output("words-share-url", "children"),
-        Output("words-share-url", "href"),
-        Output("words-error", "children", allow_duplicate=True),
-        Input("words-share-button", "n_clicks"),
-        State("words-source", "data"),
-        State("words-state", "value"),
-        State("words-view-options", "value"),
-        prevent_initial_call=True,
-    )
-    def _share(_n, source, state, view_opts):  # type: ignore[no-untyped-def]
-        view = {"page": "words", "state": state, "rescale": "rescale" in (view_opts or [])}
-        url, error = share_link(client, source, view)
-        return (url, url, "") if url else (no_update, no_update, error)
+    register_view(app, client, PageView(
+        name=NAME, prefix="words", path=PATH, source="words-source",
+        inputs=(("words-state", "value"), ("words-view-options", "value")),
+        view=lambda state, view_opts: {"state": state, "rescale": "rescale" in (view_opts or [])},
+    ))
 
     register_exports(
         app, store, "words", source="words-source", graphs=GRAPHS, figures=_figures,

@@ -47,8 +47,8 @@ def _sync(device) -> None:
 
 def device_run(p_dev, *, graphs: bool = True, layout: str = "auto") -> dict:
     """The device engine on P already on the device; seconds until the results are on the host."""
-    from workers.analysis import gpu_tsne
     from workers.analysis.tsne import TSNEOptions
+    from workers.analysis.tsne import device as gpu_tsne
 
     os.environ["HEADSCOPE_CUDA_GRAPHS"] = "1" if graphs else "0"
     os.environ["HEADSCOPE_TSNE_LAYOUT"] = layout
@@ -144,7 +144,7 @@ def big_p(heads: int, n: int, device, chunk: int = 16):
     """P of ``heads`` attention-like maps, float32 on the device, built ``chunk`` heads at a time."""
     import torch
 
-    from workers.analysis.gpu_tsne import head_affinities_device
+    from workers.analysis.tsne.device import head_affinities_device
 
     out = torch.empty(heads, n, n, dtype=torch.float32, device=device)
     for s in range(0, heads, chunk):
@@ -175,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from workers.analysis.affinities import head_affinities
-    from workers.analysis.gpu_tsne import head_affinities_device, triton_available
+    from workers.analysis.tsne.affinities import head_affinities
+    from workers.analysis.tsne.device import head_affinities_device
+    from workers.analysis.tsne.options import triton_available
     from workers.models import load_model, run_text
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -5,7 +5,7 @@ Run from the repository root (not part of the default test run)::
     python -m tests.bench.bench_tsne [--sizes 128,256,512] [--quick] [--heads N] [--json out.json]
 
 For each size n the real MiniLM reads the first n tokens of ``bench_text.txt`` (the demo text
-followed by paragraphs of the thesis), P is formed for every head (SPEC §1), and each engine
+followed by paragraphs of the thesis), P is formed for every head (docs/analyses.md#attention-head-t-sne), and each engine
 embeds all heads through ``embed_affinities`` — spectral start, optimisation and the exact
 float64 KL included, as the service runs it. Times are ratios against openTSNE measured in the
 same run; KL ratios compare the exact KL of each head's returned map. Peak memory is the rise of
@@ -78,10 +78,10 @@ def timed_run(p: np.ndarray, engine: str, *, n_jobs: int) -> dict:
 
 def fast_parts(p: np.ndarray) -> dict[str, float]:
     """Seconds of the fast engine's parts (start, optimisation, exact KL) and its iterations."""
-    from workers.analysis.affinities import kl_divergence
-    from workers.analysis.fast_start import fast_spectral_init
-    from workers.analysis.fast_tsne import fast_optimize
     from workers.analysis.tsne import TSNEOptions
+    from workers.analysis.tsne.affinities import kl_divergence
+    from workers.analysis.tsne.fast import fast_optimize
+    from workers.analysis.tsne.start import fast_spectral_init
 
     t0 = time.perf_counter()
     y0 = fast_spectral_init(p)
@@ -122,8 +122,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from workers.analysis.affinities import head_affinities
-    from workers.analysis.fast_tsne import numba_available
+    from workers.analysis.tsne.affinities import head_affinities
+    from workers.analysis.tsne.options import numba_available
     from workers.models import load_model, run_text
 
     sizes = [int(s) for s in args.sizes.split(",") if s]

@@ -1,4 +1,4 @@
-"""Maximum attention (thesis Def. 4.2) and the column-mean alternative (SPEC §3)."""
+"""Maximum attention (thesis Def. 4.2) and the column-mean alternative (docs/analyses.md#maximum-attention)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from workers.analysis.decomposition_model import batch_inputs
+from workers.analysis.decomposition.model import batch_inputs
 from workers.analysis.progress import Progress, no_progress
 from workers.errors import HeadscopeError
 from workers.models.adapters import Encoded
@@ -102,7 +102,7 @@ class Stream:
 @torch.inference_mode()
 def stream(loaded: LoadedModel, encoded: Encoded) -> Stream:
     """Run ``encoded`` once, keeping every ``X[l]``, each layer's head outputs and the logits."""
-    from workers.analysis.decomposition_model import locate
+    from workers.analysis.decomposition.model import locate
 
     unembed = head_of(loaded)
     arch = locate(loaded)
@@ -225,7 +225,7 @@ def logit_attribution(
     frozen; a part p contributes ``u_t . (g * p / s_t)`` with ``u_t = W_U[a_t]`` (or
     ``W_U[a_t] - W_U[b_t]`` for a pair). ``max_abs_error``: ``max_t |sum of parts - logit_t|``.
     """
-    from workers.analysis.decomposition import decompose_encoded
+    from workers.analysis.decomposition.terms import decompose_encoded
 
     progress = progress or no_progress
     unembed = head_of(loaded)

@@ -1,4 +1,4 @@
-"""Standard t-SNE of hidden states (SPEC §2): token states of one text, or the multi-token
+"""Standard t-SNE of hidden states (docs/analyses.md#t-sne-of-hidden-states): token states of one text, or the multi-token
 embeddings of a list of short texts (thesis Def. 4.1)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from workers.analysis.affinities import perplexity_affinities
 from workers.analysis.progress import Progress
 from workers.analysis.tsne import TSNEOptions, embed_affinities, select_indices
+from workers.analysis.tsne.affinities import perplexity_affinities
 
 
 @dataclass

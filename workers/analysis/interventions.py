@@ -34,7 +34,7 @@ from workers.analysis.causal import (
     token_id,
     token_str,
 )
-from workers.analysis.decomposition_model import locate
+from workers.analysis.decomposition.model import locate
 from workers.analysis.progress import Progress, no_progress
 from workers.errors import HeadscopeError
 from workers.models.adapters import Encoded

@@ -1,4 +1,4 @@
-"""The ``lasf`` analysis: what each semantic field of a LasF layer relates in one text (SPEC 9).
+"""The ``lasf`` analysis: what each semantic field of a LasF layer relates in one text (docs/lasf.md).
 
 ``lasf_section(base, lasf, text, options)`` runs the base model (MiniLM) up to the replaced layer,
 the LasF layer on its output, and returns per field: Psi and the weights applied to S, Phi, the
@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from workers.analysis.affinities import conditional_from_distances, head_affinities
 from workers.analysis.progress import Progress, no_progress
 from workers.analysis.tsne import TSNEOptions, embed_affinities
+from workers.analysis.tsne.affinities import conditional_from_distances, head_affinities
 from workers.errors import HeadscopeError
 
 logger = logging.getLogger(__name__)
@@ -72,8 +72,8 @@ def _ranks_offdiag(mats: np.ndarray) -> np.ndarray:
 
 
 def field_affinities(weights: np.ndarray, psi: np.ndarray, *, mode: str, perplexity: float) -> np.ndarray:
-    """t-SNE P per field [N_s, m, m]: stable mode from the weights exactly as SPEC 1 does for a
-    head; paper mode from the distances Psi by perplexity calibration (SPEC 2's Gaussian rule with
+    """t-SNE P per field [N_s, m, m]: stable mode from the weights exactly as docs/analyses.md#attention-head-t-sne does for a
+    head; paper mode from the distances Psi by perplexity calibration (the Gaussian rule of docs/analyses.md#t-sne-of-hidden-states with
     Psi as the distance)."""
     if mode == "stable":
         return head_affinities(weights)
@@ -150,7 +150,7 @@ def lasf_section(
             "embedding": r(res.embedding),  # [field][token][2]
             "kl": r(res.kl),
             "engine": res.engine,
-            "p_rule": "weights, as head t-SNE (SPEC 1)" if cfg["mode"] == "stable" else f"Psi as distances, perplexity {perplexity:g}",
+            "p_rule": "weights, as head t-SNE (docs/analyses.md#attention-head-t-sne)" if cfg["mode"] == "stable" else f"Psi as distances, perplexity {perplexity:g}",
         },
         "contribution": r(share),  # [field][token], each field's share of the output norm
         "ablation": r(r2_full - np.asarray(ablated)),  # [field]: R^2 lost when the field is zeroed

@@ -40,15 +40,11 @@ class MemoryBudgetError(HeadscopeError):
 
 def memory_budget() -> int:
     """Bytes a request may use: ``HEADSCOPE_MEMORY_BUDGET_GB`` (GiB) or the machine's memory."""
-    raw = os.environ.get("HEADSCOPE_MEMORY_BUDGET_GB")
-    if raw:
-        try:
-            value = float(raw)
-        except ValueError:
-            raise HeadscopeError(f"HEADSCOPE_MEMORY_BUDGET_GB must be a number of GiB, got {raw!r}") from None
-        if value <= 0:
-            raise HeadscopeError(f"HEADSCOPE_MEMORY_BUDGET_GB must be positive, got {raw!r}")
-        return int(value * GIB)
+    from workers.settings import get_settings
+
+    budget = get_settings().memory_budget_gb
+    if budget is not None:
+        return int(budget * GIB)
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 

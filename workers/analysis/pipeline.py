@@ -53,6 +53,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_OPTIONS: dict[str, Any] = {
     "truncate": False,
     "drop_special": False,
+    "chat": False,
     "layer": "all",
     "head": "all",
     "engine": None,
@@ -92,7 +93,7 @@ class Context:
 
     @cached_property
     def encoded(self) -> Encoded:
-        return encode(self.loaded, self.text, truncate=bool(self.options["truncate"]))
+        return encode(self.loaded, self.text, truncate=bool(self.options["truncate"]), chat=bool(self.options["chat"]))
 
     @cached_property
     def run(self) -> ModelRun:
@@ -195,12 +196,18 @@ def _max_attention(ctx: Context) -> dict[str, Any]:
     ctx.run  # noqa: B018 - the streamed pass fills the consumers
     assert stats.max is not None and stats.mean is not None
     kept = np.arange(ctx.encoded.n) if ctx.keep is None else np.flatnonzero(ctx.keep)
+    return max_attention_section(stats, kept, causal=ctx.loaded.causal)
+
+
+def max_attention_section(stats: AttentionStats, kept: np.ndarray, *, causal: bool) -> dict[str, Any]:
+    """The max-attention section from a fed ``AttentionStats`` (also ``workers.analysis.external``)."""
+    assert stats.max is not None and stats.mean is not None
     return {
         "max_attention": stats.max.tolist(),  # [layer][head][token]
         "mean_attention": stats.mean.tolist(),  # [layer][head][token]
         "kept": kept.tolist(),
-        "causal": ctx.loaded.causal,
-        "over": "the queries i >= j that can see key j" if ctx.loaded.causal else "every query",
+        "causal": causal,
+        "over": "the queries i >= j that can see key j" if causal else "every query",
     }
 
 
@@ -209,7 +216,6 @@ def _head_tsne(ctx: Context) -> dict[str, Any]:
     res = ctx.consumers["head-tsne"]
     assert isinstance(res, LayerHeadTSNE)
     ctx.run  # noqa: B018 - the streamed pass embeds layer by layer
-    embedding, kl, kl_restarts, tsne_s = res.gather()
     kept = np.arange(ctx.encoded.n) if ctx.keep is None else np.flatnonzero(ctx.keep)
     single = len(res.layers) == 1 and len(res.heads) == 1 and ctx.single_head()
     extra: dict[str, Any] = {}
@@ -218,15 +224,23 @@ def _head_tsne(ctx: Context) -> dict[str, Any]:
         assert isinstance(keeper, HeadKeeper)
         a = keeper.maps[(res.layers[0], res.heads[0])][np.ix_(kept, kept)]  # [query, key]
         extra["attention"] = np.round(a, 6).tolist()
-    else:  # every embedded head's matrix, one byte a weight: the dashboard's head and model views
-        packed = ctx.consumers["packed-attention"]
-        assert isinstance(packed, PackedAttention)
-        extra.update(packed.fields())
+        return head_tsne_section(res, kept, single=True, extra=extra)
+    packed = ctx.consumers["packed-attention"]  # every embedded head's matrix, one byte a weight
+    assert isinstance(packed, PackedAttention)
+    return head_tsne_section(res, kept, single=False, extra=packed.fields())
+
+
+def head_tsne_section(
+    res: LayerHeadTSNE, kept: np.ndarray, *, single: bool, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """The head-tsne section from a fed ``LayerHeadTSNE`` (also ``workers.analysis.external``)."""
+    embedding, kl, kl_restarts, tsne_s = res.gather()
     return {
         "layers": res.layers,
         "heads": res.heads,
         "kept": kept.tolist(),
         "engine": res.options.engine,
+        **(res.backends() if res.options.engine == "fast" else {}),  # which fast engine ran, and fallbacks
         "embedding": _grid(embedding, single),  # [token][2] or [layer][head][token][2]
         "kl": kl.ravel().tolist() if single else kl.tolist(),  # [kl] or [layer][head]
         "kl_restarts": _grid(kl_restarts, single) if not single else kl_restarts[0, 0].tolist(),
@@ -310,7 +324,7 @@ def _robustness(ctx: Context) -> dict[str, Any]:
     repeats, fraction = int(o["repeats"]), float(o["fraction"])
     rng = np.random.default_rng(int(o["seed"]))
     enc = run.encoded
-    from workers.analysis.affinities import head_affinities, perplexity_affinities
+    from workers.analysis.tsne.affinities import head_affinities, perplexity_affinities
 
     # disturbed inputs: one forward pass each
     p_head_d, p_hid_d, replaced = [], [], []
@@ -350,9 +364,9 @@ def _robustness(ctx: Context) -> dict[str, Any]:
 
 @section("decomposition")
 def _decomposition(ctx: Context) -> dict[str, Any]:
-    """SPEC §6 term importances; option ``dtype`` picks the precision, ``layer`` the head-view state."""
+    """docs/decomposition.md term importances; option ``dtype`` picks the precision, ``layer`` the head-view state."""
     from workers.analysis.decomposition import decompose_encoded
-    from workers.analysis.decomposition_stats import decomposition_section
+    from workers.analysis.decomposition.stats import decomposition_section
     from workers.models import Catalogue, load_model
 
     o, loaded = ctx.options, ctx.loaded
@@ -370,7 +384,7 @@ def _decomposition(ctx: Context) -> dict[str, Any]:
 
 @section("lasf")
 def _lasf(ctx: Context) -> dict[str, Any]:
-    """SPEC 9: the fields of a LasF layer on this text, and the specialisation table."""
+    """docs/lasf.md: the fields of a LasF layer on this text, and the specialisation table."""
     from workers.analysis.lasf import lasf_section, specialisation
 
     if ctx.lasf is None:
@@ -405,7 +419,7 @@ def common(ctx: Context) -> dict[str, Any]:
         out.update(
             {
                 "tokens": enc.tokens,
-                "token_texts": [ctx.text[a:b] for a, b in enc.offsets],
+                "token_texts": enc.texts if enc.texts is not None else [ctx.text[a:b] for a, b in enc.offsets],
                 "offsets": [list(o) for o in enc.offsets],
                 "special": enc.special,
                 "n_tokens": enc.n,
@@ -480,3 +494,18 @@ def analyze(
             on_section(kind, sec, result)
     progress(1.0, "done")
     return result
+
+
+WARM_UP_TEXT = "The cat sat on the mat. The dog slept by the door, and the cat watched it."
+
+
+def warm_up(loaded: LoadedModel) -> float:
+    """Run the text explorer's first request on a short text (a forward pass with the streamed
+    consumers, every head's t-SNE, the states' t-SNE) so a fresh worker's first real request pays
+    for no lazy initialisation or compilation; seconds taken. A worker calls it per preloaded model."""
+    start = time.perf_counter()
+    opts = {"layer": "all", "head": "all", "n_iter": 20, "early_exaggeration_iter": 10, "perplexity": 4.0,
+            "hidden_layer": 0}  # fmt: skip
+    analyze(loaded, WARM_UP_TEXT, ["max-attention", "head-tsne", "hidden-tsne"], opts)
+    return time.perf_counter() - start
+

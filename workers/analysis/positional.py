@@ -1,4 +1,4 @@
-"""Learned positional encodings (SPEC.md §7): references, Procrustes, distance matrices, modularity.
+"""Learned positional encodings (docs/positional.md): references, Procrustes, distance matrices, modularity.
 
 Everything takes a PE matrix ``E`` of shape ``[position, dim]`` as numpy and returns JSON-ready
 values; numpy and scipy only, so a notebook can call it as well as a worker::

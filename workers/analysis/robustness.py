@@ -1,4 +1,4 @@
-"""Robustness of the two t-SNEs to disturbed input (SPEC §4, thesis 4.4).
+"""Robustness of the two t-SNEs to disturbed input (docs/analyses.md#robustness, thesis 4.4).
 
 A fraction of the (non-special) tokens is replaced by tokens drawn at random from the same text;
 both t-SNEs run R times with and without disturbance; we report the KL distributions.

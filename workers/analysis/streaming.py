@@ -51,7 +51,7 @@ def visible_counts(idx: np.ndarray, *, causal: bool) -> np.ndarray:
 
 
 class AttentionStats:
-    """Max and mean attention each key receives (SPEC §3), per layer and head.
+    """Max and mean attention each key receives (docs/analyses.md#maximum-attention), per layer and head.
 
     ``max[l, h, j] = max_i A[l, h, i, j]`` and ``mean[l, h, j] = mean_i A[l, h, i, j]`` over the kept
     queries ``i`` that can see key ``j``: every query for an encoder, the queries ``i >= j`` for a
@@ -95,7 +95,7 @@ class HeadKeeper:
 
 
 class LayerHeadTSNE:
-    """Attention-head t-SNE (SPEC §1) of the chosen heads, embedded layer by layer as the maps arrive.
+    """Attention-head t-SNE (docs/analyses.md#attention-head-t-sne) of the chosen heads, embedded layer by layer as the maps arrive.
 
     Only one layer's P (float64, [head, m, m]) is alive at a time. Results are gathered in layer order:
     ``embedding`` [layer, head, token, 2], ``kl`` [layer, head], ``kl_restarts`` [layer, head, restart].
@@ -122,8 +122,10 @@ class LayerHeadTSNE:
     def __call__(self, layer: int, weights: torch.Tensor) -> None:
         if layer not in self.layers:
             return
-        if weights.device.type != "cpu" and self.options.engine == "fast":  # a GPU worker: P stays there
-            from workers.analysis.gpu_tsne import embed_layer_on_device
+        from workers.analysis.tsne.chain import device_path
+
+        if self.options.engine == "fast" and device_path(weights.device):  # a GPU worker: P stays there
+            from workers.analysis.tsne.engines import embed_layer_on_device
 
             self.results[layer] = embed_layer_on_device(weights[0, self.heads], keep=self.keep, options=self.options)
         else:
@@ -131,6 +133,14 @@ class LayerHeadTSNE:
             self.results[layer] = embed_layer(a, keep=self.keep, options=self.options)
         done = len(self.results)
         self.progress(done / len(self.layers), f"head t-SNE: layer {layer} ({done}/{len(self.layers)} layers)")
+
+    def backends(self) -> dict[str, object]:
+        """Which fast engine embedded the layers (``"cpu"``, ``"triton-wide"``, or several joined by
+        ``+`` in layer order) and every fallback note, for the result."""
+        ran = [self.results[lay].extra.get("backend") for lay in self.layers if lay in self.results]
+        notes = [n for lay in self.layers if lay in self.results for n in self.results[lay].extra.get("fallback", [])]
+        names = list(dict.fromkeys(r for r in ran if r))
+        return {"backend": "+".join(names) or None, "fallback": list(dict.fromkeys(notes))}
 
     def gather(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         """(embedding [L, H, m, 2], kl [L, H], kl_restarts [L, H, k], seconds) in layer order."""

@@ -1,4 +1,4 @@
-"""The LasF module (Pei et al., ICML 2024, sections 3-4; SPEC section 9), in plain torch.
+"""The LasF module (Pei et al., ICML 2024, sections 3-4; docs/lasf.md), in plain torch.
 
 ``LasF(n_fields, d_in, d_q, d_s, d_out, mode=..., kernel=...)`` maps ``x`` [batch, L, D_X] to
 ``Y_hat`` [batch, L, D_Y]. Trainable tensors carry the paper's names: ``L`` [N_s, D_X, D_Q] (neuronal
@@ -67,7 +67,7 @@ def field_relations(q_mean: torch.Tensor) -> torch.Tensor:
 
 
 class LasF(nn.Module):
-    """A LasF layer: N_s semantic fields relate the tokens; Phi mixes the fields (SPEC section 9)."""
+    """A LasF layer: N_s semantic fields relate the tokens; Phi mixes the fields (docs/lasf.md)."""
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""Latin Square Task puzzles (SPEC.md §8, paper section 2.1).
+"""Latin Square Task puzzles (docs/positional.md, paper section 2.1).
 
 A puzzle is a 4 x 4 Latin square with some cells shown, the rest blank, and one probe cell whose
 symbol the model must name. Cells are tokens in row-major order (t = 4·r + c) with values

@@ -37,8 +37,9 @@ class Encoded:
     input_ids: list[int]
     tokens: list[str]  # the tokenizer's own token strings
     offsets: list[tuple[int, int]]  # character span of each token in the text ((0, 0) for specials)
-    special: list[bool]  # True for [CLS], [SEP], <s>, </s>, padding
+    special: list[bool]  # True for [CLS], [SEP], <s>, </s>, padding, and a chat template's tokens
     truncated_from: int | None = None  # the original token count when truncation happened
+    texts: list[str] | None = None  # each token's span of the string tokenised (chat: the template's too)
 
     @property
     def n(self) -> int:
@@ -80,47 +81,75 @@ class ModelRun:
         return int(self.meta.get("n_heads") or self.attentions.shape[1])  # type: ignore[union-attr]
 
 
-def encode(loaded: LoadedModel, text: str, *, truncate: bool = False) -> Encoded:
+CHAT_SENTINEL = "\x00HEADSCOPE-USER-MESSAGE\x00"
+
+
+def chat_frame(loaded: LoadedModel) -> tuple[str, str]:
+    """The model's chat template around one user message: (text before it, text after it), with
+    the prompt for the assistant's answer. SmolLM2: ``<|im_start|>system\\n...<|im_end|>\\n
+    <|im_start|>user\\n`` and ``<|im_end|>\\n<|im_start|>assistant\\n``.
+
+    Raises:
+        HeadscopeError: the model has no chat template (an encoder, a base model).
+    """
+    tok = loaded.tokenizer
+    if not getattr(tok, "chat_template", None):
+        raise HeadscopeError(f"model {loaded.name!r} has no chat template; turn the chat message option off")
+    rendered = tok.apply_chat_template([{"role": "user", "content": CHAT_SENTINEL}], tokenize=False,
+                                       add_generation_prompt=True)  # fmt: skip
+    before, found, after = str(rendered).partition(CHAT_SENTINEL)
+    if not found:
+        raise HeadscopeError(f"the chat template of {loaded.name!r} does not show the user's message as is")
+    return before, after
+
+
+def _tokenize(tok: Any, text: str, *, add_special_tokens: bool, **kw: Any) -> tuple[list[int], list[tuple[int, int]], list[bool]]:
+    enc = tok(text, return_offsets_mapping=True, return_special_tokens_mask=True,
+              add_special_tokens=add_special_tokens, verbose=False, **kw)  # fmt: skip
+    return (list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]],
+            [bool(s) for s in enc["special_tokens_mask"]])  # fmt: skip
+
+
+def encode(loaded: LoadedModel, text: str, *, truncate: bool = False, chat: bool = False) -> Encoded:
     """Tokenise ``text`` as the model's own tokenizer does.
+
+    ``chat``: wrap the text in the model's chat template as a user message (``chat_frame``); every
+    token outside the message is marked special (so ``drop_special`` hides the template) and has
+    offsets (0, 0); ``texts`` holds every token's span of the templated string.
 
     Raises:
         EmptyTextError: nothing but whitespace.
         TextTooLongError: more tokens than the model takes and ``truncate`` is False.
+        HeadscopeError: ``chat`` on a model without a chat template.
     """
     if not text or not text.strip():
         raise EmptyTextError()
     tok = loaded.tokenizer
-    enc = tok(
-        text,
-        return_offsets_mapping=True,
-        return_special_tokens_mask=True,
-        add_special_tokens=True,
-        truncation=False,
-        verbose=False,
-    )
-    ids = list(enc["input_ids"])
-    offsets = [tuple(o) for o in enc["offset_mapping"]]
-    special = [bool(s) for s in enc["special_tokens_mask"]]
+    if chat:
+        before, after = chat_frame(loaded)
+        source, start, end = before + text + after, len(before), len(before) + len(text)
+        ids, spans, _ = _tokenize(tok, source, add_special_tokens=False, truncation=False)
+        inside = [a < end and b > start for a, b in spans]  # the token overlaps the user's message
+        special = [not k for k in inside]
+        offsets = [(max(a, start) - start, min(b, end) - start) if k else (0, 0) for (a, b), k in zip(spans, inside, strict=True)]
+        texts = [source[a:b] for a, b in spans]
+    else:
+        ids, offsets, special = _tokenize(tok, text, add_special_tokens=True, truncation=False)
+        texts = None
     truncated_from = None
     limit = loaded.max_length
     if len(ids) > limit:
         if not truncate:
             raise TextTooLongError(count=len(ids), limit=limit, model=loaded.name)
         truncated_from = len(ids)
-        enc = tok(
-            text,
-            return_offsets_mapping=True,
-            return_special_tokens_mask=True,
-            truncation=True,
-            max_length=limit,
-        )
-        ids = list(enc["input_ids"])
-        offsets = [tuple(o) for o in enc["offset_mapping"]]
-        special = [bool(s) for s in enc["special_tokens_mask"]]
+        if chat:  # keep the start of the template and of the message
+            ids, offsets, special, texts = ids[:limit], offsets[:limit], special[:limit], texts[:limit]  # type: ignore[index]
+        else:
+            ids, offsets, special = _tokenize(tok, text, add_special_tokens=True, truncation=True, max_length=limit)
     if not any(not s for s in special):
         raise EmptyTextError()
     tokens = tok.convert_ids_to_tokens(ids)
-    return Encoded(ids, list(tokens), offsets, special, truncated_from)  # type: ignore[arg-type]
+    return Encoded(ids, list(tokens), offsets, special, truncated_from, texts)  # type: ignore[arg-type]
 
 
 def model_inputs(loaded: LoadedModel, encoded: Encoded) -> dict[str, torch.Tensor]:
@@ -169,7 +198,7 @@ def forward_streamed(
     """Run one text, handing each layer's attention ``[1, head, query, key]`` (on the model's
     device) to ``sink`` as the forward reaches it; keep none. Returns hidden states [layer+1, token, dim].
     """
-    enc = encoded if ids is None else Encoded(ids, encoded.tokens, encoded.offsets, encoded.special)
+    enc = encoded if ids is None else Encoded(ids, encoded.tokens, encoded.offsets, encoded.special, texts=encoded.texts)
     with watch_attention(loaded, sink):
         out = loaded.model(**model_inputs(loaded, enc), output_hidden_states=True)
     return _to_np(torch.stack(out.hidden_states)[:, 0])  # [layer+1, token, dim]

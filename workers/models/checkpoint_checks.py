@@ -10,9 +10,48 @@ each candidate PE and keeps only those whose values are all finite.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from workers.errors import BadFileError
+
+MAX_TENSORS = 4096  # entries in one file
+MAX_HEADER_BYTES = 16 * 1024**2  # safetensors JSON header, a PyTorch archive's data.pkl
+
+
+@dataclass
+class _Entry:
+    """One tensor found in a file: its name, stored shape and dtype, and how to read it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    load: Callable[[], np.ndarray]
+
+
+
+class UnsafePickleError(BadFileError):
+    """The file's pickle would import something other than tensors and containers."""
+
+    def __init__(self, filename: str, target: str):
+        self.target = target
+        super().__init__(
+            f"{filename}: refused — its pickle would call {target}, which could run code on the server; "
+            f"only tensors, dicts, lists and numbers are accepted (nothing was executed). "
+            f"Save a state_dict with torch.save, or use safetensors"
+        )
+
+
+def _decode(raw: bytes, dtype: str, order: str) -> np.ndarray:
+    """Little/big-endian bytes -> a native float array (bfloat16 widened to float32)."""
+    if dtype == "bfloat16":
+        half = np.frombuffer(raw, dtype=f"{order}u2").astype(np.uint32)
+        return (half << 16).view(np.float32)
+    arr = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder(">" if order == ">" else "<"))
+    return arr.astype(np.float64 if dtype == "float64" else np.float32)
 
 MAX_NDIM = 8
 MAX_DIM_SIZE = 2**40  # one axis; the byte checks bound the product
@@ -94,16 +133,3 @@ def finite_candidates(path: Any, candidates: list[dict], read: Any) -> list[dict
             f"every candidate tensor contains NaN or infinite values ({', '.join(repr(n) for n in dropped[:5])})"
         )
     return keep
-
-
-def inspect_file(path: Any, *, max_bytes: int | None = None) -> list[dict]:
-    """Everything the service checks before it keeps an upload: the structure (while listing),
-    then each candidate's values. Returns the usable candidates, best first.
-
-    Raises:
-        BadFileError: naming the first problem found.
-    """
-    from workers.models.checkpoints import list_candidates, read_tensor
-
-    cands = list_candidates(path, max_bytes=max_bytes)
-    return finite_candidates(path, cands, lambda p, name: read_tensor(p, name, max_bytes=max_bytes))

@@ -21,32 +21,35 @@ import struct
 import zipfile
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from workers.errors import BadFileError
-from workers.models.checkpoint_checks import (
+from workers.models.checkpoint_checks import (  # noqa: F401 (MAX_TENSORS, UnsafePickleError: part of this API)
+    MAX_HEADER_BYTES,
     MAX_NDIM,
+    MAX_TENSORS,
     NPY_VERSIONS,
+    UnsafePickleError,
+    _decode,
+    _Entry,
     check_data_size,
     check_npy_shape,
     check_spans,
     clean_name,
     clean_names,
+    finite_candidates,
     whole_count,
 )
 
 logger = logging.getLogger(__name__)
 
 MAX_CHECKPOINT_BYTES = 256 * 1024**2  # an uploaded file (MiniLM's 90 MB model.safetensors fits)
-MAX_TENSORS = 4096  # entries in one file
 MAX_POSITIONS = 1024  # rows n of a PE matrix (GPT-2's wpe has 1024)
 MIN_POSITIONS = 2
 MAX_DIM = 4096  # columns d of a PE matrix
-MAX_HEADER_BYTES = 16 * 1024**2  # safetensors JSON header, a PyTorch archive's data.pkl
 
 FLOAT_KINDS = ("float64", "float32", "float16", "bfloat16")
 _ST_DTYPES = {  # safetensors dtype -> (name, itemsize)
@@ -60,28 +63,6 @@ _STRONG_HINTS = {"pe", "wpe", "pos", "position", "positions", "positional", "pos
 _EMBED_HINTS = {"emb", "embed", "embeds", "embedding", "embeddings"}
 _NOT_PE_HINTS = {"word", "words", "token", "tok", "wte", "vocab", "type", "segment", "lm", "head"}
 _AUX_HINTS = {"init", "initial", "optimizer", "optim", "exp", "avg", "sq", "grad", "momentum"}
-
-
-@dataclass
-class _Entry:
-    """One tensor found in a file: its name, stored shape and dtype, and how to read it."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    load: Callable[[], np.ndarray]
-
-
-class UnsafePickleError(BadFileError):
-    """The file's pickle would import something other than tensors and containers."""
-
-    def __init__(self, filename: str, target: str):
-        self.target = target
-        super().__init__(
-            f"{filename}: refused — its pickle would call {target}, which could run code on the server; "
-            f"only tensors, dicts, lists and numbers are accepted (nothing was executed). "
-            f"Save a state_dict with torch.save, or use safetensors"
-        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,15 +308,6 @@ def _itemsize(dtype: str) -> int:
     return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
 
 
-def _decode(raw: bytes, dtype: str, order: str) -> np.ndarray:
-    """Little/big-endian bytes -> a native float array (bfloat16 widened to float32)."""
-    if dtype == "bfloat16":
-        half = np.frombuffer(raw, dtype=f"{order}u2").astype(np.uint32)
-        return (half << 16).view(np.float32)
-    arr = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder(">" if order == ">" else "<"))
-    return arr.astype(np.float64 if dtype == "float64" else np.float32)
-
-
 # --- NumPy --------------------------------------------------------------------------------------
 
 
@@ -437,3 +409,14 @@ def _scan_npz(path: Path, zf: zipfile.ZipFile) -> list[_Entry]:
 
         entries.append(_Entry(name, shape, kind, load))
     return entries
+
+
+def inspect_file(path: Any, *, max_bytes: int | None = None) -> list[dict]:
+    """Everything the service checks before it keeps an upload: the structure (while listing),
+    then each candidate's values. Returns the usable candidates, best first.
+
+    Raises:
+        BadFileError: naming the first problem found.
+    """
+    cands = list_candidates(path, max_bytes=max_bytes)
+    return finite_candidates(path, cands, lambda p, name: read_tensor(p, name, max_bytes=max_bytes))

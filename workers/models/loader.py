@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from workers.devices import resolve_device
 from workers.models.catalogue import Catalogue, ModelSpec, get_catalogue
 from workers.models.families import DTYPE_EAGER, Family, config_facts, family_of
 from workers.models.lm_head import Unembedding, load_unembedding
@@ -70,27 +70,8 @@ _lock = threading.Lock()
 
 
 def default_device() -> torch.device:
-    """cuda when available (and not disabled with HEADSCOPE_DEVICE), else cpu."""
-    wanted = os.environ.get("HEADSCOPE_DEVICE")
-    if wanted:
-        return torch.device(wanted)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def device_report() -> dict[str, object]:
-    """What this process computes on, for the worker's heartbeat and ``/api/health``: the models'
-    device (``default_device``), its name and memory, and the fast t-SNE engine's backend there."""
-    from workers.analysis.fast_tsne import pick_backend
-
-    dev = default_device()
-    out: dict[str, object] = {"device": str(dev), "tsne_backend": pick_backend("auto", dev)}
-    if dev.type == "cuda":
-        props = torch.cuda.get_device_properties(dev)
-        out.update(name=props.name, memory_gb=round(props.total_memory / 2**30, 1),
-                   capability=f"{props.major}.{props.minor}")  # fmt: skip
-    else:
-        out.update(name="cpu", threads=torch.get_num_threads())
-    return out
+    """The models' device (``workers.devices.resolve_device``)."""
+    return resolve_device()
 
 
 def _quiet_transformers() -> None:

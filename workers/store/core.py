@@ -29,8 +29,9 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from workers.protocol import JOB_ID, dumps
 from workers.store import migrate as migrations
 from workers.store.checkpoints import CheckpointStore
+from workers.store.corpora import CorpusStore
 from workers.store.engine import StoreUnavailable, database_url, describe, make_engine
-from workers.store.schema import checkpoints, fingerprints, results, shares
+from workers.store.schema import checkpoints, corpora, fingerprints, results, shares
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ COMPRESSION_LEVEL = 6
 STALE_UPLOAD_S = 3600  # uploads never committed (their process died) are removed after this
 
 
-class Store(CheckpointStore):
+class Store(CheckpointStore, CorpusStore):
     """Results, shares, fingerprints and checkpoints in one database.
 
     ``settings`` needs ``data_dir`` and ``result_ttl_s``; ``database_url`` (default: SQLite under
@@ -182,13 +183,15 @@ class Store(CheckpointStore):
 
     def stored_items(self) -> list[dict[str, Any]]:
         """Every stored result and committed checkpoint for the storage quota: ``{"kind":
-        "result"|"checkpoint", "id", "bytes", "used_at"}``, plus ``owners`` for checkpoints."""
+        "result"|"checkpoint"|"corpus", "id", "bytes", "used_at"}``, plus ``owners`` for uploads."""
         res_used = func.coalesce(results.c.used_at, results.c.created_at)
         ck_used = func.coalesce(checkpoints.c.used_at, checkpoints.c.created_at)
         with self._conn() as conn:
             rows = conn.execute(select(results.c.id, func.length(results.c.body), res_used)).all()
             cks = conn.execute(select(checkpoints.c.id, checkpoints.c.size, ck_used, checkpoints.c.meta)
                                .where(checkpoints.c.state == "ready")).all()
+            cps = conn.execute(select(corpora.c.id, func.length(corpora.c.body),
+                                      func.coalesce(corpora.c.used_at, corpora.c.created_at), corpora.c.meta)).all()
         items: list[dict[str, Any]] = [
             {"kind": "result", "id": rid, "bytes": int(size or 0), "used_at": float(used)} for rid, size, used in rows
         ]
@@ -196,6 +199,9 @@ class Store(CheckpointStore):
             owners = list(json.loads(meta).get("owners", [])) if meta else []
             items.append({"kind": "checkpoint", "id": cid, "bytes": int(size), "used_at": float(used),
                           "owners": owners})
+        for cid, size, used, meta in cps:
+            items.append({"kind": "corpus", "id": cid, "bytes": int(size or 0), "used_at": float(used),
+                          "owners": list(json.loads(meta).get("owners", []))})
         return items
 
     # ------------------------------------------------------------------------------- shares
@@ -284,6 +290,7 @@ class Store(CheckpointStore):
                 (checkpoints.c.state == "staged") & (checkpoints.c.created_at < now - STALE_UPLOAD_S))
             dropped = list(conn.execute(select(checkpoints.c.id, checkpoints.c.blob_path).where(gone)))
             conn.execute(delete(checkpoints).where(gone))
+            conn.execute(delete(corpora).where(corpora.c.expires_at < now))
         for row in dropped:
             self._forget_files(row.id, row.blob_path)
         for tmp in self.tmp_dir.iterdir():
@@ -298,9 +305,3 @@ class Store(CheckpointStore):
         if removed:
             logger.info("expired %d unshared results", len(removed))
         return removed
-
-    def import_files(self, source: Path) -> dict[str, Any]:
-        """Copy a file store (``results/``, ``shares/``, ``checkpoints/``) in; see ``importer``."""
-        from workers.store.importer import import_file_store
-
-        return import_file_store(self, source)

@@ -94,3 +94,18 @@ fingerprints = Table(
     Column("submissions", Integer, nullable=False, server_default="1"),  # times it was enqueued
     Column("expires_at", Float, nullable=True),
 )
+
+corpora = Table(
+    "corpora",
+    metadata,
+    Column("id", String(64), primary_key=True),  # cp- + the first 32 hex digits of the SHA-256 of the texts
+    Column("name", String(255), nullable=False),  # display only
+    Column("n_texts", Integer, nullable=False),
+    Column("size", BigInteger, nullable=False),  # bytes of the uncompressed JSON list of texts
+    Column("body", LargeBinary, nullable=False),  # the texts as a JSON list, zlib-compressed
+    Column("meta", Text, nullable=False),  # JSON: id, name, n_texts, format, field, owners, ...
+    Column("owner", String(128), nullable=True, index=True),  # the first uploader
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=True),
+    Column("used_at", Float, nullable=True),  # last use (an analysis, a new owner); NULL: created_at
+)

@@ -10,7 +10,7 @@ The gradient omits the factor 4, as openTSNE's does::
     grad_i = ex * sum_j p_ij w_ij (y_i - y_j) - (1 / Z) sum_j w_ij^2 (y_i - y_j),
     w_ij = 1 / (1 + |y_i - y_j|^2),  Z = sum_{i != j} w_ij.
 
-Importing this module needs numba; ``workers.analysis.fast_tsne`` falls back to torch without it.
+Importing this module needs numba; ``fast`` falls back to torch without it.
 """
 
 from __future__ import annotations

@@ -1,22 +1,80 @@
-"""The fast engine's spectral start: openTSNE's diffusion-map start by Lanczos.
+"""Starts of a t-SNE run: openTSNE's spectral start (diffusion map of P), random and pca starts.
 
-``spectral_init`` (tsne.py) takes a full eigendecomposition of every head's normalised P, O(n^3)
-each; the start needs only the two leading non-trivial eigenpairs. Lanczos with full
-reorthogonalisation finds them with a few dozen matrix-vector products, all heads in parallel
-(``fast_kernels.lanczos_round``), and gives the same start (tested). ``device_spectral_init`` is
-the same Lanczos in torch on P's device (a GPU engine keeps P there; only [B, n, 2] leaves it).
+``spectral_init`` takes a full eigendecomposition of every head's normalised P, O(n^3) each; the
+start needs only the two leading non-trivial eigenpairs. ``fast_spectral_init`` finds them by
+Lanczos with full reorthogonalisation, all heads in parallel (``cpu_kernels.lanczos_round``), and
+gives the same start (tested); ``device_spectral_init`` is the same Lanczos in torch on P's device.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
+import torch
 
-from workers.analysis import fast_tsne
+from workers.analysis.tsne.affinities import kernel_p
+from workers.analysis.tsne.options import numba_available
+from workers.errors import HeadscopeError
 
-if TYPE_CHECKING:
-    import torch
+
+def _rescale(y: np.ndarray, target_std: float = 1e-4) -> np.ndarray:
+    std = y[..., :, :1].std(axis=-2, keepdims=True)
+    return y / np.where(std > 0, std, 1.0) * target_std
+
+def spectral_init(p: np.ndarray, *, seed: int = 0) -> np.ndarray:
+    """openTSNE's spectral start (diffusion map of P), batched: [..., n, n] -> [..., n, 2]."""
+    return finish_spectral(spectral_vectors(p), seed=seed)
+
+def spectral_vectors(p: np.ndarray) -> np.ndarray:
+    """The diffusion-map coordinates behind ``spectral_init``, before sign and scale."""
+    pt = torch.as_tensor(p, dtype=torch.float64)
+    d = pt.sum(dim=-1).clamp_min(1e-300)
+    dis = d.rsqrt()
+    m = pt * dis[..., :, None] * dis[..., None, :]
+    evals, evecs = torch.linalg.eigh(m)  # ascending
+    vals = evals[..., -3:].flip(-1)  # the 3 largest, decreasing
+    vecs = (evecs[..., -3:].flip(-1) * dis[..., :, None]) * vals[..., None, :]
+    return vecs[..., :, 1:3].cpu().numpy()
+
+def finish_spectral(y: np.ndarray, *, seed: int, index: np.ndarray | None = None) -> np.ndarray:
+    """Sign, scale and jitter of a spectral start ``[..., n, 2]`` (shared by every engine).
+
+    The jitter of batch element ``b`` is drawn for index ``b``, or ``index[b]`` when given (a
+    subset of a batch, e.g. the heads of one length, keeps each head's jitter)."""
+    # a deterministic sign: the largest-magnitude coordinate of each axis is positive
+    idx = np.abs(y).argmax(axis=-2, keepdims=True)
+    sign = np.sign(np.take_along_axis(y, idx, axis=-2))
+    y = _rescale(y * np.where(sign == 0, 1.0, sign))
+    flat = y.reshape(-1, *y.shape[-2:])
+    heads = range(flat.shape[0]) if index is None else np.asarray(index).tolist()
+    jitter = np.stack([_normal(seed, b, flat.shape[-2:]) for b in heads])
+    return y + 1e-6 * jitter.reshape(y.shape)  # 1 % of the std, so coinciding points separate
+
+def _normal(seed: int, index: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Standard normal draws for batch element ``index``: independent of the batch's size."""
+    return np.random.default_rng([seed, index]).normal(0.0, 1.0, size=shape)
+
+def random_init(batch: int, n: int, *, seed: int) -> np.ndarray:
+    """Isotropic Gaussian start with std 1e-4: [batch, n, 2]."""
+    return _rescale(np.stack([_normal(seed, b, (n, 2)) for b in range(batch)]))
+
+def pca_init(x: np.ndarray) -> np.ndarray:
+    """First two principal components of the data, scaled to std 1e-4: [n, 2]."""
+    xc = np.asarray(x, dtype=np.float64) - np.mean(x, axis=0)
+    u, s, _ = np.linalg.svd(xc, full_matrices=False)
+    return _rescale(u[:, :2] * s[:2])
+
+def initial_embedding(
+    p: np.ndarray, *, init: str, seed: int, restart: int, x: np.ndarray | None = None
+) -> np.ndarray:
+    """The start of restart ``restart`` for a batch [B, n, n] of P: [B, n, 2]."""
+    batch, n = p.shape[0], p.shape[-1]
+    if restart > 0 or init == "random":
+        return random_init(batch, n, seed=seed + restart)
+    if init == "pca":
+        if x is None:
+            raise HeadscopeError("pca initialisation needs the data points; use spectral for attention")
+        return np.broadcast_to(pca_init(x), (batch, n, 2)).copy()
+    return spectral_init(p, seed=seed)
 
 
 def fast_spectral_init(
@@ -29,11 +87,9 @@ def fast_spectral_init(
     sign, scale and jitter as ``spectral_init``. A head stops when both Ritz residuals are below
     ``tol`` (checked every ``every`` steps). Falls back to ``spectral_init`` without numba.
     """
-    from workers.analysis.tsne import finish_spectral, spectral_init, spectral_vectors
-
-    if not fast_tsne.numba_available():
+    if not numba_available():
         return spectral_init(p, seed=seed)
-    from workers.analysis.fast_kernels import lanczos_round
+    from workers.analysis.tsne.cpu_kernels import lanczos_round
 
     batch, n = p.shape[0], p.shape[-1]
     d = np.maximum(np.asarray(p, dtype=np.float64).sum(-1), 1e-300)  # [B, n]
@@ -47,7 +103,7 @@ def fast_spectral_init(
     alpha, beta = np.zeros((batch, k)), np.zeros((batch, k))
     used = np.zeros(batch, dtype=np.int64)
     taken = np.zeros(batch, dtype=np.int64)
-    pk = fast_tsne.kernel_p(p)
+    pk = kernel_p(p)
     active = np.arange(batch)
     while len(active):
         j0 = int(used[active[0]])  # active heads move in step
@@ -75,7 +131,6 @@ def fast_spectral_init(
         out[heads] = basis * dis[heads, :, None] * vals[:, None, ::-1]
     return finish_spectral(out, seed=seed)
 
-
 def _ritz(alpha: np.ndarray, beta: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     """The two largest eigenpairs of each Lanczos tridiagonal matrix ``[h, size, size]``:
     ([h, 2] ascending, [h, size, 2]). LAPACK's tridiagonal solver, one head at a time: no BLAS
@@ -90,7 +145,6 @@ def _ritz(alpha: np.ndarray, beta: np.ndarray, size: int) -> tuple[np.ndarray, n
         )
         vals[i], vecs[i] = w, v
     return vals, vecs
-
 
 def device_spectral_init(
     p: torch.Tensor,
@@ -118,8 +172,6 @@ def device_spectral_init(
     (TF32 would cost ~1e-3 of the start's scale).
     """
     import torch
-
-    from workers.analysis.tsne import finish_spectral, spectral_vectors
 
     batch, size = p.shape[0], p.shape[-1]
     dev, f64 = p.device, torch.float64
@@ -194,7 +246,6 @@ def device_spectral_init(
         heads = np.flatnonzero(lens == n)
         final[heads, :n] = finish_spectral(raw[heads, :n], seed=seed, index=heads)
     return torch.as_tensor(final, device=dev)
-
 
 def _device_steps(
     p: torch.Tensor, dis: torch.Tensor, v1: torch.Tensor, q: torch.Tensor, alpha: torch.Tensor,

@@ -1,6 +1,6 @@
 """Triton kernels of the fast t-SNE engine's device path (issue 11).
 
-Exact-force gradient descent with openTSNE's update rule (as ``fast_kernels._steps``; the gradient
+Exact-force gradient descent with openTSNE's update rule (as ``cpu_kernels._steps``; the gradient
 omits the factor 4), in two layouts that share their tile code:
 
 - **fused**: one launch per round. One program per head runs that head's ``steps`` iterations and
@@ -26,8 +26,6 @@ that is not there (sm_90), as a test too.
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 import triton
@@ -100,7 +98,12 @@ def _sign(x):  # pragma: no cover - compiled
 
 @triton.jit
 def _move(yb, ub, gb, fb, n, N, iz, ex, mom, lr, max_step, BI: tl.constexpr):  # pragma: no cover - compiled
-    """The update of every point of a head from its forces in ``fb``, then the re-centring."""
+    """The update of every point of a head from its forces in ``fb``, then the re-centring.
+
+    A block of ``BI`` points is held by more threads than it has points (replicas). Each block is
+    read in full before a barrier and written after it, so a replica never reads a value its owner
+    has already overwritten: every thread computes the same values, and the centre (a reduction
+    over the block) is the same on every run (bit-reproducible)."""
     m0 = tl.zeros([BI], dtype=tl.float32)
     m1 = tl.zeros([BI], dtype=tl.float32)
     for i0 in range(0, n, BI):
@@ -112,6 +115,9 @@ def _move(yb, ub, gb, fb, n, N, iz, ex, mom, lr, max_step, BI: tl.constexpr):  #
         u1 = tl.load(ub + N + ri, mask=mi, other=0.0)
         g0 = tl.load(gb + ri, mask=mi, other=1.0)
         g1 = tl.load(gb + N + ri, mask=mi, other=1.0)
+        y0 = tl.load(yb + ri, mask=mi, other=0.0)
+        y1 = tl.load(yb + N + ri, mask=mi, other=0.0)
+        tl.debug_barrier()  # every replica has read the block before anyone writes it
         g0 = tl.where(_sign(u0) != _sign(gc0), g0 + 0.2, g0 * 0.8 + 0.01)  # delta-bar-delta gains
         g1 = tl.where(_sign(u1) != _sign(gc1), g1 + 0.2, g1 * 0.8 + 0.01)
         u0 = mom * u0 - lr * g0 * gc0
@@ -120,8 +126,8 @@ def _move(yb, ub, gb, fb, n, N, iz, ex, mom, lr, max_step, BI: tl.constexpr):  #
         scale = tl.where(norm > max_step, max_step / tl.maximum(norm, 1e-30), 1.0)
         u0 = u0 * scale
         u1 = u1 * scale
-        y0 = tl.load(yb + ri, mask=mi, other=0.0) + u0
-        y1 = tl.load(yb + N + ri, mask=mi, other=0.0) + u1
+        y0 = y0 + u0
+        y1 = y1 + u1
         tl.store(ub + ri, u0, mask=mi)
         tl.store(ub + N + ri, u1, mask=mi)
         tl.store(gb + ri, g0, mask=mi)
@@ -136,8 +142,11 @@ def _move(yb, ub, gb, fb, n, N, iz, ex, mom, lr, max_step, BI: tl.constexpr):  #
     for i0 in range(0, n, BI):
         ri = i0 + tl.arange(0, BI)
         mi = ri < n
-        tl.store(yb + ri, tl.load(yb + ri, mask=mi, other=0.0) - c0, mask=mi)
-        tl.store(yb + N + ri, tl.load(yb + N + ri, mask=mi, other=0.0) - c1, mask=mi)
+        y0 = tl.load(yb + ri, mask=mi, other=0.0)
+        y1 = tl.load(yb + N + ri, mask=mi, other=0.0)
+        tl.debug_barrier()  # as above: read the block in full, then write it
+        tl.store(yb + ri, y0 - c0, mask=mi)
+        tl.store(yb + N + ri, y1 - c1, mask=mi)
     tl.debug_barrier()
 
 
@@ -259,9 +268,9 @@ def layout(batch: int, n_max: int, device: torch.device) -> str:
     """``HEADSCOPE_TSNE_LAYOUT`` (fused / wide) if set, else wide unless there are at least two
     heads per SM for the fused layout to fill the GPU. (A first choice, to be settled by
     ``tests/bench/bench_gpu.py --layouts both`` on the GPU.)"""
-    wanted = os.environ.get("HEADSCOPE_TSNE_LAYOUT", "auto")
-    if wanted not in LAYOUTS:
-        raise ValueError(f"HEADSCOPE_TSNE_LAYOUT must be one of {', '.join(LAYOUTS)}, got {wanted!r}")
+    from workers.settings import get_settings
+
+    wanted = get_settings().tsne_layout  # validated by the settings (fused / wide / auto)
     if wanted != "auto":
         return wanted
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
@@ -278,10 +287,18 @@ def _check(state) -> None:
 
 def launch(state, steps: torch.Tensor, ex: torch.Tensor, mom: torch.Tensor, lr: torch.Tensor,
            max_step: float, *, check_every: int, which: str | None = None) -> None:  # fmt: skip
-    """One round for every head of ``state`` (a ``gpu_tsne.DeviceState``): up to ``check_every``
+    """One round for every head of ``state`` (a ``device.DeviceState``): up to ``check_every``
     iterations (each head its own ``steps``), then ``state.kl`` of every stepped head."""
     _check(state)
     which = which or layout(state.batch, state.n_max, state.device)
+    if state.device.type == "cuda":  # Triton launches on the current device: make it the tensors'
+        with torch.cuda.device(state.device):
+            _launch(state, steps, ex, mom, lr, max_step, check_every=check_every, which=which)
+    else:
+        _launch(state, steps, ex, mom, lr, max_step, check_every=check_every, which=which)
+
+
+def _launch(state, steps, ex, mom, lr, max_step, *, check_every: int, which: str) -> None:
     if which == "fused":
         bs = blocks(state.n_max)
         _fused_round[(state.batch,)](

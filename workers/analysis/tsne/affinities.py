@@ -1,8 +1,10 @@
-"""Neighbour probabilities for t-SNE and the exact KL divergence both engines report.
+"""Neighbour probabilities for t-SNE and the exact KL divergence every engine reports.
 
-- ``head_affinities``: SPEC §1, P straight from one head's attention matrix.
-- ``perplexity_affinities``: SPEC §2, Gaussian kernels with per-point σ found by bisection.
+- ``head_affinities``: P straight from one head's attention matrix (docs/analyses.md#attention-head-t-sne).
+- ``perplexity_affinities``: Gaussian kernels with per-point σ found by bisection
+  (docs/analyses.md#t-sne-of-hidden-states).
 - ``kl_divergence``: ``KL(P || Q)`` with the Student-t Q of an embedding, computed exactly.
+- ``entropies``, ``kernel_p``: P's entropy and the float32 copy of P the compiled kernels read.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from workers.analysis.tsne.options import P_FLUSH
 from workers.errors import HeadscopeError
 
 
@@ -39,7 +42,6 @@ def head_affinities(attention: np.ndarray, *, keep: np.ndarray | None = None) ->
         raise HeadscopeError("the attention matrix puts all its weight on the diagonal; P is undefined")
     return p / total
 
-
 def conditional_probabilities(x: np.ndarray, *, perplexity: float = 20.0, tol: float = 1e-5) -> np.ndarray:
     """Rows ``p_{j|i}`` of Gaussian kernels whose σ_i gives ``2^{H(P_i)} = perplexity``.
 
@@ -55,7 +57,6 @@ def conditional_probabilities(x: np.ndarray, *, perplexity: float = 20.0, tol: f
     sq = np.sum(x * x, axis=1)
     d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * x @ x.T, 0.0)
     return conditional_from_distances(d2, perplexity=perplexity, tol=tol)
-
 
 def conditional_from_distances(d2: np.ndarray, *, perplexity: float = 20.0, tol: float = 1e-5) -> np.ndarray:
     """``conditional_probabilities`` from squared distances d2 [n, n] instead of points."""
@@ -89,9 +90,8 @@ def conditional_from_distances(d2: np.ndarray, *, perplexity: float = 20.0, tol:
         )
     return pc
 
-
 def perplexity_affinities(x: np.ndarray, *, perplexity: float = 20.0, tol: float = 1e-5) -> np.ndarray:
-    """Symmetric Gaussian t-SNE probabilities ``(p_j|i + p_i|j) / 2n`` (SPEC §2).
+    """Symmetric Gaussian t-SNE probabilities ``(p_j|i + p_i|j) / 2n`` (docs/analyses.md#t-sne-of-hidden-states).
 
     Args:
         x: [n, d] points.
@@ -103,7 +103,6 @@ def perplexity_affinities(x: np.ndarray, *, perplexity: float = 20.0, tol: float
     p = (pc + pc.T) / (2.0 * n)
     np.fill_diagonal(p, 0.0)
     return p / p.sum()
-
 
 def kl_divergence(p: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor) -> np.ndarray:
     """Exact ``KL(P || Q)`` (nats) for one or a batch of embeddings, in float64.
@@ -136,3 +135,23 @@ def kl_divergence(p: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor) ->
         entropy = torch.special.xlogy(pc, pc).sum(dim=(-2, -1))
         out[s : s + chunk] = entropy + cross + pc.sum(dim=(-2, -1)) * torch.log(z)
     return out.reshape(lead).cpu().numpy()
+
+
+def entropies(p: np.ndarray) -> np.ndarray:
+    """``sum_ij p_ij log p_ij`` per matrix, float64, one matrix at a time: [B, n, n] -> [B]."""
+    from scipy.special import xlogy
+
+    out = np.zeros(p.shape[0])
+    for b in range(p.shape[0]):
+        pb = np.asarray(p[b], dtype=np.float64)
+        out[b] = xlogy(pb, pb).sum()
+    return out
+
+def kernel_p(p: np.ndarray) -> np.ndarray:
+    """The float32 copy of P the kernels read, entries below ``P_FLUSH`` zeroed (their forces are
+    < 1e-14 of a typical entry's; denormal products cost ~100x): [B, n, n], no float64 temporaries."""
+    out = np.empty(p.shape, dtype=np.float32)
+    for b in range(p.shape[0]):
+        out[b] = p[b]
+        out[b][out[b] < P_FLUSH] = 0.0
+    return out

@@ -1,4 +1,4 @@
-"""Exact additive decomposition of every hidden state (SPEC §6; Mickus et al. 2022, eqs. 1-5, app. A).
+"""Exact additive decomposition of every hidden state (docs/decomposition.md; Mickus et al. 2022, eqs. 1-5, app. A).
 
 Every hidden state splits as ``X[l] = i + h + f + c`` per token:
 
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from workers.analysis.decomposition_model import Recorder, batch_inputs, ln_stats, locate
+from workers.analysis.decomposition.model import Recorder, batch_inputs, ln_stats, locate
 from workers.analysis.progress import Progress, no_progress
 from workers.errors import HeadscopeError
 from workers.models.adapters import Encoded, encode
@@ -123,6 +123,14 @@ class Decomposition:
     def max_abs_error(self) -> np.ndarray:
         """[state]: ``|i + h + f + c - X[l]|_inf``."""
         return np.abs(self.reconstruction - self.states).max(axis=(1, 2))
+
+    @property
+    def max_rel_error(self) -> np.ndarray:
+        """[state]: ``max over tokens of |i + h + f + c - X[l]|_2 / |X[l]|_2`` (decoders' states reach
+        the thousands, so the absolute error alone says little)."""
+        err = np.linalg.norm(self.reconstruction - self.states, axis=2)  # [state, token]
+        norm = np.linalg.norm(self.states, axis=2)
+        return (err / np.where(norm > 0, norm, 1.0)).max(axis=1)
 
     @property
     def importance(self) -> np.ndarray:

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import spearmanr
 
-from workers.analysis.decomposition import CONVENTION, TERM_LABELS, Decomposition
+from workers.analysis.decomposition.terms import CONVENTION, TERM_LABELS, Decomposition
 from workers.errors import HeadscopeError
+from workers.rank_stats import spearman_per_state
 
 logger = logging.getLogger(__name__)
 
@@ -63,32 +63,6 @@ def importance_curves(dec: Decomposition, *, drop_special: bool = False) -> Impo
     )
 
 
-def spearman_per_state(
-    importance_a: np.ndarray, importance_b: np.ndarray, *, keep: np.ndarray | None = None
-) -> np.ndarray:
-    """[state, term]: Spearman's rho over tokens between two [state, token, term] importance arrays.
-
-    NaN where either side is constant over the tokens (e.g. attention at state 0).
-    """
-    a, b = np.asarray(importance_a), np.asarray(importance_b)
-    if a.ndim != 3 or b.ndim != 3 or a.shape[1:] != b.shape[1:]:
-        raise HeadscopeError(
-            f"importances must be [state, token, term] with the same tokens, got {a.shape} and {b.shape}"
-        )
-    if keep is not None:
-        a, b = a[:, keep], b[:, keep]
-    if a.shape[1] < 3:
-        raise HeadscopeError("Spearman's rho needs at least 3 tokens")
-    n_states = min(a.shape[0], b.shape[0])
-    rho = np.full((n_states, a.shape[2]), np.nan)
-    for s in range(n_states):
-        for k in range(a.shape[2]):
-            x, y = a[s, :, k], b[s, :, k]
-            if np.ptp(x) > 0 and np.ptp(y) > 0:
-                rho[s, k] = float(spearmanr(x, y).statistic)
-    return rho
-
-
 def importance_spearman(
     a: Decomposition, b: Decomposition, *, drop_special: bool = False
 ) -> np.ndarray:
@@ -129,6 +103,7 @@ def decomposition_section(
         "sd": curves.sd.tolist(),  # [state][term]
         "kept": curves.kept.tolist(),
         "max_abs_error": dec.max_abs_error.tolist(),  # [state]
+        "max_rel_error": dec.max_rel_error.tolist(),  # [state], relative to each token's state norm
         "head_state": hs,
         "head_importance": dec.head_importance[hs].tolist(),  # [layer][head][token]
         "head_importance_mean": curves.head_mean.tolist(),  # [state][layer][head]

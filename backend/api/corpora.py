@@ -1,0 +1,180 @@
+"""Corpora and corpus analyses (docs/corpus.md, docs/api.md).
+
+``POST /api/corpora`` takes a paste (``text``: one text per line) or an upload (``file``: ``.txt``,
+``.jsonl`` with ``field``, ``.csv`` with ``field`` naming the column), checks it completely
+(``workers.corpora``: encoding, size, row count, empty rows, a missing field or column) and only then
+stores it, content-addressed (``cp-`` + SHA-256), with its owners for quotas and expiry as an uploaded
+checkpoint. A refused corpus gets a 422 naming the problem and nothing of it is kept.
+``/api/corpus-analyses`` queue, report and cancel the statistics of every head; ``/api/corpus-joint``
+one head's joint query–key map.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from fastapi import APIRouter, File, Form, HTTPException, UploadFile
+from fastapi.responses import JSONResponse
+
+from backend import quota
+from backend.api.analyses import model_facts
+from backend.api.checkpoints import safe_filename
+from backend.api.common import PARTIAL_QUERY, job_status, not_found
+from backend.clients import ClientDep
+from backend.deps import QueueDep, SettingsDep, StoreDep, WriteAccess
+from backend.errors import error_responses
+from backend.store import Store
+from workers.contracts import CorpusRequest, JobStatus, JointMapRequest
+from workers.corpora import MAX_CORPUS_BYTES, format_of, parse_corpus, shipped_corpus, shipped_list
+from workers.errors import HeadscopeError
+from workers.models.catalogue import get_catalogue
+from workers.protocol import JOB_ID
+
+logger = logging.getLogger(__name__)
+router = APIRouter(tags=["corpus"])
+
+PUBLIC = ("id", "name", "n_texts", "size", "format", "field", "uploaded_at", "preview")
+
+
+def _public(meta: dict) -> dict:
+    return {k: meta[k] for k in PUBLIC if k in meta}
+
+
+@router.post("/api/corpora", status_code=201, dependencies=[WriteAccess], responses=error_responses(413, 415))
+def upload_corpus(
+    store: StoreDep, settings: SettingsDep, client: ClientDep,
+    file: UploadFile | None = File(None, description="a .txt, .jsonl or .csv file"),  # noqa: B008
+    text: str | None = Form(None, description="pasted texts, one per line"),
+    field: str | None = Form(None, max_length=200, description="the JSONL field or CSV column (default: text)"),
+    name: str | None = Form(None, max_length=200, description="a display name"),
+) -> dict:
+    """Check a corpus completely, then store it; ``{"id", "name", "n_texts", ...}``."""
+    if (file is None) == (text is None):
+        raise HTTPException(422, "give either a file or pasted text (one text per line)")
+    limit = min(settings.max_upload_bytes, MAX_CORPUS_BYTES)
+    if file is not None:
+        filename = safe_filename(file.filename)
+        fmt = format_of(filename)
+        if fmt is None:
+            raise HTTPException(415, f"{filename}: unsupported file type; upload .txt, .jsonl or .csv")
+        raw = file.file.read(limit + 1)
+        if len(raw) > limit:
+            raise HTTPException(413, f"{filename} is larger than the {limit:,}-byte limit for a corpus")
+        source: bytes | str = raw
+    else:
+        filename, fmt, source = "pasted text", "txt", text or ""
+        if field is not None:
+            raise HTTPException(422, "field applies to .jsonl and .csv uploads, not to pasted text")
+    if fmt == "txt" and field is not None:
+        raise HTTPException(422, f"{filename}: field applies to .jsonl and .csv files, not to .txt")
+    try:
+        corpus = parse_corpus(source, fmt=fmt, name=filename, field=field, max_bytes=limit)
+    except HeadscopeError as exc:
+        raise HTTPException(422, str(exc)) from None
+    cid = corpus.id
+    existing = store.add_corpus_owner(cid, client.owner)
+    if existing is not None:
+        return _public(existing)
+    size = len(corpus.texts) * 2 + corpus.n_chars  # about the stored JSON's size
+    quota.check_upload(store, settings, owner=client.owner, size=size, filename=filename)
+    meta = {"id": cid, "name": (name or filename)[:200], "n_texts": len(corpus.texts), "size": size,
+            "format": fmt, "field": field if fmt != "txt" else None, "uploaded_at": time.time(),
+            "owners": [client.owner], "preview": [t[:200] for t in corpus.texts[:5]]}
+    store.put_corpus(cid, corpus.texts, meta=meta, owner=client.owner)
+    return _public(meta)
+
+
+@router.get("/api/corpora")
+def list_corpora(store: StoreDep, client: ClientDep) -> dict:
+    """This client's corpora (no one else's) and the shipped ones (ids ``builtin-...``)."""
+    mine = [_public(m) for m in store.list_corpora() if client.owner in m.get("owners", [])]
+    return {"corpora": mine, "shipped": shipped_list()}
+
+
+@router.get("/api/corpora/{corpus_id}", responses=error_responses(404))
+def get_corpus(corpus_id: str, store: StoreDep) -> dict:
+    if corpus_id.startswith("builtin-"):
+        found = next((c for c in shipped_list() if c["id"] == corpus_id), None)
+        if found is None:
+            raise not_found("corpus", corpus_id)
+        return found
+    meta = store.corpus(corpus_id)
+    if meta is None:
+        raise not_found("corpus", corpus_id)
+    return _public(meta)
+
+
+def _check_corpus(corpus: str, store: Store) -> None:
+    if corpus.startswith("builtin-"):
+        if shipped_corpus(corpus) is None:
+            raise HTTPException(404, f"no shipped corpus {corpus!r}")
+    elif store.corpus(corpus) is None:
+        raise HTTPException(404, f"no corpus with id {corpus!r}; upload it first")
+    else:
+        store.touch_corpus(corpus)
+
+
+def _check_model(model: str, *, layer: int | None = None, head: int | None = None) -> None:
+    try:
+        spec = get_catalogue().get(model)
+    except HeadscopeError as exc:
+        raise HTTPException(422, str(exc)) from None
+    facts = model_facts(spec)
+    n_layers, n_heads = facts.get("n_layers"), facts.get("n_heads")
+    if layer is not None and n_layers and layer >= n_layers:
+        raise HTTPException(422, f"layer {layer} is out of range: {model} has layers 0-{n_layers - 1}")
+    if head is not None and n_heads and head >= n_heads:
+        raise HTTPException(422, f"head {head} is out of range: {model} has heads 0-{n_heads - 1}")
+
+
+@router.post("/api/corpus-analyses", status_code=202, dependencies=[WriteAccess], responses=error_responses(404))
+def submit_corpus(req: CorpusRequest, queue: QueueDep, store: StoreDep) -> JSONResponse:
+    """Queue the statistics of every head over a corpus; identical requests share one job."""
+    _check_model(req.model)
+    _check_corpus(req.corpus, store)
+    job_id = req.job_id()
+    state = queue.submit("corpus", job_id, req.normalised())
+    return JSONResponse({"id": job_id, "status": state.status}, status_code=202)
+
+
+@router.get("/api/corpus-analyses/{job_id}", response_model=JobStatus, responses=error_responses(404))
+def get_corpus_analysis(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY):
+    """Status, progress (texts/s), the statistics so far while running, the result when finished."""
+    return job_status(queue, job_id, kind="corpus", what="corpus analysis", pattern=JOB_ID, partial=partial)
+
+
+@router.delete("/api/corpus-analyses/{job_id}", dependencies=[WriteAccess], responses=error_responses(404))
+def cancel_corpus_analysis(job_id: str, queue: QueueDep) -> dict:
+    """Cancel a queued or running corpus analysis (a finished one is left as it is)."""
+    return _cancel(queue, job_id, kind="corpus", what="corpus analysis")
+
+
+def _cancel(queue, job_id: str, *, kind: str, what: str) -> dict:  # noqa: ANN001
+    if not JOB_ID.fullmatch(job_id):
+        raise not_found(what, job_id)
+    state = queue.cancel(job_id)
+    if state is None or state.kind != kind:
+        raise not_found(what, job_id)
+    return {"id": job_id, "status": state.status,
+            "cancelled": state.status in ("queued", "running")}
+
+
+@router.post("/api/corpus-joint", status_code=202, dependencies=[WriteAccess], responses=error_responses(404))
+def submit_joint(req: JointMapRequest, queue: QueueDep, store: StoreDep) -> JSONResponse:
+    """Queue one head's joint query–key map over a corpus (docs/corpus.md)."""
+    _check_model(req.model, layer=req.layer, head=req.head)
+    _check_corpus(req.corpus, store)
+    job_id = req.job_id()
+    state = queue.submit("corpus-joint", job_id, req.normalised())
+    return JSONResponse({"id": job_id, "status": state.status}, status_code=202)
+
+
+@router.get("/api/corpus-joint/{job_id}", response_model=JobStatus, responses=error_responses(404))
+def get_joint(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY):
+    return job_status(queue, job_id, kind="corpus-joint", what="joint map", pattern=JOB_ID, partial=partial)
+
+
+@router.delete("/api/corpus-joint/{job_id}", dependencies=[WriteAccess], responses=error_responses(404))
+def cancel_joint(job_id: str, queue: QueueDep) -> dict:
+    return _cancel(queue, job_id, kind="corpus-joint", what="joint map")

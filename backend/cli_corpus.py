@@ -1,0 +1,85 @@
+"""``headscope corpus``: statistics of every head over a corpus file or a shipped corpus, JSON out
+(keys: docs/results.md, "corpus"); with ``--joint L,H`` one head's joint query–key map as well."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def read_corpus(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """(corpus id, texts) of ``--file`` (checked as an upload is) or ``--corpus``."""
+    from workers.corpora import format_of, parse_corpus, shipped_corpus
+    from workers.errors import HeadscopeError
+
+    if args.file is not None:
+        path = Path(args.file)
+        fmt = format_of(path.name)
+        if fmt is None:
+            raise HeadscopeError(f"{path.name}: unsupported file type; use .txt, .jsonl or .csv")
+        if not path.is_file():
+            raise HeadscopeError(f"{path}: no such file")
+        corpus = parse_corpus(path.read_bytes(), fmt=fmt, name=path.name, field=args.field)
+        return corpus.id, corpus.texts
+    found = shipped_corpus(args.corpus)
+    if found is None:
+        raise HeadscopeError(f"unknown shipped corpus {args.corpus!r}; use builtin-english or builtin-lasf-heldout")
+    return args.corpus, found.texts
+
+
+def cmd_corpus(args: argparse.Namespace) -> int:
+    from backend.progress import StderrProgress
+    from workers.contracts import CorpusOptions, CorpusRequest, JointMapRequest
+    from workers.errors import HeadscopeError
+    from workers.jobs_corpus import compute_corpus, compute_joint
+    from workers.protocol import dumps
+
+    if (args.file is None) == (args.corpus is None):
+        raise HeadscopeError("give exactly one of --file and --corpus")
+    corpus_id, texts = read_corpus(args)
+    opts: dict[str, Any] = {"max_tokens": args.max_tokens, "keep_special": args.keep_special, "dtype": args.dtype}
+    if args.statistics:
+        opts["statistics"] = [s.strip() for s in args.statistics.split(",") if s.strip()]
+    try:
+        req = CorpusRequest(model=args.model, corpus=corpus_id, options=CorpusOptions(**opts))
+    except ValueError as exc:
+        raise HeadscopeError(str(exc).splitlines()[-1] if str(exc) else "bad options") from None
+    progress = StderrProgress("corpus", enabled=not args.quiet)
+    result = compute_corpus(req, texts=texts, progress=progress, on_partial=lambda _: None)
+    progress.close()
+    if args.joint:
+        layer, head = (int(x) for x in args.joint.split(","))
+        jreq = JointMapRequest(model=args.model, corpus=corpus_id, layer=layer, head=head, max_tokens=args.max_tokens,
+                               keep_special=args.keep_special, method=args.method)
+        jp = StderrProgress("joint map", enabled=not args.quiet)
+        result["joint"] = compute_joint(jreq, texts=texts, progress=jp)
+        jp.close()
+    out = Path(args.out)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text(dumps(result))
+    os.replace(tmp, out)  # a failed or interrupted run leaves no half-written file
+    if not args.quiet:
+        print(json.dumps({"out": str(out), "n_texts": result["n_texts"], "n_tokens": result["n_tokens"],
+                          "truncated": result["truncated"], "seconds": result["seconds"]}), file=sys.stderr)
+    return 0
+
+
+def add_corpus_commands(sub: Any) -> None:
+    c = sub.add_parser("corpus", help="statistics of every head over a corpus (JSON out)")
+    c.add_argument("--model", default="minilm", help="catalogue name (default: minilm)")
+    c.add_argument("--file", help="a .txt (one text per line), .jsonl or .csv file")
+    c.add_argument("--corpus", help="a shipped corpus instead: builtin-english or builtin-lasf-heldout")
+    c.add_argument("--field", help="the .jsonl field or .csv column holding the texts (default: text)")
+    c.add_argument("--max-tokens", type=int, default=128, help="per text; longer texts are cut (counted)")
+    c.add_argument("--keep-special", action="store_true", help="keep [CLS]/[SEP]/<s> as queries and keys")
+    c.add_argument("--statistics", help="comma-separated subset (default: all)")
+    c.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    c.add_argument("--joint", metavar="L,H", help="also the joint query-key map of head (L, H)")
+    c.add_argument("--method", choices=["pca", "tsne"], default="pca", help="embedding of the joint map")
+    c.add_argument("--out", required=True, help="the result JSON")
+    c.add_argument("--quiet", action="store_true")
+    c.set_defaults(func=cmd_corpus)

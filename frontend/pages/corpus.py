@@ -1,0 +1,351 @@
+"""Corpus: statistics of every head over many texts, a map of heads, one head's top contexts and its
+joint query–key map (docs/corpus.md).
+
+URL state: ``/corpus?analysis=<corpus job id>`` (or a share) plus ``head`` ("L.H", the selected
+head), ``color`` (what colours the map of heads) and ``stat`` (the histogram's statistic).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import Any
+
+from dash import Dash, Input, Output, State, dash_table, dcc, html, no_update
+
+from frontend import figures_corpus as C
+from frontend.api_client import ApiError
+from frontend.data import ResultStore
+from frontend.figures import empty_figure
+from frontend.pages.common import (
+    PageView,
+    export_bar,
+    graph,
+    model_options,
+    progress_block,
+    register_exports,
+    register_poll,
+    register_view,
+)
+
+logger = logging.getLogger(__name__)
+
+NAME = "corpus"  # a share's view names its page
+PATH = "/corpus"
+TITLE = "Corpus"
+NAV_ORDER = 5
+GRAPHS = ["corpus-map-graph", "corpus-compare-graph", "corpus-hist-graph", "corpus-joint-graph"]
+VIEW_KEYS = ("head", "color", "stat")
+
+
+def corpus_request(*, model: str, corpus: str, max_tokens: Any, keep_special: bool) -> dict[str, Any]:
+    return {"model": model, "corpus": corpus,
+            "options": {"max_tokens": int(max_tokens or 128), "keep_special": bool(keep_special)}}
+
+
+def _corpus_options(store: ResultStore) -> list[dict[str, str]]:
+    try:
+        listed = store.client.corpora()
+    except ApiError:
+        return []
+    shipped = [{"label": f"{c['id']} ({c['n_texts']} texts, shipped)", "value": c["id"]} for c in listed["shipped"]]
+    mine = [{"label": f"{c['name']} ({c['n_texts']} texts)", "value": c["id"]} for c in listed["corpora"]]
+    return shipped + mine
+
+
+def _restore(store: ResultStore, query: dict[str, str], share: dict[str, Any] | None):
+    source, request, view = None, {}, {}
+    if share is not None:
+        source = {"kind": "share", "id": share["id"]}
+        request, view = share.get("request") or {}, dict(share.get("view") or {})
+    elif query.get("analysis"):
+        source = {"kind": "corpus", "id": query["analysis"]}
+        request = store.status(source).get("request") or {}
+    view.update({k: v for k, v in query.items() if k in VIEW_KEYS})
+    return source, request, view
+
+
+def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None) -> html.Div:
+    options, default_model, _ = model_options(store)
+    source, request, view = _restore(store, query, share)
+    opts = request.get("options") or {}
+    corpora = _corpus_options(store)
+    return html.Div(className="page", id="corpus-page", children=[
+        html.H2("Heads across a corpus"),
+        html.Div(className="controls", children=[
+            html.Div(className="control-row", children=[
+                html.Label("model", htmlFor="corpus-model"),
+                dcc.Dropdown(id="corpus-model", options=options, value=request.get("model") or default_model,
+                             clearable=False, className="model-picker"),
+                html.Label("corpus", htmlFor="corpus-pick"),
+                dcc.Dropdown(id="corpus-pick", options=corpora, value=request.get("corpus") or "builtin-english",
+                             clearable=False, style={"minWidth": "22em"}),
+            ]),
+            html.Details(children=[
+                html.Summary("add a corpus: paste texts (one per line) or upload .txt / .jsonl / .csv"),
+                dcc.Textarea(id="corpus-paste", placeholder="one text per line", className="text-input"),
+                html.Div(className="control-row", children=[
+                    html.Button("Store pasted texts", id="corpus-store-paste", className="button"),
+                    dcc.Upload(id="corpus-upload", children=html.Button("Upload a file…", className="button")),
+                    html.Label("field / column (.jsonl, .csv)", htmlFor="corpus-field"),
+                    dcc.Input(id="corpus-field", type="text", placeholder="text", debounce=True),
+                ]),
+                html.Div(id="corpus-upload-status", className="status"),
+            ]),
+            html.Div(className="control-row", children=[
+                html.Label("max tokens per text", htmlFor="corpus-max-tokens"),
+                dcc.Input(id="corpus-max-tokens", type="number", min=2, max=4096, step=1,
+                          value=opts.get("max_tokens", 128)),
+                dcc.Checklist(id="corpus-flags", options=[{"label": " keep special tokens", "value": "keep"}],
+                              value=["keep"] if opts.get("keep_special") else [], inline=True),
+                html.Button("Analyze", id="corpus-analyze", className="button primary"),
+                html.Button("Cancel", id="corpus-cancel", className="button secondary"),
+            ]),
+            html.Div(id="corpus-error", className="error"),
+            progress_block("corpus", running=source is not None),
+        ]),
+        export_bar("corpus", GRAPHS),
+        html.Div(className="panel", children=[
+            html.P("Each statistic is a mean over the queries it applies to (docs/corpus.md). Sort and filter "
+                   "the table (e.g. “> 0.5” in a column); Export writes it as CSV; a click selects the head.",
+                   className="hint"),
+            dash_table.DataTable(id="corpus-table", columns=[], data=[], sort_action="native",
+                                 filter_action="native", export_format="csv", page_size=15,
+                                 style_table={"overflowX": "auto"}, style_cell={"fontSize": "13px"}),
+        ]),
+        html.Div(className="panel", children=[
+            html.Div(className="control-row", children=[
+                html.Label("colour the map by", htmlFor="corpus-color"),
+                dcc.Dropdown(id="corpus-color", value=view.get("color") or "layer", clearable=False,
+                             options=[{"label": "layer", "value": "layer"}] + [
+                                 {"label": lab, "value": s} for s, lab in C.STAT_LABELS.items()],
+                             style={"minWidth": "14em"}),
+                html.Span(id="corpus-selected-label", className="label"),
+            ]),
+            graph("corpus-map-graph", figure=empty_figure("Pick a corpus and press Analyze.")),
+        ]),
+        html.Div(className="panel", children=[
+            html.Div(className="row", children=[
+                html.Div(className="col", children=graph("corpus-compare-graph", figure=empty_figure(
+                    "Click a head in the map or the table."))),
+                html.Div(className="col", children=[
+                    dcc.Dropdown(id="corpus-hist-stat", value=view.get("stat") or "previous", clearable=False,
+                                 options=[{"label": lab, "value": s} for s, lab in C.STAT_LABELS.items()]),
+                    graph("corpus-hist-graph", figure=empty_figure("", height=260)),
+                ]),
+            ]),
+            html.H4("Top (query, key) pairs: query in blue, key in orange"),
+            html.Div(id="corpus-contexts", className="contexts"),
+        ]),
+        html.Div(className="panel", children=[
+            html.Div(className="control-row", children=[
+                html.Button("Joint query–key map", id="corpus-joint-button", className="button"),
+                dcc.RadioItems(id="corpus-joint-method", options=[{"label": "PCA", "value": "pca"},
+                                                                  {"label": "t-SNE (slow)", "value": "tsne"}],
+                               value="pca", inline=True),
+                dcc.RadioItems(id="corpus-joint-color", options=[{"label": "query / key", "value": "kind"},
+                                                                 {"label": "position", "value": "position"}],
+                               value="kind", inline=True),
+            ]),
+            graph("corpus-joint-graph", figure=C.joint_map_figure(None)),
+        ]),
+        dcc.Store(id="corpus-source", data=source),
+        dcc.Store(id="corpus-joint-source"),
+        dcc.Store(id="corpus-head", data=view.get("head") if C.parse_head(view.get("head")) else None),
+    ])
+
+
+def _figures(result: dict[str, Any], head: str | None, color: str | None, stat: str | None) -> list[Any]:
+    sel = C.parse_head(head)
+    figs = [C.head_map_figure(result, color_by=color or "layer", selected=sel)]
+    if sel is not None:
+        figs += [C.head_compare_figure(result, layer=sel[0], head=sel[1]),
+                 C.histogram_figure(result, stat=stat or "previous", layer=sel[0], head=sel[1])]
+    return figs
+
+
+def _contexts(result: dict[str, Any], sel: tuple[int, int] | None) -> list[Any]:
+    if sel is None or not result.get("top_pairs"):
+        return [html.P("Click a head for its strongest (query, key) pairs across the corpus.", className="hint")]
+    try:
+        pairs = result["top_pairs"][sel[0]][sel[1]]
+    except (IndexError, KeyError):
+        return [html.P("no such head", className="error")]
+    items = []
+    for p in pairs:
+        spans = [html.Span(tok + " ", className=f"ctx-{role}" if role else None,
+                           style={"query": {"background": "#cfe3f7"}, "key": {"background": "#ffd9b3"},
+                                  "both": {"background": "#e0c8f0"}}.get(role))
+                 for tok, role in C.context_parts(p)]
+        items.append(html.Li([html.B(f"{p['weight']:.3f} "), html.Span(f"(text {p['text']}) "), *spans]))
+    return [html.Ol(items, className="context-list")] if items else [html.P("no pairs", className="hint")]
+
+
+def register(app: Dash, store: ResultStore) -> None:
+    client = store.client
+    register_poll(app, store, "corpus", ["corpus-source", "corpus-joint-source"])
+
+    @app.callback(
+        Output("corpus-pick", "options"),
+        Output("corpus-pick", "value"),
+        Output("corpus-upload-status", "children"),
+        Input("corpus-store-paste", "n_clicks"),
+        Input("corpus-upload", "contents"),
+        State("corpus-paste", "value"),
+        State("corpus-upload", "filename"),
+        State("corpus-field", "value"),
+        prevent_initial_call=True,
+    )
+    def _add_corpus(_n, contents, pasted, filename, field):  # type: ignore[no-untyped-def]
+        from dash import ctx
+
+        try:
+            if ctx.triggered_id == "corpus-upload" and contents:
+                data = base64.b64decode(contents.split(",", 1)[1])
+                made = client.upload_corpus(filename=filename, data=data, field=(field or None))
+            else:
+                made = client.upload_corpus(text=pasted or "")
+        except ApiError as exc:
+            return no_update, no_update, html.Span(str(exc), className="error")
+        return _corpus_options(store), made["id"], f"stored {made['name']}: {made['n_texts']} texts ({made['id']})"
+
+    @app.callback(
+        Output("corpus-source", "data"),
+        Output("corpus-joint-source", "data", allow_duplicate=True),
+        Output("corpus-error", "children"),
+        Input("corpus-analyze", "n_clicks"),
+        State("corpus-model", "value"),
+        State("corpus-pick", "value"),
+        State("corpus-max-tokens", "value"),
+        State("corpus-flags", "value"),
+        prevent_initial_call=True,
+    )
+    def _submit(_n, model, corpus, max_tokens, flags):  # type: ignore[no-untyped-def]
+        try:
+            req = corpus_request(model=model, corpus=corpus, max_tokens=max_tokens, keep_special="keep" in (flags or []))
+            made = client.submit_corpus(req)
+        except (ApiError, ValueError) as exc:
+            return no_update, no_update, str(exc)
+        return {"kind": "corpus", "id": made["id"], "request": req}, None, ""
+
+    @app.callback(
+        Output("corpus-error", "children", allow_duplicate=True),
+        Input("corpus-cancel", "n_clicks"),
+        State("corpus-source", "data"),
+        prevent_initial_call=True,
+    )
+    def _cancel(_n, source):  # type: ignore[no-untyped-def]
+        if not source or source.get("kind") != "corpus":
+            return "nothing to cancel"
+        try:
+            done = client.cancel_corpus(source["id"])
+        except ApiError as exc:
+            return str(exc)
+        return "cancelled" if done.get("cancelled") else f"not running ({done.get('status')})"
+
+    @app.callback(
+        Output("corpus-table", "columns"),
+        Output("corpus-table", "data"),
+        Input("corpus-job", "data"),
+        State("corpus-source", "data"),
+    )
+    def _table(_job, source):  # type: ignore[no-untyped-def]
+        result = store.status(source)["result"]
+        rows = C.table_rows(result)
+        for r in rows:
+            r["id"] = r["head"]
+        return C.table_columns(result), rows
+
+    @app.callback(
+        Output("corpus-head", "data"),
+        Input("corpus-map-graph", "clickData"),
+        Input("corpus-table", "active_cell"),
+        prevent_initial_call=True,
+    )
+    def _select(click, cell):  # type: ignore[no-untyped-def]
+        from dash import ctx
+
+        if ctx.triggered_id == "corpus-table":
+            head = (cell or {}).get("row_id")
+        else:
+            points = (click or {}).get("points") or [{}]
+            head = points[0].get("customdata")
+        return head if C.parse_head(head) else no_update
+
+    @app.callback(
+        Output("corpus-map-graph", "figure"),
+        Output("corpus-compare-graph", "figure"),
+        Output("corpus-hist-graph", "figure"),
+        Output("corpus-contexts", "children"),
+        Output("corpus-selected-label", "children"),
+        Input("corpus-job", "data"),
+        Input("corpus-head", "data"),
+        Input("corpus-color", "value"),
+        Input("corpus-hist-stat", "value"),
+        State("corpus-source", "data"),
+    )
+    def _views(_job, head, color, stat, source):  # type: ignore[no-untyped-def]
+        st = store.status(source)
+        result = st["result"]
+        if not result.get("statistics"):
+            msg = {"none": "Pick a corpus and press Analyze.", "failed": f"failed: {st.get('error')}"}.get(
+                st["status"], "Computing…")
+            return empty_figure(msg), empty_figure("Click a head in the map or the table."), \
+                empty_figure("", height=260), _contexts({}, None), ""
+        sel = C.parse_head(head)
+        figs = _figures(result, head, color, stat)
+        label = f"selected head: {head}" if sel else "click a head to select it"
+        if sel is None:
+            figs += [empty_figure("Click a head in the map or the table."), empty_figure("", height=260)]
+        return (*figs, _contexts(result, sel), label)
+
+    @app.callback(
+        Output("corpus-joint-source", "data"),
+        Output("corpus-error", "children", allow_duplicate=True),
+        Input("corpus-joint-button", "n_clicks"),
+        State("corpus-head", "data"),
+        State("corpus-source", "data"),
+        State("corpus-joint-method", "value"),
+        prevent_initial_call=True,
+    )
+    def _joint(_n, head, source, method):  # type: ignore[no-untyped-def]
+        sel = C.parse_head(head)
+        request = store.status(source).get("request") or {}
+        if sel is None or not request:
+            return no_update, "analyze a corpus and click a head first"
+        body = {"model": request["model"], "corpus": request["corpus"], "layer": sel[0], "head": sel[1],
+                "max_tokens": (request.get("options") or {}).get("max_tokens", 128),
+                "keep_special": (request.get("options") or {}).get("keep_special", False), "method": method or "pca"}
+        try:
+            made = client.submit_joint(body)
+        except ApiError as exc:
+            return no_update, str(exc)
+        return {"kind": "corpus-joint", "id": made["id"], "request": body}, ""
+
+    @app.callback(
+        Output("corpus-joint-graph", "figure"),
+        Input("corpus-job", "data"),
+        Input("corpus-joint-color", "value"),
+        State("corpus-joint-source", "data"),
+    )
+    def _joint_view(_job, color, source):  # type: ignore[no-untyped-def]
+        if not source:
+            return C.joint_map_figure(None)
+        st = store.status(source)
+        if st["status"] == "failed":
+            return empty_figure(f"joint map failed: {st.get('error')}")
+        if st["status"] != "finished":
+            return empty_figure(f"Computing the joint map… {st.get('message') or ''}")
+        return C.joint_map_figure(st["result"], color_by=color or "kind")
+
+    register_view(app, client, PageView(
+        name=NAME, prefix="corpus", path=PATH, source="corpus-source",
+        inputs=(("corpus-head", "data"), ("corpus-color", "value"), ("corpus-hist-stat", "value")),
+        view=lambda head, color, stat: {"head": head, "color": color, "stat": stat},
+    ))
+
+    register_exports(
+        app, store, "corpus", source="corpus-source", graphs=GRAPHS, figures=_figures,
+        view_states=[State("corpus-head", "data"), State("corpus-color", "value"), State("corpus-hist-stat", "value")],
+        title="headscope — heads across a corpus",
+    )

@@ -1,0 +1,49 @@
+"""Figures of the corpus page (pure functions on a real result of a tiny model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from frontend import figures_corpus as C
+from workers.analysis.corpus import corpus_statistics
+from workers.analysis.joint_qk import joint_map
+from workers.models import load_model
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+TEXTS = ["The cat sat on the mat and the cat sat.", "A dog ran.", "Red blue red blue."]
+
+
+@pytest.fixture(scope="module")
+def result(catalogue):
+    return corpus_statistics(load_model("tiny-bert", device="cpu"), TEXTS)
+
+
+def test_table_rows_hold_every_head_and_statistic(result):
+    rows = C.table_rows(result)
+    assert len(rows) == 2 * 4 and rows[5]["head"] == "1.1"
+    assert rows[5]["previous"] == round(result["statistics"]["previous"][1][1], 4)
+    assert {c["id"] for c in C.table_columns(result)} == {"head", "layer", "index", *C.STAT_LABELS}
+
+
+def test_map_marks_the_selected_head_and_colours_by_a_statistic(result):
+    fig = C.head_map_figure(result, color_by="previous", selected=(1, 2))
+    assert list(fig.data[0].customdata) == [f"{a}.{b}" for a in range(2) for b in range(4)]
+    np.testing.assert_allclose(fig.data[0].marker.color, np.array(result["statistics"]["previous"]).ravel())
+    assert (fig.data[1].x[0], fig.data[1].y[0]) == tuple(result["head_map"]["xy"][1][2])
+    compare = C.head_compare_figure(result, layer=1, head=2)
+    assert len([t for t in compare.data if t.type == "box"]) == 8
+    hist = C.histogram_figure(result, stat="self", layer=0, head=3)
+    assert sum(hist.data[0].y) == len(TEXTS)
+
+
+def test_context_parts_and_joint_map(result, catalogue):
+    pair = result["top_pairs"][0][0][0]
+    parts = C.context_parts(pair)
+    roles = [r for _, r in parts]
+    assert roles.count("query") == 1 and roles.count("key") == 1
+    joint = joint_map(load_model("tiny-bert", device="cpu"), TEXTS, layer=0, head=1, method="pca", max_points=10)
+    fig = C.joint_map_figure(joint, color_by="position")
+    assert [t.name for t in fig.data] == ["queries", "keys"]
+    assert "sampled" in fig.layout.title.text and len(fig.data[0].x) == 5
+    assert C.parse_head("2.5") == (2, 5) and C.parse_head("x") is None
