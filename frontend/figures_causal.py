@@ -1,4 +1,4 @@
-"""Figures of the causal page (SPEC 10, docs/causal.md): pure functions, result JSON -> plotly Figure.
+"""Figures of the causal page (docs/causal.md): pure functions, result JSON -> plotly Figure.
 
 They read the sections ``predictions``, ``logit-lens``, ``logit-attribution``, ``ablation`` and
 ``patching`` of one result, plus ``generated`` (tokens the ``continue`` view appended: labelled with

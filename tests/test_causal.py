@@ -1,4 +1,4 @@
-"""Causal views (issue 23, SPEC 10): the language-model head, predictions, the logit lens, exact logit
+"""Causal views (issue 23, docs/causal.md): the language-model head, predictions, the logit lens, exact logit
 attribution, ablation, patching and continuation on tiny random decoders of every family (with a head:
 untied, or tied for Qwen2 and GPT-2). References are transformers' own ``...ForCausalLM`` models loaded
 from the same directories, and plain forward hooks on the whole model."""

@@ -25,7 +25,7 @@ AnalysisKind = Literal[
     "max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf",
     "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching",
 ]
-# the causal views (SPEC 10, docs/causal.md): decoders with a language-model head only
+# the causal views (docs/causal.md): decoders with a language-model head only
 CAUSAL_KINDS: tuple[str, ...] = (
     "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching",
 )  # fmt: skip

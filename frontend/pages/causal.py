@@ -1,5 +1,5 @@
 """Causal: does this head matter? Predictions, the logit lens, exact logit attribution, ablation and
-patching (SPEC 10, docs/causal.md) on decoders with a language-model head.
+patching (docs/causal.md) on decoders with a language-model head.
 
 URL state: ``/causal?analysis=<id>`` (or a share) plus ``position`` (the position of the top-k table
 and the attribution map) and ``head`` (``L.H``, the clicked head).

@@ -1,4 +1,4 @@
-"""What the model says, read from its own head (SPEC 10; docs/causal.md): predictions, the logit lens,
+"""What the model says, read from its own head (docs/causal.md): predictions, the logit lens,
 exact direct logit attribution and the continuation of a text.
 
 Logits at position t are ``l_t = W_U N(X[L]_t) + b_U`` with ``N`` the family's final norm (the
@@ -164,7 +164,7 @@ def _read(loaded: LoadedModel, logits: torch.Tensor, next_ids: torch.Tensor, k: 
 def predictions(
     loaded: LoadedModel, encoded: Encoded, *, k: int = 10, run: Stream | None = None
 ) -> dict[str, Any]:
-    """SPEC 10 predictions: per position the top-k next tokens and the text's own next token's rank,
+    """docs/causal.md: predictions: per position the top-k next tokens and the text's own next token's rank,
     log-probability (natural log) and surprisal in bits.
 
     Keys: ``top_ids``/``top_tokens``/``top_probs`` [n][k], ``next_rank``/``next_logprob``/
@@ -184,7 +184,7 @@ def predictions(
 def logit_lens(
     loaded: LoadedModel, encoded: Encoded, *, run: Stream | None = None, progress: Progress | None = None
 ) -> dict[str, Any]:
-    """SPEC 10 logit lens: every ``X[l]`` through the final norm (its statistics taken on ``X[l]``)
+    """docs/causal.md: logit lens: every ``X[l]`` through the final norm (its statistics taken on ``X[l]``)
     and the unembedding. Keys: ``top_ids``/``top_tokens``/``top_probs`` [L+1][n] (the top token),
     ``next_rank``/``next_prob`` [L+1][n-1]. Row L is the model's own prediction."""
     progress = progress or no_progress
@@ -217,7 +217,7 @@ def logit_attribution(
     text: str = "",
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """SPEC 10 direct logit attribution, exact: the target's logit at each position split into
+    """docs/causal.md: direct logit attribution, exact: the target's logit at each position split into
     ``input`` [n], ``heads`` [L][H][n], ``feedforward`` [L][n] and ``bias`` [n] (every norm's mean
     shift and bias, the value and output biases, ``b_U``), summing to ``logit`` [n].
 
@@ -287,7 +287,7 @@ def continue_text(
     loaded: LoadedModel, encoded: Encoded, text: str, *, n_tokens: int, temperature: float = 0.0, seed: int = 0,
     progress: Progress | None = None,
 ) -> tuple[Encoded, str, list[float]]:
-    """SPEC 10 continuation: ``n_tokens`` tokens appended greedily (``temperature`` 0) or sampled at
+    """docs/causal.md: continuation: ``n_tokens`` tokens appended greedily (``temperature`` 0) or sampled at
     ``temperature`` with ``seed``; stops early after an end-of-sequence token. Returns the extended
     encoding (generated tokens are its last ones, offsets into the extended text), the extended text
     and each generated token's probability under the distribution it was drawn from."""

@@ -1,4 +1,4 @@
-"""Ablation and activation patching of attention heads and the residual stream (SPEC 10; docs/causal.md).
+"""Ablation and activation patching of attention heads and the residual stream (docs/causal.md).
 
 A head's output ``z_{l,h}`` is its slice of the input to the layer's output projection (``W_O``).
 Every intervened run starts at the layer it changes: the clean (or corrupted) stream ``X[l]`` is fed
@@ -133,7 +133,7 @@ def ablation(
     position: int | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """SPEC 10 ablation: replace head outputs by zero or by their mean over this text's positions.
+    """docs/causal.md: ablation: replace head outputs by zero or by their mean over this text's positions.
 
     ``heads``: a set ablated together (``effect`` [n]: the change of the target's log-probability per
     position; ``[]`` changes nothing), or None for every head in turn (``map`` [L][H]: the change at
@@ -190,7 +190,7 @@ def patching(
     target: TargetSpec = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """SPEC 10 activation patching from the clean run C into the corrupted run K (same length).
+    """docs/causal.md: activation patching from the clean run C into the corrupted run K (same length).
 
     Metric ``m = l[a] - l[b]`` at the last position (defaults: a = C's top prediction, b = K's).
     ``residual`` [L+1][n]: ``X[l]_t`` taken from C; ``heads`` [L][H]: ``z_{l,h}`` at every position

@@ -1,4 +1,4 @@
-"""A model's language-model head: the unembedding ``W_U`` [vocabulary, dim] and bias ``b_U`` (SPEC 10).
+"""A model's language-model head: the unembedding ``W_U`` [vocabulary, dim] and bias ``b_U`` (docs/causal.md).
 
 The loader loads base models (``AutoModel``: no head). The causal views (docs/causal.md) need the
 logits ``l = W_U N(X[L]) + b_U``; this module finds the head without a second copy of the model:
