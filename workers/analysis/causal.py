@@ -221,7 +221,7 @@ def logit_attribution(
     ``input`` [n], ``heads`` [L][H][n], ``feedforward`` [L][n] and ``bias`` [n] (every norm's mean
     shift and bias, the value and output biases, ``b_U``), summing to ``logit`` [n].
 
-    Built on the decomposition (SPEC 6) of ``X[L]`` carried through the final norm with its scale
+    Built on the decomposition (docs/decomposition.md) of ``X[L]`` carried through the final norm with its scale
     frozen; a part p contributes ``u_t . (g * p / s_t)`` with ``u_t = W_U[a_t]`` (or
     ``W_U[a_t] - W_U[b_t]`` for a pair). ``max_abs_error``: ``max_t |sum of parts - logit_t|``.
     """

@@ -171,7 +171,7 @@ class Context:
 
 
 Section = Callable[[Context], dict[str, Any]]
-SECTIONS: dict[str, Section] = dict(CAUSAL_SECTIONS)  # SPEC 10; the others register below
+SECTIONS: dict[str, Section] = dict(CAUSAL_SECTIONS)  # docs/causal.md; the others register below
 
 
 def section(kind: str) -> Callable[[Section], Section]:
