@@ -31,6 +31,8 @@ def test_causal_page_views_head_link_and_share(server, browser, tmp_path):  # no
         assert "no language-model head" in option.inner_text()
         assert option.get_attribute("aria-disabled") == "true" or option.is_disabled()
         page.keyboard.press("Escape")
+        page.click("#causal-model")
+        page.get_by_role("option", name="tiny-gpt2").first.click()  # not the default SmolLM2: seconds, not minutes
         page.fill("#causal-text", CLEAN)
         page.fill("#causal-corrupted", CORRUPTED)
         page.fill("#causal-target", "#5|#9")  # a random model: name the pair instead of its top predictions

@@ -53,7 +53,8 @@ HeadValues = dict[int, list[tuple[int, int, torch.Tensor]]]  # layer -> [(batch 
 def from_layer(loaded: LoadedModel, start: int) -> Iterator[None]:
     """Within the block ``loaded.model(inputs_embeds=X)`` runs layers ``start..L-1`` on ``X`` (the
     stream ``X[start]``) and the final norm; GPT-2's position embedding, added to ``inputs_embeds``
-    by its forward, is zeroed (it is already in ``X``)."""
+    by its forward, is zeroed (it is already in ``X``). The block swaps the model's layer list, so it
+    must not overlap another forward of the same loaded model (a worker runs one job at a time)."""
     fam = loaded.arch
     assert fam is not None
     parent_path, _, attr = fam.layers.rpartition(".")
