@@ -292,3 +292,27 @@ def test_docs_notebook_runs_top_to_bottom(tmp_path):
     ARTIFACTS.mkdir(exist_ok=True)
     nbformat.write(nb, ARTIFACTS / "notebook-executed.ipynb")
     print(f"docs/notebook.ipynb ran in {took:.1f} s")
+
+
+@pytest.mark.slow
+def test_a_share_link_of_the_real_service_opens_in_the_notebook(service):
+    """The same path against ``headscope serve`` (real uvicorn, Redis, a worker): analyse, share,
+    then open the link in the notebook; what it draws is the service's stored result."""
+    from service_helpers import wait_done
+
+    with service.client() as c:
+        resp = c.post("/api/analyses", json={"model": "tiny-bert", "text": "The cat sat on the mat.",
+                                             "analyses": ["max-attention"]})
+        assert resp.status_code == 202, resp.text
+        done = wait_done(c, f"/api/analyses/{resp.json()['id']}")
+        assert done["status"] == "finished", done.get("error")
+        made = c.post("/api/shares", json={"analysis_id": done["id"], "view": {"layer": 1}})
+        assert made.status_code == 201, made.text
+    link = service.url + made.json()["url"]  # /?share=ID, as the dashboard's Share button gives it
+    got = hs.share(link)
+    np.testing.assert_array_equal(np.asarray(got["max-attention"]["max_attention"]),
+                                  np.asarray(done["result"]["max-attention"]["max_attention"]))
+    want = hs.heatmaps(done["result"]).figures["heatmaps"].to_plotly_json()
+    assert hs.heatmaps(link).figures["heatmaps"].to_plotly_json() == want
+    with pytest.raises(HeadscopeError, match="not found|no share"):
+        hs.share(service.url, "0" * 12)
