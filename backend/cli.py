@@ -327,7 +327,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr)
+    from workers.allocator import keep_freed_memory
     from workers.errors import HeadscopeError
+
+    keep_freed_memory()  # analyses run in this process: reuse freed tensors' memory (workers/allocator.py)
 
     try:
         return int(args.func(args) or 0)

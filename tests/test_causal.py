@@ -18,7 +18,7 @@ from workers.analysis.causal import (
     predictions,
     stream,
 )
-from workers.analysis.interventions import ablation, patching, run_from
+from workers.analysis.interventions import Row, ablation, patching, prefix_of, run_from, run_rows
 from workers.errors import HeadscopeError
 from workers.models import Catalogue, ModelSpec, load_model
 from workers.models.adapters import encode
@@ -214,6 +214,57 @@ def test_patching(heads, fam, monkeypatch):
         assert np.allclose(again["residual"], res, atol=1e-12)
     with pytest.raises(HeadscopeError, match="same length"):
         patching(loaded, c, encode(loaded, CLEAN + " of the"), target=target)
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_intervened_runs_share_a_forward_and_reuse_the_prefix(heads, fam):
+    """Rows that join the batch at their own layer, rows that reuse the base run's keys and values
+    before their first position, and reading one position (the last layer's feed-forward run there
+    only) each give what a separate full run of that row gives."""
+    loaded = _load(heads, fam, "float64")
+    enc = encode(loaded, CLEAN)
+    run = stream(loaded, enc)
+    n, L, H = enc.n, loaded.n_layers, loaded.n_heads
+    dh = run.contexts[0].shape[-1] // H
+    bump = 0.1 * torch.randn(run.states.shape[-1], dtype=run.states.dtype, generator=torch.Generator().manual_seed(0))
+    rows = []
+    for start in range(L + 1):
+        x = run.states[start].clone()
+        x[n // 2] += bump  # an intervention at one position of X[start]
+        heads_ = ((start, H - 1, torch.zeros(1, dh, dtype=x.dtype)),) if start < L else ()
+        rows.append(Row(start, x, heads_))
+    alone = torch.cat([run_rows(loaded, [row]) for row in rows])  # [L+1, n, vocabulary]
+    shared = run_rows(loaded, rows[::-1])  # one forward, the rows joining at their layers, any order
+    assert torch.allclose(shared, alone.flip(0), atol=1e-12, rtol=0)
+    assert (shared[:-1] - shared[-1:]).abs().amax() > 1e-6  # the rows differ
+    read = run_rows(loaded, rows, read=[n - 1, n // 2])
+    assert torch.allclose(read, alone[:, [n - 1, n // 2]], atol=1e-12, rtol=0)
+    # without the head (it changes every position), positions before n // 2 are the base run's:
+    # reuse their keys and values and run n // 2 .. n - 1 only
+    plain = run_rows(loaded, [Row(r.start, r.x) for r in rows], read=[n - 1])
+    prefix = prefix_of(loaded, enc)
+    cut = [Row(r.start, r.x[n // 2 :]) for r in rows]
+    tail = run_rows(loaded, cut, prefix=prefix, offset=n // 2, read=[n - 1 - n // 2])
+    assert torch.allclose(tail, plain, atol=1e-12, rtol=0)
+    assert (plain[:, 0] - alone[:, n - 1]).abs().amax() > 1e-6  # (the head did matter)
+    with pytest.raises(ValueError, match="prefix"):
+        run_rows(loaded, cut, offset=n // 2)
+
+
+def test_keep_freed_memory_is_glibc_mallopt_once(tmp_path):
+    """The heap setting workers and the CLI make (workers/allocator.py): glibc takes it, once per
+    process; HEADSCOPE_KEEP_FREED_MEMORY=0 leaves the defaults."""
+    import os
+    import subprocess
+    import sys
+
+    code = "from workers.allocator import keep_freed_memory as k; print(k(), k())"
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "True"]
+    env["HEADSCOPE_KEEP_FREED_MEMORY"] = "0"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
 
 
 @pytest.mark.parametrize("fam", ["llama", "gpt_neox", "gpt2"])

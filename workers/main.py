@@ -58,9 +58,11 @@ def run_worker(
 ) -> int:
     """Serve jobs until SIGTERM/SIGINT (warm shutdown: the current job finishes first); exit status
     ``DEVICE_LOST_EXIT`` when a job left the device unusable."""
+    from workers.allocator import keep_freed_memory
     from workers.settings import get_settings
 
     logging.getLogger("headscope.progress").setLevel(logging.INFO)  # a line per step of each job
+    keep_freed_memory()  # freed tensors' blocks are reused within a job; give_back() returns them after it
 
     settings = get_settings()
     conn = Redis.from_url(redis_url)

@@ -25,17 +25,17 @@ from tests.bench.bench_decomposition import median_seconds
 
 
 def _text_of(loaded, tokens: int):
+    """The demo text's first ``tokens`` tokens (exactly: the encoding of a longer text, cut)."""
     from workers.data import demo_text
     from workers.models import encode
+    from workers.models.adapters import Encoded
 
-    enc = encode(loaded, " ".join([demo_text()] * 8), truncate=True)
-    ids = [i for i, s in zip(enc.input_ids, enc.special, strict=True) if not s]
-    text = loaded.tokenizer.decode(ids[: tokens * 2])
+    text = " ".join([demo_text()] * 8)
     enc = encode(loaded, text, truncate=True)
-    while enc.n > tokens:  # trim words until the count fits
-        text = text.rsplit(" ", 1)[0]
-        enc = encode(loaded, text, truncate=True)
-    return text, enc
+    if enc.n < tokens:
+        raise SystemExit(f"the demo text has fewer than {tokens} tokens for {loaded.name}")
+    cut = Encoded(enc.input_ids[:tokens], enc.tokens[:tokens], enc.offsets[:tokens], enc.special[:tokens])
+    return text[: cut.offsets[-1][1]], cut
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,8 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--glibc-defaults", action="store_true",
+                        help="leave glibc's heap settings (workers and the CLI keep freed memory: workers/allocator.py)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    from workers.allocator import keep_freed_memory
+
+    kept = False if args.glibc_defaults else keep_freed_memory()
+    print(f"heap: {'freed blocks kept for reuse (workers/allocator.py)' if kept else 'glibc defaults'}")
 
     from workers.analysis.causal import logit_attribution, logit_lens, predictions
     from workers.analysis.decomposition import decompose_encoded
@@ -95,7 +101,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ptext, penc = _text_of(loaded, args.patch_tokens)
     ids = list(penc.input_ids)
-    swap = next(i for i in range(len(ids) - 2, 0, -1) if not penc.special[i])  # a token near the end
+    # the first real token: the worst case, every position from it on differs (patching reuses the
+    # corrupted run's keys and values only before the patched position)
+    swap = next(i for i in range(len(ids)) if not penc.special[i])
     ids[swap] = (ids[swap] + 1) % loaded.unembed.vocab_size
     from workers.models.adapters import Encoded
 

@@ -1,11 +1,14 @@
 """Ablation and activation patching of attention heads and the residual stream (docs/causal.md).
 
 A head's output ``z_{l,h}`` is its slice of the input to the layer's output projection (``W_O``).
-Every intervened run starts at the layer it changes: the clean (or corrupted) stream ``X[l]`` is fed
-as ``inputs_embeds`` to the model with its layer list cut to ``layers[l:]`` (``from_layer``), so the
-layers below are not run again, and runs that start at the same layer go as one batch. A causal
-decoder's position t depends only on tokens up to t, so a map read at one position runs the text
-only up to it.
+Every intervened run (a ``Row``) starts at the layer it changes: the clean (or corrupted) stream
+``X[l]`` is fed as ``inputs_embeds`` to the model with its layer list cut (``from_layer``), so the
+layers below are not run again. Runs that start at different layers share one forward: the batch
+starts with the first and the others join it at their layer (``run_rows``). A causal decoder's
+position t depends only on tokens up to t, so a map read at one position runs the text only up to
+it; a run that changes nothing before position t reuses the base run's keys and values there
+(``Prefix``) and computes positions t.. only; and where one position is read, the last layer's
+feed-forward and the unembedding run there only.
 
 Notebook use::
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -28,13 +32,14 @@ import torch
 from workers.analysis.causal import (
     Stream,
     TargetSpec,
+    final_norm,
     head_of,
     resolve_target,
     stream,
     token_id,
     token_str,
 )
-from workers.analysis.decomposition.model import locate
+from workers.analysis.decomposition.model import batch_inputs, locate
 from workers.analysis.progress import Progress, no_progress
 from workers.errors import HeadscopeError
 from workers.models.adapters import Encoded
@@ -45,8 +50,56 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-ROW_TOKENS = 4096  # patching: tokens of one batch of patched runs (rows x length)
+ROW_TOKENS = 4096  # one call of intervened runs: rows x (prefix + query) tokens at its widest layer
 HeadValues = dict[int, list[tuple[int, int, torch.Tensor]]]  # layer -> [(batch row, head, value [n|1, dh])]
+
+
+@dataclass
+class Row:
+    """One intervened run: the stream ``x`` [q, d] given at ``X[start]`` (``start`` = L: the last
+    stream, read through the final norm only) for the query positions ``offset..offset+q-1`` (the
+    positions before ``offset`` are the base run's, unchanged: their keys and values are reused),
+    with head outputs replaced: ``heads`` = ((layer, head, value [q|1, dh]), ...), layer >= start."""
+
+    start: int
+    x: torch.Tensor
+    heads: tuple[tuple[int, int, torch.Tensor], ...] = ()
+
+
+@dataclass
+class Prefix:
+    """A base run's keys and values per layer ([1, kv heads, n, head dim] each): the positions an
+    intervention does not change are not run again, their keys and values are read from here."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+
+
+@torch.inference_mode()
+def prefix_of(loaded: LoadedModel, encoded: Encoded) -> Prefix:
+    """Run ``encoded`` once and keep every layer's keys and values."""
+    out = loaded.model(**batch_inputs(loaded, [encoded]), use_cache=True)
+    cache = out.past_key_values
+    cache = getattr(cache, "self_attention_cache", cache)  # an encoder-decoder wrapper (GPT-2 may use one)
+    return Prefix([layer.keys for layer in cache.layers], [layer.values for layer in cache.layers])
+
+
+def _layers(loaded: LoadedModel) -> tuple[torch.nn.Module, str, torch.nn.ModuleList]:
+    fam = loaded.arch
+    assert fam is not None
+    parent_path, _, attr = fam.layers.rpartition(".")
+    parent = resolve(loaded.model, parent_path) if parent_path else loaded.model
+    return parent, attr, getattr(parent, attr)
+
+
+@contextmanager
+def _hooks(handles: list[Any]) -> Iterator[None]:
+    """Remove the hook ``handles`` when the block ends."""
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 @contextmanager
@@ -55,14 +108,10 @@ def from_layer(loaded: LoadedModel, start: int) -> Iterator[None]:
     stream ``X[start]``) and the final norm; GPT-2's position embedding, added to ``inputs_embeds``
     by its forward, is zeroed (it is already in ``X``). The block swaps the model's layer list, so it
     must not overlap another forward of the same loaded model (a worker runs one job at a time)."""
-    fam = loaded.arch
-    assert fam is not None
-    parent_path, _, attr = fam.layers.rpartition(".")
-    parent = resolve(loaded.model, parent_path) if parent_path else loaded.model
-    full = getattr(parent, attr)
+    parent, attr, full = _layers(loaded)
     setattr(parent, attr, torch.nn.ModuleList(list(full)[start:]))
     handles = []
-    if fam.layout == "gpt2":
+    if loaded.arch is not None and loaded.arch.layout == "gpt2":
         handles.append(loaded.model.wpe.register_forward_hook(lambda m, a, out: torch.zeros_like(out)))
     try:
         yield
@@ -90,21 +139,158 @@ def replace_heads(loaded: LoadedModel, values: HeadValues) -> Iterator[None]:
             return (z, *args[1:])
 
         handles.append(arch.layers[layer].context_module.register_forward_pre_hook(hook))
-    try:
+    with _hooks(handles):
         yield
-    finally:
-        for h in handles:
-            h.remove()
+
+
+@contextmanager
+def _join_rows(loaded: LoadedModel, joins: dict[int, torch.Tensor]) -> Iterator[None]:
+    """Within the block, the rows ``joins[l]`` [r, q, d] join the batch at the input of layer ``l``:
+    runs that start at different layers share one forward from the first of them on."""
+    _, _, layers = _layers(loaded)
+    handles = []
+    for layer, rows in joins.items():
+
+        def hook(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 rows: torch.Tensor = rows) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            if args:
+                return (torch.cat([args[0], rows]), *args[1:]), kwargs
+            return args, {**kwargs, "hidden_states": torch.cat([kwargs["hidden_states"], rows])}
+
+        handles.append(layers[layer].register_forward_pre_hook(hook, with_kwargs=True))
+    with _hooks(handles):
+        yield
+
+
+@contextmanager
+def _last_feedforward_at(loaded: LoadedModel, read: torch.Tensor) -> Iterator[None]:
+    """Within the block the last layer's feed-forward runs at the query positions ``read`` only (its
+    output is zero elsewhere): no later layer reads the other positions, and only ``read`` is read."""
+    fam = loaded.arch
+    assert fam is not None
+    _, _, layers = _layers(loaded)
+    mlp = resolve(layers[-1], fam.ff_out.rpartition(".")[0])
+    width: dict[str, int] = {}
+
+    def before(module: torch.nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        width["q"] = args[0].shape[1]
+        return (args[0][:, read], *args[1:])
+
+    def after(module: torch.nn.Module, args: tuple[Any, ...], out: torch.Tensor) -> torch.Tensor:
+        full = out.new_zeros(out.shape[0], width["q"], out.shape[2])
+        full[:, read] = out
+        return full
+
+    handles = [mlp.register_forward_pre_hook(before), mlp.register_forward_hook(after)]
+    with _hooks(handles):
+        yield
+
+
+def _causal_mask(q: int, offset: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Additive mask [1, 1, q, offset + q]: query i (position offset + i) sees keys 0..offset + i."""
+    keys = torch.arange(offset + q, device=device)
+    queries = torch.arange(offset, offset + q, device=device)
+    mask = torch.zeros(q, offset + q, dtype=dtype, device=device)
+    mask[keys[None, :] > queries[:, None]] = torch.finfo(dtype).min
+    return mask[None, None]
 
 
 @torch.inference_mode()
-def run_from(loaded: LoadedModel, start: int, x: torch.Tensor, values: HeadValues | None = None) -> torch.Tensor:
-    """Logits [b, n, vocabulary] of the stream ``x`` [b, n, d] at ``X[start]`` run to the end, with
-    the head outputs ``values`` replaced (layer indices are the model's own)."""
-    mask = torch.ones(x.shape[:2], dtype=torch.long, device=x.device)
-    with replace_heads(loaded, values or {}), from_layer(loaded, start):  # heads located on the whole list
-        out = loaded.model(inputs_embeds=x, attention_mask=mask)
-    return head_of(loaded).logits(out.last_hidden_state)
+def run_rows(
+    loaded: LoadedModel,
+    rows: list[Row],
+    *,
+    prefix: Prefix | None = None,
+    offset: int = 0,
+    read: list[int] | None = None,
+) -> torch.Tensor:
+    """Logits [rows, len(read) or q, vocabulary] of intervened runs (see ``Row``), in one forward.
+
+    Every row has the same query length q. Rows run from their own layer on: the forward starts at
+    the first row's layer and the others join the batch at theirs (``_join_rows``). With ``offset``
+    > 0 the positions before it are the ``prefix`` run's, unchanged (a causal decoder: no later
+    token changes them): their keys and values are reused, not recomputed. ``read``: the query
+    positions whose logits are wanted (the last layer's feed-forward runs there only); None: all.
+    """
+    if not rows:
+        raise ValueError("no rows to run")
+    L = loaded.n_layers
+    q, dev, dtype = rows[0].x.shape[0], rows[0].x.device, rows[0].x.dtype
+    order = sorted(range(len(rows)), key=lambda i: rows[i].start)
+    ranked = [rows[i] for i in order]
+    first = ranked[0].start
+    at = torch.arange(q, device=dev) if read is None else torch.as_tensor(read, device=dev)
+    head = head_of(loaded)
+    outs: list[torch.Tensor] = []
+    inner = [r for r in ranked if r.start < L]
+    if inner:
+        joins: dict[int, list[torch.Tensor]] = {}
+        values: HeadValues = {}
+        active = [0] * L  # rows in the batch at each layer's input
+        for index, row in enumerate(inner):
+            if row.x.shape[0] != q:
+                raise ValueError(f"rows of one call have the same query length ({q}), not {row.x.shape[0]}")
+            if row.start > first:
+                joins.setdefault(row.start, []).append(row.x)
+            for layer, h, value in row.heads:
+                if layer < row.start:
+                    raise ValueError(f"row starting at layer {row.start} replaces a head of layer {layer}")
+                values.setdefault(layer, []).append((index, h, value))
+            for layer in range(row.start, L):
+                active[layer] += 1
+        x = torch.stack([r.x for r in inner if r.start == first])
+        kwargs: dict[str, Any] = {
+            "attention_mask": _causal_mask(q, offset, dtype, dev),
+            "position_ids": torch.arange(offset, offset + q, device=dev)[None],
+            "use_cache": False,
+        }
+        if offset > 0:
+            if prefix is None:
+                raise ValueError("an offset needs the prefix run's keys and values")
+            from transformers import DynamicCache
+
+            kwargs["past_key_values"] = DynamicCache(ddp_cache_data=[
+                (None, None) if layer < first else (
+                    prefix.keys[layer][:, :, :offset].expand(active[layer], -1, -1, -1),
+                    prefix.values[layer][:, :, :offset].expand(active[layer], -1, -1, -1))
+                for layer in range(L)
+            ])
+            kwargs["use_cache"] = True
+        with (
+            replace_heads(loaded, values),  # heads located on the whole layer list
+            _join_rows(loaded, {layer: torch.stack(xs) for layer, xs in joins.items()}),
+            _last_feedforward_at(loaded, at),
+            from_layer(loaded, first),
+        ):
+            out = loaded.model(inputs_embeds=x, **kwargs)
+        outs.append(head.logits(out.last_hidden_state[:, at]))
+    last = [r for r in ranked if r.start == L]
+    if last:
+        x = torch.stack([r.x for r in last])
+        outs.append(head.logits(final_norm(loaded)(x)[:, at]))
+    logits = torch.cat(outs)
+    back = torch.empty(len(order), dtype=torch.long, device=dev)
+    back[torch.as_tensor(order, device=dev)] = torch.arange(len(order), device=dev)
+    return logits[back]
+
+
+def run_from(
+    loaded: LoadedModel, start: int, x: torch.Tensor, values: HeadValues | None = None, read: list[int] | None = None
+) -> torch.Tensor:
+    """Logits [b, n (or len(read)), vocabulary] of the stream ``x`` [b, n, d] at ``X[start]`` run to
+    the end, with the head outputs ``values`` replaced (layer indices are the model's own)."""
+    heads: list[list[tuple[int, int, torch.Tensor]]] = [[] for _ in range(x.shape[0])]
+    for layer, items in (values or {}).items():
+        for row, h, value in items:
+            heads[row].append((layer, h, value))
+    return run_rows(loaded, [Row(start, x[i], tuple(heads[i])) for i in range(x.shape[0])], read=read)
+
+
+def _batches(rows: list[Row], width: int) -> Iterator[list[Row]]:
+    """Consecutive runs of ``rows`` with at most ``ROW_TOKENS`` tokens (``width`` each) per call."""
+    size = max(1, ROW_TOKENS // max(1, width))
+    for i in range(0, len(rows), size):
+        yield rows[i : i + size]
 
 
 def _head_slice(run: Stream, layer: int, head: int, dh: int) -> torch.Tensor:
@@ -160,25 +346,28 @@ def ablation(
             if not (0 <= layer < L and 0 <= head < H):
                 raise HeadscopeError(f"head L{layer}H{head} is out of range: {loaded.name} has layers 0-{L - 1}, heads 0-{H - 1}")
         start = min((layer for layer, _ in heads), default=0)
-        values: HeadValues = {}
-        for layer, head in heads:
-            values.setdefault(layer, []).append((0, head, value(layer, head)))
-        logits = run_from(loaded, start, run.states[start][None], values)
+        row = Row(start, run.states[start], tuple((layer, head, value(layer, head)) for layer, head in heads))
+        logits = run_rows(loaded, [row])
         out.update(heads=[list(h) for h in heads], effect=(_score(logits, a, b, np.arange(n))[0] - base_all).cpu().numpy())
         progress(1.0, "ablation done")
         return out
     p = n - 1 if position is None else int(position)
     if not 0 <= p < n:
         raise HeadscopeError(f"position {p} is out of range: the text has positions 0-{n - 1}")
-    # a causal decoder's position p sees tokens 0..p only: run that much
-    base_p = _score(run_from(loaded, 0, run.states[0][None, : p + 1]), a, b, np.asarray([p]))[0, 0]
-    grid = np.zeros((L, H))
-    for layer in range(L):
-        x = run.states[layer][None, : p + 1].expand(H, -1, -1)
-        logits = run_from(loaded, layer, x, {layer: [(h, h, value(layer, h)) for h in range(H)]})
-        grid[layer] = (_score(logits, a, b, np.asarray([p]))[:, 0] - base_p).cpu().numpy()
-        progress((layer + 1) / L, f"ablation: layer {layer + 1}/{L}, every head")
-    out.update(map=grid, position=p)
+    # a causal decoder's position p sees tokens 0..p only: run that much, and read p only. The base
+    # (nothing ablated) goes the same way, so ablating nothing gives exactly 0.
+    rows = [Row(0, run.states[0][: p + 1])] + [
+        Row(layer, run.states[layer][: p + 1], ((layer, h, value(layer, h)),)) for layer in range(L) for h in range(H)
+    ]
+    scores = np.zeros(len(rows))
+    done = 0
+    for batch in _batches(rows, p + 1):
+        logits = run_rows(loaded, batch, read=[p])
+        scores[done : done + len(batch)] = _score(logits, a[p : p + 1], None if b is None else b[p : p + 1],
+                                                  np.asarray([0]))[:, 0].cpu().numpy()
+        done += len(batch)
+        progress(done / len(rows), f"ablation: {done - 1}/{L * H} heads, each in turn")
+    out.update(map=(scores[1:] - scores[0]).reshape(L, H), position=p)
     return out
 
 
@@ -224,24 +413,34 @@ def patching(
     m_c, m_k = float(metric(rc.logits[None])[0]), float(metric(rk.logits[None])[0])
     if m_c == m_k:
         raise HeadscopeError("the metric is the same on both texts: nothing to restore")
-    steps, done = (L + 1) + L, 0
+    # before the first token that differs both runs are the same: patching there changes nothing, and
+    # a patched run recomputes only the positions from the patched one on (the rest is the corrupted
+    # run's, whose keys and values are reused)
+    first = next((i for i, (x, y) in enumerate(zip(clean.input_ids, corrupted.input_ids, strict=True)) if x != y), n)
+    prefix = prefix_of(loaded, corrupted)
     residual = np.zeros((L + 1, n))
-    rows = max(1, ROW_TOKENS // n)  # patched runs per batch
-    for layer in range(L + 1):
-        for t0 in range(0, n, rows):
-            idx = torch.arange(t0, min(n, t0 + rows), device=rk.states.device)
-            x = rk.states[layer][None].repeat(len(idx), 1, 1)  # row i: position t0 + i from the clean run
-            x[torch.arange(len(idx)), idx] = rc.states[layer][idx]
-            residual[layer, t0 : t0 + len(idx)] = (metric(run_from(loaded, layer, x)) - m_k) / (m_c - m_k)
-        done += 1
-        progress(done / steps, f"patching: residual stream at layer {layer}/{L}")
     heads = np.zeros((L, H))
-    for layer in range(L):
-        x = rk.states[layer][None].expand(H, -1, -1)
-        values = {layer: [(h, h, _head_slice(rc, layer, h, dh)) for h in range(H)]}
-        heads[layer] = (metric(run_from(loaded, layer, x, values)) - m_k) / (m_c - m_k)
-        done += 1
-        progress(done / steps, f"patching: heads of layer {layer + 1}/{L}")
+    calls: list[tuple[int, list[tuple[Row, tuple[Any, ...]]]]] = []  # (offset, [(row, where its fraction goes)])
+    for t in range(first, n):
+        items = []
+        for layer in range(L + 1):
+            x = rk.states[layer][t:].clone()
+            x[0] = rc.states[layer][t]
+            items.append((Row(layer, x), (residual, layer, t)))
+        calls.append((t, items))
+    calls.append((first, [
+        (Row(layer, rk.states[layer][first:], ((layer, h, _head_slice(rc, layer, h, dh)[first:]),)), (heads, layer, h))
+        for layer in range(L) for h in range(H)
+    ]))
+    total, done = sum(len(items) for _, items in calls), 0
+    for offset, items in calls:
+        for batch in _batches(items, n):
+            logits = run_rows(loaded, [row for row, _ in batch], prefix=prefix, offset=offset, read=[n - 1 - offset])
+            fractions = (metric(logits) - m_k) / (m_c - m_k)
+            for (_, (grid, i, j)), f in zip(batch, fractions, strict=True):
+                grid[i, j] = f
+            done += len(batch)
+            progress(done / total, f"patching: {done}/{total} runs (residual stream, then heads)")
     return {
         "residual": residual,
         "heads": heads,
