@@ -25,6 +25,8 @@ def result(catalogue):
 def test_request_builder_and_target_box():
     assert parse_target("") is None and parse_target(" Paris") == " Paris" and parse_target("#12") == 12
     assert parse_target(" Paris| Rome") == [" Paris", " Rome"] and parse_target("#3 | #4") == [3, 4]
+    assert parse_target("␣Paris|␣Rome") == [" Paris", " Rome"]  # typed as the page shows tokens
+    assert parse_target("⏎") == "\n" and parse_target("␣␣x") == "  x"
     req = causal_request(text="a b", model="m")
     assert req["analyses"] == ["predictions", "logit-lens", "logit-attribution", "ablation"]
     assert "corrupted" not in req["options"] and "continue_tokens" not in req["options"]

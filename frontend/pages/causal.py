@@ -44,13 +44,16 @@ DEMO_CORRUPTED = "The Colosseum is in the city of"
 
 def parse_target(value: str | None) -> str | int | list[str | int] | None:
     """The target box: empty (the text's next token), a token's text with its leading space
-    (`` Paris``), ``#id``, or two of them separated by ``|`` (`` Paris| Rome``: l[a] - l[b])."""
+    (`` Paris``, or ``␣Paris`` as the page shows tokens: ``␣`` is a space, ``⏎`` a newline, ``⇥`` a
+    tab), ``#id``, or two of them separated by ``|`` (``␣Paris|␣Rome``: l[a] - l[b])."""
     if not value or not value.strip():
         return None
 
     def one(part: str) -> str | int:
         q = part.strip()
-        return int(q[1:]) if q.startswith("#") and q[1:].isdigit() else part.rstrip()
+        if q.startswith("#") and q[1:].isdigit():
+            return int(q[1:])
+        return part.rstrip().replace("␣", " ").replace("⏎", "\n").replace("⇥", "\t")
 
     out = [one(p) for p in value.split("|")]
     return out if len(out) > 1 else out[0]
