@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -259,7 +259,7 @@ def run_rows(
         with (
             replace_heads(loaded, values),  # heads located on the whole layer list
             _join_rows(loaded, {layer: torch.stack(xs) for layer, xs in joins.items()}),
-            _last_feedforward_at(loaded, at),
+            _last_feedforward_at(loaded, at) if read is not None else nullcontext(),
             from_layer(loaded, first),
         ):
             out = loaded.model(inputs_embeds=x, **kwargs)
