@@ -5,6 +5,8 @@ from the same directories, and plain forward hooks on the whole model."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -242,9 +244,12 @@ def test_intervened_runs_share_a_forward_and_reuse_the_prefix(heads, fam):
     # without the head (it changes every position), positions before n // 2 are the base run's:
     # reuse their keys and values and run n // 2 .. n - 1 only
     plain = run_rows(loaded, [Row(r.start, r.x) for r in rows], read=[n - 1])
-    prefix = prefix_of(loaded, enc)
-    cut = [Row(r.start, r.x[n // 2 :]) for r in rows]
-    tail = run_rows(loaded, cut, prefix=prefix, offset=n // 2, read=[n - 1 - n // 2])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prefix = prefix_of(loaded, enc)
+        cut = [Row(r.start, r.x[n // 2 :]) for r in rows]
+        tail = run_rows(loaded, cut, prefix=prefix, offset=n // 2, read=[n - 1 - n // 2])
+    assert not [w for w in caught if "past_key_values" in str(w.message)], [str(w.message) for w in caught]
     assert torch.allclose(tail, plain, atol=1e-12, rtol=0)
     assert (plain[:, 0] - alone[:, n - 1]).abs().amax() > 1e-6  # (the head did matter)
     with pytest.raises(ValueError, match="prefix"):
@@ -271,7 +276,11 @@ def test_keep_freed_memory_is_glibc_mallopt_once(tmp_path):
 def test_continuation(heads, fam):
     loaded = _load(heads, fam)
     enc = encode(loaded, CLEAN)
-    ext, text, probs = continue_text(loaded, enc, CLEAN, n_tokens=6)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ext, text, probs = continue_text(loaded, enc, CLEAN, n_tokens=6)
+    # the cache goes by the name this transformers reads (``cache`` from 5.24 on, warning on the old one)
+    assert not [w for w in caught if "past_key_values" in str(w.message)], [str(w.message) for w in caught]
     ref = _reference(heads, fam)
     with torch.inference_mode():
         want = ref.generate(torch.tensor([enc.input_ids]), max_new_tokens=6, do_sample=False,

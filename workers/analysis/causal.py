@@ -30,7 +30,7 @@ import torch
 from workers.analysis.decomposition.model import batch_inputs
 from workers.analysis.progress import Progress, no_progress
 from workers.errors import HeadscopeError
-from workers.models.adapters import Encoded
+from workers.models.adapters import Encoded, cache_kwarg, cache_out
 from workers.models.families import resolve
 
 if TYPE_CHECKING:
@@ -237,8 +237,9 @@ def logit_attribution(
         hook.remove()
     assert dec.head_outputs is not None and dec.ff_outputs is not None
     L = dec.n_layers
-    run_logits = unembed.logits(seen["normed"][0, : encoded.n])  # [n, vocabulary]: the model's own logits
-    a, b = resolve_target(loaded, encoded, target, int(run_logits[-1].argmax()))
+    normed = seen["normed"][0, : encoded.n]  # [n, d]: the model's own final norm output
+    # the full vocabulary is needed at the last position only (the default target there: the top token)
+    a, b = resolve_target(loaded, encoded, target, int(unembed.logits(normed[-1]).argmax()))
     w_u = unembed.weight
     u = w_u[torch.as_tensor(a, device=w_u.device)]  # [n, d]
     if b is not None:
@@ -257,10 +258,9 @@ def logit_attribution(
     if unembed.bias is not None:
         bu = unembed.bias.cpu().numpy().astype(bias.dtype)
         bias = bias + bu[a] - (bu[b] if b is not None else 0.0)
-    idx = torch.arange(encoded.n, device=run_logits.device)
-    logit = run_logits[idx, torch.as_tensor(a, device=run_logits.device)]
+    logit = unembed.logit_of(normed, torch.as_tensor(a, device=normed.device))
     if b is not None:
-        logit = logit - run_logits[idx, torch.as_tensor(b, device=run_logits.device)]
+        logit = logit - unembed.logit_of(normed, torch.as_tensor(b, device=normed.device))
     logit_np = logit.cpu().numpy()
     total = inp + heads.sum(axis=(0, 1)) + ff.sum(axis=0) + bias
     err = float(np.abs(total - logit_np).max())
@@ -301,7 +301,8 @@ def continue_text(
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
     ids = torch.tensor([encoded.input_ids], device=loaded.device)
     out = loaded.model(input_ids=ids, use_cache=True)
-    past, new, probs = out.past_key_values, [], []
+    past, new, probs = cache_out(out), [], []
+    key = cache_kwarg(loaded)
     eos = loaded.tokenizer.eos_token_id
     for step in range(n_tokens):
         logits = unembed.logits(out.last_hidden_state[0, -1]).double()  # [vocabulary]
@@ -316,8 +317,8 @@ def continue_text(
         progress((step + 1) / n_tokens, f"continuation: token {step + 1}/{n_tokens}")
         if eos is not None and nxt == eos:
             break
-        out = loaded.model(input_ids=torch.tensor([[nxt]], device=loaded.device), past_key_values=past, use_cache=True)
-        past = out.past_key_values
+        out = loaded.model(input_ids=torch.tensor([[nxt]], device=loaded.device), use_cache=True, **{key: past})
+        past = cache_out(out)
     pieces, before = [], ""
     for i in range(len(new)):  # each token's text: the growth of the decoded continuation
         upto = str(loaded.tokenizer.decode(new[: i + 1]))

@@ -42,7 +42,7 @@ from workers.analysis.causal import (
 from workers.analysis.decomposition.model import batch_inputs, locate
 from workers.analysis.progress import Progress, no_progress
 from workers.errors import HeadscopeError
-from workers.models.adapters import Encoded
+from workers.models.adapters import Encoded, cache_kwarg, cache_out
 from workers.models.families import resolve
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ class Prefix:
 def prefix_of(loaded: LoadedModel, encoded: Encoded) -> Prefix:
     """Run ``encoded`` once and keep every layer's keys and values."""
     out = loaded.model(**batch_inputs(loaded, [encoded]), use_cache=True)
-    cache = out.past_key_values
+    cache = cache_out(out)
     cache = getattr(cache, "self_attention_cache", cache)  # an encoder-decoder wrapper (GPT-2 may use one)
     return Prefix([layer.keys for layer in cache.layers], [layer.values for layer in cache.layers])
 
@@ -249,7 +249,7 @@ def run_rows(
                 raise ValueError("an offset needs the prefix run's keys and values")
             from transformers import DynamicCache
 
-            kwargs["past_key_values"] = DynamicCache(ddp_cache_data=[
+            kwargs[cache_kwarg(loaded)] = DynamicCache(ddp_cache_data=[
                 (None, None) if layer < first else (
                     prefix.keys[layer][:, :, :offset].expand(active[layer], -1, -1, -1),
                     prefix.values[layer][:, :, :offset].expand(active[layer], -1, -1, -1))

@@ -161,6 +161,20 @@ def model_inputs(loaded: LoadedModel, encoded: Encoded) -> dict[str, torch.Tenso
     return inputs
 
 
+def cache_kwarg(loaded: LoadedModel) -> str:
+    """The forward's keyword for a key/value cache: ``cache`` from transformers 5.24 on (which warns
+    on ``past_key_values``), ``past_key_values`` before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(loaded.model.forward).parameters else "past_key_values"
+
+
+def cache_out(out: Any) -> Any:
+    """The key/value cache of a forward's output, under either name (see ``cache_kwarg``)."""
+    cache = out.get("cache") if hasattr(out, "get") else None
+    return cache if cache is not None else out.past_key_values
+
+
 def attention_modules(loaded: LoadedModel) -> list[torch.nn.Module]:
     """Each layer's attention module (its forward returns ``(output, weights)`` under eager)."""
     arch = loaded.arch or family_of(loaded.config.get("model_type", loaded.family))

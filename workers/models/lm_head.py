@@ -121,6 +121,12 @@ class Unembedding:
         out = normed @ self.weight.T
         return out if self.bias is None else out + self.bias
 
+    def logit_of(self, normed: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """The logits of ``ids`` [n] only at rows ``normed`` [n, dim]: ``logits(normed)[t, ids[t]]``
+        without the other vocabulary entries."""
+        out = (normed * self.weight[ids]).sum(-1)
+        return out if self.bias is None else out + self.bias[ids]
+
 
 def load_unembedding(model: Any, cfg: dict[str, Any], model_dir: str | None) -> tuple[Unembedding | None, str]:
     """The head of a loaded base ``model`` (None and the reason when it has none)."""
