@@ -43,9 +43,47 @@ def _generated_shapes(result: dict[str, Any], *, yref: str = "paper") -> list[di
              "fillcolor": "rgba(255, 200, 0, 0.12)", "line": {"width": 0}, "layer": "below"}]
 
 
+TITLE_LINE = 80  # characters a title line holds at 14 px in the page's narrowest figure
+
+
+def wrap_title(title: str, width: int = TITLE_LINE) -> str:
+    """``title`` in lines of at most ``width`` characters where it can be (Plotly does not wrap
+    titles: a long one runs off the figure), broken after a colon or a comma or before a
+    parenthesis, else at the last space."""
+    lines, rest = [], title
+    while len(rest) > width:
+        depth, cuts = 0, []  # not inside parentheses: "(clean 4.8, corrupted -9.1)" stays whole
+        for i in range(1, width + 1):
+            if rest[i] == "(" and rest[i - 1] == " " and depth == 0:
+                cuts.append(i)
+            depth += (rest[i - 1] == "(") - (rest[i - 1] == ")")
+            if rest[i - 1] in ":," and rest[i] == " " and depth == 0:
+                cuts.append(i)
+        cut = max(cuts, default=rest.rfind(" ", 0, width + 1))
+        if cut <= width // 3:  # a late space beats an early punctuation mark
+            cut = max(cut, rest.rfind(" ", 0, width + 1))
+        if cut <= 0:
+            break
+        lines.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    return "<br>".join([*lines, rest])
+
+
+def _target(sec: dict[str, Any], p: int, single: str) -> str:
+    """What a section scores at position p: ``l[' Paris'] − l[' Rome']`` for a pair, else ``single``
+    and the token (``Logit of ' Paris'``, ``log p(' Paris')``); tokens quoted, so a leading space shows."""
+    a = repr(sec["target_tokens"][p])
+    if sec.get("target_b") is not None:
+        b = sec.get("target_b_tokens")
+        return f"l[{a}] − l[{b[p]!r}]" if b else "l[a] − l[b]"
+    return f"{single}({a})" if single == "log p" else f"{single}{a}"
+
+
 def _layout(fig: go.Figure, title: str, *, height: int) -> go.Figure:
-    fig.update_layout(title={"text": title, "font": {"size": 14}}, height=height, plot_bgcolor="white",
-                      margin={"l": 70, "r": 20, "t": 60, "b": 80})
+    text = wrap_title(title)
+    top = 40 + 20 * (text.count("<br>") + 1)
+    fig.update_layout(title={"text": text, "font": {"size": 14}}, height=height + top - 60, plot_bgcolor="white",
+                      margin={"l": 70, "r": 20, "t": top, "b": 80})
     return fig
 
 
@@ -153,9 +191,7 @@ def attribution_figure(result: dict[str, Any], *, position: int | None = None) -
     ff = np.asarray(sec["feedforward"], dtype=np.float64)[:, p]
     grid = heads[:, :, p]
     lim = float(max(np.abs(grid).max(), np.abs(ff).max(), 1e-12))
-    tgt = repr(sec["target_tokens"][p])[1:-1]
-    if sec.get("target_b_tokens"):
-        tgt = f"{tgt} − {repr(sec['target_b_tokens'][p])[1:-1]}"
+    tgt = _target(sec, p, "Logit of ")
     fig = make_subplots(rows=1, cols=2, column_widths=[0.78, 0.22], shared_yaxes=True, horizontal_spacing=0.03,
                         subplot_titles=("heads", "feed-forward"))
     fig.add_trace(go.Heatmap(
@@ -167,7 +203,7 @@ def attribution_figure(result: dict[str, Any], *, position: int | None = None) -
                          hovertemplate="layer %{y} feed-forward: %{x:.4f}<extra></extra>", showlegend=False), row=1, col=2)
     fig.update_xaxes(title_text="head", dtick=1, row=1, col=1)
     fig.update_yaxes(title_text="layer", dtick=1, row=1, col=1)
-    title = (f"Logit of {tgt} at position {p}: {sec['logit'][p]:.3f} = input {sec['input'][p]:.3f} + heads "
+    title = (f"{tgt} at position {p}: {sec['logit'][p]:.3f} = input {sec['input'][p]:.3f} + heads "
              f"{grid.sum():.3f} + feed-forward {ff.sum():.3f} + bias {sec['bias'][p]:.3f} (final norm's scale frozen)")
     return _layout(fig, title, height=max(380, 18 * L + 120))
 
@@ -178,8 +214,7 @@ def ablation_figure(result: dict[str, Any]) -> go.Figure:
     if not sec or sec.get("map") is None:
         return empty_figure("No ablation map yet (the page ablates each head in turn).")
     p = sec["position"]
-    tgt = repr(sec["target_tokens"][p])[1:-1]
-    what = "l[a] − l[b]" if sec.get("target_b") is not None else f"log p({tgt})"
+    what = _target(sec, p, "log p")
     return _heads_heatmap(np.asarray(sec["map"], dtype=np.float64), name="Δ",
                           title=f"{sec['mode'].capitalize()} ablation of each head: change of {what} at position {p}")
 

@@ -74,3 +74,22 @@ def test_empty_result_gives_explaining_figures():
                 C.patching_residual_figure({}), C.patching_heads_figure({})):
         assert fig.layout.annotations and fig.layout.annotations[0].text
     assert C.top_k_rows({}, position=0) == [] and C.pair_rows({}) == []
+
+
+def test_long_titles_wrap_without_losing_words(result):
+    """Plotly does not wrap titles: the page's long ones are broken into lines that fit, word for word."""
+    figures = [C.surprisal_figure(result, position=3), C.lens_figure(result), C.attribution_figure(result, position=4),
+               C.ablation_figure(result), C.patching_residual_figure(result), C.patching_heads_figure(result)]
+    titles = [f.layout.title.text for f in figures]
+    assert any("<br>" in t for t in titles)
+    for t in titles:
+        assert all(len(line) <= C.TITLE_LINE for line in t.split("<br>")), t
+    raw = "Residual stream patched from clean into corrupted: restored fraction of l[' Paris'] − l[' Rome'] (clean 4.8, corrupted -9.1)"
+    wrapped = C.wrap_title(raw, 50)
+    assert wrapped.replace("<br>", " ").split() == raw.split()
+    assert wrapped.split("<br>")[0].endswith("corrupted:") and wrapped.split("<br>")[-1].startswith("(clean")
+    # a pair target names both tokens, quoted (a leading space shows), in the attribution and ablation titles
+    pair = f"l[{result['ablation']['target_tokens'][-1]!r}] − l[{result['ablation']['target_b_tokens'][-1]!r}]"
+    assert pair in titles[2].replace("<br>", " ")
+    assert pair in titles[3].replace("<br>", " ")
+    assert C.wrap_title("short") == "short" and C.wrap_title("x" * 100) == "x" * 100  # nothing to break at

@@ -340,7 +340,9 @@ def ablation(
 
     base_all = _score(run.logits[None], a, b, np.arange(n))[0]  # [n]
     out: dict[str, Any] = {"mode": mode, "target": a, "target_b": b,
-                           "target_tokens": [token_str(loaded, i) for i in a], "base": base_all.cpu().numpy()}
+                           "target_tokens": [token_str(loaded, i) for i in a],
+                           "target_b_tokens": None if b is None else [token_str(loaded, i) for i in b],
+                           "base": base_all.cpu().numpy()}
     if heads is not None:
         for layer, head in heads:
             if not (0 <= layer < L and 0 <= head < H):
