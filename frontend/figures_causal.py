@@ -158,8 +158,8 @@ def lens_figure(result: dict[str, Any], *, position: int | None = None) -> go.Fi
     fig.update_layout(xaxis=_token_ticks(lab), yaxis={"title": {"text": "state (0 = embedding)"}, "dtick": 1},
                       shapes=_generated_shapes(result) + _position_line(position))
     return _layout(fig, "Logit lens: each layer's stream read through the final norm and the unembedding "
-                        "(text = top token; colour = probability of the actual next token, at the last "
-                        "position of the top token)",
+                        "(printed: the top token; colour: the probability of the text's next token, "
+                        "or of the top token at the last position, which has no next token)",
                    height=max(320, 22 * n_states + 140))
 
 
