@@ -59,8 +59,8 @@ def wrap_title(title: str, width: int = TITLE_LINE) -> str:
             depth += (rest[i - 1] == "(") - (rest[i - 1] == ")")
             if rest[i - 1] in ":," and rest[i] == " " and depth == 0:
                 cuts.append(i)
-        cut = max(cuts, default=rest.rfind(" ", 0, width + 1))
-        if cut <= width // 3:  # a late space beats an early punctuation mark
+        cut = max(cuts, default=0)
+        if cut <= width // 3:  # none, or too early: the last space
             cut = max(cut, rest.rfind(" ", 0, width + 1))
         if cut <= 0:
             break
@@ -71,12 +71,12 @@ def wrap_title(title: str, width: int = TITLE_LINE) -> str:
 
 def _target(sec: dict[str, Any], p: int, single: str) -> str:
     """What a section scores at position p: ``l[' Paris'] − l[' Rome']`` for a pair, else ``single``
-    and the token (``Logit of ' Paris'``, ``log p(' Paris')``); tokens quoted, so a leading space shows."""
+    filled with the token (``"log p({})"`` -> ``log p(' Paris')``); tokens quoted, so a leading space shows."""
     a = repr(sec["target_tokens"][p])
     if sec.get("target_b") is not None:
         b = sec.get("target_b_tokens")
         return f"l[{a}] − l[{b[p]!r}]" if b else "l[a] − l[b]"
-    return f"{single}({a})" if single == "log p" else f"{single}{a}"
+    return single.format(a)
 
 
 def _layout(fig: go.Figure, title: str, *, height: int) -> go.Figure:
@@ -191,7 +191,7 @@ def attribution_figure(result: dict[str, Any], *, position: int | None = None) -
     ff = np.asarray(sec["feedforward"], dtype=np.float64)[:, p]
     grid = heads[:, :, p]
     lim = float(max(np.abs(grid).max(), np.abs(ff).max(), 1e-12))
-    tgt = _target(sec, p, "Logit of ")
+    tgt = _target(sec, p, "Logit of {}")
     fig = make_subplots(rows=1, cols=2, column_widths=[0.78, 0.22], shared_yaxes=True, horizontal_spacing=0.03,
                         subplot_titles=("heads", "feed-forward"))
     fig.add_trace(go.Heatmap(
@@ -214,7 +214,7 @@ def ablation_figure(result: dict[str, Any]) -> go.Figure:
     if not sec or sec.get("map") is None:
         return empty_figure("No ablation map yet (the page ablates each head in turn).")
     p = sec["position"]
-    what = _target(sec, p, "log p")
+    what = _target(sec, p, "log p({})")
     return _heads_heatmap(np.asarray(sec["map"], dtype=np.float64), name="Δ",
                           title=f"{sec['mode'].capitalize()} ablation of each head: change of {what} at position {p}")
 
