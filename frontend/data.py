@@ -84,6 +84,7 @@ class ResultStore:
         self._running = running
         self._cache: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
         self._partials: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()  # running jobs' keys read
+        self._folded: dict[tuple[str, str], tuple[tuple[str, ...], dict[str, Any]]] = {}  # their layer parts folded
         self._lock = threading.Lock()
         self._job_locks = [threading.Lock() for _ in range(16)]  # by job: one download at a time
         self._models: tuple[float, dict[str, Any]] | None = None
@@ -167,8 +168,27 @@ class ResultStore:
             out["progress"] = 1.0
             self._put(key, out)
         else:
-            out["result"] = partial
+            out["result"] = self._fold(key, partial)
         return out
+
+    def _fold(self, key: tuple[str, str], partial: dict[str, Any]) -> dict[str, Any]:
+        """The partial result with its layer parts folded into sections (``workers.layer_parts``),
+        folded once per set of keys: the callbacks of one poll share it."""
+        from workers.layer_parts import fold, parse_part_key
+
+        if not any(parse_part_key(k) for k in partial):
+            return partial
+        names = tuple(sorted(partial))
+        with self._lock:
+            hit = self._folded.get(key)
+        if hit is not None and hit[0] == names:
+            return hit[1]
+        folded = fold(partial)
+        with self._lock:
+            self._folded[key] = (names, folded)
+            while len(self._folded) > self._running:
+                self._folded.pop(next(iter(self._folded)))
+        return folded
 
     def _read(self, key: tuple[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
         """(JobStatus, the partial result so far), downloading only the partial keys not read before."""
@@ -235,6 +255,12 @@ class Built:
 
 
 def sections_of(status: dict[str, Any]) -> list[str]:
-    """Names of the analysis sections (and PE reports) present in a status' result."""
+    """Names of the analysis sections (and PE reports) present in a status' result; a section still
+    filling in layer by layer as ``name:layers done`` (so each new layer is a change)."""
     result = status.get("result") or {}
-    return sorted(k for k in result if isinstance(result[k], (dict, list)))
+    out = []
+    for k, v in result.items():
+        if isinstance(v, (dict, list)):
+            done = (v.get("partial") or {}).get("layers_done") if isinstance(v, dict) else None
+            out.append(f"{k}:{done}" if done is not None else k)
+    return sorted(out)

@@ -36,8 +36,13 @@ DIGITS = 5
 def gallery_layers(result: dict[str, Any], layers: list[int] | None = None) -> list[int]:
     """The layers of the gallery: those chosen (``layers``) that the grid holds, or all of them."""
     sec = gallery_section(result)
-    have = list(sec.get("layers", [])) if sec else []
+    have = list(planned_layers(sec)) if sec else []
     return [layer for layer in (layers or have) if layer in have]
+
+
+def planned_layers(sec: dict[str, Any]) -> list[int]:
+    """The section's layers, or, while it fills in layer by layer (``workers.layer_parts``), all it will hold."""
+    return list((sec.get("partial") or {}).get("layers") or sec.get("layers", []))
 
 
 def gallery_pages(layers: list[int], n_heads: int, *, max_panels: int = MAX_PANELS) -> list[list[int]]:
@@ -85,6 +90,10 @@ def gallery_figure(
     colour = np.asarray(kept, dtype=np.float64)
     traces, annotations, frame_x, frame_y, panels = [], [], [], [], []
     for r, layer in enumerate(shown):
+        if layer not in all_layers:  # not computed yet: the row waits in its place
+            annotations.append({"x": 0.02, "y": r * SY + 0.5, "xref": "x", "yref": "y", "showarrow": False,
+                                "text": f"layer {layer}: computing…", "xanchor": "left", "font": {"color": "#888"}})
+            continue
         li = all_layers.index(layer)
         xs, ys, custom = [], [], []
         for c, head in enumerate(heads):
@@ -116,9 +125,11 @@ def gallery_figure(
     rows, cols = len(shown), len(heads)
     panel_px = max(48, min(120, 1350 // cols))
     fig = go.Figure([frames, *traces])
+    progress = sec.get("partial")
     fig.update_layout(
         title={"text": f"Attention-head t-SNE of every head — layers {shown[0]}–{shown[-1]}"
                + (f" (page {page + 1} of {len(pages)})" if len(pages) > 1 else "")
+               + (f" — {progress['layers_done']} of {len(progress['layers'])} layers so far" if progress else "")
                + " — quantile-equidistant axes, colour = position; click a panel to open it", "font": {"size": 14}},
         xaxis={"visible": False, "range": [-0.08, cols * SX], "fixedrange": True},
         yaxis={"visible": False, "range": [rows * SY, -0.3], "fixedrange": True},
@@ -128,7 +139,8 @@ def gallery_figure(
         plot_bgcolor="white",
         hovermode="closest",
         meta={"highlight": "points", "gallery": {"panels": panels, "layers": shown, "heads": heads, "sx": SX,
-                                                 "sy": SY, "page": page, "pages": len(pages), "webgl": gl}},
+                                                 "sy": SY, "page": page, "pages": len(pages), "webgl": gl,
+                                                 "complete": not progress}},
     )
     return fig
 

@@ -9,6 +9,7 @@ with ``tests/`` on their PYTHONPATH.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rq import get_current_job
@@ -40,3 +41,24 @@ def held_analysis(request: dict[str, Any]) -> dict[str, Any]:
 def noop() -> int:
     """A job that does nothing (worker recycling tests count jobs, not work)."""
     return 1
+
+
+def layer_release_key(job_id: str, layer: int) -> str:
+    return f"hs-test:release:{job_id}:L{layer}"
+
+
+def hold_after_layers(publish: Callable[[dict[str, Any]], None], conn: Any, job_id: str) -> Callable[[dict[str, Any]], None]:
+    """``publish`` (``Reporter.partial``) that, after writing a layer of a grid section
+    (``workers.layer_parts``), holds until the test sets ``layer_release_key``: the test sees the
+    gallery with exactly the layers it let through, on any machine."""
+    from workers.layer_parts import parse_part_key
+
+    def held(fields: dict[str, Any]) -> None:
+        publish(fields)
+        for key in fields:
+            parsed = parse_part_key(key)
+            if parsed is not None:
+                while not conn.exists(layer_release_key(job_id, parsed[1])):
+                    time.sleep(0.02)
+
+    return held

@@ -27,6 +27,7 @@ from rq.job import Job
 from workers import protocol
 from workers.contracts import ANALYSIS_KINDS, AnalysisRequest, PEAnalysisRequest
 from workers.errors import HeadscopeError
+from workers.layer_parts import part_key
 from workers.progress_lines import ProgressLines, progress_line
 
 logger = logging.getLogger(__name__)
@@ -197,13 +198,18 @@ def compute_analysis(
     total = sum(WEIGHTS[key or k] for key, kinds, _ in stages for k in kinds)
     done = 0.0
     result: dict[str, Any] = {}
+    shared = shared_run(stages)
     for key, kinds, options in stages:
         weight = sum(WEIGHTS[key or k] for k in kinds)
+
+        def on_layer(kind: str, layer: int, part: dict[str, Any], key: str = key) -> None:
+            on_partial({part_key(key or kind, layer): part})
 
         def on_section(kind: str, section: dict[str, Any], so_far: dict[str, Any], key: str = key) -> None:
             common = {k: v for k, v in so_far.items() if k not in SECTIONS}
             fields = {**{k: v for k, v in common.items() if k not in result}, (key or kind): section}
             result.update(fields)
+            result["timings"] = {**result.get("timings", {}), **common.get("timings", {})}  # every stage's
             on_partial(fields)
 
         analyze(
@@ -214,9 +220,20 @@ def compute_analysis(
             progress=scaled(progress, done / total, (done + weight) / total),
             on_section=on_section,
             lasf=lasf,
+            on_layer=on_layer,
+            shared=shared,
         )
         done += weight
     return result
+
+
+def shared_run(stages: list[tuple[str, list[str], dict[str, Any]]]) -> Any:
+    """One pass over the text for every stage (``workers.analysis.shared_run``); the first pass keeps
+    the attention maps when a later stage reads them (the gallery)."""
+    from workers.analysis.shared_run import SharedRun
+
+    reads = {"max-attention", "head-tsne", "robustness", "lasf"}
+    return SharedRun(keep_maps=any(reads & set(kinds) for _, kinds, _ in stages[1:]))
 
 
 def run_analysis(request: dict[str, Any]) -> dict[str, Any]:

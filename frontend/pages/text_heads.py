@@ -116,12 +116,14 @@ def register(app: Dash, store: ResultStore) -> None:
         result = st["result"]
         req = st.get("request") or {}
         heads_key = sorted(k for k in ("head-tsne", "head-tsne-all") if result.get(k))
+        grid = gallery_section(result)
+        heads_key.append(((grid or {}).get("partial") or {}).get("layers_done"))  # layers so far, as they arrive
         busy = st["status"] not in ("finished", "failed", "none")
         key = [source and source.get("id"), heads_key, layers, page, busy and "head-tsne-all" not in heads_key]
         if key == shown:
             return no_update, no_update, no_update, no_update, no_update
         message = "Computing every head's map…" if busy else "No map of this head in this result."
-        if gallery_section(result) is None:
+        if grid is None:
             msg = ("Computing every head's map…" if busy and (req.get("options") or {}).get("all_heads")
                    else "The gallery of every head appears here after Analyze.")
             return empty_figure(msg, height=200), [], no_update, key, {**G.head_maps(result), "message": message}

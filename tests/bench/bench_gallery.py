@@ -1,24 +1,28 @@
-"""Benchmark: from Analyze to a complete gallery of every head, MiniLM, n = 64, 128, 512 tokens.
+"""Benchmark: from Analyze to the first gallery panel, the complete gallery and the finished page.
 
 Run from the repository root::
 
-    PYTHONPATH=. .venv/bin/python -m tests.bench.bench_gallery [--tokens 64,128,512] [--repeats 2]
+    PYTHONPATH=. .venv/bin/python -m tests.bench.bench_gallery [--model minilm|smollm2] [--tokens ...] [--repeats 2]
 
-A fresh ``headscope serve`` (bundled Redis, one worker with MiniLM preloaded) and a headless
-Chromium on the text explorer. For each text of n tokens (fresh texts every time: identical
-requests would share a stored result) the page records, with ``performance.now()`` in the browser:
-the click on Analyze, the max-attention heatmaps drawn (the reference: the first section of the
-same job) and the gallery drawn with all 72 panels (``plotly_afterplot``). Reported per n: both
-times, their ratio, the job's own seconds in t-SNE for all heads (``head-tsne-all.timings``) and
-the size of the result. Above ``figures_gallery.WEBGL_POINTS`` points the gallery draws with
-WebGL (SwiftShader in this headless browser). A shared machine's numbers are noisy: compare the
-ratios of one run.
+(defaults: MiniLM at n = 64, 128, 512; SmolLM2 at n = 128, 256, 452, 452 tokens being the README's
+first 1,500 characters). A fresh ``headscope serve`` (bundled Redis, one worker with the model
+preloaded) and a headless Chromium on the text explorer. For each text of n tokens (fresh texts
+every time: identical requests would share a stored result) the page records, with
+``performance.now()`` in the browser: the click on Analyze, the max-attention heatmaps drawn (the
+first section of the same job), the gallery's first panel drawn (its first layer, published as soon
+as it is embedded: ``workers.layer_parts``), the complete gallery (``layout.meta.gallery.complete``)
+and the finished page (the status line reads "done" and both are drawn). The reference, measured in this process in the
+same run, is a plain forward pass of the same text (eager attention, no maps kept; median of 5): every
+time is also printed as a multiple of it. Reported per n as well: the job's seconds in t-SNE for all
+heads and its forward/replay seconds (``timings``), and the size of the result. A shared machine's
+numbers are noisy: compare the ratios of one run, and note the load (printed from ``os.getloadavg``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -44,10 +48,17 @@ RECORD_JS = """() => {
   });
   plot('head-gallery').on('plotly_afterplot', () => {
     const m = plot('head-gallery').layout.meta;
-    if (m && m.gallery && m.gallery.panels.length === 72 && window.__bench.click) {
+    if (!(m && m.gallery && window.__bench.click)) return;
+    if (m.gallery.panels.length > 0 && !window.__bench.first) window.__bench.first = performance.now();
+    if (m.gallery.complete && !window.__bench.gallery) {
       window.__bench.gallery = performance.now(); window.__bench.webgl = m.gallery.webgl; }
   });
+  new MutationObserver(() => {
+    const t = document.querySelector('#text-status').textContent;
+    if (t === 'done' && window.__bench.click && !window.__bench.done) window.__bench.done = performance.now();
+  }).observe(document.querySelector('#text-status'), {childList: true, subtree: true, characterData: true});
 }"""
+MODELS = {"minilm": "64,128,512", "smollm2": "128,256,452"}
 
 
 def text_of(tokens: int, *, seed: int) -> str:
@@ -79,62 +90,124 @@ def text_of(tokens: int, *, seed: int) -> str:
     return text
 
 
-def one(page, url: str, text: str) -> dict:
+def readme_text(loaded, tokens: int, *, seed: int) -> str:
+    """A text of exactly ``tokens`` tokens of ``loaded`` (as the service counts them): the README from a
+    seeded word offset (offset 0 at the first repeat: the README's first 1,500 characters are 452
+    SmolLM2 tokens), cut at a word and filled up with `` a``."""
+    from workers.models.adapters import encode
+
+    words = (ROOT / "README.md").read_text().split()
+    start = 0 if seed % 100 == 0 else random.Random(seed).randrange(len(words) // 2)
+    words = words[start:]
+    count = lambda t: encode(loaded, t).n  # noqa: E731
+    lo, hi = 1, len(words)
+    while lo < hi:  # the most words within the budget
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if count(" ".join(words[:mid])) <= tokens else (lo, mid - 1)
+    text = " ".join(words[:lo])
+    while count(text) < tokens:
+        text += " a"
+    assert count(text) == tokens, (count(text), tokens)
+    return text
+
+
+def plain_forward_s(loaded, text: str, *, repeats: int = 5) -> float:
+    """The reference: a plain eager forward pass of ``text`` (no maps kept), median of ``repeats``."""
+    import torch
+
+    from workers.models.adapters import encode, model_inputs
+
+    inputs = model_inputs(loaded, encode(loaded, text))
+    times = []
+    with torch.inference_mode():
+        loaded.model(**inputs)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            loaded.model(**inputs)
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def one(page, url: str, text: str, model: str) -> dict:
     page.goto(url + "/")
     page.wait_for_selector("#head-gallery .js-plotly-plot")
+    if model != "minilm":  # the picker's default
+        page.click("#text-model")
+        page.get_by_role("option", name=f"{model} — ").first.click()
     page.evaluate(RECORD_JS)
     page.fill("#text-input", text)
     page.click("#analyze-button")
-    page.wait_for_function("window.__bench.gallery !== undefined", timeout=600_000)
+    page.wait_for_function("window.__bench.gallery !== undefined && window.__bench.done !== undefined",
+                           timeout=600_000)
     marks = page.evaluate("window.__bench")
     analysis = page.url.split("analysis=")[1].split("&")[0]
-    for _ in range(600):  # the job goes on with the hidden states after the gallery
-        body = httpx.get(f"{url}/api/analyses/{analysis}", timeout=30).json()
-        if body["status"] in ("finished", "failed"):
-            break
-        time.sleep(0.5)
+    body = httpx.get(f"{url}/api/analyses/{analysis}", timeout=30).json()
     result = body.get("result") or {}
+    sent = (body.get("request") or {}).get("text")
+    assert sent == text and body["request"]["model"] == model, f"the page sent another request: {sent[:200]!r}"
+    since = lambda key: (marks[key] - marks["click"]) / 1000  # noqa: E731
+    timings = result.get("timings") or {}
     return {
         "n_tokens": result.get("n_tokens"),
-        "heatmaps_s": (marks["heatmaps"] - marks["click"]) / 1000,
-        "gallery_s": (marks["gallery"] - marks["click"]) / 1000,
+        "heatmaps_s": since("heatmaps"),
+        "first_panel_s": since("first"),
+        "gallery_s": since("gallery"),
+        "page_s": max(since("done"), since("gallery"), since("heatmaps")),  # everything drawn
         "webgl": marks.get("webgl"),
         "tsne_all_heads_s": ((result.get("head-tsne-all") or {}).get("timings") or {}).get("tsne_s"),
+        "job_forward_s": timings.get("forward_s"),
+        "job_replay_s": timings.get("replay_s"),
         "result_mb": len(json.dumps(result)) / 2**20,
     }
 
 
+KEYS = ("heatmaps_s", "first_panel_s", "gallery_s", "page_s", "tsne_all_heads_s", "result_mb", "forward_s")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tokens", default="64,128,512")
+    ap.add_argument("--model", choices=sorted(MODELS), default="minilm")
+    ap.add_argument("--tokens", default=None, help="comma-separated n (default: by model)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
     from backend.serve import stop
+    from workers.models import load_model
 
-    sizes = [int(x) for x in args.tokens.split(",")]
+    sizes = [int(x) for x in (args.tokens or MODELS[args.model]).split(",")]
+    loaded = load_model(args.model, device="cpu")  # the reference's model, and the texts' token counts
+    make = (lambda n, seed: text_of(n, seed=seed)) if args.model == "minilm" else (
+        lambda n, seed: readme_text(loaded, n, seed=seed))
     rows = []
+    print(f"load average before: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start_serve(Path(tmp), workers=1, model="minilm")
+        proc, url = start_serve(Path(tmp), workers=1, model=args.model)
         try:
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                one(page, url, text_of(16, seed=999))  # warm-up: page, worker, kernels
+                one(page, url, make(16, 999), args.model)  # warm-up: page, worker, kernels
                 for n in sizes:
-                    runs = [one(page, url, text_of(n, seed=100 * n + r)) for r in range(args.repeats)]
+                    runs = []
+                    for r in range(args.repeats):
+                        text = make(n, 100 * n + r if r else 100 * n)
+                        runs.append({**one(page, url, text, args.model), "forward_s": plain_forward_s(loaded, text)})
                     assert all(r["n_tokens"] == n for r in runs), runs
-                    row = {"n": n, "runs": runs}
-                    for key in ("heatmaps_s", "gallery_s", "tsne_all_heads_s", "result_mb"):
-                        row[key] = statistics.median(r[key] for r in runs)
+                    row = {"n": n, "runs": runs, "load": os.getloadavg()}
+                    for key in KEYS:
+                        row[key] = statistics.median(r[key] for r in runs if r[key] is not None)
                     row["webgl"] = runs[0]["webgl"]
                     rows.append(row)
-                    print(f"n = {n:4d}: Analyze -> heatmaps {row['heatmaps_s']:.2f} s, -> complete gallery "
-                          f"{row['gallery_s']:.2f} s ({row['gallery_s'] / row['heatmaps_s']:.1f}x the heatmaps; "
-                          f"t-SNE of 72 heads in the job {row['tsne_all_heads_s']:.2f} s; result "
-                          f"{row['result_mb']:.1f} MB; {'WebGL' if row['webgl'] else 'SVG'})", flush=True)
+                    f = row["forward_s"]
+                    print(f"n = {n:4d}: plain forward {f:.2f} s; Analyze -> heatmaps {row['heatmaps_s']:.2f} s "
+                          f"({row['heatmaps_s'] / f:.1f}x), first gallery panel {row['first_panel_s']:.2f} s "
+                          f"({row['first_panel_s'] / f:.1f}x), complete gallery {row['gallery_s']:.2f} s "
+                          f"({row['gallery_s'] / f:.1f}x), page done {row['page_s']:.2f} s ({row['page_s'] / f:.1f}x); "
+                          f"t-SNE of every head in the job {row['tsne_all_heads_s']:.2f} s; result "
+                          f"{row['result_mb']:.1f} MB; {'WebGL' if row['webgl'] else 'SVG'}; load {row['load'][0]:.2f}",
+                          flush=True)
                 browser.close()
         finally:
             stop(proc, grace_s=20)

@@ -190,6 +190,33 @@ class PackedAttention:
         return encode_packed(np.stack([self.bytes[lay] for lay in self.layers]))
 
 
+class LayerParts:
+    """Hands each finished layer of a grid head t-SNE to ``publish(layer, part)`` (``workers.layer_parts``):
+    registered after the t-SNE and packing consumers, so that layer's map, KL and bytes are ready."""
+
+    def __init__(self, tsne: LayerHeadTSNE, packed: PackedAttention | None, *,
+                 publish: Callable[[int, dict[str, object]], None]):  # fmt: skip
+        self.tsne, self.packed, self.publish = tsne, packed, publish
+
+    def __call__(self, layer: int, weights: torch.Tensor) -> None:
+        from workers.layer_parts import part_fields
+        from workers.packing import encode_packed
+
+        if layer not in self.tsne.results:
+            return
+        r, packed = self.tsne.results[layer], self.packed
+        attention: dict[str, object] = {}
+        if packed is not None and packed.omitted:
+            attention = {"attention_omitted": packed.omitted}
+        elif packed is not None and layer in packed.bytes:
+            attention = encode_packed(packed.bytes[layer][None])
+        kept = kept_index(weights.shape[-1], self.tsne.keep)
+        self.publish(layer, part_fields(layer=layer, layers=self.tsne.layers, heads=self.tsne.heads,
+                                        kept=kept.tolist(), embedding=r.embedding, kl=r.kl,
+                                        kl_restarts=r.kl_restarts, engine=self.tsne.options.engine,
+                                        attention=attention))  # fmt: skip
+
+
 def feed(attentions: np.ndarray, *consumers: Consumer) -> None:
     """Feed an all-at-once [layer, head, query, key] array to consumers, layer by layer."""
     for layer in range(attentions.shape[0]):

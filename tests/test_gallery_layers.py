@@ -1,0 +1,206 @@
+"""The gallery as it is computed (issue 34): one pass over the text per job, every head's map
+published layer by layer, and the dashboard folding the layers it has into the gallery.
+
+``compute_analysis`` (what the worker runs) on a tiny 4-layer Llama counts the model's forward passes
+and records the partial keys in the order they were published. The held test runs the real job
+code in a thread against the service's Redis and holds it after each layer until the test lets
+it go on, so "the first layer is there, the second not yet" is decided by the test, not by timing;
+the dashboard's ``ResultStore`` reads it through the real server.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+
+import numpy as np
+import pytest
+from held_jobs import hold_after_layers, layer_release_key
+
+from frontend import figures_gallery as G
+from frontend.pages.text import text_request
+from workers import protocol
+from workers.analysis import pipeline
+from workers.contracts import AnalysisRequest
+from workers.jobs import compute_analysis
+from workers.layer_parts import fold, parse_part_key, part_key
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+TEXT = "The cat sat on the mat because the dog was tired, and then the cat went to sleep."
+LAYERS, HEADS = 4, 4
+
+
+@pytest.fixture(scope="module")
+def deep_llama(catalogue, tmp_path_factory):
+    """A tiny Llama with four layers (grouped-query attention), registered as ``tiny-llama-4``."""
+    from tiny_models import build_tiny_decoder
+
+    from workers.models import ModelSpec
+
+    path = build_tiny_decoder(tmp_path_factory.mktemp("llama4") / "m", "llama", layers=LAYERS, heads=HEADS, kv_heads=2)
+    catalogue.register(ModelSpec("tiny-llama-4", "local", str(path), "tiny-llama-4 (random, tests)"))
+    return "tiny-llama-4"
+
+
+def page_request(model: str) -> AnalysisRequest:
+    return AnalysisRequest.model_validate(text_request(text=TEXT, model=model, drop_special=False, restarts=1,
+                                                       layer=1, head=2))  # fmt: skip
+
+
+def run(model: str, monkeypatch, *, shared: bool = True) -> tuple[dict, list[str], list[str], int]:
+    """(result, partial keys in publishing order, progress messages, forward passes)."""
+    calls = []
+    real = pipeline.forward_streamed
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "forward_streamed", counted)
+    if not shared:
+        monkeypatch.setattr("workers.jobs.shared_run", lambda stages: None)
+    keys: list[str] = []
+    messages: list[str] = []
+    parts: dict = {}
+
+    def on_partial(fields: dict) -> None:
+        keys.extend(fields)
+        parts.update({k: v for k, v in fields.items() if parse_part_key(k)})
+
+    res = compute_analysis(page_request(model), progress=lambda f, m: messages.append(m), on_partial=on_partial)
+    res = json.loads(json.dumps(res))
+    res["_parts"] = json.loads(json.dumps(parts))
+    return res, keys, messages, len(calls)
+
+
+def test_the_page_request_runs_the_model_once(deep_llama, monkeypatch):
+    res, keys, messages, forwards = run(deep_llama, monkeypatch)
+    assert forwards == 1  # max attention, the head, every head and the hidden states: one pass
+    assert {"max-attention", "head-tsne", "head-tsne-all", "hidden-tsne"} <= set(res)
+    gallery = [m for m in messages if "head t-SNE (the first pass's attention, kept)" in m]
+    assert len(gallery) >= LAYERS  # the gallery stage says where its attention comes from
+    assert not [m for m in messages if m.endswith(": attention")]  # no pass for the hidden states
+    assert "replay_s" in res["timings"]
+
+
+def test_one_pass_gives_what_separate_passes_give(deep_llama, monkeypatch):
+    once, *_ = run(deep_llama, monkeypatch)
+    apart, _, _, forwards = run(deep_llama, monkeypatch, shared=False)
+    assert forwards == 3  # the old way: one pass per stage
+    for kind in ("max-attention", "head-tsne", "head-tsne-all", "hidden-tsne"):
+        a, b = dict(once[kind]), dict(apart[kind])
+        a.pop("timings"), b.pop("timings")
+        assert a == b, kind  # bit for bit
+
+
+def test_maps_too_large_to_keep_are_computed_again_and_the_progress_says_why(deep_llama, monkeypatch):
+    monkeypatch.setattr("workers.analysis.shared_run.KEEP_MAX_BYTES", 16)
+    res, _, messages, forwards = run(deep_llama, monkeypatch)
+    assert forwards == 2  # the gallery's own pass; the hidden states still come from the first
+    again = [m for m in messages if "again" in m]
+    assert again and f"{LAYERS} x {HEADS} maps" in again[0] and "GiB kept between stages" in again[0]
+    assert res["head-tsne-all"]["kl"]
+
+
+def test_every_layer_is_published_as_it_finishes_and_folds_into_the_section(deep_llama, monkeypatch):
+    res, keys, _, _ = run(deep_llama, monkeypatch)
+    layer_keys = [k for k in keys if parse_part_key(k)]
+    assert layer_keys == [part_key("head-tsne-all", la) for la in range(LAYERS)]  # in layer order
+    assert keys.index(layer_keys[-1]) < keys.index("head-tsne-all") < keys.index("hidden-tsne")
+    assert keys.index("max-attention") < keys.index(layer_keys[0])
+    assert not any(parse_part_key(k) for k in res if k != "_parts")  # the finished result: the section only
+    parts, final = res["_parts"], res["head-tsne-all"]
+    whole = fold(parts)["head-tsne-all"]
+    assert whole["partial"] == {"layers_done": LAYERS, "layers": list(range(LAYERS))}
+    for key in ("layers", "heads", "kept", "embedding", "kl", "kl_restarts", "attention_u8", "attention_shape"):
+        assert whole[key] == final[key], key
+    two = fold({k: v for k, v in parts.items() if parse_part_key(k)[1] < 2})["head-tsne-all"]
+    assert two["layers"] == [0, 1] and two["attention_shape"] == [2, HEADS, *final["attention_shape"][2:]]
+    assert np.asarray(two["embedding"]).shape == (2, HEADS, res["n_tokens"], 2)
+
+
+def test_a_gallery_of_the_first_layers_shows_them_and_keeps_the_others_places(deep_llama, monkeypatch):
+    res, *_ = run(deep_llama, monkeypatch)
+    common = {k: v for k, v in res.items() if k not in ("head-tsne-all", "hidden-tsne", "_parts")}
+    first = {k: v for k, v in res["_parts"].items() if parse_part_key(k)[1] == 0}
+    partial = fold({**common, **first})
+    fig = G.gallery_figure(partial)
+    meta = fig.layout.meta["gallery"]
+    assert meta["panels"] == [[0, h] for h in range(HEADS)] and meta["complete"] is False
+    assert meta["layers"] == list(range(LAYERS))  # the page keeps a row for every layer to come
+    waiting = [a.text for a in fig.layout.annotations if "computing" in a.text]
+    assert waiting == [f"layer {la}: computing…" for la in range(1, LAYERS)]
+    assert "1 of 4 layers so far" in fig.layout.title.text
+    assert G.gallery_page_options(partial) == G.gallery_page_options(res)  # pages do not move as layers arrive
+    done = G.gallery_figure(res).layout.meta["gallery"]
+    assert done["complete"] is True and len(done["panels"]) == LAYERS * HEADS
+
+
+@pytest.mark.slow
+def test_held_job_publishes_the_gallery_layer_by_layer_through_the_server(service, deep_llama, monkeypatch):
+    """The real job code (Reporter on the service's Redis) held after each layer; the dashboard's
+    ResultStore reads the running job over HTTP and folds what it has."""
+    from redis import Redis
+    from rq.job import Job, JobStatus
+
+    from frontend.api_client import ApiClient
+    from frontend.data import ResultStore, sections_of
+    from workers.jobs import Reporter
+
+    redis = Redis.from_url(service.info()["redis_url"])
+    req = page_request(deep_llama)
+    job_id = uuid.uuid4().hex
+    redis.set(protocol.request_key(job_id), protocol.dumps({"kind": "analysis", "request": req.normalised()}), ex=600)
+    job = Job.create("held_jobs.noop", connection=redis, id=job_id, serializer=protocol.SERIALIZER)
+    job.save()
+    job.set_status(JobStatus.STARTED)
+    rep = Reporter(job, ttl_s=600)
+    rep.start()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            compute_analysis(req, progress=rep.progress, on_partial=hold_after_layers(rep.partial, redis, job_id))
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    store = ResultStore(ApiClient(service.url))
+    source = {"kind": "analysis", "id": job_id}
+    try:
+        for layer in range(LAYERS):
+            status = wait_for(store, source, f"head-tsne-all:{layer + 1}")
+            gallery = status["result"]["head-tsne-all"]
+            assert gallery["layers"] == list(range(layer + 1))  # this layer is there, the next is not
+            assert status["result"]["max-attention"] and "hidden-tsne" not in status["result"]
+            panels = G.gallery_figure(status["result"]).layout.meta["gallery"]["panels"]
+            assert panels == [[la, h] for la in range(layer + 1) for h in range(HEADS)]
+            assert sections_of(status).count(f"head-tsne-all:{layer + 1}") == 1
+            redis.set(layer_release_key(job_id, layer), "1", ex=600)
+        thread.join(timeout=600)
+        assert not thread.is_alive() and not errors, errors
+    finally:
+        for layer in range(LAYERS):
+            redis.set(layer_release_key(job_id, layer), "1", ex=600)
+        thread.join(timeout=60)
+        Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).delete()
+        redis.delete(protocol.partial_key(job_id), protocol.result_key(job_id))
+
+
+def wait_for(store, source: dict, section: str, *, timeout_s: float = 600) -> dict:
+    """Poll as the page does until ``section`` (``name:layers``) is among the status' sections."""
+    import time
+
+    from frontend.data import sections_of
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = store.status(source)
+        if section in sections_of(status):
+            return status
+        assert status["status"] == "running", status
+        assert time.monotonic() < deadline, f"{section} never arrived: {sections_of(status)}"
+        time.sleep(0.05)
