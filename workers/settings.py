@@ -86,6 +86,10 @@ class Settings(BaseSettings):
     memory_budget_gb: float | None = Field(
         None, gt=0, description="GiB one request may use (checked before any work); unset: the machine's memory"
     )
+    keep_freed_memory: bool = Field(
+        True, description="workers and the CLI keep freed heap blocks for reuse within a job (glibc mallopt, "
+        "workers/allocator.py); false: glibc's defaults"
+    )
     cuda_graphs: bool = Field(True, description="the GPU t-SNE replays its rounds as CUDA graphs")
     tsne_layout: str = Field(
         "auto", description="the GPU t-SNE kernels' layout: fused, wide, or auto (fused with >= 2 heads per SM)"
