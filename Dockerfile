@@ -33,9 +33,10 @@ RUN pip install "torch>=2.2,<3" --index-url "${TORCH_INDEX_URL}" \
     && useradd --create-home --uid 10001 headscope \
     && mkdir -p /data && chown headscope /data
 USER headscope
-# SmolLM2 is converted from its GGUF file on first use into /data/models (~40 s, 517 MB; a volume
-# on /data keeps it); to bake it into the image instead, RUN python -m workers.models.convert here
-# with HEADSCOPE_MODEL_CACHE_DIR pointing inside the image.
+# SmolLM2 is converted from its GGUF file on first use into the model cache, here /data/models
+# (~40 s, 517 MB; a volume on /data keeps it); to bake it into the image instead, RUN python -m
+# workers.models.convert here with HEADSCOPE_MODEL_CACHE_DIR pointing inside the image.
+ENV HEADSCOPE_MODEL_CACHE_DIR=/data/models
 EXPOSE 8050
 # the whole thing in one container (bundled Redis, one worker); compose runs the pieces separately
 CMD ["headscope", "serve", "--host", "0.0.0.0", "--port", "8050"]

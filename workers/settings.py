@@ -7,11 +7,20 @@ both the backend and the workers (it imports only pydantic); ``backend.config`` 
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_model_cache() -> Path:
+    """The model cache when HEADSCOPE_MODEL_CACHE_DIR is unset: the user's cache directory (XDG), so
+    every data dir and checkout of one user shares one conversion (docs/models.md)."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "headscope" / "models"
 
 
 class Settings(BaseSettings):
@@ -20,8 +29,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HEADSCOPE_", extra="ignore", populate_by_name=True)
 
     data_dir: Path = Field(Path("data"), description="the SQLite store (by default), embedded Redis, caches")
-    model_cache_dir: Path | None = Field(
-        None, description="converted built-in models (SmolLM2 from its GGUF file); unset: <data dir>/models"
+    model_cache_dir: Path = Field(
+        default_factory=default_model_cache,
+        description="converted built-in models (SmolLM2 from its GGUF file), shared by every data dir; "
+        "unset: $XDG_CACHE_HOME/headscope/models, else ~/.cache/headscope/models",
     )
     database_url: str | None = Field(
         None,

@@ -148,11 +148,11 @@ def checked_source(src: GGUFPackage) -> tuple[Path, str]:
 
 
 def cache_root() -> Path:
-    """Where converted models live: ``$HEADSCOPE_MODEL_CACHE_DIR``, else ``<data dir>/models``."""
+    """Where converted models live: ``$HEADSCOPE_MODEL_CACHE_DIR``, else the user's cache directory
+    (``~/.cache/headscope/models``), whatever the data dir (``workers.settings.default_model_cache``)."""
     from workers.settings import get_settings
 
-    settings = get_settings()
-    return Path(settings.model_cache_dir or settings.data_dir / "models")
+    return Path(get_settings().model_cache_dir)
 
 
 def target_dir(name: str, digest: str, root: Path | None = None) -> Path:
