@@ -8,6 +8,7 @@ A corpus result has ``statistics`` and ``counts`` ({statistic: [layer][head]}), 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -23,18 +24,23 @@ STAT_LABELS = {
 SELECTED = "#d62728"
 
 
+HEAD_ID = re.compile(r"L(\d+)H(\d+)|(\d+)\.(\d+)")
+
+
 def head_key(layer: int, head: int) -> str:
-    """``"2.5"`` for layer 2, head 5 (the page's head ids)."""
-    return f"{layer}.{head}"
+    """``"L2H5"`` for layer 2, head 5: the page's head ids, named as everywhere else (decomposition
+    labels, the causal views)."""
+    return f"L{layer}H{head}"
 
 
 def parse_head(value: Any) -> tuple[int, int] | None:
-    """``"2.5"`` -> (2, 5); None for anything else."""
-    try:
-        layer, head = (int(x) for x in str(value).split("."))
-    except (TypeError, ValueError):
+    """``"L2H5"`` -> (2, 5); ``"2.5"`` too (links shared before heads were named ``L2H5``); None for
+    anything else."""
+    found = HEAD_ID.fullmatch(str(value).strip()) if value is not None else None
+    if found is None:
         return None
-    return (layer, head) if layer >= 0 and head >= 0 else None
+    layer, head = (int(x) for x in found.groups() if x is not None)
+    return layer, head
 
 
 def statistics_of(result: dict[str, Any]) -> list[str]:
@@ -46,7 +52,7 @@ def _grid(result: dict[str, Any], stat: str) -> np.ndarray:
 
 
 def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per head: ``head`` ("L.H"), ``layer``, ``index`` and each statistic (4 digits; None
+    """One row per head: ``head`` ("L2H5"), ``layer``, ``index`` and each statistic (4 digits; None
     where it applies to no query)."""
     stats = statistics_of(result)
     if not stats:

@@ -21,12 +21,12 @@ def test_corpus_page_table_head_joint_map_and_share(server, browser, tmp_path): 
         page.wait_for_selector("#corpus-table td[data-dash-column='previous']", timeout=WAIT_MS)
         assert page.locator("#corpus-table tbody tr").count() >= 8  # 2 layers x 4 heads (one page)
         page.wait_for_selector("#corpus-map-graph .scatterlayer .point", timeout=WAIT_MS)
-        page.locator("#corpus-table td[data-dash-column='head']").nth(5).click()  # head 1.1
-        page.wait_for_function("document.querySelector('#corpus-selected-label').innerText.includes('1.1')",
+        page.locator("#corpus-table td[data-dash-column='head']").nth(5).click()  # head L1H1
+        page.wait_for_function("document.querySelector('#corpus-selected-label').innerText.includes('L1H1')",
                                timeout=WAIT_MS)
         page.wait_for_selector("#corpus-contexts li", timeout=WAIT_MS)
         assert page.locator("#corpus-contexts li").count() == 20
-        page.wait_for_function("new URLSearchParams(location.search).get('head') === '1.1'", timeout=WAIT_MS)
+        page.wait_for_function("new URLSearchParams(location.search).get('head') === 'L1H1'", timeout=WAIT_MS)
         w.shot("corpus-1-head")
         page.click("#corpus-joint-button")
         page.wait_for_function(
@@ -46,7 +46,7 @@ def test_corpus_page_table_head_joint_map_and_share(server, browser, tmp_path): 
         w2.page.goto(link)
         w2.page.wait_for_function(
             "document.querySelector('#corpus-selected-label') &&"
-            " document.querySelector('#corpus-selected-label').innerText.includes('1.1')", timeout=WAIT_MS)
+            " document.querySelector('#corpus-selected-label').innerText.includes('L1H1')", timeout=WAIT_MS)
         assert w2.page.locator("#corpus-contexts li").count() == 20
         w2.shot("corpus-3-shared")
         assert not w2.problems, w2.problems

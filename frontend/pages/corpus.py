@@ -1,8 +1,8 @@
 """Corpus: statistics of every head over many texts, a map of heads, one head's top contexts and its
 joint query–key map (docs/corpus.md).
 
-URL state: ``/corpus?analysis=<corpus job id>`` (or a share) plus ``head`` ("L.H", the selected
-head), ``color`` (what colours the map of heads) and ``stat`` (the histogram's statistic).
+URL state: ``/corpus?analysis=<corpus job id>`` (or a share) plus ``head`` ("L2H5", the selected
+head; links with the older "2.5" still open), ``color`` (what colours the map of heads) and ``stat`` (the histogram's statistic).
 """
 
 from __future__ import annotations
