@@ -71,9 +71,15 @@ def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def table_columns(result: dict[str, Any]) -> list[dict[str, Any]]:
-    cols = [{"name": "head", "id": "head"}, {"name": "layer", "id": "layer", "type": "numeric"},
-            {"name": "index", "id": "index", "type": "numeric"}]
-    return cols + [{"name": STAT_LABELS[s], "id": s, "type": "numeric"} for s in statistics_of(result)]
+    """The table's AG Grid column definitions: the head's name (text filter), then numbers (a number
+    typed in a column's filter keeps the rows above it; the filter's menu picks another condition)."""
+    number = {"filter": "agNumberColumnFilter", "type": "numericColumn",
+              "filterParams": {"defaultOption": "greaterThan", "buttons": ["reset"]}}
+    cols = [{"field": "head", "headerName": "head", "filter": "agTextColumnFilter", "pinned": "left",
+             "comparator": {"function": "headOrder"}},
+            {"field": "layer", "headerName": "layer", **number, "filterParams": {"defaultOption": "equals"}},
+            {"field": "index", "headerName": "index", **number, "filterParams": {"defaultOption": "equals"}}]
+    return cols + [{"field": s, "headerName": STAT_LABELS[s], **number} for s in statistics_of(result)]
 
 
 def head_map_figure(result: dict[str, Any], *, color_by: str = "layer",

@@ -24,7 +24,10 @@ def test_table_rows_hold_every_head_and_statistic(result):
     assert len(rows) == 2 * 4 and rows[5]["head"] == "L1H1"  # named as everywhere else, not "1.1"
     assert [C.parse_head(r["head"]) for r in rows] == [(r["layer"], r["index"]) for r in rows]
     assert rows[5]["previous"] == round(result["statistics"]["previous"][1][1], 4)
-    assert {c["id"] for c in C.table_columns(result)} == {"head", "layer", "index", *C.STAT_LABELS}
+    cols = C.table_columns(result)  # AG Grid column definitions, one per key of a row
+    assert [c["field"] for c in cols] == list(rows[0]) and set(rows[0]) == {"head", "layer", "index", *C.STAT_LABELS}
+    assert [c["filter"] for c in cols] == ["agTextColumnFilter"] + ["agNumberColumnFilter"] * (len(cols) - 1)
+    assert cols[0]["comparator"] == {"function": "headOrder"}  # frontend/assets/grid.js: L2H10 after L2H9
 
 
 def test_map_marks_the_selected_head_and_colours_by_a_statistic(result):

@@ -92,6 +92,37 @@ def test_everything_is_served_locally(app):
     assert "@import" not in css and "url(http" not in css  # no web fonts or remote files
 
 
+def test_corpus_table_is_an_ag_grid_that_sorts_filters_and_exports_without_deprecation():
+    """The corpus table is dash-ag-grid's AgGrid (dash_table.DataTable is deprecated in Dash 4 and
+    warned on every render): columns sort and filter, a button exports the grid as CSV, rows are
+    identified by their head's name (a click selects it)."""
+    import warnings
+
+    import dash_ag_grid as dag
+
+    from frontend.app import PAGES, ResultStore, render_page
+
+    store = ResultStore(ApiClient(f"http://127.0.0.1:{_closed_port()}"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pages = {path: render_page(store, path, "") for path in PAGES}
+    assert not [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+    stack, grids = [pages["/corpus"]], []
+    while stack:
+        c = stack.pop()
+        if isinstance(c, (list, tuple)):
+            stack.extend(c)
+            continue
+        grids += [c] if isinstance(c, dag.AgGrid) else []
+        children = getattr(c, "children", None)
+        if children is not None and not isinstance(children, str):
+            stack.append(children)
+    assert [g.id for g in grids] == ["corpus-table"]
+    grid = grids[0]
+    assert grid.defaultColDef["sortable"] and grid.defaultColDef["filter"] and grid.getRowId == "params.data.head"
+    assert grid.csvExportParams["fileName"].endswith(".csv") and "corpus-table-csv" in _ids(pages["/corpus"])
+
+
 def test_text_request_holds_the_whole_head_view():
     from frontend.pages.text import text_request
 
