@@ -32,6 +32,9 @@ def _sort_filter_and_export(page, tmp_path) -> None:
     """The table sorts by a column (a click on its name, twice: descending), keeps the heads above
     a number typed in its filter, and exports what it shows as CSV (dash-ag-grid's AgGrid)."""
     values = _shown(page)
+    # the head column's order (frontend/assets/grid.js): by layer, then head, not as text
+    assert page.evaluate("['L10H0', 'L2H10', 'L2H9', 'L0H1'].sort(window.dashAgGridFunctions.headOrder)") == [
+        "L0H1", "L2H9", "L2H10", "L10H0"]
     label = page.locator(f"{GRID} .ag-header-cell[col-id='previous'] .ag-header-cell-label")
     label.click()
     label.click()
