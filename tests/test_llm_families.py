@@ -229,7 +229,7 @@ def test_operator_catalogue_with_hub_ids(tmp_path: Path):
         "tiny": {"path": str(tmp_path)},
     }}))
     closed, open_ = Catalogue.from_file(path), Catalogue.from_file(path, allow_hub=True)
-    assert closed.names_available() == ["minilm", "smollm2", "tiny"]  # the builtins and the file's local entry
+    assert closed.names_available() == ["gemma3-270m", "minilm", "smollm2", "tiny"]  # the builtins and the file's local entry
     assert "llama-3.2-1b" in open_.names_available()
     assert open_.get("pythia-160m").summary()["n_layers"] is None  # nothing downloaded by listing
 
