@@ -61,3 +61,4 @@ bench: setup
 	$(PY) -m tests.bench.bench_lasf
 	PYTHONPATH=. $(PY) -m tests.bench.bench_gallery
 	PYTHONPATH=. $(PY) -m tests.bench.bench_smollm2
+	PYTHONPATH=. $(PY) -m tests.bench.bench_gemma3
