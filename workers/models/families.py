@@ -112,12 +112,19 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+# model types refused with a pointer to the part that is supported
+HINTS = {
+    "gemma3": "a multimodal Gemma 3 checkpoint: save its text model (model type gemma3_text) and add that",
+}
+
+
 def family_of(model_type: str) -> Family:
     """The family of a transformers ``model_type``; a clear error for anything else."""
     fam = FAMILIES.get(model_type)
     if fam is None:
         supported = ", ".join(sorted(FAMILIES))
-        raise HeadscopeError(f"model type {model_type!r} is not supported; supported: {supported}")
+        hint = f" ({HINTS[model_type]})" if model_type in HINTS else ""
+        raise HeadscopeError(f"model type {model_type!r} is not supported{hint}; supported: {supported}")
     return fam
 
 
