@@ -596,7 +596,8 @@ def test_smollm2_text_explorer_gallery_heads_and_chat(server, browser, tmp_path)
 
 def test_gemma3_text_explorer_local_layers_gallery_and_licence(server, browser, tmp_path):
     """Gemma 3 270M (18 layers x 4 heads, real weights): the picker links the Gemma Terms of Use, 18
-    heatmaps whose local layers say so in their titles, the gallery of all 72 heads on one page."""
+    heatmaps whose local layers say so in their titles, the gallery of all 72 heads on one page, the
+    term importance curves over its 19 states."""
     w = Watch(browser, server, tmp_path)
     page = w.page
     try:
@@ -625,6 +626,15 @@ def test_gemma3_text_explorer_local_layers_gallery_and_licence(server, browser, 
         page.locator("#head-gallery").scroll_into_view_if_needed()
         w.shot("11-gemma3-gallery")
         page.locator("#head-gallery").screenshot(path=str(ARTIFACTS / "browser-11-gemma3-gallery-graph.png"))
+
+        page.goto(server + "/terms")  # the decomposition through the sandwich norms
+        _pick(page, "terms-model", "gemma3-270m")
+        page.fill("#terms-text", TEXT)
+        page.click("#terms-analyze")
+        page.wait_for_selector("#terms-curves-graph .scatterlayer .trace", timeout=WAIT_MS)
+        curves = page.evaluate(FIGURE_JS, "terms-curves-graph")
+        assert any(len(t["x"]) == 19 for t in curves["data"])  # states 0..18
+        page.locator("#terms-curves-graph").screenshot(path=str(ARTIFACTS / "browser-12-gemma3-terms-graph.png"))
         assert not w.problems, w.problems
     finally:
         w.close()
