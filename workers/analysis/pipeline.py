@@ -47,6 +47,7 @@ from workers.analysis.tsne import TSNEOptions, embed_affinities, select_indices
 from workers.errors import HeadscopeError
 from workers.models import LoadedModel, ModelRun, pooled_states
 from workers.models.adapters import Encoded, encode, forward_streamed
+from workers.models.families import layer_windows
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +140,8 @@ class Context:
         """Register the consumers of the streamed pass that ``analyses`` need."""
         o, L, H = self.options, self.loaded.n_layers, self.loaded.n_heads
         if "max-attention" in analyses:
-            self.consumers["max-attention"] = AttentionStats(L, H, keep=self.keep, causal=self.loaded.causal)
+            self.consumers["max-attention"] = AttentionStats(L, H, keep=self.keep, causal=self.loaded.causal,
+                                                             windows=layer_windows(self.loaded.config))
         if "head-tsne" in analyses:
             self.consumers["head-tsne"] = LayerHeadTSNE(
                 L, H, layers=o["layer"], heads=o["head"], keep=self.keep, options=self.tsne_options()
@@ -196,7 +198,11 @@ def _max_attention(ctx: Context) -> dict[str, Any]:
     ctx.run  # noqa: B018 - the streamed pass fills the consumers
     assert stats.max is not None and stats.mean is not None
     kept = np.arange(ctx.encoded.n) if ctx.keep is None else np.flatnonzero(ctx.keep)
-    return max_attention_section(stats, kept, causal=ctx.loaded.causal)
+    out = max_attention_section(stats, kept, causal=ctx.loaded.causal)
+    windows = layer_windows(ctx.loaded.config)
+    if any(windows):  # Gemma 2/3: local layers see the last w keys only (zeros beyond; means over them)
+        out["windows"] = windows
+    return out
 
 
 def max_attention_section(stats: AttentionStats, kept: np.ndarray, *, causal: bool) -> dict[str, Any]:
