@@ -42,6 +42,8 @@ class TrainConfig:
     init_scale: float = 1.0  # paper mode: 0.1 (see docs/lasf.md)
     epochs: int = 4
     lr: float = 2e-3
+    warmup: float = 0.1  # LasF's share of the steps spent warming up (one-cycle ``pct_start``)
+    clip: float | None = None  # LasF's gradient norm clipped to this (None: no clipping)
     baseline_lr: float = 2e-3
     weight_decay: float = 0.01
     batch_size: int = 32
@@ -62,6 +64,10 @@ class TrainConfig:
         for name in ("epochs", "n_fields", "d_q", "d_s", "batch_size", "max_tokens"):
             if getattr(self, name) < 1:
                 raise HeadscopeError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0.0 < self.warmup < 1.0:
+            raise HeadscopeError(f"warmup is a share of the steps, between 0 and 1 (exclusive), got {self.warmup}")
+        if self.clip is not None and self.clip <= 0:
+            raise HeadscopeError(f"clip must be positive, got {self.clip}")
 
 
 @dataclass
@@ -170,7 +176,9 @@ def train_models(
         for k, m in models.items()
     }
     steps = config.epochs * len(train)
-    scheds = {k: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=o.param_groups[0]["lr"], total_steps=steps, pct_start=0.1) for k, o in opts.items()}
+    scheds = {k: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=o.param_groups[0]["lr"], total_steps=steps,
+                                                     pct_start=config.warmup if k == "lasf" else 0.1)
+              for k, o in opts.items()}  # fmt: skip
     history, step, start = [], 0, time.perf_counter()
     for epoch in range(config.epochs):
         losses = {k: 0.0 for k in models}
@@ -184,6 +192,8 @@ def train_models(
                     raise HeadscopeError(f"{k}: the loss became {float(loss)} in epoch {epoch + 1}")
                 opts[k].zero_grad(set_to_none=True)
                 loss.backward()
+                if k == "lasf" and config.clip is not None:
+                    nn.utils.clip_grad_norm_(m.parameters(), config.clip)
                 opts[k].step()
                 scheds[k].step()
                 losses[k] += float(loss.detach()) / len(train)
