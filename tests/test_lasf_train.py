@@ -88,3 +88,26 @@ def test_cli_refuses_bad_warmup_or_clip_before_any_work(flag, words, tmp_path, c
     assert main(["lasf-train", "--mode", "paper", flag, "--out", str(tmp_path / "out"), "-q"]) != 0
     assert words in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # nothing trained, nothing written
+
+
+@pytest.mark.parametrize(
+    ("argv", "want"),
+    [(["--mode", "paper"], {"lr": 1e-3, "clip": 1.0, "warmup": 0.1, "init_scale": 0.1}),
+     (["--mode", "stable"], {"lr": 2e-3, "clip": None, "warmup": 0.1, "init_scale": 1.0}),
+     (["--mode", "paper", "--clip", "0", "--lr", "3e-4", "--warmup", "0.3"], {"lr": 3e-4, "clip": None, "warmup": 0.3})],
+)  # fmt: skip
+def test_cli_defaults_per_mode(argv, want, tmp_path, monkeypatch):
+    """Paper mode defaults to the recipe of docs/lasf.md's sweep; the stable defaults are lasf-minilm's."""
+    import workers.lasf.distil as distil_mod
+    from backend.cli import main
+
+    seen = {}
+
+    def record(config, out_dir, **_):  # the CLI's mapping of flags to TrainConfig, not training
+        config.check()
+        seen.update(vars(config))
+        raise HeadscopeError("recorded")
+
+    monkeypatch.setattr(distil_mod, "distil", record)
+    assert main(["lasf-train", *argv, "--out", str(tmp_path / "o"), "-q"]) == 2
+    assert {k: seen[k] for k in want} == want
