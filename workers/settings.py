@@ -121,6 +121,12 @@ class Settings(BaseSettings):
         "launch or fatal, optionally @engine (default triton)",
     )
 
+    split_min_items: int = Field(
+        2000, ge=1, description="a job over fewer items (texts, heads) stays one queue job; more is split into "
+        "parts every worker shares (workers/parts.py, docs/scaling.md)"
+    )
+    split_part_items: int = Field(500, ge=1, description="items per part of a split job")
+
     @field_validator("tsne_layout")
     @classmethod
     def _layout(cls, value: str) -> str:
