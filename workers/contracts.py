@@ -24,6 +24,7 @@ from pydantic import (
 AnalysisKind = Literal[
     "max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf",
     "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching",
+    "word-maps",  # docs/compare.md
 ]
 # the causal views (docs/causal.md): decoders with a language-model head only
 CAUSAL_KINDS: tuple[str, ...] = (
@@ -37,6 +38,7 @@ ANALYSIS_KINDS: tuple[str, ...] = (
     "word-tsne",
     "robustness",
     "lasf",
+    "word-maps",  # every head's word-level map (docs/compare.md)
     *CAUSAL_KINDS,  # continue first: it extends the text the other causal views read
 )  # also the order a job computes them in: cheap first
 MAX_TOP_K = 50  # predictions: next tokens listed per position
