@@ -128,3 +128,19 @@ def test_word_maps_analysis_in_the_pipeline_equals_the_notebook_call(catalogue):
     np.testing.assert_allclose(res["word-maps"]["maps"], direct["maps"], atol=1e-5)
     with pytest.raises(HeadscopeError, match="empty|no word"):
         analyze(loaded, " \t ", ["word-maps"])
+
+
+@pytest.mark.parametrize("name", ["tiny-bert", "tiny-llama"])
+def test_word_maps_of_padded_batches_equal_one_text_at_a_time(catalogue, name):
+    from workers.analysis.compare import WordMapTap
+    from workers.analysis.corpus import CorpusOptions, corpus_statistics
+
+    loaded = load_model(name, device="cpu")
+    got: dict[int, np.ndarray] = {}
+    tap = WordMapTap(loaded, TEXTS, max_tokens=64, surprisal=False,
+                     per_text=lambda i, part: got.__setitem__(i, part["maps"]))
+    corpus_statistics(loaded, TEXTS, options=CorpusOptions(max_tokens=64, max_batch=3), tap=tap)
+    assert sorted(got) == [0, 1, 2]
+    for i, text in enumerate(TEXTS):
+        one = np.array(text_word_maps(loaded, text)["maps"])
+        np.testing.assert_allclose(got[i].reshape(one.shape), one, atol=1e-4)

@@ -329,13 +329,15 @@ class ShareRequest(BaseModel):
     analysis_id: str | None = Field(None, max_length=64)
     pe_analysis_id: str | None = Field(None, max_length=64)
     corpus_analysis_id: str | None = Field(None, max_length=64)
+    compare_id: str | None = Field(None, max_length=64)  # docs/compare.md
     view: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_target(self) -> ShareRequest:
-        given = [x for x in (self.analysis_id, self.pe_analysis_id, self.corpus_analysis_id) if x is not None]
+        given = [x for x in (self.analysis_id, self.pe_analysis_id, self.corpus_analysis_id, self.compare_id)
+                 if x is not None]
         if len(given) != 1:
-            raise ValueError("give exactly one of analysis_id, pe_analysis_id and corpus_analysis_id")
+            raise ValueError("give exactly one of analysis_id, pe_analysis_id, corpus_analysis_id and compare_id")
         return self
 
 
@@ -404,3 +406,34 @@ class JointMapRequest(BaseModel):
 
     def job_id(self) -> str:
         return request_hash("corpus-joint", self.normalised())
+
+
+# ------------------------------------------------------------------------ compare (docs/compare.md)
+
+MAX_COMPARE_TOKENS = 512  # per text and model in a comparison
+
+
+class CompareRequest(BaseModel):
+    """``POST /api/compare``: two models on one text or a stored corpus (docs/compare.md)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model_a: str = Field("minilm", min_length=1, max_length=100)
+    model_b: str = Field("smollm2", min_length=1, max_length=100)
+    text: str | None = Field(None, max_length=MAX_TEXT_CHARS, description="one text (or give corpus)")
+    corpus: str | None = Field(None, pattern=CORPUS_REF_PATTERN, description="cp-... or builtin-... (or give text)")
+    max_tokens: int = Field(128, ge=2, le=MAX_COMPARE_TOKENS, description="per text and model; longer ones are cut")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> CompareRequest:
+        if (self.text is None) == (self.corpus is None):
+            raise ValueError("give exactly one of text and corpus")
+        if self.text is not None and not self.text.split():
+            raise ValueError("the text has no word (only spaces)")
+        return self
+
+    def normalised(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def job_id(self) -> str:
+        return request_hash("compare", self.normalised())

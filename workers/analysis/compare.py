@@ -27,7 +27,7 @@ from scipy.optimize import linear_sum_assignment
 
 from workers.analysis.corpus import CorpusOptions, corpus_statistics, head_map
 from workers.analysis.progress import Progress, no_progress, scaled
-from workers.analysis.word_maps import WordMapper, covered, token_words, word_spans
+from workers.analysis.word_maps import covered, token_words, word_spans
 from workers.errors import HeadscopeError
 
 if TYPE_CHECKING:
@@ -114,18 +114,17 @@ def joint_profiles(stats_a: dict[str, list[list[Any]]], stats_b: dict[str, list[
             "loadings": hm["loadings"]}
 
 
-def word_surprisal(loaded: LoadedModel, ids: list[int], hidden_last: np.ndarray, member: np.ndarray) -> dict[str, Any]:
+def word_surprisal(loaded: LoadedModel, ids: list[int], normed_last: torch.Tensor, member: np.ndarray) -> dict[str, Any]:
     """Per word: the surprisal (bits, the sum over its tokens of ``-log2 p(token | before)``; None when
-    its first token opens the text) and the model's top prediction for its first token."""
+    its first token opens the text) and the model's top prediction for its first token.
+    ``normed_last`` [n, dim]: the last hidden state, final norm applied (HF's last state of a decoder)."""
     assert loaded.unembed is not None
-    with torch.inference_mode():
-        logits = loaded.unembed.logits(torch.from_numpy(hidden_last).to(loaded.device, loaded.dtype)).float()
-        logp = torch.log_softmax(logits, dim=-1)  # [n, vocabulary]
-        ids_t = torch.tensor(ids, device=logp.device)
-        tok_bits = torch.full((len(ids),), float("nan"))
-        if len(ids) > 1:
-            tok_bits[1:] = (-logp[:-1].gather(1, ids_t[1:, None])[:, 0] / LN2).cpu()
-        top = logp.argmax(dim=-1).cpu().tolist()
+    logp = torch.log_softmax(loaded.unembed.logits(normed_last).float(), dim=-1)  # [n, vocabulary]
+    ids_t = torch.tensor(ids, device=logp.device)
+    tok_bits = torch.full((len(ids),), float("nan"))
+    if len(ids) > 1:
+        tok_bits[1:] = (-logp[:-1].gather(1, ids_t[1:, None])[:, 0] / LN2).cpu()
+    top = logp.argmax(dim=-1).cpu().tolist()
     surprisal: list[float | None] = []
     predicted: list[str | None] = []
     for w in range(member.shape[1]):
@@ -140,34 +139,64 @@ def word_surprisal(loaded: LoadedModel, ids: list[int], hidden_last: np.ndarray,
     return {"surprisal": surprisal, "predicted": predicted}
 
 
-def _text_pass(loaded: LoadedModel, text: str, *, max_tokens: int, want_surprisal: bool) -> dict[str, Any]:
-    """One text through one model: word membership, every head's word map, surprisal if asked."""
-    from workers.models.adapters import encode, forward_streamed
+class WordMapTap:
+    """Reads the corpus run's padded batches (``corpus_statistics(tap=...)``): every head's word-level
+    map of each text, and the surprisal per word when ``surprisal``; ``per_text(i, part)`` gets each
+    text's ``{"member", "maps" [heads, words, words], "surprisal", "predicted"}`` after its batch."""
 
-    enc = encode(loaded, text, truncate=True)
-    if enc.n > max_tokens:  # the pair's token limit, below the model's own
-        enc.input_ids, enc.tokens = enc.input_ids[:max_tokens], enc.tokens[:max_tokens]
-        enc.offsets, enc.special = enc.offsets[:max_tokens], enc.special[:max_tokens]
-        if enc.texts is not None:
-            enc.texts = enc.texts[:max_tokens]
-    member = token_words(enc.offsets, enc.special, word_spans(text))
-    mapper = WordMapper(loaded.n_layers, loaded.n_heads, member)
-    hidden = forward_streamed(loaded, enc, mapper)
-    out: dict[str, Any] = {"member": member, "maps": mapper.maps.reshape(-1, *mapper.maps.shape[2:])}
-    if want_surprisal:
-        out.update(word_surprisal(loaded, enc.input_ids, hidden[-1], member))
-    return out
+    def __init__(self, loaded: LoadedModel, texts: list[str], *, max_tokens: int, surprisal: bool,
+                 per_text: Callable[[int, dict[str, Any]], None]):
+        self.loaded, self.texts, self.surprisal, self.per_text = loaded, texts, surprisal, per_text
+        self.limit = min(max_tokens, loaded.max_length)
+
+    def start(self, batch: list[int], ids: list[list[int]]) -> None:
+        tok, dev = self.loaded.tokenizer, self.loaded.device
+        self.batch, self.ids, self.members = batch, ids, []
+        width = max(len(r) for r in ids)
+        for i, row in zip(batch, ids, strict=True):
+            enc = tok(self.texts[i], return_offsets_mapping=True, return_special_tokens_mask=True,
+                      truncation=len(row) >= self.limit, max_length=self.limit, verbose=False)
+            if list(enc["input_ids"]) != row:
+                raise HeadscopeError(f"text {i}: the tokenizer's offsets do not match its tokens")
+            self.members.append(token_words([tuple(o) for o in enc["offset_mapping"]],
+                                            [bool(x) for x in enc["special_tokens_mask"]], word_spans(self.texts[i])))
+        u = max(m.shape[1] for m in self.members)
+        padded = np.zeros((len(batch), width, u), dtype=np.float32)
+        for j, m in enumerate(self.members):
+            padded[j, : m.shape[0], : m.shape[1]] = m
+        self.m = torch.from_numpy(padded).to(dev)  # [batch, token, word]
+        self.counts = self.m.sum(dim=1).clamp(min=1)  # [batch, word]
+        L, H = self.loaded.n_layers, self.loaded.n_heads
+        self.maps = [np.zeros((L, H, m.shape[1], m.shape[1]), dtype=np.float32) for m in self.members]
+
+    def layer(self, layer: int, weights: torch.Tensor) -> None:
+        a = weights.float()  # [batch, head, query, key]
+        w = torch.einsum("bqu,bhqk,bkv->bhuv", self.m, a, self.m) / self.counts[:, None, :, None]
+        total = w.sum(dim=-1, keepdim=True)
+        w = torch.where(total > 0, w / total.clamp(min=1e-30), 0.0).cpu().numpy()
+        for j, m in enumerate(self.members):
+            u = m.shape[1]
+            self.maps[j][layer] = w[j, :, :u, :u]
+
+    def finish(self, output: Any) -> None:
+        for j, i in enumerate(self.batch):
+            maps = self.maps[j]
+            part: dict[str, Any] = {"member": self.members[j], "maps": maps.reshape(-1, *maps.shape[2:])}
+            if self.surprisal:
+                n = len(self.ids[j])
+                part.update(word_surprisal(self.loaded, self.ids[j], output.last_hidden_state[j, :n], self.members[j]))
+            self.per_text(i, part)
+        self.maps = []
 
 
 def _side(loaded: LoadedModel, texts: list[str], *, max_tokens: int, progress: Progress,
           per_text: Callable[[int, dict[str, Any]], None]) -> dict[str, Any]:
-    """One model's part: its corpus statistics, then every text's word maps handed to ``per_text``."""
-    stats = corpus_statistics(loaded, texts, options=CorpusOptions(max_tokens=max_tokens, top_k=0),
-                              progress=scaled(progress, 0.0, 0.4))
+    """One model's part: its corpus statistics, every text's word maps handed to ``per_text`` in the
+    same padded forward passes."""
     want = loaded.causal and loaded.unembed is not None
-    for i, text in enumerate(texts):
-        per_text(i, _text_pass(loaded, text, max_tokens=max_tokens, want_surprisal=want))
-        progress(0.4 + 0.6 * (i + 1) / len(texts), f"{loaded.name}: word maps {i + 1}/{len(texts)}")
+    tap = WordMapTap(loaded, texts, max_tokens=max_tokens, surprisal=want, per_text=per_text)
+    stats = corpus_statistics(loaded, texts, options=CorpusOptions(max_tokens=max_tokens, top_k=0),
+                              progress=progress, tap=tap)
     return {"name": loaded.name, "family": loaded.family, "causal": loaded.causal, "n_layers": loaded.n_layers,
             "n_heads": loaded.n_heads, "statistics": stats["statistics"], "has_lm_head": want}
 
@@ -184,14 +213,14 @@ def compare_models(load_a: Callable[[], LoadedModel], load_b: Callable[[], Loade
     if not texts or not any(word_spans(t) for t in texts):
         raise HeadscopeError("the texts have no word (only spaces)")
     t0 = time.perf_counter()
-    kept_a: list[dict[str, Any]] = []
-    words_a: list[dict[str, Any]] = []
+    kept_a: dict[int, dict[str, Any]] = {}
+    words_a: dict[int, dict[str, Any]] = {}
     report(0.0, "loading model A")
     a = load_a()
 
     def keep_a(i: int, part: dict[str, Any]) -> None:
-        kept_a.append({"valid": covered(part["member"]), "maps": part["maps"]})
-        words_a.append({k: part.get(k) for k in ("surprisal", "predicted")})
+        kept_a[i] = {"valid": covered(part["member"]), "maps": part["maps"]}
+        words_a[i] = {k: part.get(k) for k in ("surprisal", "predicted")}
 
     side_a = _side(a, texts, max_tokens=max_tokens, progress=scaled(report, 0.0, 0.45), per_text=keep_a)
     del a
@@ -202,15 +231,17 @@ def compare_models(load_a: Callable[[], LoadedModel], load_b: Callable[[], Loade
     causal = side_a["causal"] or b.causal
     sums = np.zeros((side_a["n_layers"] * side_a["n_heads"], b.n_layers * b.n_heads))
     count = [0]
-    words_b: list[dict[str, Any]] = []
+    words_b: dict[int, dict[str, Any]] = {}
 
     def fold_b(i: int, part: dict[str, Any]) -> None:
-        valid = kept_a[i]["valid"] & covered(part["member"])
-        s, n = similarity_sums(kept_a[i]["maps"], part["maps"], valid=valid, causal=causal)
+        words_b[i] = {k: part.get(k) for k in ("surprisal", "predicted")}
+        mine = kept_a.pop(i, None)  # done with this text's maps of A after this
+        if mine is None:  # model A had no token of it
+            return
+        valid = mine["valid"] & covered(part["member"])
+        s, n = similarity_sums(mine["maps"], part["maps"], valid=valid, causal=causal)
         sums[:] += s
         count[0] += n
-        kept_a[i] = {}  # done with this text's maps of A
-        words_b.append({k: part.get(k) for k in ("surprisal", "predicted")})
 
     side_b = _side(b, texts, max_tokens=max_tokens, progress=scaled(report, 0.5, 0.95), per_text=fold_b)
     if count[0] == 0:
@@ -231,6 +262,8 @@ def compare_models(load_a: Callable[[], LoadedModel], load_b: Callable[[], Loade
         "seconds": round(time.perf_counter() - t0, 3),
     }
     if side_a["has_lm_head"] or side_b["has_lm_head"]:
-        result["words"] = [{"words": w, "a": wa, "b": wb} for w, wa, wb in zip(words, words_a, words_b, strict=True)]
+        empty = {"surprisal": None, "predicted": None}
+        result["words"] = [{"words": w, "a": words_a.get(i, empty), "b": words_b.get(i, empty)}
+                           for i, w in enumerate(words)]
     report(1.0, "done")
     return result
