@@ -144,3 +144,16 @@ def test_word_maps_of_padded_batches_equal_one_text_at_a_time(catalogue, name):
     for i, text in enumerate(TEXTS):
         one = np.array(text_word_maps(loaded, text)["maps"])
         np.testing.assert_allclose(got[i].reshape(one.shape), one, atol=1e-4)
+
+
+def test_similarity_figure_marks_layer_boundaries_and_a_click_selects_a_pair(catalogue):
+    from frontend import figures_compare as F
+
+    res = compare_models(lambda: load_model("tiny-bert", device="cpu"),
+                         lambda: load_model("tiny-gpt2", device="cpu"), TEXTS[:1], max_tokens=32)
+    fig = F.similarity_figure(res, selected=(1, 6))
+    lines = [s for s in fig.layout.shapes if s.type == "line"]
+    assert len(lines) == (2 - 1) + (2 - 1)  # one boundary between the two layers of each model
+    assert F.clicked_cell({"x": 6, "y": 1}) == (1, 6) and F.clicked_cell({"x": None}) is None
+    rows = F.pair_rows(res)
+    assert len(rows) == 8 and [r["similarity"] for r in rows] == sorted((r["similarity"] for r in rows), reverse=True)

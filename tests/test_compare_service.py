@@ -109,3 +109,14 @@ def test_cli_compare_writes_the_documented_keys(catalogue, tmp_path, capsys):
     assert "unknown model 'nope'" in capsys.readouterr().err
     assert main(["compare", "--model-a", "tiny-bert", "--model-b", "tiny-gpt2", "--text", "  ", "--out", str(out)]) == 2
     assert "no word" in capsys.readouterr().err
+
+
+def test_word_maps_analysis_runs_as_a_job(app):  # noqa: F811
+    client, _, conn = app
+    sub = client.post("/api/analyses", json={"model": "tiny-gpt2", "text": TEXT, "analyses": ["word-maps"]})
+    assert sub.status_code == 202, sub.text
+    run_jobs(conn)
+    st = client.get(f"/api/analyses/{sub.json()['id']}").json()
+    assert st["status"] == "finished", st
+    sec = st["result"]["word-maps"]
+    assert sec["words"] == TEXT.split() and np.allclose(np.array(sec["maps"]).sum(axis=-1), 1.0, atol=1e-4)
