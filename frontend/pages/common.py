@@ -281,7 +281,8 @@ def share_link(
     if source.get("kind") == "share":
         params = {k: v for k, v in view.items() if k != "page"}
         return absolute_url(page_path + query_string({"share": source["id"], **params})), ""
-    field = {"pe": "pe_analysis_id", "corpus": "corpus_analysis_id"}.get(source.get("kind", ""), "analysis_id")
+    field = {"pe": "pe_analysis_id", "corpus": "corpus_analysis_id", "compare": "compare_id"}.get(
+        source.get("kind", ""), "analysis_id")
     target = {field: source["id"]}
     try:
         path = client.create_share(view=view, **target)["url"]

@@ -44,6 +44,7 @@ from workers.analysis.streaming import (
     PackedAttention,
 )
 from workers.analysis.tsne import TSNEOptions, embed_affinities, select_indices
+from workers.analysis.word_maps import WordMapper, check_words, token_words, word_maps_section
 from workers.errors import HeadscopeError
 from workers.models import LoadedModel, ModelRun, pooled_states
 from workers.models.adapters import Encoded, encode, forward_streamed
@@ -75,6 +76,7 @@ DEFAULT_ENGINE = "fast"  # issue 7; "batched" and "opentsne" stay selectable
 
 
 STREAMED = ("max-attention", "head-tsne", "hidden-tsne", "robustness", "lasf")  # read the text's forward pass
+STREAMED += ("word-maps",)  # docs/compare.md
 
 
 @dataclass
@@ -158,6 +160,9 @@ class Context:
         if "lasf" in analyses and self.lasf is not None:  # the replaced layer's heads, for field_vs_head
             replaced = int(self.lasf.config["replaced_layer"])
             self.consumers["lasf"] = HeadKeeper([(replaced, h) for h in range(H)])
+        if "word-maps" in analyses:
+            spans = check_words(self.text)
+            self.consumers["word-maps"] = WordMapper(L, H, token_words(self.encoded.offsets, self.encoded.special, spans))
 
     def tsne_options(self, **overrides: Any) -> TSNEOptions:
         o = self.options
@@ -319,6 +324,16 @@ def _word_tsne(ctx: Context) -> dict[str, Any]:
         "kl": res.kl.tolist(),
         "timings": {"tsne_s": res.tsne_s},
     }
+
+
+@section("word-maps")
+def _word_maps(ctx: Context) -> dict[str, Any]:
+    mapper = ctx.consumers["word-maps"]
+    assert isinstance(mapper, WordMapper)
+    ctx.run  # noqa: B018 - the streamed pass fills the consumer
+    enc = ctx.encoded
+    return word_maps_section(text=ctx.text, offsets=enc.offsets, special=enc.special, maps=mapper.maps,
+                             member=mapper.member)
 
 
 @section("robustness")
