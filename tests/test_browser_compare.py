@@ -27,15 +27,15 @@ def test_compare_page_matrix_click_word_maps_and_share(server, browser, tmp_path
         page.fill("#compare-text", "the cat sat on the mat and the dog slept by the door")  # within 32 tokens in both
         page.click("#compare-run")
         page.wait_for_function(DRAWN.format(gid="compare-sim-graph"), timeout=WAIT)
-        page.wait_for_selector("#compare-table td[data-dash-column='similarity']", timeout=WAIT)
-        assert page.locator("#compare-table td[data-dash-column='similarity']").count() == 8  # one partner each
+        page.wait_for_selector("#compare-table .ag-center-cols-container .ag-row .ag-cell[col-id='similarity']", timeout=WAIT)
+        assert page.locator("#compare-table .ag-center-cols-container .ag-row .ag-cell[col-id='similarity']").count() == 8  # one partner each
         page.wait_for_selector("#compare-joint-graph .scatterlayer .point", timeout=WAIT)
         w.shot("compare-0-matrix")
-        page.locator("#compare-table td[data-dash-column='similarity']").first.click()  # the best pair
+        page.locator("#compare-table .ag-center-cols-container .ag-row .ag-cell[col-id='similarity']").first.click()  # the best pair
         page.wait_for_function("document.querySelector('#compare-cell-label').innerText.includes(': similarity')",
                                timeout=WAIT)
         label = page.inner_text("#compare-cell-label")
-        first = page.inner_text("#compare-table td[data-dash-column='head_a']")
+        first = page.inner_text("#compare-table .ag-center-cols-container .ag-row[row-index='0'] .ag-cell[col-id='head_a']")
         assert f"A tiny-bert {first}" in label, label
         cell = page.evaluate("new URLSearchParams(location.search).get('cell')")
         assert cell and cell.count("-") == 1, cell

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from dash import Dash, Input, Output, State, dash_table, dcc, html, no_update
+import dash_ag_grid as dag
+from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from frontend import figures_compare as F
 from frontend.api_client import ApiError
@@ -118,9 +119,17 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         ]),
         html.Div(className="panel", children=[
             html.H4("Matched pairs (Hungarian method; sort by any column, click a row to select the pair)"),
-            dash_table.DataTable(id="compare-table", columns=[{"name": n, "id": k} for k, n in F.PAIR_COLUMNS],
-                                 data=[], sort_action="native", filter_action="native", export_format="csv",
-                                 page_size=12, style_table={"overflowX": "auto"}, style_cell={"fontSize": "13px"}),
+            html.Button("Export CSV", id="compare-table-csv", className="button secondary"),
+            dag.AgGrid(id="compare-table", rowData=[], getRowId="params.data.id",
+                       columnDefs=[{"field": k, "headerName": n} for k, n in F.PAIR_COLUMNS],
+                       defaultColDef={"sortable": True, "filter": True, "floatingFilter": True,
+                                      "resizable": True, "minWidth": 90, "wrapHeaderText": True,
+                                      "autoHeaderHeight": True},
+                       dashGridOptions={"pagination": True, "paginationPageSize": 12,
+                                        "paginationPageSizeSelector": [12, 50, 200], "domLayout": "autoHeight",
+                                        "animateRows": False},
+                       columnSize="responsiveSizeToFit", className="corpus-grid",
+                       csvExportParams={"fileName": "headscope-compare-pairs.csv"}),
         ]),
         html.Div(className="panel", children=[graph("compare-joint-graph", figure=F.joint_map_figure({}))]),
         html.Div(className="panel", children=[
@@ -197,21 +206,26 @@ def register(app: Dash, store: ResultStore) -> None:
     @app.callback(
         Output("compare-cell", "data"),
         Input("compare-sim-graph", "clickData"),
-        Input("compare-table", "active_cell"),
+        Input("compare-table", "cellClicked"),
         prevent_initial_call=True,
     )
     def _select(click, active):  # type: ignore[no-untyped-def]
         from dash import ctx
 
         if ctx.triggered_id == "compare-table":
-            row = (active or {}).get("row_id")
+            row = (active or {}).get("rowId")
             return list(cell_of(row)) if cell_of(row) else no_update
         point = ((click or {}).get("points") or [{}])[0]
         got = F.clicked_cell(point)
         return list(got) if got else no_update
 
+    @app.callback(Output("compare-table", "exportDataAsCsv"), Input("compare-table-csv", "n_clicks"),
+                  prevent_initial_call=True)
+    def _csv(_n):  # type: ignore[no-untyped-def]
+        return True  # the grid writes what it shows (sorted, filtered), every page
+
     @app.callback(
-        Output("compare-table", "data"),
+        Output("compare-table", "rowData"),
         Output("compare-sim-graph", "figure"),
         Output("compare-joint-graph", "figure"),
         Output("compare-surprisal", "figure"),
