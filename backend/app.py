@@ -15,6 +15,7 @@ from redis import Redis
 
 from backend import errors, quota
 from backend.api import analyses, checkpoints, corpora, health, models, pe, shares
+from backend.api import compare as compare_api
 from backend.config import Settings, get_settings
 from backend.queue import JobQueue
 from backend.store import SchemaOutOfDate, Store, StoreUnavailable
@@ -150,6 +151,7 @@ def create_app(
         )
     app.add_middleware(UploadLimit, limit=settings.max_upload_bytes, paths=("/api/checkpoints", "/api/corpora"))
     routers = (health, models, analyses, checkpoints, pe, shares, corpora)
+    routers += (compare_api,)  # docs/compare.md
     for module in routers:
         app.include_router(module.router)
     errors.add_catch_all(app, [m.router for m in routers])

@@ -320,6 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     from backend.cli_corpus import add_corpus_commands
 
     add_corpus_commands(sub)
+    from backend.cli_compare import add_compare_commands
+
+    add_compare_commands(sub)
     return parser
 
 

@@ -31,12 +31,23 @@ def read_corpus(args: argparse.Namespace) -> tuple[str, list[str]]:
     return args.corpus, found.texts
 
 
+def write_result(path: str, result: dict[str, Any]) -> Path:
+    """Write ``result`` as JSON to ``path`` through a temporary file: a failed or interrupted run
+    leaves no half-written file."""
+    from workers.protocol import dumps
+
+    out = Path(path)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    tmp.write_text(dumps(result))
+    os.replace(tmp, out)
+    return out
+
+
 def cmd_corpus(args: argparse.Namespace) -> int:
     from backend.progress import StderrProgress
     from workers.contracts import CorpusOptions, CorpusRequest, JointMapRequest
     from workers.errors import HeadscopeError
     from workers.jobs_corpus import compute_corpus, compute_joint
-    from workers.protocol import dumps
 
     if (args.file is None) == (args.corpus is None):
         raise HeadscopeError("give exactly one of --file and --corpus")
@@ -58,10 +69,7 @@ def cmd_corpus(args: argparse.Namespace) -> int:
         jp = StderrProgress("joint map", enabled=not args.quiet)
         result["joint"] = compute_joint(jreq, texts=texts, progress=jp)
         jp.close()
-    out = Path(args.out)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(dumps(result))
-    os.replace(tmp, out)  # a failed or interrupted run leaves no half-written file
+    out = write_result(args.out, result)
     if not args.quiet:
         print(json.dumps({"out": str(out), "n_texts": result["n_texts"], "n_tokens": result["n_tokens"],
                           "truncated": result["truncated"], "seconds": result["seconds"]}), file=sys.stderr)

@@ -20,8 +20,9 @@ def cmd_lasf_train(args: argparse.Namespace) -> int:
         residual=args.residual or ("none" if paper else "linear"),
         n_fields=args.fields, d_q=args.d_q, d_s=args.d_s,
         init_scale=args.init_scale if args.init_scale is not None else (0.1 if paper else 1.0),
-        epochs=args.epochs, lr=args.lr, seed=args.seed, max_sentences=args.max_sentences or None,
-        warmup=args.warmup, clip=args.clip,
+        epochs=args.epochs, lr=args.lr if args.lr is not None else (1e-3 if paper else 2e-3),
+        seed=args.seed, max_sentences=args.max_sentences or None,
+        warmup=args.warmup, clip=(args.clip or None) if args.clip is not None else (1.0 if paper else None),
     )  # fmt: skip
     bar = StderrProgress(f"lasf-train {args.mode}", enabled=not args.quiet)
     try:
@@ -53,9 +54,9 @@ def add_lasf_commands(sub: Any) -> None:
     t.add_argument("--d-s", type=int, default=128)
     t.add_argument("--init-scale", type=float, default=None, help="default: 0.1 (paper), 1 (stable)")
     t.add_argument("--epochs", type=int, default=4)
-    t.add_argument("--lr", type=float, default=2e-3, help="LasF's peak learning rate (one-cycle schedule)")
+    t.add_argument("--lr", type=float, default=None, help="LasF's peak learning rate (one-cycle schedule); default: 1e-3 (paper), 2e-3 (stable)")
     t.add_argument("--warmup", type=float, default=0.1, help="share of the steps warming up to --lr (default 0.1)")
-    t.add_argument("--clip", type=float, default=None, help="clip LasF's gradient norm to this (default: no clipping)")
+    t.add_argument("--clip", type=float, default=None, help="clip LasF's gradient norm to this (0: no clipping); default: 1 (paper), none (stable)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--max-sentences", type=int, default=8000, help="sentences kept after the seeded shuffle (0: all 13.9k)")
     t.add_argument("--cache-dir", default=None, help="keep MiniLM's features here for later runs")

@@ -31,6 +31,7 @@ FUNCS = {
     "pe": "workers.jobs.run_pe_analysis",
     "corpus": "workers.jobs_corpus.run_corpus",
     "corpus-joint": "workers.jobs_corpus.run_corpus_joint",
+    "compare": "workers.jobs_compare.run_compare",
 }
 CLAIM_S = 10  # a claim's lifetime if its holder dies before releasing it
 FINISHED_JOB_TTL_S = 3600  # RQ's job hash after success (the result lives elsewhere)

@@ -164,6 +164,17 @@ class ApiClient:
         params = {"partial": partial} if partial is not None else None
         return self._request("GET", f"/api/corpus-joint/{job_id}", params=params)
 
+    # ------------------------------------------------------------------ comparisons (docs/compare.md)
+    def submit_compare(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._request("POST", "/api/compare", json=body)
+
+    def compare(self, job_id: str, *, partial: str | None = None) -> dict[str, Any]:
+        params = {"partial": partial} if partial is not None else None
+        return self._request("GET", f"/api/compare/{job_id}", params=params)
+
+    def cancel_compare(self, job_id: str) -> dict[str, Any]:
+        return self._request("DELETE", f"/api/compare/{job_id}")
+
     # ------------------------------------------------------------------ share links
     def create_share(
         self,
@@ -172,10 +183,11 @@ class ApiClient:
         analysis_id: str | None = None,
         pe_analysis_id: str | None = None,
         corpus_analysis_id: str | None = None,
+        compare_id: str | None = None,
     ) -> dict[str, Any]:
         """``POST /api/shares`` → ``{"id", "url"}``; the view is stored as given."""
         ids = {"analysis_id": analysis_id, "pe_analysis_id": pe_analysis_id,
-               "corpus_analysis_id": corpus_analysis_id}
+               "corpus_analysis_id": corpus_analysis_id, "compare_id": compare_id}
         given = {k: v for k, v in ids.items() if v is not None}
         if len(given) != 1:
             raise ValueError("give exactly one of analysis_id and pe_analysis_id")

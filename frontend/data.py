@@ -194,7 +194,7 @@ class ResultStore:
         """(JobStatus, the partial result so far), downloading only the partial keys not read before."""
         kind, sid = key
         fetch = {"pe": self.client.pe_analysis, "corpus": self.client.corpus_analysis,
-                 "corpus-joint": self.client.corpus_joint}.get(kind, self.client.analysis)
+                 "corpus-joint": self.client.corpus_joint, "compare": self.client.compare}.get(kind, self.client.analysis)
         raw = fetch(sid, partial="none")
         if raw.get("status") == "finished" and raw.get("result") is not None:
             return raw, {}

@@ -209,9 +209,15 @@ def max_attention_figure(
     labels = token_labels(result, kept)
     over = "queries i >= j (causal)" if section.get("causal") else "queries"  # who can see key j
     what = f"max attention (max over {over})" if reduction == "max" else f"mean attention (mean over {over})"
+    windows = section.get("windows") or []
+
+    def title(layer: int) -> str:  # a sliding-window layer says so: zeros beyond its window
+        w = windows[layer] if layer < len(windows) else None
+        return f"layer {layer} (local: each query sees the last {w} keys)" if w else f"layer {layer}"
+
     fig = make_subplots(
         rows=len(shown), cols=1, shared_xaxes=True, vertical_spacing=min(0.08, 0.3 / len(shown)),
-        subplot_titles=[f"layer {layer}" for layer in shown],
+        subplot_titles=[title(layer) for layer in shown],
     )
     zmax = float(data[shown].max()) or 1.0
     for row, layer in enumerate(shown, start=1):

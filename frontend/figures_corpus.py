@@ -8,6 +8,7 @@ A corpus result has ``statistics`` and ``counts`` ({statistic: [layer][head]}), 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -23,18 +24,23 @@ STAT_LABELS = {
 SELECTED = "#d62728"
 
 
+HEAD_ID = re.compile(r"L(\d+)H(\d+)|(\d+)\.(\d+)")
+
+
 def head_key(layer: int, head: int) -> str:
-    """``"2.5"`` for layer 2, head 5 (the page's head ids)."""
-    return f"{layer}.{head}"
+    """``"L2H5"`` for layer 2, head 5: the page's head ids, named as everywhere else (decomposition
+    labels, the causal views)."""
+    return f"L{layer}H{head}"
 
 
 def parse_head(value: Any) -> tuple[int, int] | None:
-    """``"2.5"`` -> (2, 5); None for anything else."""
-    try:
-        layer, head = (int(x) for x in str(value).split("."))
-    except (TypeError, ValueError):
+    """``"L2H5"`` -> (2, 5); ``"2.5"`` too (links shared before heads were named ``L2H5``); None for
+    anything else."""
+    found = HEAD_ID.fullmatch(str(value).strip()) if value is not None else None
+    if found is None:
         return None
-    return (layer, head) if layer >= 0 and head >= 0 else None
+    layer, head = (int(x) for x in found.groups() if x is not None)
+    return layer, head
 
 
 def statistics_of(result: dict[str, Any]) -> list[str]:
@@ -46,7 +52,7 @@ def _grid(result: dict[str, Any], stat: str) -> np.ndarray:
 
 
 def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per head: ``head`` ("L.H"), ``layer``, ``index`` and each statistic (4 digits; None
+    """One row per head: ``head`` ("L2H5"), ``layer``, ``index`` and each statistic (4 digits; None
     where it applies to no query)."""
     stats = statistics_of(result)
     if not stats:
@@ -65,9 +71,15 @@ def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def table_columns(result: dict[str, Any]) -> list[dict[str, Any]]:
-    cols = [{"name": "head", "id": "head"}, {"name": "layer", "id": "layer", "type": "numeric"},
-            {"name": "index", "id": "index", "type": "numeric"}]
-    return cols + [{"name": STAT_LABELS[s], "id": s, "type": "numeric"} for s in statistics_of(result)]
+    """The table's AG Grid column definitions: the head's name (text filter), then numbers (a number
+    typed in a column's filter keeps the rows above it; the filter's menu picks another condition)."""
+    number = {"filter": "agNumberColumnFilter", "type": "numericColumn",
+              "filterParams": {"defaultOption": "greaterThan", "buttons": ["reset"]}}
+    cols = [{"field": "head", "headerName": "head", "filter": "agTextColumnFilter", "pinned": "left",
+             "comparator": {"function": "headOrder"}},
+            {"field": "layer", "headerName": "layer", **number, "filterParams": {"defaultOption": "equals"}},
+            {"field": "index", "headerName": "index", **number, "filterParams": {"defaultOption": "equals"}}]
+    return cols + [{"field": s, "headerName": STAT_LABELS[s], **number} for s in statistics_of(result)]
 
 
 def head_map_figure(result: dict[str, Any], *, color_by: str = "layer",

@@ -1,8 +1,8 @@
 """headscope in a notebook: every view inline in Jupyter, JupyterLab and VS Code, offline.
 
 Each function returns a ``View``: the same figures the dashboard draws (the pure functions of
-``frontend/figures*.py``) shown inline through ``_repr_html_``, with plotly.js inlined (no CDN, no
-server), and saved with ``View.save`` as PNG/SVG (kaleido and a Chrome/Chromium) or as a
+``frontend/figures*.py``) shown inline through ``_repr_html_``, offline (no CDN, no server): the
+first view a kernel shows carries plotly.js, the others draw with it (``PlotlyPage``), and saved with ``View.save`` as PNG/SVG (kaleido and a Chrome/Chromium) or as a
 standalone HTML page that works offline. docs/notebook.md lists what to type for each view::
 
     from frontend import notebook as hs
@@ -22,6 +22,7 @@ from __future__ import annotations
 import html
 import json
 import logging
+import re
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +36,10 @@ from frontend.figures import attention_matrix_figure, head_tsne_figure, max_atte
 from frontend.figures_gallery import gallery_figure, head_maps
 from frontend.figures_headview import head_view_figure, model_view_figure
 from frontend.heads import gallery_section
+from frontend.notebook_page import DEFERRED, DRAW_WHEN_READY, PAGE, plotly_js
+from frontend.notebook_page import (
+    new_page as new_page,  # hs.new_page(): plotly.js again in the next view
+)
 from workers.errors import HeadscopeError
 
 logger = logging.getLogger(__name__)
@@ -52,7 +57,7 @@ class ExportError(HeadscopeError):
 
 
 class View:
-    """Figures shown inline in a notebook (plotly.js inlined) and saved as PNG, SVG or HTML.
+    """Figures shown inline in a notebook (plotly.js once per notebook) and saved as PNG, SVG or HTML.
 
     ``figures`` maps a name to a plotly Figure (``view.figures["gallery"]`` is a plain Figure to
     restyle); ``script`` is JavaScript run after the figures are drawn, with ``{ids}`` (name -> div
@@ -68,19 +73,28 @@ class View:
         return f"<headscope {self.title}: {', '.join(self.figures)}>"
 
     def html(self, *, include_plotlyjs: bool = True) -> str:
-        """The HTML fragment: each figure in its own div (fresh ids), then the view's script."""
+        """The HTML fragment: plotly.js (``include_plotlyjs``), each figure in its own div (fresh
+        ids), then the view's script; without plotly.js the scripts wait for ``window.Plotly``."""
         ids = {name: f"hs-{name}-{uuid.uuid4().hex[:10]}" for name in self.figures}
         parts = []
-        for i, (name, fig) in enumerate(self.figures.items()):
+        for name, fig in self.figures.items():
             config = {"displaylogo": False, "responsive": True,
                       "toImageButtonOptions": {"format": "png", "filename": f"headscope-{name}", "scale": 2}}
-            parts.append(pio.to_html(fig, include_plotlyjs=include_plotlyjs and i == 0, full_html=False,
-                                     div_id=ids[name], config=config))
+            parts.append(pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=ids[name], config=config))
         script = f"<script>{self.script.replace('{ids}', json.dumps(ids))}</script>" if self.script else ""
-        return f'<div class="headscope-view">{"".join(parts)}{script}</div>'
+        body = "".join(parts) + script
+        if include_plotlyjs:
+            return f'<div class="headscope-view">{plotly_js()}{body}</div>'
+        view_id = f"hs-view-{uuid.uuid4().hex[:10]}"
+        deferred = re.sub(r"<script\b[^>]*>", f'<script type="{DEFERRED}">', body)
+        if deferred.count(DEFERRED) != body.count("</script>"):
+            raise RuntimeError("a view's scripts could not all be deferred (plotly's HTML changed?)")
+        return (f'<div class="headscope-view" id="{view_id}">{deferred}'
+                f"{DRAW_WHEN_READY % (json.dumps(view_id), DEFERRED)}</div>")
 
     def _repr_html_(self) -> str:
-        return self.html()
+        """Inline in a notebook: plotly.js in the first view a kernel shows only (``PlotlyPage``)."""
+        return self.html(include_plotlyjs=PAGE.claim())
 
     def to_html(self) -> str:
         """A standalone page (plotly.js inline) that works offline, interactive as in the notebook."""

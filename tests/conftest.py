@@ -108,6 +108,14 @@ def smollm2():
 
 
 @pytest.fixture(scope="session")
+def gemma3():
+    """The real Gemma 3 270M, loaded once (assembled and converted from its GGUF chunks on the first run)."""
+    from workers.models import load_model
+
+    return load_model("gemma3-270m", device="cpu")
+
+
+@pytest.fixture(scope="session")
 def demo_text() -> str:
     from workers.data import demo_text as text
 

@@ -589,3 +589,52 @@ def test_smollm2_text_explorer_gallery_heads_and_chat(server, browser, tmp_path)
         assert not fresh.problems, fresh.problems
     finally:
         fresh.close()
+
+
+# ------------------------------------------------------------------ Gemma 3 270M (issue 31)
+
+
+def test_gemma3_text_explorer_local_layers_gallery_and_licence(server, browser, tmp_path):
+    """Gemma 3 270M (18 layers x 4 heads, real weights): the picker links the Gemma Terms of Use, 18
+    heatmaps whose local layers say so in their titles, the gallery of all 72 heads on one page, the
+    term importance curves over its 19 states."""
+    w = Watch(browser, server, tmp_path)
+    page = w.page
+    try:
+        page.goto(server + "/")
+        _pick(page, "text-model", "gemma3-270m — gemma3_text, 18x4 (1 kv), 32768 tokens, Gemma Terms of Use")
+        page.wait_for_selector("#text-model-licence a", timeout=30_000)
+        assert page.get_attribute("#text-model-licence a", "href") == "https://ai.google.dev/gemma/terms"
+        page.fill("#text-input", TEXT)
+        page.click("#analyze-button")
+        page.wait_for_function("document.querySelector('#text-status').textContent.includes('done')"
+                               " || document.querySelector('#text-error').textContent", timeout=WAIT_MS)
+        assert not page.inner_text("#text-error"), page.inner_text("#text-error")
+        page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=60_000)
+        heat = page.evaluate(FIGURE_JS, "max-attention-graph")
+        assert len(heat["data"]) == 18
+        titles = page.evaluate("Array.from(document.querySelector('#max-attention-graph .js-plotly-plot')"
+                               ".layout.annotations || []).map(a => a.text)")
+        assert "layer 0 (local: each query sees the last 512 keys)" in titles and "layer 5" in titles
+        ticks = page.evaluate("document.querySelector('#max-attention-graph .js-plotly-plot').layout['xaxis18'].ticktext")
+        assert ticks[1:4] == ["The", "cat", "sat"] and not any("▁" in t for t in ticks)
+        w.shot("10-gemma3-heatmaps")
+        page.locator(".controls").screenshot(path=str(ARTIFACTS / "browser-10-gemma3-picker.png"))
+        page.locator("#max-attention-graph").screenshot(path=str(ARTIFACTS / "browser-10-gemma3-heatmaps-graph.png"))
+        page.wait_for_function("(document.querySelector('#head-gallery .js-plotly-plot')?.layout?.meta?.gallery"
+                               "?.panels?.length || 0) === 72", timeout=WAIT_MS)  # every head on one page
+        page.locator("#head-gallery").scroll_into_view_if_needed()
+        w.shot("11-gemma3-gallery")
+        page.locator("#head-gallery").screenshot(path=str(ARTIFACTS / "browser-11-gemma3-gallery-graph.png"))
+
+        page.goto(server + "/terms")  # the decomposition through the sandwich norms
+        _pick(page, "terms-model", "gemma3-270m")
+        page.fill("#terms-text", TEXT)
+        page.click("#terms-analyze")
+        page.wait_for_selector("#terms-curves-graph .scatterlayer .trace", timeout=WAIT_MS)
+        curves = page.evaluate(FIGURE_JS, "terms-curves-graph")
+        assert any(len(t["x"]) == 19 for t in curves["data"])  # states 0..18
+        page.locator("#terms-curves-graph").screenshot(path=str(ARTIFACTS / "browser-12-gemma3-terms-graph.png"))
+        assert not w.problems, w.problems
+    finally:
+        w.close()

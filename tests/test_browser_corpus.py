@@ -1,5 +1,5 @@
 """The corpus page in a real headless Chromium against the real service: analyze a shipped corpus
-with a tiny model, the table fills, a click selects a head (its contexts, the URL), the joint
+with a tiny model, the table (dash-ag-grid) fills, sorts, filters and exports CSV, a click selects a head (its contexts, the URL), the joint
 query–key map draws, a share link reopens the same head. Screenshots go to ``test-artifacts/``."""
 
 from __future__ import annotations
@@ -10,6 +10,59 @@ from test_browser import WAIT_MS, Watch, _pick, browser, server  # noqa: F401,F8
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
+GRID = "#corpus-table"
+# the grid's rows as shown, top to bottom: [[head, previous-token weight], ...]
+SHOWN_JS = """(grid) => [...document.querySelectorAll(grid + ' .ag-center-cols-container .ag-row')]
+  .sort((a, b) => Number(a.getAttribute('row-index')) - Number(b.getAttribute('row-index')))
+  .map(r => [r.getAttribute('row-id'), r.querySelector(".ag-cell[col-id='previous']").innerText])"""
+# the floating filter (the header row under the names) of a column
+FILTER_JS = """([grid, col]) => {
+  const head = document.querySelector(grid + ` .ag-header-cell[col-id='${col}']`);
+  const i = head.getAttribute('aria-colindex');
+  const cell = document.querySelector(grid + ` .ag-floating-filter[aria-colindex='${i}'] input`);
+  cell.setAttribute('data-test', 'filter-' + col);
+}"""
+
+
+def _shown(page) -> dict[str, float]:
+    return {head: float(v) for head, v in page.evaluate(SHOWN_JS, GRID)}
+
+
+def _sort_filter_and_export(page, tmp_path) -> None:
+    """The table sorts by a column (a click on its name, twice: descending), keeps the heads above
+    a number typed in its filter, and exports what it shows as CSV (dash-ag-grid's AgGrid)."""
+    values = _shown(page)
+    # the head column's order (frontend/assets/grid.js): by layer, then head, not as text
+    assert page.evaluate("['L10H0', 'L2H10', 'L2H9', 'L0H1'].sort(window.dashAgGridFunctions.headOrder)") == [
+        "L0H1", "L2H9", "L2H10", "L10H0"]
+    label = page.locator(f"{GRID} .ag-header-cell[col-id='previous'] .ag-header-cell-label")
+    label.click()
+    label.click()
+    page.wait_for_function(f"({SHOWN_JS})('{GRID}').map(r => Number(r[1])).every((v, i, a) => !i || a[i - 1] >= v)"
+                           " && document.querySelector(\"" + GRID + " .ag-header-cell[col-id='previous']\")"
+                           ".getAttribute('aria-sort') === 'descending'", timeout=WAIT_MS)
+    order = list(page.evaluate(SHOWN_JS, GRID))
+    assert [float(v) for _, v in order] == sorted(values.values(), reverse=True)
+    threshold = sorted(values.values())[len(values) // 2]
+    page.evaluate(FILTER_JS, [GRID, "previous"])
+    page.fill(f"{GRID} input[data-test='filter-previous']", str(threshold))
+    above = {h for h, v in values.items() if v > threshold}
+    assert 0 < len(above) < len(values)
+    page.wait_for_function(f"({SHOWN_JS})('{GRID}').length === {len(above)}", timeout=WAIT_MS)
+    assert set(_shown(page)) == above
+    with page.expect_download() as dl:
+        page.click("#corpus-table-csv")
+    path = tmp_path / "corpus.csv"
+    dl.value.save_as(path)
+    import csv
+
+    rows = list(csv.DictReader(path.open(encoding="utf-8-sig")))  # AG Grid writes a BOM (Excel)
+    assert [r["head"] for r in rows] == [h for h, _ in order if h in above]  # sorted and filtered, as shown
+    assert {float(r["previous token"]) for r in rows} == {values[h] for h in above}
+    page.fill(f"{GRID} input[data-test='filter-previous']", "")
+    page.wait_for_function(f"({SHOWN_JS})('{GRID}').length === {len(values)}", timeout=WAIT_MS)
+
+
 def test_corpus_page_table_head_joint_map_and_share(server, browser, tmp_path):  # noqa: F811
     w = Watch(browser, server, tmp_path)
     page = w.page
@@ -18,16 +71,17 @@ def test_corpus_page_table_head_joint_map_and_share(server, browser, tmp_path): 
         _pick(page, "corpus-model", "tiny-bert")
         page.fill("#corpus-max-tokens", "16")
         page.click("#corpus-analyze")
-        page.wait_for_selector("#corpus-table td[data-dash-column='previous']", timeout=WAIT_MS)
-        assert page.locator("#corpus-table tbody tr").count() >= 8  # 2 layers x 4 heads (one page)
+        page.wait_for_selector(f"{GRID} .ag-row .ag-cell[col-id='previous']", timeout=WAIT_MS)
+        assert sorted(_shown(page)) == [f"L{a}H{b}" for a in range(2) for b in range(4)]  # one page
         page.wait_for_selector("#corpus-map-graph .scatterlayer .point", timeout=WAIT_MS)
-        page.locator("#corpus-table td[data-dash-column='head']").nth(5).click()  # head 1.1
-        page.wait_for_function("document.querySelector('#corpus-selected-label').innerText.includes('1.1')",
+        page.locator(f"{GRID} .ag-row[row-id='L1H1'] .ag-cell[col-id='previous']").click()
+        page.wait_for_function("document.querySelector('#corpus-selected-label').innerText.includes('L1H1')",
                                timeout=WAIT_MS)
         page.wait_for_selector("#corpus-contexts li", timeout=WAIT_MS)
         assert page.locator("#corpus-contexts li").count() == 20
-        page.wait_for_function("new URLSearchParams(location.search).get('head') === '1.1'", timeout=WAIT_MS)
+        page.wait_for_function("new URLSearchParams(location.search).get('head') === 'L1H1'", timeout=WAIT_MS)
         w.shot("corpus-1-head")
+        _sort_filter_and_export(page, tmp_path)
         page.click("#corpus-joint-button")
         page.wait_for_function(
             "(() => { const gd = document.querySelector('#corpus-joint-graph .js-plotly-plot');"
@@ -46,7 +100,7 @@ def test_corpus_page_table_head_joint_map_and_share(server, browser, tmp_path): 
         w2.page.goto(link)
         w2.page.wait_for_function(
             "document.querySelector('#corpus-selected-label') &&"
-            " document.querySelector('#corpus-selected-label').innerText.includes('1.1')", timeout=WAIT_MS)
+            " document.querySelector('#corpus-selected-label').innerText.includes('L1H1')", timeout=WAIT_MS)
         assert w2.page.locator("#corpus-contexts li").count() == 20
         w2.shot("corpus-3-shared")
         assert not w2.problems, w2.problems

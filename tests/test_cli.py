@@ -75,7 +75,7 @@ def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(
     ("args", "reason"),
     [
-        (["--model", "gpt-17", "--text", "hi"], "unknown model 'gpt-17'; available models: minilm"),
+        (["--model", "gpt-17", "--text", "hi"], "unknown model 'gpt-17'; available models: gemma3-270m, minilm, smollm2"),
         (["--text", "   "], "the text is empty"),
         (["--text-file", "/nonexistent/t.txt"], "text file not found: /nonexistent/t.txt"),
         (["--text", "hello there", "--layer", "7", "--head", "0"], "layer 7 is out of range"),

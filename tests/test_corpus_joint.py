@@ -13,7 +13,7 @@ from tiny_models import DECODER_FAMILIES, build_tiny_decoder
 from workers.analysis.decomposition.model import batch_inputs
 from workers.analysis.joint_qk import align, joint_map, run_capture
 from workers.models import Catalogue, ModelSpec, load_model
-from workers.models.adapters import encode, forward
+from workers.models.adapters import attention_modules, encode, forward
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -32,13 +32,20 @@ def families(tmp_path_factory: pytest.TempPathFactory, tiny_model_dirs: dict[str
     return cat
 
 
-def softmax_from_qk(q: torch.Tensor, k: torch.Tensor, *, causal: bool) -> torch.Tensor:
-    """softmax(q·k/√d + mask) per head: q, k [head, n, d] -> [head, n, n]."""
+def softmax_from_qk(q: torch.Tensor, k: torch.Tensor, *, causal: bool, window: int | None = None,
+                    softcap: float | None = None) -> torch.Tensor:
+    """softmax(q·k/√d + mask) per head: q, k [head, n, d] -> [head, n, n]. ``window``: a sliding
+    window (query i sees keys i - window < j); ``softcap``: scores -> c tanh(scores / c) (Gemma 2)."""
     d = q.shape[-1]
     scores = q @ k.transpose(-1, -2) / d**0.5
+    if softcap:
+        scores = torch.tanh(scores / softcap) * softcap
     if causal:
         n = q.shape[1]
-        scores = scores.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), float("-inf"))
+        seen = torch.ones(n, n, dtype=torch.bool).tril()
+        if window:
+            seen &= ~torch.ones(n, n, dtype=torch.bool).tril(-window)
+        scores = scores.masked_fill(~seen, float("-inf"))
     return torch.softmax(scores.double(), dim=-1)
 
 
@@ -53,11 +60,16 @@ def test_captured_queries_and_keys_reproduce_every_map(families, fam):
     def keep(q: torch.Tensor, k: torch.Tensor) -> None:
         got.update(q=q, k=k)
 
+    modules = attention_modules(loaded)
     for layer in range(loaded.n_layers):
         got.clear()
         run_capture(loaded, batch_inputs(loaded, [enc]), layer, keep)
         assert got["q"].shape[1] == loaded.n_heads == got["k"].shape[1]  # one key per query head (GQA)
-        rebuilt = softmax_from_qk(got["q"][0], got["k"][0], causal=loaded.causal).numpy()
+        # Gemma 2/3: the captured q and k (after the q/k norms) give the raw scores; the soft-cap and
+        # the sliding window come after them, as in the model
+        window = getattr(modules[layer], "sliding_window", None)
+        cap = getattr(modules[layer], "attn_logit_softcapping", None)
+        rebuilt = softmax_from_qk(got["q"][0], got["k"][0], causal=loaded.causal, window=window, softcap=cap).numpy()
         np.testing.assert_allclose(rebuilt, maps[layer], atol=1e-5, err_msg=f"{fam} layer {layer}")
     assert loaded.model.config._attn_implementation != "headscope_capture"  # restored
     again, _ = forward(loaded, enc)

@@ -21,14 +21,18 @@ def result(catalogue):
 
 def test_table_rows_hold_every_head_and_statistic(result):
     rows = C.table_rows(result)
-    assert len(rows) == 2 * 4 and rows[5]["head"] == "1.1"
+    assert len(rows) == 2 * 4 and rows[5]["head"] == "L1H1"  # named as everywhere else, not "1.1"
+    assert [C.parse_head(r["head"]) for r in rows] == [(r["layer"], r["index"]) for r in rows]
     assert rows[5]["previous"] == round(result["statistics"]["previous"][1][1], 4)
-    assert {c["id"] for c in C.table_columns(result)} == {"head", "layer", "index", *C.STAT_LABELS}
+    cols = C.table_columns(result)  # AG Grid column definitions, one per key of a row
+    assert [c["field"] for c in cols] == list(rows[0]) and set(rows[0]) == {"head", "layer", "index", *C.STAT_LABELS}
+    assert [c["filter"] for c in cols] == ["agTextColumnFilter"] + ["agNumberColumnFilter"] * (len(cols) - 1)
+    assert cols[0]["comparator"] == {"function": "headOrder"}  # frontend/assets/grid.js: L2H10 after L2H9
 
 
 def test_map_marks_the_selected_head_and_colours_by_a_statistic(result):
     fig = C.head_map_figure(result, color_by="previous", selected=(1, 2))
-    assert list(fig.data[0].customdata) == [f"{a}.{b}" for a in range(2) for b in range(4)]
+    assert list(fig.data[0].customdata) == [f"L{a}H{b}" for a in range(2) for b in range(4)]
     np.testing.assert_allclose(fig.data[0].marker.color, np.array(result["statistics"]["previous"]).ravel())
     assert (fig.data[1].x[0], fig.data[1].y[0]) == tuple(result["head_map"]["xy"][1][2])
     compare = C.head_compare_figure(result, layer=1, head=2)
@@ -46,4 +50,5 @@ def test_context_parts_and_joint_map(result, catalogue):
     fig = C.joint_map_figure(joint, color_by="position")
     assert [t.name for t in fig.data] == ["queries", "keys"]
     assert "sampled" in fig.layout.title.text and len(fig.data[0].x) == 5
-    assert C.parse_head("2.5") == (2, 5) and C.parse_head("x") is None
+    assert C.parse_head("L2H5") == C.parse_head("2.5") == (2, 5)  # and links shared before L2H5
+    assert [C.parse_head(v) for v in ("x", None, "L2H", "-1.2", "L2H5x", "2.5.1")] == [None] * 6

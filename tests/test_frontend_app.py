@@ -54,14 +54,14 @@ def test_pages_render_with_stable_ids(app):
     assert {"text-layer", "text-head", "hidden-tsne-graph", "attention-matrix-graph", "text-options",
             "text-restarts", "text-view-options", "text-progress-bar"} <= home
     for path, prefix in [("/terms", "terms"), ("/words", "words"), ("/pe", "pe"), ("/lasf", "lasf"),
-                         ("/corpus", "corpus"), ("/causal", "causal")]:
+                         ("/corpus", "corpus"), ("/causal", "causal"), ("/compare", "compare")]:
         ids = _ids(render_page(store, path, ""))
         assert f"{prefix}-share-button" in ids and f"{prefix}-export-json" in ids, path
         assert all(i.startswith(prefix) for i in ids), f"ids of {path} are prefixed by the page"
     assert {"pe-upload", "pe-demo-button", "pe-run-button", "pe-distance-graph", "pe-map-graph"} <= _ids(
         render_page(store, "/pe", ""))
     assert "no page at /nope" in str(render_page(store, "/nope", ""))
-    assert set(PAGES) == {"/", "/terms", "/words", "/pe", "/lasf", "/corpus", "/causal"}
+    assert set(PAGES) == {"/", "/terms", "/words", "/pe", "/lasf", "/corpus", "/causal", "/compare"}
     assert {"lasf-phi-graph", "lasf-relation-graph", "lasf-field-graph", "lasf-tsne-graph"} <= _ids(
         render_page(store, "/lasf", ""))
     missing_share = str(render_page(store, "/", "?share=abc"))
@@ -90,6 +90,37 @@ def test_everything_is_served_locally(app):
     assert missing.status_code == 404 and "not found" in missing.get_json()["detail"]
     css = client.get("/assets/style.css").get_data(as_text=True)
     assert "@import" not in css and "url(http" not in css  # no web fonts or remote files
+
+
+def test_corpus_table_is_an_ag_grid_that_sorts_filters_and_exports_without_deprecation():
+    """The corpus table is dash-ag-grid's AgGrid (dash_table.DataTable is deprecated in Dash 4 and
+    warned on every render): columns sort and filter, a button exports the grid as CSV, rows are
+    identified by their head's name (a click selects it)."""
+    import warnings
+
+    import dash_ag_grid as dag
+
+    from frontend.app import PAGES, ResultStore, render_page
+
+    store = ResultStore(ApiClient(f"http://127.0.0.1:{_closed_port()}"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pages = {path: render_page(store, path, "") for path in PAGES}
+    assert not [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+    stack, grids = [pages["/corpus"]], []
+    while stack:
+        c = stack.pop()
+        if isinstance(c, (list, tuple)):
+            stack.extend(c)
+            continue
+        grids += [c] if isinstance(c, dag.AgGrid) else []
+        children = getattr(c, "children", None)
+        if children is not None and not isinstance(children, str):
+            stack.append(children)
+    assert [g.id for g in grids] == ["corpus-table"]
+    grid = grids[0]
+    assert grid.defaultColDef["sortable"] and grid.defaultColDef["filter"] and grid.getRowId == "params.data.head"
+    assert grid.csvExportParams["fileName"].endswith(".csv") and "corpus-table-csv" in _ids(pages["/corpus"])
 
 
 def test_text_request_holds_the_whole_head_view():

@@ -169,3 +169,41 @@ def test_no_import_circles():
     for m in sorted(graph):
         if m not in seen and (cycle := visit(m)):
             pytest.fail(f"import circle: {' -> '.join(cycle)}")
+
+
+def _environment_reads(tree) -> list[str]:
+    """``HEADSCOPE_*`` names a module reads from the environment: ``os.environ.get("HEADSCOPE_X")``,
+    ``os.getenv(...)``, ``os.environ["HEADSCOPE_X"]``, ``"HEADSCOPE_X" in os.environ``."""
+    import ast
+
+    def env(node) -> bool:
+        return isinstance(node, ast.Attribute) and node.attr == "environ" or (
+            isinstance(node, ast.Name) and node.id == "environ")
+
+    def named(node) -> str | None:
+        ok = isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("HEADSCOPE_")
+        return node.value if ok else None
+
+    found = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call) and n.args and isinstance(n.func, ast.Attribute) and (
+                (n.func.attr in ("get", "pop", "setdefault") and env(n.func.value)) or n.func.attr == "getenv"):
+            found.append(named(n.args[0]))
+        elif isinstance(n, ast.Subscript) and env(n.value):
+            found.append(named(n.slice))
+        elif isinstance(n, ast.Compare) and any(env(c) for c in n.comparators):
+            found.append(named(n.left))
+    return [name for name in found if name]
+
+
+def test_settings_are_read_only_in_workers_settings():
+    """workers/settings.py is the one place ``HEADSCOPE_*`` settings are read (CONVENTIONS): no other
+    module of the service reads one from the environment itself."""
+    import ast
+
+    probe = ast.parse('import os\nos.environ.get("HEADSCOPE_X", "1"); os.getenv("HEADSCOPE_Y")\n'
+                      'os.environ["HEADSCOPE_Z"]; "HEADSCOPE_W" in os.environ; os.environ.get("PATH")')
+    assert _environment_reads(probe) == ["HEADSCOPE_X", "HEADSCOPE_Y", "HEADSCOPE_Z", "HEADSCOPE_W"]
+    files = [p for d in ("workers", "backend", "frontend") for p in (ROOT / d).rglob("*.py")]
+    reads = {str(p.relative_to(ROOT)): r for p in files if (r := _environment_reads(ast.parse(p.read_text())))}
+    assert reads == {}, f"read these in workers/settings.py instead: {reads}"

@@ -69,7 +69,7 @@ def test_decomposition_is_exact_on_every_state(families, fam, dtype):
     np.testing.assert_allclose(dec.importance.sum(-1), 1.0, atol=TOL[dtype])
     norms = np.linalg.norm(dec.terms[-1], axis=-1).mean(axis=-1)  # [term]
     assert (norms[:3] > 1e-2).all()  # input, attention and feed-forward all present
-    assert (norms[3] > 1e-2) == (fam != "mistral")  # Mistral has no bias at all (RMSNorm, no biases)
+    assert (norms[3] > 1e-2) == (fam not in {"mistral", "phi3"})  # no bias at all in these (RMSNorm, no biases)
     # per-head split: input + every head + every feed-forward + bias rebuilds the state
     parts, labels = dec.components(2, level="heads")
     assert labels.count("L1H3") == 1 and len(labels) == 1 + 2 * (4 + 1) + 1
@@ -229,7 +229,7 @@ def test_operator_catalogue_with_hub_ids(tmp_path: Path):
         "tiny": {"path": str(tmp_path)},
     }}))
     closed, open_ = Catalogue.from_file(path), Catalogue.from_file(path, allow_hub=True)
-    assert closed.names_available() == ["minilm", "smollm2", "tiny"]  # the builtins and the file's local entry
+    assert closed.names_available() == ["gemma3-270m", "minilm", "smollm2", "tiny"]  # the builtins and the file's local entry
     assert "llama-3.2-1b" in open_.names_available()
     assert open_.get("pythia-160m").summary()["n_layers"] is None  # nothing downloaded by listing
 
@@ -242,3 +242,33 @@ def test_progress_is_reported_per_layer(families):
     assert "layer 1/2: attention + head t-SNE" in messages and "layer 2/2: attention + head t-SNE" in messages
     fractions = [f for f, _ in seen]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
+
+
+@pytest.mark.parametrize("fam", ["gemma2", "gemma3_text"])
+def test_sliding_window_layers_see_only_their_window(families, fam):
+    """Gemma 2/3: the local layer's maps are exactly zero beyond its window (and the global layer's
+    are not); the max-attention section names the windows, its means run over the queries that see
+    each key, and the heatmap's title says the layer is local."""
+    from tiny_models import TINY_WINDOW
+
+    from frontend.figures import max_attention_figure
+    from workers.models.families import layer_windows
+
+    loaded = _load(families, fam)
+    assert layer_windows(loaded.config) == [TINY_WINDOW, None]
+    run = run_text(loaded, TEXT)
+    n = run.encoded.n
+    assert n > 2 * TINY_WINDOW
+    beyond = np.tril(np.ones((n, n), dtype=bool), k=-TINY_WINDOW)  # key j <= i - w
+    assert np.abs(run.attentions[0][:, beyond]).max() == 0.0
+    assert run.attentions[1][:, beyond].max() > 0.0  # the global layer reads every earlier key
+    res = analyze(loaded, TEXT, ["max-attention"], {"drop_special": False})["max-attention"]
+    assert res["windows"] == [TINY_WINDOW, None]
+    a = run.attentions
+    j = 3
+    np.testing.assert_allclose(np.asarray(res["mean_attention"])[0, :, j], a[0, :, j : j + TINY_WINDOW, j].mean(-1),
+                               rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(res["mean_attention"])[1, :, j], a[1, :, j:, j].mean(-1), rtol=1e-6)
+    fig = max_attention_figure({"max-attention": res, "tokens": run.tokens, "n_layers": 2})
+    titles = [ann.text for ann in fig.layout.annotations]
+    assert f"layer 0 (local: each query sees the last {TINY_WINDOW} keys)" in titles and "layer 1" in titles

@@ -2,7 +2,8 @@
 
 - the bring-your-own path (transformers' ``output_attentions`` tuple + tokens) gives the same
   heatmaps, head maps and packed attention as headscope's own pipeline on MiniLM;
-- every view's inline HTML carries plotly.js and loads nothing from outside (no CDN);
+- plotly.js once per notebook, inline (no CDN): the first view carries it, the others are small and
+  wait for it; a saved notebook opened as HTML (nbconvert) draws every figure offline in Chromium;
 - bad input (wrong rank, tokens of another length, NaN, scores before the softmax, an empty tuple,
   a batch without an index) is a HeadscopeError naming the problem;
 - saved results (the result, the dashboard's download, the CLI's flat JSON) and a share link served
@@ -36,6 +37,14 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 EXTERNAL = re.compile(r"""<(script|link|img|iframe)\b[^>]*\b(src|href)\s*=\s*["']?(https?:)?//""", re.I)
+
+
+# page coordinates of a corner of gallery panel (layer, head): a click there opens the head
+PANEL_JS = """([id, layer, head]) => {
+    const gd = document.getElementById(id), fl = gd._fullLayout, m = gd.layout.meta.gallery;
+    const r = gd.getBoundingClientRect(), c = m.heads.indexOf(head), row = m.layers.indexOf(layer);
+    return [r.left + fl.xaxis._offset + fl.xaxis.l2p(c * m.sx + 0.9),
+            r.top + fl.yaxis._offset + fl.yaxis.l2p(row * m.sy + 0.2)]; }"""
 
 
 @pytest.fixture(scope="module")
@@ -93,15 +102,40 @@ def test_views_straight_from_attention_and_tokens(minilm_attention):
     np.testing.assert_allclose(a.sum(axis=1), 1.0, atol=1e-5)
 
 
-def test_inline_html_is_offline(own, byo):
+def test_inline_html_is_offline_with_plotly_js_once(own, byo):
+    """The first view a kernel shows carries plotly.js (inline: no CDN), the others only their
+    figures, each a small fraction of the bundle (it was inlined into every output: 4.8 MB each)."""
+    import plotly.offline
+
+    bundle = len(plotly.offline.get_plotlyjs())
+    hs.new_page()
     views = [hs.heatmaps(own), hs.gallery(own), hs.head_map(own, layer=1, head=2), hs.head_view(own, layer=1),
              hs.model_view(byo)]
-    for view in views:
-        page = view._repr_html_()
-        assert "plotly.js v" in page[:20000], view  # the bundle itself, not a reference to it
+    pages = [view._repr_html_() for view in views]
+    assert ["plotly.js v" in page for page in pages] == [True] + [False] * 4  # the bundle itself, once
+    assert len(pages[0]) > bundle and all(len(page) < 0.05 * bundle for page in pages[1:])
+    for view, page in zip(views, pages, strict=True):
         assert page.count("Plotly.newPlot") == len(view.figures)
         assert not EXTERNAL.findall(page), view
         assert "cdn.plot.ly/plotly" not in page and "require.config" not in page
+    assert "plotly.js v" in views[0].to_html() and "plotly.js v" in views[1].to_html()  # a saved page: standalone
+    hs.new_page()
+    assert "plotly.js v" in views[1]._repr_html_()
+
+
+def test_plotly_js_goes_with_the_first_cell_and_comes_back_when_it_runs_again(monkeypatch, own):
+    """Which output carries plotly.js: the first of the kernel; again when that cell runs again (its
+    old output is replaced); never twice in one execution, never in another cell."""
+    from frontend.notebook_page import PAGE
+
+    view = hs.heatmaps(own)
+    hs.new_page()
+    carried = []
+    for cell, execution in [("a", "m1"), ("a", "m1"), ("b", "m2"), ("a", "m3"), ("a", "m3"), ("c", "m4"),
+                            (None, None)]:
+        monkeypatch.setattr(PAGE, "execution", lambda c=cell, e=execution: (c, e))
+        carried.append("plotly.js v" in view._repr_html_())
+    assert carried == [True, False, False, True, False, False, False]
 
 
 def test_bad_attention_gets_a_clear_error(minilm_attention):
@@ -242,11 +276,7 @@ def test_exports_and_the_gallery_page_in_chromium(own, tmp_path):
             "() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(e => e.id)")
         title = "(id) => document.getElementById(id).layout.title.text"
         assert "layer 0, head 0" in page.evaluate(title, map_id)
-        xy = page.evaluate("""([id, layer, head]) => {
-            const gd = document.getElementById(id), fl = gd._fullLayout, m = gd.layout.meta.gallery;
-            const r = gd.getBoundingClientRect(), c = m.heads.indexOf(head), row = m.layers.indexOf(layer);
-            return [r.left + fl.xaxis._offset + fl.xaxis.l2p(c * m.sx + 0.9),
-                    r.top + fl.yaxis._offset + fl.yaxis.l2p(row * m.sy + 0.2)]; }""", [gallery_id, 3, 7])
+        xy = page.evaluate(PANEL_JS, [gallery_id, 3, 7])
         page.mouse.click(*xy)  # a corner of panel (3, 7), not a point
         assert "layer 3, head 7" in page.evaluate(title, map_id)
         kl = np.asarray(own["head-tsne"]["kl"])[3, 7]
@@ -256,6 +286,71 @@ def test_exports_and_the_gallery_page_in_chromium(own, tmp_path):
         browser.close()
     assert errors == []
     assert [u for u in requests if not u.startswith(("file:", "data:", "blob:"))] == []
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="the browser check needs Chromium")
+def test_saved_notebook_as_html_draws_every_figure_offline(own, tmp_path):
+    """A notebook of four views saved as HTML by nbconvert (what Jupyter's "Save and Export as HTML"
+    runs) holds plotly.js once and draws every figure in Chromium with nothing fetched, also when an
+    AMD loader is on the page (nbconvert's template loads require.js when online); without the output
+    that carried plotly.js the others say what to do."""
+    import nbformat
+    from nbconvert import HTMLExporter
+    from playwright.sync_api import sync_playwright
+
+    hs.new_page()
+    views = [hs.heatmaps(own), hs.gallery(own), hs.head_map(own, layer=1, head=2), hs.head_view(own, layer=1)]
+    pages = [v._repr_html_() for v in views]  # the gallery's script (a click opens a head) runs deferred
+
+    def saved(outputs: list[str], name: str) -> Path:
+        nb = nbformat.v4.new_notebook()
+        for i, page in enumerate(outputs):
+            cell = nbformat.v4.new_code_cell(f"view {i}", execution_count=i + 1)
+            cell.outputs = [nbformat.v4.new_output("display_data", data={"text/html": page})]
+            nb.cells.append(cell)
+        path = tmp_path / name
+        path.write_text(HTMLExporter().from_notebook_node(nb)[0], encoding="utf-8")
+        return path
+
+    whole, headless = saved(pages, "notebook.html"), saved(pages[1:], "cleared.html")
+    assert whole.read_text().count("plotly.js v") == 1
+    amd = "window.define = function () { window.amdTook = (window.amdTook || 0) + 1; }; window.define.amd = {};"
+    n_figures = sum(len(v.figures) for v in views)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1300})
+        template, errors = [], []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+
+        def offline(route):  # nbconvert's template asks a CDN for require.js and MathJax: no network here
+            template.append(route.request.url)
+            if "require" in route.request.url:
+                route.fulfill(body=amd, content_type="text/javascript")  # an AMD loader, as online
+            else:
+                route.abort()
+
+        page.route(re.compile(r"^https?://"), offline)
+        page.goto(whole.as_uri())
+        page.wait_for_function(f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {n_figures}")
+        assert page.evaluate("document.querySelectorAll('.js-plotly-plot').length") == n_figures
+        assert page.evaluate("[typeof window.define.amd, window.amdTook]") == ["object", None]
+        title = page.evaluate("Array.from(document.querySelectorAll('.js-plotly-plot')).map(e => e.layout.title.text)")
+        assert any("layer 1, head 2" in t for t in title)
+        gallery_id, map_id = page.evaluate("['hs-gallery-', 'hs-map-'].map(p => document.querySelector("
+                                           "`.js-plotly-plot[id^='${p}']`).id)")
+        page.evaluate("(id) => document.getElementById(id).scrollIntoView()", gallery_id)
+        page.mouse.click(*page.evaluate(PANEL_JS, [gallery_id, 3, 7]))
+        assert "layer 3, head 7" in page.evaluate("(id) => document.getElementById(id).layout.title.text", map_id)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "notebook-saved-html.png"))
+        page.goto(headless.as_uri())
+        page.wait_for_selector(".headscope-no-plotly")
+        assert "hs.new_page()" in page.inner_text(".headscope-no-plotly")
+        assert page.evaluate("document.querySelectorAll('.js-plotly-plot').length") == 0
+        browser.close()
+    assert errors == []
+    assert template and all(("require" in u or "mathjax" in u) and "cdnjs" in u for u in template)
 
 
 @pytest.mark.slow
@@ -283,6 +378,7 @@ def test_docs_notebook_runs_top_to_bottom(tmp_path):
     assert not [o for o in outputs if o.output_type == "error"]
     pages = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
     assert len(pages) >= 10 and all("Plotly.newPlot" in p and not EXTERNAL.findall(p) for p in pages)
+    assert ["plotly.js v" in p for p in pages] == [True] + [False] * (len(pages) - 1)  # once, in the first view
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     diffs = [float(x) for x in re.findall(r"largest difference: (\S+)", text)]
     assert len(diffs) == 2 and diffs[0] < 1e-7 and diffs[1] < 1e-3, text  # the notebook's own check

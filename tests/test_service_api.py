@@ -61,7 +61,7 @@ def test_health_models_and_docs(client):
     models = client.get("/api/models").json()
     assert models["default"] == "minilm"
     by_name = {m["name"]: m for m in models["models"]}
-    assert set(by_name) == {"minilm", "smollm2", "tiny-bert", "tiny-gpt2", "tiny-llama"}  # builtins + catalogue
+    assert set(by_name) == {"gemma3-270m", "minilm", "smollm2", "tiny-bert", "tiny-gpt2", "tiny-llama"}  # builtins + catalogue
     assert (by_name["minilm"]["n_layers"], by_name["minilm"]["n_heads"]) == (6, 12)
     assert by_name["tiny-bert"]["max_tokens"] == 64
     llama = by_name["tiny-llama"]  # the picker's facts: family, layers x query heads (kv heads), limit

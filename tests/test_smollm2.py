@@ -31,11 +31,29 @@ def test_catalogue_lists_smollm2_beside_the_default_minilm():
     from frontend.pages.common import model_label
 
     cat = Catalogue()
-    assert cat.names_available() == ["minilm", "smollm2"]
+    assert cat.names_available() == ["gemma3-270m", "minilm", "smollm2"]
     summary = cat.get("smollm2").summary()
     assert summary["family"] == "llama" and summary["causal"]
     assert model_label(summary) == "smollm2 — llama, 30x9 (3 kv), 8192 tokens"
     assert model_label(cat.get("minilm").summary()) == "minilm — bert, 6x12, 512 tokens"
+
+
+def test_model_cache_is_shared_by_every_data_dir(setting, monkeypatch, tmp_path):
+    """The model cache has its own setting: a serve with another data dir finds SmolLM2 converted
+    where the last one left it (the user's cache directory), and HEADSCOPE_MODEL_CACHE_DIR moves it."""
+    monkeypatch.delenv("HEADSCOPE_MODEL_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    roots = set()
+    for data in ("one", "two"):
+        setting("HEADSCOPE_DATA_DIR", str(tmp_path / data))
+        roots.add(gguf.cache_root())
+        assert gguf.target_dir("smollm2", "ab" * 32) == tmp_path / "xdg" / "headscope" / "models" / f"smollm2-{'ab' * 8}"
+    assert roots == {tmp_path / "xdg" / "headscope" / "models"}
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    setting("HEADSCOPE_DATA_DIR", str(tmp_path / "three"))
+    assert gguf.cache_root() == Path.home() / ".cache" / "headscope" / "models"
+    setting("HEADSCOPE_MODEL_CACHE_DIR", str(tmp_path / "mine"))
+    assert gguf.cache_root() == tmp_path / "mine"
 
 
 def test_missing_wheel_names_the_install_command():

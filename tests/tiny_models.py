@@ -28,7 +28,7 @@ def _is_norm_gain(name: str) -> bool:
     if not name.endswith("weight"):
         return False
     return ("LayerNorm" in name or ".ln_" in name or name.startswith("ln_") or "layernorm" in name
-            or "norm." in name or name == "norm.weight" or "layer_norm" in name)
+            or "norm." in name or name == "norm.weight" or "layer_norm" in name or "_norm.weight" in name)
 
 
 def build_tiny_bert(path: Path, *, layers: int = 2, heads: int = 4, hidden: int = 32, seed: int = 0,
@@ -103,7 +103,8 @@ def build_tiny_gpt2(path: Path, *, layers: int = 2, heads: int = 4, hidden: int 
     return path
 
 
-DECODER_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox")
+DECODER_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt_neox", "phi3", "gemma", "gemma2", "gemma3_text")
+TINY_WINDOW = 6  # the tiny Gemma 2/3 models' sliding window (their layer 0 is local, layer 1 global)
 
 
 def _decoder_config(family: str, *, vocab: int, layers: int, heads: int, kv_heads: int, hidden: int,
@@ -128,6 +129,18 @@ def _decoder_config(family: str, *, vocab: int, layers: int, heads: int, kv_head
         return tf.Qwen2Config(**common, **gqa, use_sliding_window=False)
     if family == "qwen3":
         return tf.Qwen3Config(**common, **gqa, head_dim=hidden // heads, attention_bias=True)
+    if family == "phi3":
+        return tf.Phi3Config(**common, **gqa, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0)
+    head_dim = dict(head_dim=hidden // heads, query_pre_attn_scalar=hidden // heads)
+    if family == "gemma":
+        return tf.GemmaConfig(**common, **gqa, head_dim=hidden // heads, attention_bias=True)
+    window = dict(sliding_window=TINY_WINDOW, layer_types=["sliding_attention", "full_attention"][:layers]
+                  + ["full_attention"] * max(0, layers - 2))
+    if family == "gemma2":  # soft-caps small enough to bend the tiny model's scores and logits
+        return tf.Gemma2Config(**common, **gqa, **head_dim, **window, attention_bias=True,
+                               attn_logit_softcapping=2.0, final_logit_softcapping=3.0)
+    if family == "gemma3_text":
+        return tf.Gemma3TextConfig(**common, **gqa, **head_dim, **window, attention_bias=True)
     raise ValueError(f"no tiny config for {family!r}")
 
 

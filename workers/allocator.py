@@ -9,7 +9,7 @@ zero again. On the causal views' batched runs (docs/causal.md) that was ~550,000
 are reused; the worker still hands memory back between jobs (``workers.recycle.give_back`` calls
 ``malloc_trim``), so what a job used is not held after it.
 
-``HEADSCOPE_KEEP_FREED_MEMORY=0`` leaves glibc's defaults (for comparisons: tests/bench/bench_causal.py
+``HEADSCOPE_KEEP_FREED_MEMORY=0`` (``keep_freed_memory`` in workers/settings.py) leaves glibc's defaults (for comparisons: tests/bench/bench_causal.py
 ``--glibc-defaults``). Elsewhere than glibc this does nothing.
 """
 
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
+
+from workers.settings import get_settings
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def keep_freed_memory() -> bool:
     if _done is not None:
         return _done
     _done = False
-    if os.environ.get("HEADSCOPE_KEEP_FREED_MEMORY", "1").strip().lower() in ("0", "false", "no", "off"):
+    if not get_settings().keep_freed_memory:
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")

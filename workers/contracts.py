@@ -24,6 +24,7 @@ from pydantic import (
 AnalysisKind = Literal[
     "max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf",
     "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching",
+    "word-maps",  # docs/compare.md
 ]
 # the causal views (docs/causal.md): decoders with a language-model head only
 CAUSAL_KINDS: tuple[str, ...] = (
@@ -37,6 +38,7 @@ ANALYSIS_KINDS: tuple[str, ...] = (
     "word-tsne",
     "robustness",
     "lasf",
+    "word-maps",  # every head's word-level map (docs/compare.md)
     *CAUSAL_KINDS,  # continue first: it extends the text the other causal views read
 )  # also the order a job computes them in: cheap first
 MAX_TOP_K = 50  # predictions: next tokens listed per position
@@ -327,13 +329,15 @@ class ShareRequest(BaseModel):
     analysis_id: str | None = Field(None, max_length=64)
     pe_analysis_id: str | None = Field(None, max_length=64)
     corpus_analysis_id: str | None = Field(None, max_length=64)
+    compare_id: str | None = Field(None, max_length=64)  # docs/compare.md
     view: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_target(self) -> ShareRequest:
-        given = [x for x in (self.analysis_id, self.pe_analysis_id, self.corpus_analysis_id) if x is not None]
+        given = [x for x in (self.analysis_id, self.pe_analysis_id, self.corpus_analysis_id, self.compare_id)
+                 if x is not None]
         if len(given) != 1:
-            raise ValueError("give exactly one of analysis_id, pe_analysis_id and corpus_analysis_id")
+            raise ValueError("give exactly one of analysis_id, pe_analysis_id, corpus_analysis_id and compare_id")
         return self
 
 
@@ -402,3 +406,34 @@ class JointMapRequest(BaseModel):
 
     def job_id(self) -> str:
         return request_hash("corpus-joint", self.normalised())
+
+
+# ------------------------------------------------------------------------ compare (docs/compare.md)
+
+MAX_COMPARE_TOKENS = 512  # per text and model in a comparison
+
+
+class CompareRequest(BaseModel):
+    """``POST /api/compare``: two models on one text or a stored corpus (docs/compare.md)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    model_a: str = Field("minilm", min_length=1, max_length=100)
+    model_b: str = Field("smollm2", min_length=1, max_length=100)
+    text: str | None = Field(None, max_length=MAX_TEXT_CHARS, description="one text (or give corpus)")
+    corpus: str | None = Field(None, pattern=CORPUS_REF_PATTERN, description="cp-... or builtin-... (or give text)")
+    max_tokens: int = Field(128, ge=2, le=MAX_COMPARE_TOKENS, description="per text and model; longer ones are cut")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> CompareRequest:
+        if (self.text is None) == (self.corpus is None):
+            raise ValueError("give exactly one of text and corpus")
+        if self.text is not None and not self.text.split():
+            raise ValueError("the text has no word (only spaces)")
+        return self
+
+    def normalised(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def job_id(self) -> str:
+        return request_hash("compare", self.normalised())

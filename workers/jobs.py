@@ -37,6 +37,7 @@ PROGRESS_LOG = logging.getLogger("headscope.progress")
 # rough relative cost of each stage, for one progress bar across all of them
 WEIGHTS = {
     "max-attention": 1.0,
+    "word-maps": 1.0,  # docs/compare.md
     "decomposition": 2.0,
     "head-tsne": 3.0,
     "head-tsne-all": 12.0,

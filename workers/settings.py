@@ -7,11 +7,20 @@ both the backend and the workers (it imports only pydantic); ``backend.config`` 
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_model_cache() -> Path:
+    """The model cache when HEADSCOPE_MODEL_CACHE_DIR is unset: the user's cache directory (XDG), so
+    every data dir and checkout of one user shares one conversion (docs/models.md)."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "headscope" / "models"
 
 
 class Settings(BaseSettings):
@@ -20,8 +29,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="HEADSCOPE_", extra="ignore", populate_by_name=True)
 
     data_dir: Path = Field(Path("data"), description="the SQLite store (by default), embedded Redis, caches")
-    model_cache_dir: Path | None = Field(
-        None, description="converted built-in models (SmolLM2 from its GGUF file); unset: <data dir>/models"
+    model_cache_dir: Path = Field(
+        default_factory=default_model_cache,
+        description="converted built-in models (SmolLM2 from its GGUF file), shared by every data dir; "
+        "unset: $XDG_CACHE_HOME/headscope/models, else ~/.cache/headscope/models",
     )
     database_url: str | None = Field(
         None,
@@ -86,6 +97,10 @@ class Settings(BaseSettings):
     memory_budget_gb: float | None = Field(
         None, gt=0, description="GiB one request may use (checked before any work); unset: the machine's memory"
     )
+    keep_freed_memory: bool = Field(
+        True, description="workers and the CLI keep freed heap blocks for reuse within a job (glibc mallopt, "
+        "workers/allocator.py); false: glibc's defaults"
+    )
     cuda_graphs: bool = Field(True, description="the GPU t-SNE replays its rounds as CUDA graphs")
     tsne_layout: str = Field(
         "auto", description="the GPU t-SNE kernels' layout: fused, wide, or auto (fused with >= 2 heads per SM)"
@@ -105,6 +120,12 @@ class Settings(BaseSettings):
         description="inject a t-SNE engine failure (tests, a first run on a GPU; docs/gpu.md): compile, "
         "launch or fatal, optionally @engine (default triton)",
     )
+
+    split_min_items: int = Field(
+        2000, ge=1, description="a job over fewer items (texts, heads) stays one queue job; more is split into "
+        "parts every worker shares (workers/parts.py, docs/scaling.md)"
+    )
+    split_part_items: int = Field(500, ge=1, description="items per part of a split job")
 
     @field_validator("tsne_layout")
     @classmethod

@@ -21,8 +21,9 @@ router = APIRouter(tags=["shares"])
 def create_share(req: ShareRequest, queue: QueueDep, store: StoreDep, settings: SettingsDep) -> dict:
     """A share of a finished analysis (text, PE or corpus) and the view to restore."""
     kind, target = next((k, t) for k, t in (("analysis", req.analysis_id), ("pe", req.pe_analysis_id),
-                                              ("corpus", req.corpus_analysis_id)) if t is not None)
-    what = {"analysis": "analysis", "pe": "PE analysis", "corpus": "corpus analysis"}[kind]
+                                              ("corpus", req.corpus_analysis_id), ("compare", req.compare_id))
+                        if t is not None)
+    what = {"analysis": "analysis", "pe": "PE analysis", "corpus": "corpus analysis", "compare": "comparison"}[kind]
     if len(dumps(req.view)) > settings.max_view_bytes:
         raise TooLargeError(f"the view is larger than {settings.max_view_bytes:,} bytes")
     if not JOB_ID.fullmatch(target):
@@ -34,7 +35,7 @@ def create_share(req: ShareRequest, queue: QueueDep, store: StoreDep, settings: 
         raise NotReadyError(f"the {what} {target} has not finished (status: {state.status})")
     store.touch_result(target)
     share = store.create_share(kind=kind, target=target, view=req.view)
-    page = {"analysis": "/", "pe": "/pe", "corpus": "/corpus"}[kind]
+    page = {"analysis": "/", "pe": "/pe", "corpus": "/corpus", "compare": "/compare"}[kind]
     return {"id": share["id"], "url": f"{page}?share={share['id']}"}
 
 

@@ -40,7 +40,17 @@ def model_label(m: dict[str, Any]) -> str:
         facts.append(f"{m['n_layers']}x{m.get('n_heads')}{gqa}")
     if m.get("max_tokens"):
         facts.append(f"{int(m['max_tokens'])} tokens")
+    if m.get("licence"):
+        facts.append(str(m["licence"]))
     return f"{m['name']} — {', '.join(facts)}" if facts else str(m["name"])
+
+
+def licence_link(facts: dict[str, Any]) -> list[Any]:
+    """``weights under the <a>Gemma Terms of Use</a>`` for a model whose weights come with terms
+    (``licence``, ``licence_url`` in its facts); nothing otherwise."""
+    if not facts.get("licence_url"):
+        return []
+    return ["weights under the ", html.A(facts.get("licence") or "licence", href=facts["licence_url"], target="_blank")]
 
 
 def model_options(store: ResultStore) -> tuple[list[dict[str, str]], str, dict[str, dict[str, Any]]]:
@@ -55,7 +65,10 @@ def model_options(store: ResultStore) -> tuple[list[dict[str, str]], str, dict[s
         body = {"default": "minilm", "models": [{"name": "minilm", "n_layers": 6, "n_heads": 12}]}
     opts, info = [], {}
     for m in body.get("models") or []:
-        opts.append({"label": model_label(m), "value": m["name"], "title": m.get("description") or ""})
+        title = m.get("description") or ""
+        if m.get("licence_url"):
+            title += f" — licence: {m['licence_url']}"
+        opts.append({"label": model_label(m), "value": m["name"], "title": title})
         info[m["name"]] = m
     default = body.get("default") or (opts[0]["value"] if opts else "minilm")
     return opts or [{"label": default, "value": default}], default, info
@@ -268,7 +281,8 @@ def share_link(
     if source.get("kind") == "share":
         params = {k: v for k, v in view.items() if k != "page"}
         return absolute_url(page_path + query_string({"share": source["id"], **params})), ""
-    field = {"pe": "pe_analysis_id", "corpus": "corpus_analysis_id"}.get(source.get("kind", ""), "analysis_id")
+    field = {"pe": "pe_analysis_id", "corpus": "corpus_analysis_id", "compare": "compare_id"}.get(
+        source.get("kind", ""), "analysis_id")
     target = {field: source["id"]}
     try:
         path = client.create_share(view=view, **target)["url"]

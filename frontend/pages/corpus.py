@@ -1,8 +1,8 @@
 """Corpus: statistics of every head over many texts, a map of heads, one head's top contexts and its
 joint query–key map (docs/corpus.md).
 
-URL state: ``/corpus?analysis=<corpus job id>`` (or a share) plus ``head`` ("L.H", the selected
-head), ``color`` (what colours the map of heads) and ``stat`` (the histogram's statistic).
+URL state: ``/corpus?analysis=<corpus job id>`` (or a share) plus ``head`` ("L2H5", the selected
+head; links with the older "2.5" still open), ``color`` (what colours the map of heads) and ``stat`` (the histogram's statistic).
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import base64
 import logging
 from typing import Any
 
-from dash import Dash, Input, Output, State, dash_table, dcc, html, no_update
+import dash_ag_grid as dag
+from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from frontend import figures_corpus as C
 from frontend.api_client import ApiError
@@ -106,12 +107,21 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         ]),
         export_bar("corpus", GRAPHS),
         html.Div(className="panel", children=[
-            html.P("Each statistic is a mean over the queries it applies to (docs/corpus.md). Sort and filter "
-                   "the table (e.g. “> 0.5” in a column); Export writes it as CSV; a click selects the head.",
-                   className="hint"),
-            dash_table.DataTable(id="corpus-table", columns=[], data=[], sort_action="native",
-                                 filter_action="native", export_format="csv", page_size=15,
-                                 style_table={"overflowX": "auto"}, style_cell={"fontSize": "13px"}),
+            html.Div(className="control-row", children=[
+                html.P("Each statistic is a mean over the queries it applies to (docs/corpus.md). A click on a "
+                       "column's name sorts by it; a number typed under it keeps the heads above it (its menu "
+                       "picks another condition); a click on a row selects the head.", className="hint"),
+                html.Button("Export CSV", id="corpus-table-csv", className="button secondary"),
+            ]),
+            dag.AgGrid(id="corpus-table", columnDefs=[], rowData=[], getRowId="params.data.head",
+                       defaultColDef={"sortable": True, "filter": True, "floatingFilter": True,
+                                      "resizable": True, "minWidth": 90, "wrapHeaderText": True,
+                                      "autoHeaderHeight": True},
+                       dashGridOptions={"pagination": True, "paginationPageSize": 15,
+                                        "paginationPageSizeSelector": [15, 50, 200], "domLayout": "autoHeight",
+                                        "animateRows": False},
+                       columnSize="responsiveSizeToFit", className="corpus-grid",
+                       csvExportParams={"fileName": "headscope-corpus-heads.csv"}),
         ]),
         html.Div(className="panel", children=[
             html.Div(className="control-row", children=[
@@ -244,29 +254,31 @@ def register(app: Dash, store: ResultStore) -> None:
         return "cancelled" if done.get("cancelled") else f"not running ({done.get('status')})"
 
     @app.callback(
-        Output("corpus-table", "columns"),
-        Output("corpus-table", "data"),
+        Output("corpus-table", "columnDefs"),
+        Output("corpus-table", "rowData"),
         Input("corpus-job", "data"),
         State("corpus-source", "data"),
     )
     def _table(_job, source):  # type: ignore[no-untyped-def]
         result = store.status(source)["result"]
-        rows = C.table_rows(result)
-        for r in rows:
-            r["id"] = r["head"]
-        return C.table_columns(result), rows
+        return C.table_columns(result), C.table_rows(result)
+
+    @app.callback(Output("corpus-table", "exportDataAsCsv"), Input("corpus-table-csv", "n_clicks"),
+                  prevent_initial_call=True)
+    def _csv(_n):  # type: ignore[no-untyped-def]
+        return True  # the grid writes what it shows (sorted, filtered), every page
 
     @app.callback(
         Output("corpus-head", "data"),
         Input("corpus-map-graph", "clickData"),
-        Input("corpus-table", "active_cell"),
+        Input("corpus-table", "cellClicked"),
         prevent_initial_call=True,
     )
     def _select(click, cell):  # type: ignore[no-untyped-def]
         from dash import ctx
 
         if ctx.triggered_id == "corpus-table":
-            head = (cell or {}).get("row_id")
+            head = (cell or {}).get("rowId")
         else:
             points = (click or {}).get("points") or [{}]
             head = points[0].get("customdata")

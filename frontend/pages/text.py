@@ -26,6 +26,7 @@ from frontend.pages.common import (
     export_bar,
     graph,
     highlight_stores,
+    licence_link,
     model_options,
     progress_block,
     register_exports,
@@ -102,6 +103,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         html.Div(className="control-row", children=[
             html.Label("model", htmlFor="text-model"),
             dcc.Dropdown(id="text-model", options=options, value=model, clearable=False, className="model-picker"),
+            html.Span(id="text-model-licence", className="hint", children=licence_link(facts)),
             dcc.Checklist(id="text-options", options=[
                 {"label": " hide special tokens", "value": "drop_special"},
                 {"label": " chat message", "value": "chat",
@@ -228,6 +230,7 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("text-layer", "options"),
         Output("text-head", "options"),
         Output("text-layers", "options"),
+        Output("text-model-licence", "children"),
         Input("text-model", "value"),
         prevent_initial_call=True,
     )
@@ -235,7 +238,7 @@ def register(app: Dash, store: ResultStore) -> None:
         facts = model_options(store)[2].get(model) or {}
         n_layers, n_heads = int(facts.get("n_layers") or 6), int(facts.get("n_heads") or 12)
         layers = [{"label": f"layer {i}", "value": i} for i in range(n_layers)]
-        return layers, [{"label": f"head {i}", "value": i} for i in range(n_heads)], layers
+        return layers, [{"label": f"head {i}", "value": i} for i in range(n_heads)], layers, licence_link(facts)
 
     @app.callback(
         Output("max-attention-graph", "figure"),

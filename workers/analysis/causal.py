@@ -279,6 +279,7 @@ def logit_attribution(
         "rel_error": err / max(float(np.abs(logit_np).max()), 1e-30),
         "dtype": dec.dtype,
         "scale": FROZEN,
+        "softcap": unembed.softcap,  # the attributed logit is the uncapped one (docs/causal.md)
     }
 
 

@@ -215,8 +215,12 @@ def corpus_statistics(
     progress: Progress | None = None,
     on_batch: Callable[[dict[str, Any]], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    tap: Any = None,
 ) -> dict[str, Any]:
     """Per-head statistics of ``texts`` (docs/corpus.md). Keys: docs/results.md, "corpus".
+
+    ``tap`` (``workers.analysis.compare.WordMapTap``) reads the same forward passes: ``tap.start(batch)``
+    before each batch, ``tap.layer(layer, weights)`` per layer, ``tap.finish(output)`` after it.
 
     ``on_batch`` gets the statistics so far after each batch (no top pairs, histograms or map);
     ``should_stop`` is asked between batches and ends the run with ``CancelledError``.
@@ -240,14 +244,19 @@ def corpus_statistics(
     done: list[int] = []
     n_tokens = n_kept = 0
     report(0.0, f"{len(runnable)} texts in {len(plan)} batches")
-    with watch_attention(loaded, acc.update), torch.inference_mode():
+    sink = acc.update if tap is None else (lambda layer, w: (acc.update(layer, w), tap.layer(layer, w)))
+    with watch_attention(loaded, sink), torch.inference_mode():
         for bi, batch in enumerate(plan):
             if should_stop is not None and should_stop():
                 raise CancelledError("the corpus job")
             acc.kept = KeptBatch.build([enc.ids[i] for i in batch], [keep[i] for i in batch], batch,
                                        device=loaded.device)
             encs = [Encoded(enc.ids[i], enc.tokens[i], [], enc.special[i]) for i in batch]
-            loaded.model(**batch_inputs(loaded, encs))
+            if tap is not None:
+                tap.start(batch, [enc.ids[i] for i in batch])
+            output = loaded.model(**batch_inputs(loaded, encs))
+            if tap is not None:
+                tap.finish(output)
             done.extend(batch)
             n_tokens += sum(len(enc.ids[i]) for i in batch)
             n_kept += sum(sum(keep[i]) for i in batch)

@@ -77,8 +77,11 @@ class Prefix:
 
 @torch.inference_mode()
 def prefix_of(loaded: LoadedModel, encoded: Encoded) -> Prefix:
-    """Run ``encoded`` once and keep every layer's keys and values."""
-    out = loaded.model(**batch_inputs(loaded, [encoded]), use_cache=True)
+    """Run ``encoded`` once and keep every layer's keys and values (all of them: a cache made from
+    the config keeps only a sliding-window layer's last window, Gemma 2/3)."""
+    from transformers import DynamicCache
+
+    out = loaded.model(**batch_inputs(loaded, [encoded]), use_cache=True, **{cache_kwarg(loaded): DynamicCache()})
     cache = cache_out(out)
     cache = getattr(cache, "self_attention_cache", cache)  # an encoder-decoder wrapper (GPT-2 may use one)
     return Prefix([layer.keys for layer in cache.layers], [layer.values for layer in cache.layers])
@@ -110,6 +113,10 @@ def from_layer(loaded: LoadedModel, start: int) -> Iterator[None]:
     must not overlap another forward of the same loaded model (a worker runs one job at a time)."""
     parent, attr, full = _layers(loaded)
     setattr(parent, attr, torch.nn.ModuleList(list(full)[start:]))
+    config = loaded.model.config
+    types = getattr(config, "layer_types", None)  # Gemma 2/3: the forward picks mask and rotary by index
+    if types is not None:
+        config.layer_types = list(types)[start:]
     handles = []
     if loaded.arch is not None and loaded.arch.layout == "gpt2":
         handles.append(loaded.model.wpe.register_forward_hook(lambda m, a, out: torch.zeros_like(out)))
@@ -117,6 +124,8 @@ def from_layer(loaded: LoadedModel, start: int) -> Iterator[None]:
         yield
     finally:
         setattr(parent, attr, full)
+        if types is not None:
+            config.layer_types = types
         for h in handles:
             h.remove()
 
@@ -186,13 +195,29 @@ def _last_feedforward_at(loaded: LoadedModel, read: torch.Tensor) -> Iterator[No
         yield
 
 
-def _causal_mask(q: int, offset: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Additive mask [1, 1, q, offset + q]: query i (position offset + i) sees keys 0..offset + i."""
+def _causal_mask(q: int, offset: int, dtype: torch.dtype, device: torch.device,
+                 window: int | None = None) -> torch.Tensor:
+    """Additive mask [1, 1, q, offset + q]: query i (position offset + i) sees keys 0..offset + i
+    (``window``: only the last ``window`` of them, a sliding-window layer's view)."""
     keys = torch.arange(offset + q, device=device)
     queries = torch.arange(offset, offset + q, device=device)
     mask = torch.zeros(q, offset + q, dtype=dtype, device=device)
-    mask[keys[None, :] > queries[:, None]] = torch.finfo(dtype).min
+    hidden = keys[None, :] > queries[:, None]
+    if window is not None:
+        hidden |= keys[None, :] <= queries[:, None] - window
+    mask[hidden] = torch.finfo(dtype).min
     return mask[None, None]
+
+
+def _masks(loaded: LoadedModel, q: int, offset: int, dtype: torch.dtype, device: torch.device) -> Any:
+    """The attention mask the forward takes: one causal mask, or (Gemma 2/3, layers of two types) one
+    per layer type, the sliding-window layers' limited to their window."""
+    full = _causal_mask(q, offset, dtype, device)
+    types = set(loaded.config.get("layer_types") or ())
+    window = loaded.config.get("sliding_window")
+    if "sliding_attention" not in types or not window:
+        return full
+    return {"full_attention": full, "sliding_attention": _causal_mask(q, offset, dtype, device, int(window))}
 
 
 @torch.inference_mode()
@@ -240,7 +265,7 @@ def run_rows(
                 active[layer] += 1
         x = torch.stack([r.x for r in inner if r.start == first])
         kwargs: dict[str, Any] = {
-            "attention_mask": _causal_mask(q, offset, dtype, dev),
+            "attention_mask": _masks(loaded, q, offset, dtype, dev),
             "position_ids": torch.arange(offset, offset + q, device=dev)[None],
             "use_cache": False,
         }

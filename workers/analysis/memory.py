@@ -12,40 +12,15 @@ unset, the machine's physical memory.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from workers.errors import HeadscopeError
+# the budget and its error live below the analysis core, torch-free, for the API (workers/budget.py)
+from workers.budget import GIB, RUNTIME, MemoryBudgetError, memory_budget  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
-GIB = 1024**3
 F8 = 8  # float64 bytes (P matrices, t-SNE, host copies)
-RUNTIME = GIB // 2  # Python, torch and transformers themselves (measured: ~0.45 GiB resident)
-
-
-class MemoryBudgetError(HeadscopeError):
-    code = "too_large"
-
-    def __init__(self, *, estimate: int, budget: int, parts: dict[str, int], what: str):
-        self.estimate, self.budget, self.parts = estimate, budget, parts
-        top = ", ".join(f"{k} {v / GIB:.1f}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])[:4])
-        super().__init__(
-            f"{what} needs about {estimate / GIB:.1f} GiB of memory ({top} GiB) but the memory budget is "
-            f"{budget / GIB:.1f} GiB (HEADSCOPE_MEMORY_BUDGET_GB); use a shorter text, one layer or head, "
-            f"fewer views or a smaller model"
-        )
-
-
-def memory_budget() -> int:
-    """Bytes a request may use: ``HEADSCOPE_MEMORY_BUDGET_GB`` (GiB) or the machine's memory."""
-    from workers.settings import get_settings
-
-    budget = get_settings().memory_budget_gb
-    if budget is not None:
-        return int(budget * GIB)
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 @dataclass

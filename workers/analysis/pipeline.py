@@ -46,9 +46,11 @@ from workers.analysis.streaming import (
     PackedAttention,
 )
 from workers.analysis.tsne import TSNEOptions, embed_affinities, select_indices
+from workers.analysis.word_maps import WordMapper, check_words, token_words, word_maps_section
 from workers.errors import HeadscopeError
 from workers.models import LoadedModel, ModelRun, pooled_states
 from workers.models.adapters import Encoded, encode, forward_streamed
+from workers.models.families import layer_windows
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +78,7 @@ DEFAULT_ENGINE = "fast"  # issue 7; "batched" and "opentsne" stay selectable
 
 
 STREAMED = ("max-attention", "head-tsne", "hidden-tsne", "robustness", "lasf")  # read the text's forward pass
+STREAMED += ("word-maps",)  # docs/compare.md
 
 
 @dataclass
@@ -163,7 +166,8 @@ class Context:
         """Register the consumers of the streamed pass that ``analyses`` need."""
         o, L, H = self.options, self.loaded.n_layers, self.loaded.n_heads
         if "max-attention" in analyses:
-            self.consumers["max-attention"] = AttentionStats(L, H, keep=self.keep, causal=self.loaded.causal)
+            self.consumers["max-attention"] = AttentionStats(L, H, keep=self.keep, causal=self.loaded.causal,
+                                                             windows=layer_windows(self.loaded.config))
         if "head-tsne" in analyses:
             self.consumers["head-tsne"] = LayerHeadTSNE(
                 L, H, layers=o["layer"], heads=o["head"], keep=self.keep, options=self.tsne_options()
@@ -185,6 +189,9 @@ class Context:
         if "lasf" in analyses and self.lasf is not None:  # the replaced layer's heads, for field_vs_head
             replaced = int(self.lasf.config["replaced_layer"])
             self.consumers["lasf"] = HeadKeeper([(replaced, h) for h in range(H)])
+        if "word-maps" in analyses:
+            spans = check_words(self.text)
+            self.consumers["word-maps"] = WordMapper(L, H, token_words(self.encoded.offsets, self.encoded.special, spans))
 
     def tsne_options(self, **overrides: Any) -> TSNEOptions:
         o = self.options
@@ -233,7 +240,11 @@ def _max_attention(ctx: Context) -> dict[str, Any]:
     ctx.run  # noqa: B018 - the streamed pass fills the consumers
     assert stats.max is not None and stats.mean is not None
     kept = np.arange(ctx.encoded.n) if ctx.keep is None else np.flatnonzero(ctx.keep)
-    return max_attention_section(stats, kept, causal=ctx.loaded.causal)
+    out = max_attention_section(stats, kept, causal=ctx.loaded.causal)
+    windows = layer_windows(ctx.loaded.config)
+    if any(windows):  # Gemma 2/3: local layers see the last w keys only (zeros beyond; means over them)
+        out["windows"] = windows
+    return out
 
 
 def max_attention_section(stats: AttentionStats, kept: np.ndarray, *, causal: bool) -> dict[str, Any]:
@@ -350,6 +361,16 @@ def _word_tsne(ctx: Context) -> dict[str, Any]:
         "kl": res.kl.tolist(),
         "timings": {"tsne_s": res.tsne_s},
     }
+
+
+@section("word-maps")
+def _word_maps(ctx: Context) -> dict[str, Any]:
+    mapper = ctx.consumers["word-maps"]
+    assert isinstance(mapper, WordMapper)
+    ctx.run  # noqa: B018 - the streamed pass fills the consumer
+    enc = ctx.encoded
+    return word_maps_section(text=ctx.text, offsets=enc.offsets, special=enc.special, maps=mapper.maps,
+                             member=mapper.member)
 
 
 @section("robustness")

@@ -44,9 +44,12 @@ def kept_index(n: int, keep: np.ndarray | None) -> np.ndarray:
     return idx
 
 
-def visible_counts(idx: np.ndarray, *, causal: bool) -> np.ndarray:
-    """[key]: how many kept queries can see each kept key (all of them; ``i >= j`` when causal)."""
+def visible_counts(idx: np.ndarray, *, causal: bool, window: int | None = None) -> np.ndarray:
+    """[key]: how many kept queries can see each kept key (all of them; ``i >= j`` when causal;
+    ``j <= i < j + window`` in a sliding-window layer)."""
     m = idx.size
+    if causal and window:
+        return (np.searchsorted(idx, idx + window, side="left") - np.arange(m)).astype(np.float64)
     return np.arange(m, 0, -1, dtype=np.float64) if causal else np.full(m, float(m))
 
 
@@ -55,13 +58,16 @@ class AttentionStats:
 
     ``max[l, h, j] = max_i A[l, h, i, j]`` and ``mean[l, h, j] = mean_i A[l, h, i, j]`` over the kept
     queries ``i`` that can see key ``j``: every query for an encoder, the queries ``i >= j`` for a
-    causal decoder (a later query is the only kind that sees j; the others' zeros are not averaged in).
+    causal decoder (a later query is the only kind that sees j; the others' zeros are not averaged in),
+    the queries ``j <= i < j + w`` in a layer with a sliding window ``w`` (``windows``, per layer).
     Reduced on the model's device; only [layer, head, key] comes back.
     """
 
-    def __init__(self, n_layers: int, n_heads: int, *, keep: np.ndarray | None = None, causal: bool = False):
+    def __init__(self, n_layers: int, n_heads: int, *, keep: np.ndarray | None = None, causal: bool = False,
+                 windows: list[int | None] | None = None):
         self.keep = keep
         self.causal = causal
+        self.windows = windows or []
         self.max: np.ndarray | None = None  # [layer, head, key]
         self.mean: np.ndarray | None = None
         self.n_layers, self.n_heads = n_layers, n_heads
@@ -76,7 +82,8 @@ class AttentionStats:
             shape = (self.n_layers, self.n_heads, idx.size)
             self.max, self.mean = np.zeros(shape), np.zeros(shape)
         assert self.mean is not None
-        counts = visible_counts(idx, causal=self.causal)
+        window = self.windows[layer] if layer < len(self.windows) else None
+        counts = visible_counts(idx, causal=self.causal, window=window)
         self.max[layer] = a.amax(dim=1).double().cpu().numpy()
         self.mean[layer] = a.double().sum(dim=1).cpu().numpy() / counts
 

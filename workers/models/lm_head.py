@@ -111,19 +111,23 @@ class Unembedding:
     weight: torch.Tensor
     bias: torch.Tensor | None
     source: str  # "tied" or "file"
+    softcap: float | None = None  # Gemma 2's final_logit_softcapping: logits -> c * tanh(logits / c)
 
     @property
     def vocab_size(self) -> int:
         return int(self.weight.shape[0])
 
     def logits(self, normed: torch.Tensor) -> torch.Tensor:
-        """``normed`` [..., dim] (after the final norm) -> logits [..., vocabulary]."""
+        """``normed`` [..., dim] (after the final norm) -> logits [..., vocabulary], soft-capped as the
+        model caps them (``c * tanh(z / c)``, Gemma 2) where it does."""
         out = normed @ self.weight.T
-        return out if self.bias is None else out + self.bias
+        out = out if self.bias is None else out + self.bias
+        return out if self.softcap is None else (out / self.softcap).tanh() * self.softcap
 
     def logit_of(self, normed: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """The logits of ``ids`` [n] only at rows ``normed`` [n, dim]: ``logits(normed)[t, ids[t]]``
-        without the other vocabulary entries."""
+        without the other vocabulary entries, *before* any soft-cap (the linear logit that direct
+        logit attribution splits exactly; the cap is monotone, so rankings are the same)."""
         out = (normed * self.weight[ids]).sum(-1)
         return out if self.bias is None else out + self.bias[ids]
 
@@ -138,8 +142,9 @@ def load_unembedding(model: Any, cfg: dict[str, Any], model_dir: str | None) -> 
     if not status.has:
         return None, status.reason
     emb = model.get_input_embeddings().weight  # [vocabulary, dim]
+    cap = cfg.get("final_logit_softcapping") or None
     if status.source == "tied":
-        return Unembedding(emb, None, "tied"), status.reason
+        return Unembedding(emb, None, "tied", cap), status.reason
     assert model_dir is not None
     d = Path(model_dir)
     index = d / "model.safetensors.index.json"
@@ -163,4 +168,4 @@ def load_unembedding(model: Any, cfg: dict[str, Any], model_dir: str | None) -> 
         return None, f"lm_head.weight has shape {list(weight.shape)}, not the embedding's {list(emb.shape)}"
     bias = read(_find(set(where), HEAD_BIASES))
     logger.info("language-model head read from %s (%s)", model_dir, list(weight.shape))
-    return Unembedding(weight.requires_grad_(False), bias, "file"), status.reason
+    return Unembedding(weight.requires_grad_(False), bias, "file", cap), status.reason

@@ -152,3 +152,16 @@ def clear_cache() -> None:
     """Forget every loaded model (tests; a worker reloading its catalogue)."""
     with _lock:
         _cache.clear()
+
+
+def release_model(name: str) -> int:
+    """Forget every cached copy of model ``name`` (a comparison that cannot hold two models drops the
+    first before loading the second); how many were dropped. Its memory returns once unreferenced."""
+    import gc
+
+    with _lock:
+        keys = [k for k in _cache if k[0] == name]
+        for k in keys:
+            del _cache[k]
+    gc.collect()
+    return len(keys)

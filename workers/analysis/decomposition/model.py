@@ -17,6 +17,7 @@ import torch
 from workers.errors import HeadscopeError
 from workers.models.adapters import Encoded
 from workers.models.families import resolve
+from workers.models.precision import norm_gain
 
 if TYPE_CHECKING:
     from workers.models.loader import LoadedModel
@@ -37,6 +38,8 @@ class LayerParts:
     ln_attn: torch.nn.Module | None  # post-LN after attention (None for pre-norm models)
     ln_ff: torch.nn.Module | None
     attention: torch.nn.Module  # returns (output, weights): the row sums of the weights scale b_v
+    post_attn: torch.nn.Module | None = None  # a norm on the attention output alone (Gemma 2/3)
+    post_ff: torch.nn.Module | None = None  # a norm on the feed-forward output alone
 
 
 @dataclass
@@ -73,7 +76,12 @@ def _value_bias(loaded: LoadedModel, layer: torch.nn.Module, w_o: torch.Tensor) 
     if fam.layout == "gpt_neox":  # fused per head: [head, (q, k, v), head_dim]
         b = layer.attention.query_key_value.bias
         return _zeros(w_o, width) if b is None else b.view(n_heads, 3, dh)[:, 2].reshape(-1)
-    b = layer.self_attn.v_proj.bias  # llama layout: [kv_head * head_dim]
+    v_proj = getattr(layer.self_attn, "v_proj", None)  # llama layout: [kv_head * head_dim]
+    if v_proj is None:  # Phi-3: fused q/k/v, [q heads, kv heads, kv heads] x head_dim
+        fused = layer.self_attn.qkv_proj.bias
+        b = None if fused is None else fused[fused.shape[0] - (fused.shape[0] - width) // 2 :]
+    else:
+        b = v_proj.bias
     if b is None:
         return _zeros(w_o, width)
     group = n_heads // max(1, loaded.n_kv_heads)
@@ -94,6 +102,7 @@ def locate(loaded: LoadedModel) -> Arch:
         w_o = out_proj.weight if fam.layout == "gpt2" else out_proj.weight.T
         d = w_o.shape[1]
         post = fam.layout == "bert"
+        sandwich = [resolve(layer, p) for p in fam.post_norms] if fam.post_norms else [None, None]
         layers.append(
             LayerParts(
                 w_o=w_o,
@@ -105,6 +114,8 @@ def locate(loaded: LoadedModel) -> Arch:
                 ln_attn=layer.attention.output.LayerNorm if post else None,
                 ln_ff=layer.output.LayerNorm if post else None,
                 attention=resolve(layer, fam.attention),
+                post_attn=sandwich[0],
+                post_ff=sandwich[1],
             )
         )
     emb_ln = model.embeddings.LayerNorm if fam.layout == "bert" else None
@@ -118,9 +129,10 @@ def ln_stats(
     """Scale ``g / s`` [b, n, d], shift ``b - g * m / s`` [b, n, d] and ``s`` [b, n] of a norm.
 
     LayerNorm: ``s = sqrt(var(x) + eps)``, ``m = mean(x)``. RMSNorm (no ``bias``, eps in
-    ``variance_epsilon``): ``s = rms(x) = sqrt(mean(x^2) + eps)``, ``m = 0``, no bias.
+    ``variance_epsilon``): ``s = rms(x) = sqrt(mean(x^2) + eps)``, ``m = 0``, no bias. Gemma's
+    RMSNorm: the same with gain ``1 + w`` (``workers.models.precision.norm_gain``).
     """
-    gain = ln.weight if getattr(ln, "weight", None) is not None else torch.ones_like(x[0, 0])
+    gain = norm_gain(ln) if getattr(ln, "weight", None) is not None else torch.ones_like(x[0, 0])
     if isinstance(ln, torch.nn.LayerNorm):
         mean = x.mean(dim=-1, keepdim=True)
         std = torch.sqrt(x.var(dim=-1, unbiased=False, keepdim=True) + ln.eps)
@@ -143,7 +155,7 @@ class Recorder:
         self.row_sums: list[torch.Tensor] = []  # per layer [b, n, head]: sum_j a_ij of each query
         self.handles: list[Any] = []
         lns = [arch.emb_ln, arch.final_ln] + [
-            ln for la in arch.layers for ln in (la.ln_attn, la.ln_ff)
+            ln for la in arch.layers for ln in (la.ln_attn, la.ln_ff, la.post_attn, la.post_ff)
         ]
         for ln in lns:
             if ln is not None:

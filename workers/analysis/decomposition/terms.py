@@ -18,6 +18,9 @@ term (the branch outputs are recorded); HF's last hidden state has the final nor
 terms of the last state are carried through it the same way (``Decomposition.final_norm_in_last_state``).
 RMSNorm maps ``t -> g * t / rms(x)``, ``rms(x) = sqrt(mean(x^2) + eps)``: no mean shift, no bias.
 GPT-NeoX's parallel residual adds both branches, each read from the same input: still a sum.
+Gemma 2 and 3 (sandwich norms) normalise each branch's output before it joins the stream: that
+post-norm's scale ``(1 + w) / rms(o)`` is frozen at the model's own value (as the final norm's is) and
+carried with the branch, so every head's share (and the biases') is scaled by it and the sum holds.
 Value biases go to ``c`` as ``(sum_j a_ij) b_v W_O`` with the recorded row sums, so a softmax computed
 in float32 inside a float64 model costs no exactness; under grouped-query attention a key/value
 head's bias goes to every query head of its group.
@@ -47,6 +50,7 @@ from workers.analysis.decomposition.model import Recorder, batch_inputs, ln_stat
 from workers.analysis.progress import Progress, no_progress
 from workers.errors import HeadscopeError
 from workers.models.adapters import Encoded, encode
+from workers.models.precision import norm_gain
 
 if TYPE_CHECKING:
     from workers.models.loader import LoadedModel
@@ -227,6 +231,7 @@ def decompose_encoded(
     ffs: list[torch.Tensor] = []  # per layer [b, n, d], output bias removed
     head_entry: list[int] = []
     ff_entry: list[int] = []
+    branch_scales: list[torch.Tensor | None] = []  # per layer: the attention post-norm's g / rms
 
     def norm(ln: torch.nn.Module | None) -> torch.Tensor | None:
         if ln is None:
@@ -237,8 +242,13 @@ def decompose_encoded(
         terms[3].add_(shift)
         scales.append(scale)
         stds.append(std)
-        gains.append(ln.weight if getattr(ln, "weight", None) is not None else torch.ones_like(scale[0, 0]))
+        gains.append(norm_gain(ln) if getattr(ln, "weight", None) is not None else torch.ones_like(scale[0, 0]))
         return x * scale + shift  # the norm's output, in the model's dtype
+
+    def branch(ln: torch.nn.Module | None) -> torch.Tensor | None:
+        """``g / rms`` [b, n, d] of a norm on one branch's output: frozen at the model's own value,
+        it is a linear map of that output, so each head's (or the feed-forward's) share keeps its sum."""
+        return None if ln is None else ln_stats(ln, rec.ln_in[id(ln)])[0]
 
     x0 = rec.ln_in[id(arch.emb_ln)] if arch.emb_ln is not None else hidden[0]
     terms[0].add_(x0)
@@ -254,14 +264,17 @@ def decompose_encoded(
         unbiased = ctx - vb
         contexts.append(unbiased)
         head_entry.append(len(scales))
-        terms[1].add_(unbiased @ la.w_o)
-        terms[3].add_(vb @ la.w_o + la.b_o)
+        post_a = branch(la.post_attn)  # a sandwich post-norm scales the attention output alone
+        branch_scales.append(post_a)
+        terms[1].add_(_weighted(unbiased @ la.w_o, post_a))
+        terms[3].add_(_weighted(vb @ la.w_o + la.b_o, post_a))
         norm(la.ln_attn)
-        f = rec.ff_out[layer] - la.ff_bias  # [b, n, d]
+        post_f = branch(la.post_ff)
+        f = _weighted(rec.ff_out[layer] - la.ff_bias, post_f)  # [b, n, d]
         ffs.append(f)
         ff_entry.append(len(scales))
         terms[2].add_(f)
-        terms[3].add_(la.ff_bias)
+        terms[3].add_(_weighted(la.ff_bias.expand_as(f), post_f))
         norm(la.ln_ff)
         if layer == n_layers - 1 and arch.final_ln is not None:
             # the final norm's output recomputed from the carried terms' scale: equal to the
@@ -281,7 +294,8 @@ def decompose_encoded(
     ff_imp = torch.zeros((n_states, n_layers, b, n), dtype=hidden.dtype, device=hidden.device)
     for layer, la in enumerate(arch.layers):
         later = range(layer + 1, n_states)
-        wh = torch.stack([_weighted(w[s], _carry(scales, head_entry[layer], applied[s])) for s in later])
+        wh = torch.stack([_weighted(_weighted(w[s], _carry(scales, head_entry[layer], applied[s])),
+                                    branch_scales[layer]) for s in later])
         v = wh @ la.w_o.T  # [state', b, n, head*head_dim]
         ctx = contexts[layer]
         prod = (ctx[None] * v).view(len(later), b, n, n_heads, -1).sum(-1)  # [state', b, n, head]
@@ -316,9 +330,10 @@ def decompose_encoded(
         )
         if keep_components:
             heads = [
-                torch.matmul(c[row, :k].view(k, n_heads, -1).transpose(0, 1), la.w_o.reshape(n_heads, -1, d))
-                for c, la in zip(contexts, arch.layers, strict=True)
-            ]  # per layer [head, token, d]
+                _weighted(torch.matmul(c[row, :k].view(k, n_heads, -1).transpose(0, 1), la.w_o.reshape(n_heads, -1, d)),
+                          None if post is None else post[row, :k])
+                for c, la, post in zip(contexts, arch.layers, branch_scales, strict=True)
+            ]  # per layer [head, token, d], after the branch's post-norm
             dec.head_outputs = np_(torch.stack(heads))
             dec.ff_outputs = np_(torch.stack([f[row, :k] for f in ffs]))
             if stds:

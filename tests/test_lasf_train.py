@@ -1,0 +1,113 @@
+"""The LasF trainer's warm-up and gradient clipping options (tiny random batches, no model)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from workers.errors import HeadscopeError
+from workers.lasf.train import Batch, TrainConfig, baselines, build_lasf, train_models
+
+
+def _batches(n: int = 4, d: int = 16) -> list[Batch]:
+    g = torch.Generator().manual_seed(0)
+    out = []
+    for _ in range(n):
+        x = torch.randn(3, 5, d, generator=g)
+        mask = torch.ones(3, 5, dtype=torch.bool)
+        mask[0, 3:] = False  # one padded sentence
+        out.append(Batch(x, 2.0 * x.flip(1) + 1.0, mask))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("over", "words"),
+    [({"warmup": 0.0}, "warmup"), ({"warmup": 1.0}, "warmup"), ({"warmup": -0.2}, "warmup"),
+     ({"clip": 0.0}, "clip must be positive"), ({"clip": -1.0}, "clip must be positive")],
+)  # fmt: skip
+def test_warmup_and_clip_are_validated(over, words):
+    with pytest.raises(HeadscopeError, match=words):
+        TrainConfig(**over).check()
+
+
+def _run(config: TrainConfig, batches: list[Batch]) -> tuple[list[float], list[float], dict]:
+    """Train LasF and the baselines; LasF's lr and pre-step gradient norm at every step, and the models."""
+    lasf = build_lasf(config, batches[0].x.shape[-1])
+    lasf_params = set(map(id, lasf.parameters()))
+    lrs, norms = [], []
+
+    def pre(opt, args, kwargs):
+        params = [p for grp in opt.param_groups for p in grp["params"]]
+        if id(params[0]) in lasf_params:
+            lrs.append(opt.param_groups[0]["lr"])
+            norms.append(float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))))
+
+    handle = register_optimizer_step_pre_hook(pre)
+    try:
+        models = {"lasf": lasf, **baselines(batches[0].x.shape[-1], 0)}
+        train_models(models, config, batches, batches[:1])
+    finally:
+        handle.remove()
+    return lrs, norms, models
+
+
+def test_clip_bounds_lasf_gradient_norm_and_changes_the_updates():
+    batches = _batches()
+    base = dict(mode="paper", kernel="gaussian", residual="none", n_fields=2, d_q=3, d_s=4, epochs=2, lr=1e-2)
+    _, free_norms, free = _run(TrainConfig(**base), batches)
+    _, clipped_norms, clipped = _run(TrainConfig(**base, clip=1e-3), batches)
+    assert len(clipped_norms) == 2 * len(batches)
+    assert max(free_norms) > 1e-2  # unclipped gradients are far above the bound
+    assert max(clipped_norms) <= 1e-3 * (1 + 1e-4)  # every LasF step saw a clipped gradient
+    diff = max(float((a - b).detach().abs().max()) for a, b in zip(free["lasf"].parameters(), clipped["lasf"].parameters()))
+    assert diff > 1e-6  # clipping changed what LasF learned (Adam's eps makes tiny gradients move less)
+    for k in ("linear", "linear_ln"):  # the baselines are never clipped: identical in both runs
+        for a, b in zip(free[k].parameters(), clipped[k].parameters()):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("warmup", [0.1, 0.5])
+def test_warmup_sets_where_lasf_learning_rate_peaks(warmup):
+    batches = _batches(n=10)
+    config = TrainConfig(n_fields=2, d_q=3, d_s=4, epochs=2, lr=4e-3, warmup=warmup)
+    lrs, _, _ = _run(config, batches)
+    steps = len(lrs)
+    assert steps == 20
+    peak = max(range(steps), key=lrs.__getitem__)
+    assert lrs[peak] == pytest.approx(4e-3, rel=1e-3)
+    assert abs(peak - warmup * steps) <= 1.5  # one-cycle peaks after the warm-up share of the steps
+    assert all(lrs[i] < lrs[i + 1] for i in range(peak - 1))  # rising before, falling after
+    assert all(lrs[i] > lrs[i + 1] for i in range(peak, steps - 1))
+
+
+@pytest.mark.parametrize(("flag", "words"), [("--warmup=1.5", "warmup is a share"), ("--clip=-1", "clip must be positive")])
+def test_cli_refuses_bad_warmup_or_clip_before_any_work(flag, words, tmp_path, capsys):
+    from backend.cli import main
+
+    assert main(["lasf-train", "--mode", "paper", flag, "--out", str(tmp_path / "out"), "-q"]) != 0
+    assert words in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # nothing trained, nothing written
+
+
+@pytest.mark.parametrize(
+    ("argv", "want"),
+    [(["--mode", "paper"], {"lr": 1e-3, "clip": 1.0, "warmup": 0.1, "init_scale": 0.1}),
+     (["--mode", "stable"], {"lr": 2e-3, "clip": None, "warmup": 0.1, "init_scale": 1.0}),
+     (["--mode", "paper", "--clip", "0", "--lr", "3e-4", "--warmup", "0.3"], {"lr": 3e-4, "clip": None, "warmup": 0.3})],
+)  # fmt: skip
+def test_cli_defaults_per_mode(argv, want, tmp_path, monkeypatch):
+    """Paper mode defaults to the recipe of docs/lasf.md's sweep; the stable defaults are lasf-minilm's."""
+    import workers.lasf.distil as distil_mod
+    from backend.cli import main
+
+    seen = {}
+
+    def record(config, out_dir, **_):  # the CLI's mapping of flags to TrainConfig, not training
+        config.check()
+        seen.update(vars(config))
+        raise HeadscopeError("recorded")
+
+    monkeypatch.setattr(distil_mod, "distil", record)
+    assert main(["lasf-train", *argv, "--out", str(tmp_path / "o"), "-q"]) == 2
+    assert {k: seen[k] for k in want} == want

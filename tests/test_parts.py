@@ -1,0 +1,83 @@
+"""workers/parts.py on a real Redis with real RQ workers: split, fan-out/join, retry, failure, cancel."""
+
+from __future__ import annotations
+
+import pytest
+from redis import Redis
+from rq import Queue, SimpleWorker
+from rq.job import Job, JobStatus
+
+from workers import parts, protocol
+
+
+@pytest.fixture
+def conn(redis_server):
+    c = Redis.from_url(redis_server)
+    c.flushdb()
+    yield c
+    c.flushdb()
+
+
+def _work(conn: Redis) -> None:
+    q = Queue(protocol.QUEUE, connection=conn, serializer=protocol.SERIALIZER)
+    SimpleWorker([q], connection=conn, serializer=protocol.SERIALIZER).work(burst=True)
+
+
+def _payloads(n: int, size: int, **extra) -> list[dict]:
+    return [{"start": a, "stop": b, **extra} for a, b in parts.split(n, part_items=size, min_items=1)]
+
+
+def test_split_covers_every_item_once_and_small_jobs_stay_one():
+    ranges = parts.split(1003, part_items=100, min_items=500)
+    assert [i for a, b in ranges for i in range(a, b)] == list(range(1003))
+    assert len(ranges) == 11
+    assert parts.split(400, part_items=100, min_items=500) == [(0, 400)]
+
+
+def test_fan_out_merges_in_order_equal_to_one_part_and_leaves_no_slots(conn):
+    one = parts.fan_out(conn, job_id="one", part="parts_toys.sum_part", merge="parts_toys.sum_merge",
+                        payloads=_payloads(10_000, 10_000), context={"label": "x"})
+    many = parts.fan_out(conn, job_id="many", part="parts_toys.sum_part", merge="parts_toys.sum_merge",
+                         payloads=_payloads(10_000, 700))
+    _work(conn)
+    r1, rn = one.latest_result().return_value, many.latest_result().return_value
+    assert r1["n"] == rn["n"] == 10_000 and r1["label"] == "x"
+    assert abs(r1["sum"] - rn["sum"]) <= 1e-12
+    again = parts.fan_out(conn, job_id="again", part="parts_toys.sum_part", merge="parts_toys.sum_merge",
+                          payloads=_payloads(10_000, 700))
+    _work(conn)
+    assert again.latest_result().return_value["sum"] == rn["sum"]  # bit-identical across runs
+    assert not conn.keys("hs:parts:*")
+
+
+def test_retried_part_overwrites_its_slot_and_counts_nothing_twice(conn):
+    job = parts.fan_out(conn, job_id="flaky", part="parts_toys.sum_part", merge="parts_toys.sum_merge",
+                        payloads=_payloads(1000, 100, flaky=300))
+    _work(conn)
+    assert job.get_status(refresh=True) == JobStatus.FINISHED
+    assert job.latest_result().return_value["n"] == 1000
+    assert conn.get(f"hs-test:flaky:{parts.part_id('flaky', 3)}") == b"2"
+
+
+def test_part_failing_twice_fails_the_job_with_its_reason(conn):
+    job = parts.fan_out(conn, job_id="bad", part="parts_toys.sum_part", merge="parts_toys.sum_merge",
+                        payloads=_payloads(1000, 100, fail=500))
+    _work(conn)
+    assert job.get_status(refresh=True) == JobStatus.FAILED
+    assert "part 5 failed: text 500 is broken" in job.latest_result().exc_string
+    assert not conn.keys("hs:parts:*") and not conn.keys("hs:parts-tries:*")
+
+
+def test_cancel_stops_every_part_and_leaves_nothing(conn):
+    job = parts.fan_out(conn, job_id="stop", part="parts_toys.sum_part", merge="parts_toys.sum_merge",
+                        payloads=_payloads(1000, 100))
+    q = Queue(protocol.QUEUE, connection=conn, serializer=protocol.SERIALIZER)
+    SimpleWorker([q], connection=conn, serializer=protocol.SERIALIZER).work(burst=True, max_jobs=3)
+    assert conn.hlen(parts.parts_key("stop")) == 3 and parts.progress(conn, "stop", 10) == 0.3
+    parts.cancel(conn, "stop", 10)
+    _work(conn)
+    assert not conn.keys("hs:parts:*")
+    states = {Job.fetch(parts.part_id("stop", i), connection=conn,
+                        serializer=protocol.SERIALIZER).get_status() for i in range(3, 10)}
+    assert states <= {JobStatus.CANCELED}
+    assert job.get_status(refresh=True) in (JobStatus.FINISHED, JobStatus.CANCELED, JobStatus.DEFERRED)

@@ -1,0 +1,269 @@
+"""Two models on the same texts (docs/compare.md, SPEC 13): head similarity over word-level maps,
+the Hungarian matching, both models' corpus profiles in one standardised table and map, and the
+decoders' surprisal per word side by side.
+
+Model A runs over every text first and its word-level maps are kept (float32); then model B runs
+text by text and each text's similarity sums are folded in, so only one model need be loaded at a
+time (``compare_models`` takes loaders, and ``release`` drops A before B loads when both do not fit).
+Notebook use::
+
+    from workers.models import load_model
+    from workers.analysis.compare import compare_models
+    res = compare_models(lambda: load_model("minilm"), lambda: load_model("smollm2"), ["A text."])
+    res["similarity"]        # [heads of A][heads of B], heads in layer-major order
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+
+from workers.analysis.corpus import CorpusOptions, corpus_statistics, head_map
+from workers.analysis.progress import Progress, no_progress, scaled
+from workers.analysis.word_maps import covered, token_words, word_spans
+from workers.errors import HeadscopeError
+
+if TYPE_CHECKING:
+    from workers.models.loader import LoadedModel
+
+logger = logging.getLogger(__name__)
+LN2 = math.log(2.0)
+CHUNK_ELEMENTS = 2**24  # elements of one [heads of A, heads of B, rows, words] block
+
+
+def _entropy_bits(p: torch.Tensor) -> torch.Tensor:
+    return -torch.special.xlogy(p, p).sum(dim=-1) / LN2
+
+
+def similarity_sums(wa: np.ndarray, wb: np.ndarray, *, valid: np.ndarray, causal: bool) -> tuple[np.ndarray, int]:
+    """Summed ``1 - JSD`` (bits) over the query words of one text, for every pair of heads.
+
+    Args:
+        wa: [heads of A, words, words] word-level maps; wb: [heads of B, words, words].
+        valid: [words] words both models reached; causal: either model is a decoder (a query word
+            then sees the words at or before it).
+    Returns:
+        ([heads of A, heads of B] sums, the number of query words counted: those with at least two
+        visible words).
+    """
+    u = valid.shape[0]
+    vis = valid[:, None] & valid[None, :]
+    if causal:
+        vis &= np.tril(np.ones((u, u), dtype=bool))
+    rows = np.flatnonzero(valid & (vis.sum(axis=1) >= 2))
+    if rows.size == 0:
+        return np.zeros((wa.shape[0], wb.shape[0])), 0
+    mask = torch.from_numpy(vis[rows].astype(np.float32))  # [rows, words]
+
+    def rows_of(w: np.ndarray) -> torch.Tensor:
+        x = torch.from_numpy(np.ascontiguousarray(w[:, rows], dtype=np.float32)) * mask
+        total = x.sum(dim=-1, keepdim=True)
+        uniform = mask / mask.sum(dim=-1, keepdim=True)  # a row with no visible mass: uniform
+        return torch.where(total > 0, x / total.clamp(min=1e-30), uniform)
+
+    p, q = rows_of(wa), rows_of(wb)  # [G, R, U], [H, R, U]
+    hp, hq = _entropy_bits(p), _entropy_bits(q)  # [G, R], [H, R]
+    out = torch.empty(p.shape[0], q.shape[0], dtype=torch.float64)
+    step = max(1, CHUNK_ELEMENTS // max(1, q.shape[0] * p.shape[1] * p.shape[2]))
+    for g0 in range(0, p.shape[0], step):
+        pm = p[g0 : g0 + step]
+        m = (pm[:, None] + q[None]) * 0.5  # [g, H, R, U]
+        jsd = _entropy_bits(m) - 0.5 * (hp[g0 : g0 + step, None] + hq[None])  # [g, H, R]
+        out[g0 : g0 + step] = (1.0 - jsd.clamp(0.0, 1.0)).sum(dim=-1).double()
+    return out.numpy(), int(rows.size)
+
+
+def matching(sim: np.ndarray) -> dict[str, Any]:
+    """The one-to-one assignment maximising the summed similarity (Hungarian method), and each
+    head's best partner. Heads are flat indices ``layer * n_heads + head``."""
+    rows, cols = linear_sum_assignment(sim, maximize=True)
+    return {
+        "pairs": [{"a": int(r), "b": int(c), "similarity": float(sim[r, c])} for r, c in zip(rows, cols, strict=True)],
+        "total": float(sim[rows, cols].sum()),
+        "best_of_a": [{"b": int(j), "similarity": float(sim[i, j])} for i, j in enumerate(sim.argmax(axis=1))],
+        "best_of_b": [{"a": int(i), "similarity": float(sim[i, j])} for j, i in enumerate(sim.argmax(axis=0))],
+    }
+
+
+def joint_profiles(stats_a: dict[str, list[list[Any]]], stats_b: dict[str, list[list[Any]]]) -> dict[str, Any]:
+    """Both models' corpus statistics (docs/corpus.md) standardised together: the table ``z``
+    [statistic][head of A then B] and one map of heads (``xy_a`` [head][2], ``xy_b``)."""
+    stats = [s for s in stats_a if s in stats_b]
+    a = {s: np.array(stats_a[s], dtype=float).reshape(1, -1) for s in stats}
+    b = {s: np.array(stats_b[s], dtype=float).reshape(1, -1) for s in stats}
+    n_a = next(iter(a.values())).shape[1]
+    both = {s: np.concatenate([a[s], b[s]], axis=1) for s in stats}
+    hm = head_map(both)
+    xy = np.array(hm["xy"]).reshape(-1, 2)
+    z = {}
+    for s in stats:
+        x = both[s][0]
+        ok = np.isfinite(x)
+        mu, sd = (x[ok].mean(), x[ok].std()) if ok.any() else (0.0, 0.0)
+        z[s] = [None if not f else (float((v - mu) / sd) if sd > 1e-12 else 0.0) for v, f in zip(x, ok, strict=True)]
+    return {"statistics": stats, "z": z, "raw": {s: [None if not np.isfinite(v) else float(v) for v in both[s][0]]
+                                               for s in stats},
+            "xy_a": xy[:n_a].tolist(), "xy_b": xy[n_a:].tolist(), "explained": hm["explained"],
+            "loadings": hm["loadings"]}
+
+
+def word_surprisal(loaded: LoadedModel, ids: list[int], normed_last: torch.Tensor, member: np.ndarray) -> dict[str, Any]:
+    """Per word: the surprisal (bits, the sum over its tokens of ``-log2 p(token | before)``; None when
+    its first token opens the text) and the model's top prediction for its first token.
+    ``normed_last`` [n, dim]: the last hidden state, final norm applied (HF's last state of a decoder)."""
+    assert loaded.unembed is not None
+    logp = torch.log_softmax(loaded.unembed.logits(normed_last).float(), dim=-1)  # [n, vocabulary]
+    ids_t = torch.tensor(ids, device=logp.device)
+    tok_bits = torch.full((len(ids),), float("nan"))
+    if len(ids) > 1:
+        tok_bits[1:] = (-logp[:-1].gather(1, ids_t[1:, None])[:, 0] / LN2).cpu()
+    top = logp.argmax(dim=-1).cpu().tolist()
+    surprisal: list[float | None] = []
+    predicted: list[str | None] = []
+    for w in range(member.shape[1]):
+        toks = np.flatnonzero(member[:, w])
+        if toks.size == 0 or toks[0] == 0:
+            surprisal.append(None)
+            predicted.append(None)
+            continue
+        bits = tok_bits[toks].numpy()
+        surprisal.append(None if np.isnan(bits).any() else round(float(bits.sum()), 4))
+        predicted.append(loaded.tokenizer.decode([top[toks[0] - 1]]))
+    return {"surprisal": surprisal, "predicted": predicted}
+
+
+class WordMapTap:
+    """Reads the corpus run's padded batches (``corpus_statistics(tap=...)``): every head's word-level
+    map of each text, and the surprisal per word when ``surprisal``; ``per_text(i, part)`` gets each
+    text's ``{"member", "maps" [heads, words, words], "surprisal", "predicted"}`` after its batch."""
+
+    def __init__(self, loaded: LoadedModel, texts: list[str], *, max_tokens: int, surprisal: bool,
+                 per_text: Callable[[int, dict[str, Any]], None]):
+        self.loaded, self.texts, self.surprisal, self.per_text = loaded, texts, surprisal, per_text
+        self.limit = min(max_tokens, loaded.max_length)
+
+    def start(self, batch: list[int], ids: list[list[int]]) -> None:
+        tok, dev = self.loaded.tokenizer, self.loaded.device
+        self.batch, self.ids, self.members = batch, ids, []
+        width = max(len(r) for r in ids)
+        for i, row in zip(batch, ids, strict=True):
+            enc = tok(self.texts[i], return_offsets_mapping=True, return_special_tokens_mask=True,
+                      truncation=len(row) >= self.limit, max_length=self.limit, verbose=False)
+            if list(enc["input_ids"]) != row:
+                raise HeadscopeError(f"text {i}: the tokenizer's offsets do not match its tokens")
+            self.members.append(token_words([tuple(o) for o in enc["offset_mapping"]],
+                                            [bool(x) for x in enc["special_tokens_mask"]], word_spans(self.texts[i])))
+        u = max(m.shape[1] for m in self.members)
+        padded = np.zeros((len(batch), width, u), dtype=np.float32)
+        for j, m in enumerate(self.members):
+            padded[j, : m.shape[0], : m.shape[1]] = m
+        self.m = torch.from_numpy(padded).to(dev)  # [batch, token, word]
+        self.counts = self.m.sum(dim=1).clamp(min=1)  # [batch, word]
+        L, H = self.loaded.n_layers, self.loaded.n_heads
+        self.maps = [np.zeros((L, H, m.shape[1], m.shape[1]), dtype=np.float32) for m in self.members]
+
+    def layer(self, layer: int, weights: torch.Tensor) -> None:
+        a = weights.float()  # [batch, head, query, key]
+        w = torch.einsum("bqu,bhqk,bkv->bhuv", self.m, a, self.m) / self.counts[:, None, :, None]
+        total = w.sum(dim=-1, keepdim=True)
+        w = torch.where(total > 0, w / total.clamp(min=1e-30), 0.0).cpu().numpy()
+        for j, m in enumerate(self.members):
+            u = m.shape[1]
+            self.maps[j][layer] = w[j, :, :u, :u]
+
+    def finish(self, output: Any) -> None:
+        for j, i in enumerate(self.batch):
+            maps = self.maps[j]
+            part: dict[str, Any] = {"member": self.members[j], "maps": maps.reshape(-1, *maps.shape[2:])}
+            if self.surprisal:
+                n = len(self.ids[j])
+                part.update(word_surprisal(self.loaded, self.ids[j], output.last_hidden_state[j, :n], self.members[j]))
+            self.per_text(i, part)
+        self.maps = []
+
+
+def _side(loaded: LoadedModel, texts: list[str], *, max_tokens: int, progress: Progress,
+          per_text: Callable[[int, dict[str, Any]], None]) -> dict[str, Any]:
+    """One model's part: its corpus statistics, every text's word maps handed to ``per_text`` in the
+    same padded forward passes."""
+    want = loaded.causal and loaded.unembed is not None
+    tap = WordMapTap(loaded, texts, max_tokens=max_tokens, surprisal=want, per_text=per_text)
+    stats = corpus_statistics(loaded, texts, options=CorpusOptions(max_tokens=max_tokens, top_k=0),
+                              progress=progress, tap=tap)
+    return {"name": loaded.name, "family": loaded.family, "causal": loaded.causal, "n_layers": loaded.n_layers,
+            "n_heads": loaded.n_heads, "statistics": stats["statistics"], "has_lm_head": want}
+
+
+def compare_models(load_a: Callable[[], LoadedModel], load_b: Callable[[], LoadedModel], texts: list[str], *,
+                   max_tokens: int = 128, release: Callable[[], None] | None = None,
+                   progress: Progress | None = None) -> dict[str, Any]:
+    """Compare two models on ``texts`` (docs/compare.md). Keys: docs/results.md, "compare".
+
+    ``release`` is called between the two models (the job passes one that drops model A when the
+    memory budget cannot hold both)."""
+    report = progress or no_progress
+    texts = [t for t in texts]
+    if not texts or not any(word_spans(t) for t in texts):
+        raise HeadscopeError("the texts have no word (only spaces)")
+    t0 = time.perf_counter()
+    kept_a: dict[int, dict[str, Any]] = {}
+    words_a: dict[int, dict[str, Any]] = {}
+    report(0.0, "loading model A")
+    a = load_a()
+
+    def keep_a(i: int, part: dict[str, Any]) -> None:
+        kept_a[i] = {"valid": covered(part["member"]), "maps": part["maps"]}
+        words_a[i] = {k: part.get(k) for k in ("surprisal", "predicted")}
+
+    side_a = _side(a, texts, max_tokens=max_tokens, progress=scaled(report, 0.0, 0.45), per_text=keep_a)
+    del a
+    if release is not None:
+        release()
+    report(0.5, "loading model B")
+    b = load_b()
+    causal = side_a["causal"] or b.causal
+    sums = np.zeros((side_a["n_layers"] * side_a["n_heads"], b.n_layers * b.n_heads))
+    count = [0]
+    words_b: dict[int, dict[str, Any]] = {}
+
+    def fold_b(i: int, part: dict[str, Any]) -> None:
+        words_b[i] = {k: part.get(k) for k in ("surprisal", "predicted")}
+        mine = kept_a.pop(i, None)  # done with this text's maps of A after this
+        if mine is None:  # model A had no token of it
+            return
+        valid = mine["valid"] & covered(part["member"])
+        s, n = similarity_sums(mine["maps"], part["maps"], valid=valid, causal=causal)
+        sums[:] += s
+        count[0] += n
+
+    side_b = _side(b, texts, max_tokens=max_tokens, progress=scaled(report, 0.5, 0.95), per_text=fold_b)
+    if count[0] == 0:
+        raise HeadscopeError("no query word sees two words in both models; use longer texts")
+    sim = sums / count[0]
+    report(0.97, "matching heads")
+    words = [[t[s:e] for s, e in word_spans(t)] for t in texts]
+    result = {
+        "model_a": {k: v for k, v in side_a.items() if k != "statistics"},
+        "model_b": {k: v for k, v in side_b.items() if k != "statistics"},
+        "n_texts": len(texts),
+        "n_query_words": count[0],
+        "causal": causal,
+        "similarity": np.round(sim, 5).tolist(),
+        "matching": matching(sim),
+        "profiles": joint_profiles(side_a["statistics"], side_b["statistics"]),
+        "max_tokens": max_tokens,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    if side_a["has_lm_head"] or side_b["has_lm_head"]:
+        empty = {"surprisal": None, "predicted": None}
+        result["words"] = [{"words": w, "a": words_a.get(i, empty), "b": words_b.get(i, empty)}
+                           for i, w in enumerate(words)]
+    report(1.0, "done")
+    return result
