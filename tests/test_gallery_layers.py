@@ -17,6 +17,7 @@ import uuid
 import numpy as np
 import pytest
 from held_jobs import hold_after_layers, layer_release_key
+from test_browser import browser  # noqa: F401 - fixture
 
 from frontend import figures_gallery as G
 from frontend.pages.text import text_request
@@ -139,37 +140,62 @@ def test_a_gallery_of_the_first_layers_shows_them_and_keeps_the_others_places(de
 
 
 @pytest.mark.slow
-def test_held_job_publishes_the_gallery_layer_by_layer_through_the_server(service, deep_llama, monkeypatch):
-    """The real job code (Reporter on the service's Redis) held after each layer; the dashboard's
-    ResultStore reads the running job over HTTP and folds what it has."""
-    from redis import Redis
-    from rq.job import Job, JobStatus
+class HeldJob:
+    """The real job code (``Reporter`` on the service's Redis) in a thread, held after each layer of
+    the gallery until the test sets that layer's release key: what is published is decided by the test."""
 
+    def __init__(self, service, model: str):
+        from redis import Redis
+        from rq.job import Job, JobStatus
+
+        from workers.jobs import Reporter
+
+        self.redis = Redis.from_url(service.info()["redis_url"])
+        self.req = page_request(model)
+        self.id = uuid.uuid4().hex
+        self.redis.set(protocol.request_key(self.id), protocol.dumps({"kind": "analysis", "request": self.req.normalised()}),
+                       ex=600)  # fmt: skip
+        job = Job.create("held_jobs.noop", connection=self.redis, id=self.id, serializer=protocol.SERIALIZER)
+        job.save()
+        job.set_status(JobStatus.STARTED)
+        self.rep = Reporter(job, ttl_s=600)
+        self.rep.start()
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._work, daemon=True)
+        self.thread.start()
+
+    def _work(self) -> None:
+        try:
+            compute_analysis(self.req, progress=self.rep.progress,
+                             on_partial=hold_after_layers(self.rep.partial, self.redis, self.id))  # fmt: skip
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.errors.append(exc)
+
+    def release(self, layer: int) -> None:
+        self.redis.set(layer_release_key(self.id, layer), "1", ex=600)
+
+    def finish(self) -> None:
+        self.thread.join(timeout=600)
+        assert not self.thread.is_alive() and not self.errors, self.errors
+
+    def close(self) -> None:
+        from rq.job import Job
+
+        for layer in range(LAYERS):
+            self.release(layer)
+        self.thread.join(timeout=60)
+        Job.fetch(self.id, connection=self.redis, serializer=protocol.SERIALIZER).delete()
+        self.redis.delete(protocol.partial_key(self.id), protocol.result_key(self.id))
+
+
+def test_held_job_publishes_the_gallery_layer_by_layer_through_the_server(service, deep_llama, monkeypatch):
+    """The dashboard's ResultStore reads the running (held) job over HTTP and folds what it has."""
     from frontend.api_client import ApiClient
     from frontend.data import ResultStore, sections_of
-    from workers.jobs import Reporter
 
-    redis = Redis.from_url(service.info()["redis_url"])
-    req = page_request(deep_llama)
-    job_id = uuid.uuid4().hex
-    redis.set(protocol.request_key(job_id), protocol.dumps({"kind": "analysis", "request": req.normalised()}), ex=600)
-    job = Job.create("held_jobs.noop", connection=redis, id=job_id, serializer=protocol.SERIALIZER)
-    job.save()
-    job.set_status(JobStatus.STARTED)
-    rep = Reporter(job, ttl_s=600)
-    rep.start()
-    errors: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            compute_analysis(req, progress=rep.progress, on_partial=hold_after_layers(rep.partial, redis, job_id))
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
-
-    thread = threading.Thread(target=work, daemon=True)
-    thread.start()
+    held = HeldJob(service, deep_llama)
     store = ResultStore(ApiClient(service.url))
-    source = {"kind": "analysis", "id": job_id}
+    source = {"kind": "analysis", "id": held.id}
     try:
         for layer in range(LAYERS):
             status = wait_for(store, source, f"head-tsne-all:{layer + 1}")
@@ -179,15 +205,45 @@ def test_held_job_publishes_the_gallery_layer_by_layer_through_the_server(servic
             panels = G.gallery_figure(status["result"]).layout.meta["gallery"]["panels"]
             assert panels == [[la, h] for la in range(layer + 1) for h in range(HEADS)]
             assert sections_of(status).count(f"head-tsne-all:{layer + 1}") == 1
-            redis.set(layer_release_key(job_id, layer), "1", ex=600)
-        thread.join(timeout=600)
-        assert not thread.is_alive() and not errors, errors
+            held.release(layer)
+        held.finish()
     finally:
+        held.close()
+
+
+GALLERY_JS = "document.querySelector('#head-gallery .js-plotly-plot')?.layout?.meta?.gallery"
+
+
+@pytest.mark.browser
+def test_the_browser_draws_the_first_layers_before_the_job_is_done(service, deep_llama, browser, tmp_path):  # noqa: F811
+    """A real Chromium on the text explorer of a held job: with only layer 0 let through, the gallery
+    shows layer 0's panels (the job still running, the gallery marked incomplete); once every layer
+    is let through, all of them and the page says done."""
+    from test_browser import Watch
+
+    held = HeldJob(service, deep_llama)
+    w = Watch(browser, service.url, tmp_path)
+    page = w.page
+    try:
+        page.goto(f"{service.url}/?analysis={held.id}")
+        page.wait_for_function(f"(({GALLERY_JS})?.panels || []).length === {HEADS}", timeout=120_000)
+        meta = page.evaluate(GALLERY_JS)
+        assert meta["complete"] is False and meta["panels"] == [[0, h] for h in range(HEADS)], meta
+        assert "done" not in page.inner_text("#text-status")
+        title = page.evaluate("document.querySelector('#head-gallery .js-plotly-plot').layout.title.text")
+        assert f"1 of {LAYERS} layers so far" in title, title
+        w.shot("gallery-first-layer")
         for layer in range(LAYERS):
-            redis.set(layer_release_key(job_id, layer), "1", ex=600)
-        thread.join(timeout=60)
-        Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).delete()
-        redis.delete(protocol.partial_key(job_id), protocol.result_key(job_id))
+            held.release(layer)
+        held.finish()
+        page.wait_for_function(f"({GALLERY_JS})?.complete === true", timeout=120_000)
+        meta = page.evaluate(GALLERY_JS)
+        assert meta["panels"] == [[la, h] for la in range(LAYERS) for h in range(HEADS)], meta
+        page.wait_for_function("document.querySelector('#text-status').textContent.includes('done')", timeout=120_000)
+        w.shot("gallery-complete")
+    finally:
+        w.close()
+        held.close()
 
 
 def wait_for(store, source: dict, section: str, *, timeout_s: float = 600) -> dict:
