@@ -50,8 +50,8 @@ def _first(out: Any) -> torch.Tensor:
 
 
 def capture(loaded: LoadedModel, encoded: Encoded, *, grad: bool) -> Run:
-    """Run ``encoded`` once keeping every node; with ``grad`` the tensors keep their gradients
-    (``retain_grad``) for a backward from a metric of ``logits``."""
+    """Run ``encoded`` once keeping every node; with ``grad`` the autograd graph is kept, for
+    ``node_grads`` of a metric of ``logits``."""
     arch = locate(loaded)
     unembed = head_of(loaded)
     keep: dict[str, Any] = {"ctx": [], "ff": []}
@@ -74,16 +74,21 @@ def capture(loaded: LoadedModel, encoded: Encoded, *, grad: bool) -> Run:
     finally:
         for h in handles:
             h.remove()
-    states = [*out.hidden_states[:-1], keep["last"]]
-    if grad:
-        for t in (*states, *keep["ctx"], *keep["ff"]):
-            if t.requires_grad:
-                t.retain_grad()
-    return Run(states, keep["ctx"], keep["ff"], logits)
+    return Run([*out.hidden_states[:-1], keep["last"]], keep["ctx"], keep["ff"], logits)
 
 
-def _grad(t: torch.Tensor) -> torch.Tensor:
-    return torch.zeros_like(t) if t.grad is None else t.grad
+def node_grads(metric: torch.Tensor, run: Run) -> Run:
+    """``∂metric/∂node`` for every node of ``run`` (zeros where the metric does not depend on it);
+    ``autograd.grad`` on the nodes only, so no weight gradient is computed."""
+    nodes = [*run.states, *run.contexts, *run.feedforward]
+    wanted = [i for i, t in enumerate(nodes) if t.requires_grad]
+    got = torch.autograd.grad(metric, [nodes[i] for i in wanted], allow_unused=True)
+    grads = [torch.zeros_like(t) for t in nodes]
+    for i, g in zip(wanted, got, strict=True):
+        if g is not None:
+            grads[i] = g
+    a, b = len(run.states), len(run.states) + len(run.contexts)
+    return Run(grads[:a], grads[a:b], grads[b:], run.logits)
 
 
 def _correlations(est: np.ndarray, real: np.ndarray) -> tuple[float | None, float | None]:
@@ -122,23 +127,23 @@ def attribution_patching(
     ia, ib = pair_target(loaded, rc.logits, rk.logits.detach(), target)
     m_c = float(rc.logits[ia].double() - rc.logits[ib].double())
     metric = rk.logits[ia].double() - rk.logits[ib].double()
-    m_k = float(metric)
+    m_k = float(metric.detach())
     if m_c == m_k:
         raise HeadscopeError("the metric is the same on both texts: nothing to restore")
     progress(0.4, "attribution patching: clean and corrupted forwards done")
-    metric.backward()
+    gk = node_grads(metric, rk)
     progress(0.8, "attribution patching: backward done")
     scale = m_c - m_k
 
-    def effect(c: torch.Tensor, k: torch.Tensor) -> torch.Tensor:  # [.., n, d] -> [.., n]
-        return ((c[0] if c.dim() == 3 else c).double() - k.detach()[0].double()) * _grad(k)[0].double()
+    def effect(c: torch.Tensor, k: torch.Tensor, g: torch.Tensor) -> torch.Tensor:  # [1, n, d] -> [n, d]
+        return (c[0].double() - k.detach()[0].double()) * g[0].double()
 
     with torch.no_grad():
-        residual = torch.stack([effect(c, k).sum(-1) for c, k in zip(rc.states, rk.states, strict=True)])
-        ff = torch.stack([effect(c, k).sum(-1) for c, k in zip(rc.feedforward, rk.feedforward, strict=True)])
+        residual = torch.stack([effect(*t).sum(-1) for t in zip(rc.states, rk.states, gk.states, strict=True)])
+        ff = torch.stack([effect(*t).sum(-1) for t in zip(rc.feedforward, rk.feedforward, gk.feedforward, strict=True)])
         dh = rk.contexts[0].shape[-1] // H
-        by_pos = torch.stack([effect(c, k).reshape(n, H, dh).sum(-1).T
-                              for c, k in zip(rc.contexts, rk.contexts, strict=True)])  # [L, H, n]
+        by_pos = torch.stack([effect(*t).reshape(n, H, dh).sum(-1).T
+                              for t in zip(rc.contexts, rk.contexts, gk.contexts, strict=True)])  # [L, H, n]
     by_pos_np = by_pos.cpu().numpy() / scale
     out: dict[str, Any] = {
         "heads": by_pos_np.sum(-1),
