@@ -79,3 +79,16 @@ def test_cli_attribution_patching(tmp_path, catalogue):
     atp = json.loads(out.read_text())
     assert len(atp["heads"]) == atp["n_layers"] and "pearson" in atp and atp["corrupted_text"] == CORRUPTED
     assert main(args) == 2  # no --corrupted
+
+
+def test_memory_estimate_counts_the_gradient_run():
+    from workers.analysis.memory import ModelFacts, estimate_text_request
+
+    facts = ModelFacts(n_layers=30, n_heads=9, hidden=576, intermediate=1536, n_params=135_000_000, head_dim=64,
+                       vocab=49152)  # SmolLM2-135M's shapes
+    plain = estimate_text_request(facts, 512, ["patching"], {})
+    atp = estimate_text_request(facts, 512, ["attribution-patching"], {})
+    real = estimate_text_request(facts, 512, ["attribution-patching"], {"real": True})
+    stage = atp.parts.get("attribution-patching")
+    assert stage is not None and stage > 30 * atp.parts["forward"]  # every layer's activations are kept
+    assert real.parts["attribution-patching"] >= max(stage, plain.parts["patching"])
