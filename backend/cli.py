@@ -20,7 +20,8 @@ from typing import Any
 from backend.progress import StderrProgress
 
 ANALYSES = ["max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf",
-            "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching"]
+            "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching",
+            "attribution-patching"]
 
 
 def _layer_arg(value: str) -> int | str:
@@ -107,6 +108,10 @@ def _causal_options(args: argparse.Namespace) -> dict[str, Any]:
         opts["corrupted"] = args.corrupted
     if args.analysis == "patching" and args.corrupted is None:
         raise HeadscopeError("patching needs --corrupted TEXT (the same token length as --text)")
+    if args.analysis == "attribution-patching" and args.corrupted is None:
+        raise HeadscopeError("attribution-patching needs --corrupted TEXT (the same token length as --text)")
+    if args.real:
+        opts["real"] = True
     try:
         AnalysisOptions.model_validate(opts)
     except ValueError as exc:
@@ -283,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--corrupted", default=None, metavar="TEXT", help="patching: the corrupted text (same token length)")
     c.add_argument("--continue-tokens", type=int, default=16, help="continue: tokens to generate")
     c.add_argument("--temperature", type=float, default=0.0, help="continue: 0 = greedy, else sampled with --seed")
+    c.add_argument("--real", action="store_true", help="attribution-patching: also the real head patching, correlated")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     a.set_defaults(func=cmd_analyze)
 

@@ -25,11 +25,15 @@ AnalysisKind = Literal[
     "max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf",
     "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching",
     "word-maps",  # docs/compare.md
+    "attribution-patching",  # circuits (SPEC 12, docs/results.md)
 ]
 # the causal views (docs/causal.md): decoders with a language-model head only
 CAUSAL_KINDS: tuple[str, ...] = (
     "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching",
+    "attribution-patching",
 )  # fmt: skip
+# the analyses of a clean/corrupted pair: the text and options.corrupted, of the same token length
+PAIR_KINDS: tuple[str, ...] = ("patching", "attribution-patching")
 ANALYSIS_KINDS: tuple[str, ...] = (
     "max-attention",
     "decomposition",
@@ -122,6 +126,7 @@ class AnalysisOptions(BaseModel):
     )
     continue_tokens: int = Field(16, ge=1, le=MAX_CONTINUE, description="continue: tokens to generate")
     temperature: float = Field(0.0, ge=0.0, le=10.0, description="continue: 0 = greedy, else sampled with seed")
+    real: bool = Field(False, description="attribution-patching: also run the real head patching and correlate")
 
     @field_validator("target")
     @classmethod
@@ -148,7 +153,8 @@ class AnalysisOptions(BaseModel):
 
 CAUSAL_DEFAULTS: dict[str, Any] = {
     name: AnalysisOptions.model_fields[name].default
-    for name in ("k", "target", "position", "ablate", "ablation", "corrupted", "continue_tokens", "temperature")
+    for name in ("k", "target", "position", "ablate", "ablation", "corrupted", "continue_tokens", "temperature",
+                 "real")
 }
 
 
@@ -189,6 +195,9 @@ class AnalysisRequest(BaseModel):
     def _causal(self) -> AnalysisRequest:
         if "patching" in self.analyses and not visible(self.options.corrupted or ""):
             raise ValueError("patching needs a corrupted text (options.corrupted) of the same token length")
+        for kind in PAIR_KINDS[1:]:
+            if kind in self.analyses and not visible(self.options.corrupted or ""):
+                raise ValueError(f"{kind} needs a corrupted text (options.corrupted) of the same token length")
         if "continue" in self.analyses and not set(self.analyses) <= set(CAUSAL_KINDS):
             raise ValueError("continue extends the text of the causal views only: request it with "
                              f"{', '.join(CAUSAL_KINDS[1:])}, not with the other analyses")

@@ -51,6 +51,7 @@ WEIGHTS = {
     "logit-attribution": 2.0,
     "ablation": 6.0,
     "patching": 6.0,
+    "attribution-patching": 2.0,
 }
 ALL_HEADS_KEY = "head-tsne-all"
 

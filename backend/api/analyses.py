@@ -13,7 +13,14 @@ from backend.deps import QueueDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from backend.store import Store
 from backend.tokens import count_tokens, is_blank
-from workers.contracts import CAUSAL_KINDS, LASF_MODELS, AnalysisRequest, JobStatus, is_lasf_model
+from workers.contracts import (
+    CAUSAL_KINDS,
+    LASF_MODELS,
+    PAIR_KINDS,
+    AnalysisRequest,
+    JobStatus,
+    is_lasf_model,
+)
 from workers.errors import (
     EmptyTextError,
     HeadscopeError,
@@ -111,7 +118,7 @@ def check_causal(req: AnalysisRequest, spec: ModelSpec, facts: dict[str, Any]) -
     total = n + (o.continue_tokens if "continue" in kinds else 0)
     if o.position is not None and o.position >= total:
         raise OutOfRangeError(f"position {o.position} is out of range: the text has positions 0-{total - 1}")
-    if "patching" in kinds and o.corrupted is not None:
+    if kinds & set(PAIR_KINDS) and o.corrupted is not None:
         other = count_tokens(spec, o.corrupted)
         if other is not None and other[0] != n:
             raise HeadscopeError(

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from workers.analysis.attribution_patching import attribution_patching
 from workers.analysis.causal import (
     FROZEN,
     continue_text,
@@ -34,6 +35,7 @@ CAUSAL_OPTIONS: dict[str, Any] = {
     "corrupted": None,
     "continue_tokens": 16,
     "temperature": 0.0,
+    "real": False,
 }
 
 
@@ -119,17 +121,21 @@ def _ablation(ctx: Any) -> dict[str, Any]:
     return jsonable(out)
 
 
-def _patching(ctx: Any) -> dict[str, Any]:
-    o = ctx.options
-    corrupted = encode(ctx.loaded, o["corrupted"] or "", truncate=bool(o["truncate"]))
-    if ctx.continuation is not None:  # the same generated tokens follow the corrupted text
+def _corrupted(ctx: Any) -> Encoded:
+    """The corrupted text encoded; after ``continue`` the same generated tokens follow it."""
+    corrupted = encode(ctx.loaded, ctx.options["corrupted"] or "", truncate=bool(ctx.options["truncate"]))
+    if ctx.continuation is not None:
         k = ctx.continuation["n_generated"]
         gen = ctx.encoded
         corrupted = Encoded(
             [*corrupted.input_ids, *gen.input_ids[-k:]], [*corrupted.tokens, *gen.tokens[-k:]],
             [*corrupted.offsets, *[(0, 0)] * k], [*corrupted.special, *gen.special[-k:]],
         )  # fmt: skip
-    out = patching(ctx.loaded, ctx.encoded, corrupted, target=_target(o), progress=ctx.progress)
+    return corrupted
+
+
+def _pair_texts(ctx: Any, out: dict[str, Any], corrupted: Encoded) -> dict[str, Any]:
+    o = ctx.options
     out["corrupted_text"] = o["corrupted"]
     texts = [o["corrupted"][a:b] for a, b in corrupted.offsets]
     if ctx.continuation is not None:
@@ -139,6 +145,19 @@ def _patching(ctx: Any) -> dict[str, Any]:
     return jsonable(out)
 
 
+def _patching(ctx: Any) -> dict[str, Any]:
+    corrupted = _corrupted(ctx)
+    out = patching(ctx.loaded, ctx.encoded, corrupted, target=_target(ctx.options), progress=ctx.progress)
+    return _pair_texts(ctx, out, corrupted)
+
+
+def _attribution_patching(ctx: Any) -> dict[str, Any]:
+    corrupted = _corrupted(ctx)
+    out = attribution_patching(ctx.loaded, ctx.encoded, corrupted, target=_target(ctx.options),
+                               real=bool(ctx.options["real"]), progress=ctx.progress)
+    return _pair_texts(ctx, out, corrupted)
+
+
 CAUSAL_SECTIONS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "continue": _continue,
     "predictions": _predictions,
@@ -146,6 +165,7 @@ CAUSAL_SECTIONS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "logit-attribution": _attribution,
     "ablation": _ablation,
     "patching": _patching,
+    "attribution-patching": _attribution_patching,
 }
 
 

@@ -398,6 +398,23 @@ def ablation(
     return out
 
 
+def pair_target(loaded: LoadedModel, clean_last: torch.Tensor, corrupted_last: torch.Tensor,
+                target: TargetSpec) -> tuple[int, int]:
+    """The patching metric's pair ``(a, b)``: ``target`` [a, b], or none: the clean and the corrupted
+    runs' top predictions at the last position (logits ``clean_last``/``corrupted_last`` [vocabulary])."""
+    if target is None:
+        ia, ib = int(clean_last.argmax()), int(corrupted_last.argmax())
+        if ia == ib:
+            raise HeadscopeError(
+                f"the clean and the corrupted text both predict {token_str(loaded, ia)!r} at the last position; "
+                f"name a target pair [a, b] to compare"
+            )
+        return ia, ib
+    if isinstance(target, list | tuple) and len(target) == 2:
+        return token_id(loaded, target[0]), token_id(loaded, target[1])
+    raise HeadscopeError("patching needs a target pair [a, b] (or none: the two texts' top predictions)")
+
+
 @torch.inference_mode()
 def patching(
     loaded: LoadedModel,
@@ -421,17 +438,7 @@ def patching(
     rc, rk = stream(loaded, clean), stream(loaded, corrupted)
     n, L, H = clean.n, loaded.n_layers, loaded.n_heads
     dh = rc.contexts[0].shape[-1] // H
-    if target is None:
-        ia, ib = int(rc.logits[-1].argmax()), int(rk.logits[-1].argmax())
-        if ia == ib:
-            raise HeadscopeError(
-                f"the clean and the corrupted text both predict {token_str(loaded, ia)!r} at the last position; "
-                f"name a target pair [a, b] to compare"
-            )
-    elif isinstance(target, list | tuple) and len(target) == 2:
-        ia, ib = token_id(loaded, target[0]), token_id(loaded, target[1])
-    else:
-        raise HeadscopeError("patching needs a target pair [a, b] (or none: the two texts' top predictions)")
+    ia, ib = pair_target(loaded, rc.logits[-1], rk.logits[-1], target)
 
     def metric(logits: torch.Tensor) -> np.ndarray:  # logits [rows, n, vocabulary] -> [rows]
         last = logits[:, -1].double()
@@ -471,6 +478,13 @@ def patching(
     return {
         "residual": residual,
         "heads": heads,
+        **pair_keys(loaded, corrupted, ia, ib, m_c, m_k),
+    }
+
+
+def pair_keys(loaded: LoadedModel, corrupted: Encoded, ia: int, ib: int, m_c: float, m_k: float) -> dict[str, Any]:
+    """The keys every clean/corrupted analysis reports about its metric and its corrupted text."""
+    return {
         "metric_clean": m_c,
         "metric_corrupted": m_k,
         "a": ia,

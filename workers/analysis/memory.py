@@ -81,6 +81,11 @@ def _causal_stages(
     for kind, r in rows.items():
         if kind in analyses:
             out[kind] = (r + 2) * forward + hidden_states * 2 + logits
+    if "attribution-patching" in analyses:  # the corrupted run's graph keeps every layer's activations
+        out["attribution-patching"] = (L + 2) * forward + hidden_states * 4 + logits
+        if options.get("real"):
+            out["attribution-patching"] = max(out["attribution-patching"], (rows["patching"] + 2) * forward
+                                              + hidden_states * 2 + logits)
     return out
 
 
