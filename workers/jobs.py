@@ -57,10 +57,14 @@ ALL_HEADS_KEY = "head-tsne-all"
 
 
 class Reporter:
-    """Progress, partial sections and the result of the current job, written to Redis."""
+    """Progress, partial sections and the result of the current job, written to Redis.
 
-    def __init__(self, job: Job, *, ttl_s: int):
+    ``result_id``: the job whose result this is when it is not ``job`` itself (the merge job of a
+    job split into parts, ``workers.parts``, stores the whole job's result)."""
+
+    def __init__(self, job: Job, *, ttl_s: int, result_id: str | None = None):
         self.job = job
+        self.id = result_id or job.id
         self.conn: Redis = job.connection
         self.ttl_s = ttl_s
         self._last_meta = 0.0
@@ -69,9 +73,9 @@ class Reporter:
     def start(self) -> None:
         """A fresh attempt: forget the partials of an earlier one, count the computation."""
         with self.conn.pipeline() as pipe:
-            pipe.delete(protocol.partial_key(self.job.id))
-            pipe.incr(protocol.computed_key(self.job.id))
-            pipe.expire(protocol.computed_key(self.job.id), self.ttl_s)
+            pipe.delete(protocol.partial_key(self.id))
+            pipe.incr(protocol.computed_key(self.id))
+            pipe.expire(protocol.computed_key(self.id), self.ttl_s)
             pipe.execute()
         self.job.meta.update(progress=0.0, message="starting", attempt_started=time.time(), sections=[])
         self.job.meta.pop("error", None)
@@ -89,7 +93,7 @@ class Reporter:
 
     def partial(self, fields: dict[str, Any]) -> None:
         """Add top-level keys of the result so far (sections and the common keys)."""
-        key = protocol.partial_key(self.job.id)
+        key = protocol.partial_key(self.id)
         with self.conn.pipeline() as pipe:
             pipe.hset(key, mapping={k: protocol.dumps(v) for k, v in fields.items()})
             pipe.expire(key, self.ttl_s)
@@ -103,7 +107,7 @@ class Reporter:
         """Store the result: a request's in the store (one transaction), else in Redis."""
         blob = protocol.dumps(result)
         if not self._persist(blob):
-            self.conn.set(protocol.result_key(self.job.id), blob, ex=self.ttl_s)
+            self.conn.set(protocol.result_key(self.id), blob, ex=self.ttl_s)
         self.job.meta.update(progress=1.0, message="done")
         self.job.save_meta()
         return len(blob)
@@ -111,24 +115,24 @@ class Reporter:
     def _persist(self, blob: str) -> bool:
         """Write a request's result to the store; False for other jobs or a database that is down
         (then Redis holds it and the API moves it to the store when it reads it)."""
-        if not protocol.JOB_ID.fullmatch(self.job.id):
+        if not protocol.JOB_ID.fullmatch(self.id):
             return False
-        raw = self.conn.get(protocol.request_key(self.job.id))
+        raw = self.conn.get(protocol.request_key(self.id))
         envelope = json.loads(raw) if raw else {}
         if envelope.get("request") is None:
             return False
         from workers.store import StoreUnavailable
 
         try:
-            _store().write_result(self.job.id, kind=envelope.get("kind", "analysis"),
+            _store().write_result(self.id, kind=envelope.get("kind", "analysis"),
                                   request=envelope["request"], result_raw=blob)
         except StoreUnavailable as exc:
-            logger.warning("job %s: result kept in Redis: %s", self.job.id, exc)
+            logger.warning("job %s: result kept in Redis: %s", self.id, exc)
             return False
         return True
 
     def fail(self, exc: HeadscopeError) -> dict[str, Any]:
-        logger.info("job %s: %s", self.job.id, exc)
+        logger.info("job %s: %s", self.id, exc)
         self.job.meta.update(error=str(exc), error_code=exc.code, message="failed")
         self.job.save_meta()
         return {"error": str(exc), "code": exc.code}
@@ -148,11 +152,11 @@ def _store():
     return Store(_settings())
 
 
-def _current(ttl_s: int | None = None) -> Reporter:
+def _current(ttl_s: int | None = None, *, result_id: str | None = None) -> Reporter:
     job = get_current_job()
     if job is None:
         raise RuntimeError("this function runs inside an RQ job")
-    return Reporter(job, ttl_s=ttl_s or _settings().redis_result_ttl_s)
+    return Reporter(job, ttl_s=ttl_s or _settings().redis_result_ttl_s, result_id=result_id)
 
 
 def _stages(req: AnalysisRequest) -> list[tuple[str, list[str], dict[str, Any]]]:

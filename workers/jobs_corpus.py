@@ -5,6 +5,11 @@ As ``workers.jobs``: the request is parsed, the model comes from this process' c
 ``job.meta`` and partial statistics to ``hs:partial:{id}`` as batches finish, and the result to the
 store in one transaction. A running job stops between batches once the API sets ``hs:cancel:{id}``;
 a cancelled or failed job clears its partial results, so nothing half-written is left.
+
+A corpus of ``split_min_items`` texts or more is split (``workers.parts``, docs/scaling.md): the job
+becomes the coordinator that enqueues one part per ``split_part_items`` texts (``corpus_part``: the
+partial statistics of its texts, ``workers.analysis.corpus_merge``) and the merge job after them
+(``corpus_merge``: folds the partials in part order and stores the result under the job's id).
 """
 
 from __future__ import annotations
@@ -16,13 +21,16 @@ from typing import Any
 
 from redis import Redis
 
-from workers import protocol
+from workers import parts, protocol
 from workers.contracts import CorpusRequest, JointMapRequest
-from workers.errors import HeadscopeError
-from workers.jobs import Reporter, _current, _store
+from workers.errors import CancelledError, HeadscopeError
+from workers.jobs import Reporter, _current, _settings, _store
 
 logger = logging.getLogger(__name__)
 PARTIAL_EVERY_S = 1.0
+PART = "workers.jobs_corpus.corpus_part"
+MERGE = "workers.jobs_corpus.corpus_merge"
+PART_PROGRESS_EVERY_S = 0.25
 
 
 def corpus_texts(corpus: str, *, store: Any = None) -> list[str]:
@@ -40,6 +48,38 @@ def corpus_texts(corpus: str, *, store: Any = None) -> list[str]:
         raise HeadscopeError(f"corpus {corpus} is no longer stored; upload it again")
     store.touch_corpus(corpus)
     return texts
+
+
+def corpus_size(corpus: str, *, store: Any = None) -> int:
+    """How many texts a corpus has (the split needs only this, not the texts)."""
+    if corpus.startswith("builtin-"):
+        return len(corpus_texts(corpus))
+    store = store if store is not None else _store()
+    meta = store.corpus(corpus)
+    if meta is None:
+        raise HeadscopeError(f"corpus {corpus} is no longer stored; upload it again")
+    if isinstance(meta.get("n_texts"), int):
+        return int(meta["n_texts"])
+    return len(corpus_texts(corpus, store=store))
+
+
+_RANGE_CACHE: dict[str, list[str]] = {}
+
+
+def corpus_range(corpus: str, start: int, stop: int, *, store: Any = None) -> list[str]:
+    """The texts ``[start, stop)`` of a corpus: what one part reads.
+
+    The store reads a corpus whole today, so this process keeps the last corpus it read (the next
+    part of the same job then reads nothing); a store that reads a range of rows replaces this
+    (issue 33, corpora streamed from the store)."""
+    texts = _RANGE_CACHE.get(corpus)
+    if texts is None:
+        texts = corpus_texts(corpus, store=store)
+        _RANGE_CACHE.clear()
+        _RANGE_CACHE[corpus] = texts
+    if not 0 <= start <= stop <= len(texts):
+        raise HeadscopeError(f"texts {start}-{stop} are out of range: corpus {corpus} has {len(texts)} texts")
+    return texts[start:stop]
 
 
 def compute_corpus(req: CorpusRequest, *, texts: list[str], progress: Callable[[float, str], None],
@@ -88,8 +128,9 @@ def _stopper(conn: Redis, job_id: str) -> Callable[[], bool]:
     return lambda: bool(conn.exists(protocol.cancel_key(job_id)))
 
 
-def _run(rep: Reporter, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Run ``work``; on a user error or cancel, or any failure, clear the partial results first."""
+def _run(rep: Reporter, work: Callable[[], dict[str, Any] | parts.Split]) -> dict[str, Any]:
+    """Run ``work``; on a user error or cancel, or any failure, clear the partial results first. A
+    job handed to its parts (``parts.Split``) stores nothing itself: its merge job does."""
     try:
         result = work()
     except HeadscopeError as exc:
@@ -98,21 +139,100 @@ def _run(rep: Reporter, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     except BaseException:
         rep.conn.delete(protocol.partial_key(rep.job.id))
         raise
+    if isinstance(result, parts.Split):
+        return {"split": result.n_parts, "merge": result.merge}
     return {"bytes": rep.finish(result)}
 
 
-def run_corpus(request: dict[str, Any]) -> dict[str, Any]:
-    """RQ job: a corpus analysis (``CorpusRequest``)."""
+def _options(req: CorpusRequest) -> Any:
+    from workers.analysis.corpus import CorpusOptions
+
+    o = req.options
+    return CorpusOptions(max_tokens=o.max_tokens, keep_special=o.keep_special, statistics=tuple(o.statistics),
+                         top_k=o.top_k, exclude_sink_self=o.exclude_sink_self).validate()
+
+
+def split_corpus(rep: Reporter, req: CorpusRequest, request: dict[str, Any], *, part: str = PART) -> parts.Split | None:
+    """Hand a corpus of ``split_min_items`` texts or more to parts (docs/scaling.md); None: one job."""
+    settings = _settings()
+    n = corpus_size(req.corpus)
+    ranges = parts.split(n, part_items=settings.split_part_items, min_items=settings.split_min_items)
+    if len(ranges) < 2:
+        return None
+    _options(req)  # a bad option fails here, once, not in every part
+    if rep.conn.exists(protocol.cancel_key(rep.job.id)):
+        raise CancelledError("the corpus job")
+    merge = parts.fan_out(
+        rep.conn, job_id=rep.job.id, part=part, merge=MERGE,
+        payloads=[{"request": request, "start": a, "stop": b} for a, b in ranges], sizes=[b - a for a, b in ranges],
+        unit="texts", context={"job_id": rep.job.id, "request": request}, job_timeout=settings.job_timeout_s)
+    if rep.conn.exists(protocol.cancel_key(rep.job.id)):  # cancelled while fanning out: the API saw no plan
+        parts.cancel(rep.conn, rep.job.id, len(ranges))
+    rep.progress(0.0, f"split into {len(ranges)} parts of up to {settings.split_part_items} texts")
+    logger.info("corpus job %s: %d texts in %d parts", rep.job.id, n, len(ranges))
+    return parts.Split(merge.id, len(ranges))
+
+
+def run_corpus(request: dict[str, Any], *, part: str = PART) -> dict[str, Any]:
+    """RQ job: a corpus analysis (``CorpusRequest``); a large corpus is split into parts (``part``:
+    the part function's dotted path; tests hold parts with their own)."""
     rep = _current()
     rep.start()
 
-    def work() -> dict[str, Any]:
+    def work() -> dict[str, Any] | parts.Split:
         req = CorpusRequest.model_validate(request)
+        handed = split_corpus(rep, req, request, part=part)
+        if handed is not None:
+            return handed
         texts = corpus_texts(req.corpus)
         return compute_corpus(req, texts=texts, progress=rep.progress, on_partial=rep.partial,
                               should_stop=_stopper(rep.conn, rep.job.id))
 
     return _run(rep, work)
+
+
+def corpus_part(payload: dict[str, Any], ctx: parts.PartContext) -> dict[str, Any]:
+    """A part of a split corpus job: the partial statistics of texts ``[start, stop)``."""
+    from workers.analysis.corpus_merge import corpus_partial
+    from workers.models import load_model
+
+    req = CorpusRequest.model_validate(payload["request"])
+    start, stop = int(payload["start"]), int(payload["stop"])
+    texts = corpus_range(req.corpus, start, stop)
+    loaded = load_model(req.model, dtype=req.options.dtype)
+    last = [0.0]
+
+    def progress(fraction: float, message: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PART_PROGRESS_EVERY_S:
+            last[0] = now
+            ctx.items(int(fraction * (stop - start)))
+
+    return corpus_partial(loaded, texts, first_text=start, options=_options(req), progress=progress,
+                          should_stop=ctx.cancelled)
+
+
+def corpus_merge(partials: parts.Partials, context: dict[str, Any]) -> dict[str, Any]:
+    """The merge job of a split corpus job: fold the partials in part order, store the result under
+    the whole job's id."""
+    from workers.analysis.corpus_merge import CorpusMerge
+
+    job_id = context["job_id"]
+    rep = _current(result_id=job_id)
+    plan = parts.plan(rep.conn, job_id) or {}
+    try:
+        req = CorpusRequest.model_validate(context["request"])
+        merge = CorpusMerge()
+        for i, partial in enumerate(partials):
+            merge.add(partial)
+            rep.progress(0.99 + 0.01 * (i + 1) / len(partials), f"merging part {i + 1}/{len(partials)}")
+        seconds = time.time() - float(plan.get("started", time.time()))
+        result = {**merge.result(seconds=seconds), "corpus": req.corpus, "dtype": req.options.dtype,
+                  "split": {"parts": len(partials), "part_texts": max(plan.get("sizes") or [0]),
+                            "part_seconds": round(merge.part_seconds, 3)}}
+    except HeadscopeError as exc:
+        return rep.fail(exc)
+    return {"bytes": rep.finish(result)}
 
 
 def run_corpus_joint(request: dict[str, Any]) -> dict[str, Any]:

@@ -162,7 +162,8 @@ def _context(tokens: list[str], q: int, k: int) -> dict[str, Any]:
     return {"tokens": joined, "q_at": q_at, "k_at": k_at}
 
 
-def _top_pairs(acc: LayerAccumulator, enc: EncodedCorpus) -> list[list[list[dict[str, Any]]]]:
+def top_pairs(acc: LayerAccumulator, enc: EncodedCorpus, *, first_text: int = 0) -> list[list[list[dict[str, Any]]]]:
+    """Each head's top pairs with their tokens and context (``first_text``: the texts' place in the corpus)."""
     out = []
     for layer in range(acc.top_w.shape[0]):
         row = []
@@ -171,9 +172,9 @@ def _top_pairs(acc: LayerAccumulator, enc: EncodedCorpus) -> list[list[list[dict
             for w, (t, q, k) in zip(acc.top_w[layer, head], acc.top_at[layer, head], strict=True):
                 if w < 0:
                     continue
+                tokens = enc.tokens[t - first_text]
                 pairs.append({"weight": float(w), "text": int(t), "query": int(q), "key": int(k),
-                              "query_token": enc.tokens[t][q], "key_token": enc.tokens[t][k],
-                              **_context(enc.tokens[t], int(q), int(k))})
+                              "query_token": tokens[q], "key_token": tokens[k], **_context(tokens, int(q), int(k))})
             row.append(pairs)
         out.append(row)
     return out
@@ -184,25 +185,26 @@ def _none_for_nan(x: np.ndarray) -> list[Any]:
     return [[float(v) if np.isfinite(v) else None for v in row] for row in x]
 
 
-def summarise(acc: LayerAccumulator, *, enc: EncodedCorpus | None, done: list[int], n_tokens: int,
-              n_kept: int) -> dict[str, Any]:
-    """The result so far (``enc`` None: without top pairs, for partial results)."""
+def summarise(acc: LayerAccumulator, *, enc: EncodedCorpus | None, n_texts: int, n_tokens: int,
+              n_kept: int, pairs: list[list[list[dict[str, Any]]]] | None = None) -> dict[str, Any]:
+    """The result so far (``enc`` and ``pairs`` None: without top pairs, histograms and map, for partial
+    results; ``pairs``: the top pairs merged from parts, ``workers.analysis.corpus_merge``)."""
     means = acc.means()
     n_layers, n_heads = acc.top_w.shape[:2]
     out: dict[str, Any] = {
         "statistics": {s: _none_for_nan(v) for s, v in means.items()},
         "counts": {s: np.repeat(acc.counts[s][:, None], n_heads, axis=1).tolist() for s in acc.statistics},
-        "n_texts": len(done),
+        "n_texts": n_texts,
         "n_tokens": n_tokens,
         "n_kept_tokens": n_kept,
     }
-    if enc is not None:
+    if enc is not None or pairs is not None:
         out["histograms"] = {
             s: {"range": list(hist_range(s, max_tokens=acc.max_tokens)), "bins": HIST_BINS,
                 "counts": acc.hist[s].tolist()}
             for s in acc.statistics
         }
-        out["top_pairs"] = _top_pairs(acc, enc)
+        out["top_pairs"] = pairs if pairs is not None else top_pairs(acc, enc)  # type: ignore[arg-type]
         out["head_map"] = head_map(means)
     return out
 
@@ -226,16 +228,63 @@ def corpus_statistics(
     ``should_stop`` is asked between batches and ends the run with ``CancelledError``.
     """
     opts = (options or CorpusOptions()).validate()
-    report = progress or no_progress
     if not texts:
         raise HeadscopeError("the corpus has no texts")
+    t0 = time.perf_counter()
+    run = accumulate(loaded, texts, opts=opts, progress=progress, on_batch=on_batch, should_stop=should_stop,
+                     tap=tap)
+    if run is None:
+        raise HeadscopeError("no text of the corpus has a token left (only special tokens)")
+    seconds = time.perf_counter() - t0
+    result = summarise(run.acc, enc=run.enc, n_texts=len(run.done), n_tokens=run.n_tokens, n_kept=run.n_kept)
+    result.update(
+        model_facts(loaded),
+        truncated=run.enc.truncated, skipped=run.enc.skipped,
+        options={**asdict(opts), "statistics": list(opts.statistics)},
+        seconds=round(seconds, 3), texts_per_s=round(len(run.done) / max(seconds, 1e-9), 2),
+    )
+    return result
+
+
+def model_facts(loaded: LoadedModel) -> dict[str, Any]:
+    """The model keys of a corpus result."""
+    return {"model": loaded.name, "family": loaded.family, "causal": loaded.causal, "n_layers": loaded.n_layers,
+            "n_heads": loaded.n_heads}
+
+
+@dataclass
+class CorpusRun:
+    """What ``accumulate`` leaves: the folded statistics, the encoding, the texts run (indices into
+    the texts given, in the order run) and the token counts."""
+
+    acc: LayerAccumulator
+    enc: EncodedCorpus
+    done: list[int]
+    n_tokens: int
+    n_kept: int
+
+
+def accumulate(
+    loaded: LoadedModel,
+    texts: list[str],
+    *,
+    opts: CorpusOptions,
+    progress: Progress | None = None,
+    on_batch: Callable[[dict[str, Any]], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    tap: Any = None,
+    first_text: int = 0,
+) -> CorpusRun | None:
+    """Every text through the model in batches, folded into one ``LayerAccumulator``; None when no
+    text has a kept token. Top pairs name texts by ``first_text + i`` (a part of a corpus: its place)."""
+    report = progress or no_progress
     t0 = time.perf_counter()
     enc = encode_corpus(loaded, texts, max_tokens=opts.max_tokens)
     keep = [[opts.keep_special or not s for s in row] for row in enc.special]
     runnable = [i for i, row in enumerate(keep) if any(row)]
     enc.skipped = [i for i, row in enumerate(keep) if not any(row)]
     if not runnable:
-        raise HeadscopeError("no text of the corpus has a token left (only special tokens)")
+        return None
     acc = LayerAccumulator(n_layers=loaded.n_layers, n_heads=loaded.n_heads, statistics=tuple(opts.statistics),
                            causal=loaded.causal, max_tokens=min(opts.max_tokens, loaded.max_length),
                            top_k=opts.top_k, exclude_sink_self=opts.exclude_sink_self)
@@ -249,8 +298,8 @@ def corpus_statistics(
         for bi, batch in enumerate(plan):
             if should_stop is not None and should_stop():
                 raise CancelledError("the corpus job")
-            acc.kept = KeptBatch.build([enc.ids[i] for i in batch], [keep[i] for i in batch], batch,
-                                       device=loaded.device)
+            acc.kept = KeptBatch.build([enc.ids[i] for i in batch], [keep[i] for i in batch],
+                                       [first_text + i for i in batch], device=loaded.device)
             encs = [Encoded(enc.ids[i], enc.tokens[i], [], enc.special[i]) for i in batch]
             if tap is not None:
                 tap.start(batch, [enc.ids[i] for i in batch])
@@ -263,14 +312,6 @@ def corpus_statistics(
             rate = len(done) / max(time.perf_counter() - t0, 1e-9)
             report(len(done) / len(runnable), f"{len(done)}/{len(runnable)} texts, {rate:.1f} texts/s")
             if on_batch is not None and bi + 1 < len(plan):
-                on_batch(summarise(acc, enc=None, done=done, n_tokens=n_tokens, n_kept=n_kept))
+                on_batch(summarise(acc, enc=None, n_texts=len(done), n_tokens=n_tokens, n_kept=n_kept))
     acc.kept = None
-    seconds = time.perf_counter() - t0
-    result = summarise(acc, enc=enc, done=done, n_tokens=n_tokens, n_kept=n_kept)
-    result.update(
-        model=loaded.name, family=loaded.family, causal=loaded.causal, n_layers=loaded.n_layers,
-        n_heads=loaded.n_heads, truncated=enc.truncated, skipped=enc.skipped,
-        options={**asdict(opts), "statistics": list(opts.statistics)},
-        seconds=round(seconds, 3), texts_per_s=round(len(done) / max(seconds, 1e-9), 2),
-    )
-    return result
+    return CorpusRun(acc, enc, done, n_tokens, n_kept)
