@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis import Redis
 
 from workers import parts, protocol
+from workers.analysis.texts import TextSource
 from workers.contracts import CorpusRequest, JointMapRequest
+from workers.corpus_source import open_corpus
 from workers.errors import CancelledError, HeadscopeError
 from workers.jobs import Reporter, _current, _settings, _store
 
@@ -34,58 +36,17 @@ PART_PROGRESS_EVERY_S = 0.25
 
 
 def corpus_texts(corpus: str, *, store: Any = None) -> list[str]:
-    """The texts of a shipped corpus (``builtin-...``) or of one in the store (``cp-...``)."""
-    from workers.corpora import shipped_corpus
-
-    if corpus.startswith("builtin-"):
-        found = shipped_corpus(corpus)
-        if found is None:
-            raise HeadscopeError(f"unknown shipped corpus {corpus!r}")
-        return found.texts
-    store = store if store is not None else _store()
-    texts = store.corpus_texts(corpus)
-    if texts is None:
-        raise HeadscopeError(f"corpus {corpus} is no longer stored; upload it again")
-    store.touch_corpus(corpus)
-    return texts
+    """Every text of a shipped (``builtin-...``) or stored (``cp-...``) corpus in one list (the joint
+    map and comparisons); the statistics read theirs in batches through ``open_corpus``."""
+    source = open_corpus(corpus, store=store if store is not None or corpus.startswith("builtin-") else _store())
+    return [t for b in source.batches(batch=4096) for t in b]
 
 
-def corpus_size(corpus: str, *, store: Any = None) -> int:
-    """How many texts a corpus has (the split needs only this, not the texts)."""
-    if corpus.startswith("builtin-"):
-        return len(corpus_texts(corpus))
-    store = store if store is not None else _store()
-    meta = store.corpus(corpus)
-    if meta is None:
-        raise HeadscopeError(f"corpus {corpus} is no longer stored; upload it again")
-    if isinstance(meta.get("n_texts"), int):
-        return int(meta["n_texts"])
-    return len(corpus_texts(corpus, store=store))
-
-
-_RANGE_CACHE: dict[str, list[str]] = {}
-
-
-def corpus_range(corpus: str, start: int, stop: int, *, store: Any = None) -> list[str]:
-    """The texts ``[start, stop)`` of a corpus: what one part reads.
-
-    The store reads a corpus whole today, so this process keeps the last corpus it read (the next
-    part of the same job then reads nothing); a store that reads a range of rows replaces this
-    (issue 33, corpora streamed from the store)."""
-    texts = _RANGE_CACHE.get(corpus)
-    if texts is None:
-        texts = corpus_texts(corpus, store=store)
-        _RANGE_CACHE.clear()
-        _RANGE_CACHE[corpus] = texts
-    if not 0 <= start <= stop <= len(texts):
-        raise HeadscopeError(f"texts {start}-{stop} are out of range: corpus {corpus} has {len(texts)} texts")
-    return texts[start:stop]
-
-
-def compute_corpus(req: CorpusRequest, *, texts: list[str], progress: Callable[[float, str], None],
+def compute_corpus(req: CorpusRequest, *, texts: Sequence[str] | TextSource, progress: Callable[[float, str], None],
                    on_partial: Callable[[dict[str, Any]], None],
                    should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
-    """The result of a corpus request (docs/results.md, "corpus"); no queue needed (the CLI calls it)."""
+    """The result of a corpus request (docs/results.md, "corpus"); no queue needed (the CLI calls it).
+    ``texts``: a list or a ``TextSource`` (``workers.corpus_source.open_corpus``), read in windows."""
     from workers.analysis.corpus import CorpusOptions, corpus_statistics
     from workers.models import load_model
 
@@ -152,10 +113,11 @@ def _options(req: CorpusRequest) -> Any:
                          top_k=o.top_k, exclude_sink_self=o.exclude_sink_self).validate()
 
 
-def split_corpus(rep: Reporter, req: CorpusRequest, request: dict[str, Any], *, part: str = PART) -> parts.Split | None:
+def split_corpus(rep: Reporter, req: CorpusRequest, request: dict[str, Any], *, n_texts: int,
+                 part: str = PART) -> parts.Split | None:
     """Hand a corpus of ``split_min_items`` texts or more to parts (docs/scaling.md); None: one job."""
     settings = _settings()
-    n = corpus_size(req.corpus)
+    n = n_texts
     ranges = parts.split(n, part_items=settings.split_part_items, min_items=settings.split_min_items)
     if len(ranges) < 2:
         return None
@@ -181,11 +143,11 @@ def run_corpus(request: dict[str, Any], *, part: str = PART) -> dict[str, Any]:
 
     def work() -> dict[str, Any] | parts.Split:
         req = CorpusRequest.model_validate(request)
-        handed = split_corpus(rep, req, request, part=part)
+        source = open_corpus(req.corpus, store=_store())  # read in windows, never whole (docs/scaling.md)
+        handed = split_corpus(rep, req, request, n_texts=len(source), part=part)
         if handed is not None:
             return handed
-        texts = corpus_texts(req.corpus)
-        return compute_corpus(req, texts=texts, progress=rep.progress, on_partial=rep.partial,
+        return compute_corpus(req, texts=source, progress=rep.progress, on_partial=rep.partial,
                               should_stop=_stopper(rep.conn, rep.job.id))
 
     return _run(rep, work)
@@ -198,7 +160,7 @@ def corpus_part(payload: dict[str, Any], ctx: parts.PartContext) -> dict[str, An
 
     req = CorpusRequest.model_validate(payload["request"])
     start, stop = int(payload["start"]), int(payload["stop"])
-    texts = corpus_range(req.corpus, start, stop)
+    source = open_corpus(req.corpus, store=_store())  # only [start, stop) is read
     loaded = load_model(req.model, dtype=req.options.dtype)
     last = [0.0]
 
@@ -208,7 +170,7 @@ def corpus_part(payload: dict[str, Any], ctx: parts.PartContext) -> dict[str, An
             last[0] = now
             ctx.items(int(fraction * (stop - start)))
 
-    return corpus_partial(loaded, texts, first_text=start, options=_options(req), progress=progress,
+    return corpus_partial(loaded, source, start=start, stop=stop, options=_options(req), progress=progress,
                           should_stop=ctx.cancelled)
 
 

@@ -1,7 +1,7 @@
 """A corpus analysis in parts (docs/scaling.md): the partial statistics of a range of texts, and their
 exact merge.
 
-A part runs texts ``[first, first + n)`` of the corpus (``corpus_partial``) and keeps what adds up:
+A part runs texts ``[start, stop)`` of the corpus (``corpus_partial``) and keeps what adds up:
 per-head sums (float64), query counts and histogram counts (integers), the top pairs of its texts
 (with their tokens and context, texts named by their place in the corpus), token counts and the
 skipped texts. ``CorpusMerge`` folds partials in part order: integers add exactly, the float64 sums
@@ -11,7 +11,7 @@ accumulator's own total order (weight descending, then text, query, key), which 
 corpus-wide top k. Nothing is kept per text, so a merge holds one partial at a time.
 Notebook use::
 
-    parts = [corpus_partial(m, texts[a:b], first_text=a) for a, b in ((0, 100), (100, 200))]
+    parts = [corpus_partial(m, texts, start=a, stop=b) for a, b in ((0, 100), (100, 200))]
     merge = CorpusMerge()
     for p in parts:
         merge.add(p)
@@ -26,48 +26,50 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workers.analysis.corpus import CorpusOptions, accumulate, model_facts, summarise, top_pairs
+from workers.analysis.corpus import CorpusOptions, accumulate, model_facts, summarise
 from workers.analysis.corpus_stats import LayerAccumulator
 from workers.analysis.progress import Progress
+from workers.analysis.texts import TextSource, as_source
 from workers.errors import HeadscopeError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from workers.models.loader import LoadedModel
 
 
 def corpus_partial(
     loaded: LoadedModel,
-    texts: list[str],
+    texts: Sequence[str] | TextSource,
     *,
-    first_text: int,
+    start: int,
+    stop: int,
     options: CorpusOptions | None = None,
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
-    """The partial statistics of ``texts``, the corpus' texts ``first_text ..`` (JSON-ready)."""
+    """The partial statistics of the corpus' texts ``[start, stop)`` (JSON-ready); ``texts``: the whole
+    corpus as a list or a ``TextSource`` (only that range is read)."""
     opts = (options or CorpusOptions()).validate()
+    source = as_source(texts)
+    stop = min(stop, len(source))
     t0 = time.perf_counter()
-    run = accumulate(loaded, texts, opts=opts, progress=progress, should_stop=should_stop, first_text=first_text)
+    run = accumulate(loaded, source, opts=opts, start=start, stop=stop, progress=progress, should_stop=should_stop)
     out: dict[str, Any] = {
-        **model_facts(loaded), "first_text": first_text, "n_given": len(texts),
+        **model_facts(loaded), "first_text": start, "n_given": stop - start,
         "max_tokens": min(opts.max_tokens, loaded.max_length), "options": _options(opts),
+        "n_texts": run.done, "n_tokens": run.n_tokens, "n_kept_tokens": run.n_kept, "truncated": run.truncated,
+        "skipped": run.skipped,
     }
-    if run is None:  # every text of this part has only special tokens: it adds nothing but its skips
-        return {**out, "n_texts": 0, "n_tokens": 0, "n_kept_tokens": 0, "truncated": 0,
-                "skipped": [first_text + i for i in range(len(texts))], "seconds": time.perf_counter() - t0}
-    acc = run.acc
-    return {
-        **out,
-        "n_texts": len(run.done), "n_tokens": run.n_tokens, "n_kept_tokens": run.n_kept,
-        "truncated": run.enc.truncated, "skipped": [first_text + i for i in run.enc.skipped],
-        "sums": {s: acc.sums[s].tolist() for s in acc.statistics},
-        "counts": {s: acc.counts[s].tolist() for s in acc.statistics},
-        "hist": {s: acc.hist[s].tolist() for s in acc.statistics},
-        "top_pairs": top_pairs(acc, run.enc, first_text=first_text),
-        "seconds": time.perf_counter() - t0,
-    }
+    if run.done:  # else every text of this part has only special tokens: it adds nothing but its skips
+        acc = run.acc
+        out.update(
+            sums={s: acc.sums[s].tolist() for s in acc.statistics},
+            counts={s: acc.counts[s].tolist() for s in acc.statistics},
+            hist={s: acc.hist[s].tolist() for s in acc.statistics},
+            top_pairs=run.contexts.top_pairs(acc),
+        )
+    return {**out, "seconds": time.perf_counter() - t0}
 
 
 def _options(opts: CorpusOptions) -> dict[str, Any]:
@@ -133,7 +135,7 @@ class CorpusMerge:
             if self.acc is None and not self.n_given:
                 raise HeadscopeError("the corpus has no texts")
             raise HeadscopeError("no text of the corpus has a token left (only special tokens)")
-        out = summarise(self.acc, enc=None, n_texts=self.n_texts, n_tokens=self.n_tokens, n_kept=self.n_kept,
+        out = summarise(self.acc, contexts=None, n_texts=self.n_texts, n_tokens=self.n_tokens, n_kept=self.n_kept,
                         pairs=self.pairs)
         wall = self.part_seconds if seconds is None else seconds
         out.update(self.facts, truncated=self.truncated, skipped=self.skipped, options=self.options,
