@@ -185,8 +185,10 @@ def compute_analysis(
     progress: Callable[[float, str], None],
     on_partial: Callable[[dict[str, Any]], None],
     conn: Redis | None = None,
+    defer: Callable[[str, Any], bool] | None = None,
 ) -> dict[str, Any]:
-    """The API's result for ``req``: common keys plus one section per analysis (no queue needed)."""
+    """The API's result for ``req``: common keys plus one section per analysis (no queue needed;
+    ``defer``: ``analyze``'s, the sections a queue job hands to parts)."""
     from workers.analysis.pipeline import SECTIONS, analyze
     from workers.analysis.progress import scaled
     from workers.models import load_model
@@ -228,6 +230,7 @@ def compute_analysis(
             lasf=lasf,
             on_layer=on_layer,
             shared=shared,
+            defer=defer,
         )
         done += weight
     return result
@@ -244,14 +247,21 @@ def shared_run(stages: list[tuple[str, list[str], dict[str, Any]]]) -> Any:
 
 def run_analysis(request: dict[str, Any]) -> dict[str, Any]:
     """RQ job: a text analysis (``AnalysisRequest``), result under ``hs:result:{job id}``."""
+    from workers.causal_split import SplitSections
+
     rep = _current()
     rep.start()
     try:
         req = AnalysisRequest.model_validate(request)
+        split = SplitSections(rep, request)
         with engine_retry(rep.job):
-            result = compute_analysis(req, progress=rep.progress, on_partial=rep.partial, conn=rep.conn)
+            result = compute_analysis(req, progress=rep.progress, on_partial=rep.partial, conn=rep.conn,
+                                      defer=split.defer)
+        handed = split.fan_out(result)
     except HeadscopeError as exc:
         return rep.fail(exc)
+    if handed is not None:  # the merge job stores the result (docs/scaling.md)
+        return {"split": handed.n_parts, "merge": handed.merge}
     return {"bytes": rep.finish(result)}
 
 
