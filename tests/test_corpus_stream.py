@@ -67,6 +67,7 @@ def test_the_corpus_job_reads_a_stored_corpus_in_batches(catalogue, redis_server
     from rq import SimpleWorker
 
     import workers.jobs
+    import workers.jobs_corpus
     from backend.app import create_app
     from backend.config import Settings
     from workers import protocol
@@ -77,6 +78,7 @@ def test_the_corpus_job_reads_a_stored_corpus_in_batches(catalogue, redis_server
                      frontend=False)
     store = app.state.store
     monkeypatch.setattr(workers.jobs, "_store", lambda: store)
+    monkeypatch.setattr(workers.jobs_corpus, "_store", lambda: store)
     client = TestClient(app)
     texts = [f"{TEXTS[i % 23]} {i}" for i in range(1234)]
     cid = client.post("/api/corpora", files={"file": ("many.txt", "\n".join(texts).encode(), "text/plain")}).json()["id"]
@@ -97,6 +99,6 @@ def test_the_corpus_job_reads_a_stored_corpus_in_batches(catalogue, redis_server
     SimpleWorker([protocol.queue(conn, q) for q in protocol.QUEUES], connection=conn,
                  serializer=protocol.SERIALIZER).work(burst=True)
     done = client.get(f"/api/corpus-analyses/{job}").json()
-    assert done["status"] == "finished", done
+    assert done["status"] == "finished", done.get("error")
     assert done["result"]["n_texts"] == 1234
     assert asked == [(0, 500), (500, 1000), (1000, 1234)]  # one window (of 500 texts) at a time
