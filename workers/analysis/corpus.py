@@ -203,16 +203,16 @@ def _none_for_nan(x: np.ndarray) -> list[Any]:
     return [[float(v) if np.isfinite(v) else None for v in row] for row in x]
 
 
-def summarise(acc: LayerAccumulator, *, contexts: PairContexts | None, n_texts: int, n_tokens: int,
+def summarise(acc: LayerAccumulator, *, contexts: PairContexts | None, done: int, n_tokens: int,
               n_kept: int) -> dict[str, Any]:
-    """The result so far over ``n_texts`` texts (``contexts`` None: without top pairs, histograms and
+    """The result so far over ``done`` texts (``contexts`` None: without top pairs, histograms and
     map, for partial results)."""
     means = acc.means()
     n_layers, n_heads = acc.top_w.shape[:2]
     out: dict[str, Any] = {
         "statistics": {s: _none_for_nan(v) for s, v in means.items()},
         "counts": {s: np.repeat(acc.counts[s][:, None], n_heads, axis=1).tolist() for s in acc.statistics},
-        "n_texts": n_texts,
+        "n_texts": done,
         "n_tokens": n_tokens,
         "n_kept_tokens": n_kept,
     }
@@ -297,14 +297,14 @@ def corpus_statistics(
                 report((first + len(win) * (bi + 1) / len(plan)) / n, f"{done}/{n} texts, {rate:.1f} texts/s")
                 last = wi + 1 == len(firsts) and bi + 1 == len(plan)
                 if on_batch is not None and not last:
-                    on_batch(summarise(acc, contexts=None, n_texts=done, n_tokens=n_tokens, n_kept=n_kept))
+                    on_batch(summarise(acc, contexts=None, done=done, n_tokens=n_tokens, n_kept=n_kept))
             contexts.add_window(acc, enc, first)
             del win, enc, keep
     acc.kept = None
     if done == 0:
         raise HeadscopeError("no text of the corpus has a token left (only special tokens)")
     seconds = time.perf_counter() - t0
-    result = summarise(acc, contexts=contexts, n_texts=done, n_tokens=n_tokens, n_kept=n_kept)
+    result = summarise(acc, contexts=contexts, done=done, n_tokens=n_tokens, n_kept=n_kept)
     result.update(
         model=loaded.name, family=loaded.family, causal=loaded.causal, n_layers=loaded.n_layers,
         n_heads=loaded.n_heads, truncated=truncated, skipped=skipped,
