@@ -88,8 +88,7 @@ def _run_corpus(args: argparse.Namespace, corpus_id: str, texts: Any) -> int:
         jreq = JointMapRequest(model=args.model, corpus=corpus_id, layer=layer, head=head, max_tokens=args.max_tokens,
                                keep_special=args.keep_special, method=args.method)
         jp = StderrProgress("joint map", enabled=not args.quiet)
-        listed = texts if isinstance(texts, list) else [t for b in texts.batches(batch=4096) for t in b]
-        result["joint"] = compute_joint(jreq, texts=listed, progress=jp)
+        result["joint"] = compute_joint(jreq, texts=texts, progress=jp)
         jp.close()
     out = write_result(args.out, result)
     if not args.quiet:
