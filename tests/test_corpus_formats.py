@@ -203,7 +203,7 @@ def test_the_limits_come_from_settings(redis_server, tmp_path):
 
     assert post([f"text {i}" for i in range(1000)])[0] == 201
     status, text = post([f"text {i}" for i in range(1001)])
-    assert status == 422 and "has 1,001 texts; a corpus may have at most 1,000" in text
+    assert status == 422 and "has more than 1,000 texts; a corpus may have at most 1,000" in text
     status, text = post(["short"] * 7 + ["x" * 61])
     assert status == 422 and "the text in row 7 is longer than 60 characters" in text
     status, text = post(["the same fifty-character sentence, again and again." + str(i % 10) for i in range(900)])

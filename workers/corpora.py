@@ -140,9 +140,9 @@ def format_of(filename: str) -> str | None:
 
 @dataclass
 class Checker:
-    """The checks of every row, as they stream past: no empty text, none too long, not too many, at
-    least one. ``add`` returns the stripped text while the corpus can still be valid; ``finish``
-    raises the first problem in that order, naming the rows (as the in-memory check always did)."""
+    """The checks of every row, as they stream past: not too many texts or bytes (raised at once), no
+    empty text, none too long, at least one. ``add`` returns the stripped text while the corpus can
+    still be valid; ``finish`` raises the first remaining problem in that order, naming the rows."""
 
     name: str
     unit: str
@@ -155,11 +155,13 @@ class Checker:
 
     @property
     def ok(self) -> bool:
-        return not self.n_empty and self.long is None and self.n <= self.limits.max_texts \
-            and self.n_bytes <= self.limits.max_bytes
+        return not self.n_empty and self.long is None
 
     def add(self, number: int, text: str | None) -> str | None:
         self.n += 1
+        if self.n > self.limits.max_texts:  # at once: a small file may hold a hundred million short rows
+            raise BadFileError(f"{self.name} has more than {self.limits.max_texts:,} texts; a corpus may have at "
+                               f"most {self.limits.max_texts:,}")
         if text is None or not text.strip():
             self.n_empty += 1
             if len(self.empty) < 5:
@@ -168,6 +170,9 @@ class Checker:
         if len(text) > self.limits.max_text_chars and self.long is None:
             self.long = number
         self.n_bytes += len(text.encode())
+        if self.n_bytes > self.limits.max_bytes:  # at once: a small Parquet file may unpack to gigabytes
+            raise BadFileError(f"{self.name}: its texts take more than the {self.limits.max_bytes:,}-byte limit "
+                               "for a corpus")
         return text.strip() if self.ok else None
 
     def finish(self) -> None:
@@ -181,11 +186,6 @@ class Checker:
                                f"{self.limits.max_text_chars:,} characters")
         if not self.n:
             raise BadFileError(f"{self.name} holds no text")
-        if self.n > self.limits.max_texts:
-            raise BadFileError(f"{self.name} has {self.n:,} texts; a corpus may have at most {self.limits.max_texts:,}")
-        if self.n_bytes > self.limits.max_bytes:
-            raise BadFileError(f"{self.name}: its texts take more than the {self.limits.max_bytes:,}-byte limit "
-                               "for a corpus")
 
 
 def _trailing_blank_lines_dropped(found: Iterator[tuple[int, str | None]]) -> Iterator[tuple[int, str | None]]:

@@ -1,6 +1,8 @@
-"""Peak memory of a corpus upload and of a corpus job at 10,000 and 100,000 texts (issue 33: a worker's
-peak memory does not depend on the corpus size). tests/bench/bench_scale.py (scale-parts) measures
-throughput and the split; this script is where peak memory is reported.
+"""Peak memory of a corpus upload and of a corpus job run in one process, at 10,000 and 100,000 texts
+(issue 33: memory does not depend on the corpus size). The workers' peak in a job split into parts
+is reported by tests/bench/bench_scale.py with the throughput (the issue's figure); this script
+covers what it does not: the upload (the API's side) and the unsplit path (a job with splitting off,
+the CLI), against the pre-issue-33 reference of reading the corpus whole.
 
 For each size, a synthetic corpus (tests/bench/synthetic_corpus.py) is written as Parquet and, each in
 a fresh process (one thread) on one store:
