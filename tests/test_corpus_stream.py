@@ -67,6 +67,7 @@ def test_the_corpus_job_reads_a_stored_corpus_in_batches(catalogue, redis_server
     from rq import SimpleWorker
 
     import workers.jobs
+    import workers.jobs_corpus
     from backend.app import create_app
     from backend.config import Settings
     from workers import protocol
@@ -77,6 +78,7 @@ def test_the_corpus_job_reads_a_stored_corpus_in_batches(catalogue, redis_server
                      frontend=False)
     store = app.state.store
     monkeypatch.setattr(workers.jobs, "_store", lambda: store)
+    monkeypatch.setattr(workers.jobs_corpus, "_store", lambda: store)
     client = TestClient(app)
     texts = [f"{TEXTS[i % 23]} {i}" for i in range(1234)]
     cid = client.post("/api/corpora", files={"file": ("many.txt", "\n".join(texts).encode(), "text/plain")}).json()["id"]
@@ -97,6 +99,23 @@ def test_the_corpus_job_reads_a_stored_corpus_in_batches(catalogue, redis_server
     SimpleWorker([protocol.queue(conn, q) for q in protocol.QUEUES], connection=conn,
                  serializer=protocol.SERIALIZER).work(burst=True)
     done = client.get(f"/api/corpus-analyses/{job}").json()
-    assert done["status"] == "finished", done
+    assert done["status"] == "finished", done.get("error")
     assert done["result"]["n_texts"] == 1234
     assert asked == [(0, 500), (500, 1000), (1000, 1234)]  # one window (of 500 texts) at a time
+
+
+@pytest.mark.parametrize("max_points", [10_000, 30])
+def test_the_joint_map_streams_windows_and_samples_as_from_one_list(catalogue, max_points):
+    from workers.analysis.joint_qk import head_vectors
+
+    loaded = load_model("tiny-llama", device="cpu")
+    whole, w_tokens, w_context = head_vectors(loaded, TEXTS, layer=1, head=2, max_points=max_points)
+    source = RecordingSource(TEXTS)
+    part, p_tokens, p_context = head_vectors(loaded, source, layer=1, head=2, max_points=max_points, window=5)
+    assert all(stop is not None and stop - start <= 5 for start, stop, _ in source.asked)  # never the whole corpus
+    assert part.total == whole.total and (len(part.q) < whole.total) == (max_points < 2 * whole.total)
+    ow, op = np.lexsort((whole.position, whole.text)), np.lexsort((part.position, part.text))
+    assert part.text[op].tolist() == whole.text[ow].tolist() and part.position[op].tolist() == whole.position[ow].tolist()
+    np.testing.assert_allclose(part.q[op], whole.q[ow], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(part.k[op], whole.k[ow], rtol=1e-5, atol=1e-6)
+    assert [p_tokens[i] for i in op] == [w_tokens[i] for i in ow] and [p_context[i] for i in op] == [w_context[i] for i in ow]

@@ -105,22 +105,28 @@ def test_a_corpus_deleted_while_read_is_named(store):
         next(reader)
 
 
-def test_reading_in_batches_holds_one_chunk_not_the_corpus(store):
-    texts = texts_of(60_000, width=120)  # ~8.5 MB of texts
-    cid = corpus_id(texts)
-    store.put_corpus(cid, texts, meta={"id": cid})
-    whole = sum(len(t.encode()) + 49 for t in texts)  # what a list of them takes, at least
-    del texts
+def _read_peak(store, cid: str) -> tuple[int, int]:
+    """(texts read, peak bytes allocated while reading ``cid`` in batches of 256)."""
     tracemalloc.start()
     try:
-        n = 0
-        for batch in store.iter_corpus_texts(cid, batch=256):
-            n += len(batch)
-        _, peak = tracemalloc.get_traced_memory()
+        n = sum(len(batch) for batch in store.iter_corpus_texts(cid, batch=256))
+        return n, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert n == 60_000
-    assert peak < whole / 10, (peak, whole)  # one chunk (1,000 texts) and one batch, not the corpus
+
+
+def test_reading_in_batches_holds_one_chunk_not_the_corpus(store):
+    peaks = {}
+    for n in (3_000, 30_000):
+        texts = texts_of(n, width=120)
+        cid = corpus_id(texts)
+        store.put_corpus(cid, texts, meta={"id": cid})
+        whole = sum(len(t.encode()) + 49 for t in texts)  # what a list of them takes, at least
+        del texts
+        read, peaks[n] = _read_peak(store, cid)
+        assert read == n
+    assert peaks[30_000] < 1.5 * peaks[3_000], peaks  # ten times the corpus, the same memory: one chunk
+    assert peaks[30_000] < whole / 4, (peaks, whole)
 
 
 def test_migration_0004_moves_corpora_of_0003_into_chunks(db_url, tmp_path):

@@ -68,7 +68,7 @@ def compute_corpus(req: CorpusRequest, *, texts: Sequence[str] | TextSource, pro
     return {**result, "corpus": req.corpus, "dtype": o.dtype}
 
 
-def compute_joint(req: JointMapRequest, *, texts: list[str], progress: Callable[[float, str], None],
+def compute_joint(req: JointMapRequest, *, texts: Sequence[str] | TextSource, progress: Callable[[float, str], None],
                   should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The joint query–key map of one head (docs/results.md, "corpus joint map")."""
     from workers.analysis.joint_qk import joint_map
@@ -204,7 +204,7 @@ def run_corpus_joint(request: dict[str, Any]) -> dict[str, Any]:
 
     def work() -> dict[str, Any]:
         req = JointMapRequest.model_validate(request)
-        return compute_joint(req, texts=corpus_texts(req.corpus), progress=rep.progress,
+        return compute_joint(req, texts=open_corpus(req.corpus, store=_store()), progress=rep.progress,
                              should_stop=_stopper(rep.conn, rep.job.id))
 
     return _run(rep, work)

@@ -28,7 +28,7 @@ from workers.store.schema import corpora, corpus_chunks
 CORPUS_ID = re.compile(r"cp-[0-9a-f]{32}")
 CHUNK_TEXTS = 1000  # texts per stored chunk (fewer when they pass CHUNK_BYTES)
 CHUNK_BYTES = 2**20  # uncompressed JSON bytes after which a chunk is closed early
-COMPRESSION_LEVEL = 6
+COMPRESSION_LEVEL = 1  # texts compress ~2.5x at 1, ~3x at 6 for 3x the time (1M texts are uploaded whole)
 
 
 class CorpusGone(KeyError):
@@ -41,6 +41,11 @@ class CorpusGone(KeyError):
 def encode_chunk(texts: list[str]) -> bytes:
     """A chunk as stored: the texts as a compact JSON list, zlib-compressed."""
     return zlib.compress(json.dumps(texts, ensure_ascii=False, separators=(",", ":")).encode(), COMPRESSION_LEVEL)
+
+
+def encode_items(items: list[bytes]) -> bytes:
+    """``encode_chunk`` of texts already JSON-encoded one by one (``json.dumps(text, ensure_ascii=False)``)."""
+    return zlib.compress(b"[" + b",".join(items) + b"]", COMPRESSION_LEVEL)
 
 
 def decode_chunk(data: bytes) -> list[str]:
