@@ -207,11 +207,15 @@ class JobQueue:
             return Lookup("failed", progress=progress, message="failed", error=str(meta["error"]), user_error=True,
                           error_code=meta.get("error_code"), **base)
         if status == "failed":
-            return Lookup("failed", progress=progress, message="failed",
-                          error=str(meta.get("part_error") or failure_reason(merge)), **base)
+            return Lookup("failed", progress=progress, message="failed", error=failure_reason(merge), **base)
         if status in ("stopped", "canceled"):
             return Lookup("failed", error="the job was cancelled", **base)
-        if status == "finished":
+        if meta.get("part_error"):  # a part failed for good
+            return Lookup("failed", progress=progress, message="failed", error=str(meta["part_error"]), **base)
+        if status == "finished":  # the merge stored the result just after this lookup first looked
+            again = self._stored(job_id, kind=kind, request=request)
+            if again is not None:
+                return again
             return Lookup("failed", error="the result has expired; submit the request again", **base)
         if status == "started":
             return Lookup("running", progress=max(progress, float(meta.get("progress", 0.0))),
@@ -223,6 +227,16 @@ class JobQueue:
                 message += "; no worker is running at the moment"
             return Lookup("queued", message=message, **base)
         return Lookup("running", progress=progress, message=message, **base)
+
+    def _stored(self, job_id: str, *, kind: str, request: dict[str, Any] | None) -> Lookup | None:
+        """The finished result, from the store or Redis, or None."""
+        if _persistable(job_id) and (stored := self.store.read_result(job_id)) is not None:
+            meta, raw = stored
+            return Lookup("finished", meta["kind"], 1.0, "done", result_raw=raw, request=meta["request"])
+        fresh = self.conn.get(protocol.result_key(job_id))
+        if fresh is not None:
+            return Lookup("finished", kind, 1.0, "done", result_raw=protocol.text(fresh), request=request)
+        return None
 
     # ---------------------------------------------------------------------------------- submit
 

@@ -38,3 +38,12 @@ def user_error_part(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
     if payload.get("bad") == payload["start"]:
         raise HeadscopeError(f"text {payload['start']} is not UTF-8")
     return sum_part(payload, ctx)
+
+
+def flaky_merge(partials: Any, context: dict[str, Any]) -> dict[str, Any]:
+    """``sum_merge`` that dies on its first attempt (a worker lost mid-merge)."""
+    job = get_current_job()
+    assert job is not None
+    if job.connection.incr(f"hs-test:merge-attempts:{job.id}") == 1:
+        raise RuntimeError("worker lost while merging")
+    return sum_merge(partials, context)

@@ -220,7 +220,8 @@ def attempts(c, job_id: str) -> list[dict]:
 
 def finished(c, job_id: str) -> dict:
     state = c.queue.wait(job_id, timeout_s=HANG_S)
-    assert state.status == "finished", state.error
+    merge = protocol.fetch_job(c.conn, parts.merge_id(job_id))
+    assert state.status == "finished", (state.error, merge and (merge.get_status(), merge.return_value(), merge.meta))
     assert c.store.has_result(job_id)  # in PostgreSQL, like any result
     return json.loads(state.result_raw)
 
@@ -249,7 +250,8 @@ def test_two_and_three_workers_give_the_one_worker_bits(cluster, one_worker, hel
     for n_workers in (2, 3):
         c.store.delete_result(c.req.job_id())
         job_id = submit(c, {"barrier": n_workers})  # parts wait until that many workers hold one each
-        if n_workers == 3:
+        if n_workers == 3:  # once the parts are queued (a burst worker stops at an empty queue)
+            wait_for(lambda job_id=job_id: parts.plan(c.conn, job_id) is not None, "the parts enqueued")
             worker_here(c, c.store, monkeypatch)
         seen: list[str] = []
 

@@ -151,7 +151,7 @@ def fan_out(conn: Redis, *, job_id: str, part: str, merge: str, payloads: list[d
     merge_job = q.enqueue(run_merge, kwargs={"job_id": job_id, "merge": merge, "n_parts": len(payloads),
                                              "context": context or {}},
                           job_id=merge_id(job_id), depends_on=Dependency(jobs=jobs, allow_failure=True),
-                          timeout=job_timeout, result_ttl=KEY_TTL_S, failure_ttl=KEY_TTL_S,
+                          retry=Retry(max=1), timeout=job_timeout, result_ttl=KEY_TTL_S, failure_ttl=KEY_TTL_S,
                           description=f"merge of {job_id}")
     record = {"merge": merge_id(job_id), "n_parts": len(payloads), "n_items": int(sum(sizes)), "sizes": sizes,
               "unit": unit, "started": time.time()}
@@ -338,30 +338,39 @@ def run_merge(*, job_id: str, merge: str, n_parts: int, context: dict[str, Any])
     """RQ job after all parts: fail with a part's reason, or merge the slots in index order.
 
     A part that failed on the input ends this job with ``meta["error"]`` (the user's to fix, as a
-    single job does); any other failure raises ``PartFailed`` with ``meta["part_error"]`` = the reason.
+    single job does), any other part's failure with ``meta["part_error"]`` (the API reads both). A
+    worker killed while merging: the job is retried (``Retry``) and the slots are still there.
     """
     job = get_current_job()
     assert job is not None
     conn: Redis = job.connection
     try:
-        if conn.exists(protocol.cancel_key(job_id)):
-            return {"cancelled": True}
-        raw = conn.get(failed_key(job_id))
-        if raw is None:
-            have = conn.hkeys(parts_key(job_id))
-            names = {protocol.text(k) for k in have}
-            missing = [i for i in range(n_parts) if str(i) not in names]
-            if missing:
-                raw = protocol.dumps({"reason": _missing_reason(conn, job_id, missing[0]), "code": None})
-        if raw is not None:
-            failed = json.loads(raw)
-            if failed.get("code"):
-                job.meta.update(error=failed["reason"], error_code=failed["code"], message="failed")
-                job.save_meta()
-                return {"failed": failed["reason"]}
-            job.meta.update(part_error=failed["reason"], message="failed")
-            job.save_meta()
-            raise PartFailed(failed["reason"])
-        return _resolve(merge)(Partials(conn, job_id, n_parts), context)
-    finally:
+        outcome = _merge_or_fail(job, conn, job_id=job_id, merge=merge, n_parts=n_parts, context=context)
+    except BaseException:
+        if job.retries_left:  # retried: the slots stay for the next attempt
+            raise
         clear(conn, job_id)
+        raise
+    clear(conn, job_id)
+    return outcome
+
+
+def _merge_or_fail(job: Job, conn: Redis, *, job_id: str, merge: str, n_parts: int,
+                   context: dict[str, Any]) -> dict[str, Any]:
+    if conn.exists(protocol.cancel_key(job_id)):
+        return {"cancelled": True}
+    raw = conn.get(failed_key(job_id))
+    if raw is None:
+        names = {protocol.text(k) for k in conn.hkeys(parts_key(job_id))}
+        missing = [i for i in range(n_parts) if str(i) not in names]
+        if missing:
+            raw = protocol.dumps({"reason": _missing_reason(conn, job_id, missing[0]), "code": None})
+    if raw is not None:
+        failed = json.loads(raw)
+        if failed.get("code"):
+            job.meta.update(error=failed["reason"], error_code=failed["code"], message="failed")
+        else:
+            job.meta.update(part_error=failed["reason"], message="failed")
+        job.save_meta()
+        return {"failed": failed["reason"]}
+    return _resolve(merge)(Partials(conn, job_id, n_parts), context)
