@@ -210,3 +210,15 @@ def test_the_limits_come_from_settings(redis_server, tmp_path):
     assert status == 422 and "its texts take more than the 40,000-byte limit" in text  # the file itself is small
     big = client.post("/api/corpora", files={"file": ("big.jsonl", b'{"text": "x"}\n' * 4000, "x")})
     assert big.status_code == 413 and "40,000-byte limit" in big.json()["detail"]
+
+
+def test_a_staged_corpus_is_read_by_range_from_its_spool(tmp_path):
+    texts = synthetic_texts(2_345, seed=9)
+    staged = stage_corpus(write(tmp_path / "c.txt", texts), fmt="txt", name="c.txt", spool_dir=tmp_path)
+    assert staged.id == corpus_id(texts) and len(staged) == 2_345 and staged.preview == [t[:200] for t in texts[:5]]
+    assert [n for n, _ in staged.chunks()] == [1000, 1000, 345]
+    for start, stop, batch in [(0, None, 1000), (999, 2100, 300), (2000, 2001, 7), (2344, 5000, 2)]:
+        got = list(staged.batches(start, stop, batch=batch))
+        assert all(len(b) <= batch for b in got) and [t for b in got for t in b] == texts[start:stop]
+    staged.discard()
+    assert not staged.spool.exists()
