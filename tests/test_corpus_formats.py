@@ -222,3 +222,31 @@ def test_a_staged_corpus_is_read_by_range_from_its_spool(tmp_path):
         assert all(len(b) <= batch for b in got) and [t for b in got for t in b] == texts[start:stop]
     staged.discard()
     assert not staged.spool.exists()
+
+
+def test_garbage_is_refused_by_name_never_a_crash(tmp_path):
+    import random
+
+    rng = random.Random(0)
+    noise = bytes(rng.randrange(256) for _ in range(4096))
+    gz = io.BytesIO()
+    with tarfile.open(fileobj=gz, mode="w:gz") as tf:
+        info = tarfile.TarInfo("ds/data-00000-of-00001.arrow")
+        info.size = len(noise)
+        tf.addfile(info, io.BytesIO(noise))
+        body = json.dumps({"splits": ["."]}).encode()  # a split that would be the dict itself
+        info = tarfile.TarInfo("ds/dataset_dict.json")
+        info.size = len(body)
+        tf.addfile(info, io.BytesIO(body))
+    cases = {
+        "noise.zip": noise, "noise.tar.gz": noise, "noise.tar.xz": b"\xfd7zXZ\x00" + noise, "noise.parquet": noise,
+        "PAR1.parquet": b"PAR1" + noise + b"PAR1", "deep.jsonl": b"[" * 100_000 + b"\n",
+        "split-dot.tar.gz": gz.getvalue(), "cut.zip": _zip(tmp_path / "x.zip", {"ds/state.json": b"{}"}).read_bytes()[:-30],
+    }
+    for name, data in cases.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        fmt = {"zip": "datasets", "gz": "datasets", "xz": "datasets", "parquet": "parquet", "jsonl": "jsonl"}[name.rsplit(".", 1)[1]]
+        with pytest.raises(BadFileError, match=name.replace(".", r"\.")):
+            stage_corpus(path, fmt=fmt, name=name, spool_dir=tmp_path)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("corpus")]
