@@ -1,5 +1,5 @@
 """Corpus uploads at scale and in table formats (issue 33, docs/corpus.md "Input"), through real HTTP
-to ``headscope serve`` (uvicorn, Redis, a worker) on a real PostgreSQL store: a 100,000-text Parquet
+to ``headscope serve`` (uvicorn, its Redis; an RQ worker in the test) on a real PostgreSQL store: a 100,000-text Parquet
 corpus is accepted and read back by range; a malformed one is refused naming the row and leaves
 nothing; JSON Lines and ``datasets`` directories (``save_to_disk``, packed as zip or tar.gz) are
 accepted with a ``field`` and give the same content id for the same texts, and a corpus job runs over
@@ -33,11 +33,12 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, tiny_model_dirs, postgres):
-    """``headscope serve`` with one worker, its store a fresh PostgreSQL database (migrated first)."""
+    """``headscope serve`` (its API and Redis; jobs run by an RQ worker in the test), its store a fresh
+    PostgreSQL database (migrated first)."""
     url = postgres.new_database()
     base = tmp_path_factory.mktemp("corpus-serve")
     Store(Settings(data_dir=base / "migrate", database_url=url), migrate=True).close()
-    proc = ServeProcess.for_tests(base, tiny_model_dirs, workers=1, HEADSCOPE_DATABASE_URL=url,
+    proc = ServeProcess.for_tests(base, tiny_model_dirs, workers=0, HEADSCOPE_DATABASE_URL=url,
                                   HEADSCOPE_MAX_UPLOAD_BYTES=str(64 * 2**20))
     proc.start()
     yield proc
@@ -99,7 +100,24 @@ def test_a_malformed_parquet_corpus_is_refused_naming_the_row(served, tmp_path):
     assert [f for f in served.leftovers() if f.startswith("corpus")] == []  # ... not even a spool file
 
 
-def test_jsonl_and_datasets_directories_with_a_field_and_a_job_over_one(served, tmp_path):
+def run_jobs_on(served, monkeypatch) -> None:
+    """Run what the service queued with an RQ worker in this process, on the service's Redis and store."""
+    from rq import SimpleWorker
+
+    import workers.jobs
+    import workers.jobs_corpus
+    from workers import protocol
+
+    store = served.store()
+    monkeypatch.setattr(workers.jobs, "_store", lambda: store)
+    monkeypatch.setattr(workers.jobs_corpus, "_store", lambda: store)
+    conn = Redis.from_url(served.info()["redis_url"])
+    SimpleWorker([protocol.queue(conn, q) for q in protocol.QUEUES], connection=conn,
+                 serializer=protocol.SERIALIZER).work(burst=True)
+    store.close()
+
+
+def test_jsonl_and_datasets_directories_with_a_field_and_a_job_over_one(served, tmp_path, catalogue, monkeypatch):
     texts = synthetic_texts(300, seed=3)
     jsonl = write(tmp_path / "rows.jsonl", texts, field="sentence")
     saved = saved_dataset(tmp_path / "ds", texts)
@@ -119,6 +137,7 @@ def test_jsonl_and_datasets_directories_with_a_field_and_a_job_over_one(served, 
         job = client.post("/api/corpus-analyses", json={"corpus": want, "model": "tiny-bert",
                                                         "options": {"max_tokens": 16, "top_k": 3}})
         assert job.status_code == 202, job.text
+        run_jobs_on(served, monkeypatch)  # reads the corpus from PostgreSQL a window at a time
         done = wait_done(client, f"/api/corpus-analyses/{job.json()['id']}")
     assert done["status"] == "finished", done
     result = done["result"]
