@@ -1,5 +1,5 @@
 """Corpus uploads at scale and in table formats (issue 33, docs/corpus.md "Input"), through real HTTP
-to ``headscope serve`` (uvicorn, Redis, a worker) on a real PostgreSQL store: a 100,000-text Parquet
+to ``headscope serve`` (uvicorn, its Redis; an RQ worker in the test) on a real PostgreSQL store: a 100,000-text Parquet
 corpus is accepted and read back by range; a malformed one is refused naming the row and leaves
 nothing; JSON Lines and ``datasets`` directories (``save_to_disk``, packed as zip or tar.gz) are
 accepted with a ``field`` and give the same content id for the same texts, and a corpus job runs over
@@ -33,11 +33,12 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, tiny_model_dirs, postgres):
-    """``headscope serve`` with one worker, its store a fresh PostgreSQL database (migrated first)."""
+    """``headscope serve`` (its API and Redis; jobs run by an RQ worker in the test), its store a fresh
+    PostgreSQL database (migrated first)."""
     url = postgres.new_database()
     base = tmp_path_factory.mktemp("corpus-serve")
     Store(Settings(data_dir=base / "migrate", database_url=url), migrate=True).close()
-    proc = ServeProcess.for_tests(base, tiny_model_dirs, workers=1, HEADSCOPE_DATABASE_URL=url,
+    proc = ServeProcess.for_tests(base, tiny_model_dirs, workers=0, HEADSCOPE_DATABASE_URL=url,
                                   HEADSCOPE_MAX_UPLOAD_BYTES=str(64 * 2**20))
     proc.start()
     yield proc
@@ -99,7 +100,24 @@ def test_a_malformed_parquet_corpus_is_refused_naming_the_row(served, tmp_path):
     assert [f for f in served.leftovers() if f.startswith("corpus")] == []  # ... not even a spool file
 
 
-def test_jsonl_and_datasets_directories_with_a_field_and_a_job_over_one(served, tmp_path):
+def run_jobs_on(served, monkeypatch) -> None:
+    """Run what the service queued with an RQ worker in this process, on the service's Redis and store."""
+    from rq import SimpleWorker
+
+    import workers.jobs
+    import workers.jobs_corpus
+    from workers import protocol
+
+    store = served.store()
+    monkeypatch.setattr(workers.jobs, "_store", lambda: store)
+    monkeypatch.setattr(workers.jobs_corpus, "_store", lambda: store)
+    conn = Redis.from_url(served.info()["redis_url"])
+    SimpleWorker([protocol.queue(conn, q) for q in protocol.QUEUES], connection=conn,
+                 serializer=protocol.SERIALIZER).work(burst=True)
+    store.close()
+
+
+def test_jsonl_and_datasets_directories_with_a_field_and_a_job_over_one(served, tmp_path, catalogue, monkeypatch):
     texts = synthetic_texts(300, seed=3)
     jsonl = write(tmp_path / "rows.jsonl", texts, field="sentence")
     saved = saved_dataset(tmp_path / "ds", texts)
@@ -119,6 +137,7 @@ def test_jsonl_and_datasets_directories_with_a_field_and_a_job_over_one(served, 
         job = client.post("/api/corpus-analyses", json={"corpus": want, "model": "tiny-bert",
                                                         "options": {"max_tokens": 16, "top_k": 3}})
         assert job.status_code == 202, job.text
+        run_jobs_on(served, monkeypatch)  # reads the corpus from PostgreSQL a window at a time
         done = wait_done(client, f"/api/corpus-analyses/{job.json()['id']}")
     assert done["status"] == "finished", done
     result = done["result"]
@@ -210,3 +229,43 @@ def test_the_limits_come_from_settings(redis_server, tmp_path):
     assert status == 422 and "its texts take more than the 40,000-byte limit" in text  # the file itself is small
     big = client.post("/api/corpora", files={"file": ("big.jsonl", b'{"text": "x"}\n' * 4000, "x")})
     assert big.status_code == 413 and "40,000-byte limit" in big.json()["detail"]
+
+
+def test_a_staged_corpus_is_read_by_range_from_its_spool(tmp_path):
+    texts = synthetic_texts(2_345, seed=9)
+    staged = stage_corpus(write(tmp_path / "c.txt", texts), fmt="txt", name="c.txt", spool_dir=tmp_path)
+    assert staged.id == corpus_id(texts) and len(staged) == 2_345 and staged.preview == [t[:200] for t in texts[:5]]
+    assert [n for n, _ in staged.chunks()] == [1000, 1000, 345]
+    for start, stop, batch in [(0, None, 1000), (999, 2100, 300), (2000, 2001, 7), (2344, 5000, 2)]:
+        got = list(staged.batches(start, stop, batch=batch))
+        assert all(len(b) <= batch for b in got) and [t for b in got for t in b] == texts[start:stop]
+    staged.discard()
+    assert not staged.spool.exists()
+
+
+def test_garbage_is_refused_by_name_never_a_crash(tmp_path):
+    import random
+
+    rng = random.Random(0)
+    noise = bytes(rng.randrange(256) for _ in range(4096))
+    gz = io.BytesIO()
+    with tarfile.open(fileobj=gz, mode="w:gz") as tf:
+        info = tarfile.TarInfo("ds/data-00000-of-00001.arrow")
+        info.size = len(noise)
+        tf.addfile(info, io.BytesIO(noise))
+        body = json.dumps({"splits": ["."]}).encode()  # a split that would be the dict itself
+        info = tarfile.TarInfo("ds/dataset_dict.json")
+        info.size = len(body)
+        tf.addfile(info, io.BytesIO(body))
+    cases = {
+        "noise.zip": noise, "noise.tar.gz": noise, "noise.tar.xz": b"\xfd7zXZ\x00" + noise, "noise.parquet": noise,
+        "PAR1.parquet": b"PAR1" + noise + b"PAR1", "deep.jsonl": b"[" * 100_000 + b"\n",
+        "split-dot.tar.gz": gz.getvalue(), "cut.zip": _zip(tmp_path / "x.zip", {"ds/state.json": b"{}"}).read_bytes()[:-30],
+    }
+    for name, data in cases.items():
+        path = tmp_path / name
+        path.write_bytes(data)
+        fmt = {"zip": "datasets", "gz": "datasets", "xz": "datasets", "parquet": "parquet", "jsonl": "jsonl"}[name.rsplit(".", 1)[1]]
+        with pytest.raises(BadFileError, match=name.replace(".", r"\.")):
+            stage_corpus(path, fmt=fmt, name=name, spool_dir=tmp_path)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("corpus")]

@@ -13,6 +13,7 @@ or ``dataset_dict.json``, so the archive may hold the directory itself or its co
 
 from __future__ import annotations
 
+import lzma
 import shutil
 import stat
 import tarfile
@@ -139,7 +140,8 @@ def unpacked(path: Path, *, name: str, max_bytes: int, work_dir: Path | None = N
                 _untar(path, writer)
             else:
                 raise BadFileError(f"{name} is not a zip or tar archive")
-        except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError, RuntimeError,
+                NotImplementedError) as exc:  # RuntimeError: an encrypted member; NotImplementedError: a codec
             raise BadFileError(f"{name} is not a readable archive ({exc})") from None
         yield _dataset_root(tmp, name=name)
     finally:

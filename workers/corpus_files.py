@@ -91,6 +91,8 @@ def _jsonl(lines: Iterator[tuple[int, str]], *, name: str, field: str) -> Iterat
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise BadFileError(f"{name}: line {number} is not JSON ({exc.msg})") from None
+        except RecursionError:
+            raise BadFileError(f"{name}: line {number} is JSON nested too deeply") from None
         if not isinstance(obj, dict):
             raise BadFileError(f"{name}: line {number} is not a JSON object")
         if field not in obj:
@@ -212,12 +214,16 @@ def dataset_dir(root: Path, *, name: str) -> Path:
     dict_file = root / "dataset_dict.json"
     if dict_file.is_file():
         splits = _json(dict_file, name=name).get("splits")
-        if not isinstance(splits, list) or not all(isinstance(s, str) and re.fullmatch(r"[\w.-]+", s) for s in splits):
+        if not isinstance(splits, list) or not splits or not all(
+                isinstance(s, str) and re.fullmatch(r"[\w-][\w.-]*", s) for s in splits):
             raise BadFileError(f"{name}: dataset_dict.json has no valid list of splits")
         if len(splits) != 1:
             raise BadFileError(f"{name} holds the splits {', '.join(splits)}; give one split's directory "
                                f"(for example {splits[0]}/)")
-        return dataset_dir(root / splits[0], name=name)
+        split = root / splits[0]
+        if not (split / "state.json").is_file():
+            raise BadFileError(f"{name}: its split {splits[0]} has no state.json")
+        return split
     raise BadFileError(f"{name} is not a dataset saved with save_to_disk (no state.json or dataset_dict.json)")
 
 
