@@ -3,6 +3,7 @@ each), the split's overhead, and a worker's peak memory at two corpus sizes.
 
     nice -n 10 .venv/bin/python -m tests.bench.bench_scale [--models minilm,smollm2]
         [--texts minilm=10000,smollm2=1000] [--memory-texts 10000,100000] [--memory-model minilm]
+        [--part-texts 500]
 
 Everything is real: the bundled Redis, a SQLite store in a temporary directory holding a synthetic
 corpus (``tests/bench/synthetic_corpus.py``), and workers started as ``python -m workers.main
@@ -13,7 +14,9 @@ corpus (``tests/bench/synthetic_corpus.py``), and workers started as ``python -m
                over the reference's, minus 1 (target <= 5 % at 10,000 texts)
     split x2   2 workers: speed-up = split x1's time over this one's (target >= 1.7x on 2 cores)
 
-Times run from the submit to the stored result (polled every 20 ms). Memory: the peak resident set
+Times run from the submit to the stored result (polled every 20 ms); the workers' CPU seconds
+(user + system, /proc) are reported beside them: the split's overhead in CPU time is what a loaded
+machine does not distort. Memory: the peak resident set
 (VmHWM) of each of two fresh workers after a split job over N texts, for each N of --memory-texts
 (``--memory-model tiny-bert`` runs 100,000 texts in minutes on a loaded machine; memory is mechanics).
 Every line carries the load average (1 min) before and after it: on a shared machine the speed-up
@@ -36,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "tests" / "bench"))
 
-PART = 500
+PART = 500  # texts per part (--part-texts)
 
 
 def load() -> float:
@@ -148,6 +151,17 @@ class Bench:
         self.log.close()
 
 
+def cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes have used: unlike wall time, not stretched by the
+    other processes of a loaded machine."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def peak_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -169,22 +183,29 @@ def max_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
 def speed(bench: Bench, model: str, n: int) -> dict[str, Any]:
     corpus = bench.corpus(n)
     out: dict[str, Any] = {"model": model, "texts": n, "part_texts": PART}
-    bench.start(1, model, split=False)
-    l0 = load()
+    pids = bench.start(1, model, split=False)
+    l0, c0 = load(), cpu_s(pids)
     t_one, one = bench.run(corpus, model)
-    out.update(one_job_s=round(t_one, 2), one_job_texts_per_s=round(n / t_one, 2), load_one=(l0, load()))
+    cpu_one = cpu_s(pids) - c0
+    out.update(one_job_s=round(t_one, 2), one_job_texts_per_s=round(n / t_one, 2), one_job_cpu_s=round(cpu_one, 2),
+               load_one=(l0, load()))
     bench.stop()
-    bench.start(1, model, split=True)
-    l0 = load()
+    pids = bench.start(1, model, split=True)
+    l0, c0 = load(), cpu_s(pids)
     t1, split1 = bench.run(corpus, model)
-    out.update(split1_s=round(t1, 2), split1_texts_per_s=round(n / t1, 2), load_split1=(l0, load()),
-               parts=split1["split"]["parts"], part_seconds_sum=split1["split"]["part_seconds"])
-    bench.start(1, model, split=True)  # a second worker
-    l0 = load()
+    cpu_1 = cpu_s(pids) - c0
+    out.update(split1_s=round(t1, 2), split1_texts_per_s=round(n / t1, 2), split1_cpu_s=round(cpu_1, 2),
+               load_split1=(l0, load()), parts=split1["split"]["parts"],
+               part_seconds_sum=split1["split"]["part_seconds"])
+    pids += bench.start(1, model, split=True)  # a second worker
+    l0, c0 = load(), cpu_s(pids)
     t2, split2 = bench.run(corpus, model)
-    out.update(split2_s=round(t2, 2), split2_texts_per_s=round(n / t2, 2), load_split2=(l0, load()))
+    cpu_2 = cpu_s(pids) - c0
+    out.update(split2_s=round(t2, 2), split2_texts_per_s=round(n / t2, 2), split2_cpu_s=round(cpu_2, 2),
+               load_split2=(l0, load()))
     bench.stop()
-    out.update(overhead=round(t1 / t_one - 1, 4), speedup_2_workers=round(t1 / t2, 3),
+    out.update(overhead=round(t1 / t_one - 1, 4), overhead_cpu=round(cpu_1 / cpu_one - 1, 4),
+               speedup_2_workers=round(t1 / t2, 3),
                speedup_2_workers_vs_one_job=round(t_one / t2, 3),
                max_abs_diff_split_vs_one_job=max_diff(one, split1),
                two_workers_equal_one=max_diff(split1, split2) == 0.0)
@@ -210,7 +231,10 @@ def main() -> int:
     ap.add_argument("--texts", default="minilm=10000,smollm2=1000", help="texts per model for the speed runs")
     ap.add_argument("--memory-texts", default="10000,100000")
     ap.add_argument("--memory-model", default="minilm", help="minilm, smollm2 or tiny-bert (random, 2 layers)")
+    ap.add_argument("--part-texts", type=int, default=PART, help="HEADSCOPE_SPLIT_PART_ITEMS (the default 500)")
     args = ap.parse_args()
+    global PART
+    PART = args.part_texts
     texts = {k: int(v) for k, v in (kv.split("=") for kv in args.texts.split(","))}
     base = Path(tempfile.mkdtemp(prefix="hs-scale-"))
     bench = Bench(base)
