@@ -47,14 +47,12 @@ def compute_corpus(req: CorpusRequest, *, texts: Sequence[str] | TextSource, pro
                    should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The result of a corpus request (docs/results.md, "corpus"); no queue needed (the CLI calls it).
     ``texts``: a list or a ``TextSource`` (``workers.corpus_source.open_corpus``), read in windows."""
-    from workers.analysis.corpus import CorpusOptions, corpus_statistics
+    from workers.analysis.corpus import corpus_statistics
     from workers.models import load_model
 
     progress(0.0, f"loading model {req.model}")
     loaded = load_model(req.model, dtype=req.options.dtype)
-    o = req.options
-    options = CorpusOptions(max_tokens=o.max_tokens, keep_special=o.keep_special, statistics=tuple(o.statistics),
-                            top_k=o.top_k, exclude_sink_self=o.exclude_sink_self)
+    options = _options(req)
     last = [0.0]
 
     def partial(so_far: dict[str, Any]) -> None:
@@ -65,7 +63,7 @@ def compute_corpus(req: CorpusRequest, *, texts: Sequence[str] | TextSource, pro
 
     result = corpus_statistics(loaded, texts, options=options, progress=progress, on_batch=partial,
                                should_stop=should_stop)
-    return {**result, "corpus": req.corpus, "dtype": o.dtype}
+    return {**result, "corpus": req.corpus, "dtype": req.options.dtype}
 
 
 def compute_joint(req: JointMapRequest, *, texts: Sequence[str] | TextSource, progress: Callable[[float, str], None],
