@@ -226,6 +226,7 @@ def memory(bench: Bench, model: str, sizes: list[int]) -> list[dict[str, Any]]:
 
 
 def main() -> int:
+    global PART
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="minilm,smollm2")
     ap.add_argument("--texts", default="minilm=10000,smollm2=1000", help="texts per model for the speed runs")
@@ -233,7 +234,6 @@ def main() -> int:
     ap.add_argument("--memory-model", default="minilm", help="minilm, smollm2 or tiny-bert (random, 2 layers)")
     ap.add_argument("--part-texts", type=int, default=PART, help="HEADSCOPE_SPLIT_PART_ITEMS (the default 500)")
     args = ap.parse_args()
-    global PART
     PART = args.part_texts
     texts = {k: int(v) for k, v in (kv.split("=") for kv in args.texts.split(","))}
     base = Path(tempfile.mkdtemp(prefix="hs-scale-"))
