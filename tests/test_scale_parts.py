@@ -266,7 +266,12 @@ def test_two_and_three_workers_give_the_one_worker_bits(cluster, one_worker, hel
         log = attempts(c, job_id)
         assert {a["part"] for a in log} == set(range(N_TEXTS // PART))
         assert len({a["worker"] for a in log}) == n_workers
-        assert any("parts" in m and "texts/s" in m for m in seen), seen  # the status line while parts run
+        lines = [m for m in seen if m.startswith("parts ") and m.endswith(" texts/s")]
+        assert lines, seen  # the status while the parts run: parts done and running, texts, texts/s
+        from frontend.pages.common import status_view
+
+        shown = status_view({"status": "running", "progress": 0.5, "message": lines[-1]})[1]
+        assert shown == f"running — {lines[-1]} (50%)"  # the browser's status line says as much
         assert not c.conn.keys("hs:parts*")
 
 
