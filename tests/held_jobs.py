@@ -69,8 +69,9 @@ def hold_after_layers(publish: Callable[[dict[str, Any]], None], conn: Any, job_
 
 def parts_config_key(job_id: str) -> str:
     """JSON the test writes before submitting: ``barrier`` (hold every part until this many workers
-    run parts), ``hold_part`` (hold that part's first attempt after its first batch), ``fail_part``
-    (that part raises on every attempt)."""
+    run parts), ``until_release`` (hold every part until the test sets ``release_key``), ``hold_part``
+    (hold that part's first attempt after its first batch), ``fail_part`` (that part raises on every
+    attempt)."""
     return f"hs-test:parts-config:{job_id}"
 
 
@@ -126,7 +127,8 @@ def held_corpus_part(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
     config = json.loads(conn.get(parts_config_key(job_id)) or "{}")
     workers_key = f"hs-test:part-workers:{job_id}"
     conn.sadd(workers_key, worker)
-    while conn.scard(workers_key) < int(config.get("barrier", 0)) and not conn.exists(release_key(job_id)):
+    barrier, until_release = int(config.get("barrier", 0)), bool(config.get("until_release"))
+    while not conn.exists(release_key(job_id)) and (until_release or conn.scard(workers_key) < barrier):
         time.sleep(0.02)
     if config.get("fail_part") == index:
         raise RuntimeError(f"part {index} broke on purpose (attempt {ctx.attempt})")
