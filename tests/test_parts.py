@@ -32,6 +32,8 @@ def test_split_covers_every_item_once_and_small_jobs_stay_one():
     assert [i for a, b in ranges for i in range(a, b)] == list(range(1003))
     assert len(ranges) == 11
     assert parts.split(400, part_items=100, min_items=500) == [(0, 400)]
+    wide = parts.split(1_000_000, part_items=500, min_items=2000, max_parts=200)  # larger parts, never over 200
+    assert len(wide) == 200 and wide[0] == (0, 5000) and wide[-1][1] == 1_000_000
 
 
 def test_fan_out_merges_in_order_equal_to_one_part_and_leaves_no_slots(conn):

@@ -116,7 +116,8 @@ def split_corpus(rep: Reporter, req: CorpusRequest, request: dict[str, Any], *, 
     """Hand a corpus of ``split_min_items`` texts or more to parts (docs/scaling.md); None: one job."""
     settings = _settings()
     n = n_texts
-    ranges = parts.split(n, part_items=settings.split_part_items, min_items=settings.split_min_items)
+    ranges = parts.split(n, part_items=settings.split_part_items, min_items=settings.split_min_items,
+                         max_parts=settings.split_max_parts)
     if len(ranges) < 2:
         return None
     _options(req)  # a bad option fails here, once, not in every part
@@ -128,7 +129,7 @@ def split_corpus(rep: Reporter, req: CorpusRequest, request: dict[str, Any], *, 
         unit="texts", context={"job_id": rep.job.id, "request": request}, job_timeout=settings.job_timeout_s)
     if rep.conn.exists(protocol.cancel_key(rep.job.id)):  # cancelled while fanning out: the API saw no plan
         parts.cancel(rep.conn, rep.job.id, len(ranges))
-    rep.progress(0.0, f"split into {len(ranges)} parts of up to {settings.split_part_items} texts")
+    rep.progress(0.0, f"split into {len(ranges)} parts of up to {ranges[0][1] - ranges[0][0]} texts")
     logger.info("corpus job %s: %d texts in %d parts", rep.job.id, n, len(ranges))
     return parts.Split(merge.id, len(ranges))
 

@@ -7,8 +7,8 @@ request hash the API knows):
 
     ``hs:split:{id}``        the plan: merge job id, parts, items, unit, start time (JSON); the API's
                              status of the job reads it (``status``)
-    ``hs:parts:{id}``        hash part index -> the part's partial result (JSON). A retried part
-                             overwrites its own slot, so nothing is counted twice.
+    ``hs:parts:{id}``        hash part index -> the part's partial result (zlib-compressed JSON). A
+                             retried part overwrites its own slot, so nothing is counted twice.
     ``hs:parts-done:{id}``   hash part index -> items the part has done so far (progress; a retried
                              part starts its own count again)
     ``hs:parts-tries:{id}``  hash part index -> attempts started
@@ -32,7 +32,9 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import math
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -86,12 +88,15 @@ def merge_id(job_id: str) -> str:
     return f"{job_id}-merge"
 
 
-def split(n_items: int, *, part_items: int, min_items: int) -> list[tuple[int, int]]:
+def split(n_items: int, *, part_items: int, min_items: int, max_parts: int | None = None) -> list[tuple[int, int]]:
     """Half-open ranges ``[start, stop)`` covering ``range(n_items)``; one range when ``n_items < min_items``.
+    Parts hold ``part_items`` items, more when that would make over ``max_parts`` parts.
 
     >>> split(5, part_items=2, min_items=3)
     [(0, 2), (2, 4), (4, 5)]
     """
+    if max_parts:
+        part_items = max(part_items, math.ceil(n_items / max_parts))
     if n_items < min_items or n_items <= part_items:
         return [(0, n_items)]
     return [(start, min(start + part_items, n_items)) for start in range(0, n_items, part_items)]
@@ -102,7 +107,7 @@ def _resolve(path: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), name)
 
 
-def _hset_unless_cancelled(conn: Redis, job_id: str, key: str, field: str, value: str) -> bool:
+def _hset_unless_cancelled(conn: Redis, job_id: str, key: str, field: str, value: str | bytes) -> bool:
     return bool(conn.eval(_HSET_UNLESS, 2, protocol.cancel_key(job_id), key, field, value, KEY_TTL_S))
 
 
@@ -213,7 +218,8 @@ def run_part(*, job_id: str, index: int, part: str, payload: dict[str, Any]) -> 
         if attempt >= ATTEMPTS:
             _fail(conn, job_id, index, exc, code=None)
         raise
-    if not _hset_unless_cancelled(conn, job_id, parts_key(job_id), str(index), json.dumps(partial)):
+    slot = zlib.compress(json.dumps(partial).encode(), 1)  # a corpus part's top-pair contexts: ~7x
+    if not _hset_unless_cancelled(conn, job_id, parts_key(job_id), str(index), slot):
         conn.hdel(done_key(job_id), str(index))
         return {"skipped": True}  # cancelled while running: leave no slot behind
     return {"part": index}
@@ -312,7 +318,7 @@ class Partials:
         raw = self.conn.hget(parts_key(self.job_id), str(i))
         if raw is None:
             raise PartFailed(f"part {i} left no result")
-        return json.loads(raw)
+        return json.loads(zlib.decompress(raw))
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (self[i] for i in range(self.n))

@@ -126,6 +126,10 @@ class Settings(BaseSettings):
         "parts every worker shares (workers/parts.py, docs/scaling.md)"
     )
     split_part_items: int = Field(500, ge=1, description="texts per part of a split corpus job")
+    split_max_parts: int = Field(
+        200, ge=2, description="a split corpus job has at most this many parts (larger parts then): the parts' "
+        "partial results wait in Redis for the merge"
+    )
     split_min_run_tokens: int = Field(
         100_000, ge=1, description="an ablation of every head or a patching with fewer run tokens (intervened "
         "runs x their tokens) stays in its analysis job; more is split into parts (docs/scaling.md)"
