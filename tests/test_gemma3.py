@@ -165,13 +165,3 @@ def test_decomposition_and_attribution_are_exact_in_float64():
     att = logit_attribution(loaded, encode(loaded, SHORT))
     assert att["softcap"] is None and att["heads"].shape[:2] == (18, 4)
     assert att["rel_error"] < 1e-9
-
-
-def test_multimodal_gemma3_is_refused_naming_the_text_model():
-    from workers.models.families import family_of
-
-    with pytest.raises(HeadscopeError, match=r"model type 'gemma3' is not supported \(a multimodal Gemma 3 "
-                       r"checkpoint: save its text model \(model type gemma3_text\) and add that\); supported: .*gemma3_text"):
-        family_of("gemma3")
-    with pytest.raises(HeadscopeError, match=r"model type 'distilbert' is not supported; supported: bert"):
-        family_of("distilbert")  # other types: refused as before
