@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from workers.analysis.memory import VOCAB_CHUNK, VOCAB_ROWS
+
 if TYPE_CHECKING:
     from workers.models.lm_head import Unembedding
 
-CHUNK = 4096  # vocabulary rows a block: [256 rows x 4096] float32 logits = 4 MB, W_U block 10 MB at d = 640
-ROWS = 512  # rows of ``normed`` a block (the W_U block is reused across them while it is in cache)
+CHUNK = VOCAB_CHUNK  # vocabulary rows a block
+ROWS = VOCAB_ROWS  # rows of ``normed`` a block (the W_U block is reused across them while it is in cache)
 
 
 @dataclass
