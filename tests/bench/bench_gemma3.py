@@ -30,9 +30,9 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from pathlib import Path
 
 from tests.bench.bench_smollm2 import ROOT, _rss_mb
+from tests.bench.bench_tsne import _reset_peak
 
 
 def _timed2(fn, repeats: int) -> tuple[float, float, list[float]]:
@@ -44,15 +44,6 @@ def _timed2(fn, repeats: int) -> tuple[float, float, list[float]]:
         wall.append(time.perf_counter() - w)
         cpu.append(time.process_time() - c)
     return statistics.median(wall), statistics.median(cpu), wall
-
-
-def _reset_peak() -> bool:
-    """Reset VmHWM to the current VmRSS (Linux ``clear_refs`` 5); False where it cannot be."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
 
 
 def main() -> None:
