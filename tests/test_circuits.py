@@ -25,7 +25,7 @@ CLEAN = "The head of the model is in the text and the word is of the token"
 CORRUPTED = "The head of the model is in the text and a word is of the token"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def lms(tmp_path_factory: pytest.TempPathFactory) -> Catalogue:
     base = tmp_path_factory.mktemp("circuits")
     cat = Catalogue()
