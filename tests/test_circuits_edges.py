@@ -205,4 +205,8 @@ def test_result_shape_and_refusals(lms):
     with pytest.raises(HeadscopeError, match="same length"):
         edge_attribution(s.loaded, s.c, encode(s.loaded, CLEAN + " of the"))
     with pytest.raises(HeadscopeError, match="top_edges"):
-        edge_attribution(s.loaded, s.c, s.k, target=s.target, top_edges=s.g.n_edges + 1)
+        edge_attribution(s.loaded, s.c, s.k, target=s.target, top_edges=0)
+    with pytest.raises(HeadscopeError, match="curve sizes"):
+        edge_attribution(s.loaded, s.c, s.k, target=s.target, curve_sizes=[s.g.n_edges + 1])
+    cut = edge_attribution(s.loaded, s.c, s.k, target=s.target, top_edges=s.g.n_edges + 5, curve_sizes=[3])
+    assert cut["top_edges"] == s.g.n_edges == len(cut["edges"])  # N beyond the model's edges: all of them

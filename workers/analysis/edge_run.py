@@ -387,10 +387,12 @@ class SplitModel:
                      torch.stack([t.detach() for t in mid], 1), logits)
 
     @torch.inference_mode()
-    def patched(self, base: Plain, x0: torch.Tensor, masks: torch.Tensor, kwargs: list[dict[str, Any]]) -> torch.Tensor:
+    def patched(self, base: Plain, x0: torch.Tensor, masks: torch.Tensor, kwargs: list[dict[str, Any]], *,
+                on_layer: Callable[[int], None] | None = None) -> torch.Tensor:
         """Logits [R, vocabulary] at the last position of R edge-patched runs: ``base`` the corrupted
         run (one row), ``x0`` [n, d] the clean input, ``masks`` [R, n_edges] (1: the edge is in that
-        run's circuit). Every reader's input is ``x_v^K + sum_u mask(u -> v) (u* - u_K)``."""
+        run's circuit). Every reader's input is ``x_v^K + sum_u mask(u -> v) (u* - u_K)``.
+        ``on_layer(layer)`` after each layer (progress)."""
         g = self.graph
         R = masks.shape[0]
         Wn, n, d = base.writers.shape[1:]
@@ -409,6 +411,8 @@ class SplitModel:
             upf = g.up_ff(layer)
             x_ff = mk[layer] + torch.bmm(mf[layer][:, None], delta[:, :upf].reshape(R, upf, n * d)).reshape(R, n, d)
             delta[:, g.ff(layer)] = self.ff(layer, x_ff) - wk[g.ff(layer)]
+            if on_layer is not None:
+                on_layer(layer)
         x_last = rk[g.n_layers, -1] + torch.bmm(ml[:, None], delta[:, :, -1]).reshape(R, d)
         return self.logits(x_last)
 

@@ -31,7 +31,9 @@ import torch
 from workers.analysis.causal import TargetSpec
 from workers.analysis.edge_run import INPUTS, Graph, Plain, SplitModel
 from workers.analysis.interventions import pair_keys, pair_target
+from workers.analysis.memory import ModelFacts, edge_rows
 from workers.analysis.progress import Progress, no_progress
+from workers.contracts import MAX_IG_STEPS, MAX_TOP_EDGES
 from workers.errors import CancelledError, HeadscopeError
 from workers.models.adapters import Encoded
 
@@ -40,10 +42,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MAX_TOP_EDGES = 10_000
-MAX_IG_STEPS = 50
-MAX_CURVE_SIZES = 24
-ROW_BYTES = 256 * 2**20  # a batch of patched or gradient rows holds about this much per tensor of the run
 
 
 def default_sizes(n_edges: int, count: int = 12, low: float = 0.001, high: float = 0.2) -> list[int]:
@@ -74,14 +72,6 @@ def prune(graph: Graph, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
     return reach[src] & back[tgt]
 
 
-def _rows_per_batch(model: SplitModel, n: int) -> int:
-    """Rows of a batch so that one [rows, writers, n, d] tensor stays near ``ROW_BYTES``."""
-    p = next(iter(model.loaded.model.parameters()))
-    d = model.parts[0].wo.shape[-1]
-    per_row = model.graph.n_writers * n * d * p.element_size()
-    return max(1, ROW_BYTES // per_row)
-
-
 def eap_scores(
     model: SplitModel,
     x0_k: torch.Tensor,
@@ -91,6 +81,7 @@ def eap_scores(
     metric: Callable[[torch.Tensor], torch.Tensor],
     *,
     steps: int,
+    rows: int,
     progress: Progress,
     should_stop: Callable[[], bool] | None = None,
 ) -> torch.Tensor:
@@ -103,11 +94,15 @@ def eap_scores(
     sh, sf, sl = g.blocks(scores)
     flat = delta.reshape(delta.shape[0], -1)  # [W, n*d]
 
+    at = {"chunk": 0, "chunks": 1, "label": ""}
+
     def hook(kind: str, layer: int, grad: torch.Tensor) -> None:
         if kind == "heads":  # grad [B, 3, H, n, d]
             up = g.up_heads(layer)
             gs = grad.sum(0).reshape(3 * g.n_heads, -1)
             sh[layer] += (gs @ flat[:up].T).reshape(3, g.n_heads, up).double()
+            part = (at["chunk"] + (g.n_layers - layer) / g.n_layers) / at["chunks"]
+            progress(part, f"{at['label']}: backward at layer {layer}")
         elif kind == "ff":  # [B, n, d]
             up = g.up_ff(layer)
             sf[layer] += (flat[:up] @ grad.sum(0).reshape(-1)).double()
@@ -115,17 +110,22 @@ def eap_scores(
             sl.add_((delta[:, -1] @ grad.sum(0)).double())
 
     alphas = [i / steps for i in range(steps)]
-    per = max(1, _rows_per_batch(model, x0_k.shape[0]) // 2)
+    per = max(1, rows)
+    at["chunks"] = -(-steps // per)
     for start in range(0, steps, per):
         if should_stop is not None and should_stop():
             raise CancelledError("edge attribution")
+        at["chunk"] = start // per
+        end = min(steps, start + per)
+        at["label"] = (f"EAP-IG: steps {start + 1}-{end} of {steps}" if end > start + 1 else
+                       f"EAP-IG: step {end} of {steps}") if steps > 1 else "EAP"
         a = torch.as_tensor(alphas[start : start + per], dtype=x0_k.dtype, device=x0_k.device)
         x0 = (x0_k[None] + a[:, None, None] * (x0_c - x0_k)[None]).requires_grad_(True)
         with torch.enable_grad():
             run = model.plain(x0, kwargs, hooks=hook)
-            torch.autograd.backward(metric(run.logits).sum())
-        done = min(steps, start + per)
-        progress(done / steps, f"EAP-IG: {done}/{steps} steps" if steps > 1 else "EAP: gradient done")
+            # the gradient of the input only: the hooks see every reader's on the way, no weight gets one
+            torch.autograd.grad(metric(run.logits).sum(), [x0])
+        progress(end / steps, f"EAP-IG: {end}/{steps} steps done" if steps > 1 else "EAP: gradient done")
     return scores / steps
 
 
@@ -143,7 +143,8 @@ def edge_attribution(
     should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """SPEC 12 EAP / EAP-IG, the circuit of the top ``top_edges`` edges, its faithfulness and the
-    faithfulness curve over ``curve_sizes`` (default ``default_sizes``). Keys: docs/results.md."""
+    faithfulness curve over ``curve_sizes`` (default ``default_sizes``). Keys: docs/results.md.
+    ``top_edges`` beyond the model's edge count is cut to it (the API refuses it when asked for)."""
     t0 = time.perf_counter()
     progress = progress or no_progress
     if clean.n != corrupted.n:
@@ -153,11 +154,12 @@ def edge_attribution(
         )
     model = SplitModel(loaded)
     g = model.graph
+    ig_rows, _, patched_rows, _ = edge_rows(ModelFacts.of(loaded), clean.n)
     if not 1 <= ig_steps <= MAX_IG_STEPS:
         raise HeadscopeError(f"ig_steps must be 1-{MAX_IG_STEPS}, not {ig_steps}")
-    if not 1 <= top_edges <= min(MAX_TOP_EDGES, g.n_edges):
-        raise HeadscopeError(f"top_edges must be 1-{min(MAX_TOP_EDGES, g.n_edges)} ({loaded.name} has "
-                             f"{g.n_edges} edges), not {top_edges}")
+    if not 1 <= top_edges <= MAX_TOP_EDGES:
+        raise HeadscopeError(f"top_edges must be 1-{MAX_TOP_EDGES}, not {top_edges}")
+    top_edges = min(top_edges, g.n_edges)  # a small model has fewer edges than the default N
     sizes = sorted(set(curve_sizes)) if curve_sizes else default_sizes(g.n_edges)
     if sizes[-1] > g.n_edges or sizes[0] < 1:
         raise HeadscopeError(f"curve sizes must be 1-{g.n_edges} edges ({loaded.name} has {g.n_edges})")
@@ -176,7 +178,7 @@ def edge_attribution(
         return logits[:, ia] - logits[:, ib]
 
     delta = both.writers[1] - both.writers[0]  # [W, n, d]
-    raw = eap_scores(model, x0_k, x0_c, kwargs, delta, metric, steps=ig_steps,
+    raw = eap_scores(model, x0_k, x0_c, kwargs, delta, metric, steps=ig_steps, rows=ig_rows,
                      progress=lambda f, m: progress(0.05 + 0.55 * f, m), should_stop=should_stop)
     scores = raw / (m_c - m_k)
     score_dtype = loaded.dtype
@@ -197,15 +199,21 @@ def edge_attribution(
     for row, idx in enumerate(kept):
         masks[row, torch.as_tensor(idx, device=masks.device)] = 1
     base = Plain(both.writers[:1], both.resid[:1], both.mid[:1], both.logits[:1])
-    per = max(1, _rows_per_batch(model, clean.n))
+    per = patched_rows
     faith = np.zeros(len(wanted))
-    for start in range(0, len(wanted), per):
+    total = len(wanted)
+    for start in range(0, total, per):
         if should_stop is not None and should_stop():
             raise CancelledError("edge attribution")
-        logits = model.patched(base, x0_c, masks[start : start + per], kwargs)
-        faith[start : start + per] = (metric(logits).double().cpu().numpy() - m_k) / (m_c - m_k)
-        done = min(len(wanted), start + per)
-        progress(0.6 + 0.4 * done / len(wanted), f"faithfulness: {done}/{len(wanted)} circuits evaluated")
+        end = min(total, start + per)
+
+        def on_layer(layer: int, start: int = start, end: int = end) -> None:
+            part = (start + (end - start) * (layer + 1) / g.n_layers) / total
+            progress(0.6 + 0.4 * part, f"faithfulness: circuits {start + 1}-{end} of {total}, layer {layer}")
+
+        logits = model.patched(base, x0_c, masks[start:end], kwargs, on_layer=on_layer)
+        faith[start:end] = (metric(logits).double().cpu().numpy() - m_k) / (m_c - m_k)
+        progress(0.6 + 0.4 * end / total, f"faithfulness: {end}/{total} circuits evaluated")
 
     listed = order if all_edges else order[:top_edges]
     src, tgt, inp = g.edges_of(listed)
