@@ -173,6 +173,7 @@ def edge_attribution(
     if m_c == m_k:
         raise HeadscopeError("the metric is the same on both texts: nothing to restore")
     progress(0.05, "edge attribution: clean and corrupted runs done")
+    t_runs = time.perf_counter()
 
     def metric(logits: torch.Tensor) -> torch.Tensor:
         return logits[:, ia] - logits[:, ib]
@@ -181,6 +182,7 @@ def edge_attribution(
     raw = eap_scores(model, x0_k, x0_c, kwargs, delta, metric, steps=ig_steps, rows=ig_rows,
                      progress=lambda f, m: progress(0.05 + 0.55 * f, m), should_stop=should_stop)
     scores = raw / (m_c - m_k)
+    t_scores = time.perf_counter()
     score_dtype = loaded.dtype
     scores_bytes = g.n_edges * torch.empty((), dtype=score_dtype).element_size()
 
@@ -215,6 +217,7 @@ def edge_attribution(
         faith[start:end] = (metric(logits).double().cpu().numpy() - m_k) / (m_c - m_k)
         progress(0.6 + 0.4 * end / total, f"faithfulness: {end}/{total} circuits evaluated")
 
+    t_circuits = time.perf_counter()
     listed = order if all_edges else order[:top_edges]
     src, tgt, inp = g.edges_of(listed)
     ids = [g.writer_id(w) for w in range(g.n_writers)] + ["logits"]
@@ -243,5 +246,7 @@ def edge_attribution(
         "scores_bytes": int(scores_bytes),
         "scores_dtype": str(score_dtype).replace("torch.", ""),
         "seconds": round(time.perf_counter() - t0, 3),
+        # the clean and corrupted runs; EAP(-IG)'s gradient runs; the circuits' edge-patched runs
+        "timings": {"runs_s": t_runs - t0, "scores_s": t_scores - t_runs, "circuits_s": t_circuits - t_scores},
         **pair_keys(loaded, corrupted, ia, ib, m_c, m_k),
     }
