@@ -195,3 +195,19 @@ def test_edge_attribution_job_can_be_cancelled_while_running(app, monkeypatch):
     done = client.get(f"/api/analyses/{job_id}").json()
     assert done["status"] == "finished" and done["result"]["edge-attribution"]["curve"]
     assert client.delete("/api/analyses/" + "0" * 32).status_code == 404
+
+
+def test_memory_estimate_of_edge_attribution():
+    from workers.analysis.memory import ModelFacts, edge_rows, estimate_text_request
+
+    facts = ModelFacts(n_layers=30, n_heads=9, hidden=576, intermediate=1536, n_params=135_000_000, head_dim=64,
+                       vocab=49152)  # SmolLM2-135M's shapes
+    ig_rows, ig_row, patched_rows, patched_row = edge_rows(facts, 16)
+    assert ig_rows >= 5 and patched_rows >= 13  # n = 16: EAP-IG's 5 steps and 13 circuits each in one batch
+    short = estimate_text_request(facts, 16, ["edge-attribution"], {})
+    long = estimate_text_request(facts, 512, ["edge-attribution"], {})
+    one = estimate_text_request(facts, 512, ["edge-attribution"], {"ig_steps": 1, "curve_sizes": [10]})
+    stage = long.parts["edge-attribution"]
+    assert stage > 2 * 301 * 512 * 576 * 4  # at least the clean and corrupted runs' writers
+    assert short.parts["edge-attribution"] < stage and one.parts["edge-attribution"] <= stage
+    assert edge_rows(facts, 512)[0] == 1 and edge_rows(facts, 512)[1] > ig_row  # long texts: one row at a time
