@@ -207,13 +207,13 @@ def test_qk_fix_keys_and_queries_are_first_order(lms, fam):
         errors = []
         for eps in (1e-2, 1e-4):
 
-            def edit(query, key, eps=eps, kind=kind, h=h, t=t, delta=delta):
+            def edit(query, key, value, eps=eps, kind=kind, h=h, t=t, delta=delta):
                 query, key = query.clone(), key.clone()
                 if kind == "queries":
                     query[0, h, t] += eps * delta
                 else:
                     key[0, h // groups, t] += eps * delta
-                return query, key
+                return query, key, value
 
             with record_attention(loaded, [], edit={int(layer): edit}):
                 fd = (_metric(loaded, k, a, b) - m_k) / eps / scale

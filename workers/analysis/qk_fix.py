@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from workers.models.loader import LoadedModel
 
 RECORD = "headscope_record_qk"
+Edit = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
 
 
 @dataclass
@@ -67,7 +68,7 @@ def _recording(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
     """The attention function while recording: the module's own, then (q, k, ...) to the module's sink."""
     edit = getattr(module, "_hs_edit", None)
     if edit is not None:
-        query, key = edit(query, key)
+        query, key, value = edit(query, key, value)
     out = module._hs_inner(module, query, key, value, attention_mask, *args, **kwargs)
     groups = query.shape[1] // key.shape[1]
     keys = key.repeat_interleave(groups, dim=1) if groups > 1 else key
@@ -79,11 +80,9 @@ def _recording(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
 
 
 @contextmanager
-def record_attention(loaded: LoadedModel, sink: list[Attn],
-                     edit: dict[int, Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]] | None = None,
-                     ) -> Iterator[None]:
+def record_attention(loaded: LoadedModel, sink: list[Attn], edit: dict[int, Edit] | None = None) -> Iterator[None]:
     """Within the block each forward (one text) appends every layer's ``Attn`` to ``sink``; ``edit[layer]``
-    may change that layer's (query, key) first (tests: a shifted key)."""
+    may change that layer's (query, key, value) first (tests: a shifted key; real query/key patching)."""
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface
 
