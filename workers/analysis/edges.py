@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,6 +71,20 @@ def prune(graph: Graph, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
         seg = order[bounds[u] : bounds[u + 1]]
         back[u] = bool(back[tgt[seg]].any()) if len(seg) else False
     return reach[src] & back[tgt]
+
+
+@contextmanager
+def frozen(module: torch.nn.Module) -> Iterator[None]:
+    """Within the block no weight of ``module`` requires a gradient, so the forward keeps only what the
+    gradients of the activations need (not the inputs every weight's gradient would read)."""
+    was = [(p, p.requires_grad) for p in module.parameters()]
+    for p, _ in was:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p, flag in was:
+            p.requires_grad_(flag)
 
 
 def eap_scores(
@@ -121,7 +136,7 @@ def eap_scores(
                        f"EAP-IG: step {end} of {steps}") if steps > 1 else "EAP"
         a = torch.as_tensor(alphas[start : start + per], dtype=x0_k.dtype, device=x0_k.device)
         x0 = (x0_k[None] + a[:, None, None] * (x0_c - x0_k)[None]).requires_grad_(True)
-        with torch.enable_grad():
+        with torch.enable_grad(), frozen(model.loaded.model):
             run = model.plain(x0, kwargs, hooks=hook)
             # the gradient of the input only: the hooks see every reader's on the way, no weight gets one
             torch.autograd.grad(metric(run.logits).sum(), [x0])
