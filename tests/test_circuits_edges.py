@@ -187,8 +187,11 @@ def test_graph_layout():
 
 def test_result_shape_and_refusals(lms):
     s = Setup(lms, "qwen2")
+    flags = [p.requires_grad for p in s.loaded.model.parameters()]
     out = edge_attribution(s.loaded, s.c, s.k, target=s.target, top_edges=30, curve_sizes=[5, 10, s.g.n_edges])
     json.dumps(out)
+    params = list(s.loaded.model.parameters())  # weights as they were, and no gradient left on them
+    assert [p.requires_grad for p in params] == flags and all(p.grad is None for p in params)
     assert [n["id"] for n in out["nodes"]][:2] == ["input", "L0H0"] and out["nodes"][-1]["id"] == "logits"
     assert len(out["edges"]) == 30 and not out["all_edges"]
     mags = [abs(e["score"]) for e in out["edges"]]
