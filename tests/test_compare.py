@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.analysis.compare import compare_models, matching, similarity_sums
+from workers.analysis.compare import compare_models, matching
+from workers.analysis.head_similarity import similarity_sums
 from workers.analysis.word_maps import text_word_maps, token_words, word_level, word_spans
 from workers.errors import HeadscopeError
 from workers.models import load_model, run_text
