@@ -43,7 +43,17 @@ def write_result(path: str, result: dict[str, Any]) -> Path:
     return out
 
 
+def joint_head(value: str) -> tuple[int, int]:
+    """``--joint L,H`` -> (L, H); a ValueError naming the expected form otherwise."""
+    try:
+        layer, head = (int(x) for x in value.split(","))
+    except ValueError:
+        raise ValueError(f"--joint: expected LAYER,HEAD (e.g. 2,5), got {value!r}") from None
+    return layer, head
+
+
 def cmd_corpus(args: argparse.Namespace) -> int:
+    from backend.errors import readable
     from backend.progress import StderrProgress
     from workers.contracts import CorpusOptions, CorpusRequest, JointMapRequest
     from workers.errors import HeadscopeError
@@ -57,17 +67,19 @@ def cmd_corpus(args: argparse.Namespace) -> int:
         opts["statistics"] = [s.strip() for s in args.statistics.split(",") if s.strip()]
     try:
         req = CorpusRequest(model=args.model, corpus=corpus_id, options=CorpusOptions(**opts))
+        joint = None
+        if args.joint:
+            layer, head = joint_head(args.joint)
+            joint = JointMapRequest(model=args.model, corpus=corpus_id, layer=layer, head=head,
+                                    max_tokens=args.max_tokens, keep_special=args.keep_special, method=args.method)
     except ValueError as exc:
-        raise HeadscopeError(str(exc).splitlines()[-1] if str(exc) else "bad options") from None
+        raise HeadscopeError(readable(exc)) from None
     progress = StderrProgress("corpus", enabled=not args.quiet)
     result = compute_corpus(req, texts=texts, progress=progress, on_partial=lambda _: None)
     progress.close()
-    if args.joint:
-        layer, head = (int(x) for x in args.joint.split(","))
-        jreq = JointMapRequest(model=args.model, corpus=corpus_id, layer=layer, head=head, max_tokens=args.max_tokens,
-                               keep_special=args.keep_special, method=args.method)
+    if joint is not None:
         jp = StderrProgress("joint map", enabled=not args.quiet)
-        result["joint"] = compute_joint(jreq, texts=texts, progress=jp)
+        result["joint"] = compute_joint(joint, texts=texts, progress=jp)
         jp.close()
     out = write_result(args.out, result)
     if not args.quiet:
