@@ -67,19 +67,21 @@ def cmd_corpus(args: argparse.Namespace) -> int:
         opts["statistics"] = [s.strip() for s in args.statistics.split(",") if s.strip()]
     try:
         req = CorpusRequest(model=args.model, corpus=corpus_id, options=CorpusOptions(**opts))
-        joint = None
-        if args.joint:
+        if args.joint:  # checked before the run
             layer, head = joint_head(args.joint)
-            joint = JointMapRequest(model=args.model, corpus=corpus_id, layer=layer, head=head,
-                                    max_tokens=args.max_tokens, keep_special=args.keep_special, method=args.method)
+            JointMapRequest(model=args.model, corpus=corpus_id, layer=layer, head=head, max_tokens=args.max_tokens,
+                            keep_special=args.keep_special, method=args.method)
     except ValueError as exc:
         raise HeadscopeError(readable(exc)) from None
     progress = StderrProgress("corpus", enabled=not args.quiet)
     result = compute_corpus(req, texts=texts, progress=progress, on_partial=lambda _: None)
     progress.close()
-    if joint is not None:
+    if args.joint:
+        layer, head = (int(x) for x in args.joint.split(","))
+        jreq = JointMapRequest(model=args.model, corpus=corpus_id, layer=layer, head=head, max_tokens=args.max_tokens,
+                               keep_special=args.keep_special, method=args.method)
         jp = StderrProgress("joint map", enabled=not args.quiet)
-        result["joint"] = compute_joint(joint, texts=texts, progress=jp)
+        result["joint"] = compute_joint(jreq, texts=texts, progress=jp)
         jp.close()
     out = write_result(args.out, result)
     if not args.quiet:
