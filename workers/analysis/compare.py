@@ -77,13 +77,13 @@ LOGIT_ELEMENTS = 2**24  # logits of one block of rows [rows, vocabulary]: 64 MiB
 
 def next_token_bits(loaded: LoadedModel, hidden: torch.Tensor, ids: list[list[int]]) -> list[tuple[np.ndarray, list[int]]]:
     """Per text of a right-padded batch: ``-log2 p(token t | before)`` of each token (NaN for the first)
-    and the top next-token id after each token. ``hidden`` [batch, width, dim]: the last hidden state,
-    final norm applied (HF's last state of a decoder). The rows of all texts share each unembedding
-    block (``LOGIT_ELEMENTS`` at a time): the vocabulary matrix is read once per block, not per text;
-    only the log-sum-exp and the one gathered logit are kept of each row."""
+    and the top next-token id after each token but the last. ``hidden`` [batch, width, dim]: the last
+    hidden state, final norm applied (HF's last state of a decoder). The rows of all texts share each
+    unembedding block (``LOGIT_ELEMENTS`` at a time): the vocabulary matrix is read once per block, not
+    per text; only the log-sum-exp, the one gathered logit and the top id are kept of each row."""
     assert loaded.unembed is not None
-    rows = torch.cat([hidden[j, : len(r)] for j, r in enumerate(ids)])  # [tokens, dim]
-    nxt = torch.tensor([t for r in ids for t in [*r[1:], 0]], device=hidden.device)  # the next token
+    rows = torch.cat([hidden[j, : len(r) - 1] for j, r in enumerate(ids)])  # [tokens - texts, dim]
+    nxt = torch.tensor([t for r in ids for t in r[1:]], dtype=torch.long, device=hidden.device)  # what follows
     lse, tgt, top = [], [], []
     step = max(1, LOGIT_ELEMENTS // loaded.unembed.vocab_size)
     for r0 in range(0, rows.shape[0], step):
@@ -91,15 +91,16 @@ def next_token_bits(loaded: LoadedModel, hidden: torch.Tensor, ids: list[list[in
         lse.append(torch.logsumexp(z, dim=-1))
         tgt.append(z.gather(1, nxt[r0 : r0 + step, None])[:, 0])
         top.append(z.argmax(dim=-1))
-    bits = ((torch.cat(lse) - torch.cat(tgt)) / LN2).cpu().numpy()  # surprisal of the *next* token
+    if not lse:  # one-token texts only
+        return [(np.full(len(r), np.nan), []) for r in ids]
+    bits = ((torch.cat(lse) - torch.cat(tgt)) / LN2).cpu().numpy()  # the surprisal of the *next* token
     tops = torch.cat(top).cpu().tolist()
     out, at = [], 0
     for r in ids:
-        n = len(r)
-        own = np.full(n, np.nan)
-        own[1:] = bits[at : at + n - 1]
-        out.append((own, tops[at : at + n]))
-        at += n
+        own = np.full(len(r), np.nan)
+        own[1:] = bits[at : at + len(r) - 1]
+        out.append((own, tops[at : at + len(r) - 1]))
+        at += len(r) - 1
     return out
 
 
