@@ -193,3 +193,34 @@ def test_surprisal_of_padded_batches_equals_each_text_alone(catalogue):
                 continue
             assert s == pytest.approx(sum(bits[t] for t in toks), abs=2e-3), (i, w)
             assert got[i]["predicted"][w] == loaded.tokenizer.decode([int(logp[toks[0] - 1].argmax())])
+
+
+def test_similarity_does_not_depend_on_threads_or_inference_mode():
+    """The pairwise blocks spread over Python threads give the one-thread sums, also when the texts are
+    folded in under torch.inference_mode (as the corpus run does) and blocks cross texts."""
+    import torch
+
+    from workers.analysis import head_similarity as S
+
+    rng = np.random.default_rng(1)
+
+    def maps(heads: int, u: int) -> np.ndarray:
+        return rng.dirichlet(np.ones(u), size=(heads, u)).astype(np.float32)
+
+    texts = [(maps(9, u), maps(13, u)) for u in (5, 8, 3, 11)]
+    got = []
+    for threads, inference in ((1, False), (2, True), (3, False)):
+        acc = S.SimilarityAccumulator(9, 13, threads=threads)
+        old = S.BLOCK_ELEMENTS, S.FLUSH_ENTRIES
+        S.BLOCK_ELEMENTS, S.FLUSH_ENTRIES = 2 * 13 * S.ENTRY_BLOCK, 40  # blocks of 2 heads; flush across texts
+        try:
+            with torch.inference_mode(inference):
+                for wa, wb in texts:
+                    acc.add(wa, wb, valid=np.ones(wa.shape[-1], dtype=bool), causal=True)
+                got.append(acc.sums() / acc.rows)
+        finally:
+            S.BLOCK_ELEMENTS, S.FLUSH_ENTRIES = old
+    np.testing.assert_array_equal(got[0], got[1])
+    np.testing.assert_array_equal(got[0], got[2])
+    ref = sum(S.similarity_sums(wa, wb, valid=np.ones(wa.shape[-1], dtype=bool), causal=True)[0] for wa, wb in texts)
+    np.testing.assert_allclose(got[0], ref / acc.rows, atol=1e-6)  # one text at a time: the same means

@@ -79,25 +79,26 @@ def one_torch_thread() -> Iterator[int]:
 def pair_xlnx(p: torch.Tensor, q: torch.Tensor, *, threads: int = 1) -> torch.Tensor:
     """``Σ_e (p[g, e] + q[h, e]) ln(p[g, e] + q[h, e])`` for every g, h: [G, H] float64, in blocks of
     heads of A spread over ``threads`` Python threads, torch at one intra-op thread each (torch
-    releases the GIL; each block writes its own rows, so the result does not depend on ``threads``)."""
-    out = torch.zeros(p.shape[0], q.shape[0], dtype=torch.float64)
+    releases the GIL; each block is summed alone, so the result does not depend on ``threads``)."""
     step = max(1, BLOCK_ELEMENTS // max(1, q.shape[0] * ENTRY_BLOCK))
 
-    def rows(g0: int) -> None:
-        pg = p[g0 : g0 + step, None]  # [g, 1, E]
-        for e0 in range(0, p.shape[1], ENTRY_BLOCK):
-            x = pg[..., e0 : e0 + ENTRY_BLOCK] + q[None, :, e0 : e0 + ENTRY_BLOCK]  # [g, H, e]
-            out[g0 : g0 + step] += _xlnx_sum(x).double()
+    def rows(g0: int) -> torch.Tensor:
+        with torch.inference_mode():  # a thread of its own starts outside the caller's mode
+            pg = p[g0 : g0 + step, None]  # [g, 1, E]
+            out = torch.zeros(pg.shape[0], q.shape[0], dtype=torch.float64)
+            for e0 in range(0, p.shape[1], ENTRY_BLOCK):
+                x = pg[..., e0 : e0 + ENTRY_BLOCK] + q[None, :, e0 : e0 + ENTRY_BLOCK]  # [g, H, e]
+                out += _xlnx_sum(x).double()
+            return out
 
     starts = range(0, p.shape[0], step)
     with one_torch_thread():
         if threads <= 1 or len(starts) == 1:
-            for g0 in starts:
-                rows(g0)
+            blocks = [rows(g0) for g0 in starts]
         else:
             with ThreadPoolExecutor(max_workers=min(threads, len(starts))) as pool:
-                list(pool.map(rows, starts))
-    return out
+                blocks = list(pool.map(rows, starts))
+    return torch.cat(blocks) if blocks else torch.zeros(0, q.shape[0], dtype=torch.float64)
 
 
 class SimilarityAccumulator:
