@@ -14,6 +14,8 @@ from typing import Any
 def read_corpus(args: argparse.Namespace) -> tuple[str, list[str]]:
     """(corpus id, texts) of ``--file`` (checked as an upload is) or ``--corpus``, in one list."""
     corpus_id, source = open_corpus_arg(args)
+    if isinstance(source, list):  # a shipped corpus
+        return corpus_id, source
     try:
         return corpus_id, [t for b in source.batches(batch=4096) for t in b]
     finally:
