@@ -48,8 +48,8 @@ def test_compare_page_matrix_click_word_maps_and_share(server, browser, tmp_path
         label = page.inner_text("#compare-cell-label")
         first = page.inner_text("#compare-table .ag-center-cols-container .ag-row[row-index='0'] .ag-cell[col-id='head_a']")
         assert f"A tiny-bert {first}" in label, label
-        cell = page.evaluate("new URLSearchParams(location.search).get('cell')")
-        assert cell and cell.count("-") == 1, cell
+        page.wait_for_function("(new URLSearchParams(location.search).get('cell') || '').split('-').length === 2",
+                               timeout=WAIT)  # the pair is in the URL
         page.wait_for_function(DRAWN.format(gid="compare-map-a"), timeout=WAIT)
         page.wait_for_function(DRAWN.format(gid="compare-map-b"), timeout=WAIT)
         n_words = page.evaluate("document.querySelector('#compare-map-a .js-plotly-plot')._fullData[0].z.length")
@@ -67,11 +67,12 @@ MATRIX_CELL_JS = """([a, b]) => {
   const fl = gd._fullLayout, r = gd.getBoundingClientRect();
   return [r.left + fl.xaxis._offset + fl.xaxis.l2p(b), r.top + fl.yaxis._offset + fl.yaxis.l2p(a)];
 }"""
-SELECTED_JS = """() => {
+SELECTED_JS = """([a, b]) => {
   const gd = document.querySelector('#compare-sim-graph .js-plotly-plot');
-  const s = (gd.layout.shapes || []).filter(s => s.type === 'rect');
-  return s.length ? [Math.round(s[0].y0 + 0.5), Math.round(s[0].x0 + 0.5)] : null;
-}"""
+  const s = ((gd && gd.layout.shapes) || []).filter(s => s.type === 'rect');
+  return s.length === 1 && Math.round(s[0].y0 + 0.5) === a && Math.round(s[0].x0 + 0.5) === b;
+}"""  # the matrix marks cell (a, b), and only it
+URL_JS = "([key, value]) => new URLSearchParams(location.search).get(key) === value"
 WORDS_JS = "(id) => document.querySelector('#' + id + ' .js-plotly-plot')._fullData[0].x"
 
 
@@ -102,8 +103,8 @@ def test_corpus_compare_matrix_click_text_pick_and_share_link(server, browser, t
         a, b = 1, 6  # A's layer 0 head 1, B's layer 1 head 2 (tiny models: 2 layers x 4 heads)
         page.mouse.click(*page.evaluate(MATRIX_CELL_JS, [a, b]))
         _wait_pair_drawn(page, "A tiny-bert 0.1 · B tiny-gpt2 1.2", len(texts[0].split()))
-        assert page.evaluate("new URLSearchParams(location.search).get('cell')") == f"{a}-{b}"
-        assert page.evaluate(SELECTED_JS) == [a, b]  # the matrix marks the clicked cell
+        page.wait_for_function(URL_JS, arg=["cell", f"{a}-{b}"], timeout=WAIT)
+        page.wait_for_function(SELECTED_JS, arg=[a, b], timeout=WAIT)  # the matrix marks the clicked cell
         assert "text 0 of 147" in page.inner_text("#compare-cell-label")
 
         page.click("#compare-text-pick")
@@ -111,7 +112,7 @@ def test_corpus_compare_matrix_click_text_pick_and_share_link(server, browser, t
         page.keyboard.press("Enter")
         _wait_pair_drawn(page, f"text {pick} of 147", len(words))
         assert page.evaluate(WORDS_JS, "compare-map-b") == [f"{i}:{x}" for i, x in enumerate(words)]
-        assert page.evaluate("new URLSearchParams(location.search).get('text')") == str(pick)
+        page.wait_for_function(URL_JS, arg=["text", str(pick)], timeout=WAIT)
         page.wait_for_function("document.querySelector('#compare-surprisal .js-plotly-plot')._fullData[0]"
                                f".x.length === {len(words)}", timeout=WAIT)  # the surprisal of the same text
         w.shot("compare-2-corpus-cell")
@@ -132,7 +133,7 @@ def test_corpus_compare_matrix_click_text_pick_and_share_link(server, browser, t
         fresh.page.wait_for_function(DRAWN.format(gid="compare-sim-graph"), timeout=WAIT)
         _wait_pair_drawn(fresh.page, "A tiny-bert 0.1 · B tiny-gpt2 1.2", len(words))
         assert f"text {pick} of 147" in fresh.page.inner_text("#compare-cell-label")
-        assert fresh.page.evaluate(SELECTED_JS) == [a, b]
+        fresh.page.wait_for_function(SELECTED_JS, arg=[a, b], timeout=WAIT)
         assert fresh.page.evaluate(WORDS_JS, "compare-map-a") == [f"{i}:{x}" for i, x in enumerate(words)]
         assert "shared result" in fresh.page.inner_text("#compare-status")
         fresh.shot("compare-3-shared-link")
