@@ -125,8 +125,9 @@ def _causal_options(args: argparse.Namespace) -> dict[str, Any]:
     try:
         AnalysisOptions.model_validate(opts)
     except ValueError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())  # type: ignore[attr-defined]
-        raise HeadscopeError(f"bad option: {problems}") from None
+        from backend.errors import readable
+
+        raise HeadscopeError(f"bad option: {readable(exc)}") from None
     return opts
 
 
@@ -148,6 +149,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         raise EmptyTextError()
     if args.model is None:
         args.model = "lasf-minilm" if args.analysis == "lasf" else "minilm"
+    options = _options(args)  # bad options: refused before the model loads
     bar = StderrProgress(args.analysis, enabled=not args.quiet)
     start = time.perf_counter()
     lasf = None
@@ -158,7 +160,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     loaded = load_model(lasf.config["base_model"] if lasf else args.model, dtype=args.dtype, device=args.device)
     load_s = time.perf_counter() - start
     try:
-        result = analyze(loaded, text, [args.analysis], _options(args), progress=bar, lasf=lasf)
+        result = analyze(loaded, text, [args.analysis], options, progress=bar, lasf=lasf)
     finally:
         bar.close()
     out = flatten(result, args.analysis)
