@@ -195,7 +195,8 @@ class JobQueue:
         base = {"kind": kind, "request": request, **partial}
         progress, message = parts.status(self.conn, job_id, split)
         if self.conn.exists(protocol.cancel_key(job_id)):
-            return Lookup("failed", progress=progress, message="cancelled", error=str(CancelledError(f"the {kind} job")),
+            what = {"analysis": "the analysis"}.get(kind, f"the {kind} job")  # as the jobs' own CancelledError
+            return Lookup("failed", progress=progress, message="cancelled", error=str(CancelledError(what)),
                           error_code="cancelled", **base)
         merge = protocol.fetch_job(self.conn, str(split["merge"]))
         if merge is None:
@@ -298,6 +299,7 @@ class JobQueue:
             job.cancel()
         if parts.plan(self.conn, job_id) is not None:  # every part stops; none leaves a slot
             parts.cancel(self.conn, job_id)
+            self.conn.delete(protocol.partial_key(job_id))  # the sections its own job had done
         return state
 
     def wait(self, job_id: str, *, timeout_s: float, poll_s: float = 0.05) -> Lookup | None:

@@ -121,3 +121,32 @@ def test_an_analysis_job_hands_ablation_and_patching_to_parts(redis_server, tmp_
         for key in keys:
             assert got[kind][key] == one[kind][key], (kind, key)  # the same bits as one piece
     assert got["predictions"] == {k: v for k, v in one["predictions"].items()} | {"timings": got["predictions"]["timings"]}
+
+
+def test_cancelling_an_analysis_whose_patching_runs_in_parts_keeps_nothing(redis_server, tmp_path, catalogue,
+                                                                          setting, small_calls, monkeypatch):
+    import workers.jobs
+    from workers.causal_split import base_key
+
+    conn = Redis.from_url(redis_server)
+    conn.flushdb()
+    settings = Settings(data_dir=tmp_path / "data", redis_url=redis_server)
+    store = Store(settings)
+    monkeypatch.setattr(workers.jobs, "_store", lambda: store)
+    setting("HEADSCOPE_SPLIT_MIN_RUN_TOKENS", "1")
+    setting("HEADSCOPE_SPLIT_PART_RUN_TOKENS", "30")
+    req = AnalysisRequest(model="tiny-gpt2", text=CLEAN, analyses=["predictions", "patching"],
+                          options={"corrupted": CORRUPTED, "target": [5, 9]})
+    queue = JobQueue(conn, store, settings)
+    queue.submit("analysis", req.job_id(), req.normalised())
+    worker = SimpleWorker([protocol.queue(conn, q) for q in protocol.QUEUES], connection=conn,
+                          serializer=protocol.SERIALIZER)
+    worker.work(burst=True, max_jobs=3)  # the analysis job, then two of its parts
+    assert conn.exists(base_key(req.job_id())) and conn.hlen(parts.parts_key(req.job_id())) == 2
+    assert queue.cancel(req.job_id()).status == "running"
+    worker.work(burst=True)
+    state = queue.lookup(req.job_id())
+    assert state.status == "failed" and state.error == "the analysis was cancelled"
+    assert not conn.keys("hs:parts*") and not conn.exists(base_key(req.job_id()))
+    assert not conn.exists(protocol.partial_key(req.job_id()))  # nor the sections the job had done
+    assert not store.has_result(req.job_id())

@@ -16,6 +16,7 @@ import logging
 from typing import Any
 
 from workers import parts, protocol
+from workers.errors import CancelledError
 from workers.settings import get_settings
 
 logger = logging.getLogger(__name__)
@@ -94,15 +95,14 @@ class SplitSections:
             payloads += sec["payloads"]
             sizes += sec["sizes"]
         if rep.conn.exists(protocol.cancel_key(job_id)):
-            from workers.errors import CancelledError
-
             rep.conn.delete(base_key(job_id))
-            raise CancelledError("the analysis job")
+            raise CancelledError("the analysis")
         merge = parts.fan_out(rep.conn, job_id=job_id, part=PART, merge=MERGE, payloads=payloads, sizes=sizes,
                               unit="runs", context={"job_id": job_id, "sections": where},
-                              job_timeout=self.settings.job_timeout_s)
-        if rep.conn.exists(protocol.cancel_key(job_id)):
+                              job_timeout=self.settings.job_timeout_s, owned_keys=[base_key(job_id)])
+        if rep.conn.exists(protocol.cancel_key(job_id)):  # cancelled while fanning out: the API saw no plan
             parts.cancel(rep.conn, job_id, len(payloads))
+            raise CancelledError("the analysis")
         rep.progress(0.99, f"{', '.join(self.sections)} in {len(payloads)} parts")
         logger.info("analysis job %s: %s in %d parts", job_id, ", ".join(self.sections), len(payloads))
         return parts.Split(merge.id, len(payloads))

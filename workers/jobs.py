@@ -52,6 +52,7 @@ WEIGHTS = {
     "ablation": 6.0,
     "patching": 6.0,
     "attribution-patching": 2.0,
+    "edge-attribution": 8.0,
 }
 ALL_HEADS_KEY = "head-tsne-all"
 
@@ -255,14 +256,28 @@ def run_analysis(request: dict[str, Any]) -> dict[str, Any]:
         req = AnalysisRequest.model_validate(request)
         split = SplitSections(rep, request)
         with engine_retry(rep.job):
-            result = compute_analysis(req, progress=rep.progress, on_partial=rep.partial, conn=rep.conn,
+            result = compute_analysis(req, progress=_cancellable(rep), on_partial=rep.partial, conn=rep.conn,
                                       defer=split.defer)
         handed = split.fan_out(result)
     except HeadscopeError as exc:
+        if exc.code == "cancelled":  # nothing of a cancelled job is kept
+            rep.conn.delete(protocol.partial_key(rep.job.id))
         return rep.fail(exc)
     if handed is not None:  # the merge job stores the result (docs/scaling.md)
         return {"split": handed.n_parts, "merge": handed.merge}
     return {"bytes": rep.finish(result)}
+
+
+def _cancellable(rep: Reporter) -> Callable[[float, str], None]:
+    """``rep.progress`` that ends the job (``CancelledError``) once ``DELETE /api/analyses/{id}`` asked."""
+    from workers.errors import CancelledError
+
+    def progress(fraction: float, message: str) -> None:
+        if rep.conn.exists(protocol.cancel_key(rep.job.id)):  # one EXISTS (~0.1 ms) per step
+            raise CancelledError("the analysis")
+        rep.progress(fraction, message)
+
+    return progress
 
 
 @contextlib.contextmanager

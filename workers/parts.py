@@ -130,9 +130,10 @@ def plan(conn: Redis, job_id: str) -> dict[str, Any] | None:
 
 def fan_out(conn: Redis, *, job_id: str, part: str, merge: str, payloads: list[dict[str, Any]],
             sizes: list[int] | None = None, unit: str = "items", context: dict[str, Any] | None = None,
-            queue: str = protocol.QUEUE, job_timeout: int | None = None) -> Job:
+            queue: str = protocol.QUEUE, job_timeout: int | None = None, owned_keys: list[str] | None = None) -> Job:
     """Enqueue one job per payload (ids ``{job_id}-part-{i}``) and the merge job ``{job_id}-merge``
     after them all; record the plan. ``sizes``: items per part (progress); default 1 each.
+    ``owned_keys``: more Redis keys of this split (the job's other sections) that go with its slots.
 
     Idempotent for a retried coordinator: when the plan exists and its merge job is still waiting or
     running, nothing is enqueued again."""
@@ -159,7 +160,7 @@ def fan_out(conn: Redis, *, job_id: str, part: str, merge: str, payloads: list[d
                           retry=Retry(max=1), timeout=job_timeout, result_ttl=KEY_TTL_S, failure_ttl=KEY_TTL_S,
                           description=f"merge of {job_id}")
     record = {"merge": merge_id(job_id), "n_parts": len(payloads), "n_items": int(sum(sizes)), "sizes": sizes,
-              "unit": unit, "started": time.time()}
+              "unit": unit, "started": time.time(), "keys": list(owned_keys or [])}
     conn.set(split_key(job_id), protocol.dumps(record), ex=KEY_TTL_S)
     return merge_job
 
@@ -261,8 +262,10 @@ def progress(conn: Redis, job_id: str, n_parts: int) -> float:
 
 
 def clear(conn: Redis, job_id: str) -> None:
-    """Remove every partial of ``job_id`` (cancel, failure, or after the merge)."""
-    conn.delete(parts_key(job_id), tries_key(job_id), done_key(job_id), failed_key(job_id))
+    """Remove every partial of ``job_id`` (cancel, failure, or after the merge), its owned keys too."""
+    p = plan(conn, job_id)
+    conn.delete(parts_key(job_id), tries_key(job_id), done_key(job_id), failed_key(job_id),
+                *((p or {}).get("keys") or []))
 
 
 def cancel(conn: Redis, job_id: str, n_parts: int | None = None) -> None:
