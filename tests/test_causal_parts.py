@@ -42,6 +42,24 @@ def gpt2(catalogue):
     return load_model("tiny-gpt2", device="cpu")
 
 
+@pytest.fixture
+def split_service(redis_server, tmp_path, catalogue, setting, small_calls, monkeypatch):
+    """A real Redis, a store the jobs write to, every ablation/patching split into parts of ~30 run
+    tokens, and an in-process RQ worker to run them: (conn, store, queue, worker)."""
+    import workers.jobs
+
+    conn = Redis.from_url(redis_server)
+    conn.flushdb()
+    settings = Settings(data_dir=tmp_path / "data", redis_url=redis_server)
+    store = Store(settings)
+    monkeypatch.setattr(workers.jobs, "_store", lambda: store)
+    setting("HEADSCOPE_SPLIT_MIN_RUN_TOKENS", "1")
+    setting("HEADSCOPE_SPLIT_PART_RUN_TOKENS", "30")
+    worker = SimpleWorker([protocol.queue(conn, q) for q in protocol.QUEUES], connection=conn,
+                          serializer=protocol.SERIALIZER)
+    return conn, store, JobQueue(conn, store, settings), worker
+
+
 def test_plans_count_every_run_and_groups_cover_every_call_once(small_calls):
     plan = cp.ablation_plan(n_layers=2, n_heads=4, position=30)
     assert sum(r for r, _ in plan) == 1 + 2 * 4 and all(t == r * 31 for r, t in plan)
@@ -83,24 +101,13 @@ def test_parts_of_ablation_and_patching_merge_to_the_same_bits(gpt2, small_calls
         cp.merge_ablation([{"rows": [3, 9], "scores": [0.0] * 6, "n_layers": L, "n_heads": H}])
 
 
-def test_an_analysis_job_hands_ablation_and_patching_to_parts(redis_server, tmp_path, catalogue, setting,
-                                                              small_calls, monkeypatch):
-    import workers.jobs
+def test_an_analysis_job_hands_ablation_and_patching_to_parts(split_service):
     from workers.jobs import compute_analysis
 
-    conn = Redis.from_url(redis_server)
-    conn.flushdb()
-    settings = Settings(data_dir=tmp_path / "data", redis_url=redis_server)
-    store = Store(settings)
-    monkeypatch.setattr(workers.jobs, "_store", lambda: store)
-    setting("HEADSCOPE_SPLIT_MIN_RUN_TOKENS", "1")
-    setting("HEADSCOPE_SPLIT_PART_RUN_TOKENS", "30")
+    conn, store, queue, worker = split_service
     req = AnalysisRequest(model="tiny-gpt2", text=CLEAN, analyses=["predictions", "ablation", "patching"],
                           options={"corrupted": CORRUPTED, "target": [5, 9]})
-    queue = JobQueue(conn, store, settings)
     queue.submit("analysis", req.job_id(), req.normalised())
-    worker = SimpleWorker([protocol.queue(conn, q) for q in protocol.QUEUES], connection=conn,
-                          serializer=protocol.SERIALIZER)
     worker.work(burst=True, max_jobs=1)  # the analysis job: its own sections, then the parts enqueued
     plan = parts.plan(conn, req.job_id())
     assert plan is not None, queue.lookup(req.job_id(), with_partial=False)
@@ -123,24 +130,13 @@ def test_an_analysis_job_hands_ablation_and_patching_to_parts(redis_server, tmp_
     assert got["predictions"] == {k: v for k, v in one["predictions"].items()} | {"timings": got["predictions"]["timings"]}
 
 
-def test_cancelling_an_analysis_whose_patching_runs_in_parts_keeps_nothing(redis_server, tmp_path, catalogue,
-                                                                          setting, small_calls, monkeypatch):
-    import workers.jobs
+def test_cancelling_an_analysis_whose_patching_runs_in_parts_keeps_nothing(split_service):
     from workers.causal_split import base_key
 
-    conn = Redis.from_url(redis_server)
-    conn.flushdb()
-    settings = Settings(data_dir=tmp_path / "data", redis_url=redis_server)
-    store = Store(settings)
-    monkeypatch.setattr(workers.jobs, "_store", lambda: store)
-    setting("HEADSCOPE_SPLIT_MIN_RUN_TOKENS", "1")
-    setting("HEADSCOPE_SPLIT_PART_RUN_TOKENS", "30")
+    conn, store, queue, worker = split_service
     req = AnalysisRequest(model="tiny-gpt2", text=CLEAN, analyses=["predictions", "patching"],
                           options={"corrupted": CORRUPTED, "target": [5, 9]})
-    queue = JobQueue(conn, store, settings)
     queue.submit("analysis", req.job_id(), req.normalised())
-    worker = SimpleWorker([protocol.queue(conn, q) for q in protocol.QUEUES], connection=conn,
-                          serializer=protocol.SERIALIZER)
     worker.work(burst=True, max_jobs=3)  # the analysis job, then two of its parts
     assert conn.exists(base_key(req.job_id())) and conn.hlen(parts.parts_key(req.job_id())) == 2
     assert queue.cancel(req.job_id()).status == "running"
