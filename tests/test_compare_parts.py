@@ -1,0 +1,224 @@
+"""The comparison of two models split into parts of texts (workers/jobs_compare.py,
+workers/analysis/compare_parts.py, docs/scaling.md), for real: a real Redis, real RQ workers (one in
+this process; two ``workers.main`` processes), a stored corpus, tiny random models from configs.
+
+A split comparison equals the one-job comparison (float64 sums to 1e-12) and shows its parts in the
+job's status; two workers (each proven to have run a part) give the one worker's bits; a cancelled
+split comparison keeps nothing; a small comparison stays one job; the memory plan is a part's.
+A 30-text corpus in parts of 10 (tiny-bert against tiny-gpt2, which has a head: words' surprisal).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from held_jobs import part_log_key, parts_config_key, release_key
+from redis import Redis
+from rq import SimpleWorker
+from service_helpers import HANG_S, ROOT, service_env, stop_all, wait_ready, write_catalogue
+
+from backend import queue as queue_module
+from backend.config import Settings
+from backend.queue import JobQueue
+from backend.store import Store
+from workers import parts, protocol
+from workers.contracts import CompareRequest
+
+N_TEXTS, PART = 30, 10
+SPLIT_ENV = {"HEADSCOPE_SPLIT_COMPARE_MIN_TEXTS": "20", "HEADSCOPE_SPLIT_COMPARE_PART_TEXTS": str(PART)}
+TIMING = ("seconds",)
+
+
+def corpus_texts() -> list[str]:
+    """Distinct texts of different lengths: the shipped English sentences, numbered."""
+    from workers.corpora import shipped_corpus
+
+    base = shipped_corpus("builtin-english").texts
+    return [f"{base[i % len(base)]} That was number {i}." for i in range(N_TEXTS)]
+
+
+def put_corpus(store: Store) -> str:
+    from workers.corpora import corpus_id
+
+    texts = corpus_texts()
+    cid = corpus_id(texts)
+    store.put_corpus(cid, texts, meta={"id": cid, "name": "numbered", "n_texts": len(texts)})
+    return cid
+
+
+def comparable(result: dict) -> dict:
+    """The result without its timings (the only keys that may differ between runs)."""
+    out = {k: v for k, v in result.items() if k not in TIMING}
+    if "split" in out:
+        out["split"] = {k: v for k, v in out["split"].items() if k != "part_seconds"}
+    return out
+
+
+def worker(conn: Redis) -> SimpleWorker:
+    return SimpleWorker([protocol.queue(conn, q) for q in protocol.QUEUES], connection=conn,
+                        serializer=protocol.SERIALIZER)
+
+
+@pytest.fixture(scope="module")
+def service(redis_server, tmp_path_factory, catalogue):
+    """A real Redis (a database of its own), a SQLite store holding the corpus, the split settings, the
+    one-job comparison computed in this process: (conn, store, queue, req, single, mp)."""
+    import torch
+
+    import workers.jobs
+    import workers.jobs_corpus
+    from workers.jobs_compare import compute_compare, request_texts
+    from workers.settings import get_settings
+
+    url = redis_server.rsplit("/", 1)[0] + "/4"
+    conn = Redis.from_url(url)
+    conn.flushdb()
+    base = tmp_path_factory.mktemp("compare-parts")
+    settings = Settings(data_dir=base / "data", redis_url=url)
+    store = Store(settings)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the subprocess workers (OMP_NUM_THREADS=1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(workers.jobs, "_store", lambda: store)
+        mp.setattr(workers.jobs_corpus, "_store", lambda: store)
+        for name, value in SPLIT_ENV.items():
+            mp.setenv(name, value)
+        get_settings.cache_clear()
+        req = CompareRequest(model_a="tiny-bert", model_b="tiny-gpt2", corpus=put_corpus(store), max_tokens=32)
+        single = json.loads(protocol.dumps(compute_compare(req, texts=request_texts(req, store=store),
+                                                           progress=lambda f, m: None)))
+        yield SimpleNamespace(conn=conn, store=store, queue=JobQueue(conn, store, settings), req=req, single=single,
+                              base=base, url=url, mp=mp)
+        get_settings.cache_clear()
+    torch.set_num_threads(threads)
+    conn.flushdb()
+
+
+def submit(s, req: CompareRequest | None = None) -> str:
+    req = req or s.req
+    s.store.delete_result(req.job_id())
+    s.conn.flushdb()
+    s.queue.submit("compare", req.job_id(), req.normalised())
+    return req.job_id()
+
+
+def run_split_here(s) -> dict:
+    """The split comparison run by one RQ worker in this process; its status checked on the way."""
+    job_id = submit(s)
+    w = worker(s.conn)
+    w.work(burst=True, max_jobs=1)  # the coordinator: parts enqueued
+    plan = parts.plan(s.conn, job_id)
+    assert plan is not None and plan["n_parts"] == N_TEXTS // PART and plan["unit"] == "texts"
+    state = s.queue.lookup(job_id, with_partial=False)
+    assert state.status == "queued" and state.message.startswith(f"queued: 3 parts of {N_TEXTS} texts"), state.message
+    w.work(burst=True, max_jobs=1)  # one part
+    state = s.queue.lookup(job_id, with_partial=False)
+    assert state.message.startswith(f"parts 1/3 done, 0 running; {PART}/{N_TEXTS} texts, "), state.message
+    assert " texts/s" in state.message and abs(state.progress - 0.33) < 0.01
+    w.work(burst=True)
+    state = s.queue.lookup(job_id)
+    assert state.status == "finished", state.error
+    assert s.store.has_result(job_id) and not s.conn.keys("hs:parts*")
+    return json.loads(state.result_raw)
+
+
+@pytest.fixture(scope="module")
+def split(service):
+    return run_split_here(service)
+
+
+def test_split_comparison_equals_the_one_job_comparison(service, split):
+    one = service.single
+    assert "split" not in one and split["split"] == {"parts": 3, "part_texts": PART,
+                                                     "part_seconds": split["split"]["part_seconds"]}
+    for key in ("model_a", "model_b", "n_texts", "n_query_words", "causal", "max_tokens", "text", "corpus", "texts",
+                "words", "one_at_a_time"):
+        assert split[key] == one[key], key
+    assert split["n_texts"] == N_TEXTS and split["words"][5]["words"] == corpus_texts()[5].split()
+    assert any(x is not None for x in split["words"][5]["b"]["surprisal"])  # model B's, from its part
+    assert [(p["a"], p["b"]) for p in split["matching"]["pairs"]] == [(p["a"], p["b"]) for p in one["matching"]["pairs"]]
+    got = np.array([p["similarity"] for p in split["matching"]["pairs"]])
+    want = np.array([p["similarity"] for p in one["matching"]["pairs"]])
+    assert np.max(np.abs(got - want)) <= 1e-12 and 0 < want.min() and want.max() <= 1
+    assert np.max(np.abs(np.array(split["similarity"]) - np.array(one["similarity"]))) <= 1e-12
+    assert abs(split["matching"]["total"] - one["matching"]["total"]) <= 1e-12
+    pa, pb = split["profiles"], one["profiles"]
+    assert pa["statistics"] == pb["statistics"]
+    for stat in pb["statistics"]:
+        a, b = (np.array(p["raw"][stat], dtype=float) for p in (pa, pb))
+        assert np.array_equal(np.isnan(a), np.isnan(b)) and np.nanmax(np.abs(a - b)) <= 1e-12, stat
+    assert np.allclose(pa["xy_a"], pb["xy_a"], rtol=0, atol=1e-9)
+
+
+def test_the_split_comparison_is_the_same_bits_every_run(service, split):
+    assert comparable(run_split_here(service)) == comparable(split)
+
+
+def test_a_small_comparison_stays_one_job(service, setting):
+    setting("HEADSCOPE_SPLIT_COMPARE_MIN_TEXTS", str(N_TEXTS + 1))
+    job_id = submit(service)
+    worker(service.conn).work(burst=True)
+    state = service.queue.lookup(job_id)
+    assert state.status == "finished", state.error
+    assert parts.plan(service.conn, job_id) is None and not service.conn.keys(f"rq:job:{job_id}-part-*")
+    result = json.loads(state.result_raw)
+    assert "split" not in result and comparable(result) == comparable(service.single)
+
+
+def test_a_cancelled_split_comparison_keeps_nothing(service):
+    s = service
+    job_id = submit(s)
+    w = worker(s.conn)
+    w.work(burst=True, max_jobs=2)  # the coordinator and one part
+    assert s.conn.hlen(parts.parts_key(job_id)) == 1
+    assert s.queue.cancel(job_id).status == "running"
+    w.work(burst=True)  # what is left: the other parts skip, the merge is cancelled
+    state = s.queue.lookup(job_id)
+    assert state.status == "failed" and state.error_code == "cancelled" and not state.user_error
+    for key in (parts.parts_key(job_id), parts.done_key(job_id), parts.tries_key(job_id),
+                protocol.partial_key(job_id), protocol.result_key(job_id)):
+        assert not s.conn.exists(key), key
+    assert not s.store.has_result(job_id)
+    for i in (1, 2):  # neither part computed
+        assert protocol.fetch_job(s.conn, parts.part_id(job_id, i)).return_value() in (None, {"skipped": True})
+
+
+def test_the_memory_plan_of_a_split_comparison_is_its_heaviest_part(service):
+    from workers.compare_plan import compare_ranges, plan_of
+
+    texts = corpus_texts()
+    ranges = compare_ranges(len(texts))
+    assert ranges == [(0, 10), (10, 20), (20, 30)]
+    whole = plan_of("tiny-bert", "tiny-gpt2", texts, max_tokens=32)
+    split_plan = plan_of("tiny-bert", "tiny-gpt2", texts, max_tokens=32, ranges=ranges)
+    each = [plan_of("tiny-bert", "tiny-gpt2", texts[a:b], max_tokens=32).maps for a, b in ranges]
+    assert split_plan.maps == max(each) < whole.maps == sum(each) and split_plan.parts == 3
+
+
+def test_two_workers_give_the_one_worker_bits(service, split, tiny_model_dirs, monkeypatch):
+    s = service
+    monkeypatch.setitem(queue_module.FUNCS, "compare", "held_jobs.held_compare")
+    job_id = submit(s)
+    s.conn.set(parts_config_key(job_id), json.dumps({"barrier": 2}))  # the first two parts wait for both
+    env = service_env(s.base / "data", write_catalogue(s.base / "models.json", tiny_model_dirs), REDIS_URL=s.url,
+                      PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}", **SPLIT_ENV)
+    log_path = s.base / "workers.log"
+    with open(log_path, "ab") as log:
+        procs = [subprocess.Popen([sys.executable, "-m", "workers.main", "--preload", "tiny-bert"], cwd=ROOT,
+                                  env=env, stdout=log, stderr=subprocess.STDOUT) for _ in range(2)]
+        try:
+            wait_ready(s.conn, procs, 2, log_path)
+            state = s.queue.wait(job_id, timeout_s=HANG_S)
+            assert state.status == "finished", state.error
+        finally:
+            s.conn.set(release_key(job_id), 1)
+            stop_all(procs)
+    attempts = [json.loads(x) for x in s.conn.lrange(part_log_key(job_id), 0, -1)]
+    assert {a["part"] for a in attempts} == {0, 1, 2} and len({a["worker"] for a in attempts}) == 2
+    assert comparable(json.loads(state.result_raw)) == comparable(split)
+    assert not s.conn.keys("hs:parts*")
