@@ -1,9 +1,9 @@
 """The comparison of two models split into parts of texts (workers/jobs_compare.py,
 workers/analysis/compare_parts.py, docs/scaling.md), for real: a real Redis, real RQ workers (one in
-this process; two ``workers.main`` processes), a stored corpus, tiny random models from configs.
+this process; two in processes of their own), a stored corpus, tiny random models from configs.
 
 A split comparison equals the one-job comparison (float64 sums to 1e-12) and shows its parts in the
-job's status; two workers (each proven to have run a part) give the one worker's bits; a cancelled
+job's status; two worker processes (each proven to have run a part) give the one worker's bits; a cancelled
 split comparison keeps nothing; a small comparison stays one job; the memory plan is a part's.
 A 30-text corpus in parts of 10 (tiny-bert against tiny-gpt2, which has a head: words' surprisal).
 """
@@ -11,16 +11,17 @@ A 30-text corpus in parts of 10 (tiny-bert against tiny-gpt2, which has a head: 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import os
+import signal
+import time
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from held_jobs import part_log_key, parts_config_key, release_key
+from held_jobs import part_log_key, parts_config_key
 from redis import Redis
 from rq import SimpleWorker
-from service_helpers import HANG_S, ROOT, service_env, stop_all, wait_ready, write_catalogue
+from service_helpers import HANG_S
 
 from backend import queue as queue_module
 from backend.config import Settings
@@ -200,24 +201,45 @@ def test_the_memory_plan_of_a_split_comparison_is_its_heaviest_part(service):
     assert split_plan.maps == max(each) < whole.maps == sum(each) and split_plan.parts == 3
 
 
-def test_two_workers_give_the_one_worker_bits(service, split, tiny_model_dirs, monkeypatch):
+def forked_workers(s, n: int) -> None:
+    """``n`` RQ workers, each a process of its own forked from this one (models and settings as here, no
+    start-up: ``workers.main`` processes are tested by tests/test_scale_parts.py), run until the queues
+    are empty; each must exit cleanly."""
+    pids = []
+    for _ in range(n):
+        pid = os.fork()
+        if pid == 0:  # the child: a fresh Redis connection and store connections, one RQ worker
+            code = 1
+            try:
+                s.store.engine.dispose(close=False)
+                worker(Redis.from_url(s.url)).work(burst=True)
+                code = 0
+            finally:
+                os._exit(code)
+        pids.append(pid)
+    deadline = time.monotonic() + HANG_S
+    try:
+        for pid in pids:
+            while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+                assert time.monotonic() < deadline, "the workers never finished"
+                time.sleep(0.05)
+            assert os.waitstatus_to_exitcode(done[1]) == 0
+            pids = [p for p in pids if p != pid]
+    finally:
+        for pid in pids:  # only on a failure: stop what this test started
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+
+def test_two_workers_give_the_one_worker_bits(service, split, monkeypatch):
     s = service
     monkeypatch.setitem(queue_module.FUNCS, "compare", "held_jobs.held_compare")
     job_id = submit(s)
     s.conn.set(parts_config_key(job_id), json.dumps({"barrier": 2}))  # the first two parts wait for both
-    env = service_env(s.base / "data", write_catalogue(s.base / "models.json", tiny_model_dirs), REDIS_URL=s.url,
-                      PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}", **SPLIT_ENV)
-    log_path = s.base / "workers.log"
-    with open(log_path, "ab") as log:
-        procs = [subprocess.Popen([sys.executable, "-m", "workers.main", "--preload", "tiny-bert"], cwd=ROOT,
-                                  env=env, stdout=log, stderr=subprocess.STDOUT) for _ in range(2)]
-        try:
-            wait_ready(s.conn, procs, 2, log_path)
-            state = s.queue.wait(job_id, timeout_s=HANG_S)
-            assert state.status == "finished", state.error
-        finally:
-            s.conn.set(release_key(job_id), 1)
-            stop_all(procs)
+    worker(s.conn).work(burst=True, max_jobs=1)  # the coordinator
+    forked_workers(s, 2)
+    state = s.queue.lookup(job_id)
+    assert state.status == "finished", state.error
     attempts = [json.loads(x) for x in s.conn.lrange(part_log_key(job_id), 0, -1)]
     assert {a["part"] for a in attempts} == {0, 1, 2} and len({a["worker"] for a in attempts}) == 2
     assert comparable(json.loads(state.result_raw)) == comparable(split)
