@@ -3,9 +3,9 @@ workers/analysis/compare_parts.py, docs/scaling.md), for real: a real Redis, rea
 this process; two in processes of their own), a stored corpus, tiny random models from configs.
 
 A split comparison equals the one-job comparison (float64 sums to 1e-12) and shows its parts in the
-job's status; two worker processes (each proven to have run a part) give the one worker's bits; a cancelled
-split comparison keeps nothing; a small comparison stays one job; the memory plan is a part's.
-A 30-text corpus in parts of 10 (tiny-bert against tiny-gpt2, which has a head: words' surprisal).
+job's status; two worker processes (each proven to have run a part) give the one worker's bits; a
+comparison cancelled in the middle of a part keeps nothing; a small comparison stays one job; the
+memory plan is a part's. A 30-text corpus in parts of 10 (tiny-bert against tiny-gpt2, which has a head: words' surprisal).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from held_jobs import part_log_key, parts_config_key
+from held_jobs import held_part_key, part_log_key, parts_config_key, release_key
 from redis import Redis
 from rq import SimpleWorker
 from service_helpers import HANG_S
@@ -171,22 +171,31 @@ def test_a_small_comparison_stays_one_job(service, setting):
     assert "split" not in result and comparable(result) == comparable(service.single)
 
 
-def test_a_cancelled_split_comparison_keeps_nothing(service):
+def test_a_comparison_cancelled_in_the_middle_of_a_part_keeps_nothing(service, monkeypatch):
     s = service
+    monkeypatch.setitem(queue_module.FUNCS, "compare", "held_jobs.held_compare")
     job_id = submit(s)
+    s.conn.set(parts_config_key(job_id), json.dumps({"hold_part": 1}))
     w = worker(s.conn)
-    w.work(burst=True, max_jobs=2)  # the coordinator and one part
+    w.work(burst=True, max_jobs=2)  # the coordinator and part 0
     assert s.conn.hlen(parts.parts_key(job_id)) == 1
-    assert s.queue.cancel(job_id).status == "running"
-    w.work(burst=True)  # what is left: the other parts skip, the merge is cancelled
+    pid = fork_worker(s)  # takes part 1 and holds in its middle: model A ran its texts, B not yet
+    try:
+        wait_for(lambda: s.conn.exists(held_part_key(job_id)), "part 1 held mid-part")
+        assert s.queue.cancel(job_id).status == "running"
+        s.conn.set(release_key(job_id), 1)  # part 1 goes on: it sees the cancel before its next batch
+        reap([pid])
+    finally:
+        stop([pid])
     state = s.queue.lookup(job_id)
     assert state.status == "failed" and state.error_code == "cancelled" and not state.user_error
     for key in (parts.parts_key(job_id), parts.done_key(job_id), parts.tries_key(job_id),
                 protocol.partial_key(job_id), protocol.result_key(job_id)):
         assert not s.conn.exists(key), key
     assert not s.store.has_result(job_id)
-    for i in (1, 2):  # neither part computed
-        assert protocol.fetch_job(s.conn, parts.part_id(job_id, i)).return_value() in (None, {"skipped": True})
+    assert protocol.fetch_job(s.conn, parts.part_id(job_id, 1)).return_value() == {"skipped": True}
+    assert protocol.fetch_job(s.conn, parts.part_id(job_id, 2)).get_status(refresh=True) == "canceled"
+    assert protocol.fetch_job(s.conn, parts.merge_id(job_id)).get_status(refresh=True) == "canceled"
 
 
 def test_the_memory_plan_of_a_split_comparison_is_its_heaviest_part(service):
@@ -201,34 +210,47 @@ def test_the_memory_plan_of_a_split_comparison_is_its_heaviest_part(service):
     assert split_plan.maps == max(each) < whole.maps == sum(each) and split_plan.parts == 3
 
 
-def forked_workers(s, n: int) -> None:
-    """``n`` RQ workers, each a process of its own forked from this one (models and settings as here, no
-    start-up: ``workers.main`` processes are tested by tests/test_scale_parts.py), run until the queues
-    are empty; each must exit cleanly."""
-    pids = []
-    for _ in range(n):
-        pid = os.fork()
-        if pid == 0:  # the child: a fresh Redis connection and store connections, one RQ worker
-            code = 1
-            try:
-                s.store.engine.dispose(close=False)
-                worker(Redis.from_url(s.url)).work(burst=True)
-                code = 0
-            finally:
-                os._exit(code)
-        pids.append(pid)
+def fork_worker(s) -> int:
+    """An RQ worker in a process of its own, forked from this one (models and settings as here, no
+    start-up: ``workers.main`` processes are tested by tests/test_scale_parts.py), run until the
+    queues are empty; its pid."""
+    pid = os.fork()
+    if pid == 0:  # the child: a fresh Redis connection and store connections, one RQ worker
+        code = 1
+        try:
+            s.store.engine.dispose(close=False)
+            worker(Redis.from_url(s.url)).work(burst=True)
+            code = 0
+        finally:
+            os._exit(code)
+    return pid
+
+
+def reap(pids: list[int]) -> None:
+    """Wait for the forked workers; each must exit cleanly."""
     deadline = time.monotonic() + HANG_S
-    try:
-        for pid in pids:
-            while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
-                assert time.monotonic() < deadline, "the workers never finished"
-                time.sleep(0.05)
-            assert os.waitstatus_to_exitcode(done[1]) == 0
-            pids = [p for p in pids if p != pid]
-    finally:
-        for pid in pids:  # only on a failure: stop what this test started
+    for pid in pids:
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            assert time.monotonic() < deadline, "the workers never finished"
+            time.sleep(0.05)
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+
+
+def stop(pids: list[int]) -> None:
+    """Kill those of the forked workers still running (after a failure only)."""
+    for pid in pids:
+        try:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass  # already reaped
+
+
+def wait_for(predicate, what: str) -> None:
+    deadline = time.monotonic() + HANG_S
+    while not predicate():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.05)
 
 
 def test_two_workers_give_the_one_worker_bits(service, split, monkeypatch):
@@ -237,7 +259,11 @@ def test_two_workers_give_the_one_worker_bits(service, split, monkeypatch):
     job_id = submit(s)
     s.conn.set(parts_config_key(job_id), json.dumps({"barrier": 2}))  # the first two parts wait for both
     worker(s.conn).work(burst=True, max_jobs=1)  # the coordinator
-    forked_workers(s, 2)
+    pids = [fork_worker(s) for _ in range(2)]
+    try:
+        reap(pids)
+    finally:
+        stop(pids)
     state = s.queue.lookup(job_id)
     assert state.status == "finished", state.error
     attempts = [json.loads(x) for x in s.conn.lrange(part_log_key(job_id), 0, -1)]
