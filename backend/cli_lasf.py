@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+PAPER_WEIGHT_DECAY = 1.0  # paper mode's recipe (docs/lasf.md, "Paper mode: a sweep")
+
 
 def cmd_lasf_train(args: argparse.Namespace) -> int:
     """Train LasF and the two baselines; write the checkpoint directory and print the metrics."""
@@ -23,6 +25,7 @@ def cmd_lasf_train(args: argparse.Namespace) -> int:
         epochs=args.epochs, lr=args.lr if args.lr is not None else (1e-3 if paper else 2e-3),
         seed=args.seed, max_sentences=args.max_sentences or None,
         warmup=args.warmup, clip=(args.clip or None) if args.clip is not None else (1.0 if paper else None),
+        weight_decay=args.weight_decay if args.weight_decay is not None else (PAPER_WEIGHT_DECAY if paper else 0.01),
     )  # fmt: skip
     bar = StderrProgress(f"lasf-train {args.mode}", enabled=not args.quiet)
     try:
@@ -57,6 +60,8 @@ def add_lasf_commands(sub: Any) -> None:
     t.add_argument("--lr", type=float, default=None, help="LasF's peak learning rate (one-cycle schedule); default: 1e-3 (paper), 2e-3 (stable)")
     t.add_argument("--warmup", type=float, default=0.1, help="share of the steps warming up to --lr (default 0.1)")
     t.add_argument("--clip", type=float, default=None, help="clip LasF's gradient norm to this (0: no clipping); default: 1 (paper), none (stable)")
+    t.add_argument("--weight-decay", type=float, default=None,
+                   help=f"LasF's AdamW weight decay (the baselines keep 0.01); default: {PAPER_WEIGHT_DECAY:g} (paper), 0.01 (stable)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--max-sentences", type=int, default=8000, help="sentences kept after the seeded shuffle (0: all 13.9k)")
     t.add_argument("--cache-dir", default=None, help="keep MiniLM's features here for later runs")
