@@ -108,13 +108,16 @@ def test_cli_refuses_bad_warmup_or_clip_before_any_work(flag, words, tmp_path, c
 
 @pytest.mark.parametrize(
     ("argv", "want"),
-    [(["--mode", "paper"], {"lr": 1e-3, "clip": 1.0, "warmup": 0.1, "init_scale": 0.1, "weight_decay": 1.0}),
-     (["--mode", "stable"], {"lr": 2e-3, "clip": None, "warmup": 0.1, "init_scale": 1.0, "weight_decay": 0.01}),
+    [(["--mode", "paper"], {"lr": 1e-3, "clip": 1.0, "warmup": 0.1, "init_scale": 0.1, "weight_decay": 1.0,
+                             "kernel": "identity", "epochs": 12, "residual": "none"}),
+     (["--mode", "stable"], {"lr": 2e-3, "clip": None, "warmup": 0.1, "init_scale": 1.0, "weight_decay": 0.01,
+                             "kernel": "identity", "epochs": 4, "residual": "linear"}),
+     (["--mode", "paper", "--kernel", "gaussian", "--epochs", "4"], {"kernel": "gaussian", "epochs": 4, "lr": 1e-3}),
      (["--mode", "paper", "--clip", "0", "--lr", "3e-4", "--warmup", "0.3", "--weight-decay", "0"],
       {"lr": 3e-4, "clip": None, "warmup": 0.3, "weight_decay": 0.0, "baseline_weight_decay": 0.01})],
 )  # fmt: skip
 def test_cli_defaults_per_mode(argv, want, tmp_path, monkeypatch):
-    """Paper mode defaults to the recipe of docs/lasf.md's sweep; the stable defaults are lasf-minilm's."""
+    """Paper mode defaults to the recipe of docs/lasf.md's sweep (lasf-minilm-paper); the stable defaults are lasf-minilm's."""
     import workers.lasf.distil as distil_mod
     from backend.cli import main
 

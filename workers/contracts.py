@@ -48,7 +48,12 @@ ANALYSIS_KINDS: tuple[str, ...] = (
 MAX_TOP_K = 50  # predictions: next tokens listed per position
 MAX_ABLATED = 64  # ablation: heads in one ablated set ("each" runs every head in turn)
 MAX_CONTINUE = 64  # continue: generated tokens
-LASF_MODELS: tuple[str, ...] = ("lasf-minilm",)  # shipped LasF layers; uploads are "ck-..." ids
+# shipped LasF layers (docs/lasf.md); uploads are "ck-..." ids
+LASF_ABOUT: dict[str, str] = {
+    "lasf-minilm": "stable-mode LasF layer in place of MiniLM's last layer (held-out R² 0.75)",
+    "lasf-minilm-paper": "paper-mode LasF layer (the paper's equations, identity kernel) in place of MiniLM's last layer (held-out R² 0.46)",
+}
+LASF_MODELS: tuple[str, ...] = tuple(LASF_ABOUT)
 
 
 def is_lasf_model(name: str) -> bool:
