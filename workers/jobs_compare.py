@@ -18,12 +18,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from workers import jobs_corpus, parts, protocol
+from workers import jobs_corpus, parts
 from workers.contracts import CompareRequest
 from workers.corpus_source import open_corpus
-from workers.errors import CancelledError, HeadscopeError
-from workers.jobs import Reporter, _current, _settings
-from workers.jobs_corpus import _run, corpus_texts
+from workers.errors import HeadscopeError
+from workers.jobs import Reporter, _current
+from workers.jobs_corpus import _run, corpus_texts, fan_out_texts
 
 logger = logging.getLogger(__name__)
 PART = "workers.jobs_compare.compare_part"
@@ -79,18 +79,10 @@ def split_compare(rep: Reporter, req: CompareRequest, request: dict[str, Any], *
     texts = (t for b in source.batches(batch=1000) for t in b)  # word counts only: never whole in memory
     plan = plan_of(req.model_a, req.model_b, texts, max_tokens=req.max_tokens, ranges=ranges)
     plan.check(what=f"comparing {req.model_a} and {req.model_b} on {len(source)} texts")
-    if rep.conn.exists(protocol.cancel_key(rep.job.id)):
-        raise CancelledError("the comparison")
-    settings = _settings()
-    merge = parts.fan_out(
-        rep.conn, job_id=rep.job.id, part=part, merge=MERGE,
-        payloads=[{"request": request, "start": a, "stop": b} for a, b in ranges], sizes=[b - a for a, b in ranges],
-        unit="texts", context={"job_id": rep.job.id, "request": request}, job_timeout=settings.job_timeout_s)
-    if rep.conn.exists(protocol.cancel_key(rep.job.id)):  # cancelled while fanning out: the API saw no plan
-        parts.cancel(rep.conn, rep.job.id, len(ranges))
+    split = fan_out_texts(rep, request, ranges, part=part, merge=MERGE, what="the comparison")
     rep.progress(0.0, f"split into {len(ranges)} parts of up to {ranges[0][1] - ranges[0][0]} texts; {describe(plan)}")
     logger.info("compare job %s: %d texts in %d parts", rep.job.id, len(source), len(ranges))
-    return parts.Split(merge.id, len(ranges))
+    return split
 
 
 def run_compare(request: dict[str, Any], *, part: str = PART) -> dict[str, Any]:
