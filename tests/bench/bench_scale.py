@@ -3,7 +3,7 @@ each), the split's overhead, and a worker's peak memory at two corpus sizes.
 
     nice -n 10 .venv/bin/python -m tests.bench.bench_scale [--models minilm,smollm2]
         [--texts minilm=10000,smollm2=1000] [--memory-texts 10000,100000] [--memory-model minilm]
-        [--part-texts 500]
+        [--part-texts 500] [--runs one,split1,split2]
 
 Everything is real: the bundled Redis, a SQLite store in a temporary directory holding a synthetic
 corpus (``tests/bench/synthetic_corpus.py``), and workers started as ``python -m workers.main
@@ -180,35 +180,34 @@ def max_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
     return worst
 
 
-def speed(bench: Bench, model: str, n: int) -> dict[str, Any]:
+def timed(bench: Bench, corpus: str, model: str, pids: list[int], name: str, n: int) -> tuple[dict[str, Any], float, float, dict[str, Any]]:
+    """Run the corpus job once on the workers ``pids``: (its figures under ``name``, seconds, CPU seconds, result)."""
+    l0, c0 = load(), cpu_s(pids)
+    t, result = bench.run(corpus, model)
+    cpu = cpu_s(pids) - c0
+    return ({f"{name}_s": round(t, 2), f"{name}_texts_per_s": round(n / t, 2), f"{name}_cpu_s": round(cpu, 2),
+             f"load_{name}": (l0, load())}, t, cpu, result)
+
+
+def speed(bench: Bench, model: str, n: int, runs: set[str]) -> dict[str, Any]:
+    """The runs of ``runs`` (one, split1, split2) over ``n`` texts, and the ratios between them."""
     corpus = bench.corpus(n)
     out: dict[str, Any] = {"model": model, "texts": n, "part_texts": PART}
-    pids = bench.start(1, model, split=False)
-    l0, c0 = load(), cpu_s(pids)
-    t_one, one = bench.run(corpus, model)
-    cpu_one = cpu_s(pids) - c0
-    out.update(one_job_s=round(t_one, 2), one_job_texts_per_s=round(n / t_one, 2), one_job_cpu_s=round(cpu_one, 2),
-               load_one=(l0, load()))
-    bench.stop()
+    if "one" in runs:
+        figures, t_one, cpu_one, one = timed(bench, corpus, model, bench.start(1, model, split=False), "one_job", n)
+        out.update(figures)
+        bench.stop()
     pids = bench.start(1, model, split=True)
-    l0, c0 = load(), cpu_s(pids)
-    t1, split1 = bench.run(corpus, model)
-    cpu_1 = cpu_s(pids) - c0
-    out.update(split1_s=round(t1, 2), split1_texts_per_s=round(n / t1, 2), split1_cpu_s=round(cpu_1, 2),
-               load_split1=(l0, load()), parts=split1["split"]["parts"],
-               part_seconds_sum=split1["split"]["part_seconds"])
-    pids += bench.start(1, model, split=True)  # a second worker
-    l0, c0 = load(), cpu_s(pids)
-    t2, split2 = bench.run(corpus, model)
-    cpu_2 = cpu_s(pids) - c0
-    out.update(split2_s=round(t2, 2), split2_texts_per_s=round(n / t2, 2), split2_cpu_s=round(cpu_2, 2),
-               load_split2=(l0, load()))
+    figures, t1, cpu_1, split1 = timed(bench, corpus, model, pids, "split1", n)
+    out.update(figures, parts=split1["split"]["parts"], part_seconds_sum=split1["split"]["part_seconds"])
+    if "split2" in runs:
+        pids += bench.start(1, model, split=True)  # a second worker
+        figures, t2, _, split2 = timed(bench, corpus, model, pids, "split2", n)
+        out.update(figures, speedup_2_workers=round(t1 / t2, 3), two_workers_equal_one=max_diff(split1, split2) == 0.0)
     bench.stop()
-    out.update(overhead=round(t1 / t_one - 1, 4), overhead_cpu=round(cpu_1 / cpu_one - 1, 4),
-               speedup_2_workers=round(t1 / t2, 3),
-               speedup_2_workers_vs_one_job=round(t_one / t2, 3),
-               max_abs_diff_split_vs_one_job=max_diff(one, split1),
-               two_workers_equal_one=max_diff(split1, split2) == 0.0)
+    if "one" in runs:
+        out.update(overhead=round(t1 / t_one - 1, 4), overhead_cpu=round(cpu_1 / cpu_one - 1, 4),
+                   max_abs_diff_split_vs_one_job=max_diff(one, split1))
     return out
 
 
@@ -233,6 +232,8 @@ def main() -> int:
     ap.add_argument("--memory-texts", default="10000,100000")
     ap.add_argument("--memory-model", default="minilm", help="minilm, smollm2 or tiny-bert (random, 2 layers)")
     ap.add_argument("--part-texts", type=int, default=PART, help="HEADSCOPE_SPLIT_PART_ITEMS (the default 500)")
+    ap.add_argument("--runs", default="one,split1,split2",
+                    help="which speed runs: one (one job), split1 (1 worker, always run), split2 (2 workers)")
     args = ap.parse_args()
     PART = args.part_texts
     texts = {k: int(v) for k, v in (kv.split("=") for kv in args.texts.split(","))}
@@ -241,7 +242,7 @@ def main() -> int:
     try:
         print(json.dumps({"cpus": os.cpu_count(), "load_at_start": os.getloadavg()}), flush=True)
         for model in [m for m in args.models.split(",") if m]:
-            print(json.dumps(speed(bench, model, texts.get(model, 1000))), flush=True)
+            print(json.dumps(speed(bench, model, texts.get(model, 1000), set(args.runs.split(",")))), flush=True)
         sizes = [int(n) for n in args.memory_texts.split(",") if n]
         for row in memory(bench, args.memory_model, sizes) if sizes else []:
             print(json.dumps(row), flush=True)
