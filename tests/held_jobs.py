@@ -138,11 +138,13 @@ def held_compare(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def held_compare_part(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    """``compare_part`` after the test's hooks: log the attempt, wait at the barrier, hold where the
-    test says (``hold_part``: before that part's second batch, model A's texts run, B's not)."""
+    """``compare_part`` after the test's hooks: log the attempt, wait at the barrier, fail or hold where
+    the test says (``hold_part``: before that part's second batch, model A's texts run, B's not)."""
     from workers import jobs_compare
 
     config, worker = _log_and_wait(ctx)
+    if config.get("fail_part") == ctx.index:
+        raise RuntimeError(f"part {ctx.index} broke on purpose (attempt {ctx.attempt})")
     hold = config.get("hold_part") == ctx.index and ctx.attempt == 1
     return jobs_compare.compare_part(payload, _HeldContext(ctx, hold=hold, worker=worker))
 

@@ -4,8 +4,9 @@ this process; two in processes of their own), a stored corpus, tiny random model
 
 A split comparison equals the one-job comparison (float64 sums to 1e-12) and shows its parts in the
 job's status; two worker processes (each proven to have run a part) give the one worker's bits; a
-comparison cancelled in the middle of a part keeps nothing; a small comparison stays one job; the
-memory plan is a part's. A 30-text corpus in parts of 10 (tiny-bert against tiny-gpt2, which has a head: words' surprisal).
+comparison cancelled in the middle of a part keeps nothing; a part failing twice fails it with its
+reason; a small comparison stays one job; the memory plan is a part's. A 30-text corpus in parts of
+10 (tiny-bert against tiny-gpt2, which has a head: words' surprisal).
 """
 
 from __future__ import annotations
@@ -196,6 +197,20 @@ def test_a_comparison_cancelled_in_the_middle_of_a_part_keeps_nothing(service, m
     assert protocol.fetch_job(s.conn, parts.part_id(job_id, 1)).return_value() == {"skipped": True}
     assert protocol.fetch_job(s.conn, parts.part_id(job_id, 2)).get_status(refresh=True) == "canceled"
     assert protocol.fetch_job(s.conn, parts.merge_id(job_id)).get_status(refresh=True) == "canceled"
+
+
+def test_a_part_failing_twice_fails_the_comparison_with_its_reason(service, monkeypatch):
+    s = service
+    monkeypatch.setitem(queue_module.FUNCS, "compare", "held_jobs.held_compare")
+    job_id = submit(s)
+    s.conn.set(parts_config_key(job_id), json.dumps({"fail_part": 2}))
+    worker(s.conn).work(burst=True)
+    state = s.queue.lookup(job_id)
+    assert state.status == "failed" and not state.user_error
+    assert "part 2 failed: part 2 broke on purpose (attempt 2)" in state.error, state.error
+    attempts = [json.loads(x) for x in s.conn.lrange(part_log_key(job_id), 0, -1)]
+    assert [a["attempt"] for a in attempts if a["part"] == 2] == [1, 2]
+    assert not s.store.has_result(job_id) and not s.conn.keys("hs:parts*")
 
 
 def test_the_memory_plan_of_a_split_comparison_is_its_heaviest_part(service):
