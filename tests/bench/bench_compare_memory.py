@@ -8,6 +8,9 @@ B the tiny GPT-2; texts of ``--words`` words. ``parts`` runs every part one afte
 process (a worker that takes them all) and merges them, as the merge job does::
 
     nice -n 10 .venv/bin/python -m tests.bench.bench_compare_memory --texts 200 --part 20 --words 60
+
+``--real N``: instead, MiniLM (A) against SmolLM2 (B) on the first N shipped English texts, in one
+piece and in parts of ``--part``, in this process: whether the results are equal, and both times.
 """
 
 from __future__ import annotations
@@ -73,6 +76,36 @@ def child(args: argparse.Namespace) -> None:
                       "digest": digest, "rows": res["n_query_words"]}))
 
 
+def real(n: int, part: int) -> None:
+    """MiniLM x SmolLM2 on ``n`` shipped texts: one piece against parts of ``part`` (equality, seconds)."""
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(1)
+    from workers.analysis.compare import compare_models
+    from workers.analysis.compare_parts import CompareMerge, compare_partial
+    from workers.corpora import shipped_corpus
+    from workers.models import load_model
+
+    texts = shipped_corpus("builtin-english").texts[:n]
+    la, lb = (lambda: load_model("minilm")), (lambda: load_model("smollm2"))
+    la(), lb()
+    t0 = time.perf_counter()
+    one = compare_models(la, lb, texts, max_tokens=128, window=part)
+    t1 = time.perf_counter()
+    merge = CompareMerge()
+    for a in range(0, len(texts), part):
+        merge.add(json.loads(json.dumps(compare_partial(la, lb, texts[a : a + part], first=a, window=part))))
+    split = merge.result()
+    t2 = time.perf_counter()
+    differ = [k for k in one if k != "seconds" and one[k] != split[k]]
+    sims = [np.array([p["similarity"] for p in r["matching"]["pairs"]]) for r in (one, split)]
+    print(f"MiniLM x SmolLM2, {n} texts, parts of {part}; load average {os.getloadavg()[0]:.1f}")
+    print(f"one piece {t1 - t0:.1f} s, parts {t2 - t1:.1f} s; keys that differ: {differ or 'none'}; "
+          f"largest difference of a matched pair's similarity {np.abs(sims[0] - sims[1]).max():.3g}; "
+          f"{one['n_query_words']} query words")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--texts", type=int, default=200)
@@ -81,7 +114,11 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--mode", choices=("one", "parts"))
     parser.add_argument("--models")
+    parser.add_argument("--real", type=int, help="MiniLM x SmolLM2 on this many shipped texts instead")
     args = parser.parse_args()
+    if args.real:
+        real(args.real, args.part)
+        return
     if args.mode:
         child(args)
         return
