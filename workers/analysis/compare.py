@@ -5,7 +5,8 @@ decoders' surprisal per word side by side.
 Model A runs over every text first and its word-level maps are kept (float32); then model B runs
 text by text and each text's similarity sums are folded in, so only one model need be loaded at a
 time (``compare_models`` takes loaders, and ``release`` drops A before B loads when both do not fit).
-Notebook use::
+A large corpus runs in parts of whole windows of texts (``workers.analysis.compare_parts``: both
+models a part, ``run_both`` and ``finish_compare`` shared with the one piece). Notebook use::
 
     from workers.models import load_model
     from workers.analysis.compare import compare_models
@@ -184,11 +185,11 @@ class WindowFlush:
     before adding text ``i``): the pairwise term's float32 blocks then depend only on each window's
     texts, so a comparison split into parts of whole windows sums the same blocks (docs/scaling.md)."""
 
-    def __init__(self, acc: SimilarityAccumulator, window: int, *, first: int = 0):
-        self.acc, self.window, self.first, self.current = acc, window, first, None
+    def __init__(self, acc: SimilarityAccumulator, window: int):
+        self.acc, self.window, self.current = acc, window, None
 
     def __call__(self, i: int) -> None:
-        w = (i - self.first) // self.window
+        w = i // self.window
         if w != self.current:
             self.acc.flush()
             self.current = w
