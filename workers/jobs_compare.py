@@ -42,7 +42,11 @@ def _release(req: CompareRequest, together: bool) -> Callable[[], None] | None:
 
     if together or req.model_a == req.model_b:
         return None
-    return lambda: release_model(req.model_a)
+
+    def release() -> None:
+        release_model(req.model_a)
+
+    return release
 
 
 def compute_compare(req: CompareRequest, *, texts: list[str], progress: Callable[[float, str], None]) -> dict[str, Any]:

@@ -186,7 +186,8 @@ class WindowFlush:
     texts, so a comparison split into parts of whole windows sums the same blocks (docs/scaling.md)."""
 
     def __init__(self, acc: SimilarityAccumulator, window: int):
-        self.acc, self.window, self.current = acc, window, None
+        self.acc, self.window = acc, window
+        self.current: int | None = None
 
     def __call__(self, i: int) -> None:
         w = i // self.window
