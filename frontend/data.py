@@ -200,7 +200,7 @@ class ResultStore:
             return raw, {}
         with self._lock:
             have = self._partials.get(key) or {}
-        missing = [k for k in raw.get("partial_keys") or [] if k not in have]
+        missing = wanted_keys(raw.get("partial_keys") or [], have)
         if missing:
             raw = fetch(sid, partial=",".join(missing))
             if raw.get("status") == "finished" and raw.get("result") is not None:
@@ -213,6 +213,42 @@ class ResultStore:
                     self._partials.popitem(last=False)
         # a retried job starts its partial result again: show only the keys it has now
         return raw, {k: have[k] for k in raw.get("partial_keys") or [] if k in have}
+
+
+def wanted_keys(names: list[str], have: dict[str, Any]) -> list[str]:
+    """The partial keys to download, of ``names``, when ``have`` is held already.
+
+    A section published layer by layer (``workers.layer_parts``) and then whole is read either way,
+    not both: with every layer's part held, the whole section (tens of MB for a gallery) is folded
+    from them; without, it is read whole and the parts it makes are not.
+    """
+    from workers.layer_parts import parse_part_key
+
+    parts: dict[str, list[str]] = {}
+    for k in names:
+        parsed = parse_part_key(k)
+        if parsed:
+            parts.setdefault(parsed[0], []).append(k)
+    out = []
+    for k in names:
+        if k in have:
+            continue
+        parsed = parse_part_key(k)
+        if parsed and parsed[0] in names:  # the whole section is published: read it, not its parts
+            continue
+        if k in parts and all(p in have for p in parts[k]) and _covers(k, parts[k], have):
+            continue
+        out.append(k)
+    return out
+
+
+def _covers(section: str, part_keys: list[str], have: dict[str, Any]) -> bool:
+    """Whether the parts held are every layer the section holds (``of_layers`` of a part)."""
+    from workers.layer_parts import parse_part_key
+
+    layers = {parse_part_key(k)[1] for k in part_keys}  # type: ignore[index]
+    planned = (have.get(part_keys[0]) or {}).get("of_layers") or []
+    return bool(planned) and set(planned) <= layers
 
 
 class Built:

@@ -260,3 +260,98 @@ def wait_for(store, source: dict, section: str, *, timeout_s: float = 600) -> di
         assert status["status"] == "running", status
         assert time.monotonic() < deadline, f"{section} never arrived: {sections_of(status)}"
         time.sleep(0.05)
+
+
+def _apply(held, out, *, full_type):
+    """What the browser holds after Dash applies a callback's output to ``held`` (and which kind it was)."""
+    from dash import Patch, no_update
+
+    if out is no_update:
+        return held, "none"
+    if isinstance(out, Patch):
+        held = _as_drawn(held)
+        for op in out.to_plotly_json()["operations"]:
+            assert op["operation"] == "Assign", op  # set, never append: applying twice changes nothing
+            where = held
+            for step in op["location"][:-1]:
+                where = where[step]
+            where[op["location"][-1]] = _as_drawn(op["params"]["value"])
+        return held, "patch"
+    assert isinstance(out, full_type), type(out)
+    return _as_drawn(out.to_plotly_json() if hasattr(out, "to_plotly_json") else out), "whole"
+
+
+def _as_drawn(obj):
+    """A figure or store as plain JSON values, numpy arrays and typed-array specs as lists."""
+    if hasattr(obj, "to_plotly_json"):
+        obj = obj.to_plotly_json()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, dict):
+        if "bdata" in obj and "dtype" in obj:
+            import base64
+
+            arr = np.frombuffer(base64.b64decode(obj["bdata"]), dtype=np.dtype(obj["dtype"]))
+            shape = [int(x) for x in str(obj.get("shape", arr.size)).split(",")]
+            return arr.reshape(shape).tolist()
+        return {k: _as_drawn(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_as_drawn(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def test_the_page_sends_each_new_layer_once_and_ends_with_the_whole_gallery(deep_llama, monkeypatch):
+    """The text page's gallery callback over a job's life (no layer, one, two, all, finished): after the
+    first drawing every update is a partial one holding only the rows not yet drawn, and the figure
+    and head maps it leaves in the browser are exactly those drawn anew from the same result."""
+    import plotly.graph_objects as go
+
+    from frontend.pages.text_heads import gallery_outputs
+
+    res, *_ = run(deep_llama, monkeypatch)
+    common = {k: v for k, v in res.items() if k not in ("head-tsne-all", "hidden-tsne", "_parts")}
+    parts = res.pop("_parts")
+    request = page_request(deep_llama).normalised()
+    source = {"kind": "analysis", "id": "job"}
+    steps = [("running", fold({**common, **{k: v for k, v in parts.items() if parse_part_key(k)[1] < k_}}))
+             for k_ in (0, 1, 2, LAYERS)] + [("finished", res)]
+    shown = fig = maps = None
+    kinds = []
+    for status, result in steps:
+        st = {"status": status, "result": result, "request": request}
+        out = gallery_outputs(st, source, None, 0, shown)
+        fig, fig_kind = _apply(fig, out[0], full_type=go.Figure)
+        maps, _ = _apply(maps, out[4], full_type=dict)
+        if fig_kind == "patch":  # only the rows not drawn before travel
+            rows = [op["location"][1] for op in out[0].to_plotly_json()["operations"] if op["location"][0] == "data"]
+            drawn_before = set(shown["drawn"])
+            assert all(idx == 0 or result_layer(idx) not in drawn_before for idx in rows), (rows, drawn_before)
+        kinds.append(fig_kind)
+        shown = out[3]
+        section = None if G.gallery_section(result) else G.skeleton_section(result)
+        # the figure the browser holds is the one drawn anew (both through plotly's defaults, e.g. colour scales)
+        assert _as_drawn(go.Figure(fig)) == _as_drawn(G.gallery_figure(result, section=section)), status
+        assert maps == _as_drawn({**G.head_maps(result), "message": maps["message"]})
+        assert shown["drawn"] == list(range(len(G.gallery_section(result)["layers"]) if G.gallery_section(result) else 0))
+    assert kinds[0] == "whole" and set(kinds[1:]) <= {"patch", "none"} and "patch" in kinds[1:], kinds
+    meta = fig["layout"]["meta"]["gallery"]
+    assert meta["complete"] is True and len(meta["panels"]) == LAYERS * HEADS
+    again = gallery_outputs({"status": "finished", "result": res, "request": request}, source, None, 0, shown)
+    assert again[0] is __import__("dash").no_update and again[4] is __import__("dash").no_update  # nothing new
+
+
+def result_layer(trace_index: int) -> int:
+    return trace_index - 1  # trace 0 draws the frames, trace 1 + r the row of layer r (all layers shown)
+
+
+def test_the_dashboard_reads_a_gallery_by_its_layers_or_whole_never_both():
+    from frontend.data import wanted_keys
+
+    parts = {part_key("g", la): {"of_layers": [0, 1, 2]} for la in range(3)}
+    names = ["max-attention", *parts, "g"]
+    assert wanted_keys(names, {"max-attention": 1, **parts}) == []  # the whole gallery is folded from its parts
+    assert wanted_keys(names, {"max-attention": 1, part_key("g", 0): parts[part_key("g", 0)]}) == ["g"]
+    assert wanted_keys(["max-attention", *parts], {}) == ["max-attention", *parts]  # still filling in
+    assert wanted_keys(["max-attention", part_key("g", 0), part_key("g", 1), "g"], {part_key("g", 0): {"of_layers": [0, 1, 2]}}) == ["max-attention", "g"]
