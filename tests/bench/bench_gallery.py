@@ -16,6 +16,7 @@ same run, is a plain forward pass of the same text (eager attention, no maps kep
 time is also printed as a multiple of it. Reported per n as well: the job's seconds in t-SNE for all
 heads and its forward/replay seconds (``timings``), and the size of the result. A shared machine's
 numbers are noisy: compare the ratios of one run, and note the load (printed from ``os.getloadavg``).
+Also printed: the megabytes the page's server sent the browser (every Dash callback's answer) per Analyze.
 """
 
 from __future__ import annotations
@@ -136,10 +137,24 @@ def one(page, url: str, text: str, model: str) -> dict:
         page.get_by_role("option", name=f"{model} — ").first.click()
     page.evaluate(RECORD_JS)
     page.fill("#text-input", text)
+    answers = []  # the page server's answers (Dash callbacks) from Analyze on
+
+    def answered(response) -> None:
+        if "_dash-update-component" in response.url:
+            answers.append(response)
+
+    page.on("response", answered)
     page.click("#analyze-button")
     page.wait_for_function("window.__bench.gallery !== undefined && window.__bench.done !== undefined",
                            timeout=600_000)
+    page.remove_listener("response", answered)
     marks = page.evaluate("window.__bench")
+    sizes = []
+    for response in answers:
+        try:
+            sizes.append(len(response.body()))
+        except Exception:  # noqa: BLE001 - an answer the page dropped (a newer call replaced it)
+            pass
     analysis = page.url.split("analysis=")[1].split("&")[0]
     body = httpx.get(f"{url}/api/analyses/{analysis}", timeout=30).json()
     result = body.get("result") or {}
@@ -158,10 +173,11 @@ def one(page, url: str, text: str, model: str) -> dict:
         "job_forward_s": timings.get("forward_s"),
         "job_replay_s": timings.get("replay_s"),
         "result_mb": len(json.dumps(result)) / 2**20,
+        "page_mb": sum(sizes) / 2**20,
     }
 
 
-KEYS = ("heatmaps_s", "first_panel_s", "gallery_s", "page_s", "tsne_all_heads_s", "result_mb", "forward_s")
+KEYS = ("heatmaps_s", "first_panel_s", "gallery_s", "page_s", "tsne_all_heads_s", "result_mb", "page_mb", "forward_s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"({row['first_panel_s'] / f:.1f}x), complete gallery {row['gallery_s']:.2f} s "
                           f"({row['gallery_s'] / f:.1f}x), page done {row['page_s']:.2f} s ({row['page_s'] / f:.1f}x); "
                           f"t-SNE of every head in the job {row['tsne_all_heads_s']:.2f} s; result "
-                          f"{row['result_mb']:.1f} MB; {'WebGL' if row['webgl'] else 'SVG'}; load {row['load'][0]:.2f}",
+                          f"{row['result_mb']:.1f} MB, the page's server sent its browser {row['page_mb']:.1f} MB; "
+                          f"{'WebGL' if row['webgl'] else 'SVG'}; load {row['load'][0]:.2f}",
                           flush=True)
                 browser.close()
         finally:
