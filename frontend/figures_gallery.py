@@ -130,11 +130,14 @@ def gallery_page(
 
 def row_trace(result: dict[str, Any], gp: GalleryPage, row: int) -> dict[str, Any]:
     """Trace of row ``row``: every head of its layer (``customdata`` = [token, layer, head] per point),
-    or an empty trace of the same type while the layer is computed."""
+    or a placeholder of the same type while the layer is computed. A WebGL placeholder holds one
+    transparent point: WebGL starts (seconds in a software-rendered browser) with the first point
+    drawn, so the page starts it while the first layer is computed, not when it arrives."""
     layer = gp.shown[row]
     kind = "scattergl" if gp.webgl else "scatter"
     if layer not in gp.done:
-        return {"type": kind, "x": [], "y": [], "mode": "markers", "name": f"layer {layer}", "showlegend": False,
+        dot = {"x": [0.5], "y": [row * SY + 0.5], "marker": {"opacity": 0}} if gp.webgl else {"x": [], "y": []}
+        return {"type": kind, **dot, "mode": "markers", "name": f"layer {layer}", "showlegend": False,
                 "hoverinfo": "skip"}
     sec, heads, n = gp.section, gp.heads, len(gp.kept)
     emb = np.asarray(sec["embedding"][sec["layers"].index(layer)], dtype=np.float64)  # [head, token, 2]
