@@ -149,12 +149,18 @@ def one(page, url: str, text: str, model: str) -> dict:
                            timeout=600_000)
     page.remove_listener("response", answered)
     marks = page.evaluate("window.__bench")
-    sizes = []
+    origin = page.evaluate("performance.timeOrigin")
+    sizes, calls = [], []
     for response in answers:
         try:
-            sizes.append(len(response.body()))
+            size = len(response.body())
         except Exception:  # noqa: BLE001 - an answer the page dropped (a newer call replaced it)
-            pass
+            continue
+        sizes.append(size)
+        timing = response.request.timing  # ms: startTime since the epoch, the others since startTime
+        outputs = json.loads(response.request.post_data or "{}").get("output", "")
+        calls.append(((timing["startTime"] - origin - marks["click"]) / 1000, timing["responseEnd"] / 1000, size,
+                      outputs.strip(".").split(".")[0]))
     analysis = page.url.split("analysis=")[1].split("&")[0]
     body = httpx.get(f"{url}/api/analyses/{analysis}", timeout=30).json()
     result = body.get("result") or {}
@@ -174,10 +180,23 @@ def one(page, url: str, text: str, model: str) -> dict:
         "job_replay_s": timings.get("replay_s"),
         "result_mb": len(json.dumps(result)) / 2**20,
         "page_mb": sum(sizes) / 2**20,
+        "marks": {k: since(k) for k in ("heatmaps", "first", "gallery", "done") if k in marks},
+        "calls": calls,
     }
 
 
 KEYS = ("heatmaps_s", "first_panel_s", "gallery_s", "page_s", "tsne_all_heads_s", "result_mb", "page_mb", "forward_s")
+
+
+def print_timeline(run: dict) -> None:
+    """The browser's marks and every Dash callback answered, in order of their start after Analyze."""
+    rows = [(t, f"browser: {name}") for name, t in run["marks"].items()]
+    polls = [c for c in run["calls"] if c[3] == "text-job"]
+    rows += [(t, f"callback {what} (first output): {took:.2f} s, {size / 1024:.0f} KiB") for t, took, size, what
+             in run["calls"] if what != "text-job" or size > 2048]  # a poll that brought no new section: left out
+    rows.append((polls[-1][0] if polls else 0.0, f"({len(polls)} polls in all)"))
+    for t, what in sorted(rows):
+        print(f"  {t:7.2f} s  {what}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", default=None, help="comma-separated n (default: by model)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--timeline", action="store_true",
+                    help="also print each Dash callback of the last run per n: start after Analyze, duration, size")
     args = ap.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
@@ -225,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{row['result_mb']:.1f} MB, the page's server sent its browser {row['page_mb']:.1f} MB; "
                           f"{'WebGL' if row['webgl'] else 'SVG'}; load {row['load'][0]:.2f}",
                           flush=True)
+                    if args.timeline:
+                        print_timeline(runs[-1])
                 browser.close()
         finally:
             stop(proc, grace_s=20)
