@@ -221,7 +221,7 @@ def max_attention_figure(
     )
     zmax = float(data[shown].max()) or 1.0
     small = np.int16 if max(len(kept), n_layers, n_heads, *kept) < 2**15 else np.int32
-    text = np.array([labels] * n_heads)  # numpy arrays: no per-cell validation, typed arrays on the wire
+    text = [labels] * n_heads  # (z and customdata are numpy: no per-cell validation, typed arrays on the wire)
     for row, layer in enumerate(shown, start=1):
         custom = np.empty((n_heads, n_tok, 3), dtype=small)  # [head, token, (token, layer, head)]
         custom[..., 0], custom[..., 1], custom[..., 2] = np.asarray(kept), layer, np.arange(n_heads)[:, None]
