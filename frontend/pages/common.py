@@ -215,7 +215,7 @@ def register_exports(
             return no_update
         name = f"headscope-{prefix}-{(src or {}).get('id', 'result')}"
         if ctx.triggered_id == f"{prefix}-export-json":
-            payload = {"request": st.get("request"), "result": st["result"]}
+            payload = {"request": st.get("request"), "result": store.stored_result(src)}
             return {"content": json.dumps(payload), "filename": f"{name}.json", "type": "application/json"}
         figs = figures(st["result"], *view)
         notes = "Exported from headscope; figures are interactive and need no network."
