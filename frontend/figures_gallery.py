@@ -38,7 +38,8 @@ from frontend.heads import gallery_section, head_sections
 
 SX, SY = 1.12, 1.28  # panel pitch in data units: a unit square plus the gap (and the title above it)
 MAX_PANELS = 96  # panels per gallery page; a page holds whole layers
-WEBGL_POINTS = 30_000  # points on a page beyond which the gallery draws with WebGL
+WEBGL_POINTS = 5_000  # points on a page beyond which the gallery draws with WebGL: as it fills in, each new row
+# redraws the page, and SVG redraws every point (24k points in 6 rows: 12 s in software-rendered Chromium, WebGL 2-3 s)
 DIGITS = 5
 HOVER = "%{text} (#%{customdata[0]}) — layer %{customdata[1]}, head %{customdata[2]}<extra></extra>"
 
