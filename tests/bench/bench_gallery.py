@@ -10,9 +10,8 @@ preloaded) and a headless Chromium on the text explorer. For each text of n toke
 every time: identical requests would share a stored result) the page records, with
 ``performance.now()`` in the browser: the click on Analyze, the max-attention heatmaps drawn (the
 first section of the same job), the gallery's first panel drawn (its first layer, published as soon
-as it is embedded: ``workers.layer_parts``), the complete gallery (``layout.meta.gallery.complete``: every layer of the gallery computed and
-its page drawn)
-and the finished page (the status line reads "done" and both are drawn). The reference, measured in this process in the
+as it is embedded: ``workers.layer_parts``), the complete gallery (``layout.meta.gallery.complete``:
+every layer computed, its page drawn) and the finished page (the status line reads "done" and both are drawn). The reference, measured in this process in the
 same run, is a plain forward pass of the same text (eager attention, no maps kept; median of 5): every
 time is also printed as a multiple of it. Reported per n as well: the job's seconds in t-SNE for all
 heads and its forward/replay seconds (``timings``), and the size of the result. A shared machine's
