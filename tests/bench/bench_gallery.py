@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print(f"load average before: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start_serve(Path(tmp), workers=1, model=args.model)
+        proc, url = start_serve(Path(tmp), workers=1, model=args.model, threads=None)  # `headscope serve` defaults
         try:
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
