@@ -205,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", default=None, help="comma-separated n (default: by model)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--job", action="store_true",
+                    help="also run each n's job in this process (tests.bench.bench_gallery_job) and print the page's "
+                         "time beyond it")
     ap.add_argument("--timeline", action="store_true",
                     help="also print each Dash callback of the last run per n: start after Analyze, duration, size")
     args = ap.parse_args(argv)
@@ -248,6 +251,16 @@ def main(argv: list[str] | None = None) -> int:
                           flush=True)
                     if args.timeline:
                         print_timeline(runs[-1])
+                    if args.job:  # the same job in this process, the service idle: what is left is the page's
+                        from tests.bench.bench_gallery_job import run_job
+
+                        job = run_job(args.model, text, shared=True)  # the last run's text
+                        last = runs[-1]
+                        print(f"  the job alone (in this process, same text): first gallery layer "
+                              f"{job['first layer']:.2f} s, gallery {job['head-tsne-all']:.2f} s, done {job['done']:.2f} s;"
+                              f" the page after it: first panel +{last['first_panel_s'] - job['first layer']:.2f} s, "
+                              f"complete +{last['gallery_s'] - job['head-tsne-all']:.2f} s, "
+                              f"done +{last['page_s'] - job['done']:.2f} s; load {os.getloadavg()[0]:.2f}", flush=True)
                 browser.close()
         finally:
             stop(proc, grace_s=20)
