@@ -195,3 +195,17 @@ def test_pe_heatmaps_get_their_own_colour_scales_unless_shared():
     shared = pe_distance_figure(result, shared_scale=True)
     assert [t.coloraxis for t in shared.data] == ["coloraxis", "coloraxis"]
     assert "coloraxis2" not in shared.to_plotly_json()["layout"]
+
+
+def test_a_webgl_page_waits_with_one_transparent_point_a_row(page_result):
+    """WebGL starts with the first point drawn: a WebGL page drawn before its layers are computed holds
+    one transparent, unhoverable point per waiting row, so it starts while the layers are computed."""
+    grid = {k: v for k, v in page_result.items() if k != "head-tsne-all"}
+    skeleton = G.skeleton_section(grid)
+    assert skeleton["layers"] == [] and skeleton["partial"]["layers"] == list(range(page_result["n_layers"]))
+    waiting = G.gallery_figure(grid, section=skeleton, webgl=True)
+    rows = waiting.data[1:]
+    assert len(rows) == page_result["n_layers"] and all(t.type == "scattergl" for t in rows)
+    assert all(len(t.x) == 1 and t.marker.opacity == 0 and t.hoverinfo == "skip" for t in rows)
+    assert waiting.layout.meta["gallery"]["panels"] == [] and waiting.layout.meta["gallery"]["complete"] is False
+    assert all(len(t.x) == 0 for t in G.gallery_figure(grid, section=skeleton, webgl=False).data[1:])  # SVG: empty
