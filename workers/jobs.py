@@ -52,6 +52,7 @@ WEIGHTS = {
     "ablation": 6.0,
     "patching": 6.0,
     "attribution-patching": 2.0,
+    "edge-attribution": 8.0,
 }
 ALL_HEADS_KEY = "head-tsne-all"
 
@@ -245,10 +246,24 @@ def run_analysis(request: dict[str, Any]) -> dict[str, Any]:
     try:
         req = AnalysisRequest.model_validate(request)
         with engine_retry(rep.job):
-            result = compute_analysis(req, progress=rep.progress, on_partial=rep.partial, conn=rep.conn)
+            result = compute_analysis(req, progress=_cancellable(rep), on_partial=rep.partial, conn=rep.conn)
     except HeadscopeError as exc:
+        if exc.code == "cancelled":  # nothing of a cancelled job is kept
+            rep.conn.delete(protocol.partial_key(rep.job.id))
         return rep.fail(exc)
     return {"bytes": rep.finish(result)}
+
+
+def _cancellable(rep: Reporter) -> Callable[[float, str], None]:
+    """``rep.progress`` that ends the job (``CancelledError``) once ``DELETE /api/analyses/{id}`` asked."""
+    from workers.errors import CancelledError
+
+    def progress(fraction: float, message: str) -> None:
+        if rep.conn.exists(protocol.cancel_key(rep.job.id)):  # one EXISTS (~0.1 ms) per step
+            raise CancelledError("the analysis")
+        rep.progress(fraction, message)
+
+    return progress
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from backend.api.common import PARTIAL_QUERY, RESULT_QUERY, job_status
+from backend.api.common import PARTIAL_QUERY, RESULT_QUERY, job_status, not_found
 from backend.deps import QueueDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from backend.store import Store
@@ -16,9 +16,11 @@ from backend.tokens import count_tokens, is_blank
 from workers.contracts import (
     CAUSAL_KINDS,
     LASF_MODELS,
+    MAX_TOP_EDGES,
     PAIR_KINDS,
     AnalysisRequest,
     JobStatus,
+    edge_count,
     is_lasf_model,
 )
 from workers.errors import (
@@ -107,6 +109,7 @@ def check_causal(req: AnalysisRequest, spec: ModelSpec, facts: dict[str, Any]) -
                 raise OutOfRangeError(f"target {t!r} is {got[0]} tokens for {req.model}; a target must be exactly one token")
         elif isinstance(t, int) and facts.get("vocab_size") and t >= int(facts["vocab_size"]):
             raise OutOfRangeError(f"token id {t} is out of range: {req.model} has ids 0-{int(facts['vocab_size']) - 1}")
+    check_edges(req, facts)
     if counted is None:
         return  # the worker checks the rest
     n, limit = counted
@@ -134,6 +137,21 @@ def check_causal(req: AnalysisRequest, spec: ModelSpec, facts: dict[str, Any]) -
                 )
 
 
+def check_edges(req: AnalysisRequest, facts: dict[str, Any]) -> None:
+    """edge-attribution (docs/circuits.md): N and the faithfulness curve's sizes within the model's edges."""
+    n_layers, n_heads = facts.get("n_layers"), facts.get("n_heads")
+    if "edge-attribution" not in req.analyses or not n_layers or not n_heads:
+        return
+    o = req.options
+    edges = edge_count(int(n_layers), int(n_heads), bool(facts.get("parallel_residual")))
+    if "top_edges" in o.model_fields_set and o.top_edges > edges:  # the default is cut to a small model's edges
+        raise OutOfRangeError(
+            f"top_edges {o.top_edges} is more than {req.model}'s {edges} edges (at most {min(edges, MAX_TOP_EDGES)})"
+        )
+    if o.curve_sizes and o.curve_sizes[-1] > edges:
+        raise OutOfRangeError(f"curve size {o.curve_sizes[-1]} is more than {req.model}'s {edges} edges")
+
+
 @router.post(
     "/api/analyses",
     status_code=202,
@@ -154,3 +172,13 @@ def get_analysis(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY, res
     finished (``?result=none``: not even then)."""
     return job_status(queue, job_id, kind="analysis", what="analysis", pattern=JOB_ID, partial=partial,
                       result=result)
+
+
+@router.delete("/api/analyses/{job_id}", dependencies=[WriteAccess], responses=error_responses(404))
+def cancel_analysis(job_id: str, queue: QueueDep) -> dict:
+    """Cancel a queued or running analysis (a finished one is left as it is): a running one stops at its
+    next progress step, keeping nothing (edge-attribution: between EAP-IG's layers and circuit batches)."""
+    state = queue.cancel(job_id) if JOB_ID.fullmatch(job_id) else None
+    if state is None or state.kind != "analysis":
+        raise not_found("analysis", job_id)
+    return {"id": job_id, "status": state.status, "cancelled": state.status in ("queued", "running")}
