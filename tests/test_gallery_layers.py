@@ -212,20 +212,32 @@ def test_held_job_publishes_the_gallery_layer_by_layer_through_the_server(servic
 
 
 GALLERY_JS = "document.querySelector('#head-gallery .js-plotly-plot')?.layout?.meta?.gallery"
+HEAD_MAP_JS = "document.querySelector('#head-tsne-graph .js-plotly-plot')"
+WATCH_MAPS_JS = """() => {  // every call of heads.js drawHeadOnMaps: the maps' heads, and whether it left the map
+  const ns = window.dash_clientside.headscope_heads, draw = ns.drawHeadOnMaps;
+  window.__onMaps = [];
+  window.__headData = document.querySelector('#head-tsne-graph .js-plotly-plot').data;
+  ns.drawHeadOnMaps = function (maps, ...rest) {
+    const out = draw.call(this, maps, ...rest);
+    window.__onMaps.push({heads: Object.keys((maps && maps.maps) || {}), left: out === window.dash_clientside.no_update});
+    return out;
+  };
+}"""
 
 
 @pytest.mark.browser
 def test_the_browser_draws_the_first_layers_before_the_job_is_done(service, deep_llama, browser, tmp_path):  # noqa: F811
     """A real Chromium on the text explorer of a held job: with only layer 0 let through, the gallery
-    shows layer 0's panels (the job still running, the gallery marked incomplete); once every layer
-    is let through, all of them and the page says done."""
+    shows layer 0's panels (the job still running, the gallery marked incomplete); the next layer's
+    maps leave the open head's large map as drawn (``heads.js`` ``drawHeadOnMaps``: no redraw); once
+    every layer is let through, all of them and the page says done."""
     from test_browser import Watch
 
     held = HeldJob(service, deep_llama)
     w = Watch(browser, service.url, tmp_path)
     page = w.page
     try:
-        page.goto(f"{service.url}/?analysis={held.id}")
+        page.goto(f"{service.url}/?analysis={held.id}&layer=1&head=2")  # the job's own selected head
         page.wait_for_function(f"(({GALLERY_JS})?.panels || []).length === {HEADS}", timeout=120_000)
         meta = page.evaluate(GALLERY_JS)
         assert meta["complete"] is False and meta["panels"] == [[0, h] for h in range(HEADS)], meta
@@ -233,7 +245,15 @@ def test_the_browser_draws_the_first_layers_before_the_job_is_done(service, deep
         title = page.evaluate("document.querySelector('#head-gallery .js-plotly-plot').layout.title.text")
         assert f"1 of {LAYERS} layers so far" in title, title
         w.shot("gallery-first-layer")
-        for layer in range(LAYERS):
+        page.wait_for_function(f"{HEAD_MAP_JS}?.layout?.title?.text?.includes('layer 1, head 2')", timeout=120_000)
+        page.evaluate(WATCH_MAPS_JS)
+        held.release(0)
+        page.wait_for_function(f"(({GALLERY_JS})?.panels || []).length === {2 * HEADS}", timeout=120_000)
+        page.wait_for_function("window.__onMaps.some((c) => c.heads.includes('1,0'))", timeout=120_000)
+        calls = page.evaluate("window.__onMaps")
+        assert calls and all(c["left"] for c in calls), calls  # new maps, the same head: no redraw
+        assert page.evaluate(f"{HEAD_MAP_JS}.data === window.__headData")
+        for layer in range(1, LAYERS):
             held.release(layer)
         held.finish()
         page.wait_for_function(f"({GALLERY_JS})?.complete === true", timeout=120_000)
@@ -355,3 +375,50 @@ def test_the_dashboard_reads_a_gallery_by_its_layers_or_whole_never_both():
     assert wanted_keys(names, {"max-attention": 1, part_key("g", 0): parts[part_key("g", 0)]}) == ["g"]
     assert wanted_keys(["max-attention", *parts], {}) == ["max-attention", *parts]  # still filling in
     assert wanted_keys(["max-attention", part_key("g", 0), part_key("g", 1), "g"], {part_key("g", 0): {"of_layers": [0, 1, 2]}}) == ["max-attention", "g"]
+
+
+@pytest.mark.parametrize("heads, n", [(3, 5), (2, 5)])  # a layer of 75 bytes: whole base64 groups; 50: padded
+def test_layer_parts_fold_into_the_bytes_of_the_whole_section(heads, n):
+    """``fold`` joins the layers' packed attention as text when each is whole base64 groups (no
+    decoding) and as bytes when padded; either way the section holds the bytes of every layer in order."""
+    import base64
+
+    from workers.layer_parts import part_fields
+    from workers.packing import encode_packed
+
+    rng = np.random.default_rng(heads)
+    layers = [0, 1, 2]
+    q = rng.integers(0, 256, size=(len(layers), heads, n, n), dtype=np.uint8)  # [layer, head, query, key]
+    parts = {part_key("g", la): part_fields(
+        layer=la, layers=layers, heads=list(range(heads)), kept=list(range(n)), embedding=rng.normal(size=(heads, n, 2)),
+        kl=rng.random(heads), kl_restarts=rng.random((heads, 1)), engine="fast", attention=encode_packed(q[la : la + 1]))
+        for la in reversed(layers)}  # fmt: skip
+    assert all(p["attention_u8"].endswith("=") == (heads * n * n % 3 != 0) for p in parts.values())
+    sec = fold(parts)["g"]
+    assert sec["layers"] == layers and sec["attention_shape"] == [3, heads, n, n]
+    assert sec["attention_u8"] == encode_packed(q)["attention_u8"]  # valid base64 of the whole, not a join of paddings
+    back = np.frombuffer(base64.b64decode(sec["attention_u8"], validate=True), dtype=np.uint8)
+    np.testing.assert_array_equal(back.reshape(sec["attention_shape"]), q)
+    two = fold({k: v for k, v in parts.items() if parse_part_key(k)[1] < 2})["g"]
+    assert two["attention_u8"] == encode_packed(q[:2])["attention_u8"] and two["partial"]["layers_done"] == 2
+
+
+def test_whole_section_views_do_not_follow_every_layer(deep_llama, monkeypatch):
+    """The poll's ``text-job`` changes with every gallery layer (the gallery follows it);
+    ``text-job-sections`` (heatmaps, head view, model view) only when a whole section arrives."""
+    from frontend.data import sections_of
+    from frontend.pages.common import whole_sections
+
+    res, *_ = run(deep_llama, monkeypatch)
+    parts = res.pop("_parts")
+    common = {k: v for k, v in res.items() if k not in ("head-tsne-all", "hidden-tsne")}
+    statuses = [{"status": "running", "result": fold({**common, **{k: v for k, v in parts.items()
+                                                                   if parse_part_key(k)[1] < done}})}
+                for done in range(1, LAYERS + 1)] + [{"status": "finished", "result": res}]  # fmt: skip
+    jobs = [[{"id": "j", "status": st["status"], "sections": sections_of(st), "error": None}] for st in statuses]
+    assert all(a != b for a, b in zip(jobs, jobs[1:]))  # the gallery's input: a change with every layer
+    whole = [whole_sections(j) for j in jobs]
+    assert all(w == whole[0] for w in whole[:LAYERS])  # the other views' input: none while layers arrive
+    assert "max-attention" in whole[0][0]["sections"]
+    assert not any(s.startswith("head-tsne-all") for s in whole[0][0]["sections"])
+    assert {"head-tsne-all", "hidden-tsne"} <= set(whole[-1][0]["sections"]) and whole[-1][0]["status"] == "finished"

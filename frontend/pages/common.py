@@ -164,10 +164,19 @@ def register_poll(app: Dash, store: ResultStore, prefix: str, sources: list[str]
         cls = style.pop("className")
         out = [no_update if jobs == previous else jobs]
         if sections:
-            whole = [{**j, "sections": [s for s in j["sections"] if ":" not in s]} for j in jobs]
-            out.append(no_update if [{**j, "sections": [s for s in j["sections"] if ":" not in s]}
-                                     for j in previous or []] == whole else whole)
+            whole = whole_sections(jobs)
+            out.append(no_update if whole_sections(previous or []) == whole else whole)
         return (*out, not busy, style, cls, text)
+
+
+def whole_sections(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The poll's jobs (``{prefix}-job``) without the sections still filling in layer by layer
+    (``name:layers done``, ``data.sections_of``): what ``{prefix}-job-sections`` holds.
+
+    ``[{"id": "j", "status": "running", "sections": ["head-tsne-all:3", "max-attention"]}]``
+    -> ``[{"id": "j", "status": "running", "sections": ["max-attention"]}]``
+    """
+    return [{**j, "sections": [s for s in j.get("sections") or [] if ":" not in s]} for j in jobs]
 
 
 def register_exports(

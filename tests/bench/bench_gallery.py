@@ -129,6 +129,36 @@ def plain_forward_s(loaded, text: str, *, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
+PARTS = (("worker", "workers.main --preload"), ("short-queue worker", "workers.main --queues"),
+         ("web server", "backend.cli serve"), ("browser", "chromium"), ("playwright", "playwright"))
+
+
+def cpu_by_part() -> dict[str, float]:
+    """CPU seconds (user + system) so far of this process's descendants, by part of the service
+    (``PARTS``: the worker, the web server with the Dash callbacks, Chromium, ...); Linux ``/proc``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    procs: dict[int, tuple[int, float, str]] = {}  # pid -> (parent, CPU s, command line)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (name) ": state, ppid, ... utime, stime
+        procs[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, cmd)
+    mine = {os.getpid()}
+    for _ in range(8):  # a few generations: serve -> workers, playwright -> chromium -> its helpers
+        mine |= {pid for pid, (parent, _, _) in procs.items() if parent in mine}
+    out: dict[str, float] = {}
+    for pid in mine - {os.getpid()}:
+        _, cpu, cmd = procs[pid]
+        name = next((part for part, needle in PARTS if needle in cmd), "other")
+        out[name] = out.get(name, 0.0) + cpu
+    return out
+
+
 def one(page, url: str, text: str, model: str) -> dict:
     page.goto(url + "/")
     page.wait_for_selector("#head-gallery .js-plotly-plot")
@@ -144,9 +174,11 @@ def one(page, url: str, text: str, model: str) -> dict:
             answers.append(response)
 
     page.on("response", answered)
+    cpu_before = cpu_by_part()
     page.click("#analyze-button")
     page.wait_for_function("window.__bench.gallery !== undefined && window.__bench.done !== undefined",
                            timeout=600_000)
+    cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_by_part().items()}
     page.remove_listener("response", answered)
     marks = page.evaluate("window.__bench")
     origin = page.evaluate("performance.timeOrigin")
@@ -182,6 +214,7 @@ def one(page, url: str, text: str, model: str) -> dict:
         "page_mb": sum(sizes) / 2**20,
         "marks": {k: since(k) for k in ("heatmaps", "first", "gallery", "done") if k in marks},
         "calls": calls,
+        "cpu": cpu,
     }
 
 
@@ -248,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
                           f"t-SNE of every head in the job {row['tsne_all_heads_s']:.2f} s; result "
                           f"{row['result_mb']:.1f} MB, the page's server sent its browser {row['page_mb']:.1f} MB; "
                           f"{'WebGL' if row['webgl'] else 'SVG'}; load {row['load'][0]:.2f}",
+                          flush=True)
+                    cpu = runs[-1]["cpu"]
+                    print(f"  CPU seconds from Analyze to done: {sum(cpu.values()):.1f} in all, "
+                          + ", ".join(f"{k} {v:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])),
                           flush=True)
                     if args.timeline:
                         print_timeline(runs[-1])
