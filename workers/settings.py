@@ -136,11 +136,11 @@ class Settings(BaseSettings):
     )
     split_part_run_tokens: int = Field(25_000, ge=1, description="run tokens per part of a split ablation or patching")
     split_compare_min_texts: int = Field(
-        400, ge=1, description="a comparison of two models over fewer corpus texts stays one queue job; more is "
+        800, ge=1, description="a comparison of two models over fewer corpus texts stays one queue job; more is "
         "split into parts of texts, both models run in each (docs/scaling.md)"
     )
     split_compare_part_texts: int = Field(
-        100, ge=1, description="texts per part of a split comparison (more when that would make over "
+        200, ge=1, description="texts per part of a split comparison (more when that would make over "
         "split_max_parts parts: whole multiples), and the texts a comparison sorts into batches together"
     )
 
