@@ -72,6 +72,22 @@ def comparable(result: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in result.items() if k not in ("seconds", "split")}
 
 
+def max_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """The largest difference between two comparisons' numbers (similarity, matched pairs, profiles)."""
+    import numpy as np
+
+    def num(x: Any) -> np.ndarray:
+        return np.array([np.nan if v is None else v for v in np.ravel(np.array(x, dtype=object))], dtype=float)
+
+    pairs = [num(r["similarity"]) for r in (a, b)]
+    pairs += [num([p["similarity"] for p in r["matching"]["pairs"]]) for r in (a, b)]
+    for key in ("raw", "z"):
+        for stat in a["profiles"]["statistics"]:
+            pairs += [num(r["profiles"][key][stat]) for r in (a, b)]
+    pairs += [num(r["profiles"]["xy_a"] + r["profiles"]["xy_b"]) for r in (a, b)]
+    return max(float(np.nanmax(np.abs(x - y), initial=0.0)) for x, y in zip(pairs[::2], pairs[1::2], strict=True))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--texts", type=int, default=800)
@@ -103,6 +119,7 @@ def main() -> int:
         out["overhead_wall"] = round(out["split1"]["s"] / out["one"]["s"] - 1, 3)
         out["overhead_cpu"] = round(out["split1"]["cpu_s"] / out["one"]["cpu_s"] - 1, 3)
         out["split_equals_one_job"] = comparable(results["split1"]) == comparable(results["one"])
+        out["max_abs_diff_split_vs_one_job"] = max_diff(results["split1"], results["one"])
     if "split1" in out and "split2" in out:
         out["speedup_2_workers"] = round(out["split1"]["s"] / out["split2"]["s"], 3)
         out["two_workers_equal_one"] = comparable(results["split1"]) == comparable(results["split2"])
