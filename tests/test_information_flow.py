@@ -11,13 +11,8 @@ from tiny_models import DECODER_FAMILIES, build_tiny_bert, build_tiny_decoder, b
 
 from workers.analysis import information_flow as flow_mod
 from workers.analysis.decomposition.model import locate
-from workers.analysis.information_flow import (
-    information_flow,
-    layer_flow,
-    layer_steps,
-    proximity,
-    run_layers,
-)
+from workers.analysis.flow_parts import layer_steps, run_layers
+from workers.analysis.information_flow import information_flow, layer_flow, proximity
 from workers.errors import HeadscopeError, OutOfRangeError
 from workers.models import Catalogue, ModelSpec, load_model
 from workers.models.adapters import encode
@@ -90,18 +85,23 @@ def test_importances_are_fractions_and_match_the_reference(cat: Catalogue, fam: 
         layer_flow(rec, arch.layers[layer], m.n_heads, threshold=0.0, causal=m.causal)))
     n = enc.n
     for s, f in zip(steps, flows, strict=True):
+        assert sorted(f.attn) == list(range(n))
         dense = torch.zeros(n, n, dtype=torch.float64)
-        dense[f.rows, f.cols] = f.values
+        for i, row in f.attn.items():
+            dense[i, row.cols] = torch.tensor(row.values, dtype=torch.float64)
+            heads = torch.tensor(row.heads, dtype=torch.float64)  # [edge, H]
+            assert float(heads.min()) >= 0.0
+            assert torch.allclose(heads.sum(1), torch.tensor(row.values, dtype=torch.float64), atol=1e-12)
+        resid = torch.tensor([f.attn[i].resid for i in range(n)], dtype=torch.float64)
+        bias = torch.tensor([f.attn[i].bias for i in range(n)], dtype=torch.float64)
         assert float(dense.min()) >= 0.0 and float(dense.max()) <= 1.0
-        total = dense.sum(1) + f.attn_resid + f.attn_bias
-        assert torch.allclose(total, torch.ones(n, dtype=total.dtype), atol=1e-12)
-        assert torch.allclose(f.ff + f.ff_resid + f.ff_bias, torch.ones(n, dtype=total.dtype), atol=1e-12)
-        assert torch.allclose(f.heads.sum(1), f.values, atol=1e-12)  # the heads' shares add up to the edge
-        assert float(f.heads.min()) >= 0.0
+        assert torch.allclose(dense.sum(1) + resid + bias, torch.ones(n, dtype=torch.float64), atol=1e-12)
+        ff = torch.tensor([f.ff, f.ff_resid, f.ff_bias], dtype=torch.float64)
+        assert float(ff.min()) >= 0.0 and torch.allclose(ff.sum(0), torch.ones(n, dtype=torch.float64), atol=1e-12)
         for i in (0, n // 2, n - 1):
-            tok, res, bias = _reference(s, i)
+            tok, res, b = _reference(s, i)
             assert torch.allclose(dense[i], tok, atol=1e-12)
-            assert abs(float(f.attn_resid[i]) - res) < 1e-12 and abs(float(f.attn_bias[i]) - bias) < 1e-12
+            assert abs(float(resid[i]) - res) < 1e-12 and abs(float(bias[i]) - b) < 1e-12
 
 
 def _reachable(result: dict) -> tuple[set[str], set[int]]:
@@ -146,6 +146,25 @@ def test_graph_hangs_from_the_position_and_thresholds_nest(cat: Catalogue, fam: 
     lo, mid, hi = key(results[0.001]), key(results[0.04]), key(results[0.3])
     assert set(hi) <= set(mid) <= set(lo) and len(hi) < len(lo)
     assert all(lo[k] == v for k, v in mid.items())
+
+
+@pytest.mark.parametrize("fam", ["qwen2", "bert"])
+def test_top_down_graph_equals_every_query_computed(cat: Catalogue, fam: str, monkeypatch) -> None:
+    """The top-down pass (only the reached queries) and the in-forward pass (every query, used when
+    the layers' records would not fit ``KEEP_BYTES``) give the same graph."""
+    m = _load(cat, fam)
+    enc = encode(m, TEXT)
+    lazy = information_flow(m, enc, threshold=1e-4)
+    monkeypatch.setattr(flow_mod, "KEEP_BYTES", 0)
+    eager = information_flow(m, enc, threshold=1e-4)
+    assert lazy["top_down"] and not eager["top_down"]
+    assert [(e["source"], e["target"], e["kind"]) for e in lazy["edges"]] == [
+        (e["source"], e["target"], e["kind"]) for e in eager["edges"]]
+    for a, b in zip(lazy["edges"], eager["edges"], strict=True):
+        assert abs(a["importance"] - b["importance"]) < 1e-12
+        assert torch.allclose(torch.tensor(a.get("heads", [])), torch.tensor(b.get("heads", [])), atol=1e-12)
+    assert [nd["id"] for nd in lazy["nodes"]] == [nd["id"] for nd in eager["nodes"]]
+    assert any(e["kind"] == "attention" for e in lazy["edges"])
 
 
 def test_encoder_default_position_and_bad_input(cat: Catalogue) -> None:

@@ -3,11 +3,16 @@
 Run from the repository root::
 
     PYTHONPATH=. python -m tests.bench.bench_circuits [--model smollm2] [--tokens 16] [--repeats 3] [--threads 2]
+        [--flow-tokens 128] [--only atp|flow]
 
 Target (SmolLM2, 2 cores, n = 16): AtP for every head, feed-forward and residual position <= 4
 forward-equivalents (its time over a plain forward of the same text), against the real patching of
 the same heads and residual positions, also printed in forward-equivalents. Forward, AtP and real
 patching are timed interleaved (median of ``--repeats``) so machine noise hits them alike.
+
+Information flow (``bench_flow``; target SmolLM2, n = 128: <= 3 forward-equivalents): the whole
+``information_flow`` call (its forward with the hooks, every layer's importances, the graph) against a
+plain forward of the same 128 tokens, interleaved likewise.
 """
 
 from __future__ import annotations
@@ -27,8 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--flow-tokens", type=int, default=128, help="information flow: text length")
+    parser.add_argument("--only", choices=["atp", "flow"], default=None, help="run one of the two parts")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.only != "atp":
+        bench_flow(args.model, tokens=args.flow_tokens, repeats=args.repeats)
+    if args.only == "flow":
+        return 0
 
     from workers.analysis.attribution_patching import attribution_patching
     from workers.analysis.interventions import patching
@@ -61,6 +72,34 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  AtP: {med['attribution-patching'] / fwd:.1f} forward-equivalents (target <= 4) for {L * H} heads, "
           f"{L} feed-forwards, {(L + 1) * enc.n} residual positions; real patching {med['patching'] / fwd:.0f}")
     return 0
+
+
+def bench_flow(model: str, *, tokens: int, repeats: int) -> float:
+    """Information flow (SPEC 12) at ``tokens`` tokens in forward-equivalents (printed and returned)."""
+    from workers.analysis.information_flow import information_flow
+    from workers.models import load_model
+    from workers.models.adapters import model_inputs
+
+    loaded = load_model(model, dtype="float32", device="cpu")
+    _, enc = _text_of(loaded, tokens)
+    inputs = model_inputs(loaded, enc)
+    got: dict[str, int] = {}
+
+    def forward() -> None:
+        with torch.inference_mode():
+            loaded.model(**inputs, output_hidden_states=True)
+
+    def flow() -> None:
+        got["edges"] = len(information_flow(loaded, enc)["edges"])
+
+    med = median_seconds({"forward": forward, "information-flow": flow}, repeats=repeats)
+    ratio = med["information-flow"] / med["forward"]
+    print(f"model {model}: {loaded.n_layers} layers x {loaded.n_heads} heads, n = {enc.n}, "
+          f"torch threads {torch.get_num_threads()}")
+    for name, s in med.items():
+        print(f"  {name:<22} {s * 1000:9.1f} ms  {s / med['forward']:7.1f}x forward")
+    print(f"  information flow: {ratio:.2f} forward-equivalents (target <= 3), {got['edges']} edges at tau = 0.04")
+    return ratio
 
 
 if __name__ == "__main__":
