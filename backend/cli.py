@@ -21,7 +21,7 @@ from backend.progress import StderrProgress
 
 ANALYSES = ["max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf",
             "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching",
-            "attribution-patching"]
+            "attribution-patching", "information-flow"]
 
 
 def _layer_arg(value: str) -> int | str:
@@ -112,6 +112,8 @@ def _causal_options(args: argparse.Namespace) -> dict[str, Any]:
         raise HeadscopeError("attribution-patching needs --corrupted TEXT (the same token length as --text)")
     if args.real:
         opts["real"] = True
+    if args.threshold is not None:
+        opts["threshold"] = args.threshold
     try:
         AnalysisOptions.model_validate(opts)
     except ValueError as exc:
@@ -289,6 +291,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--continue-tokens", type=int, default=16, help="continue: tokens to generate")
     c.add_argument("--temperature", type=float, default=0.0, help="continue: 0 = greedy, else sampled with --seed")
     c.add_argument("--real", action="store_true", help="attribution-patching: also the real head patching, correlated")
+    c.add_argument("--threshold", type=float, default=None,
+                   help="information-flow: keep edges of importance >= this, in (0, 1) (default 0.04); "
+                        "--position: the position the graph starts from")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     a.set_defaults(func=cmd_analyze)
 

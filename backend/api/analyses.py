@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from backend.api.common import PARTIAL_QUERY, job_status
+from backend.api.common import PARTIAL_QUERY, job_status, not_found
 from backend.deps import QueueDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from backend.store import Store
@@ -34,6 +34,7 @@ from workers.protocol import JOB_ID
 router = APIRouter(tags=["analyses"])
 
 WHOLE_TEXT_KINDS = {"max-attention", "decomposition", "head-tsne", "hidden-tsne", "robustness", "lasf", *CAUSAL_KINDS}
+WHOLE_TEXT_KINDS.add("information-flow")  # docs/circuits.md
 
 
 @lru_cache(maxsize=64)
@@ -87,6 +88,17 @@ def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
             raise TextTooLongError(count=counted[0], limit=counted[1], model=req.model)
     if kinds & set(CAUSAL_KINDS):
         check_causal(req, spec, facts)
+    if "information-flow" in kinds:
+        check_flow(req, spec)
+
+
+def check_flow(req: AnalysisRequest, spec: ModelSpec) -> None:
+    """Information flow (docs/circuits.md): the position the graph starts from is in the text (the
+    threshold's range, (0, 1), is the contract's)."""
+    o = req.options
+    counted = count_tokens(spec, req.text) if o.position is not None else None
+    if o.position is not None and counted is not None and o.position >= counted[0]:
+        raise OutOfRangeError(f"position {o.position} is out of range: the text has positions 0-{counted[0] - 1}")
 
 
 def check_causal(req: AnalysisRequest, spec: ModelSpec, facts: dict[str, Any]) -> None:
@@ -152,3 +164,13 @@ def submit_analysis(req: AnalysisRequest, queue: QueueDep, store: StoreDep) -> J
 def get_analysis(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY):
     """Status, progress, partial sections while running (``?partial=`` picks which), the result when finished."""
     return job_status(queue, job_id, kind="analysis", what="analysis", pattern=JOB_ID, partial=partial)
+
+
+@router.delete("/api/analyses/{job_id}", dependencies=[WriteAccess], responses=error_responses(404))
+def cancel_analysis(job_id: str, queue: QueueDep) -> dict:
+    """Cancel a queued or running text analysis (a finished one is left as it is); the job stops at its
+    next progress step and keeps nothing; submitting it again runs it again."""
+    state = queue.cancel(job_id) if JOB_ID.fullmatch(job_id) else None
+    if state is None or state.kind != "analysis":
+        raise not_found("analysis", job_id)
+    return {"id": job_id, "status": state.status, "cancelled": state.status in ("queued", "running")}
