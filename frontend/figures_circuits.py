@@ -172,7 +172,7 @@ def faithfulness_figure(result: dict[str, Any], *, n_top: int | None = None) -> 
     if not sec or not sec.get("curve"):
         return empty_figure("No faithfulness curve yet.")
     curve = np.asarray(sec["curve"], dtype=np.float64)  # [size, 2]
-    fig = go.Figure(go.Scatter(x=curve[:, 0], y=curve[:, 1], mode="lines+markers", name="faithfulness",
+    fig = go.Figure(go.Scatter(x=curve[:, 0].tolist(), y=curve[:, 1].tolist(), mode="lines+markers", name="faithfulness",
                                hovertemplate="top %{x:.0f} edges: faithfulness %{y:.3f}<extra></extra>"))
     n = int(n_top or sec["circuit"]["n_top"])
     f = faithfulness_at(result, n)
@@ -209,8 +209,8 @@ def atp_scatter_figure(result: dict[str, Any]) -> go.Figure:
     fig = go.Figure([
         go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line={"color": "#999", "dash": "dot"}, hoverinfo="skip",
                    showlegend=False),
-        go.Scatter(x=real.ravel(), y=est.ravel(), mode="markers", customdata=custom, showlegend=False,
-                   marker={"color": layer.ravel(), "colorscale": "Viridis", "size": 8, "line": {"width": 0.5},
+        go.Scatter(x=real.ravel().tolist(), y=est.ravel().tolist(), mode="markers", customdata=custom,
+                   showlegend=False, marker={"color": layer.ravel().tolist(), "colorscale": "Viridis", "size": 8, "line": {"width": 0.5},
                            "colorbar": {"title": {"text": "layer"}, "thickness": 12}},
                    hovertemplate="L%{customdata[0]}H%{customdata[1]}: real %{x:.4f}, AtP %{y:.4f}"
                                  f"<extra>{HEAD_CLICK}</extra>"),
@@ -229,61 +229,81 @@ def atp_scatter_figure(result: dict[str, Any]) -> go.Figure:
 def _flow_xy(node: dict[str, Any]) -> tuple[float, float]:
     """States X[l] at (token, l); the stream after attention half a layer up; the feed-forward beside it."""
     i, layer = float(node["position"]), float(node["layer"])
-    return {"state": (i, layer), "attention": (i, layer + 0.5), "feedforward": (i + 0.3, layer + 0.75)}[node["kind"]]
+    return {"state": (i, layer), "attention": (i, layer + 0.5), "feedforward": (i + 0.25, layer + 0.75)}[node["kind"]]
+
+
+def _shade(scale: str, w: float) -> str:
+    from plotly.colors import sample_colorscale
+
+    return str(sample_colorscale(scale, [0.35 + 0.65 * min(1.0, max(0.0, w))])[0])
 
 
 def flow_figure(result: dict[str, Any]) -> go.Figure:
-    """The information-flow graph over the tokens: positions across, layers up; edge width and colour
-    by importance; hover on an edge's middle shows its importance (and heads); a click on an
-    attention edge opens its strongest head."""
+    """The information-flow graph over the tokens: positions across, layers up. Attention edges (token j
+    into token i) in blue, width and shade by importance; the residual in light grey; each feed-forward a
+    green square sized by its importance. Hover on an attention edge's middle, a feed-forward or a state
+    shows the importances; a click on an attention edge opens its strongest head."""
     sec = result.get("information-flow")
     if not sec:
         return empty_figure("No information-flow graph yet.")
     nodes = {nd["id"]: nd for nd in sec["nodes"]}
     xy = {k: _flow_xy(nd) for k, nd in nodes.items()}
     lab = labels(result)
-    colours = {"attention": "#1f77b4", "residual": "#7f7f7f", "feedforward": "#2ca02c", "ff-input": "#2ca02c"}
-    traces: list[Any] = []
-    for kind, colour in colours.items():
-        segs = [(*xy[e["source"]], *xy[e["target"]], float(e["importance"])) for e in sec["edges"] if e["kind"] == kind]
-        traces += _binned_lines(segs, colour_of=lambda w, c=colour: c, name=kind, width_max=6.0, top=1.0)
-    mids_x, mids_y, text, custom, imp = [], [], [], [], []
-    for e in sec["edges"]:
-        if e["kind"] == "ff-input":
-            continue
-        (x0, y0), (x1, y1) = xy[e["source"]], xy[e["target"]]
-        mids_x.append((x0 + x1) / 2)
-        mids_y.append((y0 + y1) / 2)
-        imp.append(float(e["importance"]))
-        what = {"attention": f"token {e['from']} ({lab[e['from']]}) → token {e['to']} ({lab[e['to']]}) via attention",
-                "residual": f"token {e['to']} ({lab[e['to']]}) residual", "feedforward":
-                f"token {e['to']} ({lab[e['to']]}) feed-forward"}[e["kind"]]
+    edges = sec["edges"]
+    att = [e for e in edges if e["kind"] == "attention"]
+    top_att = max([float(e["importance"]) for e in att] or [1.0])
+    traces: list[Any] = _binned_lines(
+        [(*xy[e["source"]], *xy[e["target"]], float(e["importance"])) for e in edges if e["kind"] == "residual"],
+        colour_of=lambda w: "#c7c7c7", name="residual", width_max=2.5, top=1.0)
+    traces += _binned_lines([(*xy[e["source"]], *xy[e["target"]], float(e["importance"])) for e in att],
+                            colour_of=lambda w: _shade("Blues", w / top_att), name="attention", width_max=5.0,
+                            top=top_att)
+    into: dict[str, list[str]] = {}
+    for e in edges:
+        if e["kind"] in ("residual", "feedforward"):
+            into.setdefault(e["target"], []).append(f"{e['kind']} {e['importance']:.3f}")
+    ff = [e for e in edges if e["kind"] == "feedforward"]
+    traces.append(go.Scatter(
+        x=[xy[e["source"]][0] for e in ff], y=[xy[e["source"]][1] for e in ff], mode="markers", name="feed-forward",
+        marker={"symbol": "square", "color": "#2ca02c", "size": [4 + 10 * float(e["importance"]) for e in ff]},
+        text=[f"layer {e['layer']} feed-forward at token {e['to']} ({lab[e['to']]}): {e['importance']:.3f}" for e in ff],
+        hovertemplate="%{text}<extra></extra>", showlegend=False))
+    text, custom = [], []
+    for e in att:
         heads = e.get("heads") or []
-        best = int(np.argmax(heads)) if heads else -1
         order = sorted(range(len(heads)), key=lambda h: -heads[h])[:3]
         split = ("; heads " + ", ".join(f"H{h} {heads[h]:.3f}" for h in order if heads[h] > 0)) if heads else ""
-        text.append(f"layer {e['layer']}: {what}: {e['importance']:.3f}{split}")
-        custom.append([int(e["layer"]), best])
+        text.append(f"layer {e['layer']}: token {e['from']} ({lab[e['from']]}) → token {e['to']} ({lab[e['to']]}) "
+                    f"via attention: {e['importance']:.3f}{split}")
+        custom.append([int(e["layer"]), int(np.argmax(heads)) if heads else -1])
     traces.append(go.Scatter(
-        x=mids_x, y=mids_y, mode="markers", text=text, customdata=custom, showlegend=False, name="edges",
-        marker={"size": 7, "color": imp, "colorscale": "Blues", "cmin": 0, "cmax": 1,
-                "colorbar": {"title": {"text": "importance"}, "thickness": 12}, "line": {"width": 0.5}},
-        hovertemplate="%{text}<extra>an attention edge: click to open its strongest head</extra>"))
+        x=[(xy[e["source"]][0] + xy[e["target"]][0]) / 2 for e in att],
+        y=[(xy[e["source"]][1] + xy[e["target"]][1]) / 2 for e in att], mode="markers", text=text,
+        customdata=custom, showlegend=False, name="attention edges",
+        marker={"size": 6, "color": [float(e["importance"]) for e in att], "colorscale": "Blues", "cmin": 0,
+                "cmax": top_att, "colorbar": {"title": {"text": "attention<br>importance"}, "thickness": 12},
+                "line": {"width": 0.5, "color": "#08306b"}},
+        hovertemplate="%{text}<extra>click: open the strongest head</extra>"))
+    p, L = int(sec["position"]), max([nd["layer"] for nd in nodes.values() if nd["kind"] == "state"] or [0])
     states = [k for k, nd in nodes.items() if nd["kind"] != "feedforward"]
+    top = f"X{L}_{p}"
     traces.append(go.Scatter(
         x=[xy[k][0] for k in states], y=[xy[k][1] for k in states], mode="markers", showlegend=False, name="nodes",
-        marker={"size": 6, "color": ["#222" if nodes[k]["kind"] == "state" else "#888" for k in states]},
-        text=[f"{'X' if nodes[k]['kind'] == 'state' else 'after attention of layer '}"
-              f"{nodes[k]['layer']} at token {nodes[k]['position']} ({lab[nodes[k]['position']]})" for k in states],
+        marker={"size": [13 if k == top else 6 if nodes[k]["layer"] == 0 and nodes[k]["kind"] == "state" else 3
+                         for k in states],
+                "symbol": ["star" if k == top else "circle" for k in states],
+                "color": ["#d62728" if k == top else "#444" if nodes[k]["kind"] == "state" else "#999" for k in states]},
+        text=[f"{'X[' + str(nodes[k]['layer']) + ']' if nodes[k]['kind'] == 'state' else 'after attention of layer ' + str(nodes[k]['layer'])}"
+              f" at token {nodes[k]['position']} ({lab[nodes[k]['position']]})"
+              + (f"; into it: {', '.join(into[k])}" if k in into else "") for k in states],
         hovertemplate="%{text}<extra></extra>"))
     fig = go.Figure(traces)
-    L = max([nd["layer"] for nd in nodes.values() if nd["kind"] == "state"] or [0])
     fig.update_layout(xaxis=_token_ticks(lab), yaxis={"title": {"text": "layer (state X[l]; 0 = embedding)"},
-                                                      "dtick": 1 if L <= 40 else 4, "range": [-0.5, L + 0.5]})
-    p = int(sec["position"])
+                                                      "dtick": 1 if L <= 40 else 4, "range": [-0.5, L + 0.7]})
     title = (f"Information flow into token {p} ({lab[p]}) at the last layer: edges of importance ≥ "
-             f"{sec['threshold']:g} ({len(sec['edges'])} edges; blue attention, grey residual, green feed-forward)")
-    return _layout(fig, title, height=max(460, 14 * L + 200))
+             f"{sec['threshold']:g} ({len(att)} attention edges in blue, the residual in grey, feed-forwards "
+             "as green squares)")
+    return _layout(fig, title, height=max(460, 16 * L + 200))
 
 
 def clicked_head(click: dict[str, Any] | None) -> tuple[int, int] | None:

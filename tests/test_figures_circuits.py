@@ -133,20 +133,22 @@ def test_flow_figure_over_the_tokens(flow):
     sec = flow["information-flow"]
     fig = F.flow_figure(flow)
     lines = [t for t in fig.data if t.mode == "lines"]
-    assert sum(sum(1 for v in t.x if v is None) for t in lines) == len(sec["edges"])
-    mids = next(t for t in fig.data if t.name == "edges")
-    shown = [e for e in sec["edges"] if e["kind"] != "ff-input"]
-    assert len(mids.x) == len(shown) and list(mids.marker.color) == [e["importance"] for e in shown]
-    states = [nd for nd in sec["nodes"] if nd["kind"] == "state"]
-    top = max(nd["layer"] for nd in states)
-    assert top == flow["n_layers"] and f"token {sec['position']}" in fig.layout.title.text
-    att = [k for k, e in enumerate(shown) if e["kind"] == "attention"]
+    drawn = [e for e in sec["edges"] if e["kind"] in ("attention", "residual")]
+    assert sum(sum(1 for v in t.x if v is None) for t in lines) == len(drawn)
+    mids = next(t for t in fig.data if t.name == "attention edges")
+    att = [e for e in sec["edges"] if e["kind"] == "attention"]
     assert att, "the tiny model's graph has attention edges at this threshold"
-    e = shown[att[0]]
-    assert F.clicked_head({"points": [{"customdata": mids.customdata[att[0]]}]}) == (
-        e["layer"], int(np.argmax(e["heads"])))
-    res = next(k for k, e in enumerate(shown) if e["kind"] == "residual")
-    assert F.clicked_head({"points": [{"customdata": mids.customdata[res]}]}) is None
+    assert len(mids.x) == len(att) and list(mids.marker.color) == [e["importance"] for e in att]
+    ffs = next(t for t in fig.data if t.name == "feed-forward")
+    assert len(ffs.x) == sum(e["kind"] == "feedforward" for e in sec["edges"])
+    top = max(nd["layer"] for nd in sec["nodes"] if nd["kind"] == "state")
+    assert top == flow["n_layers"] and f"token {sec['position']}" in fig.layout.title.text
+    nodes = next(t for t in fig.data if t.name == "nodes")
+    assert list(nodes.marker.symbol).count("star") == 1  # the position the graph starts from
+    k = max(range(len(att)), key=lambda i: att[i]["importance"])
+    assert F.clicked_head({"points": [{"customdata": mids.customdata[k]}]}) == (
+        att[k]["layer"], int(np.argmax(att[k]["heads"])))
+    assert F.clicked_head({"points": [{"x": 1, "y": 2}]}) is None  # a state node carries no head
 
 
 def test_graphs_as_json_and_graphml(flow):

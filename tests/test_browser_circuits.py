@@ -1,0 +1,83 @@
+"""The /circuits page in a real headless Chromium against the real service (issue 30) on SmolLM2 (real
+weights): the indirect-object pair entered and run, AtP against real patching drawn (one point per
+head), the information-flow graph over the tokens drawn, a click on a head links it to the text
+explorer and the causal page, the share link restores the view, no console errors.
+Screenshots: ``test-artifacts/browser-circuits-*.png``."""
+
+from __future__ import annotations
+
+import pytest
+from test_browser import FIGURE_JS, WAIT_MS, Watch, _pick, browser, server  # noqa: F401 - fixtures
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+CLEAN = "When Mary and John went to the store, John gave a drink to"
+CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
+DONE_JS = ("document.querySelector('#circuits-status').textContent.trim() === 'done'"
+           " || document.querySelector('#circuits-error').textContent")
+POINT_JS = """([id, trace, k]) => {
+  const gd = document.querySelector('#' + id + ' .js-plotly-plot'), fl = gd._fullLayout, t = gd.data[trace];
+  const r = gd.getBoundingClientRect();
+  return [r.left + fl.xaxis._offset + fl.xaxis.l2p(t.x[k]), r.top + fl.yaxis._offset + fl.yaxis.l2p(t.y[k])];
+}"""
+
+
+def test_circuits_page_on_smollm2(server, browser, tmp_path):  # noqa: F811
+    from test_browser import ARTIFACTS
+
+    w = Watch(browser, server, tmp_path)
+    page = w.page
+    try:
+        page.goto(server + "/circuits")
+        _pick(page, "circuits-model", "smollm2")
+        page.fill("#circuits-text", CLEAN)
+        page.fill("#circuits-corrupted", CORRUPTED)
+        page.fill("#circuits-target", "␣Mary|␣John")
+        page.click("#circuits-analyze")
+        page.wait_for_function("document.querySelector('#circuits-status').textContent.includes('%')",
+                               timeout=WAIT_MS)  # progress shows while the jobs run
+        page.wait_for_function(DONE_JS, timeout=WAIT_MS)
+        assert not page.inner_text("#circuits-error"), page.inner_text("#circuits-error")
+        page.wait_for_selector("#circuits-atp-graph .scatterlayer .point", timeout=WAIT_MS)
+        page.wait_for_selector("#circuits-flow-graph .scatterlayer .point", timeout=WAIT_MS)
+        atp = page.evaluate(FIGURE_JS, "circuits-atp-graph")
+        assert len(atp["data"][1]["x"]) == 30 * 9  # one point per head
+        assert "Pearson" in atp["title"] and "Mary" in atp["title"]
+        flow = page.evaluate(FIGURE_JS, "circuits-flow-graph")
+        mids = next(t for t in flow["data"] if t["customdata"])  # the edges' hover points
+        assert len(mids["x"]) > 10 and any("via attention" in s for s in mids["text"])
+        assert "into token 13" in flow["title"].replace("<br>", " ")  # the last of the 14 tokens
+        w.shot("circuits-1-smollm2")
+        page.locator("#circuits-flow-graph").screenshot(path=str(ARTIFACTS / "browser-circuits-flow.png"))
+        page.locator("#circuits-atp-graph").screenshot(path=str(ARTIFACTS / "browser-circuits-atp.png"))
+
+        # a click on the head AtP ranks first opens it in the text explorer and on the causal page
+        ys = atp["data"][1]["y"]
+        k = max(range(len(ys)), key=lambda i: abs(ys[i]))
+        layer, head = atp["data"][1]["customdata"][k]
+        page.locator("#circuits-atp-graph").scroll_into_view_if_needed()
+        x, y = page.evaluate(POINT_JS, ["circuits-atp-graph", 1, k])
+        page.mouse.click(x, y)
+        page.wait_for_selector("#circuits-open-causal", timeout=WAIT_MS)
+        assert f"L{layer}H{head}" in page.inner_text("#circuits-open-text")
+        assert f"head={layer}.{head}" in page.url
+        assert f"head={layer}.{head}" in page.get_attribute("#circuits-open-causal", "href")
+        page.click("#circuits-share-button")
+        page.wait_for_function("document.querySelector('#circuits-share-url').href", timeout=WAIT_MS)
+        link = page.get_attribute("#circuits-share-url", "href")
+        assert "share=" in link  # the flow job's share; the pair job's own share is in its view
+        assert not w.problems, w.problems
+    finally:
+        w.close()
+
+    fresh = Watch(browser, server, tmp_path)
+    try:
+        fresh.page.goto(link)
+        fresh.page.wait_for_selector("#circuits-atp-graph .scatterlayer .point", timeout=WAIT_MS)
+        fresh.page.wait_for_selector("#circuits-flow-graph .scatterlayer .point", timeout=WAIT_MS)
+        assert fresh.page.evaluate(FIGURE_JS, "circuits-atp-graph")["title"] == atp["title"]
+        assert fresh.page.evaluate(FIGURE_JS, "circuits-flow-graph")["title"] == flow["title"]
+        assert fresh.page.input_value("#circuits-corrupted") == CORRUPTED
+        assert not fresh.problems, fresh.problems
+    finally:
+        fresh.close()
