@@ -168,8 +168,8 @@ def get_analysis(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY):
 
 @router.delete("/api/analyses/{job_id}", dependencies=[WriteAccess], responses=error_responses(404))
 def cancel_analysis(job_id: str, queue: QueueDep) -> dict:
-    """Cancel a queued or running text analysis (a finished one is left as it is); the job stops at its
-    next progress step and keeps nothing; submitting it again runs it again."""
+    """Cancel a queued or running analysis (a finished one is left as it is): a running one stops at its
+    next progress step, keeping nothing (edge-attribution: between EAP-IG's layers and circuit batches)."""
     state = queue.cancel(job_id) if JOB_ID.fullmatch(job_id) else None
     if state is None or state.kind != "analysis":
         raise not_found("analysis", job_id)
