@@ -12,19 +12,31 @@ from typing import Any
 
 
 def read_corpus(args: argparse.Namespace) -> tuple[str, list[str]]:
-    """(corpus id, texts) of ``--file`` (checked as an upload is) or ``--corpus``."""
-    from workers.corpora import format_of, parse_corpus, shipped_corpus
+    """(corpus id, texts) of ``--file`` (checked as an upload is) or ``--corpus``, in one list."""
+    corpus_id, source = open_corpus_arg(args)
+    try:
+        return corpus_id, [t for b in source.batches(batch=4096) for t in b]
+    finally:
+        getattr(source, "discard", lambda: None)()
+
+
+def open_corpus_arg(args: argparse.Namespace) -> tuple[str, Any]:
+    """(corpus id, a ``TextSource``) of ``--file`` (checked as an upload is and spooled, so a corpus
+    of a million texts is read a chunk at a time; ``discard()`` removes the spool) or ``--corpus``.
+    A directory is a Hugging Face ``datasets`` directory saved with ``save_to_disk``."""
+    from workers.corpora import format_of, shipped_corpus, stage_corpus
     from workers.errors import HeadscopeError
 
     if args.file is not None:
         path = Path(args.file)
-        fmt = format_of(path.name)
+        fmt = "datasets" if path.is_dir() else format_of(path.name)
         if fmt is None:
-            raise HeadscopeError(f"{path.name}: unsupported file type; use .txt, .jsonl or .csv")
-        if not path.is_file():
+            raise HeadscopeError(f"{path.name}: unsupported file type; use .txt, .jsonl, .csv, .parquet, a "
+                                 "datasets directory (save_to_disk) or one packed as .zip or .tar.gz")
+        if not path.exists():
             raise HeadscopeError(f"{path}: no such file")
-        corpus = parse_corpus(path.read_bytes(), fmt=fmt, name=path.name, field=args.field)
-        return corpus.id, corpus.texts
+        staged = stage_corpus(path, fmt=fmt, name=path.name, field=args.field)
+        return staged.id, staged
     found = shipped_corpus(args.corpus)
     if found is None:
         raise HeadscopeError(f"unknown shipped corpus {args.corpus!r}; use builtin-english or builtin-lasf-heldout")
@@ -44,14 +56,23 @@ def write_result(path: str, result: dict[str, Any]) -> Path:
 
 
 def cmd_corpus(args: argparse.Namespace) -> int:
+    from workers.errors import HeadscopeError
+
+    if (args.file is None) == (args.corpus is None):
+        raise HeadscopeError("give exactly one of --file and --corpus")
+    corpus_id, texts = open_corpus_arg(args)
+    try:
+        return _run_corpus(args, corpus_id, texts)
+    finally:
+        getattr(texts, "discard", lambda: None)()
+
+
+def _run_corpus(args: argparse.Namespace, corpus_id: str, texts: Any) -> int:
     from backend.progress import StderrProgress
     from workers.contracts import CorpusOptions, CorpusRequest, JointMapRequest
     from workers.errors import HeadscopeError
     from workers.jobs_corpus import compute_corpus, compute_joint
 
-    if (args.file is None) == (args.corpus is None):
-        raise HeadscopeError("give exactly one of --file and --corpus")
-    corpus_id, texts = read_corpus(args)
     opts: dict[str, Any] = {"max_tokens": args.max_tokens, "keep_special": args.keep_special, "dtype": args.dtype}
     if args.statistics:
         opts["statistics"] = [s.strip() for s in args.statistics.split(",") if s.strip()]
@@ -79,9 +100,11 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 def add_corpus_commands(sub: Any) -> None:
     c = sub.add_parser("corpus", help="statistics of every head over a corpus (JSON out)")
     c.add_argument("--model", default="minilm", help="catalogue name (default: minilm)")
-    c.add_argument("--file", help="a .txt (one text per line), .jsonl or .csv file")
+    c.add_argument("--file", help="a .txt (one text per line), .jsonl, .csv or .parquet file, or a datasets "
+                   "directory saved with save_to_disk (or packed as .zip / .tar.gz)")
     c.add_argument("--corpus", help="a shipped corpus instead: builtin-english or builtin-lasf-heldout")
-    c.add_argument("--field", help="the .jsonl field or .csv column holding the texts (default: text)")
+    c.add_argument("--field", help="the .jsonl field or the .csv, .parquet or datasets column holding the texts "
+                   "(default: text)")
     c.add_argument("--max-tokens", type=int, default=128, help="per text; longer texts are cut (counted)")
     c.add_argument("--keep-special", action="store_true", help="keep [CLS]/[SEP]/<s> as queries and keys")
     c.add_argument("--statistics", help="comma-separated subset (default: all)")

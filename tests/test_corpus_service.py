@@ -64,20 +64,19 @@ def test_bad_corpora_get_a_reason_and_leave_nothing(app, name, data, field, reas
     assert store.list_corpora() == [] and [i for i in store.stored_items() if i["kind"] == "corpus"] == []
 
 
-def test_too_many_rows_and_too_large(app, monkeypatch):
-    client, store, _ = app
-    import workers.corpora
-
-    monkeypatch.setattr(workers.corpora, "MAX_TEXTS", 3)
-    monkeypatch.setattr(workers.corpora, "MAX_CORPUS_BYTES", 50)
+def test_too_many_rows_and_too_large(redis_server, tmp_path):
+    conn = Redis.from_url(redis_server)
+    settings = Settings(data_dir=tmp_path / "small", redis_url=redis_server, corpus_max_texts=3,
+                        corpus_max_bytes=50, corpus_max_text_chars=8)
+    application = create_app(settings, redis=conn, background=False, frontend=False)
+    client, store = TestClient(application), application.state.store
     many = client.post("/api/corpora", data={"text": "a\nb\nc\nd\n"})
-    assert many.status_code == 422 and "at most 3" in many.json()["detail"]
-    import backend.api.corpora
-
-    monkeypatch.setattr(backend.api.corpora, "MAX_CORPUS_BYTES", 50)
+    assert many.status_code == 422 and "has more than 3 texts; a corpus may have at most 3" in many.json()["detail"]
+    long = client.post("/api/corpora", data={"text": "short\nnine char\n"})
+    assert long.status_code == 422 and "line 2 is longer than 8 characters" in long.json()["detail"]
     big = client.post("/api/corpora", files={"file": ("big.txt", b"word " * 30, "text/plain")})
     assert big.status_code == 413 and "50-byte limit" in big.json()["detail"]
-    assert store.list_corpora() == []
+    assert store.list_corpora() == [] and list(store.tmp_dir.iterdir()) == []  # no upload or spool left
 
 
 def test_upload_formats_are_content_addressed_and_owned(app):

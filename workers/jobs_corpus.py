@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from redis import Redis
 
 from workers import protocol
+from workers.analysis.texts import TextSource
 from workers.contracts import CorpusRequest, JointMapRequest
+from workers.corpus_source import open_corpus
 from workers.errors import HeadscopeError
 from workers.jobs import Reporter, _current, _store
 
@@ -26,26 +28,17 @@ PARTIAL_EVERY_S = 1.0
 
 
 def corpus_texts(corpus: str, *, store: Any = None) -> list[str]:
-    """The texts of a shipped corpus (``builtin-...``) or of one in the store (``cp-...``)."""
-    from workers.corpora import shipped_corpus
-
-    if corpus.startswith("builtin-"):
-        found = shipped_corpus(corpus)
-        if found is None:
-            raise HeadscopeError(f"unknown shipped corpus {corpus!r}")
-        return found.texts
-    store = store if store is not None else _store()
-    texts = store.corpus_texts(corpus)
-    if texts is None:
-        raise HeadscopeError(f"corpus {corpus} is no longer stored; upload it again")
-    store.touch_corpus(corpus)
-    return texts
+    """Every text of a shipped (``builtin-...``) or stored (``cp-...``) corpus in one list (the joint
+    map and comparisons); the statistics read theirs in batches through ``open_corpus``."""
+    source = open_corpus(corpus, store=store if store is not None or corpus.startswith("builtin-") else _store())
+    return [t for b in source.batches(batch=4096) for t in b]
 
 
-def compute_corpus(req: CorpusRequest, *, texts: list[str], progress: Callable[[float, str], None],
+def compute_corpus(req: CorpusRequest, *, texts: Sequence[str] | TextSource, progress: Callable[[float, str], None],
                    on_partial: Callable[[dict[str, Any]], None],
                    should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
-    """The result of a corpus request (docs/results.md, "corpus"); no queue needed (the CLI calls it)."""
+    """The result of a corpus request (docs/results.md, "corpus"); no queue needed (the CLI calls it).
+    ``texts``: a list or a ``TextSource`` (``workers.corpus_source.open_corpus``), read in windows."""
     from workers.analysis.corpus import CorpusOptions, corpus_statistics
     from workers.models import load_model
 
@@ -67,7 +60,7 @@ def compute_corpus(req: CorpusRequest, *, texts: list[str], progress: Callable[[
     return {**result, "corpus": req.corpus, "dtype": o.dtype}
 
 
-def compute_joint(req: JointMapRequest, *, texts: list[str], progress: Callable[[float, str], None],
+def compute_joint(req: JointMapRequest, *, texts: Sequence[str] | TextSource, progress: Callable[[float, str], None],
                   should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The joint query–key map of one head (docs/results.md, "corpus joint map")."""
     from workers.analysis.joint_qk import joint_map
@@ -108,8 +101,8 @@ def run_corpus(request: dict[str, Any]) -> dict[str, Any]:
 
     def work() -> dict[str, Any]:
         req = CorpusRequest.model_validate(request)
-        texts = corpus_texts(req.corpus)
-        return compute_corpus(req, texts=texts, progress=rep.progress, on_partial=rep.partial,
+        source = open_corpus(req.corpus, store=_store())  # read in windows, never whole (docs/scaling.md)
+        return compute_corpus(req, texts=source, progress=rep.progress, on_partial=rep.partial,
                               should_stop=_stopper(rep.conn, rep.job.id))
 
     return _run(rep, work)
@@ -122,7 +115,7 @@ def run_corpus_joint(request: dict[str, Any]) -> dict[str, Any]:
 
     def work() -> dict[str, Any]:
         req = JointMapRequest.model_validate(request)
-        return compute_joint(req, texts=corpus_texts(req.corpus), progress=rep.progress,
+        return compute_joint(req, texts=open_corpus(req.corpus, store=_store()), progress=rep.progress,
                              should_stop=_stopper(rep.conn, rep.job.id))
 
     return _run(rep, work)

@@ -127,6 +127,14 @@ class Settings(BaseSettings):
     )
     split_part_items: int = Field(500, ge=1, description="items per part of a split job")
 
+    # corpus uploads (docs/corpus.md "Input"); the file limit is also capped by max_upload_bytes
+    corpus_max_bytes: int = Field(
+        256 * 2**20, ge=1, description="a corpus upload's size (file or archive, unpacked) and its texts' size in "
+        "all (UTF-8 bytes)"
+    )
+    corpus_max_texts: int = Field(1_000_000, ge=1, description="texts one corpus may hold")
+    corpus_max_text_chars: int = Field(5_000, ge=1, description="characters one text of a corpus may have")
+
     @field_validator("tsne_layout")
     @classmethod
     def _layout(cls, value: str) -> str:

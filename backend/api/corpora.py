@@ -1,10 +1,11 @@
 """Corpora and corpus analyses (docs/corpus.md, docs/api.md).
 
 ``POST /api/corpora`` takes a paste (``text``: one text per line) or an upload (``file``: ``.txt``,
-``.jsonl`` with ``field``, ``.csv`` with ``field`` naming the column), checks it completely
-(``workers.corpora``: encoding, size, row count, empty rows, a missing field or column) and only then
-stores it, content-addressed (``cp-`` + SHA-256), with its owners for quotas and expiry as an uploaded
-checkpoint. A refused corpus gets a 422 naming the problem and nothing of it is kept.
+``.jsonl`` with ``field``, ``.csv``, ``.parquet`` or a packed ``datasets`` directory with ``field``
+naming the column), checks it completely as it streams past (``workers.corpora``: encoding, size,
+number of texts, empty rows, a missing field or column, named by line or row) and only then stores
+it in chunks, content-addressed (``cp-`` + SHA-256), with its owners for quotas and expiry as an
+uploaded checkpoint. A refused corpus gets a 422 naming the problem and nothing of it is kept.
 ``/api/corpus-analyses`` queue, report and cancel the statistics of every head; ``/api/corpus-joint``
 one head's joint query–key map.
 """
@@ -12,7 +13,10 @@ one head's joint query–key map.
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import time
+from pathlib import Path
 
 from fastapi import APIRouter, File, Form, HTTPException, UploadFile
 from fastapi.responses import JSONResponse
@@ -26,7 +30,7 @@ from backend.deps import QueueDep, SettingsDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from backend.store import Store
 from workers.contracts import CorpusRequest, JobStatus, JointMapRequest
-from workers.corpora import MAX_CORPUS_BYTES, format_of, parse_corpus, shipped_corpus, shipped_list
+from workers.corpora import Limits, format_of, shipped_corpus, shipped_list, stage_corpus
 from workers.errors import HeadscopeError
 from workers.models.catalogue import get_catalogue
 from workers.protocol import JOB_ID
@@ -41,48 +45,76 @@ def _public(meta: dict) -> dict:
     return {k: meta[k] for k in PUBLIC if k in meta}
 
 
+UPLOAD_TYPES = ".txt, .jsonl, .csv or .parquet, or a datasets directory (save_to_disk) as .zip or .tar.gz"
+
+
 @router.post("/api/corpora", status_code=201, dependencies=[WriteAccess], responses=error_responses(413, 415))
 def upload_corpus(
     store: StoreDep, settings: SettingsDep, client: ClientDep,
-    file: UploadFile | None = File(None, description="a .txt, .jsonl or .csv file"),  # noqa: B008
+    file: UploadFile | None = File(None, description=f"a corpus file: {UPLOAD_TYPES}"),  # noqa: B008
     text: str | None = Form(None, description="pasted texts, one per line"),
-    field: str | None = Form(None, max_length=200, description="the JSONL field or CSV column (default: text)"),
+    field: str | None = Form(None, max_length=200, description="the JSONL field or CSV, Parquet or datasets column "
+                             "(default: text)"),
     name: str | None = Form(None, max_length=200, description="a display name"),
 ) -> dict:
     """Check a corpus completely, then store it; ``{"id", "name", "n_texts", ...}``."""
     if (file is None) == (text is None):
         raise HTTPException(422, "give either a file or pasted text (one text per line)")
-    limit = min(settings.max_upload_bytes, MAX_CORPUS_BYTES)
+    limits = Limits.from_settings(settings, max_bytes=settings.max_upload_bytes)
+    upload: Path | None = None
     if file is not None:
         filename = safe_filename(file.filename)
         fmt = format_of(filename)
         if fmt is None:
-            raise HTTPException(415, f"{filename}: unsupported file type; upload .txt, .jsonl or .csv")
-        raw = file.file.read(limit + 1)
-        if len(raw) > limit:
-            raise HTTPException(413, f"{filename} is larger than the {limit:,}-byte limit for a corpus")
-        source: bytes | str = raw
+            raise HTTPException(415, f"{filename}: unsupported file type; upload {UPLOAD_TYPES}")
+        if fmt == "txt" and field is not None:
+            raise HTTPException(422, f"{filename}: field applies to .jsonl, .csv, .parquet and datasets corpora, "
+                                     "not to .txt")
+        upload = _receive(file, store=store, filename=filename, limit=limits.max_bytes)
+        source: Path | str = upload
     else:
         filename, fmt, source = "pasted text", "txt", text or ""
         if field is not None:
-            raise HTTPException(422, "field applies to .jsonl and .csv uploads, not to pasted text")
-    if fmt == "txt" and field is not None:
-        raise HTTPException(422, f"{filename}: field applies to .jsonl and .csv files, not to .txt")
+            raise HTTPException(422, "field applies to uploaded files, not to pasted text")
     try:
-        corpus = parse_corpus(source, fmt=fmt, name=filename, field=field, max_bytes=limit)
+        staged = stage_corpus(source, fmt=fmt, name=filename, field=field, limits=limits, spool_dir=store.tmp_dir)
     except HeadscopeError as exc:
         raise HTTPException(422, str(exc)) from None
-    cid = corpus.id
-    existing = store.add_corpus_owner(cid, client.owner)
-    if existing is not None:
-        return _public(existing)
-    size = len(corpus.texts) * 2 + corpus.n_chars  # about the stored JSON's size
-    quota.check_upload(store, settings, owner=client.owner, size=size, filename=filename)
-    meta = {"id": cid, "name": (name or filename)[:200], "n_texts": len(corpus.texts), "size": size,
-            "format": fmt, "field": field if fmt != "txt" else None, "uploaded_at": time.time(),
-            "owners": [client.owner], "preview": [t[:200] for t in corpus.texts[:5]]}
-    store.put_corpus(cid, corpus.texts, meta=meta, owner=client.owner)
-    return _public(meta)
+    finally:
+        if upload is not None:
+            upload.unlink(missing_ok=True)
+    try:
+        existing = store.add_corpus_owner(staged.id, client.owner)
+        if existing is not None:
+            return _public(existing)
+        quota.check_upload(store, settings, owner=client.owner, size=staged.stored_bytes, filename=filename)
+        meta = {"id": staged.id, "name": (name or filename)[:200], "n_texts": staged.n_texts, "size": staged.size,
+                "format": fmt, "field": (field or "text") if fmt != "txt" else None, "uploaded_at": time.time(),
+                "owners": [client.owner], "preview": staged.preview}
+        if not store.put_corpus_chunks(staged.id, staged.chunks(), n_texts=staged.n_texts, size=staged.size,
+                                       meta=meta, owner=client.owner):
+            meta = store.add_corpus_owner(staged.id, client.owner) or meta  # the same texts, stored just now
+        return _public(meta)
+    finally:
+        staged.discard()
+
+
+def _receive(file: UploadFile, *, store: Store, filename: str, limit: int) -> Path:
+    """The upload copied to a private file under the store's tmp dir, a block at a time; 413 over ``limit``."""
+    fd, tmp = tempfile.mkstemp(prefix="corpus-upload-", dir=store.tmp_dir)
+    path = Path(tmp)
+    size = 0
+    try:
+        with os.fdopen(fd, "wb") as out:
+            while block := file.file.read(2**20):
+                size += len(block)
+                if size > limit:
+                    raise HTTPException(413, f"{filename} is larger than the {limit:,}-byte limit for a corpus")
+                out.write(block)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return path
 
 
 @router.get("/api/corpora")

@@ -83,12 +83,13 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
                              clearable=False, style={"minWidth": "22em"}),
             ]),
             html.Details(children=[
-                html.Summary("add a corpus: paste texts (one per line) or upload .txt / .jsonl / .csv"),
+                html.Summary("add a corpus: paste texts (one per line) or upload .txt / .jsonl / .csv / .parquet, "
+                             "or a datasets directory (save_to_disk) as .zip / .tar.gz"),
                 dcc.Textarea(id="corpus-paste", placeholder="one text per line", className="text-input"),
                 html.Div(className="control-row", children=[
                     html.Button("Store pasted texts", id="corpus-store-paste", className="button"),
                     dcc.Upload(id="corpus-upload", children=html.Button("Upload a file…", className="button")),
-                    html.Label("field / column (.jsonl, .csv)", htmlFor="corpus-field"),
+                    html.Label("field / column (.jsonl, .csv, .parquet, datasets)", htmlFor="corpus-field"),
                     dcc.Input(id="corpus-field", type="text", placeholder="text", debounce=True),
                 ]),
                 html.Div(id="corpus-upload-status", className="status"),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,7 @@ from workers.analysis.corpus_stats import (
 )
 from workers.analysis.decomposition.model import batch_inputs
 from workers.analysis.progress import Progress, no_progress
+from workers.analysis.texts import TextSource, as_source
 from workers.errors import CancelledError, HeadscopeError
 from workers.models.adapters import Encoded, watch_attention
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CONTEXT = 8  # tokens shown on each side of a top pair
+WINDOW_TEXTS = 500  # texts tokenised, sorted into batches and run together (streamed corpora)
 
 
 @dataclass(frozen=True)
@@ -162,21 +164,38 @@ def _context(tokens: list[str], q: int, k: int) -> dict[str, Any]:
     return {"tokens": joined, "q_at": q_at, "k_at": k_at}
 
 
-def _top_pairs(acc: LayerAccumulator, enc: EncodedCorpus) -> list[list[list[dict[str, Any]]]]:
-    out = []
-    for layer in range(acc.top_w.shape[0]):
-        row = []
-        for head in range(acc.top_w.shape[1]):
-            pairs = []
-            for w, (t, q, k) in zip(acc.top_w[layer, head], acc.top_at[layer, head], strict=True):
-                if w < 0:
-                    continue
-                pairs.append({"weight": float(w), "text": int(t), "query": int(q), "key": int(k),
-                              "query_token": enc.tokens[t][q], "key_token": enc.tokens[t][k],
-                              **_context(enc.tokens[t], int(q), int(k))})
-            row.append(pairs)
-        out.append(row)
-    return out
+class PairContexts:
+    """The tokens around each current top pair, kept while the corpus streams past: after each window
+    of texts, the pairs of ``acc.top_at`` that lie in it get their context (a pair enters the top-k
+    only while its window runs), and contexts of pairs that left the top-k are dropped. Memory:
+    layers x heads x top_k contexts, whatever the corpus size."""
+
+    def __init__(self) -> None:
+        self.by_pair: dict[tuple[int, int, int], dict[str, Any]] = {}
+
+    def add_window(self, acc: LayerAccumulator, enc: EncodedCorpus, first: int) -> None:
+        """Record the contexts of the top pairs in texts ``[first, first + len(enc.ids))``."""
+        live = {tuple(int(v) for v in at) for at in acc.top_at.reshape(-1, 3) if at[0] >= 0}
+        for t, q, k in live:
+            if first <= t < first + len(enc.ids) and (t, q, k) not in self.by_pair:
+                tokens = enc.tokens[t - first]
+                self.by_pair[(t, q, k)] = {"query_token": tokens[q], "key_token": tokens[k], **_context(tokens, q, k)}
+        self.by_pair = {key: v for key, v in self.by_pair.items() if key in live}
+
+    def top_pairs(self, acc: LayerAccumulator) -> list[list[list[dict[str, Any]]]]:
+        out = []
+        for layer in range(acc.top_w.shape[0]):
+            row = []
+            for head in range(acc.top_w.shape[1]):
+                pairs = []
+                for w, (t, q, k) in zip(acc.top_w[layer, head], acc.top_at[layer, head], strict=True):
+                    if w < 0:
+                        continue
+                    pairs.append({"weight": float(w), "text": int(t), "query": int(q), "key": int(k),
+                                  **self.by_pair[(int(t), int(q), int(k))]})
+                row.append(pairs)
+            out.append(row)
+        return out
 
 
 def _none_for_nan(x: np.ndarray) -> list[Any]:
@@ -184,40 +203,47 @@ def _none_for_nan(x: np.ndarray) -> list[Any]:
     return [[float(v) if np.isfinite(v) else None for v in row] for row in x]
 
 
-def summarise(acc: LayerAccumulator, *, enc: EncodedCorpus | None, done: list[int], n_tokens: int,
+def summarise(acc: LayerAccumulator, *, contexts: PairContexts | None, done: int, n_tokens: int,
               n_kept: int) -> dict[str, Any]:
-    """The result so far (``enc`` None: without top pairs, for partial results)."""
+    """The result so far over ``done`` texts (``contexts`` None: without top pairs, histograms and
+    map, for partial results)."""
     means = acc.means()
     n_layers, n_heads = acc.top_w.shape[:2]
     out: dict[str, Any] = {
         "statistics": {s: _none_for_nan(v) for s, v in means.items()},
         "counts": {s: np.repeat(acc.counts[s][:, None], n_heads, axis=1).tolist() for s in acc.statistics},
-        "n_texts": len(done),
+        "n_texts": done,
         "n_tokens": n_tokens,
         "n_kept_tokens": n_kept,
     }
-    if enc is not None:
+    if contexts is not None:
         out["histograms"] = {
             s: {"range": list(hist_range(s, max_tokens=acc.max_tokens)), "bins": HIST_BINS,
                 "counts": acc.hist[s].tolist()}
             for s in acc.statistics
         }
-        out["top_pairs"] = _top_pairs(acc, enc)
+        out["top_pairs"] = contexts.top_pairs(acc)
         out["head_map"] = head_map(means)
     return out
 
 
 def corpus_statistics(
     loaded: LoadedModel,
-    texts: list[str],
+    texts: Sequence[str] | TextSource,
     *,
     options: CorpusOptions | None = None,
     progress: Progress | None = None,
     on_batch: Callable[[dict[str, Any]], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     tap: Any = None,
+    window: int = WINDOW_TEXTS,
 ) -> dict[str, Any]:
     """Per-head statistics of ``texts`` (docs/corpus.md). Keys: docs/results.md, "corpus".
+
+    ``texts``: a list, or a ``TextSource`` read ``window`` texts at a time (a stored corpus streams
+    from the store): each window is tokenised, sorted into padded batches and run, and only the
+    totals, the top pairs and their contexts outlive it, so memory does not grow with the corpus.
+    Windows start at multiples of ``window``; a corpus of at most ``window`` texts is one window.
 
     ``tap`` (``workers.analysis.compare.WordMapTap``) reads the same forward passes: ``tap.start(batch)``
     before each batch, ``tap.layer(layer, weights)`` per layer, ``tap.finish(output)`` after it.
@@ -227,50 +253,62 @@ def corpus_statistics(
     """
     opts = (options or CorpusOptions()).validate()
     report = progress or no_progress
-    if not texts:
+    source = as_source(texts)
+    n = len(source)
+    if n == 0:
         raise HeadscopeError("the corpus has no texts")
     t0 = time.perf_counter()
-    enc = encode_corpus(loaded, texts, max_tokens=opts.max_tokens)
-    keep = [[opts.keep_special or not s for s in row] for row in enc.special]
-    runnable = [i for i, row in enumerate(keep) if any(row)]
-    enc.skipped = [i for i, row in enumerate(keep) if not any(row)]
-    if not runnable:
-        raise HeadscopeError("no text of the corpus has a token left (only special tokens)")
     acc = LayerAccumulator(n_layers=loaded.n_layers, n_heads=loaded.n_heads, statistics=tuple(opts.statistics),
                            causal=loaded.causal, max_tokens=min(opts.max_tokens, loaded.max_length),
                            top_k=opts.top_k, exclude_sink_self=opts.exclude_sink_self)
-    lengths = [len(enc.ids[i]) for i in runnable]
-    plan = [[runnable[j] for j in b] for b in batches(lengths, batch_tokens=opts.batch_tokens, max_batch=opts.max_batch)]
-    done: list[int] = []
-    n_tokens = n_kept = 0
-    report(0.0, f"{len(runnable)} texts in {len(plan)} batches")
+    contexts = PairContexts()
+    truncated, skipped = 0, []
+    done = n_tokens = n_kept = 0
+    firsts = list(range(0, n, window))
+    report(0.0, f"{n} texts")
     sink = acc.update if tap is None else (lambda layer, w: (acc.update(layer, w), tap.layer(layer, w)))
     with watch_attention(loaded, sink), torch.inference_mode():
-        for bi, batch in enumerate(plan):
-            if should_stop is not None and should_stop():
-                raise CancelledError("the corpus job")
-            acc.kept = KeptBatch.build([enc.ids[i] for i in batch], [keep[i] for i in batch], batch,
-                                       device=loaded.device)
-            encs = [Encoded(enc.ids[i], enc.tokens[i], [], enc.special[i]) for i in batch]
-            if tap is not None:
-                tap.start(batch, [enc.ids[i] for i in batch])
-            output = loaded.model(**batch_inputs(loaded, encs))
-            if tap is not None:
-                tap.finish(output)
-            done.extend(batch)
-            n_tokens += sum(len(enc.ids[i]) for i in batch)
-            n_kept += sum(sum(keep[i]) for i in batch)
-            rate = len(done) / max(time.perf_counter() - t0, 1e-9)
-            report(len(done) / len(runnable), f"{len(done)}/{len(runnable)} texts, {rate:.1f} texts/s")
-            if on_batch is not None and bi + 1 < len(plan):
-                on_batch(summarise(acc, enc=None, done=done, n_tokens=n_tokens, n_kept=n_kept))
+        for wi, first in enumerate(firsts):
+            win = [t for b in source.batches(first, min(first + window, n), batch=window) for t in b]
+            enc = encode_corpus(loaded, win, max_tokens=opts.max_tokens)
+            truncated += enc.truncated
+            keep = [[opts.keep_special or not s for s in row] for row in enc.special]
+            runnable = [i for i, row in enumerate(keep) if any(row)]
+            skipped += [first + i for i, row in enumerate(keep) if not any(row)]
+            lengths = [len(enc.ids[i]) for i in runnable]
+            plan = [[runnable[j] for j in b]
+                    for b in batches(lengths, batch_tokens=opts.batch_tokens, max_batch=opts.max_batch)]
+            for bi, batch in enumerate(plan):
+                if should_stop is not None and should_stop():
+                    raise CancelledError("the corpus job")
+                ids = [enc.ids[i] for i in batch]
+                acc.kept = KeptBatch.build(ids, [keep[i] for i in batch], [first + i for i in batch],
+                                           device=loaded.device)
+                encs = [Encoded(enc.ids[i], enc.tokens[i], [], enc.special[i]) for i in batch]
+                if tap is not None:
+                    tap.start([first + i for i in batch], ids)
+                output = loaded.model(**batch_inputs(loaded, encs))
+                if tap is not None:
+                    tap.finish(output)
+                done += len(batch)
+                n_tokens += sum(len(row) for row in ids)
+                n_kept += sum(sum(keep[i]) for i in batch)
+                rate = done / max(time.perf_counter() - t0, 1e-9)
+                report((first + len(win) * (bi + 1) / len(plan)) / n, f"{done}/{n} texts, {rate:.1f} texts/s")
+                last = wi + 1 == len(firsts) and bi + 1 == len(plan)
+                if on_batch is not None and not last:
+                    on_batch(summarise(acc, contexts=None, done=done, n_tokens=n_tokens, n_kept=n_kept))
+            contexts.add_window(acc, enc, first)
+            del win, enc, keep
     acc.kept = None
+    if done == 0:
+        raise HeadscopeError("no text of the corpus has a token left (only special tokens)")
     seconds = time.perf_counter() - t0
-    result = summarise(acc, enc=enc, done=done, n_tokens=n_tokens, n_kept=n_kept)
+    result = summarise(acc, contexts=contexts, done=done, n_tokens=n_tokens, n_kept=n_kept)
     result.update(
         model=loaded.name, family=loaded.family, causal=loaded.causal, n_layers=loaded.n_layers,
-        n_heads=loaded.n_heads, truncated=enc.truncated, skipped=enc.skipped,
+        n_heads=loaded.n_heads, truncated=truncated, skipped=skipped,
         options={**asdict(opts), "statistics": list(opts.statistics)},
-        seconds=round(seconds, 3), texts_per_s=round(len(done) / max(seconds, 1e-9), 2),
+        seconds=round(seconds, 3), texts_per_s=round(done / max(seconds, 1e-9), 2),
     )
     return result

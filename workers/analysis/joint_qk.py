@@ -19,7 +19,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from workers.analysis.corpus import batches, encode_corpus
+from workers.analysis.corpus import WINDOW_TEXTS, batches, encode_corpus
 from workers.analysis.decomposition.model import batch_inputs
 from workers.analysis.progress import Progress, no_progress
+from workers.analysis.texts import TextSource, as_source
 from workers.errors import CancelledError, HeadscopeError
 from workers.models.adapters import Encoded, attention_modules
 
@@ -152,69 +153,99 @@ class HeadVectors:
 
 
 def head_vectors(
-    loaded: LoadedModel, texts: list[str], *, layer: int, head: int, max_tokens: int = 128,
+    loaded: LoadedModel, texts: Sequence[str] | TextSource, *, layer: int, head: int, max_tokens: int = 128,
     keep_special: bool = False, max_points: int = 10_000, seed: int = 0, batch_tokens: int = 4096,
-    progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
-) -> tuple[HeadVectors, Any]:
-    """The head's q and k for every kept token (a seeded uniform sample of ``max_points // 2``
-    tokens when there are more), and the encoded corpus."""
+    window: int = WINDOW_TEXTS, progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
+) -> tuple[HeadVectors, list[str], list[str]]:
+    """The head's q and k for every kept token (a seeded uniform sample of ``max_points // 2`` tokens
+    when there are more), with each point's token and its context (4 tokens each side).
+
+    ``texts``: a list or a ``TextSource`` read ``window`` texts at a time: a first pass counts each
+    text's kept tokens (the sample is drawn over all of them, as from one flat list), a second runs the
+    windows that hold sampled tokens. A corpus of one window is tokenised once."""
     if not 0 <= head < loaded.n_heads:
         raise HeadscopeError(f"head {head} is out of range: {loaded.name} has heads 0-{loaded.n_heads - 1}")
     report = progress or no_progress
-    enc = encode_corpus(loaded, texts, max_tokens=max_tokens)
-    kept = [[p for p, s in enumerate(row) if keep_special or not s] for row in enc.special]
-    total = sum(len(k) for k in kept)
+    source = as_source(texts)
+    n = len(source)
+    firsts = list(range(0, n, window))
+
+    def encoded(first: int) -> tuple[Any, list[list[int]]]:
+        win = [t for b in source.batches(first, min(first + window, n), batch=window) for t in b]
+        enc = encode_corpus(loaded, win, max_tokens=max_tokens)
+        return enc, [[p for p, s in enumerate(row) if keep_special or not s] for row in enc.special]
+
+    counts = np.zeros(n, dtype=np.int64)  # kept tokens of each text
+    only = None
+    for wi, first in enumerate(firsts):
+        enc, kept = encoded(first)
+        counts[first : first + len(kept)] = [len(k) for k in kept]
+        only = (enc, kept) if len(firsts) == 1 else None
+        if len(firsts) > 1:
+            report(0.1 * (wi + 1) / len(firsts), f"counting tokens: {first + len(kept)}/{n} texts")
+    total = int(counts.sum())
     if total == 0:
         raise HeadscopeError("no text of the corpus has a token left (only special tokens)")
     limit = max(1, max_points // 2)
-    chosen: set[tuple[int, int]] | None = None
+    chosen: dict[int, list[int]] | None = None  # text -> indices into its kept positions
     if total > limit:
-        flat = [(t, p) for t, row in enumerate(kept) for p in row]
-        pick = np.random.default_rng(seed).choice(total, size=limit, replace=False)
-        chosen = {flat[i] for i in pick}
-    wanted = {t: [p for p in row if chosen is None or (t, p) in chosen] for t, row in enumerate(kept)}
-    todo = [t for t in range(len(texts)) if wanted[t]]
-    plan = [[todo[j] for j in b] for b in batches([len(enc.ids[t]) for t in todo], batch_tokens=batch_tokens,
-                                                  max_batch=64)]
-    qs, ks, where_t, where_p = [], [], [], []
-    for bi, batch in enumerate(plan):
-        if should_stop is not None and should_stop():
-            raise CancelledError("the joint query-key map")
-        got: dict[str, torch.Tensor] = {}
+        pick = np.sort(np.random.default_rng(seed).choice(total, size=limit, replace=False))
+        starts = np.cumsum(counts) - counts  # flat index of each text's first kept token
+        chosen = {}
+        for f, t in zip(pick.tolist(), (np.searchsorted(starts, pick, side="right") - 1).tolist(), strict=True):
+            chosen.setdefault(t, []).append(f - int(starts[t]))
+    needed = None if chosen is None else {t // window for t in chosen}
+    qs, ks, where_t, where_p, tokens, context = [], [], [], [], [], []
+    for wi, first in enumerate(firsts):
+        if needed is not None and wi not in needed:
+            continue
+        enc, kept = only if only is not None else encoded(first)
+        wanted = {i: ([row[j] for j in chosen[first + i]] if chosen is not None else row)
+                  for i, row in enumerate(kept) if row and (chosen is None or first + i in chosen)}
+        todo = sorted(wanted)
+        plan = [[todo[j] for j in b] for b in batches([len(enc.ids[i]) for i in todo], batch_tokens=batch_tokens,
+                                                       max_batch=64)]
+        for bi, batch in enumerate(plan):
+            if should_stop is not None and should_stop():
+                raise CancelledError("the joint query-key map")
+            got: dict[str, torch.Tensor] = {}
 
-        def keep(q: torch.Tensor, k: torch.Tensor, got: dict[str, torch.Tensor] = got) -> None:
-            got["q"], got["k"] = q[:, head].float().cpu(), k[:, head].float().cpu()
+            def keep(q: torch.Tensor, k: torch.Tensor, got: dict[str, torch.Tensor] = got) -> None:
+                got["q"], got["k"] = q[:, head].float().cpu(), k[:, head].float().cpu()
 
-        encs = [Encoded(enc.ids[t], [], [], []) for t in batch]
-        run_capture(loaded, batch_inputs(loaded, encs), layer, keep)
-        for row, t in enumerate(batch):
-            pos = wanted[t]
-            qs.append(got["q"][row, pos].numpy())
-            ks.append(got["k"][row, pos].numpy())
-            where_t += [t] * len(pos)
-            where_p += pos
-        report((bi + 1) / len(plan), f"queries and keys: batch {bi + 1}/{len(plan)}")
+            encs = [Encoded(enc.ids[i], [], [], []) for i in batch]
+            run_capture(loaded, batch_inputs(loaded, encs), layer, keep)
+            for row, i in enumerate(batch):
+                pos = wanted[i]
+                qs.append(got["q"][row, pos].numpy())
+                ks.append(got["k"][row, pos].numpy())
+                where_t += [first + i] * len(pos)
+                where_p += pos
+                tokens += [enc.tokens[i][p] for p in pos]
+                context += [" ".join(enc.tokens[i][max(0, p - 4) : p + 5]) for p in pos]
+            done = (wi + (bi + 1) / len(plan)) / len(firsts)
+            report(0.1 + 0.9 * done if len(firsts) > 1 else done, f"queries and keys: batch {bi + 1}/{len(plan)}"
+                   + (f" of window {wi + 1}/{len(firsts)}" if len(firsts) > 1 else ""))
+        del enc, kept
     vec = HeadVectors(np.concatenate(qs), np.concatenate(ks), np.asarray(where_t), np.asarray(where_p), total)
-    return vec, enc
+    return vec, tokens, context
 
 
 def joint_map(
-    loaded: LoadedModel, texts: list[str], *, layer: int, head: int, max_tokens: int = 128,
+    loaded: LoadedModel, texts: Sequence[str] | TextSource, *, layer: int, head: int, max_tokens: int = 128,
     keep_special: bool = False, max_points: int = 10_000, method: str = "pca", seed: int = 0,
     progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """The joint query–key map of head (``layer``, ``head``): keys docs/results.md, "corpus"."""
     report = progress or no_progress
     t0 = time.perf_counter()
-    vec, enc = head_vectors(loaded, texts, layer=layer, head=head, max_tokens=max_tokens,
-                            keep_special=keep_special, max_points=max_points, seed=seed,
-                            progress=lambda f, m: report(0.5 * f, m), should_stop=should_stop)
+    vec, tokens, context = head_vectors(loaded, texts, layer=layer, head=head, max_tokens=max_tokens,
+                                        keep_special=keep_special, max_points=max_points, seed=seed,
+                                        progress=lambda f, m: report(0.5 * f, m), should_stop=should_stop)
     q, k, info = align(vec.q.astype(np.float64), vec.k.astype(np.float64))
     report(0.5, f"embedding {2 * len(q)} points ({method})")
     xy = embed_2d(np.concatenate([q, k]), method=method, seed=seed)
     n = len(q)
-    tokens = [enc.tokens[t][p] for t, p in zip(vec.text, vec.position, strict=True)]
-    context = [" ".join(enc.tokens[t][max(0, p - 4) : p + 5]) for t, p in zip(vec.text, vec.position, strict=True)]
     report(1.0, "done")
     return {
         "layer": layer, "head": head, "method": method, "n_points": 2 * n, "n_tokens": vec.total,

@@ -31,7 +31,7 @@ from workers.store import migrate as migrations
 from workers.store.checkpoints import CheckpointStore
 from workers.store.corpora import CorpusStore
 from workers.store.engine import StoreUnavailable, database_url, describe, make_engine
-from workers.store.schema import checkpoints, corpora, fingerprints, results, shares
+from workers.store.schema import checkpoints, corpora, corpus_chunks, fingerprints, results, shares
 
 logger = logging.getLogger(__name__)
 
@@ -190,8 +190,11 @@ class Store(CheckpointStore, CorpusStore):
             rows = conn.execute(select(results.c.id, func.length(results.c.body), res_used)).all()
             cks = conn.execute(select(checkpoints.c.id, checkpoints.c.size, ck_used, checkpoints.c.meta)
                                .where(checkpoints.c.state == "ready")).all()
-            cps = conn.execute(select(corpora.c.id, func.length(corpora.c.body),
-                                      func.coalesce(corpora.c.used_at, corpora.c.created_at), corpora.c.meta)).all()
+            stored = (select(corpus_chunks.c.corpus_id, func.sum(func.length(corpus_chunks.c.data)).label("bytes"))
+                      .group_by(corpus_chunks.c.corpus_id).subquery())
+            cps = conn.execute(select(corpora.c.id, stored.c.bytes,
+                                      func.coalesce(corpora.c.used_at, corpora.c.created_at), corpora.c.meta)
+                               .outerjoin(stored, stored.c.corpus_id == corpora.c.id)).all()
         items: list[dict[str, Any]] = [
             {"kind": "result", "id": rid, "bytes": int(size or 0), "used_at": float(used)} for rid, size, used in rows
         ]
@@ -290,6 +293,8 @@ class Store(CheckpointStore, CorpusStore):
                 (checkpoints.c.state == "staged") & (checkpoints.c.created_at < now - STALE_UPLOAD_S))
             dropped = list(conn.execute(select(checkpoints.c.id, checkpoints.c.blob_path).where(gone)))
             conn.execute(delete(checkpoints).where(gone))
+            old_corpora = select(corpora.c.id).where(corpora.c.expires_at < now)
+            conn.execute(delete(corpus_chunks).where(corpus_chunks.c.corpus_id.in_(old_corpora)))
             conn.execute(delete(corpora).where(corpora.c.expires_at < now))
         for row in dropped:
             self._forget_files(row.id, row.blob_path)

@@ -102,10 +102,20 @@ corpora = Table(
     Column("name", String(255), nullable=False),  # display only
     Column("n_texts", Integer, nullable=False),
     Column("size", BigInteger, nullable=False),  # bytes of the uncompressed JSON list of texts
-    Column("body", LargeBinary, nullable=False),  # the texts as a JSON list, zlib-compressed
     Column("meta", Text, nullable=False),  # JSON: id, name, n_texts, format, field, owners, ...
     Column("owner", String(128), nullable=True, index=True),  # the first uploader
     Column("created_at", Float, nullable=False),
     Column("expires_at", Float, nullable=True),
     Column("used_at", Float, nullable=True),  # last use (an analysis, a new owner); NULL: created_at
+)
+
+corpus_chunks = Table(
+    "corpus_chunks",
+    metadata,
+    # no foreign key: the store deletes a corpus' chunks with it (and migration 0004 could then drop
+    # corpora.body on SQLite, whose table rebuild would otherwise cascade into this table)
+    Column("corpus_id", String(64), primary_key=True),
+    Column("first_text", Integer, primary_key=True),  # index of its first text in the corpus
+    Column("n_texts", Integer, nullable=False),
+    Column("data", LargeBinary, nullable=False),  # its texts as a JSON list, zlib-compressed
 )
