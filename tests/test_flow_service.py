@@ -136,3 +136,19 @@ def test_cli_information_flow(tmp_path, catalogue):
     assert flow["analysis"] == "information-flow" and flow["position"] == 1 and flow["threshold"] == 0.02
     assert {"nodes", "edges", "tokens"} <= set(flow)
     assert main([*args, "--threshold", "1.5"]) == 2
+
+
+def test_memory_estimate_counts_the_kept_layers():
+    from workers.analysis.memory import GIB, ModelFacts, estimate_text_request
+
+    facts = ModelFacts(n_layers=30, n_heads=9, hidden=576, intermediate=1536, n_params=135_000_000, head_dim=64,
+                       vocab=49152)  # SmolLM2-135M's shapes
+
+    def extra(n: int) -> int:  # the stage over the forward it runs
+        parts = estimate_text_request(facts, n, ["information-flow"], {}).parts
+        return parts["information-flow"] - parts["forward"]
+
+    # every layer's attention weights and stream kept for the top-down pass ...
+    assert extra(512) - extra(128) > 30 * 9 * (512**2 - 128**2) * 4
+    # ... up to 1 GiB; beyond it one layer at a time (20 GB would be kept at 4,096 tokens otherwise)
+    assert extra(512) < GIB and extra(4096) < 30 * 9 * 4096**2 * 4 / 10
