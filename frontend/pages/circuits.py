@@ -20,7 +20,7 @@ from frontend import figures_circuits as F
 from frontend.api_client import ApiError
 from frontend.data import ResultStore, source_query
 from frontend.figures import empty_figure, graph_config, standalone_html
-from frontend.pages.causal import _model_choices, causal_request, parse_target
+from frontend.pages.causal import _head, _model_choices, causal_request, parse_target
 from frontend.pages.common import export_bar, graph, progress_block, restore_view, share_link
 
 logger = logging.getLogger(__name__)
@@ -161,14 +161,6 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         dcc.Store(id="circuits-n", data=int(_number(view.get("n"), 0)) or None),
         dcc.Store(id="circuits-head", data=_head(view.get("head"))),
     ])
-
-
-def _head(value: Any) -> list[int] | None:
-    try:
-        layer, head = (int(x) for x in str(value).split("."))
-        return [layer, head]
-    except (TypeError, ValueError):
-        return None
 
 
 def _view(pair: dict[str, Any] | None, n: int | None, head: list[int] | None) -> dict[str, Any]:
