@@ -298,7 +298,8 @@ def flow_figure(result: dict[str, Any]) -> go.Figure:
               + (f"; into it: {', '.join(into[k])}" if k in into else "") for k in states],
         hovertemplate="%{text}<extra></extra>"))
     fig = go.Figure(traces)
-    fig.update_layout(xaxis=_token_ticks(lab), yaxis={"title": {"text": "layer (state X[l]; 0 = embedding)"},
+    fig.update_layout(xaxis={**_token_ticks(lab), "range": [-0.5, len(lab) - 0.5]},
+                      yaxis={"title": {"text": "layer (state X[l]; 0 = embedding)"},
                                                       "dtick": 1 if L <= 40 else 4, "range": [-0.5, L + 0.7]})
     title = (f"Information flow into token {p} ({lab[p]}) at the last layer: edges of importance ≥ "
              f"{sec['threshold']:g} ({len(att)} attention edges in blue, the residual in grey, feed-forwards "

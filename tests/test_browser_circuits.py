@@ -81,3 +81,36 @@ def test_circuits_page_on_smollm2(server, browser, tmp_path):  # noqa: F811
         assert not fresh.problems, fresh.problems
     finally:
         fresh.close()
+
+
+def test_circuits_page_flow_graph_on_an_encoder(server, browser, tmp_path):  # noqa: F811
+    """MiniLM (an encoder, no language-model head): the pair is refused with the reason, the flow graph
+    from a chosen position is drawn all the same, and a click on an attention edge opens its head."""
+    w = Watch(browser, server, tmp_path)
+    page = w.page
+    try:
+        page.goto(server + "/circuits")
+        _pick(page, "circuits-model", "minilm")
+        page.fill("#circuits-text", "The cat sat on the mat because it was tired.")
+        page.fill("#circuits-corrupted", "The dog sat on the mat because it was tired.")
+        page.fill("#circuits-position", "8")  # [CLS] The cat sat on the mat because it: "it"
+        page.click("#circuits-analyze")
+        page.wait_for_selector("#circuits-flow-graph .scatterlayer .point", timeout=WAIT_MS)
+        assert "no language-model head" in page.inner_text("#circuits-error")
+        flow = page.evaluate(FIGURE_JS, "circuits-flow-graph")
+        assert "into token 8 (it)" in flow["title"].replace("<br>", " ")
+        mids = next(t for t in flow["data"] if t["customdata"])
+        assert mids["x"], "MiniLM's graph has attention edges"
+        k = max(range(len(mids["x"])), key=lambda i: float(mids["text"][i].split("via attention: ")[1].split(";")[0]))
+        idx = flow["data"].index(mids)
+        page.locator("#circuits-flow-graph").scroll_into_view_if_needed()
+        x, y = page.evaluate(POINT_JS, ["circuits-flow-graph", idx, k])
+        page.mouse.click(x, y)
+        page.wait_for_selector("#circuits-open-text", timeout=WAIT_MS)
+        layer, head = mids["customdata"][k]
+        assert f"L{layer}H{head}" in page.inner_text("#circuits-open-text")
+        assert page.locator("#circuits-open-causal").count() == 0  # no pair: no causal page
+        w.shot("circuits-2-minilm-flow")
+        assert not w.problems, w.problems
+    finally:
+        w.close()

@@ -145,6 +145,7 @@ def test_flow_figure_over_the_tokens(flow):
     assert top == flow["n_layers"] and f"token {sec['position']}" in fig.layout.title.text
     nodes = next(t for t in fig.data if t.name == "nodes")
     assert list(nodes.marker.symbol).count("star") == 1  # the position the graph starts from
+    assert list(fig.layout.xaxis.range) == [-0.5, flow["n_tokens"] - 0.5]  # every token, reached or not
     k = max(range(len(att)), key=lambda i: att[i]["importance"])
     assert F.clicked_head({"points": [{"customdata": mids.customdata[k]}]}) == (
         att[k]["layer"], int(np.argmax(att[k]["heads"])))

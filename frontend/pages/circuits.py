@@ -195,13 +195,16 @@ def register(app: Dash, store: ResultStore) -> None:
             freq = flow_request(text=text or "", model=model, threshold=_number(threshold, 0.04),
                                 position=None if pos is None else int(pos), dtype=dtype)
             flow = {"kind": "analysis", "id": client.submit_analysis(**freq)["id"], "request": freq}
-            pair = None
-            if corrupted and corrupted.strip():
-                preq = pair_request(text=text or "", corrupted=corrupted, model=model, target=target,
-                                    real="real" in (real or []), dtype=dtype)
-                pair = {"kind": "analysis", "id": client.submit_analysis(**preq)["id"], "request": preq}
         except ApiError as exc:
             return no_update, no_update, no_update, str(exc)
+        if not (corrupted and corrupted.strip()):
+            return flow, None, None, ""
+        try:  # the flow graph is drawn even when the pair is refused (an encoder, other lengths)
+            preq = pair_request(text=text or "", corrupted=corrupted, model=model, target=target,
+                                real="real" in (real or []), dtype=dtype)
+            pair = {"kind": "analysis", "id": client.submit_analysis(**preq)["id"], "request": preq}
+        except ApiError as exc:
+            return flow, None, None, f"the pair: {exc}"
         return flow, pair, None, ""
 
     @app.callback(
@@ -238,8 +241,9 @@ def register(app: Dash, store: ResultStore) -> None:
                 msg = f"failed: {st.get('error')}" if st["status"] == "failed" else "Computing…"
                 figs[k] = empty_figure(msg)
         if not pair:
-            figs[:3] = [empty_figure("Give a corrupted text of the same token length (on a decoder with a "
-                                     "language-model head) for the circuit and AtP.")] + [empty_figure("")] * 2
+            why = "Give a corrupted text of the same token length<br>(on a decoder with a language-model head)"
+            figs[:3] = [empty_figure(f"{why}<br>for the circuit."), empty_figure(""),
+                        empty_figure(f"{why} for AtP against real patching.")]
         return figs
 
     @app.callback(
