@@ -21,7 +21,8 @@ from backend.progress import StderrProgress
 
 ANALYSES = ["max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf",
             "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching",
-            "attribution-patching", "information-flow"]
+            "attribution-patching"]
+ANALYSES.append("information-flow")  # docs/circuits.md
 
 
 def _layer_arg(value: str) -> int | str:

@@ -25,8 +25,8 @@ AnalysisKind = Literal[
     "max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf",
     "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching",
     "word-maps",  # docs/compare.md
-    "attribution-patching",  # circuits (SPEC 12, docs/results.md)
     "information-flow",  # circuits: information-flow routes (SPEC 12, docs/circuits.md)
+    "attribution-patching",  # circuits (SPEC 12, docs/results.md)
 ]
 # the causal views (docs/causal.md): decoders with a language-model head only
 CAUSAL_KINDS: tuple[str, ...] = (
@@ -129,9 +129,9 @@ class AnalysisOptions(BaseModel):
     )
     continue_tokens: int = Field(16, ge=1, le=MAX_CONTINUE, description="continue: tokens to generate")
     temperature: float = Field(0.0, ge=0.0, le=10.0, description="continue: 0 = greedy, else sampled with seed")
-    real: bool = Field(False, description="attribution-patching: also run the real head patching and correlate")
     # information flow (docs/circuits.md); left out of the job id at its default
     threshold: float = Field(0.04, gt=0.0, lt=1.0, description="information-flow: the edges' importance threshold τ")
+    real: bool = Field(False, description="attribution-patching: also run the real head patching and correlate")
 
     @field_validator("target")
     @classmethod

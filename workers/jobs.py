@@ -51,8 +51,8 @@ WEIGHTS = {
     "logit-attribution": 2.0,
     "ablation": 6.0,
     "patching": 6.0,
-    "attribution-patching": 2.0,
     "information-flow": 1.5,
+    "attribution-patching": 2.0,
 }
 ALL_HEADS_KEY = "head-tsne-all"
 

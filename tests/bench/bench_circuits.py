@@ -3,16 +3,11 @@
 Run from the repository root::
 
     PYTHONPATH=. python -m tests.bench.bench_circuits [--model smollm2] [--tokens 16] [--repeats 3] [--threads 2]
-        [--flow-tokens 128] [--only atp|flow]
 
 Target (SmolLM2, 2 cores, n = 16): AtP for every head, feed-forward and residual position <= 4
 forward-equivalents (its time over a plain forward of the same text), against the real patching of
 the same heads and residual positions, also printed in forward-equivalents. Forward, AtP and real
 patching are timed interleaved (median of ``--repeats``) so machine noise hits them alike.
-
-Information flow (``bench_flow``; target SmolLM2, n = 128: <= 3 forward-equivalents): the whole
-``information_flow`` call (its forward with the hooks, every layer's importances, the graph) against a
-plain forward of the same 128 tokens, interleaved likewise.
 """
 
 from __future__ import annotations
@@ -32,14 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--flow-tokens", type=int, default=128, help="information flow: text length")
-    parser.add_argument("--only", choices=["atp", "flow"], default=None, help="run one of the two parts")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    if args.only != "atp":
-        bench_flow(args.model, tokens=args.flow_tokens, repeats=args.repeats)
-    if args.only == "flow":
-        return 0
 
     from workers.analysis.attribution_patching import attribution_patching
     from workers.analysis.interventions import patching
@@ -75,7 +64,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def bench_flow(model: str, *, tokens: int, repeats: int) -> float:
-    """Information flow (SPEC 12) at ``tokens`` tokens in forward-equivalents (printed and returned)."""
+    """Information flow (SPEC 12; target SmolLM2, n = 128: <= 3 forward-equivalents): the whole
+    ``information_flow`` call (its forward with the hooks, the importances, the graph) against a plain
+    forward of the same tokens, interleaved (median of ``repeats``); printed and returned.
+
+    Run as ``PYTHONPATH=. python -m tests.bench.bench_circuits --flow [--model smollm2] [--tokens 128]
+    [--repeats 3] [--threads 2]``."""
     from workers.analysis.information_flow import information_flow
     from workers.models import load_model
     from workers.models.adapters import model_inputs
@@ -102,5 +96,19 @@ def bench_flow(model: str, *, tokens: int, repeats: int) -> float:
     return ratio
 
 
+def flow_main(argv: list[str]) -> int:
+    """``--flow``: the information-flow benchmark alone (``bench_flow``)."""
+    parser = argparse.ArgumentParser(description=bench_flow.__doc__)
+    parser.add_argument("--flow", action="store_true")
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    bench_flow(args.model, tokens=args.tokens, repeats=args.repeats)
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(flow_main(sys.argv[1:]) if "--flow" in sys.argv[1:] else main())
