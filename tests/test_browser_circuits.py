@@ -47,6 +47,29 @@ def test_circuits_page_on_smollm2(server, browser, tmp_path):  # noqa: F811
         mids = next(t for t in flow["data"] if t["customdata"])  # the edges' hover points
         assert len(mids["x"]) > 10 and any("via attention" in s for s in mids["text"])
         assert "into token 13" in flow["title"].replace("<br>", " ")  # the last of the 14 tokens
+        from frontend.pages.circuits import edge_attribution_available
+
+        if edge_attribution_available():  # the circuit of the top N edges beside its faithfulness curve
+            page.wait_for_selector("#circuits-circuit-graph .scatterlayer .point", timeout=WAIT_MS)
+            circuit = page.evaluate(FIGURE_JS, "circuits-circuit-graph")
+            scores = next(t for t in circuit["data"] if t["text"] and "→" in str(t["text"][0]))
+            assert len(scores["x"]) > 0 and "faithfulness" in circuit["title"]
+            curve = page.evaluate(FIGURE_JS, "circuits-curve-graph")
+            assert len(curve["data"][0]["x"]) >= 12 and len(curve["data"][1]["x"]) == 1  # the chosen N marked
+            page.locator("#circuits-circuit-graph").screenshot(path=str(ARTIFACTS / "browser-circuits-circuit.png"))
+            # the slider's smallest N: the circuit, the curve's mark and the URL follow
+            url_n = "new URLSearchParams(window.location.search).get('n')"
+            page.wait_for_function(url_n, timeout=WAIT_MS)
+            before = int(page.evaluate(url_n))  # the circuit's own N, chosen when the result came
+            thumb = page.locator("#circuits-n-slider [role=slider]").first
+            thumb.focus()
+            page.keyboard.press("Home")
+            page.wait_for_function(f"{url_n} !== '{before}'", timeout=WAIT_MS)
+            n = int(page.evaluate(url_n))
+            assert n < before
+            page.wait_for_function("""(n) => { const gd = document.querySelector('#circuits-curve-graph .js-plotly-plot');
+                return gd && gd.data[1] && gd.data[1].x[0] === n; }""", arg=n, timeout=WAIT_MS)
+            assert f"top {n} edges" in page.evaluate(FIGURE_JS, "circuits-circuit-graph")["title"].replace("<br>", " ")
         w.shot("circuits-1-smollm2")
         page.locator("#circuits-flow-graph").screenshot(path=str(ARTIFACTS / "browser-circuits-flow.png"))
         page.locator("#circuits-atp-graph").screenshot(path=str(ARTIFACTS / "browser-circuits-atp.png"))
