@@ -21,7 +21,7 @@ from backend.progress import StderrProgress
 
 ANALYSES = ["max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf",
             "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching",
-            "attribution-patching"]
+            "attribution-patching", "edge-attribution"]
 
 
 def _layer_arg(value: str) -> int | str:
@@ -114,11 +114,22 @@ def _causal_options(args: argparse.Namespace) -> dict[str, Any]:
         opts["threshold"] = args.threshold
     if args.real:
         opts["real"] = True
+    # edge-attribution / attribution-patching (docs/circuits.md)
+    if args.analysis == "edge-attribution" and args.corrupted is None:
+        raise HeadscopeError("edge-attribution needs --corrupted TEXT (the same token length as --text)")
+    if args.qk_fix:
+        opts["qk_fix"] = True
+    for name in ("top_edges", "ig_steps", "curve_sizes"):
+        if getattr(args, name) is not None:
+            opts[name] = getattr(args, name)
+    if args.all_edges:
+        opts["all_edges"] = True
     try:
         AnalysisOptions.model_validate(opts)
     except ValueError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())  # type: ignore[attr-defined]
-        raise HeadscopeError(f"bad option: {problems}") from None
+        from backend.errors import readable
+
+        raise HeadscopeError(f"bad option: {readable(exc)}") from None
     return opts
 
 
@@ -140,6 +151,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         raise EmptyTextError()
     if args.model is None:
         args.model = "lasf-minilm" if args.analysis == "lasf" else "minilm"
+    options = _options(args)  # bad options: refused before the model loads
     bar = StderrProgress(args.analysis, enabled=not args.quiet)
     start = time.perf_counter()
     lasf = None
@@ -150,7 +162,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     loaded = load_model(lasf.config["base_model"] if lasf else args.model, dtype=args.dtype, device=args.device)
     load_s = time.perf_counter() - start
     try:
-        result = analyze(loaded, text, [args.analysis], _options(args), progress=bar, lasf=lasf)
+        result = analyze(loaded, text, [args.analysis], options, progress=bar, lasf=lasf)
     finally:
         bar.close()
     out = flatten(result, args.analysis)
@@ -297,6 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="information-flow: keep edges of importance >= this, in (0, 1) (default 0.04); "
                         "--position: the position the graph starts from")
     c.add_argument("--real", action="store_true", help="attribution-patching: also the real head patching, correlated")
+    c.add_argument("--qk-fix", action="store_true", help="attribution-patching: AtP*'s query-key fix (queries and keys)")
+    c.add_argument("--top-edges", type=int, default=None, metavar="N", help="edge-attribution: edges of the circuit (200)")
+    c.add_argument("--ig-steps", type=int, default=None, metavar="K", help="edge-attribution: EAP-IG steps (5; 1 = EAP)")
+    c.add_argument("--curve-sizes", type=int, nargs="+", default=None, metavar="N",
+                   help="edge-attribution: edge counts of the faithfulness curve (default: 12 from 0.1%% to 20%%)")
+    c.add_argument("--all-edges", action="store_true", help="edge-attribution: list every edge's score")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     a.set_defaults(func=cmd_analyze)
 

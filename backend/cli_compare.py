@@ -11,6 +11,7 @@ from typing import Any
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from backend.cli_corpus import read_corpus, write_result
+    from backend.errors import readable
     from backend.progress import StderrProgress
     from workers.contracts import CompareRequest
     from workers.errors import HeadscopeError
@@ -27,8 +28,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         req = CompareRequest(model_a=args.model_a, model_b=args.model_b, text=args.text, corpus=corpus_id,
                              max_tokens=args.max_tokens)
     except ValueError as exc:
-        errors = getattr(exc, "errors", lambda: [])()
-        raise HeadscopeError(errors[0]["msg"].removeprefix("Value error, ") if errors else str(exc)) from None
+        raise HeadscopeError(readable(exc)) from None
     progress = StderrProgress("compare", enabled=not args.quiet)
     result = compute_compare(req, texts=texts, progress=progress)
     progress.close()

@@ -14,6 +14,8 @@ from typing import Any
 def read_corpus(args: argparse.Namespace) -> tuple[str, list[str]]:
     """(corpus id, texts) of ``--file`` (checked as an upload is) or ``--corpus``, in one list."""
     corpus_id, source = open_corpus_arg(args)
+    if isinstance(source, list):  # a shipped corpus
+        return corpus_id, source
     try:
         return corpus_id, [t for b in source.batches(batch=4096) for t in b]
     finally:
@@ -55,6 +57,15 @@ def write_result(path: str, result: dict[str, Any]) -> Path:
     return out
 
 
+def joint_head(value: str) -> tuple[int, int]:
+    """``--joint L,H`` -> (L, H); a ValueError naming the expected form otherwise."""
+    try:
+        layer, head = (int(x) for x in value.split(","))
+    except ValueError:
+        raise ValueError(f"--joint: expected LAYER,HEAD (e.g. 2,5), got {value!r}") from None
+    return layer, head
+
+
 def cmd_corpus(args: argparse.Namespace) -> int:
     from workers.errors import HeadscopeError
 
@@ -68,6 +79,7 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 
 
 def _run_corpus(args: argparse.Namespace, corpus_id: str, texts: Any) -> int:
+    from backend.errors import readable
     from backend.progress import StderrProgress
     from workers.contracts import CorpusOptions, CorpusRequest, JointMapRequest
     from workers.errors import HeadscopeError
@@ -78,8 +90,12 @@ def _run_corpus(args: argparse.Namespace, corpus_id: str, texts: Any) -> int:
         opts["statistics"] = [s.strip() for s in args.statistics.split(",") if s.strip()]
     try:
         req = CorpusRequest(model=args.model, corpus=corpus_id, options=CorpusOptions(**opts))
+        if args.joint:  # checked before the run
+            layer, head = joint_head(args.joint)
+            JointMapRequest(model=args.model, corpus=corpus_id, layer=layer, head=head, max_tokens=args.max_tokens,
+                            keep_special=args.keep_special, method=args.method)
     except ValueError as exc:
-        raise HeadscopeError(str(exc).splitlines()[-1] if str(exc) else "bad options") from None
+        raise HeadscopeError(readable(exc)) from None
     progress = StderrProgress("corpus", enabled=not args.quiet)
     result = compute_corpus(req, texts=texts, progress=progress, on_partial=lambda _: None)
     progress.close()

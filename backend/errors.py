@@ -151,6 +151,13 @@ def readable_errors(errors: list[dict[str, Any]]) -> tuple[str, list[dict[str, s
     return "; ".join(parts) or "invalid request", items
 
 
+def readable(exc: ValueError) -> str:
+    """A contract's ``ValidationError`` as the API words it (``readable_errors``), for the CLI: never
+    pydantic's own text, whose last line is a help URL. Any other ``ValueError``: its message."""
+    errors = getattr(exc, "errors", None)
+    return readable_errors(list(errors()))[0] if callable(errors) else str(exc)
+
+
 def install(app: FastAPI) -> None:
     """The exception handlers: every error body is ``ErrorBody`` / ``ValidationErrorBody``."""
 

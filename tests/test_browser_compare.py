@@ -1,7 +1,9 @@
 """The compare page in a real headless Chromium against the real service: two tiny models (an encoder
-and a decoder, different tokenizers) on one text; the similarity matrix, the pairs table and the joint
-map draw; a click on a matrix cell shows both heads' word-level maps side by side and puts the cell in
-the URL; (the share of a comparison is tested through the API in test_compare_service.py). Screenshots go to ``test-artifacts/``."""
+and a decoder, different tokenizers). On one text: the similarity matrix, the pairs table and the joint
+map draw; a click on a row of the table shows both heads' word-level maps side by side and puts the
+pair in the URL. On the shipped corpus: a click on a cell of the matrix selects the pair, the maps are
+of a text of the corpus picked on the page, and the share link reopens the same pair and text in a
+fresh browser context. Screenshots go to ``test-artifacts/``."""
 
 from __future__ import annotations
 
@@ -16,17 +18,26 @@ DRAWN = ("(() => {{ const gd = document.querySelector('#{gid} .js-plotly-plot');
          " && gd._fullData[0].z && gd._fullData[0].z.length > 1; }})()")
 
 
+def _run_tiny_pair(page, base: str, *, text: str | None = None) -> None:
+    """Compare tiny-bert (A) with tiny-gpt2 (B) at 32 tokens per text on ``text`` (None: the shipped
+    English corpus) and wait for the similarity matrix."""
+    page.goto(base + "/compare")
+    _pick(page, "compare-model-a", "tiny-bert")
+    _pick(page, "compare-model-b", "tiny-gpt2")
+    page.fill("#compare-max-tokens", "32")
+    if text is None:
+        page.check("#compare-source-kind input[value=corpus]")
+    else:
+        page.fill("#compare-text", text)
+    page.click("#compare-run")
+    page.wait_for_function(DRAWN.format(gid="compare-sim-graph"), timeout=WAIT)
+
+
 def test_compare_page_matrix_click_word_maps_and_share(server, browser, tmp_path):  # noqa: F811
     w = Watch(browser, server, tmp_path)
     page = w.page
     try:
-        page.goto(server + "/compare")
-        _pick(page, "compare-model-a", "tiny-bert")
-        _pick(page, "compare-model-b", "tiny-gpt2")
-        page.fill("#compare-max-tokens", "32")
-        page.fill("#compare-text", "the cat sat on the mat and the dog slept by the door")  # within 32 tokens in both
-        page.click("#compare-run")
-        page.wait_for_function(DRAWN.format(gid="compare-sim-graph"), timeout=WAIT)
+        _run_tiny_pair(page, server, text="the cat sat on the mat and the dog slept by the door")  # within 32 tokens
         page.wait_for_selector("#compare-table .ag-center-cols-container .ag-row .ag-cell[col-id='similarity']", timeout=WAIT)
         assert page.locator("#compare-table .ag-center-cols-container .ag-row .ag-cell[col-id='similarity']").count() == 8  # one partner each
         page.wait_for_selector("#compare-joint-graph .scatterlayer .point", timeout=WAIT)
@@ -37,8 +48,8 @@ def test_compare_page_matrix_click_word_maps_and_share(server, browser, tmp_path
         label = page.inner_text("#compare-cell-label")
         first = page.inner_text("#compare-table .ag-center-cols-container .ag-row[row-index='0'] .ag-cell[col-id='head_a']")
         assert f"A tiny-bert {first}" in label, label
-        cell = page.evaluate("new URLSearchParams(location.search).get('cell')")
-        assert cell and cell.count("-") == 1, cell
+        page.wait_for_function("(new URLSearchParams(location.search).get('cell') || '').split('-').length === 2",
+                               timeout=WAIT)  # the pair is in the URL
         page.wait_for_function(DRAWN.format(gid="compare-map-a"), timeout=WAIT)
         page.wait_for_function(DRAWN.format(gid="compare-map-b"), timeout=WAIT)
         n_words = page.evaluate("document.querySelector('#compare-map-a .js-plotly-plot')._fullData[0].z.length")
@@ -48,3 +59,84 @@ def test_compare_page_matrix_click_word_maps_and_share(server, browser, tmp_path
         assert not w.problems, w.problems
     finally:
         w.close()
+
+
+# page coordinates of cell (a, b) of the similarity matrix: row a (head of A), column b (head of B)
+MATRIX_CELL_JS = """([a, b]) => {
+  const gd = document.querySelector('#compare-sim-graph .js-plotly-plot');
+  const fl = gd._fullLayout, r = gd.getBoundingClientRect();
+  return [r.left + fl.xaxis._offset + fl.xaxis.l2p(b), r.top + fl.yaxis._offset + fl.yaxis.l2p(a)];
+}"""
+SELECTED_JS = """([a, b]) => {
+  const gd = document.querySelector('#compare-sim-graph .js-plotly-plot');
+  const s = ((gd && gd.layout.shapes) || []).filter(s => s.type === 'rect');
+  return s.length === 1 && Math.round(s[0].y0 + 0.5) === a && Math.round(s[0].x0 + 0.5) === b;
+}"""  # the matrix marks cell (a, b), and only it
+URL_JS = "([key, value]) => new URLSearchParams(location.search).get(key) === value"
+WORDS_JS = "(id) => document.querySelector('#' + id + ' .js-plotly-plot')._fullData[0].x"
+
+
+def _wait_pair_drawn(page, label: str, n_words: int) -> None:
+    page.wait_for_function(f"document.querySelector('#compare-cell-label').innerText.includes({label!r})",
+                           timeout=WAIT)
+    for gid in ("compare-map-a", "compare-map-b"):
+        page.wait_for_function(f"(() => {{ const gd = document.querySelector('#{gid} .js-plotly-plot');"
+                               f" return gd && gd._fullData && gd._fullData.length && gd._fullData[0].type === 'heatmap'"
+                               f" && gd._fullData[0].z && gd._fullData[0].z.length === {n_words}; }})()", timeout=WAIT)
+
+
+def test_corpus_compare_matrix_click_text_pick_and_share_link(server, browser, tmp_path):  # noqa: F811
+    """Corpus mode: a click on a cell of the similarity matrix selects that pair; the word-level maps
+    are of a text of the corpus, picked in the page (and the surprisal follows it); the share link
+    opens the same pair and text in a fresh browser context."""
+    from workers.corpora import shipped_corpus
+
+    texts = shipped_corpus("builtin-english").texts
+    pick = next(i for i in range(1, 10) if len(texts[i].split()) != len(texts[0].split()))  # told apart by
+    words = texts[pick].split()  # its word count
+    w = Watch(browser, server, tmp_path)
+    page = w.page
+    try:
+        _run_tiny_pair(page, server)
+        page.wait_for_selector("#compare-text-row:not([style*='none'])", timeout=WAIT)
+
+        a, b = 1, 6  # A's layer 0 head 1, B's layer 1 head 2 (tiny models: 2 layers x 4 heads)
+        page.mouse.click(*page.evaluate(MATRIX_CELL_JS, [a, b]))
+        _wait_pair_drawn(page, "A tiny-bert 0.1 · B tiny-gpt2 1.2", len(texts[0].split()))
+        page.wait_for_function(URL_JS, arg=["cell", f"{a}-{b}"], timeout=WAIT)
+        page.wait_for_function(SELECTED_JS, arg=[a, b], timeout=WAIT)  # the matrix marks the clicked cell
+        assert "text 0 of 147" in page.inner_text("#compare-cell-label")
+
+        page.click("#compare-text-pick")
+        page.keyboard.type(f"{pick}: {texts[pick][:20]}")
+        page.keyboard.press("Enter")
+        _wait_pair_drawn(page, f"text {pick} of 147", len(words))
+        assert page.evaluate(WORDS_JS, "compare-map-b") == [f"{i}:{x}" for i, x in enumerate(words)]
+        page.wait_for_function(URL_JS, arg=["text", str(pick)], timeout=WAIT)
+        page.wait_for_function("document.querySelector('#compare-surprisal .js-plotly-plot')._fullData[0]"
+                               f".x.length === {len(words)}", timeout=WAIT)  # the surprisal of the same text
+        w.shot("compare-2-corpus-cell")
+
+        page.locator("#compare-share-button").scroll_into_view_if_needed()
+        page.click("#compare-share-button")
+        page.wait_for_function("document.querySelector('#compare-share-url').textContent.includes('share=')",
+                               timeout=WAIT)
+        link = page.inner_text("#compare-share-url")
+        assert link.startswith(server + "/compare?share=")
+        assert not w.problems, w.problems
+    finally:
+        w.close()
+
+    fresh = Watch(browser, server, tmp_path)  # a colleague: new context, no cookies, no cache
+    try:
+        fresh.page.goto(link)
+        fresh.page.wait_for_function(DRAWN.format(gid="compare-sim-graph"), timeout=WAIT)
+        _wait_pair_drawn(fresh.page, "A tiny-bert 0.1 · B tiny-gpt2 1.2", len(words))
+        assert f"text {pick} of 147" in fresh.page.inner_text("#compare-cell-label")
+        fresh.page.wait_for_function(SELECTED_JS, arg=[a, b], timeout=WAIT)
+        assert fresh.page.evaluate(WORDS_JS, "compare-map-a") == [f"{i}:{x}" for i, x in enumerate(words)]
+        assert "shared result" in fresh.page.inner_text("#compare-status")
+        fresh.shot("compare-3-shared-link")
+        assert not fresh.problems, fresh.problems
+    finally:
+        fresh.close()

@@ -25,7 +25,7 @@ CLEAN = "The head of the model is in the text and the word is of the token"
 CORRUPTED = "The head of the model is in the text and a word is of the token"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def lms(tmp_path_factory: pytest.TempPathFactory) -> Catalogue:
     base = tmp_path_factory.mktemp("circuits")
     cat = Catalogue()
@@ -127,3 +127,95 @@ def test_atp_refuses_different_lengths(lms):
     loaded = _load(lms, "llama")
     with pytest.raises(HeadscopeError, match="same length"):
         attribution_patching(loaded, encode(loaded, CLEAN), encode(loaded, CLEAN + " of the"))
+
+
+def _attn(seed: int, *, saturated: bool):
+    """A random head pair (H = 2, n = 6) with a causal mask and, ``saturated``, scores large enough that
+    rows put nearly all their weight on one key."""
+    from workers.analysis.qk_fix import Attn
+
+    gen = torch.Generator().manual_seed(seed)
+    H, n, dh = 2, 6, 4
+    q, k = torch.randn(H, n, dh, generator=gen, dtype=torch.float64), torch.randn(H, n, dh, generator=gen, dtype=torch.float64)
+    scale = 4.0 if saturated else 0.5
+    mask = torch.triu(torch.full((n, n), torch.finfo(torch.float64).min, dtype=torch.float64), diagonal=1)
+    weights = torch.softmax(torch.einsum("hsd,htd->hst", q, k) * scale + mask, dim=-1)[None]
+    g = torch.randn(1, H, n, n, generator=gen, dtype=torch.float64)
+    dq, dk = torch.randn(H, n, dh, generator=gen, dtype=torch.float64), torch.randn(H, n, dh, generator=gen, dtype=torch.float64)
+    return Attn(q, k, scale, None, mask, weights), g, dq, dk
+
+
+def test_qk_fix_recomputes_the_softmax():
+    """AtP*'s closed form equals the softmax recomputed by brute force (one key or one query changed at a
+    time); for a patch shrunk by eps it equals plain AtP to first order."""
+    from workers.analysis.qk_fix import fixed, linear
+
+    for seed, saturated in ((0, False), (1, True)):
+        a, g, dq, dk = _attn(seed, saturated=saturated)
+        H, n, _ = a.q.shape
+        got_q, got_k = fixed(a, g, a.q + dq, a.k + dk)
+        A = a.weights[0]
+        want_q, want_k = torch.zeros(H, n, dtype=torch.float64), torch.zeros(H, n, dtype=torch.float64)
+        for h in range(H):
+            for t in range(n):
+                q2, k2 = a.q.clone(), a.k.clone()
+                q2[h, t] += dq[h, t]
+                k2[h, t] += dk[h, t]
+                for new, out in ((torch.einsum("hsd,htd->hst", q2, a.k), want_q), (torch.einsum("hsd,htd->hst", a.q, k2), want_k)):
+                    A2 = torch.softmax(new * a.scale + a.mask, dim=-1)
+                    out[h, t] = ((A2[h] - A[h]) * g[0, h]).sum()
+        assert torch.allclose(got_q, want_q, atol=1e-12) and torch.allclose(got_k, want_k, atol=1e-12)
+        lin_q, lin_k = linear(a, g, a.q + dq, a.k + dk)
+        if saturated:  # where the softmax saturates the linearisation misses what the recomputation sees
+            assert (got_k - lin_k).abs().max() > 10 * (got_k.abs().max() * 1e-3)
+        for eps_q, eps_k, lq, lk in [(*fixed(a, g, a.q + e * dq, a.k + e * dk), e * lin_q, e * lin_k) for e in (1e-6,)]:
+            assert torch.allclose(eps_q, lq, rtol=1e-4, atol=1e-14) and torch.allclose(eps_k, lk, rtol=1e-4, atol=1e-14)
+
+
+@pytest.mark.parametrize("fam", FAMILIES)
+def test_qk_fix_keys_and_queries_are_first_order(lms, fam):
+    """With the fix the result carries every head's queries and keys; their plain AtP equals a finite
+    difference of the metric with the query (or the key/value head's key) shifted along C - K."""
+    from workers.analysis.qk_fix import record_attention
+
+    loaded = _load(lms, fam)
+    c, k = encode(loaded, CLEAN), encode(loaded, CORRUPTED)
+    target = capture(loaded, c, grad=False).logits.topk(2).indices.tolist()
+    atp = attribution_patching(loaded, c, k, target=target, qk_fix=True)
+    L, H, n = loaded.n_layers, loaded.n_heads, c.n
+    for name in ("queries", "keys", "queries_linear", "keys_linear"):
+        assert atp[name].shape == (L, H) and atp[f"{name}_by_position"].shape == (L, H, n)
+    assert atp["qk_fix"] and len(atp["qk_top"]) == 20
+    a, b = atp["a"], atp["b"]
+    m_k, scale = atp["metric_corrupted"], atp["metric_clean"] - atp["metric_corrupted"]
+    sinks: tuple[list, list] = ([], [])
+    for enc, sink in zip((c, k), sinks, strict=True):
+        with record_attention(loaded, sink):
+            capture(loaded, enc, grad=False)
+    groups = H // max(1, loaded.n_kv_heads or H)
+    for kind in ("queries", "keys"):
+        grid = atp[f"{kind}_linear_by_position"]
+        layer, h, t = np.unravel_index(np.abs(grid).argmax(), grid.shape)
+        if kind == "keys":  # the key/value head's key: every query head of its group moves
+            h = h - h % groups
+            est = grid[layer, h : h + groups, t].sum()
+        else:
+            est = grid[layer, h, t]
+        field = "q" if kind == "queries" else "k"
+        delta = getattr(sinks[0][layer], field)[h, t] - getattr(sinks[1][layer], field)[h, t]
+        assert abs(est) > 1e-9
+        errors = []
+        for eps in (1e-2, 1e-4):
+
+            def edit(query, key, value, eps=eps, kind=kind, h=h, t=t, delta=delta):
+                query, key = query.clone(), key.clone()
+                if kind == "queries":
+                    query[0, h, t] += eps * delta
+                else:
+                    key[0, h // groups, t] += eps * delta
+                return query, key, value
+
+            with record_attention(loaded, [], edit={int(layer): edit}):
+                fd = (_metric(loaded, k, a, b) - m_k) / eps / scale
+            errors.append(abs(fd / est - 1))
+        assert errors[-1] < 1e-3 and (errors[-1] < errors[0] or errors[0] < 1e-9), (kind, errors)

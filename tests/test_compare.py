@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.analysis.compare import compare_models, matching, similarity_sums
+from workers.analysis.compare import compare_models, matching
+from workers.analysis.head_similarity import similarity_sums
 from workers.analysis.word_maps import text_word_maps, token_words, word_level, word_spans
 from workers.errors import HeadscopeError
 from workers.models import load_model, run_text
@@ -157,3 +158,69 @@ def test_similarity_figure_marks_layer_boundaries_and_a_click_selects_a_pair(cat
     assert F.clicked_cell({"x": 6, "y": 1}) == (1, 6) and F.clicked_cell({"x": None}) is None
     rows = F.pair_rows(res)
     assert len(rows) == 8 and [r["similarity"] for r in rows] == sorted((r["similarity"] for r in rows), reverse=True)
+
+
+def test_surprisal_of_padded_batches_equals_each_text_alone(catalogue):
+    """The batched unembedding (rows of every text of a padded batch in shared blocks) gives each word
+    the sum over its tokens of -log2 softmax of the text's own logits, computed alone."""
+    import torch
+
+    from workers.analysis import compare as C
+    from workers.analysis.corpus import CorpusOptions, corpus_statistics
+
+    loaded = load_model("tiny-gpt2", device="cpu")  # a decoder with a head
+    got: dict[int, dict] = {}
+    tap = C.WordMapTap(loaded, TEXTS, max_tokens=64, surprisal=True,
+                       per_text=lambda i, part: got.__setitem__(i, part))
+    old = C.LOGIT_ELEMENTS
+    C.LOGIT_ELEMENTS = 7 * loaded.unembed.vocab_size  # blocks of 7 rows: blocks cross texts
+    try:
+        corpus_statistics(loaded, TEXTS, options=CorpusOptions(max_tokens=64, max_batch=3), tap=tap)
+    finally:
+        C.LOGIT_ELEMENTS = old
+    for i, text in enumerate(TEXTS):
+        ids = loaded.tokenizer(text, truncation=True, max_length=64)["input_ids"]
+        with torch.inference_mode():
+            hidden = loaded.model(input_ids=torch.tensor([ids])).last_hidden_state[0]
+            logp = torch.log_softmax(loaded.unembed.logits(hidden).double(), dim=-1)
+        bits = [float("nan")] + [-logp[t - 1, ids[t]].item() / np.log(2) for t in range(1, len(ids))]
+        member = got[i]["member"]
+        assert len(got[i]["surprisal"]) == len(text.split())
+        for w, s in enumerate(got[i]["surprisal"]):
+            toks = np.flatnonzero(member[:, w])
+            if toks[0] == 0:
+                assert s is None
+                continue
+            assert s == pytest.approx(sum(bits[t] for t in toks), abs=2e-3), (i, w)
+            assert got[i]["predicted"][w] == loaded.tokenizer.decode([int(logp[toks[0] - 1].argmax())])
+
+
+def test_similarity_does_not_depend_on_threads_or_inference_mode():
+    """The pairwise blocks spread over Python threads give the one-thread sums, also when the texts are
+    folded in under torch.inference_mode (as the corpus run does) and blocks cross texts."""
+    import torch
+
+    from workers.analysis import head_similarity as S
+
+    rng = np.random.default_rng(1)
+
+    def maps(heads: int, u: int) -> np.ndarray:
+        return rng.dirichlet(np.ones(u), size=(heads, u)).astype(np.float32)
+
+    texts = [(maps(9, u), maps(13, u)) for u in (5, 8, 3, 11)]
+    got = []
+    for threads, inference in ((1, False), (2, True), (3, False)):
+        acc = S.SimilarityAccumulator(9, 13, threads=threads)
+        old = S.BLOCK_ELEMENTS, S.FLUSH_ENTRIES
+        S.BLOCK_ELEMENTS, S.FLUSH_ENTRIES = 2 * 13 * S.ENTRY_BLOCK, 40  # blocks of 2 heads; flush across texts
+        try:
+            with torch.inference_mode(inference):
+                for wa, wb in texts:
+                    acc.add(wa, wb, valid=np.ones(wa.shape[-1], dtype=bool), causal=True)
+                got.append(acc.sums() / acc.rows)
+        finally:
+            S.BLOCK_ELEMENTS, S.FLUSH_ENTRIES = old
+    np.testing.assert_array_equal(got[0], got[1])
+    np.testing.assert_array_equal(got[0], got[2])
+    ref = sum(S.similarity_sums(wa, wb, valid=np.ones(wa.shape[-1], dtype=bool), causal=True)[0] for wa, wb in texts)
+    np.testing.assert_allclose(got[0], ref / acc.rows, atol=1e-6)  # one text at a time: the same means

@@ -105,6 +105,11 @@ def test_cli_compare_writes_the_documented_keys(catalogue, tmp_path, capsys):
     for key in ("model_a", "model_b", "similarity", "matching", "profiles", "words", "n_query_words"):
         assert key in res
     assert res["words"][0]["a"]["surprisal"][0] is None and res["words"][0]["b"]["surprisal"] is None
+    assert res["texts"] is None and res["text"] == TEXT
+    assert main(["compare", "--model-a", "tiny-bert", "--model-b", "tiny-gpt2", "--corpus", "builtin-english",
+                 "--max-tokens", "16", "--out", str(out), "--quiet"]) == 0  # a shipped corpus
+    res = json.loads(out.read_text())
+    assert res["corpus"] == "builtin-english" and res["n_texts"] == len(res["texts"]) == 147
     assert main(["compare", "--model-a", "tiny-bert", "--model-b", "nope", "--text", TEXT, "--out", str(out)]) == 2
     assert "unknown model 'nope'" in capsys.readouterr().err
     assert main(["compare", "--model-a", "tiny-bert", "--model-b", "tiny-gpt2", "--text", "  ", "--out", str(out)]) == 2

@@ -90,7 +90,7 @@ def test_malformed_json_and_wrong_methods(app_env):
     before = stored(conn, root)
     bad = client.post("/api/analyses", content=b'{"text": ', headers={"content-type": "application/json"})
     check_refusal(bad, 422, ["not valid JSON"])
-    for method, path, allow in [("POST", "/api/models", "GET"), ("DELETE", "/api/analyses/" + "0" * 32, "GET"),
+    for method, path, allow in [("POST", "/api/models", "GET"), ("PUT", "/api/analyses/" + "0" * 32, "DELETE, GET"),
                                 ("PUT", "/api/checkpoints", "GET, POST"), ("GET", "/api/shares", "POST")]:
         resp = client.request(method, path)
         check_refusal(resp, 405, [method, "allowed"])

@@ -27,14 +27,15 @@ AnalysisKind = Literal[
     "word-maps",  # docs/compare.md
     "information-flow",  # circuits: information-flow routes (SPEC 12, docs/circuits.md)
     "attribution-patching",  # circuits (SPEC 12, docs/results.md)
+    "edge-attribution",  # circuits: EAP / EAP-IG, the circuit and its faithfulness
 ]
 # the causal views (docs/causal.md): decoders with a language-model head only
 CAUSAL_KINDS: tuple[str, ...] = (
     "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching",
-    "attribution-patching",
+    "attribution-patching", "edge-attribution",
 )  # fmt: skip
 # the analyses of a clean/corrupted pair: the text and options.corrupted, of the same token length
-PAIR_KINDS: tuple[str, ...] = ("patching", "attribution-patching")
+PAIR_KINDS: tuple[str, ...] = ("patching", "attribution-patching", "edge-attribution")
 ANALYSIS_KINDS: tuple[str, ...] = (
     "max-attention",
     "decomposition",
@@ -50,6 +51,21 @@ ANALYSIS_KINDS: tuple[str, ...] = (
 MAX_TOP_K = 50  # predictions: next tokens listed per position
 MAX_ABLATED = 64  # ablation: heads in one ablated set ("each" runs every head in turn)
 MAX_CONTINUE = 64  # continue: generated tokens
+# edge-attribution (docs/circuits.md) -------------------------------------------------------------
+MAX_TOP_EDGES = 10_000  # edges listed and in the circuit (the model's edge count bounds it too)
+MAX_IG_STEPS = 50  # EAP-IG's steps (each a forward and a backward)
+MAX_CURVE_SIZES = 24  # circuits of the faithfulness curve (each an edge-patched forward)
+
+
+def edge_count(n_layers: int, n_heads: int, parallel: bool) -> int:
+    """Edges of a decoder's graph (SPEC 12; ``workers.analysis.edge_run.Graph``): into each head's q, k
+    and v from the input and every node of the layers below, into each feed-forward from those (and
+    its own layer's heads unless ``parallel``), into the logits from every node."""
+    up = [1 + layer * (n_heads + 1) for layer in range(n_layers)]
+    heads = 3 * n_heads * sum(up)
+    ffs = sum(u + (0 if parallel else n_heads) for u in up)
+    return heads + ffs + 1 + n_layers * (n_heads + 1)
+# end edge-attribution ----------------------------------------------------------------------------
 LASF_MODELS: tuple[str, ...] = ("lasf-minilm",)  # shipped LasF layers; uploads are "ck-..." ids
 
 
@@ -132,6 +148,14 @@ class AnalysisOptions(BaseModel):
     # information flow (docs/circuits.md); left out of the job id at its default
     threshold: float = Field(0.04, gt=0.0, lt=1.0, description="information-flow: the edges' importance threshold τ")
     real: bool = Field(False, description="attribution-patching: also run the real head patching and correlate")
+    # edge-attribution / attribution-patching (docs/results.md); out of the job id at their defaults
+    qk_fix: bool = Field(False, description="attribution-patching: AtP*'s query-key fix for each head's queries and keys")
+    top_edges: int = Field(200, ge=1, le=MAX_TOP_EDGES, description="edge-attribution: N, the edges of the circuit")
+    ig_steps: int = Field(5, ge=1, le=MAX_IG_STEPS, description="edge-attribution: EAP-IG's steps k (1 = EAP)")
+    curve_sizes: Annotated[list[StrictInt], Field(min_length=1, max_length=MAX_CURVE_SIZES)] | None = Field(
+        None, description="edge-attribution: edge counts of the faithfulness curve (None: 12 from 0.1 % to 20 %)"
+    )
+    all_edges: bool = Field(False, description="edge-attribution: list every edge's score, not the top N only")
 
     @field_validator("target")
     @classmethod
@@ -144,6 +168,15 @@ class AnalysisOptions(BaseModel):
         for t in v if isinstance(v, list) else [v]:
             if isinstance(t, int) and t < 0:
                 raise ValueError(f"token id {t} is negative")
+        return v
+
+    @field_validator("curve_sizes")
+    @classmethod
+    def _curve_sizes(cls, v: Any) -> Any:
+        if v is not None:
+            if any(x < 1 for x in v):
+                raise ValueError("curve sizes are edge counts of at least 1")
+            return sorted(set(v))  # a set: the same sizes in any order are one request
         return v
 
     @field_validator("ablate")
@@ -161,7 +194,7 @@ FLOW_DEFAULTS: dict[str, Any] = {"threshold": AnalysisOptions.model_fields["thre
 CAUSAL_DEFAULTS: dict[str, Any] = {
     name: AnalysisOptions.model_fields[name].default
     for name in ("k", "target", "position", "ablate", "ablation", "corrupted", "continue_tokens", "temperature",
-                 "real")
+                 "real", "qk_fix", "top_edges", "ig_steps", "curve_sizes", "all_edges")
 }
 
 

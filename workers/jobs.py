@@ -53,6 +53,7 @@ WEIGHTS = {
     "patching": 6.0,
     "information-flow": 1.5,
     "attribution-patching": 2.0,
+    "edge-attribution": 8.0,
 }
 ALL_HEADS_KEY = "head-tsne-all"
 

@@ -38,7 +38,8 @@ def compute_compare(req: CompareRequest, *, texts: list[str], progress: Callable
         release = lambda: release_model(req.model_a)  # noqa: E731 - never both loaded
     result = compare_models(lambda: load_model(req.model_a), lambda: load_model(req.model_b), texts,
                             max_tokens=req.max_tokens, release=release, progress=progress)
-    return {**result, "text": req.text, "corpus": req.corpus, "one_at_a_time": release is not None}
+    return {**result, "text": req.text, "corpus": req.corpus, "texts": texts if req.corpus is not None else None,
+            "one_at_a_time": release is not None}
 
 
 def run_compare(request: dict[str, Any]) -> dict[str, Any]:

@@ -16,9 +16,11 @@ from backend.tokens import count_tokens, is_blank
 from workers.contracts import (
     CAUSAL_KINDS,
     LASF_MODELS,
+    MAX_TOP_EDGES,
     PAIR_KINDS,
     AnalysisRequest,
     JobStatus,
+    edge_count,
     is_lasf_model,
 )
 from workers.errors import (
@@ -119,6 +121,7 @@ def check_causal(req: AnalysisRequest, spec: ModelSpec, facts: dict[str, Any]) -
                 raise OutOfRangeError(f"target {t!r} is {got[0]} tokens for {req.model}; a target must be exactly one token")
         elif isinstance(t, int) and facts.get("vocab_size") and t >= int(facts["vocab_size"]):
             raise OutOfRangeError(f"token id {t} is out of range: {req.model} has ids 0-{int(facts['vocab_size']) - 1}")
+    check_edges(req, facts)
     if counted is None:
         return  # the worker checks the rest
     n, limit = counted
@@ -144,6 +147,21 @@ def check_causal(req: AnalysisRequest, spec: ModelSpec, facts: dict[str, Any]) -
                 raise OutOfRangeError(
                     f"head [{layer}, {head}] is out of range: {req.model} has layers 0-{n_layers - 1}, heads 0-{n_heads - 1}"
                 )
+
+
+def check_edges(req: AnalysisRequest, facts: dict[str, Any]) -> None:
+    """edge-attribution (docs/circuits.md): N and the faithfulness curve's sizes within the model's edges."""
+    n_layers, n_heads = facts.get("n_layers"), facts.get("n_heads")
+    if "edge-attribution" not in req.analyses or not n_layers or not n_heads:
+        return
+    o = req.options
+    edges = edge_count(int(n_layers), int(n_heads), bool(facts.get("parallel_residual")))
+    if "top_edges" in o.model_fields_set and o.top_edges > edges:  # the default is cut to a small model's edges
+        raise OutOfRangeError(
+            f"top_edges {o.top_edges} is more than {req.model}'s {edges} edges (at most {min(edges, MAX_TOP_EDGES)})"
+        )
+    if o.curve_sizes and o.curve_sizes[-1] > edges:
+        raise OutOfRangeError(f"curve size {o.curve_sizes[-1]} is more than {req.model}'s {edges} edges")
 
 
 @router.post(

@@ -340,3 +340,52 @@ def restore_view(
         request = store.status(source).get("request") or {}
     view.update({k: v for k, v in query.items() if k in keys})
     return source, request, view
+
+
+def register_cancel(app: Dash, prefix: str, *, kind: str, cancel: Callable[[str], dict[str, Any]]) -> None:
+    """The page's Cancel button (``{prefix}-cancel``): cancels the job in ``{prefix}-source`` when it is
+    one of ``kind`` (``cancel(job id)`` -> ``{cancelled, status}``) and says so in ``{prefix}-error``."""
+
+    @app.callback(
+        Output(f"{prefix}-error", "children", allow_duplicate=True),
+        Input(f"{prefix}-cancel", "n_clicks"),
+        State(f"{prefix}-source", "data"),
+        prevent_initial_call=True,
+    )
+    def _cancel(_n: int | None, source: dict[str, Any] | None) -> str:
+        if not source or source.get("kind") != kind:
+            return "nothing to cancel"
+        try:
+            done = cancel(source["id"])
+        except ApiError as exc:
+            return str(exc)
+        return "cancelled" if done.get("cancelled") else f"not running ({done.get('status')})"
+
+
+def register_grid_pick(
+    app: Dash,
+    *,
+    target: str,
+    graph_id: str,
+    grid_id: str,
+    from_point: Callable[[dict[str, Any]], Any],
+    from_row: Callable[[Any], Any],
+) -> None:
+    """A click on a point of ``graph_id`` or on a row of the AG Grid ``grid_id`` selects: the value
+    (``from_point(point)`` / ``from_row(row id)``; None: not a selection) goes to ``target``'s data.
+    The grid's ``{grid_id}-csv`` button exports what it shows (sorted, filtered), every page."""
+
+    @app.callback(Output(target, "data"), Input(graph_id, "clickData"), Input(grid_id, "cellClicked"),
+                  prevent_initial_call=True)
+    def _select(click: dict[str, Any] | None, cell: dict[str, Any] | None) -> Any:
+        from dash import ctx
+
+        if ctx.triggered_id == grid_id:
+            got = from_row((cell or {}).get("rowId"))
+        else:
+            got = from_point(((click or {}).get("points") or [{}])[0])
+        return no_update if got is None else got
+
+    @app.callback(Output(grid_id, "exportDataAsCsv"), Input(f"{grid_id}-csv", "n_clicks"), prevent_initial_call=True)
+    def _csv(_n: int | None) -> bool:
+        return True

@@ -2,7 +2,8 @@
 matched pairs, both models' heads on one map, and a selected pair's word-level maps side by side.
 
 URL state: ``/compare?analysis=<compare job id>`` (or a share) plus ``cell`` ("a-b", flat head
-indices of the selected pair).
+indices of the selected pair) and, for a corpus, ``text`` (the index of the text whose word-level maps
+and surprisal are shown).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from frontend.pages.common import (
     graph,
     model_options,
     progress_block,
+    register_cancel,
     register_exports,
+    register_grid_pick,
     register_poll,
     register_view,
 )
@@ -36,6 +39,7 @@ PATH = "/compare"
 TITLE = "Compare"
 NAV_ORDER = 7
 GRAPHS = ["compare-sim-graph", "compare-joint-graph", "compare-map-a", "compare-map-b", "compare-surprisal"]
+MAX_PICK = 1000  # texts listed in the corpus-text picker (the first ones of a larger corpus)
 DEFAULT_TEXT = ("The old lighthouse keeper climbed the stairs every night, and every night the lamp "
                 "answered him with the same slow light.")
 
@@ -68,9 +72,31 @@ def _restore(store: ResultStore, query: dict[str, str], share: dict[str, Any] | 
     elif query.get("analysis"):
         source = {"kind": "compare", "id": query["analysis"]}
         request = store.status(source).get("request") or {}
-    if "cell" in query:
-        view["cell"] = query["cell"]
+    view.update({k: v for k, v in query.items() if k in ("cell", "text")})
     return source, request, view
+
+
+def text_index(value: Any) -> int:
+    """The picked corpus text (URL: a string) as an index; 0 when unset or not one."""
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def maps_text(result: dict[str, Any], pick: Any, typed: str | None) -> str:
+    """The text whose word-level maps a click shows: the compared text, or the picked text of the
+    compared corpus (a result stored before texts were kept: the text box's)."""
+    texts = result.get("texts")
+    if texts:
+        return texts[min(text_index(pick), len(texts) - 1)]
+    return result.get("text") or typed or DEFAULT_TEXT
+
+
+def text_options(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The corpus-text picker's options: ``i: the text's start`` for the first ``MAX_PICK`` texts."""
+    return [{"label": f"{i}: {t[:100]}{'…' if len(t) > 100 else ''}", "value": i}
+            for i, t in enumerate((result.get("texts") or [])[:MAX_PICK])]
 
 
 def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None) -> html.Div:
@@ -79,6 +105,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
     names = [o["value"] for o in options]
     second = "smollm2" if "smollm2" in names else default_model
     cell = cell_of(view.get("cell"))
+    picks = text_options(store.status(source)["result"]) if source else []  # a link's picked text: listed
     return html.Div(className="page", id="compare-page", children=[
         html.H2("Two models side by side"),
         html.Div(className="controls", children=[
@@ -102,7 +129,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
                           value=request.get("max_tokens", 128)),
             ]),
             dcc.Textarea(id="compare-text", value=request.get("text") or DEFAULT_TEXT, className="text-input",
-                         placeholder="a text (also the text whose word-level maps a click shows)"),
+                         placeholder="a text (with a corpus, pick the text to look at below the matrix)"),
             html.Div(className="control-row", children=[
                 html.Button("Compare", id="compare-run", className="button primary"),
                 html.Button("Cancel", id="compare-cancel", className="button secondary"),
@@ -133,7 +160,14 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         ]),
         html.Div(className="panel", children=[graph("compare-joint-graph", figure=F.joint_map_figure({}))]),
         html.Div(className="panel", children=[
+            html.Div(id="compare-text-row", className="control-row",
+                     style={} if picks else {"display": "none"}, children=[
+                html.Label("text of the corpus (word-level maps and surprisal)", htmlFor="compare-text-pick"),
+                dcc.Dropdown(id="compare-text-pick", options=picks, value=text_index(view.get("text")),
+                             clearable=False, style={"minWidth": "40em"}),
+            ]),
             html.Div(id="compare-cell-label", className="label"),
+            progress_block("compare-maps", running=False),
             html.Div(className="row", children=[
                 html.Div(className="col", children=[
                     graph("compare-map-a", figure=F.word_map_figure(None, layer=0, head=0, title="")),
@@ -152,19 +186,31 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
     ])
 
 
-def _figures(result: dict[str, Any], cell: Any) -> list[Any]:
+def _figures(result: dict[str, Any], cell: Any, pick: Any = 0) -> list[Any]:
     sel = cell_of(cell)
+    n = len(result.get("words") or [None])
     return [F.similarity_figure(result, selected=sel), F.joint_map_figure(result, selected=sel),
-            F.surprisal_figure(result)]
+            F.surprisal_figure(result, text=min(text_index(pick), n - 1))]
 
 
-def _maps_text(result: dict[str, Any], typed: str | None) -> str:
-    return result.get("text") or typed or DEFAULT_TEXT
+def _view(cell: Any, pick: Any) -> dict[str, Any]:
+    """The URL's and a share's view: the selected pair and the picked corpus text (when not the first)."""
+    view: dict[str, Any] = {"cell": "-".join(map(str, cell_of(cell)))} if cell_of(cell) else {}
+    if text_index(pick) > 0:
+        view["text"] = text_index(pick)
+    return view
+
+
+def _listed(cell: tuple[int, int] | None) -> list[int] | None:
+    return list(cell) if cell else None
 
 
 def register(app: Dash, store: ResultStore) -> None:
     client = store.client
-    register_poll(app, store, "compare", ["compare-source", "compare-maps-a", "compare-maps-b"])
+    register_poll(app, store, "compare", ["compare-source"])
+    # the pair's word maps have a poll of their own: in one poll, maps -> poll -> compare-job -> maps would
+    # be a cycle, and Dash does not run the poll again in the chain it started (a link's pair stayed blank)
+    register_poll(app, store, "compare-maps", ["compare-maps-a", "compare-maps-b"])
 
     @app.callback(
         Output("compare-source", "data"),
@@ -188,41 +234,23 @@ def register(app: Dash, store: ResultStore) -> None:
             return no_update, no_update, str(exc)
         return {"kind": "compare", "id": made["id"], "request": req}, None, ""
 
+    register_cancel(app, "compare", kind="compare", cancel=client.cancel_compare)
+    register_grid_pick(app, target="compare-cell", graph_id="compare-sim-graph", grid_id="compare-table",
+                       from_point=lambda point: _listed(F.clicked_cell(point)),
+                       from_row=lambda row: _listed(cell_of(row)))
+
     @app.callback(
-        Output("compare-error", "children", allow_duplicate=True),
-        Input("compare-cancel", "n_clicks"),
+        Output("compare-text-pick", "options"),
+        Output("compare-text-pick", "value"),
+        Output("compare-text-row", "style"),
+        Input("compare-job", "data"),
         State("compare-source", "data"),
-        prevent_initial_call=True,
+        State("compare-text-pick", "value"),
     )
-    def _cancel(_n, source):  # type: ignore[no-untyped-def]
-        if not source or source.get("kind") != "compare":
-            return "nothing to cancel"
-        try:
-            done = client.cancel_compare(source["id"])
-        except ApiError as exc:
-            return str(exc)
-        return "cancelled" if done.get("cancelled") else f"not running ({done.get('status')})"
-
-    @app.callback(
-        Output("compare-cell", "data"),
-        Input("compare-sim-graph", "clickData"),
-        Input("compare-table", "cellClicked"),
-        prevent_initial_call=True,
-    )
-    def _select(click, active):  # type: ignore[no-untyped-def]
-        from dash import ctx
-
-        if ctx.triggered_id == "compare-table":
-            row = (active or {}).get("rowId")
-            return list(cell_of(row)) if cell_of(row) else no_update
-        point = ((click or {}).get("points") or [{}])[0]
-        got = F.clicked_cell(point)
-        return list(got) if got else no_update
-
-    @app.callback(Output("compare-table", "exportDataAsCsv"), Input("compare-table-csv", "n_clicks"),
-                  prevent_initial_call=True)
-    def _csv(_n):  # type: ignore[no-untyped-def]
-        return True  # the grid writes what it shows (sorted, filtered), every page
+    def _texts(_job, source, pick):  # type: ignore[no-untyped-def]
+        opts = text_options(store.status(source)["result"])
+        value = min(text_index(pick), len(opts) - 1) if opts else 0
+        return opts, value, ({} if opts else {"display": "none"})
 
     @app.callback(
         Output("compare-table", "rowData"),
@@ -231,32 +259,34 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("compare-surprisal", "figure"),
         Input("compare-job", "data"),
         Input("compare-cell", "data"),
+        Input("compare-text-pick", "value"),
         State("compare-source", "data"),
     )
-    def _views(_job, cell, source):  # type: ignore[no-untyped-def]
+    def _views(_job, cell, pick, source):  # type: ignore[no-untyped-def]
         st = store.status(source)
         result = st["result"]
         if not result.get("similarity"):
             msg = {"none": "Pick two models and a text or corpus, then Compare.",
                    "failed": f"failed: {st.get('error')}"}.get(st["status"], "Comparing…")
             return [], empty_figure(msg), F.joint_map_figure({}), empty_figure("", height=220)
-        return (F.pair_rows(result), *_figures(result, cell))
+        return (F.pair_rows(result), *_figures(result, cell, pick))
 
     @app.callback(
         Output("compare-maps-a", "data"),
         Output("compare-maps-b", "data"),
         Input("compare-cell", "data"),
         Input("compare-job", "data"),
+        Input("compare-text-pick", "value"),
         State("compare-source", "data"),
         State("compare-text", "value"),
         State("compare-maps-a", "data"),
     )
-    def _maps(cell, _job, source, typed, have):  # type: ignore[no-untyped-def]
+    def _maps(cell, _job, pick, source, typed, have):  # type: ignore[no-untyped-def]
         st = store.status(source)
         result = st["result"]
         if cell_of(cell) is None or not result.get("similarity"):
             return no_update, no_update
-        text = _maps_text(result, typed)
+        text = maps_text(result, pick, typed)
         out = []
         for side in ("model_a", "model_b"):
             model = result[side]["name"]
@@ -268,7 +298,7 @@ def register(app: Dash, store: ResultStore) -> None:
                 return no_update, no_update
             out.append({"kind": "analysis", "id": made["id"]})
         if have and have.get("id") == out[0]["id"]:
-            return no_update, no_update
+            return no_update, no_update  # the same text: its maps are already there
         return out[0], out[1]
 
     @app.callback(
@@ -276,12 +306,14 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("compare-map-b", "figure"),
         Output("compare-cell-label", "children"),
         Input("compare-job", "data"),
+        Input("compare-maps-job", "data"),
         Input("compare-cell", "data"),
         State("compare-source", "data"),
         State("compare-maps-a", "data"),
         State("compare-maps-b", "data"),
+        State("compare-text-pick", "value"),
     )
-    def _pair(_job, cell, source, maps_a, maps_b):  # type: ignore[no-untyped-def]
+    def _pair(_job, _maps_job, cell, source, maps_a, maps_b, pick):  # type: ignore[no-untyped-def]
         sel = cell_of(cell)
         result = store.status(source)["result"]
         if sel is None or not result.get("similarity"):
@@ -299,6 +331,9 @@ def register(app: Dash, store: ResultStore) -> None:
         label = (f"A {result['model_a']['name']} {F.head_label(sel[0], int(result['model_a']['n_heads']))} · "
                  f"B {result['model_b']['name']} {F.head_label(sel[1], int(result['model_b']['n_heads']))}: "
                  f"similarity {sim:.3f}")
+        if result.get("texts"):
+            n = len(result["texts"])
+            label += f" · word-level maps of text {min(text_index(pick), n - 1)} of {n}"
         return figs[0], figs[1], label
 
     @app.callback(
@@ -309,9 +344,10 @@ def register(app: Dash, store: ResultStore) -> None:
         State("compare-cell", "data"),
         State("compare-source", "data"),
         State("compare-text", "value"),
+        State("compare-text-pick", "value"),
         prevent_initial_call=True,
     )
-    def _token_view(_a, _b, cell, source, typed):  # type: ignore[no-untyped-def]
+    def _token_view(_a, _b, cell, source, typed, pick):  # type: ignore[no-untyped-def]
         from dash import ctx
 
         from frontend.pages.text import text_request
@@ -322,7 +358,7 @@ def register(app: Dash, store: ResultStore) -> None:
             return no_update, "compare, then click a cell first"
         side, idx = ("model_a", sel[0]) if ctx.triggered_id == "compare-open-a" else ("model_b", sel[1])
         h = int(result[side]["n_heads"])
-        req = text_request(text=_maps_text(result, typed), model=result[side]["name"], drop_special=True,
+        req = text_request(text=maps_text(result, pick, typed), model=result[side]["name"], drop_special=True,
                            restarts=1, layer=idx // h, head=idx % h)
         try:
             made = client.submit_analysis(**req)
@@ -332,11 +368,11 @@ def register(app: Dash, store: ResultStore) -> None:
 
     register_view(app, client, PageView(
         name=NAME, prefix="compare", path=PATH, source="compare-source",
-        inputs=(("compare-cell", "data"),),
-        view=lambda cell: {"cell": "-".join(map(str, cell_of(cell)))} if cell_of(cell) else {},
+        inputs=(("compare-cell", "data"), ("compare-text-pick", "value")),
+        view=_view,
     ))
 
     register_exports(
         app, store, "compare", source="compare-source", graphs=GRAPHS, figures=_figures,
-        view_states=[State("compare-cell", "data")], title="headscope — two models side by side",
+        view_states=[State("compare-cell", "data"), State("compare-text-pick", "value")], title="headscope — two models side by side",
     )

@@ -24,7 +24,9 @@ from frontend.pages.common import (
     graph,
     model_options,
     progress_block,
+    register_cancel,
     register_exports,
+    register_grid_pick,
     register_poll,
     register_view,
 )
@@ -192,6 +194,10 @@ def _contexts(result: dict[str, Any], sel: tuple[int, int] | None) -> list[Any]:
     return [html.Ol(items, className="context-list")] if items else [html.P("no pairs", className="hint")]
 
 
+def _head_or_none(value: Any) -> Any:
+    return value if C.parse_head(value) else None
+
+
 def register(app: Dash, store: ResultStore) -> None:
     client = store.client
     register_poll(app, store, "corpus", ["corpus-source", "corpus-joint-source"])
@@ -239,20 +245,7 @@ def register(app: Dash, store: ResultStore) -> None:
             return no_update, no_update, str(exc)
         return {"kind": "corpus", "id": made["id"], "request": req}, None, ""
 
-    @app.callback(
-        Output("corpus-error", "children", allow_duplicate=True),
-        Input("corpus-cancel", "n_clicks"),
-        State("corpus-source", "data"),
-        prevent_initial_call=True,
-    )
-    def _cancel(_n, source):  # type: ignore[no-untyped-def]
-        if not source or source.get("kind") != "corpus":
-            return "nothing to cancel"
-        try:
-            done = client.cancel_corpus(source["id"])
-        except ApiError as exc:
-            return str(exc)
-        return "cancelled" if done.get("cancelled") else f"not running ({done.get('status')})"
+    register_cancel(app, "corpus", kind="corpus", cancel=client.cancel_corpus)
 
     @app.callback(
         Output("corpus-table", "columnDefs"),
@@ -264,26 +257,8 @@ def register(app: Dash, store: ResultStore) -> None:
         result = store.status(source)["result"]
         return C.table_columns(result), C.table_rows(result)
 
-    @app.callback(Output("corpus-table", "exportDataAsCsv"), Input("corpus-table-csv", "n_clicks"),
-                  prevent_initial_call=True)
-    def _csv(_n):  # type: ignore[no-untyped-def]
-        return True  # the grid writes what it shows (sorted, filtered), every page
-
-    @app.callback(
-        Output("corpus-head", "data"),
-        Input("corpus-map-graph", "clickData"),
-        Input("corpus-table", "cellClicked"),
-        prevent_initial_call=True,
-    )
-    def _select(click, cell):  # type: ignore[no-untyped-def]
-        from dash import ctx
-
-        if ctx.triggered_id == "corpus-table":
-            head = (cell or {}).get("rowId")
-        else:
-            points = (click or {}).get("points") or [{}]
-            head = points[0].get("customdata")
-        return head if C.parse_head(head) else no_update
+    register_grid_pick(app, target="corpus-head", graph_id="corpus-map-graph", grid_id="corpus-table",
+                       from_point=lambda point: _head_or_none(point.get("customdata")), from_row=_head_or_none)
 
     @app.callback(
         Output("corpus-map-graph", "figure"),

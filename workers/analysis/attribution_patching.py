@@ -17,6 +17,7 @@ Notebook use::
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from workers.analysis.causal import TargetSpec, final_norm, head_of
 from workers.analysis.decomposition.model import batch_inputs, locate
 from workers.analysis.interventions import pair_keys, pair_target, patching
 from workers.analysis.progress import Progress, no_progress, scaled
+from workers.analysis.qk_fix import Attn, qk_section, record_attention
 from workers.errors import HeadscopeError
 from workers.models.adapters import Encoded
 
@@ -77,10 +79,12 @@ def capture(loaded: LoadedModel, encoded: Encoded, *, grad: bool) -> Run:
     return Run([*out.hidden_states[:-1], keep["last"]], keep["ctx"], keep["ff"], logits)
 
 
-def node_grads(metric: torch.Tensor, run: Run) -> Run:
-    """``∂metric/∂node`` for every node of ``run`` (zeros where the metric does not depend on it);
-    ``autograd.grad`` on the nodes only, so no weight gradient is computed."""
-    nodes = [*run.states, *run.contexts, *run.feedforward]
+def node_grads(metric: torch.Tensor, run: Run, extra: list[torch.Tensor] | None = None) -> tuple[Run, list[torch.Tensor]]:
+    """``∂metric/∂node`` for every node of ``run`` (zeros where the metric does not depend on it) and for
+    the ``extra`` tensors of the same graph; ``autograd.grad`` on these only, so no weight gradient is
+    computed."""
+    more = list(extra or [])
+    nodes = [*run.states, *run.contexts, *run.feedforward, *more]
     wanted = [i for i, t in enumerate(nodes) if t.requires_grad]
     got = torch.autograd.grad(metric, [nodes[i] for i in wanted], allow_unused=True)
     grads = [torch.zeros_like(t) for t in nodes]
@@ -88,7 +92,8 @@ def node_grads(metric: torch.Tensor, run: Run) -> Run:
         if g is not None:
             grads[i] = g
     a, b = len(run.states), len(run.states) + len(run.contexts)
-    return Run(grads[:a], grads[a:b], grads[b:], run.logits)
+    c = len(nodes) - len(more)
+    return Run(grads[:a], grads[a:b], grads[b:c], run.logits), grads[c:]
 
 
 def _correlations(est: np.ndarray, real: np.ndarray) -> tuple[float | None, float | None]:
@@ -108,13 +113,15 @@ def attribution_patching(
     *,
     target: TargetSpec = None,
     real: bool = False,
+    qk_fix: bool = False,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """SPEC 12 AtP from C into K (same token length), metric ``l[a] - l[b]`` at the last position as in
     ``patching``. Keys: ``heads`` [L][H], ``heads_by_position`` [L][H][n], ``feedforward`` [L],
     ``feedforward_by_position`` [L][n], ``residual`` [L+1][n] (fractions of ``m_C - m_K``),
     ``metric_clean``, ``metric_corrupted``; with ``real`` also ``real`` (``patching``'s result) and the
-    ``pearson`` / ``spearman`` correlation of the estimated and real head fractions."""
+    ``pearson`` / ``spearman`` correlation of the estimated and real head fractions; with ``qk_fix`` also
+    every head's queries and keys, AtP* and plain AtP (``workers.analysis.qk_fix``)."""
     progress = progress or no_progress
     if clean.n != corrupted.n:
         raise HeadscopeError(
@@ -122,8 +129,11 @@ def attribution_patching(
             f"attribution patching needs the same length"
         )
     L, H, n = loaded.n_layers, loaded.n_heads, clean.n
-    rc = capture(loaded, clean, grad=False)
-    rk = capture(loaded, corrupted, grad=True)
+    attn: tuple[list[Attn], list[Attn]] = ([], [])
+    with record_attention(loaded, attn[0]) if qk_fix else nullcontext():
+        rc = capture(loaded, clean, grad=False)
+    with record_attention(loaded, attn[1]) if qk_fix else nullcontext():
+        rk = capture(loaded, corrupted, grad=True)
     ia, ib = pair_target(loaded, rc.logits, rk.logits.detach(), target)
     m_c = float(rc.logits[ia].double() - rc.logits[ib].double())
     metric = rk.logits[ia].double() - rk.logits[ib].double()
@@ -131,7 +141,7 @@ def attribution_patching(
     if m_c == m_k:
         raise HeadscopeError("the metric is the same on both texts: nothing to restore")
     progress(0.4, "attribution patching: clean and corrupted forwards done")
-    gk = node_grads(metric, rk)
+    gk, g_attn = node_grads(metric, rk, [a.weights for a in attn[1]])
     progress(0.8, "attribution patching: backward done")
     scale = m_c - m_k
 
@@ -152,8 +162,10 @@ def attribution_patching(
         "feedforward_by_position": ff.cpu().numpy() / scale,
         "residual": residual.cpu().numpy() / scale,
         **pair_keys(loaded, corrupted, ia, ib, m_c, m_k),
-        "qk_fix": False,
+        "qk_fix": bool(qk_fix),
     }
+    if qk_fix:
+        out.update(qk_section(attn[0], attn[1], g_attn, scale))
     assert out["heads"].shape == (L, H) and out["residual"].shape == (L + 1, n)
     if real:
         pat = patching(loaded, clean, corrupted, target=[ia, ib], progress=scaled(progress, 0.8, 1.0))

@@ -23,6 +23,7 @@ from workers.analysis.causal import (
     logit_lens,
     predictions,
 )
+from workers.analysis.edges import edge_attribution
 from workers.analysis.interventions import ablation, patching
 from workers.models.adapters import Encoded, encode
 
@@ -36,6 +37,12 @@ CAUSAL_OPTIONS: dict[str, Any] = {
     "continue_tokens": 16,
     "temperature": 0.0,
     "real": False,
+    # edge-attribution / attribution-patching (docs/results.md)
+    "qk_fix": False,
+    "top_edges": 200,
+    "ig_steps": 5,
+    "curve_sizes": None,
+    "all_edges": False,
 }
 
 
@@ -154,7 +161,17 @@ def _patching(ctx: Any) -> dict[str, Any]:
 def _attribution_patching(ctx: Any) -> dict[str, Any]:
     corrupted = _corrupted(ctx)
     out = attribution_patching(ctx.loaded, ctx.encoded, corrupted, target=_target(ctx.options),
-                               real=bool(ctx.options["real"]), progress=ctx.progress)
+                               real=bool(ctx.options["real"]), qk_fix=bool(ctx.options["qk_fix"]),
+                               progress=ctx.progress)
+    return _pair_texts(ctx, out, corrupted)
+
+
+def _edge_attribution(ctx: Any) -> dict[str, Any]:
+    o = ctx.options
+    corrupted = _corrupted(ctx)
+    out = edge_attribution(ctx.loaded, ctx.encoded, corrupted, target=_target(o), top_edges=int(o["top_edges"]),
+                           ig_steps=int(o["ig_steps"]), curve_sizes=o["curve_sizes"], all_edges=bool(o["all_edges"]),
+                           progress=ctx.progress)  # fmt: skip
     return _pair_texts(ctx, out, corrupted)
 
 
@@ -166,6 +183,7 @@ CAUSAL_SECTIONS: dict[str, Callable[[Any], dict[str, Any]]] = {
     "ablation": _ablation,
     "patching": _patching,
     "attribution-patching": _attribution_patching,
+    "edge-attribution": _edge_attribution,
 }
 
 

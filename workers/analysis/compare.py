@@ -26,6 +26,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from workers.analysis.corpus import CorpusOptions, corpus_statistics, head_map
+from workers.analysis.head_similarity import SimilarityAccumulator
 from workers.analysis.progress import Progress, no_progress, scaled
 from workers.analysis.word_maps import covered, token_words, word_spans
 from workers.errors import HeadscopeError
@@ -35,49 +36,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 LN2 = math.log(2.0)
-CHUNK_ELEMENTS = 2**24  # elements of one [heads of A, heads of B, rows, words] block
-
-
-def _entropy_bits(p: torch.Tensor) -> torch.Tensor:
-    return -torch.special.xlogy(p, p).sum(dim=-1) / LN2
-
-
-def similarity_sums(wa: np.ndarray, wb: np.ndarray, *, valid: np.ndarray, causal: bool) -> tuple[np.ndarray, int]:
-    """Summed ``1 - JSD`` (bits) over the query words of one text, for every pair of heads.
-
-    Args:
-        wa: [heads of A, words, words] word-level maps; wb: [heads of B, words, words].
-        valid: [words] words both models reached; causal: either model is a decoder (a query word
-            then sees the words at or before it).
-    Returns:
-        ([heads of A, heads of B] sums, the number of query words counted: those with at least two
-        visible words).
-    """
-    u = valid.shape[0]
-    vis = valid[:, None] & valid[None, :]
-    if causal:
-        vis &= np.tril(np.ones((u, u), dtype=bool))
-    rows = np.flatnonzero(valid & (vis.sum(axis=1) >= 2))
-    if rows.size == 0:
-        return np.zeros((wa.shape[0], wb.shape[0])), 0
-    mask = torch.from_numpy(vis[rows].astype(np.float32))  # [rows, words]
-
-    def rows_of(w: np.ndarray) -> torch.Tensor:
-        x = torch.from_numpy(np.ascontiguousarray(w[:, rows], dtype=np.float32)) * mask
-        total = x.sum(dim=-1, keepdim=True)
-        uniform = mask / mask.sum(dim=-1, keepdim=True)  # a row with no visible mass: uniform
-        return torch.where(total > 0, x / total.clamp(min=1e-30), uniform)
-
-    p, q = rows_of(wa), rows_of(wb)  # [G, R, U], [H, R, U]
-    hp, hq = _entropy_bits(p), _entropy_bits(q)  # [G, R], [H, R]
-    out = torch.empty(p.shape[0], q.shape[0], dtype=torch.float64)
-    step = max(1, CHUNK_ELEMENTS // max(1, q.shape[0] * p.shape[1] * p.shape[2]))
-    for g0 in range(0, p.shape[0], step):
-        pm = p[g0 : g0 + step]
-        m = (pm[:, None] + q[None]) * 0.5  # [g, H, R, U]
-        jsd = _entropy_bits(m) - 0.5 * (hp[g0 : g0 + step, None] + hq[None])  # [g, H, R]
-        out[g0 : g0 + step] = (1.0 - jsd.clamp(0.0, 1.0)).sum(dim=-1).double()
-    return out.numpy(), int(rows.size)
 
 
 def matching(sim: np.ndarray) -> dict[str, Any]:
@@ -114,17 +72,42 @@ def joint_profiles(stats_a: dict[str, list[list[Any]]], stats_b: dict[str, list[
             "loadings": hm["loadings"]}
 
 
-def word_surprisal(loaded: LoadedModel, ids: list[int], normed_last: torch.Tensor, member: np.ndarray) -> dict[str, Any]:
-    """Per word: the surprisal (bits, the sum over its tokens of ``-log2 p(token | before)``; None when
-    its first token opens the text) and the model's top prediction for its first token.
-    ``normed_last`` [n, dim]: the last hidden state, final norm applied (HF's last state of a decoder)."""
+LOGIT_ELEMENTS = 2**24  # logits of one block of rows [rows, vocabulary]: 64 MiB in float32
+
+
+def next_token_bits(loaded: LoadedModel, hidden: torch.Tensor, ids: list[list[int]]) -> list[tuple[np.ndarray, list[int]]]:
+    """Per text of a right-padded batch: ``-log2 p(token t | before)`` of each token (NaN for the first)
+    and the top next-token id after each token but the last. ``hidden`` [batch, width, dim]: the last
+    hidden state, final norm applied (HF's last state of a decoder). The rows of all texts share each
+    unembedding block (``LOGIT_ELEMENTS`` at a time): the vocabulary matrix is read once per block, not
+    per text; only the log-sum-exp, the one gathered logit and the top id are kept of each row."""
     assert loaded.unembed is not None
-    logp = torch.log_softmax(loaded.unembed.logits(normed_last).float(), dim=-1)  # [n, vocabulary]
-    ids_t = torch.tensor(ids, device=logp.device)
-    tok_bits = torch.full((len(ids),), float("nan"))
-    if len(ids) > 1:
-        tok_bits[1:] = (-logp[:-1].gather(1, ids_t[1:, None])[:, 0] / LN2).cpu()
-    top = logp.argmax(dim=-1).cpu().tolist()
+    rows = torch.cat([hidden[j, : len(r) - 1] for j, r in enumerate(ids)])  # [tokens - texts, dim]
+    nxt = torch.tensor([t for r in ids for t in r[1:]], dtype=torch.long, device=hidden.device)  # what follows
+    lse, tgt, top = [], [], []
+    step = max(1, LOGIT_ELEMENTS // loaded.unembed.vocab_size)
+    for r0 in range(0, rows.shape[0], step):
+        z = loaded.unembed.logits(rows[r0 : r0 + step]).float()  # [rows, vocabulary]
+        lse.append(torch.logsumexp(z, dim=-1))
+        tgt.append(z.gather(1, nxt[r0 : r0 + step, None])[:, 0])
+        top.append(z.argmax(dim=-1))
+    if not lse:  # one-token texts only
+        return [(np.full(len(r), np.nan), []) for r in ids]
+    bits = ((torch.cat(lse) - torch.cat(tgt)) / LN2).cpu().numpy()  # the surprisal of the *next* token
+    tops = torch.cat(top).cpu().tolist()
+    out, at = [], 0
+    for r in ids:
+        own = np.full(len(r), np.nan)
+        own[1:] = bits[at : at + len(r) - 1]
+        out.append((own, tops[at : at + len(r) - 1]))
+        at += len(r) - 1
+    return out
+
+
+def word_surprisal(loaded: LoadedModel, tok_bits: np.ndarray, top: list[int], member: np.ndarray) -> dict[str, Any]:
+    """Per word: the surprisal (bits, the sum over its tokens of ``-log2 p(token | before)``, ``tok_bits``;
+    None when its first token opens the text) and the model's top prediction for its first token
+    (``top``: the top next-token id after each token)."""
     surprisal: list[float | None] = []
     predicted: list[str | None] = []
     for w in range(member.shape[1]):
@@ -133,7 +116,7 @@ def word_surprisal(loaded: LoadedModel, ids: list[int], normed_last: torch.Tenso
             surprisal.append(None)
             predicted.append(None)
             continue
-        bits = tok_bits[toks].numpy()
+        bits = tok_bits[toks]
         surprisal.append(None if np.isnan(bits).any() else round(float(bits.sum()), 4))
         predicted.append(loaded.tokenizer.decode([top[toks[0] - 1]]))
     return {"surprisal": surprisal, "predicted": predicted}
@@ -179,12 +162,12 @@ class WordMapTap:
             self.maps[j][layer] = w[j, :, :u, :u]
 
     def finish(self, output: Any) -> None:
+        bits = next_token_bits(self.loaded, output.last_hidden_state, self.ids) if self.surprisal else None
         for j, i in enumerate(self.batch):
             maps = self.maps[j]
             part: dict[str, Any] = {"member": self.members[j], "maps": maps.reshape(-1, *maps.shape[2:])}
-            if self.surprisal:
-                n = len(self.ids[j])
-                part.update(word_surprisal(self.loaded, self.ids[j], output.last_hidden_state[j, :n], self.members[j]))
+            if bits is not None:
+                part.update(word_surprisal(self.loaded, *bits[j], self.members[j]))
             self.per_text(i, part)
         self.maps = []
 
@@ -229,8 +212,7 @@ def compare_models(load_a: Callable[[], LoadedModel], load_b: Callable[[], Loade
     report(0.5, "loading model B")
     b = load_b()
     causal = side_a["causal"] or b.causal
-    sums = np.zeros((side_a["n_layers"] * side_a["n_heads"], b.n_layers * b.n_heads))
-    count = [0]
+    acc = SimilarityAccumulator(side_a["n_layers"] * side_a["n_heads"], b.n_layers * b.n_heads)
     words_b: dict[int, dict[str, Any]] = {}
 
     def fold_b(i: int, part: dict[str, Any]) -> None:
@@ -239,21 +221,19 @@ def compare_models(load_a: Callable[[], LoadedModel], load_b: Callable[[], Loade
         if mine is None:  # model A had no token of it
             return
         valid = mine["valid"] & covered(part["member"])
-        s, n = similarity_sums(mine["maps"], part["maps"], valid=valid, causal=causal)
-        sums[:] += s
-        count[0] += n
+        acc.add(mine["maps"], part["maps"], valid=valid, causal=causal)
 
     side_b = _side(b, texts, max_tokens=max_tokens, progress=scaled(report, 0.5, 0.95), per_text=fold_b)
-    if count[0] == 0:
+    if acc.rows == 0:
         raise HeadscopeError("no query word sees two words in both models; use longer texts")
-    sim = sums / count[0]
+    sim = acc.sums() / acc.rows
     report(0.97, "matching heads")
     words = [[t[s:e] for s, e in word_spans(t)] for t in texts]
     result = {
         "model_a": {k: v for k, v in side_a.items() if k != "statistics"},
         "model_b": {k: v for k, v in side_b.items() if k != "statistics"},
         "n_texts": len(texts),
-        "n_query_words": count[0],
+        "n_query_words": acc.rows,
         "causal": causal,
         "similarity": np.round(sim, 5).tolist(),
         "matching": matching(sim),

@@ -86,7 +86,33 @@ def _causal_stages(
         if options.get("real"):
             out["attribution-patching"] = max(out["attribution-patching"], (rows["patching"] + 2) * forward
                                               + hidden_states * 2 + logits)
+    if "edge-attribution" in analyses:
+        out["edge-attribution"] = _edge_stage(facts, n, options, forward=forward)
     return out
+
+
+EDGE_BATCH_BYTES = 768 * 2**20  # a batch of EAP-IG rows or of edge-patched rows holds about this much
+
+
+def edge_rows(facts: ModelFacts, n: int) -> tuple[int, int, int, int]:
+    """edge-attribution's batches on an ``n``-token text: (EAP-IG rows, bytes of one, edge-patched rows,
+    bytes of one). An EAP-IG row keeps every layer's q/k/v copies, maps and feed-forward for the
+    backward; an edge-patched row holds every writer's change and one layer's q/k/v inputs."""
+    L, H, d, b = facts.n_layers, facts.n_heads, facts.hidden, facts.dtype_bytes
+    ig = L * (12 * H * n * d + 4 * H * n * n + 4 * n * facts.intermediate + 8 * n * d) * b
+    patched = (1 + L * (H + 1) + 6 * H) * n * d * b + 4 * H * n * n * b
+    return max(1, EDGE_BATCH_BYTES // ig), ig, max(1, EDGE_BATCH_BYTES // patched), patched
+
+
+def _edge_stage(facts: ModelFacts, n: int, options: dict[str, Any], *, forward: int) -> int:
+    """edge-attribution (``workers.analysis.edges``): the clean and corrupted runs' writers and streams,
+    then the larger of a batch of EAP-IG rows and a batch of edge-patched rows (``edge_rows``)."""
+    L, H, d, b = facts.n_layers, facts.n_heads, facts.hidden, facts.dtype_bytes
+    runs = 2 * (1 + L * (H + 1) + 2 * L + 1) * n * d * b
+    ig_rows, ig, patched_rows, patched = edge_rows(facts, n)
+    steps = int(options.get("ig_steps", 5))
+    curve = len(options.get("curve_sizes") or range(12)) + 1
+    return forward + runs + max(min(steps, ig_rows) * ig, min(curve, patched_rows) * patched)
 
 
 def estimate_text_request(

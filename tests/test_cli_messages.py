@@ -1,0 +1,26 @@
+"""The CLI's error messages for bad options: one line in our words naming the option and the problem
+(as the API's 422 words it), exit status 2, no output file, never pydantic's own text or its help URL."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.cli import main
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["corpus", "--corpus", "builtin-english", "--max-tokens", "100000"], "max_tokens: must be at most"),
+    (["corpus", "--corpus", "builtin-english", "--max-tokens", "1"], "max_tokens: must be at least 2"),
+    (["corpus", "--corpus", "builtin-english", "--statistics", "entropy,nope"], "'previous'"),
+    (["corpus", "--corpus", "builtin-english", "--joint", "x,1"], "--joint: expected LAYER,HEAD"),
+    (["corpus", "--corpus", "builtin-english", "--joint", "1,-1"], "head: must be at least 0"),
+    (["compare", "--corpus", "builtin-english", "--max-tokens", "0"], "max_tokens: must be at least"),
+    (["analyze", "--analysis", "predictions", "--text", "a b", "--k", "0"], "bad option: k: must be at least 1"),
+])
+def test_bad_options_get_one_clean_line(tmp_path, capsys, argv, expected):
+    out = tmp_path / "out.json"
+    assert main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("headscope: error: ") and expected in err, err
+    assert "\n" not in err and "pydantic" not in err and "http" not in err and "validation error" not in err, err
+    assert not out.exists()
