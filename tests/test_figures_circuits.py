@@ -107,6 +107,22 @@ def test_circuit_figure_draws_the_pruned_edges_with_scores():
     assert F.clicked_head({"points": [{"customdata": ["FF1", "feedforward", 1, -1, 0.1]}]}) is None
 
 
+def test_circuit_of_a_real_edge_attribution(catalogue):
+    """The page's pruning gives the worker's own circuit and the curve's kept edges (tiny GPT-2)."""
+    req = pair_request(text=CLEAN, corrupted=CORRUPTED, model="tiny-gpt2", target="#5|#9", real=False)
+    assert "edge-attribution" in req["analyses"]
+    res = _run(req)
+    sec = res["edge-attribution"]
+    assert F.prune(sec["edges"], sec["circuit"]["n_top"]) == sec["circuit"]["edges"]
+    assert [len(F.prune(sec["edges"], int(n))) for n, _ in sec["curve"]] == sec["curve_kept"]
+    sizes = F.circuit_sizes(res)
+    assert sizes and sizes[-1] == min(sec["circuit"]["n_top"], len(sec["edges"]))
+    fig = F.circuit_figure(res, n_top=sizes[0])
+    mids = next(t for t in fig.data if t.name == "edge scores")
+    assert len(mids.x) == len(F.prune(sec["edges"], sizes[0]))
+    assert F.faithfulness_at(res, sizes[0]) is not None
+
+
 def test_faithfulness_curve_marks_the_chosen_size():
     res = eap_result()
     fig = F.faithfulness_figure(res, n_top=2)
