@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from frontend import figures_circuits as F
-from frontend.pages.circuits import flow_request, pair_request
-from workers.contracts import AnalysisRequest
+from frontend.pages.circuits import flow_request, pair_request, top_edges_for
+from workers.contracts import AnalysisRequest, edge_count
 from workers.jobs import compute_analysis
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -70,6 +70,10 @@ def test_request_builders_match_the_contract():
     p = pair_request(text="a b", corrupted="a c", model="m", target="␣Mary|␣John", real=False)
     assert p["analyses"][0] == "attribution-patching" and p["options"]["target"] == [" Mary", " John"]
     assert "real" not in p["options"]
+    assert pair_request(text="a b", corrupted="a c", model="m", top_edges=1000)["options"]["top_edges"] == 1000
+    assert top_edges_for({"n_layers": 30, "n_heads": 9}) == 1000  # SmolLM2: 123,211 edges
+    assert top_edges_for({"n_layers": 2, "n_heads": 4}) == edge_count(2, 4, False) < 1000  # every edge
+    assert top_edges_for({}) is None
     for req in (f, f2, p):
         AnalysisRequest.model_validate(req)
 

@@ -34,6 +34,8 @@ HEAD_GRAPHS = ["circuits-circuit-graph", "circuits-atp-graph", "circuits-flow-gr
 DEMO = "When Mary and John went to the store, John gave a drink to"
 DEMO_CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
 EDGE_KIND = "edge-attribution"  # circuits-eap's analysis (docs/results.md)
+PAGE_TOP_EDGES = 1000  # edges the pair job lists: the slider reaches the curve's sizes up to this
+FAITHFUL = 0.8  # the slider starts at the smallest listed circuit at least this faithful
 
 
 def edge_attribution_available() -> bool:
@@ -54,12 +56,25 @@ def flow_request(*, text: str, model: str, threshold: float | None = None, posit
     return {"model": model, "text": text, "analyses": ["information-flow"], "options": options}
 
 
+def top_edges_for(facts: dict[str, Any]) -> int | None:
+    """``PAGE_TOP_EDGES``, or a model's every edge when it has fewer (None: its shape is unknown, and
+    the job's default applies)."""
+    from workers.contracts import edge_count
+
+    if not facts.get("n_layers") or not facts.get("n_heads"):
+        return None
+    return min(PAGE_TOP_EDGES, edge_count(int(facts["n_layers"]), int(facts["n_heads"]),
+                                          bool(facts.get("parallel_residual"))))
+
+
 def pair_request(*, text: str, corrupted: str, model: str, target: str | None = None, real: bool = True,
-                 dtype: str = "float32") -> dict[str, Any]:
+                 dtype: str = "float32", top_edges: int | None = None) -> dict[str, Any]:
     """The pair job: attribution patching (with the real head patching beside it when ``real``) and,
-    where the build has it, edge attribution."""
+    where the build has it, edge attribution listing ``top_edges`` edges."""
     analyses = ["attribution-patching"] + ([EDGE_KIND] if edge_attribution_available() else [])
     options: dict[str, Any] = {"corrupted": corrupted, "dtype": dtype or "float32"}
+    if top_edges is not None and EDGE_KIND in analyses:
+        options["top_edges"] = int(top_edges)
     if real:
         options["real"] = True
     parsed = parse_target(target)
@@ -152,7 +167,8 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
             html.Div(className="col panel", children=[
                 graph("circuits-curve-graph", figure=empty_figure("")),
                 html.Label("circuit size N (edges)", htmlFor="circuits-n-slider"),
-                dcc.Slider(id="circuits-n-slider", min=0, max=0, step=1, value=0, marks={}, included=False)]),
+                dcc.Slider(id="circuits-n-slider", min=0, max=0, step=1, value=0, marks={}, included=False,
+                           allow_direct_input=False)]),
         ]),
         html.Div(className="panel", children=[graph("circuits-atp-graph", figure=empty_figure(""))]),
         html.Div(className="panel", children=[graph("circuits-flow-graph", figure=empty_figure(""))]),
@@ -200,8 +216,9 @@ def register(app: Dash, store: ResultStore) -> None:
         if not (corrupted and corrupted.strip()):
             return flow, None, None, ""
         try:  # the flow graph is drawn even when the pair is refused (an encoder, other lengths)
+            facts = next((m for m in store.models().get("models") or [] if m.get("name") == model), {})
             preq = pair_request(text=text or "", corrupted=corrupted, model=model, target=target,
-                                real="real" in (real or []), dtype=dtype)
+                                real="real" in (real or []), dtype=dtype, top_edges=top_edges_for(facts))
             pair = {"kind": "analysis", "id": client.submit_analysis(**preq)["id"], "request": preq}
         except ApiError as exc:
             return flow, None, None, f"the pair: {exc}"
@@ -215,8 +232,9 @@ def register(app: Dash, store: ResultStore) -> None:
         sizes = F.circuit_sizes(store.status(pair)["result"] if pair else {})
         if not sizes:
             return 0, {}, 0
-        own = int((store.status(pair)["result"].get(EDGE_KIND) or {}).get("circuit", {}).get("n_top", sizes[-1]))
-        want = n if n in sizes else (own if own in sizes else sizes[-1])
+        result = store.status(pair)["result"]
+        faithful = [s for s in sizes if (F.faithfulness_at(result, s) or 0.0) >= FAITHFUL]
+        want = n if n in sizes else (faithful[0] if faithful else sizes[-1])
         return len(sizes) - 1, {i: str(s) for i, s in enumerate(sizes)}, sizes.index(want)
 
     @app.callback(
