@@ -71,6 +71,7 @@ def test_circuits_page_on_smollm2(server, browser, tmp_path):  # noqa: F811
             page.wait_for_function("""(n) => { const gd = document.querySelector('#circuits-curve-graph .js-plotly-plot');
                 return gd && gd.data[1] && gd.data[1].x[0] === n; }""", arg=n, timeout=WAIT_MS)
             assert f"top {n} edges" in page.evaluate(FIGURE_JS, "circuits-circuit-graph")["title"].replace("<br>", " ")
+            page.locator("#circuits-circuit-graph").screenshot(path=str(ARTIFACTS / "browser-circuits-circuit-n.png"))
         w.shot("circuits-1-smollm2")
         page.locator("#circuits-flow-graph").screenshot(path=str(ARTIFACTS / "browser-circuits-flow.png"))
         page.locator("#circuits-atp-graph").screenshot(path=str(ARTIFACTS / "browser-circuits-atp.png"))
