@@ -106,3 +106,49 @@ def test_corpus_page_table_head_joint_map_and_share(server, browser, tmp_path): 
         assert not w2.problems, w2.problems
     finally:
         w2.close()
+
+
+def test_corpus_page_on_gemma3(server, browser, tmp_path):  # noqa: F811
+    """Gemma 3 270M (real weights) over the shipped English corpus: the table and the map hold its 72
+    heads; sorted by induction, the first head is in a global layer (5, 11, 17: measured L5H3/L5H1,
+    0.50, docs/walkthrough-gemma3.md); its contexts and joint query–key map draw."""
+    from test_browser import ARTIFACTS
+
+    w = Watch(browser, server, tmp_path)
+    page = w.page
+    try:
+        page.goto(server + "/corpus")
+        _pick(page, "corpus-model", "gemma3-270m")
+        page.click("#corpus-analyze")
+        page.wait_for_function("document.querySelector('#corpus-status').textContent.trim() === 'done'"
+                               " || document.querySelector('#corpus-error').textContent", timeout=WAIT_MS)
+        assert not page.inner_text("#corpus-error"), page.inner_text("#corpus-error")
+        page.wait_for_selector(f"{GRID} .ag-row .ag-cell[col-id='induction']", timeout=WAIT_MS)
+        page.wait_for_selector("#corpus-map-graph .scatterlayer .point", timeout=WAIT_MS)
+        points = page.evaluate("() => document.querySelector('#corpus-map-graph .js-plotly-plot')._fullData"
+                               ".reduce((s, t) => s + (t.x ? t.x.length : 0), 0)")
+        assert points == 72  # 18 layers x 4 query heads
+        label = page.locator(f"{GRID} .ag-header-cell[col-id='induction'] .ag-header-cell-label")
+        label.click()
+        label.click()
+        page.wait_for_function(f"document.querySelector(\"{GRID} .ag-header-cell[col-id='induction']\")"
+                               ".getAttribute('aria-sort') === 'descending'", timeout=WAIT_MS)
+        first = page.locator(f"{GRID} .ag-center-cols-container .ag-row[row-index='0']")
+        head = first.get_attribute("row-id")
+        assert head is not None and int(head[1:].split("H")[0]) in (5, 11, 17), head  # a global layer
+        first.locator(".ag-cell[col-id='induction']").click()
+        page.wait_for_function(f"document.querySelector('#corpus-selected-label').innerText.includes('{head}')",
+                               timeout=WAIT_MS)
+        page.wait_for_selector("#corpus-contexts li", timeout=WAIT_MS)
+        page.click("#corpus-joint-button")
+        page.wait_for_function(
+            "(() => { const gd = document.querySelector('#corpus-joint-graph .js-plotly-plot');"
+            " return gd && gd._fullData && gd._fullData.length === 2 && gd._fullData[0].x.length > 0; })()",
+            timeout=WAIT_MS)
+        w.shot("corpus-gemma3")
+        for gid in ("corpus-map-graph", "corpus-joint-graph"):
+            page.locator(f"#{gid}").screenshot(path=str(ARTIFACTS / f"browser-corpus-gemma3-{gid}.png"))
+        page.locator(GRID).screenshot(path=str(ARTIFACTS / "browser-corpus-gemma3-table.png"))
+        assert not w.problems, w.problems
+    finally:
+        w.close()

@@ -167,11 +167,34 @@ def test_decomposition_and_attribution_are_exact_in_float64():
     assert att["rel_error"] < 1e-9
 
 
-def test_multimodal_gemma3_is_refused_naming_the_text_model():
-    from workers.models.families import family_of
+def test_logit_lens_reads_the_whole_vocabulary(gemma3):
+    """The lens reads 262,144 tokens in blocks (docs/causal.md, *Cost*): on the real weights it gives
+    what every state's full logits give. A block product may sum in another order than the full one
+    (~1e-7 relative), so a top token or rank may differ only between logits that close."""
+    from workers.analysis.causal import final_norm, logit_lens, predictions, stream
+    from workers.models.adapters import encode
 
-    with pytest.raises(HeadscopeError, match=r"model type 'gemma3' is not supported \(a multimodal Gemma 3 "
-                       r"checkpoint: save its text model \(model type gemma3_text\) and add that\); supported: .*gemma3_text"):
-        family_of("gemma3")
-    with pytest.raises(HeadscopeError, match=r"model type 'distilbert' is not supported; supported: bert"):
-        family_of("distilbert")  # other types: refused as before
+    enc = encode(gemma3, SHORT)
+    run = stream(gemma3, enc)
+    lens = logit_lens(gemma3, enc, run=run)
+    n = enc.n
+    assert lens["top_ids"].shape == (19, n) and lens["next_rank"].shape == (19, n - 1)
+    nxt = torch.tensor(enc.input_ids[1:])
+    with torch.inference_mode():
+        for state in (0, 6, 12, 18):
+            logits = gemma3.unembed.logits(final_norm(gemma3)(run.states[state]))  # [n, 262144]
+            tol = 1e-5 * logits.abs().max(-1, keepdim=True).values  # [n, 1]
+            lse = torch.logsumexp(logits.double(), -1)
+            top = logits.max(-1).values
+            mine = logits.gather(1, torch.as_tensor(lens["top_ids"][state])[:, None])[:, 0]
+            assert ((top - mine) <= tol[:, 0]).all(), state  # the lens's top token is a top logit
+            np.testing.assert_allclose(lens["top_probs"][state], (top.double() - lse).exp().numpy(), atol=1e-5)
+            own = logits[:-1].gather(1, nxt[:, None])
+            lo = (logits[:-1] > own + tol[:-1]).sum(-1) + 1
+            hi = (logits[:-1] > own - tol[:-1]).sum(-1)  # others at most tol below, and the token itself
+            got = torch.as_tensor(lens["next_rank"][state])
+            assert ((lo <= got) & (got <= hi.clamp(min=lo))).all(), state
+            want = (own[:, 0].double() - lse[:-1]).exp().numpy()
+            np.testing.assert_allclose(lens["next_prob"][state], want, rtol=1e-4, atol=1e-9)
+    assert (lens["top_ids"][18] == predictions(gemma3, enc, k=1, run=run)["top_ids"][:, 0]).all()
+    assert len(set(lens["top_ids"][:, -1])) > 3  # the states read differently

@@ -5,6 +5,7 @@ Used for tests about mechanics; claims about real behaviour use the real MiniLM.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -144,25 +145,71 @@ def _decoder_config(family: str, *, vocab: int, layers: int, heads: int, kv_head
     raise ValueError(f"no tiny config for {family!r}")
 
 
-def build_tiny_decoder(path: Path, family: str = "llama", *, layers: int = 2, heads: int = 4,
-                       kv_heads: int = 2, hidden: int = 32, seed: int = 0, perturb: bool = True,
-                       max_positions: int = 64, lm_head: bool = False, tied: bool = False) -> Path:
-    """A random Llama-family / GPT-NeoX base model with a BPE tokenizer that prepends ``<s>`` (BOS),
-    as Llama's does; saved under ``path``. ``lm_head``: the ``...ForCausalLM`` model instead, with its
-    own ``lm_head.weight`` (``embed_out`` for GPT-NeoX), or the embedding as its head with ``tied``."""
+@functools.lru_cache(maxsize=4)
+def _decoder_tokenizer(max_positions: int):
+    """The tiny decoders' tokenizer: the demo-text BPE that prepends ``<s>`` (BOS), as Llama's does
+    (trained once per process: the builders only save it)."""
     from tokenizers import processors
-    from transformers import AutoModel, AutoModelForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     bpe = _bpe(["<pad>", "<s>", "</s>"])
     bpe.post_processor = processors.TemplateProcessing(
         single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)]
     )
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                  unk_token="</s>", model_max_length=max_positions)
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                   unk_token="</s>", model_max_length=max_positions)
+
+
+def build_tiny_gemma3_multimodal(path: Path, text_path: Path | None = None, *, tied: bool = True, seed: int = 0,
+                                 max_positions: int = 64) -> Path:
+    """A random multimodal Gemma 3 (``Gemma3ForConditionalGeneration``: the tiny ``gemma3_text`` model
+    of ``_decoder_config`` plus a one-layer SigLIP vision tower and its projector), saved under
+    ``path``; with ``text_path``, its language model alone as a ``Gemma3ForCausalLM`` there too."""
+    import transformers as tf
+
+    tok = _decoder_tokenizer(max_positions)
     torch.manual_seed(seed)
-    cfg = _decoder_config(family, vocab=bpe.get_vocab_size(), layers=layers, heads=heads, kv_heads=kv_heads,
+    text = _decoder_config("gemma3_text", vocab=len(tok), layers=2, heads=4, kv_heads=2, hidden=32,
+                           max_positions=max_positions)
+    vision = tf.SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                   image_size=28, patch_size=14)
+    cfg = tf.Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(), mm_tokens_per_image=4,
+                          image_token_index=len(tok), boi_token_index=len(tok) + 1,
+                          eoi_token_index=len(tok) + 2, tie_word_embeddings=tied)  # no text token is an image's
+    model = tf.Gemma3ForConditionalGeneration(cfg)
+    _perturb(model, seed=seed)
+    if not tied:  # an output matrix of its own, not the embedding
+        with torch.no_grad():
+            model.lm_head.weight.copy_(torch.randn(model.lm_head.weight.shape) * 0.1)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    if text_path is not None:
+        text.tie_word_embeddings = tied
+        alone = tf.Gemma3ForCausalLM(text)
+        state = {f"model.{k}": v for k, v in model.model.language_model.state_dict().items()}
+        state["lm_head.weight"] = model.lm_head.weight.detach()
+        alone.load_state_dict(state)
+        alone.save_pretrained(text_path)
+        tok.save_pretrained(text_path)
+    return path
+
+
+def build_tiny_decoder(path: Path, family: str = "llama", *, layers: int = 2, heads: int = 4,
+                       kv_heads: int = 2, hidden: int = 32, seed: int = 0, perturb: bool = True,
+                       max_positions: int = 64, lm_head: bool = False, tied: bool = False,
+                       window: int | None = None) -> Path:
+    """A random Llama-family / GPT-NeoX base model with a BPE tokenizer that prepends ``<s>`` (BOS),
+    as Llama's does; saved under ``path``. ``lm_head``: the ``...ForCausalLM`` model instead, with its
+    own ``lm_head.weight`` (``embed_out`` for GPT-NeoX), or the embedding as its head with ``tied``."""
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    tok = _decoder_tokenizer(max_positions)
+    torch.manual_seed(seed)
+    cfg = _decoder_config(family, vocab=len(tok), layers=layers, heads=heads, kv_heads=kv_heads,
                           hidden=hidden, max_positions=max_positions)
     cfg.tie_word_embeddings = bool(lm_head and tied)
+    if window is not None:  # Phi-3 / Mistral: one window for every layer, no layer_types
+        cfg.sliding_window = window
     model = AutoModelForCausalLM.from_config(cfg) if lm_head else AutoModel.from_config(cfg)
     if perturb:
         _perturb(model, seed=seed)

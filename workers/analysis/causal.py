@@ -19,6 +19,7 @@ Notebook use::
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from dataclasses import dataclass
@@ -29,12 +30,13 @@ import torch
 
 from workers.analysis.decomposition.model import batch_inputs
 from workers.analysis.progress import Progress, no_progress
+from workers.analysis.vocab import read_vocab
 from workers.errors import HeadscopeError
 from workers.models.adapters import Encoded, cache_kwarg, cache_out
 from workers.models.families import resolve
+from workers.models.lm_head import Unembedding
 
 if TYPE_CHECKING:
-    from workers.models.lm_head import Unembedding
     from workers.models.loader import LoadedModel
 
 logger = logging.getLogger(__name__)
@@ -92,11 +94,19 @@ def token_id(loaded: LoadedModel, token: str | int) -> int:
 
 @dataclass
 class Stream:
-    """One text's forward pass: the residual stream of every layer and the final logits."""
+    """One text's forward pass: the residual stream of every layer, the final norm's output and (made
+    on first use, ``[n, vocabulary]``: 268 MB on Gemma 3 at n = 256) the final logits."""
 
     states: torch.Tensor  # [state, token, dim]: X[0..L], X[L] before the final norm
-    logits: torch.Tensor  # [token, vocabulary] in the model's dtype
+    normed: torch.Tensor  # [token, dim]: the model's own final norm output N(X[L])
     contexts: list[torch.Tensor]  # per layer [token, head*head_dim]: each head's output z (before W_O)
+    unembed: Unembedding
+
+    @functools.cached_property
+    def logits(self) -> torch.Tensor:
+        """[token, vocabulary] in the model's dtype."""
+        with torch.inference_mode():
+            return self.unembed.logits(self.normed)
 
 
 @torch.inference_mode()
@@ -117,8 +127,7 @@ def stream(loaded: LoadedModel, encoded: Encoded) -> Stream:
         for h in handles:
             h.remove()
     states = torch.stack([*out.hidden_states[:-1], keep["last"]])[:, 0]  # [state, n, d]
-    logits = unembed.logits(out.last_hidden_state[0])  # [n, vocabulary]
-    return Stream(states, logits, [c[0] for c in keep["ctx"]])
+    return Stream(states, out.last_hidden_state[0], [c[0] for c in keep["ctx"]], unembed)
 
 
 def resolve_target(
@@ -141,25 +150,6 @@ def resolve_target(
     return np.full(n, token_id(loaded, target), dtype=np.int64), None
 
 
-def _ranks(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Rank (1 = top) of ``ids[t]`` in ``logits[t]``: one plus the count of strictly larger logits."""
-    own = logits.gather(-1, ids[:, None])
-    return (logits > own).sum(-1) + 1
-
-
-def _read(loaded: LoadedModel, logits: torch.Tensor, next_ids: torch.Tensor, k: int) -> dict[str, Any]:
-    """Top-k ids/probabilities of every row and the next token's rank and log-probability."""
-    logp = torch.log_softmax(logits.double(), dim=-1)  # [n, vocabulary]
-    top_lp, top_ids = logp.topk(k, dim=-1)
-    m = next_ids.shape[0]
-    return {
-        "top_ids": top_ids.cpu().numpy(),
-        "top_probs": top_lp.exp().cpu().numpy(),
-        "next_rank": _ranks(logp[:m], next_ids).cpu().numpy(),
-        "next_logprob": logp[:m].gather(-1, next_ids[:, None])[:, 0].cpu().numpy(),
-    }
-
-
 @torch.inference_mode()
 def predictions(
     loaded: LoadedModel, encoded: Encoded, *, k: int = 10, run: Stream | None = None
@@ -168,12 +158,20 @@ def predictions(
     log-probability (natural log) and surprisal in bits.
 
     Keys: ``top_ids``/``top_tokens``/``top_probs`` [n][k], ``next_rank``/``next_logprob``/
-    ``surprisal_bits`` [n-1] (position t scores token t+1).
+    ``surprisal_bits`` [n-1] (position t scores token t+1). Read by ``read_vocab`` (vocabulary blocks,
+    the log-sum-exp in float64), never as an ``[n, vocabulary]`` array.
     """
     run = run or stream(loaded, encoded)
-    k = min(int(k), head_of(loaded).vocab_size)
-    ids = torch.tensor(encoded.input_ids[1:], device=run.logits.device)
-    out = _read(loaded, run.logits, ids, k)
+    unembed = head_of(loaded)
+    k = min(int(k), unembed.vocab_size)
+    nxt = torch.tensor([*encoded.input_ids[1:], -1], device=run.normed.device)  # the last position has none
+    read = read_vocab(unembed, run.normed, k=k, ids=nxt, exact_sum=True)
+    out: dict[str, Any] = {
+        "top_ids": read.top_ids.cpu().numpy(),
+        "top_probs": read.logprob_top().exp().cpu().numpy(),
+        "next_rank": read.rank[:-1].cpu().numpy(),  # type: ignore[index]
+        "next_logprob": read.logprob_own()[:-1].cpu().numpy(),
+    }
     out["top_tokens"] = [[token_str(loaded, i) for i in row] for row in out["top_ids"]]
     out["surprisal_bits"] = -out["next_logprob"] / LN2
     out["k"] = k
@@ -186,24 +184,25 @@ def logit_lens(
 ) -> dict[str, Any]:
     """docs/causal.md: logit lens: every ``X[l]`` through the final norm (its statistics taken on ``X[l]``)
     and the unembedding. Keys: ``top_ids``/``top_tokens``/``top_probs`` [L+1][n] (the top token),
-    ``next_rank``/``next_prob`` [L+1][n-1]. Row L is the model's own prediction."""
+    ``next_rank``/``next_prob`` [L+1][n-1]. Row L is the model's own prediction.
+
+    All states at once through ``read_vocab`` (vocabulary blocks; no ``[state, n, vocabulary]`` array):
+    float32 logits as the full product gives them, the log-sum-exp accumulated in float64."""
     progress = progress or no_progress
     run = run or stream(loaded, encoded)
     unembed, norm = head_of(loaded), final_norm(loaded)
-    ids = torch.tensor(encoded.input_ids[1:], device=run.logits.device)
-    rows: dict[str, list[Any]] = {"top_ids": [], "top_probs": [], "next_rank": [], "next_prob": []}
-    n_states, m = run.states.shape[0], ids.shape[0]
-    for state in range(n_states):
-        logits = unembed.logits(norm(run.states[state][None])[0])  # [n, vocabulary], the model's dtype
-        lse = torch.logsumexp(logits, dim=-1)  # [n]
-        top, arg = logits.max(dim=-1)
-        own = logits[:m].gather(-1, ids[:, None])[:, 0]
-        rows["top_ids"].append(arg.cpu().numpy())
-        rows["top_probs"].append((top - lse).double().exp().cpu().numpy())
-        rows["next_rank"].append(((logits[:m] > own[:, None]).sum(-1) + 1).cpu().numpy())
-        rows["next_prob"].append((own - lse[:m]).double().exp().cpu().numpy())
-        progress((state + 1) / n_states, f"logit lens: state {state + 1}/{n_states}")
-    out: dict[str, Any] = {key: np.stack(v) for key, v in rows.items()}
+    n_states, n = run.states.shape[0], run.states.shape[1]
+    normed = norm(run.states).reshape(n_states * n, -1)  # [state * n, d]: each state's own statistics
+    nxt = torch.tensor([*encoded.input_ids[1:], -1], device=normed.device)  # the last position has none
+    read = read_vocab(unembed, normed, ids=nxt.repeat(n_states),
+                      progress=lambda f: progress(f, f"logit lens: {n_states} states, vocabulary {f:.0%}"))
+    shape = (n_states, n)
+    out: dict[str, Any] = {
+        "top_ids": read.top_ids[:, 0].reshape(shape).cpu().numpy(),
+        "top_probs": read.logprob_top()[:, 0].exp().reshape(shape).cpu().numpy(),
+        "next_rank": read.rank.reshape(shape)[:, :-1].cpu().numpy(),  # type: ignore[union-attr]
+        "next_prob": read.logprob_own().exp().reshape(shape)[:, :-1].cpu().numpy(),
+    }
     out["top_tokens"] = [[token_str(loaded, i) for i in row] for row in out["top_ids"]]
     return out
 

@@ -21,6 +21,8 @@ from workers.budget import GIB, RUNTIME, MemoryBudgetError, memory_budget  # noq
 logger = logging.getLogger(__name__)
 
 F8 = 8  # float64 bytes (P matrices, t-SNE, host copies)
+# the block the causal views read the vocabulary in (workers/analysis/vocab.py): [rows, vocabulary rows]
+VOCAB_ROWS, VOCAB_CHUNK = 512, 4096  # float32 logits of a block: 8 MB; the W_U block: 10 MB at d = 640
 
 
 @dataclass
@@ -72,8 +74,10 @@ def _causal_stages(
     n = n + int(options.get("continue_tokens", 16)) if "continue" in analyses else n
     logits = n * V * (b + 3 * F8)  # the logits, their float64 log-softmax and its top-k copy
     out: dict[str, int] = {}
-    if {"predictions", "logit-lens"} & set(analyses):
-        out["predictions"] = forward + hidden_states + logits
+    if {"predictions", "logit-lens"} & set(analyses):  # the vocabulary read in blocks (analysis/vocab.py)
+        blocks = VOCAB_ROWS * VOCAB_CHUNK * (b + 2 * F8 + 1)  # a block's logits, its float64 exponentials, a comparison
+        lens = 2 * (L + 1) * n * d * b if "logit-lens" in analyses else 0  # every state through the final norm
+        out["predictions"] = forward + hidden_states + blocks + lens
     if "logit-attribution" in analyses:
         db = 8 if options.get("dtype") == "float64" else b
         out["logit-attribution"] = forward + logits + 2 * (L + 1) * 4 * n * d * db + 2 * L * H * n * d * db

@@ -112,24 +112,59 @@ FAMILIES: dict[str, Family] = {
 }
 
 
-# model types refused with a pointer to the part that is supported
-HINTS = {
-    "gemma3": "a multimodal Gemma 3 checkpoint: save its text model (model type gemma3_text) and add that",
+@dataclass(frozen=True)
+class TextPart:
+    """Where a multimodal checkpoint keeps the language model headscope reads (its only part loaded).
+
+    Attributes:
+        config_key: the key of the text model's config inside the checkpoint's config.
+        model_type: the text model's ``model_type`` (when its config does not say).
+        weights: a regular expression matching the prefix of the text model's tensors in the checkpoint,
+            removed to give the text model's own names (transformers' ``key_mapping``); tensors of the
+            other parts (the vision tower, the projector) match nothing and are never read.
+        what: the checkpoint in words.
+    """
+
+    config_key: str
+    model_type: str
+    weights: str
+    what: str
+
+
+TEXT_PARTS = {
+    # saved as language_model.model.* (Google's checkpoints) or model.language_model.* (transformers 5)
+    "gemma3": TextPart("text_config", "gemma3_text", r"^(model\.)?language_model\.(model\.)?",
+                       "a multimodal Gemma 3 checkpoint (Gemma3ForConditionalGeneration)"),
 }
 
 
+def text_part(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The config of what headscope reads: a multimodal checkpoint's text model (``TEXT_PARTS``; its
+    ``tie_word_embeddings`` is the checkpoint's, which decides the tying), or ``cfg`` itself."""
+    part = TEXT_PARTS.get(str(cfg.get("model_type")))
+    if part is None or not isinstance(cfg.get(part.config_key), dict):
+        return cfg
+    text = {"model_type": part.model_type, **cfg[part.config_key]}
+    if "tie_word_embeddings" in cfg:
+        text["tie_word_embeddings"] = cfg["tie_word_embeddings"]
+    return text
+
+
 def family_of(model_type: str) -> Family:
-    """The family of a transformers ``model_type``; a clear error for anything else."""
+    """The family of a transformers ``model_type`` (a multimodal one's: its text model's); a clear
+    error for anything else."""
+    if model_type in TEXT_PARTS:
+        model_type = TEXT_PARTS[model_type].model_type
     fam = FAMILIES.get(model_type)
     if fam is None:
-        supported = ", ".join(sorted(FAMILIES))
-        hint = f" ({HINTS[model_type]})" if model_type in HINTS else ""
-        raise HeadscopeError(f"model type {model_type!r} is not supported{hint}; supported: {supported}")
+        supported = ", ".join(sorted([*FAMILIES, *(f"{k} (its text model)" for k in TEXT_PARTS)]))
+        raise HeadscopeError(f"model type {model_type!r} is not supported; supported: {supported}")
     return fam
 
 
 def config_facts(cfg: dict[str, Any]) -> dict[str, Any]:
     """Layers, query heads, key/value heads, hidden size and token limit from a config.json dict."""
+    cfg = text_part(cfg)
     n_heads = cfg.get("num_attention_heads", cfg.get("n_head"))
     max_pos = cfg.get("max_position_embeddings", cfg.get("n_positions"))
     if max_pos and cfg.get("model_type") in {"roberta", "xlm-roberta", "camembert"}:
@@ -152,10 +187,18 @@ def config_facts(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def layer_windows(cfg: dict[str, Any]) -> list[int | None]:
     """Per layer, the sliding window of a local layer (a query sees only the last ``w`` keys, itself
-    included) or None for a global one, from a config's ``layer_types`` (Gemma 2/3: local layers
-    between global ones); every layer None when the config names no layer types."""
-    types = cfg.get("layer_types") or []
+    included) or None for a global one.
+
+    From a config's ``layer_types`` where it names them (Gemma 2/3: local layers between global ones;
+    Qwen2's ``max_window_layers``); without ``layer_types``, a ``sliding_window`` applies to every layer,
+    as transformers' Mistral and Phi-3 apply it (Phi-3 mini 4k: 2,047). Empty when neither is set.
+    """
+    cfg = text_part(cfg)
     window = cfg.get("sliding_window")
+    types = cfg.get("layer_types")
+    if not types:
+        n_layers = cfg.get("num_hidden_layers") or 0
+        return [int(window)] * int(n_layers) if window else []
     return [int(window) if window and t == "sliding_attention" else None for t in types]
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workers.models.families import FAMILIES
+from workers.models.families import FAMILIES, text_part
 
 if TYPE_CHECKING:
     import torch
@@ -82,7 +82,9 @@ def _find(names: set[str], wanted: tuple[str, ...]) -> str | None:
 
 
 def head_status(cfg: dict[str, Any], model_dir: str | Path | None) -> HeadStatus:
-    """Whether the model with config ``cfg`` (files in ``model_dir``; None: not on disk) has a head."""
+    """Whether the model with config ``cfg`` (files in ``model_dir``; None: not on disk) has a head
+    (a multimodal checkpoint's: its text model's, ``lm_head.weight`` under its prefix when untied)."""
+    cfg = text_part(cfg)
     model_type = str(cfg.get("model_type"))
     fam = FAMILIES.get(model_type)
     if fam is None:
@@ -136,6 +138,7 @@ def load_unembedding(model: Any, cfg: dict[str, Any], model_dir: str | None) -> 
     """The head of a loaded base ``model`` (None and the reason when it has none)."""
     from safetensors import safe_open
 
+    cfg = text_part(cfg)
     status = head_status(cfg, model_dir)
     if status.has is None and model_dir is None:
         return None, "the model directory is unknown (hub model); the untied head cannot be read"

@@ -11,7 +11,14 @@ import torch
 
 from workers.devices import resolve_device
 from workers.models.catalogue import Catalogue, ModelSpec, get_catalogue
-from workers.models.families import DTYPE_EAGER, Family, config_facts, family_of
+from workers.models.families import (
+    DTYPE_EAGER,
+    TEXT_PARTS,
+    Family,
+    config_facts,
+    family_of,
+    text_part,
+)
 from workers.models.lm_head import Unembedding, load_unembedding
 from workers.models.precision import keep_dtype, register_attention
 
@@ -115,14 +122,18 @@ def load_model(
         logger.info("loading model %s from %s (%s, %s, %s)", name, spec.source, family.name, dev, dtype)
         if family.attn_implementation == DTYPE_EAGER:
             register_attention()
+        part = TEXT_PARTS.get(config.model_type)  # a multimodal checkpoint: its text model only
+        text: dict[str, Any] = {}
+        if part is not None:
+            text = {"config": getattr(config, part.config_key), "key_mapping": {part.weights: ""}}
         model = AutoModel.from_pretrained(
             where, attn_implementation=family.attn_implementation, local_files_only=offline,
-            dtype=DTYPES[dtype],
+            dtype=DTYPES[dtype], **text,
         )
         keep_dtype(model)
         model.eval().to(dev)
         tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=offline)
-        cfg = config.to_dict()
+        cfg = text_part(config.to_dict())
         facts = config_facts(cfg)
         unembed, head_reason = load_unembedding(model, cfg, where if offline else None)
         max_pos = int(facts["max_tokens"] or 512)
