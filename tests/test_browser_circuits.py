@@ -139,3 +139,114 @@ def test_circuits_page_flow_graph_on_an_encoder(server, browser, tmp_path):  # n
         assert not w.problems, w.problems
     finally:
         w.close()
+
+
+# ---------------------------------------------------------------- Cancel and the downloads, on a held queue
+TINY_CLEAN = "The head of the model is in the text and the word is of the token"
+TINY_CORRUPTED = "The head of the model is in the text and a word is of the token"
+
+
+@pytest.fixture(scope="module")
+def queued_server(tmp_path_factory, tiny_model_dirs):
+    """``headscope serve`` with no worker: what the page submits stays queued until the test runs it
+    (an RQ worker in the test process, on the service's Redis and store), so Cancel meets a job that is
+    certainly not finished, on any machine."""
+    from service_helpers import ServeProcess
+
+    proc = ServeProcess.for_tests(tmp_path_factory.mktemp("circuits-serve"), tiny_model_dirs, workers=0)
+    proc.start()
+    yield proc
+    assert proc.stop() == set()
+
+
+def _run_queued(served, monkeypatch) -> None:
+    from redis import Redis
+    from rq import SimpleWorker
+
+    import workers.jobs
+    from workers import protocol
+
+    store = served.store()
+    monkeypatch.setattr(workers.jobs, "_store", lambda: store)
+    conn = Redis.from_url(served.info()["redis_url"])
+    SimpleWorker([protocol.queue(conn, q) for q in protocol.QUEUES], connection=conn,
+                 serializer=protocol.SERIALIZER).work(burst=True)
+    store.close()
+
+
+def test_circuits_page_cancel_and_downloads(queued_server, browser, tmp_path, catalogue, one_torch_thread,  # noqa: F811
+                                            monkeypatch):
+    """Cancel on the page cancels both queued jobs (they never run, nothing is kept); Analyze again runs
+    them; then the circuit and the flow graph download as JSON and GraphML that parse to the same
+    nodes and edges, the results as JSON, and a figure as SVG."""
+    import json
+    import xml.etree.ElementTree as ET
+    from pathlib import Path
+
+    import httpx
+
+    base = queued_server.url
+    w = Watch(browser, base, tmp_path)
+    page = w.page
+    try:
+        page.goto(base + "/circuits")
+        _pick(page, "circuits-model", "tiny-gpt2")
+        page.fill("#circuits-text", TINY_CLEAN)
+        page.fill("#circuits-corrupted", TINY_CORRUPTED)
+        page.fill("#circuits-target", "#5|#9")  # token ids: the random model predicts one token for both texts
+        page.click("#circuits-analyze")
+        page.wait_for_function("new URLSearchParams(location.search).get('pair')", timeout=WAIT_MS)
+        query = dict(p.split("=", 1) for p in page.url.split("?", 1)[1].split("&"))
+        ids = [query["analysis"], query["pair"]]
+        states = [httpx.get(f"{base}/api/analyses/{i}").json()["status"] for i in ids]
+        assert states == ["queued", "queued"], states  # no worker: nothing runs until the test says so
+        page.click("#circuits-cancel")
+        page.wait_for_function("document.querySelector('#circuits-cancelled').textContent.trim()", timeout=WAIT_MS)
+        assert page.inner_text("#circuits-cancelled") == "cancelled; cancelled"
+        _run_queued(queued_server, monkeypatch)
+        for i in ids:
+            st = httpx.get(f"{base}/api/analyses/{i}").json()
+            assert st["status"] == "failed" and "cancelled" in st["error"] and not st.get("result"), st
+        page.wait_for_function("document.querySelector('#circuits-status').textContent.includes('cancelled')",
+                               timeout=WAIT_MS)
+        w.shot("circuits-3-cancelled")
+
+        page.click("#circuits-analyze")  # submitted again, the same jobs run to the end
+        page.wait_for_function("(ids) => ids.every(i => location.search.includes(i))", arg=ids, timeout=WAIT_MS)
+        _run_queued(queued_server, monkeypatch)
+        page.wait_for_function(DONE_JS, timeout=WAIT_MS)
+        assert not page.inner_text("#circuits-error"), page.inner_text("#circuits-error")
+        for gid in ("circuits-circuit-graph", "circuits-flow-graph"):
+            page.wait_for_selector(f"#{gid} .scatterlayer .point", timeout=WAIT_MS)
+
+        def download(button: str) -> Path:
+            with page.expect_download() as dl:
+                page.click(f"#{button}")
+            return Path(dl.value.path())
+
+        ns = {"g": "http://graphml.graphdrawing.org/xmlns"}
+        for which in ("circuit", "flow"):
+            graph = json.loads(download(f"circuits-dl-{which}-json").read_text())
+            assert graph["nodes"] and graph["edges"], (which, page.url, graph)
+            root = ET.parse(download(f"circuits-dl-{which}-graphml")).getroot()
+            nodes = {n.get("id") for n in root.iterfind(".//g:node", ns)}
+            edges = [(e.get("source"), e.get("target")) for e in root.iterfind(".//g:edge", ns)]
+            assert nodes == {str(n["id"]) for n in graph["nodes"]}
+            assert sorted(edges) == sorted((str(e["source"]), str(e["target"])) for e in graph["edges"])
+            assert {s for e in edges for s in e} <= nodes  # every edge between nodes of the file
+        both = json.loads(download("circuits-export-json").read_text())
+        assert both["flow"]["result"]["information-flow"]["nodes"]
+        assert both["pair"]["result"]["edge-attribution"]["curve"]
+        page.check("#circuits-image-format input[value=svg]")
+        page.wait_for_function("document.querySelector('#circuits-circuit-graph .js-plotly-plot')"
+                               "._context.toImageButtonOptions.format === 'svg'", timeout=WAIT_MS)
+        with page.expect_download() as dl:
+            page.locator("#circuits-circuit-graph .modebar-btn[data-title^='Download']").click()
+        assert Path(dl.value.path()).read_text().lstrip().startswith("<svg")
+        page.click("#circuits-cancel")  # a finished job is not cancelled
+        page.wait_for_function("document.querySelector('#circuits-cancelled').textContent.includes('finished')",
+                               timeout=WAIT_MS)
+        assert page.inner_text("#circuits-cancelled") == "not running (finished); not running (finished)"
+        assert not w.problems, w.problems
+    finally:
+        w.close()

@@ -231,7 +231,7 @@ def register(app: Dash, store: ResultStore) -> None:
     def _slider(_job, pair, n):  # type: ignore[no-untyped-def]
         sizes = F.circuit_sizes(store.status(pair)["result"] if pair else {})
         if not sizes:
-            return 0, {}, 0
+            return 0, {}, no_update
         result = store.status(pair)["result"]
         faithful = [s for s in sizes if (F.faithfulness_at(result, s) or 0.0) >= FAITHFUL]
         want = n if n in sizes else (faithful[0] if faithful else sizes[-1])
@@ -239,12 +239,14 @@ def register(app: Dash, store: ResultStore) -> None:
 
     @app.callback(
         Output("circuits-n", "data", allow_duplicate=True),
-        Input("circuits-n-slider", "value"), State("circuits-pair-source", "data"),
+        Input("circuits-n-slider", "value"), State("circuits-n-slider", "marks"),
         prevent_initial_call=True,
     )
-    def _pick_n(index, pair):  # type: ignore[no-untyped-def]
-        sizes = F.circuit_sizes(store.status(pair)["result"] if pair else {})
-        return sizes[int(index)] if sizes and 0 <= int(index or 0) < len(sizes) else no_update
+    def _pick_n(index, marks):  # type: ignore[no-untyped-def]
+        # the sizes the slider was drawn with, not the store's now: a value set while the pair was
+        # unfinished (no sizes) must not pick the first size once the pair has finished
+        size = (marks or {}).get(str(int(index or 0)))
+        return int(size) if size else no_update
 
     @app.callback(
         *[Output(g, "figure") for g in GRAPHS],
