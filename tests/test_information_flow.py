@@ -151,10 +151,13 @@ def test_graph_hangs_from_the_position_and_thresholds_nest(cat: Catalogue, fam: 
 @pytest.mark.parametrize("fam", ["qwen2", "bert"])
 def test_top_down_graph_equals_every_query_computed(cat: Catalogue, fam: str, monkeypatch) -> None:
     """The top-down pass (only the reached queries) and the in-forward pass (every query, used when
-    the layers' records would not fit ``KEEP_BYTES``) give the same graph."""
+    the layers' records would not fit ``KEEP_BYTES``) give the same graph; the thread count is kept."""
     m = _load(cat, fam)
     enc = encode(m, TEXT)
+    torch.set_num_threads(2)  # the top-down pass runs on one thread and gives the caller's count back
     lazy = information_flow(m, enc, threshold=1e-4)
+    assert torch.get_num_threads() == 2
+    torch.set_num_threads(1)
     monkeypatch.setattr(flow_mod, "KEEP_BYTES", 0)
     eager = information_flow(m, enc, threshold=1e-4)
     assert lazy["top_down"] and not eager["top_down"]
