@@ -266,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("analyze", help="run one analysis on a text and write JSON")
     a.add_argument(
         "--model", default=None,
-        help="catalogue name (default: minilm; lasf: lasf-minilm or a LasF checkpoint file)",
+        help="catalogue name (default: minilm; lasf: lasf-minilm (default), lasf-minilm-paper or a LasF checkpoint file)",
     )
     src = a.add_mutually_exclusive_group()
     src.add_argument("--text-file", help="UTF-8 text file ('-' = stdin); default: the demo text")

@@ -66,6 +66,20 @@ def joint_head(value: str) -> tuple[int, int]:
     return layer, head
 
 
+def check_head_in_model(model: str, layer: int, head: int) -> None:
+    """A HeadscopeError (the API's words) when (layer, head) is not a head of ``model``: from its
+    config.json, before any text is run (a shape not yet known: checked when the model loads)."""
+    from workers.errors import HeadscopeError
+    from workers.models.catalogue import get_catalogue
+
+    facts = get_catalogue().get(model).summary()
+    n_layers, n_heads = facts.get("n_layers"), facts.get("n_heads")
+    if n_layers and layer >= n_layers:
+        raise HeadscopeError(f"--joint: layer {layer} is out of range: {model} has layers 0-{n_layers - 1}")
+    if n_heads and head >= n_heads:
+        raise HeadscopeError(f"--joint: head {head} is out of range: {model} has heads 0-{n_heads - 1}")
+
+
 def cmd_corpus(args: argparse.Namespace) -> int:
     from workers.errors import HeadscopeError
 
@@ -88,21 +102,21 @@ def _run_corpus(args: argparse.Namespace, corpus_id: str, texts: Any) -> int:
     opts: dict[str, Any] = {"max_tokens": args.max_tokens, "keep_special": args.keep_special, "dtype": args.dtype}
     if args.statistics:
         opts["statistics"] = [s.strip() for s in args.statistics.split(",") if s.strip()]
+    jreq = None
     try:
         req = CorpusRequest(model=args.model, corpus=corpus_id, options=CorpusOptions(**opts))
         if args.joint:  # checked before the run
             layer, head = joint_head(args.joint)
-            JointMapRequest(model=args.model, corpus=corpus_id, layer=layer, head=head, max_tokens=args.max_tokens,
-                            keep_special=args.keep_special, method=args.method)
+            jreq = JointMapRequest(model=args.model, corpus=corpus_id, layer=layer, head=head,
+                                   max_tokens=args.max_tokens, keep_special=args.keep_special, method=args.method)
     except ValueError as exc:
         raise HeadscopeError(readable(exc)) from None
+    if jreq is not None:  # and against the model's shape, before the run
+        check_head_in_model(args.model, jreq.layer, jreq.head)
     progress = StderrProgress("corpus", enabled=not args.quiet)
     result = compute_corpus(req, texts=texts, progress=progress, on_partial=lambda _: None)
     progress.close()
-    if args.joint:
-        layer, head = (int(x) for x in args.joint.split(","))
-        jreq = JointMapRequest(model=args.model, corpus=corpus_id, layer=layer, head=head, max_tokens=args.max_tokens,
-                               keep_special=args.keep_special, method=args.method)
+    if jreq is not None:
         jp = StderrProgress("joint map", enabled=not args.quiet)
         result["joint"] = compute_joint(jreq, texts=texts, progress=jp)
         jp.close()

@@ -1,13 +1,15 @@
 """The compare page in a real headless Chromium against the real service: two tiny models (an encoder
 and a decoder, different tokenizers). On one text: the similarity matrix, the pairs table and the joint
 map draw; a click on a row of the table shows both heads' word-level maps side by side and puts the
-pair in the URL. On the shipped corpus: a click on a cell of the matrix selects the pair, the maps are
+pair in the URL, and the share link reopens the text. The text box shows in text mode only, the corpus
+picker in corpus mode only, on the page and in a share link of each. On the shipped corpus: a click on a cell of the matrix selects the pair, the maps are
 of a text of the corpus picked on the page, and the share link reopens the same pair and text in a
 fresh browser context. Screenshots go to ``test-artifacts/``."""
 
 from __future__ import annotations
 
 import pytest
+from conftest import ARTIFACTS
 from test_browser import WAIT_MS, Watch, _pick, browser, server  # noqa: F401,F811 - fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -18,15 +20,40 @@ DRAWN = ("(() => {{ const gd = document.querySelector('#{gid} .js-plotly-plot');
          " && gd._fullData[0].z && gd._fullData[0].z.length > 1; }})()")
 
 
+def _assert_mode(page, kind: str) -> None:
+    """``text``: the text box shows and the corpus picker does not; ``corpus``: the other way round."""
+    on, off = ("#compare-text", "#compare-corpus") if kind == "text" else ("#compare-corpus", "#compare-text")
+    page.wait_for_selector(off, state="hidden", timeout=WAIT)
+    page.wait_for_selector(on, state="visible", timeout=WAIT)
+    assert page.is_checked(f"#compare-source-kind input[value={kind}]")
+    assert page.is_visible("#compare-max-tokens") and page.is_visible("#compare-run")
+
+
+def _controls_shot(page, name: str) -> None:
+    """The form alone (the layout of the controls), beside the full-page shots."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator("#compare-page .controls").screenshot(path=str(ARTIFACTS / f"browser-{name}.png"))
+
+
+def _share(page) -> str:
+    page.locator("#compare-share-button").scroll_into_view_if_needed()
+    page.click("#compare-share-button")
+    page.wait_for_function("document.querySelector('#compare-share-url').textContent.includes('share=')",
+                           timeout=WAIT)
+    return page.inner_text("#compare-share-url")
+
+
 def _run_tiny_pair(page, base: str, *, text: str | None = None) -> None:
     """Compare tiny-bert (A) with tiny-gpt2 (B) at 32 tokens per text on ``text`` (None: the shipped
     English corpus) and wait for the similarity matrix."""
     page.goto(base + "/compare")
+    _assert_mode(page, "text")  # a fresh page: one text
     _pick(page, "compare-model-a", "tiny-bert")
     _pick(page, "compare-model-b", "tiny-gpt2")
     page.fill("#compare-max-tokens", "32")
     if text is None:
         page.check("#compare-source-kind input[value=corpus]")
+        _assert_mode(page, "corpus")
     else:
         page.fill("#compare-text", text)
     page.click("#compare-run")
@@ -34,10 +61,18 @@ def _run_tiny_pair(page, base: str, *, text: str | None = None) -> None:
 
 
 def test_compare_page_matrix_click_word_maps_and_share(server, browser, tmp_path):  # noqa: F811
+    text = "the cat sat on the mat and the dog slept by the door"  # within 32 tokens
     w = Watch(browser, server, tmp_path)
     page = w.page
     try:
-        _run_tiny_pair(page, server, text="the cat sat on the mat and the dog slept by the door")  # within 32 tokens
+        page.goto(server + "/compare")
+        page.check("#compare-source-kind input[value=corpus]")  # the source switch, both ways
+        _assert_mode(page, "corpus")
+        _controls_shot(page, "compare-controls-corpus")
+        page.check("#compare-source-kind input[value=text]")
+        _assert_mode(page, "text")
+        _controls_shot(page, "compare-controls-text")
+        _run_tiny_pair(page, server, text=text)
         page.wait_for_selector("#compare-table .ag-center-cols-container .ag-row .ag-cell[col-id='similarity']", timeout=WAIT)
         assert page.locator("#compare-table .ag-center-cols-container .ag-row .ag-cell[col-id='similarity']").count() == 8  # one partner each
         page.wait_for_selector("#compare-joint-graph .scatterlayer .point", timeout=WAIT)
@@ -56,9 +91,20 @@ def test_compare_page_matrix_click_word_maps_and_share(server, browser, tmp_path
         n_words_b = page.evaluate("document.querySelector('#compare-map-b .js-plotly-plot')._fullData[0].z.length")
         assert n_words == n_words_b == 13  # the same words in both models
         w.shot("compare-1-cell")
+        link = _share(page)
         assert not w.problems, w.problems
     finally:
         w.close()
+
+    fresh = Watch(browser, server, tmp_path)  # the share of a text comparison reopens in text mode
+    try:
+        fresh.page.goto(link)
+        fresh.page.wait_for_function(DRAWN.format(gid="compare-sim-graph"), timeout=WAIT)
+        _assert_mode(fresh.page, "text")
+        assert fresh.page.input_value("#compare-text") == text
+        assert not fresh.problems, fresh.problems
+    finally:
+        fresh.close()
 
 
 # page coordinates of cell (a, b) of the similarity matrix: row a (head of A), column b (head of B)
@@ -117,11 +163,7 @@ def test_corpus_compare_matrix_click_text_pick_and_share_link(server, browser, t
                                f".x.length === {len(words)}", timeout=WAIT)  # the surprisal of the same text
         w.shot("compare-2-corpus-cell")
 
-        page.locator("#compare-share-button").scroll_into_view_if_needed()
-        page.click("#compare-share-button")
-        page.wait_for_function("document.querySelector('#compare-share-url').textContent.includes('share=')",
-                               timeout=WAIT)
-        link = page.inner_text("#compare-share-url")
+        link = _share(page)
         assert link.startswith(server + "/compare?share=")
         assert not w.problems, w.problems
     finally:
@@ -131,6 +173,7 @@ def test_corpus_compare_matrix_click_text_pick_and_share_link(server, browser, t
     try:
         fresh.page.goto(link)
         fresh.page.wait_for_function(DRAWN.format(gid="compare-sim-graph"), timeout=WAIT)
+        _assert_mode(fresh.page, "corpus")  # the share of a corpus comparison: corpus mode, no text box
         _wait_pair_drawn(fresh.page, "A tiny-bert 0.1 · B tiny-gpt2 1.2", len(words))
         assert f"text {pick} of 147" in fresh.page.inner_text("#compare-cell-label")
         fresh.page.wait_for_function(SELECTED_JS, arg=[a, b], timeout=WAIT)

@@ -24,3 +24,25 @@ def test_bad_options_get_one_clean_line(tmp_path, capsys, argv, expected):
     assert err.startswith("headscope: error: ") and expected in err, err
     assert "\n" not in err and "pydantic" not in err and "http" not in err and "validation error" not in err, err
     assert not out.exists()
+
+
+@pytest.mark.parametrize(("joint", "expected"), [
+    ("99,0", "--joint: layer 99 is out of range: minilm has layers 0-5"),
+    ("0,99", "--joint: head 99 is out of range: minilm has heads 0-11"),
+])
+def test_joint_head_outside_the_model_is_refused_before_the_corpus_runs(tmp_path, capsys, monkeypatch, joint,
+                                                                        expected):
+    """``--joint`` names a head the model lacks: refused from the model's shape (MiniLM: 6 x 12) before
+    a single text is run (the corpus run would fail this test), one clean line, exit 2, no output."""
+    import workers.jobs_corpus
+
+    def _no_run(*_a, **_k):
+        raise AssertionError("the corpus ran before the head was checked")
+
+    monkeypatch.setattr(workers.jobs_corpus, "compute_corpus", _no_run)
+    monkeypatch.setattr(workers.jobs_corpus, "compute_joint", _no_run)
+    out = tmp_path / "out.json"
+    assert main(["corpus", "--corpus", "builtin-english", "--joint", joint, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"headscope: error: {expected}", err
+    assert not out.exists()

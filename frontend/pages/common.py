@@ -74,6 +74,11 @@ def model_options(store: ResultStore) -> tuple[list[dict[str, str]], str, dict[s
     return opts or [{"label": default, "value": default}], default, info
 
 
+def shown(visible: bool) -> dict[str, str]:
+    """The style of a control shown only in some modes of its page: ``{}`` or ``display: none``."""
+    return {} if visible else {"display": "none"}
+
+
 def progress_block(prefix: str, *, running: bool) -> html.Div:
     """A progress bar, a status line and the interval that polls the job."""
     return html.Div(

@@ -29,6 +29,7 @@ from frontend.pages.common import (
     register_grid_pick,
     register_poll,
     register_view,
+    shown,
 )
 from frontend.pages.corpus import _corpus_options
 
@@ -106,6 +107,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
     second = "smollm2" if "smollm2" in names else default_model
     cell = cell_of(view.get("cell"))
     picks = text_options(store.status(source)["result"]) if source else []  # a link's picked text: listed
+    kind = "corpus" if request.get("corpus") else "text"  # the text box shows in text mode only
     return html.Div(className="page", id="compare-page", children=[
         html.H2("Two models side by side"),
         html.Div(className="controls", children=[
@@ -120,16 +122,20 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
             html.Div(className="control-row", children=[
                 dcc.RadioItems(id="compare-source-kind", inline=True,
                                options=[{"label": " one text", "value": "text"}, {"label": " a corpus", "value": "corpus"}],
-                               value="corpus" if request.get("corpus") else "text"),
-                dcc.Dropdown(id="compare-corpus", options=_corpus_options(store),
-                             value=request.get("corpus") or "builtin-english", clearable=False,
-                             style={"minWidth": "22em"}),
+                               value=kind),
+                html.Div(id="compare-corpus-box", style=shown(kind == "corpus"), children=[
+                    dcc.Dropdown(id="compare-corpus", options=_corpus_options(store),
+                                 value=request.get("corpus") or "builtin-english", clearable=False,
+                                 style={"minWidth": "22em"}),
+                ]),
                 html.Label("max tokens per text", htmlFor="compare-max-tokens"),
                 dcc.Input(id="compare-max-tokens", type="number", min=2, max=512, step=1,
-                          value=request.get("max_tokens", 128)),
+                          value=request.get("max_tokens", 128), style={"width": "9em"}),
             ]),
-            dcc.Textarea(id="compare-text", value=request.get("text") or DEFAULT_TEXT, className="text-input",
-                         placeholder="a text (with a corpus, pick the text to look at below the matrix)"),
+            html.Div(id="compare-text-box", style=shown(kind == "text"), children=[
+                dcc.Textarea(id="compare-text", value=request.get("text") or DEFAULT_TEXT, className="text-input",
+                             placeholder="the text to compare the two models on"),
+            ]),
             html.Div(className="control-row", children=[
                 html.Button("Compare", id="compare-run", className="button primary"),
                 html.Button("Cancel", id="compare-cancel", className="button secondary"),
@@ -161,7 +167,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         html.Div(className="panel", children=[graph("compare-joint-graph", figure=F.joint_map_figure({}))]),
         html.Div(className="panel", children=[
             html.Div(id="compare-text-row", className="control-row",
-                     style={} if picks else {"display": "none"}, children=[
+                     style=shown(bool(picks)), children=[
                 html.Label("text of the corpus (word-level maps and surprisal)", htmlFor="compare-text-pick"),
                 dcc.Dropdown(id="compare-text-pick", options=picks, value=text_index(view.get("text")),
                              clearable=False, style={"minWidth": "40em"}),
@@ -234,6 +240,15 @@ def register(app: Dash, store: ResultStore) -> None:
             return no_update, no_update, str(exc)
         return {"kind": "compare", "id": made["id"], "request": req}, None, ""
 
+    @app.callback(
+        Output("compare-text-box", "style"),
+        Output("compare-corpus-box", "style"),
+        Input("compare-source-kind", "value"),
+    )
+    def _mode(kind):  # type: ignore[no-untyped-def]
+        """Text mode: the text box; corpus mode: the corpus picker (the other one hides)."""
+        return shown(kind != "corpus"), shown(kind == "corpus")
+
     register_cancel(app, "compare", kind="compare", cancel=client.cancel_compare)
     register_grid_pick(app, target="compare-cell", graph_id="compare-sim-graph", grid_id="compare-table",
                        from_point=lambda point: _listed(F.clicked_cell(point)),
@@ -250,7 +265,7 @@ def register(app: Dash, store: ResultStore) -> None:
     def _texts(_job, source, pick):  # type: ignore[no-untyped-def]
         opts = text_options(store.status(source)["result"])
         value = min(text_index(pick), len(opts) - 1) if opts else 0
-        return opts, value, ({} if opts else {"display": "none"})
+        return opts, value, shown(bool(opts))
 
     @app.callback(
         Output("compare-table", "rowData"),
