@@ -134,7 +134,7 @@ def bench_flow(model: str, *, tokens: int, repeats: int) -> float:
     forward of the same tokens, interleaved (median of ``repeats``); printed and returned.
 
     Run as ``PYTHONPATH=. python -m tests.bench.bench_circuits --flow [--model smollm2] [--tokens 128]
-    [--repeats 3] [--threads 2]``."""
+    [--repeats 3] [--threads 2] [--every-query]``."""
     from workers.analysis.information_flow import information_flow
     from workers.models import load_model
     from workers.models.adapters import model_inputs
@@ -169,8 +169,14 @@ def flow_main(argv: list[str]) -> int:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--every-query", action="store_true",
+                        help="the path of texts whose layers would not fit KEEP_BYTES: every query in the forward")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.every_query:
+        import workers.analysis.information_flow as flow_module
+
+        flow_module.KEEP_BYTES = 0
     bench_flow(args.model, tokens=args.tokens, repeats=args.repeats)
     return 0
 

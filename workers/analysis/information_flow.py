@@ -249,11 +249,12 @@ def information_flow(
     share = 0.6 if top_down else 0.9
 
     def on_layer(layer: int, rec: LayerRecord) -> None:
-        if top_down:
-            flows.append(LayerFlow(*ff_importances(rec, arch.layers[layer])))
-            records.append(rec)
-        else:
-            flows.append(layer_flow(rec, arch.layers[layer], H, threshold=threshold, causal=causal))
+        with one_torch_thread():  # the importances by query chunks: small products, as in the graph below
+            if top_down:
+                flows.append(LayerFlow(*ff_importances(rec, arch.layers[layer])))
+                records.append(rec)
+            else:
+                flows.append(layer_flow(rec, arch.layers[layer], H, threshold=threshold, causal=causal))
         progress(share * (layer + 1) / L, f"information flow: layer {layer + 1}/{L}")
 
     def fill(layer: int, rows: list[int]) -> None:
