@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from backend.api.common import PARTIAL_QUERY, job_status, not_found
+from backend.api.common import PARTIAL_QUERY, RESULT_QUERY, job_status, not_found
 from backend.deps import QueueDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from backend.store import Store
@@ -179,9 +179,11 @@ def submit_analysis(req: AnalysisRequest, queue: QueueDep, store: StoreDep) -> J
 
 
 @router.get("/api/analyses/{job_id}", response_model=JobStatus, responses=error_responses(404))
-def get_analysis(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY):
-    """Status, progress, partial sections while running (``?partial=`` picks which), the result when finished."""
-    return job_status(queue, job_id, kind="analysis", what="analysis", pattern=JOB_ID, partial=partial)
+def get_analysis(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY, result: str = RESULT_QUERY):
+    """Status, progress, partial sections while running (``?partial=`` picks which), the result when
+    finished (``?result=none``: not even then)."""
+    return job_status(queue, job_id, kind="analysis", what="analysis", pattern=JOB_ID, partial=partial,
+                      result=result)
 
 
 @router.delete("/api/analyses/{job_id}", dependencies=[WriteAccess], responses=error_responses(404))
