@@ -174,6 +174,18 @@ def _run_queued(served, monkeypatch) -> None:
     store.close()
 
 
+def _wait_queued(base: str, ids: list[str]) -> None:
+    """Until every job of ``ids`` is queued (a state, not a time: the limit only stops a hang)."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + WAIT_MS / 1000
+    while (states := [httpx.get(f"{base}/api/analyses/{i}").json()["status"] for i in ids]) != ["queued"] * len(ids):
+        assert time.monotonic() < deadline, states
+        time.sleep(0.2)
+
+
 def test_circuits_page_cancel_and_downloads(queued_server, browser, tmp_path, catalogue, one_torch_thread,  # noqa: F811
                                             monkeypatch):
     """Cancel on the page cancels both queued jobs (they never run, nothing is kept); Analyze again runs
@@ -212,7 +224,7 @@ def test_circuits_page_cancel_and_downloads(queued_server, browser, tmp_path, ca
         w.shot("circuits-3-cancelled")
 
         page.click("#circuits-analyze")  # submitted again, the same jobs run to the end
-        page.wait_for_function("(ids) => ids.every(i => location.search.includes(i))", arg=ids, timeout=WAIT_MS)
+        _wait_queued(base, ids)  # the URL holds these ids already: wait for the service to queue them again
         _run_queued(queued_server, monkeypatch)
         page.wait_for_function(DONE_JS, timeout=WAIT_MS)
         assert not page.inner_text("#circuits-error"), page.inner_text("#circuits-error")
