@@ -6,6 +6,10 @@ import argparse
 import sys
 from typing import Any
 
+# paper mode's recipe, the shipped lasf-minilm-paper (docs/lasf.md, "Paper mode: a sweep"); stable: lasf-minilm's
+PAPER = {"kernel": "identity", "init_scale": 0.1, "epochs": 12, "lr": 1e-3, "clip": 1.0, "weight_decay": 1.0}
+STABLE = {"kernel": "identity", "init_scale": 1.0, "epochs": 4, "lr": 2e-3, "clip": None, "weight_decay": 0.01}
+
 
 def cmd_lasf_train(args: argparse.Namespace) -> int:
     """Train LasF and the two baselines; write the checkpoint directory and print the metrics."""
@@ -14,15 +18,14 @@ def cmd_lasf_train(args: argparse.Namespace) -> int:
     from workers.lasf.train import TrainConfig
 
     paper = args.mode == "paper"
+    default = PAPER if paper else STABLE
+    given = {k: getattr(args, k) for k in default if getattr(args, k) is not None}
+    if "clip" in given:
+        given["clip"] = given["clip"] or None  # --clip 0: no clipping
     config = TrainConfig(
-        mode=args.mode,
-        kernel=args.kernel or ("gaussian" if paper else "identity"),
-        residual=args.residual or ("none" if paper else "linear"),
-        n_fields=args.fields, d_q=args.d_q, d_s=args.d_s,
-        init_scale=args.init_scale if args.init_scale is not None else (0.1 if paper else 1.0),
-        epochs=args.epochs, lr=args.lr if args.lr is not None else (1e-3 if paper else 2e-3),
-        seed=args.seed, max_sentences=args.max_sentences or None,
-        warmup=args.warmup, clip=(args.clip or None) if args.clip is not None else (1.0 if paper else None),
+        mode=args.mode, residual=args.residual or ("none" if paper else "linear"),
+        n_fields=args.fields, d_q=args.d_q, d_s=args.d_s, seed=args.seed,
+        max_sentences=args.max_sentences or None, warmup=args.warmup, **{**default, **given},
     )  # fmt: skip
     bar = StderrProgress(f"lasf-train {args.mode}", enabled=not args.quiet)
     try:
@@ -47,16 +50,19 @@ def add_lasf_commands(sub: Any) -> None:
     """Register ``lasf-train`` on the ``headscope`` subparsers."""
     t = sub.add_parser("lasf-train", help="train a LasF layer in place of MiniLM's last layer (distillation)")
     t.add_argument("--mode", choices=["paper", "stable"], default="stable")
-    t.add_argument("--kernel", choices=["identity", "gaussian"], default=None, help="default: gaussian (paper), identity (stable)")
+    t.add_argument("--kernel", choices=["identity", "gaussian"], default=None,
+                   help="the length kernel D, D_S (paper section 4); default identity (gaussian: the paper's default)")
     t.add_argument("--residual", choices=["none", "identity", "linear"], default=None, help="stable mode only (default linear)")
     t.add_argument("--fields", type=int, default=12, help="N_s")
     t.add_argument("--d-q", type=int, default=15)
     t.add_argument("--d-s", type=int, default=128)
     t.add_argument("--init-scale", type=float, default=None, help="default: 0.1 (paper), 1 (stable)")
-    t.add_argument("--epochs", type=int, default=4)
+    t.add_argument("--epochs", type=int, default=None, help="default: 12 (paper), 4 (stable)")
     t.add_argument("--lr", type=float, default=None, help="LasF's peak learning rate (one-cycle schedule); default: 1e-3 (paper), 2e-3 (stable)")
     t.add_argument("--warmup", type=float, default=0.1, help="share of the steps warming up to --lr (default 0.1)")
     t.add_argument("--clip", type=float, default=None, help="clip LasF's gradient norm to this (0: no clipping); default: 1 (paper), none (stable)")
+    t.add_argument("--weight-decay", type=float, default=None,
+                   help="LasF's AdamW weight decay (the baselines keep 0.01); default: 1 (paper), 0.01 (stable)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--max-sentences", type=int, default=8000, help="sentences kept after the seeded shuffle (0: all 13.9k)")
     t.add_argument("--cache-dir", default=None, help="keep MiniLM's features here for later runs")

@@ -107,10 +107,15 @@ class ApiClient:
         body = {"model": model, "text": text, "analyses": analyses, "options": options or {}}
         return self._request("POST", "/api/analyses", json=body)
 
-    def analysis(self, analysis_id: str, *, partial: str | None = None) -> dict[str, Any]:
+    def cancel_analysis(self, analysis_id: str) -> dict[str, Any]:
+        """``DELETE /api/analyses/{id}`` → ``{"id", "status", "cancelled"}``."""
+        return self._request("DELETE", f"/api/analyses/{analysis_id}")
+
+    def analysis(self, analysis_id: str, *, partial: str | None = None, result: str | None = None) -> dict[str, Any]:
         """``GET /api/analyses/{id}`` → JobStatus (``status``, ``progress``, ``partial``, ``partial_keys``,
-        ``result``, …); ``partial``: which partial keys to send (``"none"``, ``"a,b"``; default all)."""
-        params = {"partial": partial} if partial is not None else None
+        ``result``, …); ``partial``: which partial keys to send (``"none"``, ``"a,b"``; default all);
+        ``result="none"``: no result even when finished."""
+        params = {k: v for k, v in (("partial", partial), ("result", result)) if v is not None} or None
         return self._request("GET", f"/api/analyses/{analysis_id}", params=params)
 
     # ------------------------------------------------------------------ positional encodings

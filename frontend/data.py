@@ -85,6 +85,7 @@ class ResultStore:
         self._cache: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
         self._partials: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()  # running jobs' keys read
         self._folded: dict[tuple[str, str], tuple[tuple[str, ...], dict[str, Any]]] = {}  # their layer parts folded
+        self._requests: dict[tuple[str, str], dict[str, Any]] = {}  # running jobs' requests
         self._lock = threading.Lock()
         self._job_locks = [threading.Lock() for _ in range(16)]  # by job: one download at a time
         self._models: tuple[float, dict[str, Any]] | None = None
@@ -103,6 +104,7 @@ class ResultStore:
             while len(self._cache) > self._size:
                 self._cache.popitem(last=False)
             self._partials.pop(key, None)
+            self._requests.pop(key, None)
 
     def _job_lock(self, key: tuple[str, str]) -> threading.Lock:
         return self._job_locks[hash(key) % len(self._job_locks)]
@@ -166,10 +168,21 @@ class ResultStore:
         if out["status"] == "finished" and raw.get("result") is not None:
             out["result"] = raw["result"]
             out["progress"] = 1.0
+            if raw.get("assembled"):
+                out["assembled"] = True
             self._put(key, out)
         else:
             out["result"] = self._fold(key, partial)
         return out
+
+    def stored_result(self, source: dict[str, Any] | None) -> dict[str, Any]:
+        """The result as the service stores it (for a download): ``status(source)["result"]``, unless
+        that was put together from the sections read while the job ran (``finished_from_parts``)."""
+        st = self.status(source)
+        if not st.get("assembled"):
+            return st["result"]
+        raw = self.client.analysis(str((source or {})["id"]), partial="none")
+        return raw.get("result") or st["result"]
 
     def _fold(self, key: tuple[str, str], partial: dict[str, Any]) -> dict[str, Any]:
         """The partial result with its layer parts folded into sections (``workers.layer_parts``),
@@ -195,12 +208,23 @@ class ResultStore:
         kind, sid = key
         fetch = {"pe": self.client.pe_analysis, "corpus": self.client.corpus_analysis,
                  "corpus-joint": self.client.corpus_joint, "compare": self.client.compare}.get(kind, self.client.analysis)
-        raw = fetch(sid, partial="none")
-        if raw.get("status") == "finished" and raw.get("result") is not None:
-            return raw, {}
+        with self._lock:
+            followed = kind == "analysis" and key in self._partials
+        raw = self.client.analysis(sid, partial="none", result="none") if followed else fetch(sid, partial="none")
+        if raw.get("status") == "finished":
+            if raw.get("result") is not None:
+                return raw, {}
+            with self._lock:
+                have, request = self._partials.get(key) or {}, self._requests.get(key)
+            whole = finished_from_parts(raw.get("request") or request, have)
+            if whole is not None:  # every section was read while the job ran: no need of the result's megabytes
+                return {**raw, "result": whole, "request": raw.get("request") or request, "assembled": True}, {}
+            return fetch(sid, partial="none"), {}
         with self._lock:
             have = self._partials.get(key) or {}
-        missing = [k for k in raw.get("partial_keys") or [] if k not in have]
+            if raw.get("request"):
+                self._requests[key] = raw["request"]
+        missing = wanted_keys(raw.get("partial_keys") or [], have)
         if missing:
             raw = fetch(sid, partial=",".join(missing))
             if raw.get("status") == "finished" and raw.get("result") is not None:
@@ -210,9 +234,78 @@ class ResultStore:
                 self._partials[key] = have
                 self._partials.move_to_end(key)
                 while len(self._partials) > self._running:
-                    self._partials.popitem(last=False)
+                    self._requests.pop(self._partials.popitem(last=False)[0], None)
         # a retried job starts its partial result again: show only the keys it has now
         return raw, {k: have[k] for k in raw.get("partial_keys") or [] if k in have}
+
+
+TEXT_EXPLORER_KINDS = {"max-attention", "head-tsne", "hidden-tsne"}
+
+
+def finished_from_parts(request: dict[str, Any] | None, held: dict[str, Any]) -> dict[str, Any] | None:
+    """The finished result of a text explorer job (its analyses among ``TEXT_EXPLORER_KINDS``) from the
+    partial keys read while it ran, when they hold every section it asked for, else None.
+
+    It differs from the stored result only in what no figure reads (``timings``, the gallery section's
+    engine notes); ``ResultStore.stored_result`` reads the stored one for downloads. At 452 tokens on
+    SmolLM2 the stored result is 12 MB, at 256 tokens 29 MB: read and parsed again at the job's end,
+    it kept the page's server busy for a second or more (docs/dashboard.md).
+    """
+    from workers.layer_parts import fold
+
+    analyses = set((request or {}).get("analyses") or [])
+    if not analyses or not analyses <= TEXT_EXPLORER_KINDS:
+        return None
+    o = (request or {}).get("options") or {}
+    want = set(analyses)
+    if o.get("all_heads") and "head-tsne" in analyses and not (o.get("layer") == "all" and o.get("head") == "all"):
+        want.add("head-tsne-all")
+    whole = fold(held)
+    if not want <= set(whole) or "tokens" not in whole:
+        return None
+    for k in want:
+        progress = whole[k].get("partial") if isinstance(whole[k], dict) else None
+        if progress:
+            if progress.get("layers_done", 0) < len(progress.get("layers") or []):
+                return None
+            whole[k] = {f: v for f, v in whole[k].items() if f != "partial"}
+    return whole
+
+
+def wanted_keys(names: list[str], have: dict[str, Any]) -> list[str]:
+    """The partial keys to download, of ``names``, when ``have`` is held already.
+
+    A section published layer by layer (``workers.layer_parts``) and then whole is read either way,
+    not both: with every layer's part held, the whole section (tens of MB for a gallery) is folded
+    from them; without, it is read whole and the parts it makes are not.
+    """
+    from workers.layer_parts import parse_part_key
+
+    parts: dict[str, list[str]] = {}
+    for k in names:
+        parsed = parse_part_key(k)
+        if parsed:
+            parts.setdefault(parsed[0], []).append(k)
+    out = []
+    for k in names:
+        if k in have:
+            continue
+        parsed = parse_part_key(k)
+        if parsed and parsed[0] in names:  # the whole section is published: read it, not its parts
+            continue
+        if k in parts and all(p in have for p in parts[k]) and _covers(k, parts[k], have):
+            continue
+        out.append(k)
+    return out
+
+
+def _covers(section: str, part_keys: list[str], have: dict[str, Any]) -> bool:
+    """Whether the parts held are every layer the section holds (``of_layers`` of a part)."""
+    from workers.layer_parts import parse_part_key
+
+    layers = {parse_part_key(k)[1] for k in part_keys}  # type: ignore[index]
+    planned = (have.get(part_keys[0]) or {}).get("of_layers") or []
+    return bool(planned) and set(planned) <= layers
 
 
 class Built:

@@ -220,11 +220,14 @@ def max_attention_figure(
         subplot_titles=[title(layer) for layer in shown],
     )
     zmax = float(data[shown].max()) or 1.0
+    small = np.int16 if max(len(kept), n_layers, n_heads, *kept) < 2**15 else np.int32
+    text = [labels] * n_heads  # (z and customdata are numpy: no per-cell validation, typed arrays on the wire)
     for row, layer in enumerate(shown, start=1):
-        custom = [[[int(t), layer, h] for t in kept] for h in range(n_heads)]  # [head][token][3]
+        custom = np.empty((n_heads, n_tok, 3), dtype=small)  # [head, token, (token, layer, head)]
+        custom[..., 0], custom[..., 1], custom[..., 2] = np.asarray(kept), layer, np.arange(n_heads)[:, None]
         fig.add_trace(
             go.Heatmap(
-                z=data[layer].tolist(),
+                z=data[layer].astype(np.float32),
                 x=list(range(n_tok)),
                 y=list(range(n_heads)),
                 customdata=custom,
@@ -232,7 +235,7 @@ def max_attention_figure(
                 hovertemplate=f"layer {layer}, head %{{y}}<br>token %{{customdata[0]}}: "
                 "%{text}<br>" + reduction + " attention %{z:.3f}<br>" + reduction + " over the "
                 + over + " that see this token<extra></extra>",
-                text=[labels] * n_heads,
+                text=text,
                 name=f"layer {layer}",
                 xgap=1,
                 ygap=1,

@@ -6,13 +6,22 @@ rescaled quantile-equidistantly (docs/analyses.md#quantile-equidistant-rescaling
 draws fast for hundreds of panels and exports as one PNG/SVG. ``layout.meta.gallery`` tells
 ``assets/heads.js`` which panel a click falls in. Large pages switch to WebGL (``Scattergl``).
 
+The figure has a fixed shape while the gallery fills in (``workers/layer_parts.py``): trace 0 the
+panel frames, then one trace per row of the page, empty until its layer is computed. A page that
+already shows some rows therefore takes the others as ``gallery_update`` (the new rows' traces by
+index, the frames, annotations, title and meta), which the dashboard sends as a partial update:
+the rows on screen are not sent again. Arrays are numpy, so they travel as typed arrays.
+
 ``head_maps`` packs, for every head of a result, exactly what ``figures.head_tsne_figure`` would
 draw (plotted and original coordinates, ticks, title) plus two template figures, so the browser
-redraws the large map for another head without asking the server.
+redraws the large map for another head without asking the server; ``head_map_entries`` gives the
+maps of some heads only (the layers that just arrived).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,8 +38,10 @@ from frontend.heads import gallery_section, head_sections
 
 SX, SY = 1.12, 1.28  # panel pitch in data units: a unit square plus the gap (and the title above it)
 MAX_PANELS = 96  # panels per gallery page; a page holds whole layers
-WEBGL_POINTS = 30_000  # points on a page beyond which the gallery draws with WebGL
+WEBGL_POINTS = 5_000  # points on a page beyond which the gallery draws with WebGL: as it fills in, each new row
+# redraws the page, and SVG redraws every point (24k points in 6 rows: 12 s in software-rendered Chromium, WebGL 2-3 s)
 DIGITS = 5
+HOVER = "%{text} (#%{customdata[0]}) — layer %{customdata[1]}, head %{customdata[2]}<extra></extra>"
 
 
 def gallery_layers(result: dict[str, Any], layers: list[int] | None = None) -> list[int]:
@@ -51,11 +62,144 @@ def gallery_pages(layers: list[int], n_heads: int, *, max_panels: int = MAX_PANE
     return [layers[i : i + per] for i in range(0, len(layers), per)]
 
 
-def _unit(v: np.ndarray) -> np.ndarray:
-    """Quantile-equidistant coordinates in [0, 1] (docs/analyses.md#quantile-equidistant-rescaling, k = 100)."""
-    from frontend.rescale import fit_axis
+def skeleton_section(result: dict[str, Any]) -> dict[str, Any] | None:
+    """A grid section with no layer yet, shaped as the gallery the job is computing: every layer and
+    head of the model over the max-attention section's tokens (None before that section is there).
+    The page draws it while the first layer is embedded, so its rows wait in their places."""
+    ma = result.get("max-attention")
+    n_layers, n_heads = result.get("n_layers"), result.get("n_heads")
+    if not ma or not n_layers or not n_heads:
+        return None
+    kept = ma.get("kept") or list(range(int(result.get("n_tokens") or 0)))
+    return {"layers": [], "heads": list(range(int(n_heads))), "kept": list(kept), "embedding": [], "kl": [],
+            "partial": {"layers_done": 0, "layers": list(range(int(n_layers)))}}
 
-    return fit_axis(v, k=100).forward(v)
+
+@dataclass(frozen=True)
+class GalleryPage:
+    """One page of the gallery: the section it is drawn from and what it shows."""
+
+    section: dict[str, Any]
+    shown: list[int]  # the page's layers, one row each, in order
+    heads: list[int]
+    kept: list[int]
+    page: int
+    pages: int
+    webgl: bool
+    done: list[int]  # the page's layers computed so far (row order)
+    layers_done: int  # of the whole gallery
+    layers_planned: int
+
+    @property
+    def complete(self) -> bool:
+        """Every layer of the gallery (not only of this page) is computed."""
+        return self.layers_done >= self.layers_planned
+
+    @property
+    def shape(self) -> dict[str, Any]:
+        """What fixes the figure's traces: a page of another shape is drawn anew, not updated."""
+        return {"layers": self.shown, "heads": self.heads, "n": len(self.kept), "webgl": self.webgl,
+                "page": self.page}
+
+
+def gallery_page(
+    result: dict[str, Any],
+    *,
+    layers: list[int] | None = None,
+    page: int = 0,
+    max_panels: int = MAX_PANELS,
+    webgl: bool | None = None,
+    section: dict[str, Any] | None = None,
+) -> GalleryPage | str:
+    """The page to draw, or the message to show instead. ``section``: draw this one (a skeleton)."""
+    sec = section if section is not None else gallery_section(result)
+    if sec is None:
+        return "The gallery of every head appears here after Analyze."
+    planned = planned_layers(sec)
+    heads = list(sec["heads"])
+    pages = gallery_pages([la for la in (layers or planned) if la in planned], len(heads), max_panels=max_panels)
+    if not pages:
+        return "None of the chosen layers is in the gallery."
+    page = min(max(0, int(page or 0)), len(pages) - 1)
+    shown = pages[page]
+    kept = list(sec.get("kept") or range(np.shape(sec["embedding"])[2]))
+    gl = (len(shown) * len(heads) * len(kept) > WEBGL_POINTS) if webgl is None else webgl
+    have = set(sec.get("layers", []))
+    return GalleryPage(section=sec, shown=shown, heads=heads, kept=kept, page=page, pages=len(pages), webgl=gl,
+                       done=[la for la in shown if la in have], layers_done=len(have), layers_planned=len(planned))
+
+
+def row_trace(result: dict[str, Any], gp: GalleryPage, row: int) -> dict[str, Any]:
+    """Trace of row ``row``: every head of its layer (``customdata`` = [token, layer, head] per point),
+    or a placeholder of the same type while the layer is computed. A WebGL placeholder holds one
+    transparent point: WebGL starts (seconds in a software-rendered browser) with the first point
+    drawn, so the page starts it while the first layer is computed, not when it arrives."""
+    layer = gp.shown[row]
+    kind = "scattergl" if gp.webgl else "scatter"
+    if layer not in gp.done:
+        dot = {"x": [0.5], "y": [row * SY + 0.5], "marker": {"opacity": 0}} if gp.webgl else {"x": [], "y": []}
+        return {"type": kind, **dot, "mode": "markers", "name": f"layer {layer}", "showlegend": False,
+                "hoverinfo": "skip"}
+    sec, heads, n = gp.section, gp.heads, len(gp.kept)
+    emb = np.asarray(sec["embedding"][sec["layers"].index(layer)], dtype=np.float64)  # [head, token, 2]
+    xs, ys = np.empty(len(heads) * n), np.empty(len(heads) * n)
+    for c in range(len(heads)):
+        xs[c * n : (c + 1) * n] = c * SX + _unit(emb[c, :, 0])
+        ys[c * n : (c + 1) * n] = row * SY + 1.0 - _unit(emb[c, :, 1])  # y axis points down: row 0 on top
+    small = np.int16 if max(*gp.kept, layer, *heads) < 2**15 else np.int32  # typed arrays: 2 bytes a number
+    custom = np.empty((len(heads), n, 3), dtype=small)  # [head, token, (token, layer, head)]
+    custom[..., 0], custom[..., 1], custom[..., 2] = np.asarray(gp.kept), layer, np.asarray(heads)[:, None]
+    colour = np.asarray(gp.kept, dtype=small)
+    return {
+        "type": kind, "x": xs, "y": ys, "mode": "markers", "customdata": custom.reshape(-1, 3),
+        "text": token_labels(result, gp.kept) * len(heads), "hovertemplate": HOVER,
+        "marker": {"size": 4 if n <= 200 else 3, "color": np.tile(colour, len(heads)), "colorscale": POSITION_SCALE,
+                   "cmin": float(colour.min()), "cmax": float(colour.max()), "showscale": row == 0,
+                   "colorbar": {"title": {"text": "position"}, "thickness": 10, "len": 0.5}},
+        "name": f"layer {layer}", "showlegend": False,
+    }  # fmt: skip
+
+
+def _frames(gp: GalleryPage) -> dict[str, Any]:
+    xs, ys = [], []
+    for r, layer in enumerate(gp.shown):
+        if layer in gp.done:
+            for c in range(len(gp.heads)):
+                x0, y0 = c * SX - 0.03, r * SY - 0.03
+                xs += [x0, x0 + 1.06, x0 + 1.06, x0, x0, None]
+                ys += [y0, y0, y0 + 1.06, y0 + 1.06, y0, None]
+    return {"type": "scatter", "x": xs, "y": ys, "mode": "lines", "line": {"color": "#ccc", "width": 1},
+            "hoverinfo": "skip", "showlegend": False, "name": "panels"}
+
+
+def _annotations(gp: GalleryPage) -> list[dict[str, Any]]:
+    sec, out = gp.section, []
+    kl = {la: sec["kl"][i] for i, la in enumerate(sec.get("layers", []))}
+    size = 9 if len(gp.heads) <= 16 else 7
+    for r, layer in enumerate(gp.shown):
+        if layer not in gp.done:  # not computed yet: the row waits in its place
+            out.append({"x": 0.02, "y": r * SY + 0.5, "xref": "x", "yref": "y", "showarrow": False,
+                        "text": f"layer {layer}: computing…", "xanchor": "left", "font": {"color": "#888"}})
+            continue
+        for c, head in enumerate(gp.heads):
+            out.append({"x": c * SX + 0.5, "y": r * SY - 0.04, "xref": "x", "yref": "y",
+                        "text": f"L{layer} H{head} · KL {float(kl[layer][c]):.2f}", "showarrow": False,
+                        "yanchor": "bottom", "font": {"size": size}})
+    return out
+
+
+def gallery_title(gp: GalleryPage) -> str:
+    return (f"Attention-head t-SNE of every head — layers {gp.shown[0]}–{gp.shown[-1]}"
+            + (f" (page {gp.page + 1} of {gp.pages})" if gp.pages > 1 else "")
+            + ("" if gp.complete else f" — {gp.layers_done} of {gp.layers_planned} layers so far")
+            + " — quantile-equidistant axes, colour = position; click a panel to open it")  # fmt: skip
+
+
+def _meta(gp: GalleryPage) -> dict[str, Any]:
+    panels = [[layer, head] for layer in gp.done for head in gp.heads]
+    return {"highlight": "points", "gallery": {"panels": panels, "layers": gp.shown, "heads": gp.heads, "sx": SX,
+                                               "sy": SY, "page": gp.page, "pages": gp.pages, "webgl": gp.webgl,
+                                               "complete": gp.complete}}  # fmt: skip
 
 
 def gallery_figure(
@@ -65,118 +209,111 @@ def gallery_figure(
     page: int = 0,
     max_panels: int = MAX_PANELS,
     webgl: bool | None = None,
+    section: dict[str, Any] | None = None,
 ) -> go.Figure:
     """Small multiples of every head of the page's layers: rows = layers, columns = heads.
 
     Each panel: the head's map on quantile-equidistant axes, coloured by position, titled
-    ``L{layer} H{head} KL {kl}``. Each point's customdata is ``[token, layer, head, x, y]``.
+    ``L{layer} H{head} KL {kl}``. Traces: the panel frames, then one per row (``row_trace``).
     """
-    sec = gallery_section(result)
-    if sec is None:
-        return empty_figure("The gallery of every head appears here after Analyze.", height=200)
-    all_layers, heads = list(sec["layers"]), list(sec["heads"])
-    pages = gallery_pages(gallery_layers(result, layers), len(heads), max_panels=max_panels)
-    if not pages:
-        return empty_figure("None of the chosen layers is in the gallery.", height=200)
-    page = min(max(0, int(page)), len(pages) - 1)
-    shown = pages[page]
-    emb = np.asarray(sec["embedding"], dtype=np.float64)  # [layer, head, token, 2]
-    kl = np.asarray(sec["kl"], dtype=np.float64)  # [layer, head]
-    kept = list(sec.get("kept") or range(emb.shape[2]))
-    labels = token_labels(result, kept)
-    n = len(kept)
-    gl = (len(shown) * len(heads) * n > WEBGL_POINTS) if webgl is None else webgl
-    scatter = go.Scattergl if gl else go.Scatter
-    colour = np.asarray(kept, dtype=np.float64)
-    traces, annotations, frame_x, frame_y, panels = [], [], [], [], []
-    for r, layer in enumerate(shown):
-        if layer not in all_layers:  # not computed yet: the row waits in its place
-            annotations.append({"x": 0.02, "y": r * SY + 0.5, "xref": "x", "yref": "y", "showarrow": False,
-                                "text": f"layer {layer}: computing…", "xanchor": "left", "font": {"color": "#888"}})
-            continue
-        li = all_layers.index(layer)
-        xs, ys, custom = [], [], []
-        for c, head in enumerate(heads):
-            xy = emb[li, c]  # [token, 2]
-            ux, uy = _unit(xy[:, 0]), _unit(xy[:, 1])
-            xs.append(c * SX + ux)
-            ys.append(r * SY + 1.0 - uy)  # y axis points down: row 0 on top, larger y lower
-            custom += [[int(t), layer, head, round(float(a), DIGITS), round(float(b), DIGITS)]
-                       for t, (a, b) in zip(kept, xy, strict=True)]
-            annotations.append({"x": c * SX + 0.5, "y": r * SY - 0.04, "xref": "x", "yref": "y",
-                                "text": f"L{layer} H{head} · KL {kl[li, c]:.2f}", "showarrow": False,
-                                "yanchor": "bottom", "font": {"size": 9 if len(heads) <= 16 else 7}})
-            x0, y0 = c * SX - 0.03, r * SY - 0.03
-            frame_x += [x0, x0 + 1.06, x0 + 1.06, x0, x0, None]
-            frame_y += [y0, y0, y0 + 1.06, y0 + 1.06, y0, None]
-            panels.append([layer, head])
-        traces.append(scatter(
-            x=np.round(np.concatenate(xs), DIGITS), y=np.round(np.concatenate(ys), DIGITS), mode="markers",
-            customdata=custom, text=labels * len(heads),
-            hovertemplate="%{text} (#%{customdata[0]}) — layer %{customdata[1]}, head %{customdata[2]}"
-            "<br>x = %{customdata[3]:.4g}, y = %{customdata[4]:.4g}<extra></extra>",
-            marker={"size": 4 if n <= 200 else 3, "color": np.tile(colour, len(heads)), "colorscale": POSITION_SCALE,
-                    "cmin": float(colour.min()), "cmax": float(colour.max()), "showscale": r == 0,
-                    "colorbar": {"title": {"text": "position"}, "thickness": 10, "len": 0.5}},
-            name=f"layer {layer}", showlegend=False,
-        ))
-    frames = go.Scatter(x=frame_x, y=frame_y, mode="lines", line={"color": "#ccc", "width": 1},
-                        hoverinfo="skip", showlegend=False, name="panels")
-    rows, cols = len(shown), len(heads)
+    gp = gallery_page(result, layers=layers, page=page, max_panels=max_panels, webgl=webgl, section=section)
+    if isinstance(gp, str):
+        return empty_figure(gp, height=200)
+    rows, cols = len(gp.shown), len(gp.heads)
     panel_px = max(48, min(120, 1350 // cols))
-    fig = go.Figure([frames, *traces])
-    progress = sec.get("partial")
-    fig.update_layout(
-        title={"text": f"Attention-head t-SNE of every head — layers {shown[0]}–{shown[-1]}"
-               + (f" (page {page + 1} of {len(pages)})" if len(pages) > 1 else "")
-               + (f" — {progress['layers_done']} of {len(progress['layers'])} layers so far" if progress else "")
-               + " — quantile-equidistant axes, colour = position; click a panel to open it", "font": {"size": 14}},
-        xaxis={"visible": False, "range": [-0.08, cols * SX], "fixedrange": True},
-        yaxis={"visible": False, "range": [rows * SY, -0.3], "fixedrange": True},
-        annotations=annotations,
-        height=int(80 + rows * panel_px * SY),
-        margin={"l": 10, "r": 10, "t": 50, "b": 10},
-        plot_bgcolor="white",
-        hovermode="closest",
-        meta={"highlight": "points", "gallery": {"panels": panels, "layers": shown, "heads": heads, "sx": SX,
-                                                 "sy": SY, "page": page, "pages": len(pages), "webgl": gl,
-                                                 "complete": not progress}},
-    )
-    return fig
+    layout = {
+        "title": {"text": gallery_title(gp), "font": {"size": 14}},
+        "xaxis": {"visible": False, "range": [-0.08, cols * SX], "fixedrange": True},
+        "yaxis": {"visible": False, "range": [rows * SY, -0.3], "fixedrange": True},
+        "annotations": _annotations(gp),
+        "height": int(80 + rows * panel_px * SY),
+        "margin": {"l": 10, "r": 10, "t": 50, "b": 10},
+        "plot_bgcolor": "white",
+        "hovermode": "closest",
+        "meta": _meta(gp),
+    }
+    return go.Figure([_frames(gp), *(row_trace(result, gp, r) for r in range(rows))], layout)
 
 
-def gallery_page_options(result: dict[str, Any], layers: list[int] | None = None) -> list[dict[str, Any]]:
+def gallery_update(result: dict[str, Any], gp: GalleryPage, drawn: Iterable[int]) -> dict[str, Any]:
+    """What changes on a page of this shape that already shows the layers ``drawn``: ``traces``
+    (trace index -> trace of each newly computed row), and the ``frames`` trace, ``annotations``,
+    ``title`` and ``meta`` (None where unchanged). Applying it twice changes nothing more."""
+    drawn = set(drawn)
+    new = [r for r, layer in enumerate(gp.shown) if layer in gp.done and layer not in drawn]
+    changed = bool(new) or set(gp.done) != drawn
+    return {"traces": {1 + r: row_trace(result, gp, r) for r in new},
+            "frames": _frames(gp) if changed else None,
+            "annotations": _annotations(gp) if changed else None,
+            "title": gallery_title(gp),
+            "meta": _meta(gp)}
+
+
+def gallery_page_options(result: dict[str, Any], layers: list[int] | None = None,
+                         section: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Dropdown options of the gallery's pages (``layers a–b``)."""
-    sec = gallery_section(result)
+    sec = section if section is not None else gallery_section(result)
     if sec is None:
         return []
-    pages = gallery_pages(gallery_layers(result, layers), len(sec.get("heads", [])))
+    planned = planned_layers(sec)
+    pages = gallery_pages([la for la in (layers or planned) if la in planned], len(sec.get("heads", [])))
     return [{"label": f"layers {p[0]}–{p[-1]}" if len(p) > 1 else f"layer {p[0]}", "value": i}
             for i, p in enumerate(pages)]
 
 
+def _unit(v: np.ndarray) -> np.ndarray:
+    """Quantile-equidistant coordinates in [0, 1] (docs/analyses.md#quantile-equidistant-rescaling, k = 100)."""
+    from frontend.rescale import fit_axis
+
+    return fit_axis(v, k=100).forward(v)
+
+
 def _rounded(values: Any) -> list[float]:
-    return [round(float(v), DIGITS) for v in values]
+    return np.round(np.asarray(values, dtype=np.float64), DIGITS).tolist()
 
 
-def _every_head(result: dict[str, Any]) -> dict[tuple[int, int], tuple[list[int], np.ndarray, float, list[float]]]:
-    """(layer, head) -> (kept, map ``[token, 2]``, KL, restart KLs), the one-head section first."""
+def _every_head(
+    result: dict[str, Any], layers: set[int] | None = None
+) -> dict[tuple[int, int], tuple[list[int], np.ndarray, float, list[float]]]:
+    """(layer, head) -> (kept, map ``[token, 2]``, KL, restart KLs) of every head (of ``layers``), the
+    one-head section first."""
     out: dict[tuple[int, int], tuple[list[int], np.ndarray, float, list[float]]] = {}
     for sec in head_sections(result):
-        emb = np.asarray(sec["embedding"], dtype=np.float64)
         kl = np.asarray(sec["kl"], dtype=np.float64)
         restarts = np.asarray(sec.get("kl_restarts", []), dtype=np.float64)
-        kept = list(sec.get("kept") or range(emb.shape[-2]))
+        one = kl.ndim != 2
+        emb = np.asarray(sec["embedding"], dtype=np.float64) if one else None
         for li, layer in enumerate(sec.get("layers", [])):
+            if layers is not None and layer not in layers:
+                continue
+            layer_emb = None
             for hi, head in enumerate(sec.get("heads", [])):
                 if (layer, head) in out:
                     continue
-                if emb.ndim == 2:  # one head
+                if one:
+                    kept = list(sec.get("kept") or range(emb.shape[-2]))
                     out[(layer, head)] = (kept, emb, float(kl.ravel()[0]), restarts.ravel().tolist())
-                else:
-                    rs = restarts[li, hi].tolist() if restarts.ndim == 3 else []
-                    out[(layer, head)] = (kept, emb[li, hi], float(kl[li, hi]), rs)
+                    continue
+                if layer_emb is None:
+                    layer_emb = np.asarray(sec["embedding"][li], dtype=np.float64)  # [head, token, 2]
+                kept = list(sec.get("kept") or range(layer_emb.shape[-2]))
+                rs = restarts[li, hi].tolist() if restarts.ndim == 3 else []
+                out[(layer, head)] = (kept, layer_emb[hi], float(kl[li, hi]), rs)
     return out
+
+
+def head_map_entries(result: dict[str, Any], *, layers: Iterable[int] | None = None) -> dict[str, Any]:
+    """``{"L,H": map}`` (as in ``head_maps``) of every head of ``layers`` (default: every head)."""
+    maps: dict[str, Any] = {}
+    for (layer, head), (_, xy, kl, restarts) in _every_head(result, None if layers is None else set(layers)).items():
+        px, py, xaxis, yaxis = scatter_axes(xy[:, 0], xy[:, 1], rescale=True)
+        best = f" (best of {len(restarts)})" if len(restarts) > 1 else ""
+        maps[f"{layer},{head}"] = {
+            "title": f"Attention-head t-SNE — layer {layer}, head {head} — KL {kl:.4f}{best}",
+            "x": _rounded(px), "y": _rounded(py), "xr": _rounded(xy[:, 0]), "yr": _rounded(xy[:, 1]),
+            "xaxis": xaxis, "yaxis": yaxis,
+        }
+    return maps
 
 
 def head_maps(result: dict[str, Any]) -> dict[str, Any]:
@@ -190,18 +327,9 @@ def head_maps(result: dict[str, Any]) -> dict[str, Any]:
     heads = _every_head(result)
     if not heads:
         return {"maps": {}}
-    maps: dict[str, Any] = {}
-    kept: list[int] = []
-    for (layer, head), (kept_h, xy, kl, restarts) in heads.items():
-        kept = kept_h
-        px, py, xaxis, yaxis = scatter_axes(xy[:, 0], xy[:, 1], rescale=True)
-        best = f" (best of {len(restarts)})" if len(restarts) > 1 else ""
-        maps[f"{layer},{head}"] = {
-            "title": f"Attention-head t-SNE — layer {layer}, head {head} — KL {kl:.4f}{best}",
-            "x": _rounded(px), "y": _rounded(py), "xr": _rounded(xy[:, 0]), "yr": _rounded(xy[:, 1]),
-            "xaxis": xaxis, "yaxis": yaxis,
-        }
     first = next(iter(heads))
+    kept = heads[first][0]
     templates = {mode: head_tsne_figure(result, layer=first[0], head=first[1], rescale=mode == "rescaled")
                  .to_plotly_json() for mode in ("rescaled", "raw")}
-    return {"maps": maps, "kept": kept, "labels": token_labels(result, kept), "templates": templates}
+    return {"maps": head_map_entries(result), "kept": kept, "labels": token_labels(result, kept),
+            "templates": templates}

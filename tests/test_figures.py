@@ -39,7 +39,7 @@ def test_max_attention_heatmaps_have_token_labels_and_values(head_result):
     for layer, trace in enumerate(fig.data):
         np.testing.assert_allclose(np.asarray(trace.z), ma[layer])
         assert list(trace.y) == list(range(head_result["n_heads"]))
-        assert trace.customdata[2][5] == [5, layer, 2]  # [token, layer, head] per cell
+        assert list(trace.customdata[2][5]) == [5, layer, 2]  # [token, layer, head] per cell
     bottom = fig.layout[f"xaxis{len(fig.data)}"]
     assert list(bottom.ticktext) == tokens  # repeated tokens ("the", "cat") keep their own column
     assert list(bottom.tickvals) == list(range(len(tokens)))

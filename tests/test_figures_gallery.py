@@ -195,3 +195,31 @@ def test_pe_heatmaps_get_their_own_colour_scales_unless_shared():
     shared = pe_distance_figure(result, shared_scale=True)
     assert [t.coloraxis for t in shared.data] == ["coloraxis", "coloraxis"]
     assert "coloraxis2" not in shared.to_plotly_json()["layout"]
+
+
+def test_a_webgl_page_waits_with_one_transparent_point_a_row(page_result):
+    """WebGL starts with the first point drawn: a WebGL page drawn before its layers are computed holds
+    one transparent, unhoverable point per waiting row, so it starts while the layers are computed."""
+    grid = {k: v for k, v in page_result.items() if k != "head-tsne-all"}
+    skeleton = G.skeleton_section(grid)
+    assert skeleton["layers"] == [] and skeleton["partial"]["layers"] == list(range(page_result["n_layers"]))
+    waiting = G.gallery_figure(grid, section=skeleton, webgl=True)
+    rows = waiting.data[1:]
+    assert len(rows) == page_result["n_layers"] and all(t.type == "scattergl" for t in rows)
+    assert all(len(t.x) == 1 and t.marker.opacity == 0 and t.hoverinfo == "skip" for t in rows)
+    assert waiting.layout.meta["gallery"]["panels"] == [] and waiting.layout.meta["gallery"]["complete"] is False
+    assert all(len(t.x) == 0 for t in G.gallery_figure(grid, section=skeleton, webgl=False).data[1:])  # SVG: empty
+
+
+def test_a_page_of_more_points_than_webgl_points_draws_with_webgl(page_result, monkeypatch):
+    """Each arriving row redraws the gallery page, so a page beyond ``WEBGL_POINTS`` points draws with
+    WebGL (SVG redraws every point); at or below it, SVG. A 452-token SmolLM2 page (10 layers x 9
+    heads) and a 128-token MiniLM page (72 heads) are both beyond it."""
+    n_heads, n = page_result["n_heads"], len(page_result["head-tsne-all"]["kept"])
+    monkeypatch.setattr(G, "WEBGL_POINTS", 2 * n_heads * n)  # two layers' points
+    kinds = {k: {t.type for t in G.gallery_figure(page_result, layers=list(range(k))).data[1:]} for k in (1, 2, 3)}
+    assert kinds == {1: {"scatter"}, 2: {"scatter"}, 3: {"scattergl"}}
+    assert G.gallery_figure(page_result, layers=[0, 1, 2]).data[0].type == "scatter"  # the frames stay SVG
+    assert G.gallery_page(page_result, layers=[0, 1, 2]).shape["webgl"] is True  # a new shape: drawn anew
+    monkeypatch.undo()
+    assert 10 * 9 * 452 > G.WEBGL_POINTS and 6 * 12 * 128 > G.WEBGL_POINTS

@@ -9,6 +9,7 @@ a transport that keeps every response body, as its callbacks do on every poll.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -113,6 +114,70 @@ def test_a_running_jobs_large_section_is_downloaded_once(service, redis):
         assert all(s["status"] == "finished" and s["result"]["head-tsne-all"]["attention_u8"] == blob for s in done)
         before = len(transport.seen)
         assert store.status(source)["status"] == "finished" and len(transport.seen) == before
+    finally:
+        Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).delete()
+        redis.delete(protocol.partial_key(job_id), protocol.result_key(job_id))
+
+
+def test_a_job_followed_to_its_end_is_not_read_again_whole(service, redis):
+    """The text explorer's job read section by section (the gallery layer by layer) finishes without
+    its result being downloaded: the page puts it together from what it read (``finished_from_parts``);
+    a download (Download JSON) still gets the stored result."""
+    import numpy as np
+
+    from workers.layer_parts import part_fields, part_key
+    from workers.packing import encode_packed
+
+    request = {"model": "minilm", "text": "a followed job", "analyses": ["max-attention", "head-tsne", "hidden-tsne"],
+               "options": {"all_heads": True, "layer": 0, "head": 0}}
+    job_id = start_job(redis, request)
+    rng = np.random.default_rng(0)
+    layers, heads, n = [0, 1], [0, 1, 2], 40
+    q = rng.integers(0, 256, size=(2, 3, n, n), dtype=np.uint8)  # 3 heads: whole base64 groups per layer
+    parts = {part_key("head-tsne-all", la): part_fields(
+        layer=la, layers=layers, heads=heads, kept=list(range(n)), embedding=rng.normal(size=(3, n, 2)),
+        kl=rng.random(3), kl_restarts=rng.random((3, 1)), engine="fast", attention=encode_packed(q[la : la + 1]))
+        for la in layers}  # fmt: skip
+    whole = {"layers": layers, "heads": heads, "kept": list(range(n)), "engine": "fast",
+             "embedding": [parts[part_key("head-tsne-all", la)]["embedding"] for la in layers],
+             "kl": [parts[part_key("head-tsne-all", la)]["kl"] for la in layers],
+             "kl_restarts": [parts[part_key("head-tsne-all", la)]["kl_restarts"] for la in layers],
+             **encode_packed(q), "timings": {"tsne_s": 1.0}}
+    common = {"tokens": ["a"] * n, "n_tokens": n, "n_layers": 2, "n_heads": 3}
+    stages = [{**common, "max-attention": {"max_attention": rng.random((2, 3, n)).tolist()}},
+              {"head-tsne": {"layers": [0], "heads": [0], "embedding": rng.normal(size=(n, 2)).tolist(), "kl": 0.5}},
+              *({k: v} for k, v in parts.items()), {"head-tsne-all": whole},
+              {"hidden-tsne": {"layers": [0, 1, 2], "embedding": rng.normal(size=(3, n, 2)).tolist()}}]
+    transport = Recording()
+    store = ResultStore(ApiClient(service.url, transport=transport))
+    source = {"kind": "analysis", "id": job_id}
+    try:
+        for fields in stages:
+            publish(redis, job_id, fields)
+            poll(store, source)
+        stored = {k: v for fields in stages for k, v in fields.items() if not k.startswith("head-tsne-all@")}
+        stored["timings"] = {"forward_s": 0.1}
+        redis.set(protocol.result_key(job_id), protocol.dumps(stored), ex=600)
+        Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).set_status(JobStatus.FINISHED)
+        seen = len(transport.seen)
+        done = poll(store, source)
+        assert all(s["status"] == "finished" for s in done)
+        blob = whole["attention_u8"].encode()
+        across = blob[len(blob) // 2 - 100 : len(blob) // 2 + 100]  # spans both layers: only in the whole section
+        assert not [q for q, body in transport.seen if across in body], "the gallery was read whole"
+        assert not [q for q, body in transport.seen[seen:] if b'"tokens"' in body], "the result was read at the end"
+        got = done[0]["result"]
+        assert set(got) == set(stored) - {"timings"}
+        for key in ("max-attention", "head-tsne", "hidden-tsne", "tokens"):
+            assert got[key] == json.loads(protocol.dumps(stored[key])), key
+        for field in ("layers", "heads", "kept", "embedding", "kl", "kl_restarts", "attention_u8", "attention_shape"):
+            assert got["head-tsne-all"][field] == json.loads(protocol.dumps(whole[field])), field
+        assert "partial" not in got["head-tsne-all"]  # finished: not marked as filling in
+        assert store.stored_result(source) == json.loads(protocol.dumps(stored))  # a download: the stored one
+        with service.client() as c:  # the API's ?result=none: the status alone, even when finished
+            light = c.get(f"/api/analyses/{job_id}", params={"result": "none", "partial": "none"}).json()
+            assert light["status"] == "finished" and light["result"] is None
+            assert c.get(f"/api/analyses/{job_id}", params={"result": "some"}).status_code == 422
     finally:
         Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).delete()
         redis.delete(protocol.partial_key(job_id), protocol.result_key(job_id))

@@ -212,20 +212,32 @@ def test_held_job_publishes_the_gallery_layer_by_layer_through_the_server(servic
 
 
 GALLERY_JS = "document.querySelector('#head-gallery .js-plotly-plot')?.layout?.meta?.gallery"
+HEAD_MAP_JS = "document.querySelector('#head-tsne-graph .js-plotly-plot')"
+WATCH_MAPS_JS = """() => {  // every call of heads.js drawHeadOnMaps: the maps' heads, and whether it left the map
+  const ns = window.dash_clientside.headscope_heads, draw = ns.drawHeadOnMaps;
+  window.__onMaps = [];
+  window.__headData = document.querySelector('#head-tsne-graph .js-plotly-plot').data;
+  ns.drawHeadOnMaps = function (maps, ...rest) {
+    const out = draw.call(this, maps, ...rest);
+    window.__onMaps.push({heads: Object.keys((maps && maps.maps) || {}), left: out === window.dash_clientside.no_update});
+    return out;
+  };
+}"""
 
 
 @pytest.mark.browser
 def test_the_browser_draws_the_first_layers_before_the_job_is_done(service, deep_llama, browser, tmp_path):  # noqa: F811
     """A real Chromium on the text explorer of a held job: with only layer 0 let through, the gallery
-    shows layer 0's panels (the job still running, the gallery marked incomplete); once every layer
-    is let through, all of them and the page says done."""
+    shows layer 0's panels (the job still running, the gallery marked incomplete); the next layer's
+    maps leave the open head's large map as drawn (``heads.js`` ``drawHeadOnMaps``: no redraw); once
+    every layer is let through, all of them and the page says done."""
     from test_browser import Watch
 
     held = HeldJob(service, deep_llama)
     w = Watch(browser, service.url, tmp_path)
     page = w.page
     try:
-        page.goto(f"{service.url}/?analysis={held.id}")
+        page.goto(f"{service.url}/?analysis={held.id}&layer=1&head=2")  # the job's own selected head
         page.wait_for_function(f"(({GALLERY_JS})?.panels || []).length === {HEADS}", timeout=120_000)
         meta = page.evaluate(GALLERY_JS)
         assert meta["complete"] is False and meta["panels"] == [[0, h] for h in range(HEADS)], meta
@@ -233,7 +245,15 @@ def test_the_browser_draws_the_first_layers_before_the_job_is_done(service, deep
         title = page.evaluate("document.querySelector('#head-gallery .js-plotly-plot').layout.title.text")
         assert f"1 of {LAYERS} layers so far" in title, title
         w.shot("gallery-first-layer")
-        for layer in range(LAYERS):
+        page.wait_for_function(f"{HEAD_MAP_JS}?.layout?.title?.text?.includes('layer 1, head 2')", timeout=120_000)
+        page.evaluate(WATCH_MAPS_JS)
+        held.release(0)
+        page.wait_for_function(f"(({GALLERY_JS})?.panels || []).length === {2 * HEADS}", timeout=120_000)
+        page.wait_for_function("window.__onMaps.some((c) => c.heads.includes('1,0'))", timeout=120_000)
+        calls = page.evaluate("window.__onMaps")
+        assert calls and all(c["left"] for c in calls), calls  # new maps, the same head: no redraw
+        assert page.evaluate(f"{HEAD_MAP_JS}.data === window.__headData")
+        for layer in range(1, LAYERS):
             held.release(layer)
         held.finish()
         page.wait_for_function(f"({GALLERY_JS})?.complete === true", timeout=120_000)
@@ -260,3 +280,145 @@ def wait_for(store, source: dict, section: str, *, timeout_s: float = 600) -> di
         assert status["status"] == "running", status
         assert time.monotonic() < deadline, f"{section} never arrived: {sections_of(status)}"
         time.sleep(0.05)
+
+
+def _apply(held, out, *, full_type):
+    """What the browser holds after Dash applies a callback's output to ``held`` (and which kind it was)."""
+    from dash import Patch, no_update
+
+    if out is no_update:
+        return held, "none"
+    if isinstance(out, Patch):
+        held = _as_drawn(held)
+        for op in out.to_plotly_json()["operations"]:
+            assert op["operation"] == "Assign", op  # set, never append: applying twice changes nothing
+            where = held
+            for step in op["location"][:-1]:
+                where = where[step]
+            where[op["location"][-1]] = _as_drawn(op["params"]["value"])
+        return held, "patch"
+    assert isinstance(out, full_type), type(out)
+    return _as_drawn(out.to_plotly_json() if hasattr(out, "to_plotly_json") else out), "whole"
+
+
+def _as_drawn(obj):
+    """A figure or store as plain JSON values, numpy arrays and typed-array specs as lists."""
+    if hasattr(obj, "to_plotly_json"):
+        obj = obj.to_plotly_json()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, dict):
+        if "bdata" in obj and "dtype" in obj:
+            import base64
+
+            arr = np.frombuffer(base64.b64decode(obj["bdata"]), dtype=np.dtype(obj["dtype"]))
+            shape = [int(x) for x in str(obj.get("shape", arr.size)).split(",")]
+            return arr.reshape(shape).tolist()
+        return {k: _as_drawn(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_as_drawn(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
+def test_the_page_sends_each_new_layer_once_and_ends_with_the_whole_gallery(deep_llama, monkeypatch):
+    """The text page's gallery callback over a job's life (no layer, one, two, all, finished): after the
+    first drawing every update is a partial one holding only the rows not yet drawn, and the figure
+    and head maps it leaves in the browser are exactly those drawn anew from the same result."""
+    import plotly.graph_objects as go
+
+    from frontend.pages.text_heads import gallery_outputs
+
+    res, *_ = run(deep_llama, monkeypatch)
+    common = {k: v for k, v in res.items() if k not in ("head-tsne-all", "hidden-tsne", "_parts")}
+    parts = res.pop("_parts")
+    request = page_request(deep_llama).normalised()
+    source = {"kind": "analysis", "id": "job"}
+    steps = [("running", fold({**common, **{k: v for k, v in parts.items() if parse_part_key(k)[1] < k_}}))
+             for k_ in (0, 1, 2, LAYERS)] + [("finished", res)]
+    shown = fig = maps = None
+    kinds = []
+    for status, result in steps:
+        st = {"status": status, "result": result, "request": request}
+        out = gallery_outputs(st, source, None, 0, shown)
+        fig, fig_kind = _apply(fig, out[0], full_type=go.Figure)
+        maps, _ = _apply(maps, out[4], full_type=dict)
+        if fig_kind == "patch":  # only the rows not drawn before travel
+            rows = [op["location"][1] for op in out[0].to_plotly_json()["operations"] if op["location"][0] == "data"]
+            drawn_before = set(shown["drawn"])
+            assert all(idx == 0 or result_layer(idx) not in drawn_before for idx in rows), (rows, drawn_before)
+        kinds.append(fig_kind)
+        shown = out[3]
+        section = None if G.gallery_section(result) else G.skeleton_section(result)
+        # the figure the browser holds is the one drawn anew (both through plotly's defaults, e.g. colour scales)
+        assert _as_drawn(go.Figure(fig)) == _as_drawn(G.gallery_figure(result, section=section)), status
+        assert maps == _as_drawn({**G.head_maps(result), "message": maps["message"]})
+        assert shown["drawn"] == list(range(len(G.gallery_section(result)["layers"]) if G.gallery_section(result) else 0))
+    assert kinds[0] == "whole" and set(kinds[1:]) <= {"patch", "none"} and "patch" in kinds[1:], kinds
+    meta = fig["layout"]["meta"]["gallery"]
+    assert meta["complete"] is True and len(meta["panels"]) == LAYERS * HEADS
+    again = gallery_outputs({"status": "finished", "result": res, "request": request}, source, None, 0, shown)
+    assert again[0] is __import__("dash").no_update and again[4] is __import__("dash").no_update  # nothing new
+
+
+def result_layer(trace_index: int) -> int:
+    return trace_index - 1  # trace 0 draws the frames, trace 1 + r the row of layer r (all layers shown)
+
+
+def test_the_dashboard_reads_a_gallery_by_its_layers_or_whole_never_both():
+    from frontend.data import wanted_keys
+
+    parts = {part_key("g", la): {"of_layers": [0, 1, 2]} for la in range(3)}
+    names = ["max-attention", *parts, "g"]
+    assert wanted_keys(names, {"max-attention": 1, **parts}) == []  # the whole gallery is folded from its parts
+    assert wanted_keys(names, {"max-attention": 1, part_key("g", 0): parts[part_key("g", 0)]}) == ["g"]
+    assert wanted_keys(["max-attention", *parts], {}) == ["max-attention", *parts]  # still filling in
+    assert wanted_keys(["max-attention", part_key("g", 0), part_key("g", 1), "g"], {part_key("g", 0): {"of_layers": [0, 1, 2]}}) == ["max-attention", "g"]
+
+
+@pytest.mark.parametrize("heads, n", [(3, 5), (2, 5)])  # a layer of 75 bytes: whole base64 groups; 50: padded
+def test_layer_parts_fold_into_the_bytes_of_the_whole_section(heads, n):
+    """``fold`` joins the layers' packed attention as text when each is whole base64 groups (no
+    decoding) and as bytes when padded; either way the section holds the bytes of every layer in order."""
+    import base64
+
+    from workers.layer_parts import part_fields
+    from workers.packing import encode_packed
+
+    rng = np.random.default_rng(heads)
+    layers = [0, 1, 2]
+    q = rng.integers(0, 256, size=(len(layers), heads, n, n), dtype=np.uint8)  # [layer, head, query, key]
+    parts = {part_key("g", la): part_fields(
+        layer=la, layers=layers, heads=list(range(heads)), kept=list(range(n)), embedding=rng.normal(size=(heads, n, 2)),
+        kl=rng.random(heads), kl_restarts=rng.random((heads, 1)), engine="fast", attention=encode_packed(q[la : la + 1]))
+        for la in reversed(layers)}  # fmt: skip
+    assert all(p["attention_u8"].endswith("=") == (heads * n * n % 3 != 0) for p in parts.values())
+    sec = fold(parts)["g"]
+    assert sec["layers"] == layers and sec["attention_shape"] == [3, heads, n, n]
+    assert sec["attention_u8"] == encode_packed(q)["attention_u8"]  # valid base64 of the whole, not a join of paddings
+    back = np.frombuffer(base64.b64decode(sec["attention_u8"], validate=True), dtype=np.uint8)
+    np.testing.assert_array_equal(back.reshape(sec["attention_shape"]), q)
+    two = fold({k: v for k, v in parts.items() if parse_part_key(k)[1] < 2})["g"]
+    assert two["attention_u8"] == encode_packed(q[:2])["attention_u8"] and two["partial"]["layers_done"] == 2
+
+
+def test_whole_section_views_do_not_follow_every_layer(deep_llama, monkeypatch):
+    """The poll's ``text-job`` changes with every gallery layer (the gallery follows it);
+    ``text-job-sections`` (heatmaps, head view, model view) only when a whole section arrives."""
+    from frontend.data import sections_of
+    from frontend.pages.common import whole_sections
+
+    res, *_ = run(deep_llama, monkeypatch)
+    parts = res.pop("_parts")
+    common = {k: v for k, v in res.items() if k not in ("head-tsne-all", "hidden-tsne")}
+    statuses = [{"status": "running", "result": fold({**common, **{k: v for k, v in parts.items()
+                                                                   if parse_part_key(k)[1] < done}})}
+                for done in range(1, LAYERS + 1)] + [{"status": "finished", "result": res}]  # fmt: skip
+    jobs = [[{"id": "j", "status": st["status"], "sections": sections_of(st), "error": None}] for st in statuses]
+    assert all(a != b for a, b in zip(jobs, jobs[1:]))  # the gallery's input: a change with every layer
+    whole = [whole_sections(j) for j in jobs]
+    assert all(w == whole[0] for w in whole[:LAYERS])  # the other views' input: none while layers arrive
+    assert "max-attention" in whole[0][0]["sections"]
+    assert not any(s.startswith("head-tsne-all") for s in whole[0][0]["sections"])
+    assert {"head-tsne-all", "hidden-tsne"} <= set(whole[-1][0]["sections"]) and whole[-1][0]["status"] == "finished"

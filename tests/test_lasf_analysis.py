@@ -165,16 +165,35 @@ def test_lasf_analysis_fields_on_real_minilm(minilm, tiny_ckpt):
     assert np.asarray(spec["p"]).shape == (f, 4)
 
 
-def test_shipped_checkpoint_reproduces_its_stored_test_metrics(minilm):
+def test_shipped_names_are_the_contracts_lasf_models_and_the_pickers_entries():
+    from frontend.pages.lasf import lasf_models
+    from workers.contracts import LASF_MODELS
+    from workers.lasf.checkpoint import SHIPPED
+
+    assert tuple(SHIPPED) == LASF_MODELS == ("lasf-minilm", "lasf-minilm-paper")  # stable first: the default
+
+    class NoUploads:  # the picker's only other source is the API's checkpoint list
+        class client:  # noqa: N801
+            @staticmethod
+            def checkpoints():
+                return {"checkpoints": []}
+
+    assert [o["value"] for o in lasf_models(NoUploads())] == list(LASF_MODELS)
+
+
+@pytest.mark.parametrize(("name", "mode", "least_r2"), [("lasf-minilm", "stable", 0.7), ("lasf-minilm-paper", "paper", 0.45)])
+def test_shipped_checkpoint_reproduces_its_stored_test_metrics(minilm, name, mode, least_r2):
     from workers.analysis.lasf import load_lasf
     from workers.lasf.distil import TEST_SENTENCES_FILE
     from workers.lasf.train import EVAL_BATCH, evaluate, extract_batches
 
-    path = shipped_path("lasf-minilm")
+    path = shipped_path(name)
     if not (path / "lasf.safetensors").exists():
-        pytest.skip("no shipped lasf-minilm in this build")
-    lasf = load_lasf(path, name="lasf-minilm")
+        pytest.skip(f"no shipped {name} in this build")
+    lasf = load_lasf(path, name=name)  # the safe reader: validated config, shapes, finite tensors
     cfg = lasf.config
+    assert cfg["mode"] == mode and lasf.module.mode == mode
+    assert cfg["metrics"]["test"]["lasf"]["r2"] >= least_r2  # the held-out R² it ships for (all 560 test sentences)
     sentences = json.loads((path / TEST_SENTENCES_FILE).read_text())[: cfg["metrics"]["test_subset_sentences"]]
     batches = extract_batches(minilm, sentences, layer=5, batch_size=EVAL_BATCH, max_tokens=cfg["train"]["max_tokens"],
                               sort=False)

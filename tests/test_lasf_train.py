@@ -24,7 +24,8 @@ def _batches(n: int = 4, d: int = 16) -> list[Batch]:
 @pytest.mark.parametrize(
     ("over", "words"),
     [({"warmup": 0.0}, "warmup"), ({"warmup": 1.0}, "warmup"), ({"warmup": -0.2}, "warmup"),
-     ({"clip": 0.0}, "clip must be positive"), ({"clip": -1.0}, "clip must be positive")],
+     ({"clip": 0.0}, "clip must be positive"), ({"clip": -1.0}, "clip must be positive"),
+     ({"weight_decay": -0.1}, "weight decay")],
 )  # fmt: skip
 def test_warmup_and_clip_are_validated(over, words):
     with pytest.raises(HeadscopeError, match=words):
@@ -60,10 +61,22 @@ def test_clip_bounds_lasf_gradient_norm_and_changes_the_updates():
     assert len(clipped_norms) == 2 * len(batches)
     assert max(free_norms) > 1e-2  # unclipped gradients are far above the bound
     assert max(clipped_norms) <= 1e-3 * (1 + 1e-4)  # every LasF step saw a clipped gradient
-    diff = max(float((a - b).detach().abs().max()) for a, b in zip(free["lasf"].parameters(), clipped["lasf"].parameters()))
+    diff = max(float((a - b).detach().abs().max()) for a, b in zip(free["lasf"].parameters(), clipped["lasf"].parameters(), strict=True))
     assert diff > 1e-6  # clipping changed what LasF learned (Adam's eps makes tiny gradients move less)
     for k in ("linear", "linear_ln"):  # the baselines are never clipped: identical in both runs
-        for a, b in zip(free[k].parameters(), clipped[k].parameters()):
+        for a, b in zip(free[k].parameters(), clipped[k].parameters(), strict=True):
+            assert torch.equal(a, b)
+
+
+def test_weight_decay_is_lasf_only_and_shrinks_its_weights():
+    batches = _batches()
+    base = dict(mode="paper", kernel="identity", residual="none", n_fields=2, d_q=3, d_s=4, epochs=2, lr=1e-2)
+    _, _, light = _run(TrainConfig(**base, weight_decay=0.0), batches)
+    _, _, heavy = _run(TrainConfig(**base, weight_decay=10.0), batches)
+    norm = lambda m: float(torch.linalg.vector_norm(torch.cat([p.detach().flatten() for p in m.parameters()])))  # noqa: E731
+    assert norm(heavy["lasf"]) < 0.95 * norm(light["lasf"])  # decoupled decay pulls LasF's weights in
+    for k in ("linear", "linear_ln"):  # the baselines keep their own decay: identical in both runs
+        for a, b in zip(light[k].parameters(), heavy[k].parameters(), strict=True):
             assert torch.equal(a, b)
 
 
@@ -81,7 +94,10 @@ def test_warmup_sets_where_lasf_learning_rate_peaks(warmup):
     assert all(lrs[i] > lrs[i + 1] for i in range(peak, steps - 1))
 
 
-@pytest.mark.parametrize(("flag", "words"), [("--warmup=1.5", "warmup is a share"), ("--clip=-1", "clip must be positive")])
+@pytest.mark.parametrize(
+    ("flag", "words"),
+    [("--warmup=1.5", "warmup is a share"), ("--clip=-1", "clip must be positive"), ("--weight-decay=-1", "weight decay")],
+)  # fmt: skip
 def test_cli_refuses_bad_warmup_or_clip_before_any_work(flag, words, tmp_path, capsys):
     from backend.cli import main
 
@@ -92,12 +108,16 @@ def test_cli_refuses_bad_warmup_or_clip_before_any_work(flag, words, tmp_path, c
 
 @pytest.mark.parametrize(
     ("argv", "want"),
-    [(["--mode", "paper"], {"lr": 1e-3, "clip": 1.0, "warmup": 0.1, "init_scale": 0.1}),
-     (["--mode", "stable"], {"lr": 2e-3, "clip": None, "warmup": 0.1, "init_scale": 1.0}),
-     (["--mode", "paper", "--clip", "0", "--lr", "3e-4", "--warmup", "0.3"], {"lr": 3e-4, "clip": None, "warmup": 0.3})],
+    [(["--mode", "paper"], {"lr": 1e-3, "clip": 1.0, "warmup": 0.1, "init_scale": 0.1, "weight_decay": 1.0,
+                             "kernel": "identity", "epochs": 12, "residual": "none"}),
+     (["--mode", "stable"], {"lr": 2e-3, "clip": None, "warmup": 0.1, "init_scale": 1.0, "weight_decay": 0.01,
+                             "kernel": "identity", "epochs": 4, "residual": "linear"}),
+     (["--mode", "paper", "--kernel", "gaussian", "--epochs", "4"], {"kernel": "gaussian", "epochs": 4, "lr": 1e-3}),
+     (["--mode", "paper", "--clip", "0", "--lr", "3e-4", "--warmup", "0.3", "--weight-decay", "0"],
+      {"lr": 3e-4, "clip": None, "warmup": 0.3, "weight_decay": 0.0, "baseline_weight_decay": 0.01})],
 )  # fmt: skip
 def test_cli_defaults_per_mode(argv, want, tmp_path, monkeypatch):
-    """Paper mode defaults to the recipe of docs/lasf.md's sweep; the stable defaults are lasf-minilm's."""
+    """Paper mode defaults to the recipe of docs/lasf.md's sweep (lasf-minilm-paper); the stable defaults are lasf-minilm's."""
     import workers.lasf.distil as distil_mod
     from backend.cli import main
 

@@ -72,3 +72,19 @@ def test_lasf_upload_analysis_and_refusals(client, service, tmp_path):
     sec = body["result"]["lasf"]
     assert sec["n_fields"] == 2 and len(sec["weights"]) == 2 and sec["specialisation"]["n_perm"] == 1000
     assert body["result"]["model"] == up["id"]
+
+
+def test_both_shipped_layers_are_listed_and_the_paper_one_runs(client):
+    models = client.get("/api/models").json()
+    assert [m["name"] for m in models["lasf_models"]] == ["lasf-minilm", "lasf-minilm-paper"]
+    assert all(m["base_model"] == "minilm" for m in models["lasf_models"])
+    r = client.post("/api/analyses", json={"model": "lasf-minilm-paper", "text": TEXT, "analyses": ["lasf"],
+                                           "options": {"n_iter": 100, "early_exaggeration_iter": 50}})
+    assert r.status_code == 202, r.text
+    body = wait_done(client, f"/api/analyses/{r.json()['id']}", timeout_s=240)
+    assert body["status"] == "finished", body.get("error")
+    sec, res = body["result"]["lasf"], body["result"]
+    assert res["model"] == "lasf-minilm-paper" and sec["mode"] == "paper" and sec["kernel"] == "identity"
+    assert sec["checkpoint_metrics"]["lasf"]["r2"] >= 0.45  # what it ships for
+    weights = np.asarray(sec["weights"])  # paper mode: the weights are Psi, distances
+    assert weights.shape[0] == 12 and np.allclose(weights, weights.transpose(0, 2, 1)) and (weights >= 0).all()

@@ -25,7 +25,7 @@ from rq import get_current_job
 from rq.job import Job
 
 from workers import protocol
-from workers.contracts import ANALYSIS_KINDS, AnalysisRequest, PEAnalysisRequest
+from workers.contracts import ANALYSIS_KINDS, LASF_MODELS, AnalysisRequest, PEAnalysisRequest
 from workers.errors import HeadscopeError
 from workers.layer_parts import part_key
 from workers.progress_lines import ProgressLines, progress_line
@@ -51,6 +51,7 @@ WEIGHTS = {
     "logit-attribution": 2.0,
     "ablation": 6.0,
     "patching": 6.0,
+    "information-flow": 1.5,
     "attribution-patching": 2.0,
     "edge-attribution": 8.0,
 }
@@ -320,14 +321,14 @@ def checkpoint_file(checkpoint_id: str, *, conn: Redis | None = None) -> tuple[P
 
 
 def lasf_model(name: str, *, conn: Redis | None) -> Any:
-    """The LasF layer ``name``: a shipped one (``lasf-minilm``) or an uploaded checkpoint id."""
+    """The LasF layer ``name``: a shipped one (``lasf-minilm``, ``lasf-minilm-paper``) or an uploaded checkpoint id."""
     from workers.analysis.lasf import load_lasf
     from workers.lasf.checkpoint import shipped_path
 
     path = shipped_path(name)
     if path is None:
         if conn is None or not protocol.CHECKPOINT_ID.fullmatch(name):
-            raise HeadscopeError(f"unknown LasF model {name!r}; use lasf-minilm or an uploaded LasF checkpoint id")
+            raise HeadscopeError(f"unknown LasF model {name!r}; use {' or '.join(LASF_MODELS)} or an uploaded LasF checkpoint id")
         path = checkpoint_file(name, conn=conn)[0]
     return load_lasf(path, name=name)
 

@@ -57,9 +57,13 @@ def _section(parts: list[dict[str, Any]]) -> dict[str, Any]:
     if omitted:
         out["attention_omitted"] = omitted
     elif all(isinstance(p.get("attention_u8"), str) for p in parts):
-        raw = b"".join(base64.b64decode(p["attention_u8"]) for p in parts)
+        blobs = [p["attention_u8"] for p in parts]
+        if any(b.endswith("=") for b in blobs[:-1]):  # padded: the bytes are joined, not the text
+            joined = base64.b64encode(b"".join(base64.b64decode(b) for b in blobs)).decode("ascii")
+        else:  # whole groups of 3 bytes (9 heads, or n a multiple of 3): base64 of the join = join of the base64
+            joined = "".join(blobs)
         shape = list(first["attention_shape"])
-        out.update(attention_u8=base64.b64encode(raw).decode("ascii"), attention_shape=[len(parts), *shape[1:]],
+        out.update(attention_u8=joined, attention_shape=[len(parts), *shape[1:]],
                    attention_scale=first.get("attention_scale"))  # fmt: skip
     return out
 

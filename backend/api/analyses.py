@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from backend.api.common import PARTIAL_QUERY, job_status, not_found
+from backend.api.common import PARTIAL_QUERY, RESULT_QUERY, job_status, not_found
 from backend.deps import QueueDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from backend.store import Store
@@ -36,6 +36,7 @@ from workers.protocol import JOB_ID
 router = APIRouter(tags=["analyses"])
 
 WHOLE_TEXT_KINDS = {"max-attention", "decomposition", "head-tsne", "hidden-tsne", "robustness", "lasf", *CAUSAL_KINDS}
+WHOLE_TEXT_KINDS.add("information-flow")  # docs/circuits.md
 
 
 @lru_cache(maxsize=64)
@@ -89,6 +90,17 @@ def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
             raise TextTooLongError(count=counted[0], limit=counted[1], model=req.model)
     if kinds & set(CAUSAL_KINDS):
         check_causal(req, spec, facts)
+    if "information-flow" in kinds:
+        check_flow(req, spec)
+
+
+def check_flow(req: AnalysisRequest, spec: ModelSpec) -> None:
+    """Information flow (docs/circuits.md): the position the graph starts from is in the text (the
+    threshold's range, (0, 1), is the contract's)."""
+    o = req.options
+    counted = count_tokens(spec, req.text) if o.position is not None else None
+    if o.position is not None and counted is not None and o.position >= counted[0]:
+        raise OutOfRangeError(f"position {o.position} is out of range: the text has positions 0-{counted[0] - 1}")
 
 
 def check_causal(req: AnalysisRequest, spec: ModelSpec, facts: dict[str, Any]) -> None:
@@ -167,9 +179,11 @@ def submit_analysis(req: AnalysisRequest, queue: QueueDep, store: StoreDep) -> J
 
 
 @router.get("/api/analyses/{job_id}", response_model=JobStatus, responses=error_responses(404))
-def get_analysis(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY):
-    """Status, progress, partial sections while running (``?partial=`` picks which), the result when finished."""
-    return job_status(queue, job_id, kind="analysis", what="analysis", pattern=JOB_ID, partial=partial)
+def get_analysis(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY, result: str = RESULT_QUERY):
+    """Status, progress, partial sections while running (``?partial=`` picks which), the result when
+    finished (``?result=none``: not even then)."""
+    return job_status(queue, job_id, kind="analysis", what="analysis", pattern=JOB_ID, partial=partial,
+                      result=result)
 
 
 @router.delete("/api/analyses/{job_id}", dependencies=[WriteAccess], responses=error_responses(404))

@@ -39,8 +39,16 @@ PARTIAL_QUERY = Query(
 )
 
 
-def status_response(job_id: str, state: Lookup) -> Response:
-    """``JobStatus`` (docs/api.md) for a looked-up job; the partial sections spliced in as stored."""
+RESULT_QUERY = Query(
+    "all", pattern="^(all|none)$",
+    description="`none`: leave `result` out (null) even once the job has finished; a client that read every "
+                "section from `partial` while the job ran asks only whether it has finished",
+)
+
+
+def status_response(job_id: str, state: Lookup, *, with_result: bool = True) -> Response:
+    """``JobStatus`` (docs/api.md) for a looked-up job; the partial sections spliced in as stored
+    (``with_result=False``: the result left out)."""
     finished = state.status == "finished"
     parts = {
         "id": job_id,
@@ -53,7 +61,7 @@ def status_response(job_id: str, state: Lookup) -> Response:
     }
     partial = {} if finished else state.partial_raw
     raw = {"partial": "{" + ",".join(f"{json.dumps(k)}:{v}" for k, v in partial.items()) + "}"}
-    if state.result_raw is not None:
+    if state.result_raw is not None and with_result:
         return raw_json(parts, {**raw, "result": state.result_raw})
     return raw_json({**parts, "result": None}, raw)
 
@@ -63,15 +71,17 @@ def not_found(what: str, ident: str) -> NotFoundError:
 
 
 def job_status(
-    queue: Any, job_id: str, *, kind: str, what: str, pattern: Any, partial: str | None = None
+    queue: Any, job_id: str, *, kind: str, what: str, pattern: Any, partial: str | None = None,
+    result: str = "all",
 ) -> Response:
     """The status response of job ``job_id`` of ``kind``; 404 for a malformed or unknown id.
 
-    ``partial``: the ``?partial=`` of the request (``partial_fields``).
+    ``partial``: the ``?partial=`` of the request (``partial_fields``); ``result``: its ``?result=``.
     """
     if not pattern.fullmatch(job_id):
         raise not_found(what, job_id)
-    state = queue.lookup(job_id, with_partial=partial_fields(partial))
+    with_result = result != "none"
+    state = queue.lookup(job_id, with_partial=partial_fields(partial), with_result=with_result)
     if state is None or state.kind != kind:
         raise not_found(what, job_id)
-    return status_response(job_id, state)
+    return status_response(job_id, state, with_result=with_result)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from workers.contracts import LASF_MODELS
+from workers.contracts import LASF_ABOUT
 from workers.models.catalogue import DEFAULT_MODEL, get_catalogue
 
 router = APIRouter(tags=["models"])
@@ -18,5 +18,5 @@ def list_models() -> dict:
         summary = cat.get(name).summary()
         summary.pop("source", None)
         models.append(summary)
-    lasf = [{"name": n, "base_model": "minilm", "description": "LasF layer in place of MiniLM's last layer (docs/lasf.md)"} for n in LASF_MODELS]
+    lasf = [{"name": n, "base_model": "minilm", "description": f"{about} (docs/lasf.md)"} for n, about in LASF_ABOUT.items()]
     return {"default": DEFAULT_MODEL, "models": models, "lasf_models": lasf}

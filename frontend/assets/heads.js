@@ -185,8 +185,10 @@
     return fig;
   }
 
-  function drawHeadOnMaps(maps, selected, viewOpts) {
-    return drawHead(selected, viewOpts, maps);
+  function drawHeadOnMaps(maps, selected, viewOpts) {  /* new maps (a layer of the gallery arrived) */
+    var fig = drawHead(selected, viewOpts, maps);
+    var gd = plotOf("head-tsne-graph");
+    return gd && fig.data === gd.data ? NO() : fig;  /* the head on screen has not changed: leave it */
   }
 
   function headViewHover(hover, figure) {

@@ -10,19 +10,29 @@
   "use strict";
   var COLOUR = "#e6550d";
 
+  /* A trace's data as drawn: numpy arrays come as typed-array specs ({dtype, bdata}) in gd.data,
+     decoded in gd._fullData. */
+  function traceOf(gd, t) {
+    var full = gd._fullData && gd._fullData[t];
+    return full && full.index === t ? full : (gd.data || [])[t];
+  }
+
+  function isList(c) { return Array.isArray(c) || ArrayBuffer.isView(c); }
+
   function tokenOf(point, gd) {
     if (!point) { return null; }
     var c = point.customdata;
-    if (c === undefined && gd && gd.data) {
+    if ((c === undefined || (c !== null && typeof c === "object" && !isList(c))) && gd && gd.data) {
       /* Dash leaves customdata out of a heatmap's hoverData: look the cell up by x and y */
-      var trace = gd.data[point.curveNumber || 0];
+      var trace = traceOf(gd, point.curveNumber || 0);
+      c = undefined;
       if (trace && trace.customdata && trace.x && trace.y) {
-        var i = trace.y.indexOf(point.y), j = trace.x.indexOf(point.x);
+        var i = Array.prototype.indexOf.call(trace.y, point.y), j = Array.prototype.indexOf.call(trace.x, point.x);
         if (i >= 0 && j >= 0 && trace.customdata[i]) { c = trace.customdata[i][j]; }
       }
       if (c === undefined) { c = point.x; }
     }
-    if (Array.isArray(c)) { c = c[0]; }
+    if (isList(c)) { c = c[0]; }
     var t = Number(c);
     return Number.isFinite(t) ? t : null;
   }
@@ -33,14 +43,15 @@
   }
 
   function customToken(c) {
-    if (Array.isArray(c)) { c = c[0]; }
+    if (isList(c)) { c = c[0]; }
     return Number(c);
   }
 
   function pointShapes(gd, token) {
     var shapes = [];
-    (gd.data || []).forEach(function (trace, t) {
-      if (!trace.customdata || !trace.x) { return; }
+    (gd.data || []).forEach(function (_, t) {
+      var trace = traceOf(gd, t);
+      if (!trace || !trace.customdata || !trace.x) { return; }
       for (var k = 0; k < trace.customdata.length; k++) {
         if (customToken(trace.customdata[k]) === token) {
           var axis = (trace.xaxis || "x"), yaxis = (trace.yaxis || "y");
@@ -54,7 +65,7 @@
   }
 
   function columnOf(gd, token) {
-    var trace = (gd.data || [])[0];
+    var trace = traceOf(gd, 0);
     if (!trace || !trace.customdata || !trace.customdata.length) { return null; }
     var row = trace.customdata[0];
     for (var j = 0; j < row.length; j++) {

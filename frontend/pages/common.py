@@ -21,6 +21,7 @@ from frontend.figures import graph_config, standalone_html
 logger = logging.getLogger(__name__)
 
 POLL_MS = 500
+FAST_POLL_MS = 250  # the text explorer: its gallery fills in layer by layer
 
 
 def graph(gid: str, *, filename: str | None = None, **kwargs: Any) -> dcc.Graph:
@@ -79,8 +80,9 @@ def shown(visible: bool) -> dict[str, str]:
     return {} if visible else {"display": "none"}
 
 
-def progress_block(prefix: str, *, running: bool) -> html.Div:
-    """A progress bar, a status line and the interval that polls the job."""
+def progress_block(prefix: str, *, running: bool, interval_ms: int = POLL_MS, sections: bool = False) -> html.Div:
+    """A progress bar, a status line and the interval that polls the job; ``sections``: also the store
+    ``{prefix}-job-sections`` (see ``register_poll``)."""
     return html.Div(
         className="progress-block",
         children=[
@@ -88,8 +90,9 @@ def progress_block(prefix: str, *, running: bool) -> html.Div:
                 html.Div(id=f"{prefix}-progress-bar", className="progress-bar", style={"width": "0%"})
             ]),
             html.Div(id=f"{prefix}-status", className="status"),
-            dcc.Interval(id=f"{prefix}-poll", interval=POLL_MS, disabled=not running),
+            dcc.Interval(id=f"{prefix}-poll", interval=interval_ms, disabled=not running),
             dcc.Store(id=f"{prefix}-job"),
+            *([dcc.Store(id=f"{prefix}-job-sections")] if sections else []),
         ],
     )
 
@@ -133,11 +136,16 @@ def status_view(status: dict[str, Any]) -> tuple[dict[str, str], str]:
     return {"width": f"{pct:.0f}%", "className": cls}, text
 
 
-def register_poll(app: Dash, store: ResultStore, prefix: str, sources: list[str]) -> None:
-    """Poll the jobs of the page's source stores; ``{prefix}-job`` changes only when sections do."""
+def register_poll(app: Dash, store: ResultStore, prefix: str, sources: list[str], *, sections: bool = False) -> None:
+    """Poll the jobs of the page's source stores; ``{prefix}-job`` changes only when sections do
+    (a section filling in layer by layer: with each layer). ``sections``: ``{prefix}-job-sections``
+    changes only when a whole section arrives or the status changes, for the views that do not draw
+    a section layer by layer (they then do not run again with every layer)."""
+    extra = [Output(f"{prefix}-job-sections", "data")] if sections else []
 
     @app.callback(
         Output(f"{prefix}-job", "data"),
+        *extra,
         Output(f"{prefix}-poll", "disabled"),
         Output(f"{prefix}-progress-bar", "style"),
         Output(f"{prefix}-progress-bar", "className"),
@@ -159,7 +167,21 @@ def register_poll(app: Dash, store: ResultStore, prefix: str, sources: list[str]
         main = busy[0] if busy else next((s for s in statuses if s["status"] == "failed"), statuses[0])
         style, text = status_view(main)
         cls = style.pop("className")
-        return (no_update if jobs == previous else jobs), not busy, style, cls, text
+        out = [no_update if jobs == previous else jobs]
+        if sections:
+            whole = whole_sections(jobs)
+            out.append(no_update if whole_sections(previous or []) == whole else whole)
+        return (*out, not busy, style, cls, text)
+
+
+def whole_sections(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The poll's jobs (``{prefix}-job``) without the sections still filling in layer by layer
+    (``name:layers done``, ``data.sections_of``): what ``{prefix}-job-sections`` holds.
+
+    ``[{"id": "j", "status": "running", "sections": ["head-tsne-all:3", "max-attention"]}]``
+    -> ``[{"id": "j", "status": "running", "sections": ["max-attention"]}]``
+    """
+    return [{**j, "sections": [s for s in j.get("sections") or [] if ":" not in s]} for j in jobs]
 
 
 def register_exports(
@@ -207,7 +229,7 @@ def register_exports(
             return no_update
         name = f"headscope-{prefix}-{(src or {}).get('id', 'result')}"
         if ctx.triggered_id == f"{prefix}-export-json":
-            payload = {"request": st.get("request"), "result": st["result"]}
+            payload = {"request": st.get("request"), "result": store.stored_result(src)}
             return {"content": json.dumps(payload), "filename": f"{name}.json", "type": "application/json"}
         figs = figures(st["result"], *view)
         notes = "Exported from headscope; figures are interactive and need no network."

@@ -26,6 +26,7 @@ from frontend.pages.common import (
     register_view,
     restore_view,
 )
+from workers.contracts import LASF_ABOUT
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +42,8 @@ TOKEN_GRAPHS = ["lasf-relation-graph", "lasf-field-graph", "lasf-tsne-graph", "l
 
 
 def lasf_models(store: ResultStore) -> list[dict[str, str]]:
-    """The shipped LasF layer and every uploaded LasF checkpoint."""
-    opts = [{"label": f"{SHIPPED} (shipped: MiniLM with a LasF last layer)", "value": SHIPPED}]
+    """The shipped LasF layers (``lasf-minilm`` first: the default) and every uploaded LasF checkpoint."""
+    opts = [{"label": f"{name} (shipped: {about})", "value": name} for name, about in LASF_ABOUT.items()]
     try:
         for ck in store.client.checkpoints().get("checkpoints") or []:
             if ck.get("lasf"):

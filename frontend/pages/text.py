@@ -22,6 +22,7 @@ from frontend.data import Built, ResultStore, int_list, int_or_none
 from frontend.heads import has_head
 from frontend.pages import text_heads
 from frontend.pages.common import (
+    FAST_POLL_MS,
     PageView,
     export_bar,
     graph,
@@ -116,7 +117,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
             html.Button("Analyze", id="analyze-button", className="button primary"),
         ]),
         html.Div(id="text-error", className="error", children=error),
-        progress_block("text", running=running),
+        progress_block("text", running=running, interval_ms=FAST_POLL_MS, sections=True),
     ])
     heatmaps = html.Div(className="panel", children=[
         html.Div(className="control-row", children=[
@@ -184,7 +185,7 @@ def register(app: Dash, store: ResultStore) -> None:
     """The page's callbacks."""
     client = store.client
     heatmaps = Built()
-    register_poll(app, store, "text", ["text-source"])
+    register_poll(app, store, "text", ["text-source"], sections=True)
     register_highlight(app, "text", GRAPHS)
     text_heads.register(app, store)
 
@@ -243,7 +244,7 @@ def register(app: Dash, store: ResultStore) -> None:
     @app.callback(
         Output("max-attention-graph", "figure"),
         Output("text-heatmap-key", "data"),
-        Input("text-job", "data"),
+        Input("text-job-sections", "data"),
         Input("text-reduction", "value"),
         Input("text-layers", "value"),
         State("text-source", "data"),
@@ -269,7 +270,7 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("hidden-tsne-graph", "figure"),
         Output("attention-matrix-graph", "figure"),
         Output("text-kl", "children"),
-        Input("text-job", "data"),
+        Input("text-job-sections", "data"),
         Input("text-view-options", "value"),
         Input("text-selected", "data"),
         State("text-source", "data"),

@@ -10,14 +10,13 @@ t-SNE and the head view follow from the result the server already holds.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from dash import ClientsideFunction, Dash, Input, Output, State, dcc, html, no_update
+from dash import ClientsideFunction, Dash, Input, Output, Patch, State, dcc, html, no_update
 
 from frontend import figures_gallery as G
 from frontend import figures_headview as HV
-from frontend.data import Built, ResultStore, int_list, int_or_none
+from frontend.data import ResultStore, int_list, int_or_none
 from frontend.figures import empty_figure
 from frontend.heads import gallery_section
 from frontend.pages.common import graph
@@ -81,6 +80,78 @@ def lines_panel(state: dict[str, Any], n_heads: int) -> html.Div:
     ])
 
 
+def gallery_outputs(st: dict[str, Any], source: dict[str, Any] | None, layers: list[int] | None, page: Any,
+                    shown: dict[str, Any] | None) -> tuple[Any, ...]:
+    """(gallery figure, page options, page, what is drawn, head maps) for a job's status.
+
+    ``shown`` (the store ``text-gallery-key``) says what the browser has: the source, the page's
+    shape and the layers drawn, and which heads' maps. While the gallery fills in, a page of the same
+    shape gets only what changed as a partial update (``dash.Patch``: the new rows' traces by index,
+    frames, annotations, title, meta; the new heads' maps), and the rows on screen are neither sent
+    nor built again. Each update sets values (never appends), so one applied twice, or after a newer
+    one, leaves the same figure: Dash drops a callback's answer when a newer call has started.
+    """
+    result, req = st["result"], st.get("request") or {}
+    busy = st["status"] not in ("finished", "failed", "none")
+    ident = [(source or {}).get("kind"), (source or {}).get("id")]
+    shown = shown if (shown or {}).get("source") == ident else {}
+    message = "Computing every head's map…" if busy else "No map of this head in this result."
+    maps, maps_state = _maps(result, shown.get("maps"), message)
+    sec = gallery_section(result)
+    if sec is None and busy and (req.get("options") or {}).get("all_heads"):
+        sec = G.skeleton_section(result)  # the rows wait in their places while the first layer is embedded
+    gp = G.gallery_page(result, layers=layers, page=page or 0, section=sec) if sec is not None else None
+    state = {"source": ident, "maps": maps_state}
+    if not isinstance(gp, G.GalleryPage):
+        msg = gp or ("Computing every head's map…" if busy and (req.get("options") or {}).get("all_heads")
+                     else "The gallery of every head appears here after Analyze.")
+        state["empty"] = msg
+        same = shown.get("empty") == msg
+        return (no_update if same else empty_figure(msg, height=200), no_update if same else [], no_update,
+                state, maps)
+    options = G.gallery_page_options(result, layers, section=sec)
+    state.update(shape=gp.shape, layers=layers, drawn=gp.done, complete=gp.complete, title=G.gallery_title(gp),
+                 options=options)
+    page_value = gp.page if gp.page != page else no_update
+    options_out = options if options != shown.get("options") else no_update
+    if shown.get("shape") != gp.shape or shown.get("layers") != layers:  # another page: drawn anew
+        return G.gallery_figure(result, layers=layers, page=gp.page, section=sec), options_out, page_value, state, maps
+    if (shown.get("drawn"), shown.get("complete"), shown.get("title")) == (gp.done, gp.complete, state["title"]):
+        return no_update, options_out, page_value, state, maps
+    upd = G.gallery_update(result, gp, shown.get("drawn") or [])
+    fig = Patch()
+    for index, trace in upd["traces"].items():
+        fig["data"][index] = trace
+    if upd["frames"] is not None:
+        fig["data"][0] = upd["frames"]
+        fig["layout"]["annotations"] = upd["annotations"]
+    fig["layout"]["title"]["text"] = upd["title"]
+    if (shown.get("drawn"), shown.get("complete")) != (gp.done, gp.complete):  # meta redraws a WebGL page
+        fig["layout"]["meta"] = upd["meta"]
+    return fig, options_out, page_value, state, maps
+
+
+def _maps(result: dict[str, Any], had: dict[str, Any] | None, message: str) -> tuple[Any, dict[str, Any]]:
+    """(the store ``text-head-maps``: whole, a partial update adding the new layers' heads, or
+    unchanged, and what it then holds)."""
+    one = result.get("head-tsne")
+    one_key = [one.get("layers"), one.get("heads")] if one else None
+    grid = gallery_section(result)
+    layers = list((grid or {}).get("layers") or [])
+    state = {"one": one_key, "layers": layers, "message": message, "any": bool(one or layers)}
+    if had is None or had.get("one") != one_key or not had.get("any") and state["any"] \
+            or not set(had.get("layers") or []) <= set(layers):
+        return {**G.head_maps(result), "message": message}, state
+    new = [la for la in layers if la not in set(had.get("layers") or [])]
+    if not new and had.get("message") == message:
+        return no_update, state
+    maps = Patch()
+    for key, value in G.head_map_entries(result, layers=new).items():
+        maps["maps"][key] = value
+    maps["message"] = message
+    return maps, state
+
+
 def figures(result: dict[str, Any], *, layer: int | None, head: int | None, layers: list[int] | None,
             gpage: int, hv_heads: list[int] | None, threshold: float) -> list[Any]:
     """The every-head figures of the view, as exported (gallery page, head view, model view)."""
@@ -96,8 +167,7 @@ def _heads(head: int, extra: list[int] | None) -> list[int]:
 
 
 def register(app: Dash, store: ResultStore) -> None:
-    """Callbacks of the every-head views (the page's poll writes ``text-job``)."""
-    built = Built()
+    """Callbacks of the every-head views (the page's poll writes ``text-job`` and ``text-job-sections``)."""
 
     @app.callback(
         Output("head-gallery", "figure"),
@@ -113,30 +183,7 @@ def register(app: Dash, store: ResultStore) -> None:
     )
     def _gallery(_job, layers, page, source, shown):  # type: ignore[no-untyped-def]
         st = store.status(source)
-        result = st["result"]
-        req = st.get("request") or {}
-        heads_key = sorted(k for k in ("head-tsne", "head-tsne-all") if result.get(k))
-        grid = gallery_section(result)
-        heads_key.append(((grid or {}).get("partial") or {}).get("layers_done"))  # layers so far, as they arrive
-        busy = st["status"] not in ("finished", "failed", "none")
-        key = [source and source.get("id"), heads_key, layers, page, busy and "head-tsne-all" not in heads_key]
-        if key == shown:
-            return no_update, no_update, no_update, no_update, no_update
-        message = "Computing every head's map…" if busy else "No map of this head in this result."
-        if grid is None:
-            msg = ("Computing every head's map…" if busy and (req.get("options") or {}).get("all_heads")
-                   else "The gallery of every head appears here after Analyze.")
-            return empty_figure(msg, height=200), [], no_update, key, {**G.head_maps(result), "message": message}
-
-        def build() -> tuple[Any, list[dict[str, Any]], int, dict[str, Any]]:
-            options = G.gallery_page_options(result, layers)
-            shown_page = min(int(page or 0), len(options) - 1)
-            return G.gallery_figure(result, layers=layers, page=shown_page), options, shown_page, G.head_maps(result)
-
-        # the sections drawn never change: a later poll (a new section, the job's end) reuses the build
-        fig, options, shown_page, maps = built.get(json.dumps([source.get("kind"), source.get("id"), heads_key,
-                                                               layers, page]), build)
-        return fig, options, shown_page, key, {**maps, "message": message}
+        return gallery_outputs(st, source, layers, page, shown)
 
     app.clientside_callback(
         ClientsideFunction(namespace="headscope_heads", function_name="selectHead"),
@@ -179,7 +226,7 @@ def register(app: Dash, store: ResultStore) -> None:
     @app.callback(
         Output("head-view-graph", "figure"),
         Output("model-view-graph", "figure"),
-        Input("text-job", "data"),
+        Input("text-job-sections", "data"),
         Input("text-selected", "data"),
         Input("text-hv-heads", "value"),
         Input("text-hv-threshold", "value"),

@@ -10,12 +10,13 @@ preloaded) and a headless Chromium on the text explorer. For each text of n toke
 every time: identical requests would share a stored result) the page records, with
 ``performance.now()`` in the browser: the click on Analyze, the max-attention heatmaps drawn (the
 first section of the same job), the gallery's first panel drawn (its first layer, published as soon
-as it is embedded: ``workers.layer_parts``), the complete gallery (``layout.meta.gallery.complete``)
-and the finished page (the status line reads "done" and both are drawn). The reference, measured in this process in the
+as it is embedded: ``workers.layer_parts``), the complete gallery (``layout.meta.gallery.complete``:
+every layer computed, its page drawn) and the finished page (the status line reads "done" and both are drawn). The reference, measured in this process in the
 same run, is a plain forward pass of the same text (eager attention, no maps kept; median of 5): every
 time is also printed as a multiple of it. Reported per n as well: the job's seconds in t-SNE for all
 heads and its forward/replay seconds (``timings``), and the size of the result. A shared machine's
 numbers are noisy: compare the ratios of one run, and note the load (printed from ``os.getloadavg``).
+Also printed: the megabytes the page's server sent the browser (every Dash callback's answer) per Analyze.
 """
 
 from __future__ import annotations
@@ -128,6 +129,36 @@ def plain_forward_s(loaded, text: str, *, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
+PARTS = (("worker", "workers.main --preload"), ("short-queue worker", "workers.main --queues"),
+         ("web server", "backend.cli serve"), ("browser", "chromium"), ("playwright", "playwright"))
+
+
+def cpu_by_part() -> dict[str, float]:
+    """CPU seconds (user + system) so far of this process's descendants, by part of the service
+    (``PARTS``: the worker, the web server with the Dash callbacks, Chromium, ...); Linux ``/proc``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    procs: dict[int, tuple[int, float, str]] = {}  # pid -> (parent, CPU s, command line)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (name) ": state, ppid, ... utime, stime
+        procs[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, cmd)
+    mine = {os.getpid()}
+    for _ in range(8):  # a few generations: serve -> workers, playwright -> chromium -> its helpers
+        mine |= {pid for pid, (parent, _, _) in procs.items() if parent in mine}
+    out: dict[str, float] = {}
+    for pid in mine - {os.getpid()}:
+        _, cpu, cmd = procs[pid]
+        name = next((part for part, needle in PARTS if needle in cmd), "other")
+        out[name] = out.get(name, 0.0) + cpu
+    return out
+
+
 def one(page, url: str, text: str, model: str) -> dict:
     page.goto(url + "/")
     page.wait_for_selector("#head-gallery .js-plotly-plot")
@@ -136,10 +167,32 @@ def one(page, url: str, text: str, model: str) -> dict:
         page.get_by_role("option", name=f"{model} — ").first.click()
     page.evaluate(RECORD_JS)
     page.fill("#text-input", text)
+    answers = []  # the page server's answers (Dash callbacks) from Analyze on
+
+    def answered(response) -> None:
+        if "_dash-update-component" in response.url:
+            answers.append(response)
+
+    page.on("response", answered)
+    cpu_before = cpu_by_part()
     page.click("#analyze-button")
     page.wait_for_function("window.__bench.gallery !== undefined && window.__bench.done !== undefined",
                            timeout=600_000)
+    cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_by_part().items()}
+    page.remove_listener("response", answered)
     marks = page.evaluate("window.__bench")
+    origin = page.evaluate("performance.timeOrigin")
+    sizes, calls = [], []
+    for response in answers:
+        try:
+            size = len(response.body())
+        except Exception:  # noqa: BLE001 - an answer the page dropped (a newer call replaced it)
+            continue
+        sizes.append(size)
+        timing = response.request.timing  # ms: startTime since the epoch, the others since startTime
+        outputs = json.loads(response.request.post_data or "{}").get("output", "")
+        calls.append(((timing["startTime"] - origin - marks["click"]) / 1000, timing["responseEnd"] / 1000, size,
+                      outputs.strip(".").split(".")[0]))
     analysis = page.url.split("analysis=")[1].split("&")[0]
     body = httpx.get(f"{url}/api/analyses/{analysis}", timeout=30).json()
     result = body.get("result") or {}
@@ -158,10 +211,25 @@ def one(page, url: str, text: str, model: str) -> dict:
         "job_forward_s": timings.get("forward_s"),
         "job_replay_s": timings.get("replay_s"),
         "result_mb": len(json.dumps(result)) / 2**20,
+        "page_mb": sum(sizes) / 2**20,
+        "marks": {k: since(k) for k in ("heatmaps", "first", "gallery", "done") if k in marks},
+        "calls": calls,
+        "cpu": cpu,
     }
 
 
-KEYS = ("heatmaps_s", "first_panel_s", "gallery_s", "page_s", "tsne_all_heads_s", "result_mb", "forward_s")
+KEYS = ("heatmaps_s", "first_panel_s", "gallery_s", "page_s", "tsne_all_heads_s", "result_mb", "page_mb", "forward_s")
+
+
+def print_timeline(run: dict) -> None:
+    """The browser's marks and every Dash callback answered, in order of their start after Analyze."""
+    rows = [(t, f"browser: {name}") for name, t in run["marks"].items()]
+    polls = [c for c in run["calls"] if c[3] == "text-job"]
+    rows += [(t, f"callback {what} (first output): {took:.2f} s, {size / 1024:.0f} KiB") for t, took, size, what
+             in run["calls"] if what != "text-job" or size > 2048]  # a poll that brought no new section: left out
+    rows.append((polls[-1][0] if polls else 0.0, f"({len(polls)} polls in all)"))
+    for t, what in sorted(rows):
+        print(f"  {t:7.2f} s  {what}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", default=None, help="comma-separated n (default: by model)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--job", action="store_true",
+                    help="also run each n's job in this process (tests.bench.bench_gallery_job) and print the page's "
+                         "time beyond it")
+    ap.add_argument("--timeline", action="store_true",
+                    help="also print each Dash callback of the last run per n: start after Analyze, duration, size")
     args = ap.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
@@ -183,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print(f"load average before: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start_serve(Path(tmp), workers=1, model=args.model)
+        proc, url = start_serve(Path(tmp), workers=1, model=args.model, threads=None)  # `headscope serve` defaults
         try:
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -206,8 +279,25 @@ def main(argv: list[str] | None = None) -> int:
                           f"({row['first_panel_s'] / f:.1f}x), complete gallery {row['gallery_s']:.2f} s "
                           f"({row['gallery_s'] / f:.1f}x), page done {row['page_s']:.2f} s ({row['page_s'] / f:.1f}x); "
                           f"t-SNE of every head in the job {row['tsne_all_heads_s']:.2f} s; result "
-                          f"{row['result_mb']:.1f} MB; {'WebGL' if row['webgl'] else 'SVG'}; load {row['load'][0]:.2f}",
+                          f"{row['result_mb']:.1f} MB, the page's server sent its browser {row['page_mb']:.1f} MB; "
+                          f"{'WebGL' if row['webgl'] else 'SVG'}; load {row['load'][0]:.2f}",
                           flush=True)
+                    cpu = runs[-1]["cpu"]
+                    print(f"  CPU seconds from Analyze to done: {sum(cpu.values()):.1f} in all, "
+                          + ", ".join(f"{k} {v:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])),
+                          flush=True)
+                    if args.timeline:
+                        print_timeline(runs[-1])
+                    if args.job:  # the same job in this process, the service idle: what is left is the page's
+                        from tests.bench.bench_gallery_job import run_job
+
+                        job = run_job(args.model, text, shared=True)  # the last run's text
+                        last = runs[-1]
+                        print(f"  the job alone (in this process, same text): first gallery layer "
+                              f"{job['first layer']:.2f} s, gallery {job['head-tsne-all']:.2f} s, done {job['done']:.2f} s;"
+                              f" the page after it: first panel +{last['first_panel_s'] - job['first layer']:.2f} s, "
+                              f"complete +{last['gallery_s'] - job['head-tsne-all']:.2f} s, "
+                              f"done +{last['page_s'] - job['done']:.2f} s; load {os.getloadavg()[0]:.2f}", flush=True)
                 browser.close()
         finally:
             stop(proc, grace_s=20)

@@ -45,9 +45,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
-def start_serve(data: Path, *, workers: int, model: str) -> tuple[subprocess.Popen, str]:
+def start_serve(data: Path, *, workers: int, model: str, threads: int | None = 1) -> tuple[subprocess.Popen, str]:
+    """``headscope serve`` on a free port; ``threads``: OMP_NUM_THREADS of the whole service (None: serve's
+    own default, the cores shared among the workers)."""
     port = free_port()
-    env = {**os.environ, "HEADSCOPE_DATA_DIR": str(data), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "HEADSCOPE_DATA_DIR": str(data), "PYTHONPATH": str(ROOT)}
+    env.pop("OMP_NUM_THREADS", None)
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     env.pop("REDIS_URL", None)
     cmd = [sys.executable, "-m", "backend.cli", "serve", "--port", str(port), "--workers", str(workers),
            "--preload", model]

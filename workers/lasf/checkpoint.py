@@ -29,7 +29,8 @@ META_KEY = "lasf_config"
 # the base models a LasF layer can replace a layer of: hidden size, layers
 BASES: dict[str, dict[str, int]] = {"minilm": {"d_model": 384, "n_layers": 6}}
 LIMITS = {"n_fields": 64, "d_q": 256, "d_s": 1024}
-SHIPPED = {"lasf-minilm": Path(__file__).resolve().parent.parent / "data" / "lasf_minilm"}
+_DATA = Path(__file__).resolve().parent.parent / "data"
+SHIPPED = {"lasf-minilm": _DATA / "lasf_minilm", "lasf-minilm-paper": _DATA / "lasf_minilm_paper"}  # = contracts.LASF_MODELS
 
 
 class LasFCheckpointError(BadFileError):
@@ -192,5 +193,5 @@ def build_module(ck: LasFCheckpoint) -> Any:
 
 
 def shipped_path(name: str) -> Path | None:
-    """The directory of a shipped LasF model (``lasf-minilm``), None for other names."""
+    """The directory of a shipped LasF model (``lasf-minilm``, ``lasf-minilm-paper``), None for other names."""
     return SHIPPED.get(name)

@@ -45,7 +45,8 @@ class TrainConfig:
     warmup: float = 0.1  # LasF's share of the steps spent warming up (one-cycle ``pct_start``)
     clip: float | None = None  # LasF's gradient norm clipped to this (None: no clipping)
     baseline_lr: float = 2e-3
-    weight_decay: float = 0.01
+    weight_decay: float = 0.01  # LasF's (AdamW, decoupled); paper mode: 1.0 (see docs/lasf.md)
+    baseline_weight_decay: float = 0.01
     batch_size: int = 32
     seed: int = 0
     corpus_seed: int = 0
@@ -66,6 +67,9 @@ class TrainConfig:
                 raise HeadscopeError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0.0 < self.warmup < 1.0:
             raise HeadscopeError(f"warmup is a share of the steps, between 0 and 1 (exclusive), got {self.warmup}")
+        for name in ("weight_decay", "baseline_weight_decay"):
+            if not getattr(self, name) >= 0:  # NaN fails too
+                raise HeadscopeError(f"{name.replace('_', ' ')} must be at least 0, got {getattr(self, name)}")
         if self.clip is not None and self.clip <= 0:
             raise HeadscopeError(f"clip must be positive, got {self.clip}")
 
@@ -171,7 +175,8 @@ def train_models(
     rng = np.random.default_rng(config.seed)
     opts = {
         k: torch.optim.AdamW(
-            m.parameters(), lr=config.lr if k == "lasf" else config.baseline_lr, weight_decay=config.weight_decay
+            m.parameters(), lr=config.lr if k == "lasf" else config.baseline_lr,
+            weight_decay=config.weight_decay if k == "lasf" else config.baseline_weight_decay,
         )
         for k, m in models.items()
     }
