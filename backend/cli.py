@@ -110,6 +110,8 @@ def _causal_options(args: argparse.Namespace) -> dict[str, Any]:
         raise HeadscopeError("patching needs --corrupted TEXT (the same token length as --text)")
     if args.analysis == "attribution-patching" and args.corrupted is None:
         raise HeadscopeError("attribution-patching needs --corrupted TEXT (the same token length as --text)")
+    if args.threshold is not None:
+        opts["threshold"] = args.threshold
     if args.real:
         opts["real"] = True
     # edge-attribution / attribution-patching (docs/circuits.md)
@@ -253,6 +255,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return run_from_args(args)
 
 
+ANALYSES.append("information-flow")  # docs/circuits.md (kept apart from the list: the circuits branches both extend it)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="headscope", description="Look inside transformer models.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log to stderr")
@@ -300,6 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--corrupted", default=None, metavar="TEXT", help="patching: the corrupted text (same token length)")
     c.add_argument("--continue-tokens", type=int, default=16, help="continue: tokens to generate")
     c.add_argument("--temperature", type=float, default=0.0, help="continue: 0 = greedy, else sampled with --seed")
+    c.add_argument("--threshold", type=float, default=None,
+                   help="information-flow: keep edges of importance >= this, in (0, 1) (default 0.04); "
+                        "--position: the position the graph starts from")
     c.add_argument("--real", action="store_true", help="attribution-patching: also the real head patching, correlated")
     c.add_argument("--qk-fix", action="store_true", help="attribution-patching: AtP*'s query-key fix (queries and keys)")
     c.add_argument("--top-edges", type=int, default=None, metavar="N", help="edge-attribution: edges of the circuit (200)")

@@ -107,6 +107,10 @@ class ApiClient:
         body = {"model": model, "text": text, "analyses": analyses, "options": options or {}}
         return self._request("POST", "/api/analyses", json=body)
 
+    def cancel_analysis(self, analysis_id: str) -> dict[str, Any]:
+        """``DELETE /api/analyses/{id}`` → ``{"id", "status", "cancelled"}``."""
+        return self._request("DELETE", f"/api/analyses/{analysis_id}")
+
     def analysis(self, analysis_id: str, *, partial: str | None = None, result: str | None = None) -> dict[str, Any]:
         """``GET /api/analyses/{id}`` → JobStatus (``status``, ``progress``, ``partial``, ``partial_keys``,
         ``result``, …); ``partial``: which partial keys to send (``"none"``, ``"a,b"``; default all);

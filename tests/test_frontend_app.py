@@ -54,14 +54,15 @@ def test_pages_render_with_stable_ids(app):
     assert {"text-layer", "text-head", "hidden-tsne-graph", "attention-matrix-graph", "text-options",
             "text-restarts", "text-view-options", "text-progress-bar"} <= home
     for path, prefix in [("/terms", "terms"), ("/words", "words"), ("/pe", "pe"), ("/lasf", "lasf"),
-                         ("/corpus", "corpus"), ("/causal", "causal"), ("/compare", "compare")]:
+                         ("/corpus", "corpus"), ("/causal", "causal"), ("/compare", "compare"),
+                         ("/circuits", "circuits")]:
         ids = _ids(render_page(store, path, ""))
         assert f"{prefix}-share-button" in ids and f"{prefix}-export-json" in ids, path
         assert all(i.startswith(prefix) for i in ids), f"ids of {path} are prefixed by the page"
     assert {"pe-upload", "pe-demo-button", "pe-run-button", "pe-distance-graph", "pe-map-graph"} <= _ids(
         render_page(store, "/pe", ""))
     assert "no page at /nope" in str(render_page(store, "/nope", ""))
-    assert set(PAGES) == {"/", "/terms", "/words", "/pe", "/lasf", "/corpus", "/causal", "/compare"}
+    assert set(PAGES) == {"/", "/terms", "/words", "/pe", "/lasf", "/corpus", "/causal", "/compare", "/circuits"}
     assert {"lasf-phi-graph", "lasf-relation-graph", "lasf-field-graph", "lasf-tsne-graph"} <= _ids(
         render_page(store, "/lasf", ""))
     missing_share = str(render_page(store, "/", "?share=abc"))

@@ -25,6 +25,7 @@ AnalysisKind = Literal[
     "max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf",
     "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching",
     "word-maps",  # docs/compare.md
+    "information-flow",  # circuits: information-flow routes (SPEC 12, docs/circuits.md)
     "attribution-patching",  # circuits (SPEC 12, docs/results.md)
     "edge-attribution",  # circuits: EAP / EAP-IG, the circuit and its faithfulness
 ]
@@ -44,6 +45,7 @@ ANALYSIS_KINDS: tuple[str, ...] = (
     "robustness",
     "lasf",
     "word-maps",  # every head's word-level map (docs/compare.md)
+    "information-flow",  # one text, any model (docs/circuits.md)
     *CAUSAL_KINDS,  # continue first: it extends the text the other causal views read
 )  # also the order a job computes them in: cheap first
 MAX_TOP_K = 50  # predictions: next tokens listed per position
@@ -136,7 +138,8 @@ class AnalysisOptions(BaseModel):
         "l[a] - l[b], or None: the text's next token; patching: the pair (None: the two texts' top predictions)",
     )
     position: int | None = Field(
-        None, ge=0, description="the position of the layers x heads maps (attribution, ablation); None = the last"
+        None, ge=0, description="the position of the layers x heads maps (attribution, ablation) and the one the "
+        "information-flow graph starts from; None = the last (information flow on an encoder: the first)"
     )
     ablate: Literal["each"] | Annotated[list[HeadPair], Field(max_length=MAX_ABLATED)] = Field(
         "each", description="ablation: 'each' head in turn (a map at position), or a set of [layer, head] ablated together"
@@ -147,6 +150,8 @@ class AnalysisOptions(BaseModel):
     )
     continue_tokens: int = Field(16, ge=1, le=MAX_CONTINUE, description="continue: tokens to generate")
     temperature: float = Field(0.0, ge=0.0, le=10.0, description="continue: 0 = greedy, else sampled with seed")
+    # information flow (docs/circuits.md); left out of the job id at its default
+    threshold: float = Field(0.04, gt=0.0, lt=1.0, description="information-flow: the edges' importance threshold τ")
     real: bool = Field(False, description="attribution-patching: also run the real head patching and correlate")
     # edge-attribution / attribution-patching (docs/results.md); out of the job id at their defaults
     qk_fix: bool = Field(False, description="attribution-patching: AtP*'s query-key fix for each head's queries and keys")
@@ -189,6 +194,8 @@ class AnalysisOptions(BaseModel):
         return v
 
 
+# information flow (docs/circuits.md): left out of the job id at its default
+FLOW_DEFAULTS: dict[str, Any] = {"threshold": AnalysisOptions.model_fields["threshold"].default}
 CAUSAL_DEFAULTS: dict[str, Any] = {
     name: AnalysisOptions.model_fields[name].default
     for name in ("k", "target", "position", "ablate", "ablation", "corrupted", "continue_tokens", "temperature",
@@ -245,7 +252,7 @@ class AnalysisRequest(BaseModel):
         """Canonical JSON-able form: analyses sorted in job order, every option explicit except the
         causal views' options at their defaults (so requests from before them keep their ids)."""
         options = self.options.model_dump(mode="json")
-        for name, default in CAUSAL_DEFAULTS.items():
+        for name, default in {**CAUSAL_DEFAULTS, **FLOW_DEFAULTS}.items():
             if options.get(name) == default:
                 del options[name]
         return {

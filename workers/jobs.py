@@ -51,6 +51,7 @@ WEIGHTS = {
     "logit-attribution": 2.0,
     "ablation": 6.0,
     "patching": 6.0,
+    "information-flow": 1.5,
     "attribution-patching": 2.0,
     "edge-attribution": 8.0,
 }

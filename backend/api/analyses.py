@@ -36,6 +36,7 @@ from workers.protocol import JOB_ID
 router = APIRouter(tags=["analyses"])
 
 WHOLE_TEXT_KINDS = {"max-attention", "decomposition", "head-tsne", "hidden-tsne", "robustness", "lasf", *CAUSAL_KINDS}
+WHOLE_TEXT_KINDS.add("information-flow")  # docs/circuits.md
 
 
 @lru_cache(maxsize=64)
@@ -89,6 +90,17 @@ def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
             raise TextTooLongError(count=counted[0], limit=counted[1], model=req.model)
     if kinds & set(CAUSAL_KINDS):
         check_causal(req, spec, facts)
+    if "information-flow" in kinds:
+        check_flow(req, spec)
+
+
+def check_flow(req: AnalysisRequest, spec: ModelSpec) -> None:
+    """Information flow (docs/circuits.md): the position the graph starts from is in the text (the
+    threshold's range, (0, 1), is the contract's)."""
+    o = req.options
+    counted = count_tokens(spec, req.text) if o.position is not None else None
+    if o.position is not None and counted is not None and o.position >= counted[0]:
+        raise OutOfRangeError(f"position {o.position} is out of range: the text has positions 0-{counted[0] - 1}")
 
 
 def check_causal(req: AnalysisRequest, spec: ModelSpec, facts: dict[str, Any]) -> None:

@@ -128,5 +128,58 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def bench_flow(model: str, *, tokens: int, repeats: int) -> float:
+    """Information flow (SPEC 12; target SmolLM2, n = 128: <= 3 forward-equivalents): the whole
+    ``information_flow`` call (its forward with the hooks, the importances, the graph) against a plain
+    forward of the same tokens, interleaved (median of ``repeats``); printed and returned.
+
+    Run as ``PYTHONPATH=. python -m tests.bench.bench_circuits --flow [--model smollm2] [--tokens 128]
+    [--repeats 3] [--threads 2] [--every-query]``."""
+    from workers.analysis.information_flow import information_flow
+    from workers.models import load_model
+    from workers.models.adapters import model_inputs
+
+    loaded = load_model(model, dtype="float32", device="cpu")
+    _, enc = _text_of(loaded, tokens)
+    inputs = model_inputs(loaded, enc)
+    got: dict[str, int] = {}
+
+    def forward() -> None:
+        with torch.inference_mode():
+            loaded.model(**inputs, output_hidden_states=True)
+
+    def flow() -> None:
+        got["edges"] = len(information_flow(loaded, enc)["edges"])
+
+    med = median_seconds({"forward": forward, "information-flow": flow}, repeats=repeats)
+    ratio = med["information-flow"] / med["forward"]
+    print(f"model {model}: {loaded.n_layers} layers x {loaded.n_heads} heads, n = {enc.n}, "
+          f"torch threads {torch.get_num_threads()}")
+    for name, s in med.items():
+        print(f"  {name:<22} {s * 1000:9.1f} ms  {s / med['forward']:7.1f}x forward")
+    print(f"  information flow: {ratio:.2f} forward-equivalents (target <= 3), {got['edges']} edges at tau = 0.04")
+    return ratio
+
+
+def flow_main(argv: list[str]) -> int:
+    """``--flow``: the information-flow benchmark alone (``bench_flow``)."""
+    parser = argparse.ArgumentParser(description=bench_flow.__doc__)
+    parser.add_argument("--flow", action="store_true")
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--every-query", action="store_true",
+                        help="the path of texts whose layers would not fit KEEP_BYTES: every query in the forward")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.every_query:
+        import workers.analysis.information_flow as flow_module
+
+        flow_module.KEEP_BYTES = 0
+    bench_flow(args.model, tokens=args.tokens, repeats=args.repeats)
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(flow_main(sys.argv[1:]) if "--flow" in sys.argv[1:] else main())

@@ -159,6 +159,9 @@ def estimate_text_request(
         )
         extra = facts.n_params * (db - b) if db > b else 0  # the model again in float64
         stages["decomposition"] = forward + dec + extra
+    if "information-flow" in analyses:  # docs/circuits.md: each layer's record kept (up to 1 GiB) + one chunk
+        kept = L * (H * nn + 10 * n * d) * b
+        stages["information-flow"] = forward + (kept if kept <= GIB else 2 * H * nn * b + 10 * n * d * b) + 3 * 2**25
     causal = _causal_stages(facts, n, analyses, options, forward=forward, hidden_states=hidden_states)
     stages.update(causal)
     if len(streamed) > 1 or not stages:

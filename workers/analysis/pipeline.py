@@ -33,6 +33,7 @@ from workers.analysis.causal_sections import (
     extend_with_continuation,
 )
 from workers.analysis.hidden import states_tsne
+from workers.analysis.information_flow import FLOW_OPTIONS, flow_section
 from workers.analysis.memory import ModelFacts, estimate_text_request
 from workers.analysis.progress import Progress, no_progress, scaled
 from workers.analysis.robustness import disturb_ids, summarize
@@ -73,6 +74,7 @@ DEFAULT_OPTIONS: dict[str, Any] = {
     "dtype": "float32",
     "hidden_layer": None,
     **CAUSAL_OPTIONS,  # the causal views (workers.analysis.causal_sections)
+    **FLOW_OPTIONS,  # information flow (workers.analysis.information_flow)
 }
 DEFAULT_ENGINE = "fast"  # issue 7; "batched" and "opentsne" stay selectable
 
@@ -208,6 +210,7 @@ class Context:
 
 Section = Callable[[Context], dict[str, Any]]
 SECTIONS: dict[str, Section] = dict(CAUSAL_SECTIONS)  # docs/causal.md; the others register below
+SECTIONS["information-flow"] = flow_section  # docs/circuits.md
 
 
 def section(kind: str) -> Callable[[Section], Section]:

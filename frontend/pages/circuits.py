@@ -1,0 +1,419 @@
+"""Circuits: which components work together (docs/circuits.md). A clean/corrupted pair gives the circuit
+(edge attribution, with the faithfulness curve beside a slider for N) and AtP against real patching;
+the clean text alone gives the information-flow graph over its tokens (any model, encoders too).
+
+Two jobs: the flow job (always; the page's source) and the pair job (when a corrupted text is given on a
+decoder with a head). URL state: ``/circuits?analysis=<flow job>&pair=<pair job>&n=<N>&head=L.H``; a
+share link holds the flow job's share with the pair job's own share in its view (``pair_share``), so
+both results are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from dash import ClientsideFunction, Dash, Input, Output, State, dcc, html, no_update
+
+from frontend import figures_circuits as F
+from frontend.api_client import ApiError
+from frontend.data import ResultStore, source_query
+from frontend.figures import empty_figure, graph_config, standalone_html
+from frontend.pages.causal import _head, _model_choices, causal_request, parse_target
+from frontend.pages.common import export_bar, graph, progress_block, restore_view, share_link
+
+logger = logging.getLogger(__name__)
+
+NAME = "circuits"
+PATH = "/circuits"
+TITLE = "Circuits"
+NAV_ORDER = 6  # after /causal
+GRAPHS = ["circuits-circuit-graph", "circuits-curve-graph", "circuits-atp-graph", "circuits-flow-graph"]
+HEAD_GRAPHS = ["circuits-circuit-graph", "circuits-atp-graph", "circuits-flow-graph"]
+DEMO = "When Mary and John went to the store, John gave a drink to"
+DEMO_CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
+EDGE_KIND = "edge-attribution"  # circuits-eap's analysis (docs/results.md)
+PAGE_TOP_EDGES = 1000  # edges the pair job lists: the slider reaches the curve's sizes up to this
+FAITHFUL = 0.8  # the slider starts at the smallest listed circuit at least this faithful
+
+
+def edge_attribution_available() -> bool:
+    """Whether this build's contract knows the edge-attribution analysis."""
+    from workers.contracts import ANALYSIS_KINDS
+
+    return EDGE_KIND in ANALYSIS_KINDS
+
+
+def flow_request(*, text: str, model: str, threshold: float | None = None, position: int | None = None,
+                 dtype: str = "float32") -> dict[str, Any]:
+    """The information-flow job of the clean text (defaults left out, so links keep their id)."""
+    options: dict[str, Any] = {"dtype": dtype or "float32"}
+    if threshold is not None and float(threshold) != 0.04:
+        options["threshold"] = float(threshold)
+    if position is not None:
+        options["position"] = int(position)
+    return {"model": model, "text": text, "analyses": ["information-flow"], "options": options}
+
+
+def top_edges_for(facts: dict[str, Any]) -> int | None:
+    """``PAGE_TOP_EDGES``, or a model's every edge when it has fewer (None: its shape is unknown, and
+    the job's default applies)."""
+    from workers.contracts import edge_count
+
+    if not facts.get("n_layers") or not facts.get("n_heads"):
+        return None
+    return min(PAGE_TOP_EDGES, edge_count(int(facts["n_layers"]), int(facts["n_heads"]),
+                                          bool(facts.get("parallel_residual"))))
+
+
+def pair_request(*, text: str, corrupted: str, model: str, target: str | None = None, real: bool = True,
+                 dtype: str = "float32", top_edges: int | None = None) -> dict[str, Any]:
+    """The pair job: attribution patching (with the real head patching beside it when ``real``) and,
+    where the build has it, edge attribution listing ``top_edges`` edges."""
+    analyses = ["attribution-patching"] + ([EDGE_KIND] if edge_attribution_available() else [])
+    options: dict[str, Any] = {"corrupted": corrupted, "dtype": dtype or "float32"}
+    if top_edges is not None and EDGE_KIND in analyses:
+        options["top_edges"] = int(top_edges)
+    if real:
+        options["real"] = True
+    parsed = parse_target(target)
+    if parsed is not None:
+        options["target"] = parsed
+    return {"model": model, "text": text, "analyses": analyses, "options": options}
+
+
+def _pair_source(view: dict[str, Any]) -> dict[str, Any] | None:
+    if view.get("pair_share"):
+        return {"kind": "share", "id": str(view["pair_share"])}
+    if view.get("pair"):
+        return {"kind": "analysis", "id": str(view["pair"])}
+    return None
+
+
+def _number(value: Any, default: Any = None) -> Any:
+    try:
+        return float(value) if value not in (None, "") else default
+    except (TypeError, ValueError):
+        return default
+
+
+def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None) -> html.Div:
+    options, default_model, hint = _model_choices(store)
+    all_models = [{k: v for k, v in o.items() if k != "disabled"} for o in options]  # flow: any model
+    source, request, view = restore_view(store, query, share, keys=("n", "head", "pair", "pair_share"))
+    pair = _pair_source(view)
+    pair_req = store.status(pair).get("request") or {} if pair else {}
+    opts, popts = request.get("options") or {}, pair_req.get("options") or {}
+    target = popts.get("target")
+    if isinstance(target, list):
+        target = "|".join(f"#{t}" if isinstance(t, int) else str(t) for t in target)
+    elif isinstance(target, int):
+        target = f"#{target}"
+    row = html.Div(className="control-row", children=[
+        html.Label("model", htmlFor="circuits-model"),
+        dcc.Dropdown(id="circuits-model", options=all_models, value=request.get("model") or default_model,
+                     clearable=False, className="model-picker"),
+        html.Label("target", htmlFor="circuits-target"),
+        dcc.Input(id="circuits-target", type="text", value=target or "", debounce=True, style={"width": "190px"},
+                  placeholder="empty: the two texts' top predictions · ␣Mary|␣John · #123|#456"),
+        dcc.Checklist(id="circuits-real", options=[{"label": "real patching beside AtP", "value": "real"}],
+                      value=["real"] if (popts.get("real") or not pair_req) else [], inline=True),
+        html.Label("flow threshold τ", htmlFor="circuits-threshold"),
+        dcc.Input(id="circuits-threshold", type="number", min=0.001, max=0.999, step="any",
+                  value=opts.get("threshold", 0.04), className="small-input"),
+        html.Label("flow from position", htmlFor="circuits-position"),
+        dcc.Input(id="circuits-position", type="number", min=0, value=opts.get("position"), className="small-input",
+                  placeholder="last"),
+        dcc.RadioItems(id="circuits-dtype", options=["float32", "float64"], value=opts.get("dtype", "float32"),
+                       inline=True),
+        html.Button("Analyze", id="circuits-analyze", className="button primary"),
+        html.Button("Cancel", id="circuits-cancel", className="button secondary"),
+    ])
+    downloads = html.Div(className="control-row", children=[
+        html.Span("graphs:", className="label"),
+        *[html.Button(label, id=f"circuits-dl-{key}", className="button secondary") for key, label in (
+            ("circuit-json", "circuit JSON"), ("circuit-graphml", "circuit GraphML"),
+            ("flow-json", "flow JSON"), ("flow-graphml", "flow GraphML"))],
+        dcc.Download(id="circuits-graph-download"),
+    ])
+    return html.Div(className="page", id="circuits-page", children=[
+        html.H2("Which components work together? Circuits, AtP and information flow"),
+        html.Div(className="controls", children=[
+            html.Div(className="row", children=[
+                html.Div(className="col", children=[
+                    html.Label("clean text", htmlFor="circuits-text"),
+                    dcc.Textarea(id="circuits-text", value=request.get("text") or DEMO, className="text-input")]),
+                html.Div(className="col", children=[
+                    html.Label("corrupted text (same token length; empty: the flow graph only)",
+                               htmlFor="circuits-corrupted"),
+                    dcc.Textarea(id="circuits-corrupted", className="text-input",
+                                 value=popts.get("corrupted") if source else DEMO_CORRUPTED)]),
+            ]),
+            row,
+            html.P(hint + " The information-flow graph runs on any model.", className="hint"),
+            html.Div(id="circuits-error", className="error"),
+            html.Div(id="circuits-cancelled", className="hint"),
+            progress_block("circuits", running=source is not None),
+        ]),
+        export_bar("circuits", GRAPHS),
+        downloads,
+        html.Div(className="panel", children=[
+            html.H4("Head"), html.Div(id="circuits-head-info", className="hint",
+                                      children="Click a head in the circuit, the scatter or the flow graph."),
+            html.Div(id="circuits-head-links")]),
+        html.Div(className="row", children=[
+            html.Div(className="col panel", children=[graph("circuits-circuit-graph", figure=empty_figure("Press Analyze."))]),
+            html.Div(className="col panel", children=[
+                graph("circuits-curve-graph", figure=empty_figure("")),
+                html.Label("circuit size N (edges)", htmlFor="circuits-n-slider"),
+                dcc.Slider(id="circuits-n-slider", min=0, max=0, step=1, value=0, marks={}, included=False,
+                           allow_direct_input=False)]),
+        ]),
+        html.Div(className="panel", children=[graph("circuits-atp-graph", figure=empty_figure(""))]),
+        html.Div(className="panel", children=[graph("circuits-flow-graph", figure=empty_figure(""))]),
+        dcc.Store(id="circuits-source", data=source),
+        dcc.Store(id="circuits-pair-source", data=pair),
+        dcc.Store(id="circuits-n", data=int(_number(view.get("n"), 0)) or None),
+        dcc.Store(id="circuits-head", data=_head(view.get("head"))),
+    ])
+
+
+def _view(pair: dict[str, Any] | None, n: int | None, head: list[int] | None) -> dict[str, Any]:
+    key = "pair_share" if pair and pair.get("kind") == "share" else "pair"
+    return {key: (pair or {}).get("id"), "n": n, "head": f"{head[0]}.{head[1]}" if head else None}
+
+
+def _figures(flow: dict[str, Any], pair: dict[str, Any], n: int | None) -> list[Any]:
+    return [F.circuit_figure(pair, n_top=n), F.faithfulness_figure(pair, n_top=n), F.atp_scatter_figure(pair),
+            F.flow_figure(flow)]
+
+
+def register(app: Dash, store: ResultStore) -> None:
+    from frontend.pages.common import register_poll
+
+    client = store.client
+    register_poll(app, store, "circuits", ["circuits-source", "circuits-pair-source"])
+    _register_exports(app, store)
+
+    @app.callback(
+        Output("circuits-source", "data"), Output("circuits-pair-source", "data"), Output("circuits-n", "data"),
+        Output("circuits-error", "children"),
+        Input("circuits-analyze", "n_clicks"),
+        State("circuits-text", "value"), State("circuits-corrupted", "value"), State("circuits-model", "value"),
+        State("circuits-target", "value"), State("circuits-real", "value"), State("circuits-threshold", "value"),
+        State("circuits-position", "value"), State("circuits-dtype", "value"),
+        prevent_initial_call=True,
+    )
+    def _submit(_n, text, corrupted, model, target, real, threshold, position, dtype):  # type: ignore[no-untyped-def]
+        pos = _number(position)
+        try:
+            freq = flow_request(text=text or "", model=model, threshold=_number(threshold, 0.04),
+                                position=None if pos is None else int(pos), dtype=dtype)
+            flow = {"kind": "analysis", "id": client.submit_analysis(**freq)["id"], "request": freq}
+        except ApiError as exc:
+            return no_update, no_update, no_update, str(exc)
+        if not (corrupted and corrupted.strip()):
+            return flow, None, None, ""
+        try:  # the flow graph is drawn even when the pair is refused (an encoder, other lengths)
+            facts = next((m for m in store.models().get("models") or [] if m.get("name") == model), {})
+            preq = pair_request(text=text or "", corrupted=corrupted, model=model, target=target,
+                                real="real" in (real or []), dtype=dtype, top_edges=top_edges_for(facts))
+            pair = {"kind": "analysis", "id": client.submit_analysis(**preq)["id"], "request": preq}
+        except ApiError as exc:
+            return flow, None, None, f"the pair: {exc}"
+        return flow, pair, None, ""
+
+    @app.callback(
+        Output("circuits-n-slider", "max"), Output("circuits-n-slider", "marks"), Output("circuits-n-slider", "value"),
+        Input("circuits-job", "data"), State("circuits-pair-source", "data"), State("circuits-n", "data"),
+    )
+    def _slider(_job, pair, n):  # type: ignore[no-untyped-def]
+        sizes = F.circuit_sizes(store.status(pair)["result"] if pair else {})
+        if not sizes:
+            return 0, {}, no_update
+        result = store.status(pair)["result"]
+        faithful = [s for s in sizes if (F.faithfulness_at(result, s) or 0.0) >= FAITHFUL]
+        want = n if n in sizes else (faithful[0] if faithful else sizes[-1])
+        return len(sizes) - 1, {i: str(s) for i, s in enumerate(sizes)}, sizes.index(want)
+
+    @app.callback(
+        Output("circuits-n", "data", allow_duplicate=True),
+        Input("circuits-n-slider", "value"), State("circuits-n-slider", "marks"),
+        prevent_initial_call=True,
+    )
+    def _pick_n(index, marks):  # type: ignore[no-untyped-def]
+        # the sizes the slider was drawn with, not the store's now: a value set while the pair was
+        # unfinished (no sizes) must not pick the first size once the pair has finished
+        size = (marks or {}).get(str(int(index or 0)))
+        return int(size) if size else no_update
+
+    @app.callback(
+        *[Output(g, "figure") for g in GRAPHS],
+        Input("circuits-job", "data"), Input("circuits-n", "data"),
+        State("circuits-source", "data"), State("circuits-pair-source", "data"),
+    )
+    def _views(_job, n, source, pair):  # type: ignore[no-untyped-def]
+        flow_st, pair_st = store.status(source), store.status(pair)
+        figs = _figures(flow_st["result"], pair_st["result"], n)
+        for k, st in ((3, flow_st), (0, pair_st), (1, pair_st), (2, pair_st)):
+            if st["status"] not in ("finished", "none") and not figs[k].data:
+                msg = f"failed: {st.get('error')}" if st["status"] == "failed" else "Computing…"
+                figs[k] = empty_figure(msg)
+        if not pair:
+            why = "Give a corrupted text of the same token length<br>(on a decoder with a language-model head)"
+            figs[:3] = [empty_figure(f"{why}<br>for the circuit."), empty_figure(""),
+                        empty_figure(f"{why} for AtP against real patching.")]
+        return figs
+
+    @app.callback(
+        Output("circuits-head", "data"),
+        *[Input(g, "clickData") for g in HEAD_GRAPHS],
+        prevent_initial_call=True,
+    )
+    def _pick_head(*_clicks):  # type: ignore[no-untyped-def]
+        from dash import ctx
+
+        head = F.clicked_head(ctx.triggered[0]["value"] if ctx.triggered else None)
+        return no_update if head is None else list(head)
+
+    @app.callback(
+        Output("circuits-head-info", "children"), Output("circuits-head-links", "children"),
+        Input("circuits-head", "data"), State("circuits-source", "data"), State("circuits-pair-source", "data"),
+        prevent_initial_call=True,
+    )
+    def _open_head(head, source, pair):  # type: ignore[no-untyped-def]
+        from frontend.pages.text import text_request
+
+        if not head:
+            return no_update, no_update
+        layer, h = int(head[0]), int(head[1])
+        req = store.status(source).get("request") or {}
+        preq = store.status(pair).get("request") or {} if pair else {}
+        if not req.get("text") or not req.get("model"):
+            return "Analyze first.", ""
+        links: list[Any] = []
+        try:
+            tr = text_request(text=req["text"], model=req["model"], drop_special=False, restarts=1, layer=layer, head=h)
+            job = client.submit_analysis(**tr)["id"]
+            links.append(dcc.Link(f"Open L{layer}H{h} in the text explorer →", id="circuits-open-text",
+                                  href="/" + source_query({"kind": "analysis", "id": job}, {"layer": layer, "head": h})))
+            if preq:
+                o = preq.get("options") or {}
+                target = o.get("target")
+                cr = causal_request(text=req["text"], model=req["model"], corrupted=o.get("corrupted"),
+                                    target="|".join(f"#{t}" if isinstance(t, int) else str(t) for t in target)
+                                    if isinstance(target, list) else None)
+                cjob = client.submit_analysis(**cr)["id"]
+                links += [" · ", dcc.Link(f"Open L{layer}H{h} on the causal page →", id="circuits-open-causal",
+                                          href=PATH.replace("circuits", "causal") + source_query(
+                                              {"kind": "analysis", "id": cjob}, {"head": f"{layer}.{h}"}))]
+        except ApiError as exc:
+            return f"cannot open L{layer}H{h}: {exc}", ""
+        return f"Layer {layer}, head {h}.", html.Span(links)
+
+    @app.callback(
+        Output("circuits-cancelled", "children"),
+        Input("circuits-cancel", "n_clicks"), State("circuits-source", "data"), State("circuits-pair-source", "data"),
+        prevent_initial_call=True,
+    )
+    def _cancel(_n, *sources):  # type: ignore[no-untyped-def]
+        said = []
+        for src in sources:
+            if src and src.get("kind") == "analysis":
+                try:
+                    done = client.cancel_analysis(src["id"])
+                except ApiError as exc:
+                    said.append(str(exc))
+                    continue
+                said.append("cancelled" if done.get("cancelled") else f"not running ({done.get('status')})")
+        return "; ".join(said) or "nothing to cancel"
+
+    @app.callback(
+        Output("url", "search", allow_duplicate=True),
+        Input("circuits-source", "data"), Input("circuits-pair-source", "data"), Input("circuits-n", "data"),
+        Input("circuits-head", "data"),
+        prevent_initial_call=True,
+    )
+    def _url(source, pair, n, head):  # type: ignore[no-untyped-def]
+        return no_update if not source else source_query(source, _view(pair, n, head))
+
+    @app.callback(
+        Output("circuits-share-url", "children"), Output("circuits-share-url", "href"),
+        Output("circuits-error", "children", allow_duplicate=True),
+        Input("circuits-share-button", "n_clicks"),
+        State("circuits-source", "data"), State("circuits-pair-source", "data"), State("circuits-n", "data"),
+        State("circuits-head", "data"),
+        prevent_initial_call=True,
+    )
+    def _share(_n, source, pair, n, head):  # type: ignore[no-untyped-def]
+        if pair and pair.get("kind") == "analysis":  # the pair's own share keeps its result too
+            try:
+                pair = {"kind": "share", "id": client.create_share(view={"page": NAME}, analysis_id=pair["id"])["id"]}
+            except ApiError as exc:
+                why = "the analysis is still running: share it when it has finished" if exc.status == 409 else str(exc)
+                return no_update, no_update, why
+        url, error = share_link(client, source, {"page": NAME, **_view(pair, n, head)}, page_path=PATH)
+        return (url, url, "") if url else (no_update, no_update, error)
+
+
+def _register_exports(app: Dash, store: ResultStore) -> None:
+    """Image format (PNG/SVG), the results as JSON, the page as HTML, the graphs as JSON and GraphML."""
+
+    @app.callback(
+        *[Output(g, "config") for g in GRAPHS],
+        Input("circuits-image-format", "value"),
+        prevent_initial_call=True,
+    )
+    def _format(fmt):  # type: ignore[no-untyped-def]
+        return tuple(graph_config(f"headscope-{g}", image_format=fmt or "png") for g in GRAPHS)
+
+    app.clientside_callback(
+        ClientsideFunction(namespace="headscope_export", function_name="setImageFormat"),
+        Output("circuits-image-format-applied", "data"),
+        Input("circuits-image-format", "value"), State("circuits-graph-ids", "data"),
+        prevent_initial_call=True,
+    )
+
+    @app.callback(
+        Output("circuits-download", "data"),
+        Input("circuits-export-json", "n_clicks"), Input("circuits-export-html", "n_clicks"),
+        State("circuits-source", "data"), State("circuits-pair-source", "data"), State("circuits-n", "data"),
+        prevent_initial_call=True,
+    )
+    def _download(_j, _h, source, pair, n):  # type: ignore[no-untyped-def]
+        from dash import ctx
+
+        flow, pst = store.status(source), store.status(pair)
+        if flow["status"] != "finished":
+            return no_update
+        name = f"headscope-circuits-{source['id']}"
+        if ctx.triggered_id == "circuits-export-json":
+            payload = {"flow": {"request": flow.get("request"), "result": flow["result"]},
+                       "pair": {"request": pst.get("request"), "result": pst["result"]} if pair else None}
+            return {"content": json.dumps(payload), "filename": f"{name}.json", "type": "application/json"}
+        html_doc = standalone_html(_figures(flow["result"], pst["result"], n), title="headscope — circuits",
+                                   notes="Exported from headscope; figures are interactive and need no network.")
+        return {"content": html_doc, "filename": f"{name}.html", "type": "text/html"}
+
+    @app.callback(
+        Output("circuits-graph-download", "data"), Output("circuits-error", "children", allow_duplicate=True),
+        *[Input(f"circuits-dl-{k}", "n_clicks") for k in ("circuit-json", "circuit-graphml", "flow-json",
+                                                          "flow-graphml")],
+        State("circuits-source", "data"), State("circuits-pair-source", "data"), State("circuits-n", "data"),
+        prevent_initial_call=True,
+    )
+    def _graph_download(_a, _b, _c, _d, source, pair, n):  # type: ignore[no-untyped-def]
+        from dash import ctx
+
+        which = str(ctx.triggered_id).removeprefix("circuits-dl-")
+        src = pair if which.startswith("circuit") else source
+        st = store.status(src)
+        key = EDGE_KIND if which.startswith("circuit") else "information-flow"
+        if st["status"] != "finished" or not st["result"].get(key):
+            return no_update, f"no {'circuit' if key == EDGE_KIND else 'flow graph'} to download yet"
+        g = F.circuit_graph(st["result"], n_top=n) if key == EDGE_KIND else F.flow_graph(st["result"])
+        stem = f"headscope-{which.split('-')[0]}-{src['id']}"
+        if which.endswith("json"):
+            return {"content": json.dumps(g), "filename": f"{stem}.json", "type": "application/json"}, ""
+        return {"content": F.graphml(g), "filename": f"{stem}.graphml", "type": "application/xml"}, ""
