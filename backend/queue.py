@@ -22,7 +22,8 @@ from rq import Retry
 
 from backend.config import Settings
 from backend.store import Store
-from workers import protocol
+from workers import parts, protocol
+from workers.errors import CancelledError
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +149,9 @@ class JobQueue:
             if names:
                 partial_raw = {k: protocol.text(v) for k, v in zip(names, got[3], strict=True) if v is not None}
         partial = {"partial_raw": partial_raw, "partial_keys": partial_keys}
+        split = parts.plan(self.conn, job_id)
+        if split is not None:  # handed to its parts (docs/scaling.md): the merge job and the parts say
+            return self._split_lookup(job_id, split, kind=kind, request=request, partial=partial)
         if job is None:
             if request is None and _persistable(job_id):  # Redis forgot it; the database did not
                 seen = self.store.fingerprint(job_id)
@@ -184,6 +188,57 @@ class JobQueue:
             return Lookup("failed", error="the job was cancelled", **base)
         return Lookup("failed", progress=progress, message="failed", error=failure_reason(job), **base)
 
+    def _split_lookup(self, job_id: str, split: dict[str, Any], *, kind: str, request: dict[str, Any] | None,
+                      partial: dict[str, Any]) -> Lookup:
+        """Where a job split into parts stands: cancelled, failed (a part's reason), or its parts'
+        progress (parts done, items/s) while they and the merge run."""
+        base = {"kind": kind, "request": request, **partial}
+        progress, message = parts.status(self.conn, job_id, split)
+        if self.conn.exists(protocol.cancel_key(job_id)):
+            what = {"analysis": "the analysis"}.get(kind, f"the {kind} job")  # as the jobs' own CancelledError
+            return Lookup("failed", progress=progress, message="cancelled", error=str(CancelledError(what)),
+                          error_code="cancelled", **base)
+        merge = protocol.fetch_job(self.conn, str(split["merge"]))
+        if merge is None:
+            return Lookup("failed", error="the job was lost (the queue was reset); submit it again", **base)
+        meta = merge.meta or {}
+        status = merge.get_status(refresh=False)
+        status = getattr(status, "value", status)
+        if meta.get("error"):  # a part (or the merge) failed on the input
+            return Lookup("failed", progress=progress, message="failed", error=str(meta["error"]), user_error=True,
+                          error_code=meta.get("error_code"), **base)
+        if status == "failed":
+            return Lookup("failed", progress=progress, message="failed", error=failure_reason(merge), **base)
+        if status in ("stopped", "canceled"):
+            return Lookup("failed", error="the job was cancelled", **base)
+        if meta.get("part_error"):  # a part failed for good
+            return Lookup("failed", progress=progress, message="failed", error=str(meta["part_error"]), **base)
+        if status == "finished":  # the merge stored the result just after this lookup first looked
+            again = self._stored(job_id, kind=kind, request=request)
+            if again is not None:
+                return again
+            return Lookup("failed", error="the result has expired; submit the request again", **base)
+        if status == "started":
+            return Lookup("running", progress=max(progress, float(meta.get("progress", 0.0))),
+                          message=str(meta.get("message") or message), **base)
+        started = self.conn.hlen(parts.done_key(job_id)) + self.conn.hlen(parts.parts_key(job_id))
+        if not started:
+            message = f"queued: {split['n_parts']} parts of {split['n_items']:,} {split.get('unit', 'items')}"
+            if not protocol.live_workers(self.conn):
+                message += "; no worker is running at the moment"
+            return Lookup("queued", message=message, **base)
+        return Lookup("running", progress=progress, message=message, **base)
+
+    def _stored(self, job_id: str, *, kind: str, request: dict[str, Any] | None) -> Lookup | None:
+        """The finished result, from the store or Redis, or None."""
+        if _persistable(job_id) and (stored := self.store.read_result(job_id)) is not None:
+            meta, raw = stored
+            return Lookup("finished", meta["kind"], 1.0, "done", result_raw=raw, request=meta["request"])
+        fresh = self.conn.get(protocol.result_key(job_id))
+        if fresh is not None:
+            return Lookup("finished", kind, 1.0, "done", result_raw=protocol.text(fresh), request=request)
+        return None
+
     # ---------------------------------------------------------------------------------- submit
 
     def submit(self, kind: str, job_id: str, request: dict[str, Any]) -> Lookup:
@@ -202,6 +257,7 @@ class JobQueue:
             old = protocol.fetch_job(self.conn, job_id)
             if old is not None:  # failed for a reason other than the input: try again
                 old.delete(remove_from_queue=True)
+            parts.forget(self.conn, job_id)  # the parts and merge of an earlier split run
             self._enqueue(kind, job_id, request)
         finally:
             self.conn.delete(claim)
@@ -239,8 +295,11 @@ class JobQueue:
             return state
         self.conn.set(protocol.cancel_key(job_id), "1", ex=self.settings.redis_result_ttl_s)
         job = protocol.fetch_job(self.conn, job_id)
-        if job is not None and state.status == "queued":
+        if job is not None and job.get_status(refresh=False) in ("queued", "deferred", "scheduled"):
             job.cancel()
+        if parts.plan(self.conn, job_id) is not None:  # every part stops; none leaves a slot
+            parts.cancel(self.conn, job_id)
+            self.conn.delete(protocol.partial_key(job_id))  # the sections its own job had done
         return state
 
     def wait(self, job_id: str, *, timeout_s: float, poll_s: float = 0.05) -> Lookup | None:

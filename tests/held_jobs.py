@@ -62,3 +62,75 @@ def hold_after_layers(publish: Callable[[dict[str, Any]], None], conn: Any, job_
                     time.sleep(0.02)
 
     return held
+
+
+# ------------------------------------------------------------------ parts of a split job (workers.parts)
+
+
+def parts_config_key(job_id: str) -> str:
+    """JSON the test writes before submitting: ``barrier`` (hold every part until this many workers
+    run parts), ``until_release`` (hold every part until the test sets ``release_key``), ``hold_part``
+    (hold that part's first attempt after its first batch), ``fail_part`` (that part raises on every
+    attempt)."""
+    return f"hs-test:parts-config:{job_id}"
+
+
+def part_log_key(job_id: str) -> str:
+    """List of JSON {part, attempt, worker}: every attempt of every part, in start order."""
+    return f"hs-test:part-log:{job_id}"
+
+
+def held_part_key(job_id: str) -> str:
+    """Set (to the worker's name) once the held part is held mid-part."""
+    return f"hs-test:held-part:{job_id}"
+
+
+def held_corpus(request: dict[str, Any]) -> dict[str, Any]:
+    """``run_corpus`` whose parts run ``held_corpus_part``."""
+    from workers import jobs_corpus
+
+    return jobs_corpus.run_corpus(request, part="held_jobs.held_corpus_part")
+
+
+class _HeldContext:
+    """A part's context whose ``cancelled()`` (asked before each batch) holds on its second call:
+    the part is in its middle, one batch folded in and nothing written."""
+
+    def __init__(self, ctx: Any, *, hold: bool, worker: str):
+        self.ctx, self.hold, self.worker, self.calls = ctx, hold, worker, 0
+
+    def items(self, done: int) -> None:
+        self.ctx.items(done)
+
+    def cancelled(self) -> bool:
+        self.calls += 1
+        if self.hold and self.calls == 2:
+            conn, job_id = self.ctx.conn, self.ctx.job_id
+            conn.set(held_part_key(job_id), self.worker, ex=600)
+            while not conn.exists(release_key(job_id)):
+                time.sleep(0.02)  # SIGKILL ends this wait
+        return self.ctx.cancelled()
+
+
+def held_corpus_part(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """``corpus_part`` with the test's hooks (``parts_config_key``): log the attempt, wait at the
+    barrier, hold or fail where the test says."""
+    import json
+
+    from workers import jobs_corpus
+
+    job = get_current_job()
+    assert job is not None
+    conn, job_id, index = ctx.conn, ctx.job_id, ctx.index
+    worker = str(job.worker_name)
+    conn.rpush(part_log_key(job_id), json.dumps({"part": index, "attempt": ctx.attempt, "worker": worker}))
+    config = json.loads(conn.get(parts_config_key(job_id)) or "{}")
+    workers_key = f"hs-test:part-workers:{job_id}"
+    conn.sadd(workers_key, worker)
+    barrier, until_release = int(config.get("barrier", 0)), bool(config.get("until_release"))
+    while not conn.exists(release_key(job_id)) and (until_release or conn.scard(workers_key) < barrier):
+        time.sleep(0.02)
+    if config.get("fail_part") == index:
+        raise RuntimeError(f"part {index} broke on purpose (attempt {ctx.attempt})")
+    hold = config.get("hold_part") == index and ctx.attempt == 1
+    return jobs_corpus.corpus_part(payload, _HeldContext(ctx, hold=hold, worker=worker))

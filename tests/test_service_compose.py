@@ -79,3 +79,23 @@ def test_worker_image_has_a_c_compiler_and_the_worker_its_engine_settings():
     out = compose("config")
     worker = yaml.safe_load(out.stdout)["services"]["worker"]
     assert {"HEADSCOPE_TSNE_ENGINES", "HEADSCOPE_TSNE_FAULT"} <= set(worker["environment"])
+
+
+def test_workers_on_more_machines_share_the_first_machines_redis_and_database(monkeypatch):
+    """docs/scaling.md: the first machine publishes Redis and PostgreSQL; the others' workers use them."""
+    yaml = pytest.importorskip("yaml")
+    monkeypatch.setenv("HEADSCOPE_HOST", "10.0.0.5")
+    first = compose("-f", str(ROOT / "docs" / "compose-first-machine.yml"), "config")
+    assert first.returncode == 0, first.stderr
+    services = yaml.safe_load(first.stdout)["services"]
+    assert any("6379" in str(p) for p in services["redis"]["ports"])
+    assert any("5432" in str(p) for p in services["postgres"]["ports"])
+    more = compose("-f", str(ROOT / "docs" / "compose-more-workers.yml"), "config")
+    assert more.returncode == 0, more.stderr
+    services = yaml.safe_load(more.stdout)["services"]
+    for name in ("worker", "worker-cpu"):
+        env = services[name]["environment"]
+        assert env["REDIS_URL"] == "redis://:headscope@10.0.0.5:6379/0"
+        assert env["HEADSCOPE_DATABASE_URL"] == "postgresql://headscope:headscope@10.0.0.5:5432/headscope"
+        assert env["HEADSCOPE_SPLIT_MIN_ITEMS"] == "2000"  # the split settings reach every worker
+    assert services["api"]["environment"]["REDIS_URL"] == "redis://:headscope@redis:6379/0"

@@ -59,10 +59,14 @@ ALL_HEADS_KEY = "head-tsne-all"
 
 
 class Reporter:
-    """Progress, partial sections and the result of the current job, written to Redis."""
+    """Progress, partial sections and the result of the current job, written to Redis.
 
-    def __init__(self, job: Job, *, ttl_s: int):
+    ``result_id``: the job whose result this is when it is not ``job`` itself (the merge job of a
+    job split into parts, ``workers.parts``, stores the whole job's result)."""
+
+    def __init__(self, job: Job, *, ttl_s: int, result_id: str | None = None):
         self.job = job
+        self.id = result_id or job.id
         self.conn: Redis = job.connection
         self.ttl_s = ttl_s
         self._last_meta = 0.0
@@ -71,9 +75,9 @@ class Reporter:
     def start(self) -> None:
         """A fresh attempt: forget the partials of an earlier one, count the computation."""
         with self.conn.pipeline() as pipe:
-            pipe.delete(protocol.partial_key(self.job.id))
-            pipe.incr(protocol.computed_key(self.job.id))
-            pipe.expire(protocol.computed_key(self.job.id), self.ttl_s)
+            pipe.delete(protocol.partial_key(self.id))
+            pipe.incr(protocol.computed_key(self.id))
+            pipe.expire(protocol.computed_key(self.id), self.ttl_s)
             pipe.execute()
         self.job.meta.update(progress=0.0, message="starting", attempt_started=time.time(), sections=[])
         self.job.meta.pop("error", None)
@@ -91,7 +95,7 @@ class Reporter:
 
     def partial(self, fields: dict[str, Any]) -> None:
         """Add top-level keys of the result so far (sections and the common keys)."""
-        key = protocol.partial_key(self.job.id)
+        key = protocol.partial_key(self.id)
         with self.conn.pipeline() as pipe:
             pipe.hset(key, mapping={k: protocol.dumps(v) for k, v in fields.items()})
             pipe.expire(key, self.ttl_s)
@@ -105,7 +109,7 @@ class Reporter:
         """Store the result: a request's in the store (one transaction), else in Redis."""
         blob = protocol.dumps(result)
         if not self._persist(blob):
-            self.conn.set(protocol.result_key(self.job.id), blob, ex=self.ttl_s)
+            self.conn.set(protocol.result_key(self.id), blob, ex=self.ttl_s)
         self.job.meta.update(progress=1.0, message="done")
         self.job.save_meta()
         return len(blob)
@@ -113,24 +117,24 @@ class Reporter:
     def _persist(self, blob: str) -> bool:
         """Write a request's result to the store; False for other jobs or a database that is down
         (then Redis holds it and the API moves it to the store when it reads it)."""
-        if not protocol.JOB_ID.fullmatch(self.job.id):
+        if not protocol.JOB_ID.fullmatch(self.id):
             return False
-        raw = self.conn.get(protocol.request_key(self.job.id))
+        raw = self.conn.get(protocol.request_key(self.id))
         envelope = json.loads(raw) if raw else {}
         if envelope.get("request") is None:
             return False
         from workers.store import StoreUnavailable
 
         try:
-            _store().write_result(self.job.id, kind=envelope.get("kind", "analysis"),
+            _store().write_result(self.id, kind=envelope.get("kind", "analysis"),
                                   request=envelope["request"], result_raw=blob)
         except StoreUnavailable as exc:
-            logger.warning("job %s: result kept in Redis: %s", self.job.id, exc)
+            logger.warning("job %s: result kept in Redis: %s", self.id, exc)
             return False
         return True
 
     def fail(self, exc: HeadscopeError) -> dict[str, Any]:
-        logger.info("job %s: %s", self.job.id, exc)
+        logger.info("job %s: %s", self.id, exc)
         self.job.meta.update(error=str(exc), error_code=exc.code, message="failed")
         self.job.save_meta()
         return {"error": str(exc), "code": exc.code}
@@ -150,11 +154,11 @@ def _store():
     return Store(_settings())
 
 
-def _current(ttl_s: int | None = None) -> Reporter:
+def _current(ttl_s: int | None = None, *, result_id: str | None = None) -> Reporter:
     job = get_current_job()
     if job is None:
         raise RuntimeError("this function runs inside an RQ job")
-    return Reporter(job, ttl_s=ttl_s or _settings().redis_result_ttl_s)
+    return Reporter(job, ttl_s=ttl_s or _settings().redis_result_ttl_s, result_id=result_id)
 
 
 def _stages(req: AnalysisRequest) -> list[tuple[str, list[str], dict[str, Any]]]:
@@ -183,8 +187,10 @@ def compute_analysis(
     progress: Callable[[float, str], None],
     on_partial: Callable[[dict[str, Any]], None],
     conn: Redis | None = None,
+    defer: Callable[[str, Any], bool] | None = None,
 ) -> dict[str, Any]:
-    """The API's result for ``req``: common keys plus one section per analysis (no queue needed)."""
+    """The API's result for ``req``: common keys plus one section per analysis (no queue needed;
+    ``defer``: ``analyze``'s, the sections a queue job hands to parts)."""
     from workers.analysis.pipeline import SECTIONS, analyze
     from workers.analysis.progress import scaled
     from workers.models import load_model
@@ -226,6 +232,7 @@ def compute_analysis(
             lasf=lasf,
             on_layer=on_layer,
             shared=shared,
+            defer=defer,
         )
         done += weight
     return result
@@ -242,16 +249,23 @@ def shared_run(stages: list[tuple[str, list[str], dict[str, Any]]]) -> Any:
 
 def run_analysis(request: dict[str, Any]) -> dict[str, Any]:
     """RQ job: a text analysis (``AnalysisRequest``), result under ``hs:result:{job id}``."""
+    from workers.causal_split import SplitSections
+
     rep = _current()
     rep.start()
     try:
         req = AnalysisRequest.model_validate(request)
+        split = SplitSections(rep, request)
         with engine_retry(rep.job):
-            result = compute_analysis(req, progress=_cancellable(rep), on_partial=rep.partial, conn=rep.conn)
+            result = compute_analysis(req, progress=_cancellable(rep), on_partial=rep.partial, conn=rep.conn,
+                                      defer=split.defer)
+        handed = split.fan_out(result)
     except HeadscopeError as exc:
         if exc.code == "cancelled":  # nothing of a cancelled job is kept
             rep.conn.delete(protocol.partial_key(rep.job.id))
         return rep.fail(exc)
+    if handed is not None:  # the merge job stores the result (docs/scaling.md)
+        return {"split": handed.n_parts, "merge": handed.merge}
     return {"bytes": rep.finish(result)}
 
 

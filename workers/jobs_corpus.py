@@ -5,6 +5,11 @@ As ``workers.jobs``: the request is parsed, the model comes from this process' c
 ``job.meta`` and partial statistics to ``hs:partial:{id}`` as batches finish, and the result to the
 store in one transaction. A running job stops between batches once the API sets ``hs:cancel:{id}``;
 a cancelled or failed job clears its partial results, so nothing half-written is left.
+
+A corpus of ``split_min_items`` texts or more is split (``workers.parts``, docs/scaling.md): the job
+becomes the coordinator that enqueues one part per ``split_part_items`` texts (``corpus_part``: the
+partial statistics of its texts, ``workers.analysis.corpus_merge``) and the merge job after them
+(``corpus_merge``: folds the partials in part order and stores the result under the job's id).
 """
 
 from __future__ import annotations
@@ -16,15 +21,18 @@ from typing import Any
 
 from redis import Redis
 
-from workers import protocol
+from workers import parts, protocol
 from workers.analysis.texts import TextSource
 from workers.contracts import CorpusRequest, JointMapRequest
 from workers.corpus_source import open_corpus
-from workers.errors import HeadscopeError
-from workers.jobs import Reporter, _current, _store
+from workers.errors import CancelledError, HeadscopeError
+from workers.jobs import Reporter, _current, _settings, _store
 
 logger = logging.getLogger(__name__)
 PARTIAL_EVERY_S = 1.0
+PART = "workers.jobs_corpus.corpus_part"
+MERGE = "workers.jobs_corpus.corpus_merge"
+PART_PROGRESS_EVERY_S = 0.25
 
 
 def corpus_texts(corpus: str, *, store: Any = None) -> list[str]:
@@ -39,14 +47,12 @@ def compute_corpus(req: CorpusRequest, *, texts: Sequence[str] | TextSource, pro
                    should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
     """The result of a corpus request (docs/results.md, "corpus"); no queue needed (the CLI calls it).
     ``texts``: a list or a ``TextSource`` (``workers.corpus_source.open_corpus``), read in windows."""
-    from workers.analysis.corpus import CorpusOptions, corpus_statistics
+    from workers.analysis.corpus import corpus_statistics
     from workers.models import load_model
 
     progress(0.0, f"loading model {req.model}")
     loaded = load_model(req.model, dtype=req.options.dtype)
-    o = req.options
-    options = CorpusOptions(max_tokens=o.max_tokens, keep_special=o.keep_special, statistics=tuple(o.statistics),
-                            top_k=o.top_k, exclude_sink_self=o.exclude_sink_self)
+    options = _options(req)
     last = [0.0]
 
     def partial(so_far: dict[str, Any]) -> None:
@@ -57,7 +63,7 @@ def compute_corpus(req: CorpusRequest, *, texts: Sequence[str] | TextSource, pro
 
     result = corpus_statistics(loaded, texts, options=options, progress=progress, on_batch=partial,
                                should_stop=should_stop)
-    return {**result, "corpus": req.corpus, "dtype": o.dtype}
+    return {**result, "corpus": req.corpus, "dtype": req.options.dtype}
 
 
 def compute_joint(req: JointMapRequest, *, texts: Sequence[str] | TextSource, progress: Callable[[float, str], None],
@@ -81,8 +87,9 @@ def _stopper(conn: Redis, job_id: str) -> Callable[[], bool]:
     return lambda: bool(conn.exists(protocol.cancel_key(job_id)))
 
 
-def _run(rep: Reporter, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Run ``work``; on a user error or cancel, or any failure, clear the partial results first."""
+def _run(rep: Reporter, work: Callable[[], dict[str, Any] | parts.Split]) -> dict[str, Any]:
+    """Run ``work``; on a user error or cancel, or any failure, clear the partial results first. A
+    job handed to its parts (``parts.Split``) stores nothing itself: its merge job does."""
     try:
         result = work()
     except HeadscopeError as exc:
@@ -91,21 +98,102 @@ def _run(rep: Reporter, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     except BaseException:
         rep.conn.delete(protocol.partial_key(rep.job.id))
         raise
+    if isinstance(result, parts.Split):
+        return {"split": result.n_parts, "merge": result.merge}
     return {"bytes": rep.finish(result)}
 
 
-def run_corpus(request: dict[str, Any]) -> dict[str, Any]:
-    """RQ job: a corpus analysis (``CorpusRequest``)."""
+def _options(req: CorpusRequest) -> Any:
+    from workers.analysis.corpus import CorpusOptions
+
+    o = req.options
+    return CorpusOptions(max_tokens=o.max_tokens, keep_special=o.keep_special, statistics=tuple(o.statistics),
+                         top_k=o.top_k, exclude_sink_self=o.exclude_sink_self).validate()
+
+
+def split_corpus(rep: Reporter, req: CorpusRequest, request: dict[str, Any], *, n_texts: int,
+                 part: str = PART) -> parts.Split | None:
+    """Hand a corpus of ``split_min_items`` texts or more to parts (docs/scaling.md); None: one job."""
+    settings = _settings()
+    n = n_texts
+    ranges = parts.split(n, part_items=settings.split_part_items, min_items=settings.split_min_items,
+                         max_parts=settings.split_max_parts)
+    if len(ranges) < 2:
+        return None
+    _options(req)  # a bad option fails here, once, not in every part
+    if rep.conn.exists(protocol.cancel_key(rep.job.id)):
+        raise CancelledError("the corpus job")
+    merge = parts.fan_out(
+        rep.conn, job_id=rep.job.id, part=part, merge=MERGE,
+        payloads=[{"request": request, "start": a, "stop": b} for a, b in ranges], sizes=[b - a for a, b in ranges],
+        unit="texts", context={"job_id": rep.job.id, "request": request}, job_timeout=settings.job_timeout_s)
+    if rep.conn.exists(protocol.cancel_key(rep.job.id)):  # cancelled while fanning out: the API saw no plan
+        parts.cancel(rep.conn, rep.job.id, len(ranges))
+    rep.progress(0.0, f"split into {len(ranges)} parts of up to {ranges[0][1] - ranges[0][0]} texts")
+    logger.info("corpus job %s: %d texts in %d parts", rep.job.id, n, len(ranges))
+    return parts.Split(merge.id, len(ranges))
+
+
+def run_corpus(request: dict[str, Any], *, part: str = PART) -> dict[str, Any]:
+    """RQ job: a corpus analysis (``CorpusRequest``); a large corpus is split into parts (``part``:
+    the part function's dotted path; tests hold parts with their own)."""
     rep = _current()
     rep.start()
 
-    def work() -> dict[str, Any]:
+    def work() -> dict[str, Any] | parts.Split:
         req = CorpusRequest.model_validate(request)
         source = open_corpus(req.corpus, store=_store())  # read in windows, never whole (docs/scaling.md)
+        handed = split_corpus(rep, req, request, n_texts=len(source), part=part)
+        if handed is not None:
+            return handed
         return compute_corpus(req, texts=source, progress=rep.progress, on_partial=rep.partial,
                               should_stop=_stopper(rep.conn, rep.job.id))
 
     return _run(rep, work)
+
+
+def corpus_part(payload: dict[str, Any], ctx: parts.PartContext) -> dict[str, Any]:
+    """A part of a split corpus job: the partial statistics of texts ``[start, stop)``."""
+    from workers.analysis.corpus_merge import corpus_partial
+    from workers.models import load_model
+
+    req = CorpusRequest.model_validate(payload["request"])
+    start, stop = int(payload["start"]), int(payload["stop"])
+    source = open_corpus(req.corpus, store=_store())  # only [start, stop) is read
+    loaded = load_model(req.model, dtype=req.options.dtype)
+    last = [0.0]
+
+    def progress(fraction: float, message: str) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PART_PROGRESS_EVERY_S:
+            last[0] = now
+            ctx.items(int(fraction * (stop - start)))
+
+    return corpus_partial(loaded, source, start=start, stop=stop, options=_options(req), progress=progress,
+                          should_stop=ctx.cancelled)
+
+
+def corpus_merge(partials: parts.Partials, context: dict[str, Any]) -> dict[str, Any]:
+    """The merge job of a split corpus job: fold the partials in part order, store the result under
+    the whole job's id."""
+    from workers.analysis.corpus_merge import CorpusMerge
+
+    job_id = context["job_id"]
+    rep = _current(result_id=job_id)
+    plan = parts.plan(rep.conn, job_id) or {}
+    try:
+        req = CorpusRequest.model_validate(context["request"])
+        merge = CorpusMerge()
+        for i, partial in enumerate(partials):
+            merge.add(partial)
+            rep.progress(0.99 + 0.01 * (i + 1) / len(partials), f"merging part {i + 1}/{len(partials)}")
+        seconds = time.time() - float(plan.get("started", time.time()))
+        result = {**merge.result(seconds=seconds), "corpus": req.corpus, "dtype": req.options.dtype,
+                  "split": {"parts": len(partials), "part_texts": max(plan.get("sizes") or [0]),
+                            "part_seconds": round(merge.part_seconds, 3)}}
+    except HeadscopeError as exc:
+        return rep.fail(exc)
+    return {"bytes": rep.finish(result)}
 
 
 def run_corpus_joint(request: dict[str, Any]) -> dict[str, Any]:

@@ -122,10 +122,19 @@ class Settings(BaseSettings):
     )
 
     split_min_items: int = Field(
-        2000, ge=1, description="a job over fewer items (texts, heads) stays one queue job; more is split into "
+        2000, ge=1, description="a corpus job over fewer texts stays one queue job; more is split into "
         "parts every worker shares (workers/parts.py, docs/scaling.md)"
     )
-    split_part_items: int = Field(500, ge=1, description="items per part of a split job")
+    split_part_items: int = Field(500, ge=1, description="texts per part of a split corpus job")
+    split_max_parts: int = Field(
+        200, ge=2, description="a split corpus job has at most this many parts (larger parts then): the parts' "
+        "partial results wait in Redis for the merge"
+    )
+    split_min_run_tokens: int = Field(
+        100_000, ge=1, description="an ablation of every head or a patching with fewer run tokens (intervened "
+        "runs x their tokens) stays in its analysis job; more is split into parts (docs/scaling.md)"
+    )
+    split_part_run_tokens: int = Field(25_000, ge=1, description="run tokens per part of a split ablation or patching")
 
     # corpus uploads (docs/corpus.md "Input"); the file limit is also capped by max_upload_bytes
     corpus_max_bytes: int = Field(

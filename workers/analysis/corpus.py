@@ -203,26 +203,27 @@ def _none_for_nan(x: np.ndarray) -> list[Any]:
     return [[float(v) if np.isfinite(v) else None for v in row] for row in x]
 
 
-def summarise(acc: LayerAccumulator, *, contexts: PairContexts | None, done: int, n_tokens: int,
-              n_kept: int) -> dict[str, Any]:
-    """The result so far over ``done`` texts (``contexts`` None: without top pairs, histograms and
-    map, for partial results)."""
+def summarise(acc: LayerAccumulator, *, contexts: PairContexts | None, n_texts: int, n_tokens: int,
+              n_kept: int, pairs: list[list[list[dict[str, Any]]]] | None = None) -> dict[str, Any]:
+    """The result so far over ``n_texts`` texts (``contexts`` and ``pairs`` None: without top pairs,
+    histograms and map, for partial results; ``pairs``: top pairs merged from the parts of a split
+    job, ``workers.analysis.corpus_merge``)."""
     means = acc.means()
     n_layers, n_heads = acc.top_w.shape[:2]
     out: dict[str, Any] = {
         "statistics": {s: _none_for_nan(v) for s, v in means.items()},
         "counts": {s: np.repeat(acc.counts[s][:, None], n_heads, axis=1).tolist() for s in acc.statistics},
-        "n_texts": done,
+        "n_texts": n_texts,
         "n_tokens": n_tokens,
         "n_kept_tokens": n_kept,
     }
-    if contexts is not None:
+    if contexts is not None or pairs is not None:
         out["histograms"] = {
             s: {"range": list(hist_range(s, max_tokens=acc.max_tokens)), "bins": HIST_BINS,
                 "counts": acc.hist[s].tolist()}
             for s in acc.statistics
         }
-        out["top_pairs"] = contexts.top_pairs(acc)
+        out["top_pairs"] = pairs if pairs is not None else contexts.top_pairs(acc)  # type: ignore[union-attr]
         out["head_map"] = head_map(means)
     return out
 
@@ -252,11 +253,62 @@ def corpus_statistics(
     ``should_stop`` is asked between batches and ends the run with ``CancelledError``.
     """
     opts = (options or CorpusOptions()).validate()
-    report = progress or no_progress
     source = as_source(texts)
-    n = len(source)
-    if n == 0:
+    if len(source) == 0:
         raise HeadscopeError("the corpus has no texts")
+    t0 = time.perf_counter()
+    run = accumulate(loaded, source, opts=opts, progress=progress, on_batch=on_batch, should_stop=should_stop,
+                     tap=tap, window=window)
+    if run.done == 0:
+        raise HeadscopeError("no text of the corpus has a token left (only special tokens)")
+    seconds = time.perf_counter() - t0
+    result = summarise(run.acc, contexts=run.contexts, n_texts=run.done, n_tokens=run.n_tokens, n_kept=run.n_kept)
+    result.update(
+        model_facts(loaded), truncated=run.truncated, skipped=run.skipped,
+        options={**asdict(opts), "statistics": list(opts.statistics)},
+        seconds=round(seconds, 3), texts_per_s=round(run.done / max(seconds, 1e-9), 2),
+    )
+    return result
+
+
+def model_facts(loaded: LoadedModel) -> dict[str, Any]:
+    """The model keys of a corpus result."""
+    return {"model": loaded.name, "family": loaded.family, "causal": loaded.causal, "n_layers": loaded.n_layers,
+            "n_heads": loaded.n_heads}
+
+
+@dataclass
+class CorpusRun:
+    """What ``accumulate`` leaves: the folded statistics, the top pairs' contexts and the counts."""
+
+    acc: LayerAccumulator
+    contexts: PairContexts
+    done: int  # texts run (those with a kept token)
+    n_tokens: int
+    n_kept: int
+    truncated: int
+    skipped: list[int]  # texts with no kept token, by their index in the source
+
+
+def accumulate(
+    loaded: LoadedModel,
+    source: TextSource,
+    *,
+    opts: CorpusOptions,
+    start: int = 0,
+    stop: int | None = None,
+    progress: Progress | None = None,
+    on_batch: Callable[[dict[str, Any]], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    tap: Any = None,
+    window: int = WINDOW_TEXTS,
+) -> CorpusRun:
+    """Texts ``[start, stop)`` of ``source`` through the model, ``window`` texts at a time (windows
+    start at ``start`` + multiples of ``window``), folded into one ``LayerAccumulator``. Texts keep
+    their index in the source (top pairs, skipped): a part of a split job is a range of its corpus."""
+    report = progress or no_progress
+    stop = len(source) if stop is None else min(stop, len(source))
+    n = max(stop - start, 1)
     t0 = time.perf_counter()
     acc = LayerAccumulator(n_layers=loaded.n_layers, n_heads=loaded.n_heads, statistics=tuple(opts.statistics),
                            causal=loaded.causal, max_tokens=min(opts.max_tokens, loaded.max_length),
@@ -264,12 +316,12 @@ def corpus_statistics(
     contexts = PairContexts()
     truncated, skipped = 0, []
     done = n_tokens = n_kept = 0
-    firsts = list(range(0, n, window))
-    report(0.0, f"{n} texts")
+    firsts = list(range(start, stop, window))
+    report(0.0, f"{stop - start} texts")
     sink = acc.update if tap is None else (lambda layer, w: (acc.update(layer, w), tap.layer(layer, w)))
     with watch_attention(loaded, sink), torch.inference_mode():
         for wi, first in enumerate(firsts):
-            win = [t for b in source.batches(first, min(first + window, n), batch=window) for t in b]
+            win = [t for b in source.batches(first, min(first + window, stop), batch=window) for t in b]
             enc = encode_corpus(loaded, win, max_tokens=opts.max_tokens)
             truncated += enc.truncated
             keep = [[opts.keep_special or not s for s in row] for row in enc.special]
@@ -294,21 +346,12 @@ def corpus_statistics(
                 n_tokens += sum(len(row) for row in ids)
                 n_kept += sum(sum(keep[i]) for i in batch)
                 rate = done / max(time.perf_counter() - t0, 1e-9)
-                report((first + len(win) * (bi + 1) / len(plan)) / n, f"{done}/{n} texts, {rate:.1f} texts/s")
+                report((first - start + len(win) * (bi + 1) / len(plan)) / n,
+                       f"{done}/{stop - start} texts, {rate:.1f} texts/s")
                 last = wi + 1 == len(firsts) and bi + 1 == len(plan)
                 if on_batch is not None and not last:
-                    on_batch(summarise(acc, contexts=None, done=done, n_tokens=n_tokens, n_kept=n_kept))
+                    on_batch(summarise(acc, contexts=None, n_texts=done, n_tokens=n_tokens, n_kept=n_kept))
             contexts.add_window(acc, enc, first)
             del win, enc, keep
     acc.kept = None
-    if done == 0:
-        raise HeadscopeError("no text of the corpus has a token left (only special tokens)")
-    seconds = time.perf_counter() - t0
-    result = summarise(acc, contexts=contexts, done=done, n_tokens=n_tokens, n_kept=n_kept)
-    result.update(
-        model=loaded.name, family=loaded.family, causal=loaded.causal, n_layers=loaded.n_layers,
-        n_heads=loaded.n_heads, truncated=truncated, skipped=skipped,
-        options={**asdict(opts), "statistics": list(opts.statistics)},
-        seconds=round(seconds, 3), texts_per_s=round(done / max(seconds, 1e-9), 2),
-    )
-    return result
+    return CorpusRun(acc, contexts, done, n_tokens, n_kept, truncated, skipped)

@@ -311,9 +311,14 @@ def run_from(
     return run_rows(loaded, [Row(start, x[i], tuple(heads[i])) for i in range(x.shape[0])], read=read)
 
 
-def _batches(rows: list[Row], width: int) -> Iterator[list[Row]]:
+def rows_per_call(width: int) -> int:
+    """How many runs of ``width`` tokens one call takes (``ROW_TOKENS`` at most)."""
+    return max(1, ROW_TOKENS // max(1, width))
+
+
+def _batches(rows: list[Any], width: int) -> Iterator[list[Any]]:
     """Consecutive runs of ``rows`` with at most ``ROW_TOKENS`` tokens (``width`` each) per call."""
-    size = max(1, ROW_TOKENS // max(1, width))
+    size = rows_per_call(width)
     for i in range(0, len(rows), size):
         yield rows[i : i + size]
 
@@ -344,12 +349,16 @@ def ablation(
     target: TargetSpec = None,
     position: int | None = None,
     progress: Progress | None = None,
+    calls: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """docs/causal.md: ablation: replace head outputs by zero or by their mean over this text's positions.
 
     ``heads``: a set ablated together (``effect`` [n]: the change of the target's log-probability per
     position; ``[]`` changes nothing), or None for every head in turn (``map`` [L][H]: the change at
     ``position``, default the last). A pair target ``[a, b]`` reports the change of ``l[a] - l[b]``.
+    ``calls`` (every head in turn): only the forward calls ``[c0, c1)`` of the runs (the base run
+    first, then each head), ``scores`` of those runs instead of ``map``: a part of a split job
+    (``workers.analysis.causal_parts``), the same calls as the whole, so the same bits.
     """
     progress = progress or no_progress
     if mode not in ("zero", "mean"):
@@ -386,14 +395,19 @@ def ablation(
     rows = [Row(0, run.states[0][: p + 1])] + [
         Row(layer, run.states[layer][: p + 1], ((layer, h, value(layer, h)),)) for layer in range(L) for h in range(H)
     ]
-    scores = np.zeros(len(rows))
+    size = rows_per_call(p + 1)
+    lo, hi = (0, len(rows)) if calls is None else (calls[0] * size, min(calls[1] * size, len(rows)))
+    scores = np.zeros(hi - lo)
     done = 0
-    for batch in _batches(rows, p + 1):
+    for batch in _batches(rows[lo:hi], p + 1):
         logits = run_rows(loaded, batch, read=[p])
         scores[done : done + len(batch)] = _score(logits, a[p : p + 1], None if b is None else b[p : p + 1],
                                                   np.asarray([0]))[:, 0].cpu().numpy()
         done += len(batch)
-        progress(done / len(rows), f"ablation: {done - 1}/{L * H} heads, each in turn")
+        progress(done / (hi - lo), f"ablation: {lo + done - 1}/{L * H} heads, each in turn")
+    if calls is not None:
+        out.update(scores=scores, rows=[lo, hi], position=p)
+        return out
     out.update(map=(scores[1:] - scores[0]).reshape(L, H), position=p)
     return out
 
@@ -423,12 +437,15 @@ def patching(
     *,
     target: TargetSpec = None,
     progress: Progress | None = None,
+    calls: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """docs/causal.md: activation patching from the clean run C into the corrupted run K (same length).
 
     Metric ``m = l[a] - l[b]`` at the last position (defaults: a = C's top prediction, b = K's).
     ``residual`` [L+1][n]: ``X[l]_t`` taken from C; ``heads`` [L][H]: ``z_{l,h}`` at every position
-    taken from C; each reported as ``(m_patched - m_K) / (m_C - m_K)``.
+    taken from C; each reported as ``(m_patched - m_K) / (m_C - m_K)``. ``calls``: only the forward
+    calls ``[c0, c1)`` (residual rows position by position, then the heads), ``cells`` [[grid, i, j,
+    fraction]] instead of the grids: a part of a split job (``workers.analysis.causal_parts``).
     """
     progress = progress or no_progress
     if clean.n != corrupted.n:
@@ -452,34 +469,33 @@ def patching(
     # run's, whose keys and values are reused)
     first = next((i for i, (x, y) in enumerate(zip(clean.input_ids, corrupted.input_ids, strict=True)) if x != y), n)
     prefix = prefix_of(loaded, corrupted)
-    residual = np.zeros((L + 1, n))
-    heads = np.zeros((L, H))
-    calls: list[tuple[int, list[tuple[Row, tuple[Any, ...]]]]] = []  # (offset, [(row, where its fraction goes)])
+    grids = {"residual": np.zeros((L + 1, n)), "heads": np.zeros((L, H))}
+    # one forward call per batch: (offset, [(run, (grid, i, j) where its fraction goes)])
+    plan: list[tuple[int, list[tuple[Row, tuple[str, int, int]]]]] = []
     for t in range(first, n):
         items = []
         for layer in range(L + 1):
             x = rk.states[layer][t:].clone()
             x[0] = rc.states[layer][t]
-            items.append((Row(layer, x), (residual, layer, t)))
-        calls.append((t, items))
-    calls.append((first, [
-        (Row(layer, rk.states[layer][first:], ((layer, h, _head_slice(rc, layer, h, dh)[first:]),)), (heads, layer, h))
+            items.append((Row(layer, x), ("residual", layer, t)))
+        plan += [(t, batch) for batch in _batches(items, n)]
+    plan += [(first, batch) for batch in _batches([
+        (Row(layer, rk.states[layer][first:], ((layer, h, _head_slice(rc, layer, h, dh)[first:]),)), ("heads", layer, h))
         for layer in range(L) for h in range(H)
-    ]))
-    total, done = sum(len(items) for _, items in calls), 0
-    for offset, items in calls:
-        for batch in _batches(items, n):
-            logits = run_rows(loaded, [row for row, _ in batch], prefix=prefix, offset=offset, read=[n - 1 - offset])
-            fractions = (metric(logits) - m_k) / (m_c - m_k)
-            for (_, (grid, i, j)), f in zip(batch, fractions, strict=True):
-                grid[i, j] = f
-            done += len(batch)
-            progress(done / total, f"patching: {done}/{total} runs (residual stream, then heads)")
-    return {
-        "residual": residual,
-        "heads": heads,
-        **pair_keys(loaded, corrupted, ia, ib, m_c, m_k),
-    }
+    ], n)]
+    chosen = plan if calls is None else plan[calls[0] : calls[1]]
+    total, done, cells = sum(len(batch) for _, batch in chosen), 0, []
+    for offset, batch in chosen:
+        logits = run_rows(loaded, [row for row, _ in batch], prefix=prefix, offset=offset, read=[n - 1 - offset])
+        fractions = (metric(logits) - m_k) / (m_c - m_k)
+        for (_, (grid, i, j)), f in zip(batch, fractions, strict=True):
+            grids[grid][i, j] = f
+            if calls is not None:
+                cells.append([grid, i, j, float(f)])
+        done += len(batch)
+        progress(done / total, f"patching: {done}/{total} runs (residual stream, then heads)")
+    keys = pair_keys(loaded, corrupted, ia, ib, m_c, m_k)
+    return {"cells": cells, "first": first, **keys} if calls is not None else {**grids, **keys}
 
 
 def pair_keys(loaded: LoadedModel, corrupted: Encoded, ia: int, ib: int, m_c: float, m_k: float) -> dict[str, Any]:

@@ -512,6 +512,7 @@ def analyze(
     lasf: Any = None,
     on_layer: Callable[[str, int, dict[str, Any]], None] | None = None,
     shared: SharedRun | None = None,
+    defer: Callable[[str, Context], bool] | None = None,
 ) -> dict[str, Any]:
     """Compute ``analyses`` on ``text`` in a cheap-first order.
 
@@ -523,6 +524,9 @@ def analyze(
             section finishes (``workers.layer_parts``) — the queue job publishes the gallery with it.
         shared: the job's one pass over the text (``workers.analysis.shared_run``), kept and
             replayed across the calls of one job.
+        defer: asked before each analysis as ``defer(kind, context)``; True leaves it out of the
+            result, computed elsewhere (a queue job hands a long ablation or patching to parts,
+            ``workers.causal_split``).
     """
     from workers.contracts import ANALYSIS_KINDS
 
@@ -551,6 +555,8 @@ def analyze(
         ctx.run  # noqa: B018 - one forward pass feeds every registered consumer
     for i, kind in enumerate(order):
         ctx.progress = scaled(progress, first + (1 - first) * i / len(order), first + (1 - first) * (i + 1) / len(order))
+        if defer is not None and defer(kind, ctx):
+            continue
         ctx.progress(0.0, f"{kind}: starting")
         start = time.perf_counter()
         sec = SECTIONS[kind](ctx)
