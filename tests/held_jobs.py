@@ -112,12 +112,9 @@ class _HeldContext:
         return self.ctx.cancelled()
 
 
-def held_corpus_part(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    """``corpus_part`` with the test's hooks (``parts_config_key``): log the attempt, wait at the
-    barrier, hold or fail where the test says."""
+def _log_and_wait(ctx: Any) -> tuple[dict[str, Any], str]:
+    """A held part's start: log the attempt, wait at the barrier (or until released); (config, worker)."""
     import json
-
-    from workers import jobs_corpus
 
     job = get_current_job()
     assert job is not None
@@ -130,6 +127,35 @@ def held_corpus_part(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
     barrier, until_release = int(config.get("barrier", 0)), bool(config.get("until_release"))
     while not conn.exists(release_key(job_id)) and (until_release or conn.scard(workers_key) < barrier):
         time.sleep(0.02)
+    return config, worker
+
+
+def held_compare(request: dict[str, Any]) -> dict[str, Any]:
+    """``run_compare`` whose parts run ``held_compare_part``."""
+    from workers import jobs_compare
+
+    return jobs_compare.run_compare(request, part="held_jobs.held_compare_part")
+
+
+def held_compare_part(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """``compare_part`` after the test's hooks: log the attempt, wait at the barrier, fail or hold where
+    the test says (``hold_part``: before that part's second batch, model A's texts run, B's not)."""
+    from workers import jobs_compare
+
+    config, worker = _log_and_wait(ctx)
+    if config.get("fail_part") == ctx.index:
+        raise RuntimeError(f"part {ctx.index} broke on purpose (attempt {ctx.attempt})")
+    hold = config.get("hold_part") == ctx.index and ctx.attempt == 1
+    return jobs_compare.compare_part(payload, _HeldContext(ctx, hold=hold, worker=worker))
+
+
+def held_corpus_part(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """``corpus_part`` with the test's hooks (``parts_config_key``): log the attempt, wait at the
+    barrier, hold or fail where the test says."""
+    from workers import jobs_corpus
+
+    config, worker = _log_and_wait(ctx)
+    index = ctx.index
     if config.get("fail_part") == index:
         raise RuntimeError(f"part {index} broke on purpose (attempt {ctx.attempt})")
     hold = config.get("hold_part") == index and ctx.attempt == 1

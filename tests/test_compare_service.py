@@ -125,3 +125,27 @@ def test_word_maps_analysis_runs_as_a_job(app):  # noqa: F811
     assert st["status"] == "finished", st
     sec = st["result"]["word-maps"]
     assert sec["words"] == TEXT.split() and np.allclose(np.array(sec["maps"]).sum(axis=-1), 1.0, atol=1e-4)
+
+
+def test_a_corpus_whose_maps_fit_only_a_part_at_a_time_is_accepted_split(app, setting):  # noqa: F811
+    from workers.budget import GIB
+    from workers.compare_plan import compare_ranges, plan_of
+    from workers.corpora import shipped_corpus
+
+    client, _, conn = app
+    body = {"model_a": "tiny-bert", "model_b": "tiny-gpt2", "corpus": "builtin-english", "max_tokens": 32}
+    texts = shipped_corpus("builtin-english").texts
+    setting("HEADSCOPE_SPLIT_COMPARE_MIN_TEXTS", "40")
+    setting("HEADSCOPE_SPLIT_COMPARE_PART_TEXTS", "20")
+    whole = plan_of("tiny-bert", "tiny-gpt2", texts, max_tokens=32)
+    part = plan_of("tiny-bert", "tiny-gpt2", texts, max_tokens=32, ranges=compare_ranges(len(texts)))
+    assert part.parts == 8 and part.one_at_a_time < whole.one_at_a_time
+    setting("HEADSCOPE_MEMORY_BUDGET_GB", str((part.one_at_a_time + whole.one_at_a_time) / 2 / GIB))
+    setting("HEADSCOPE_SPLIT_COMPARE_MIN_TEXTS", "1000")  # one job: A's maps of every text do not fit
+    resp = client.post("/api/compare", json=body)
+    assert resp.status_code == 422 and "word maps of every text" in resp.json()["detail"], resp.text
+    assert queued(conn) == 0
+    setting("HEADSCOPE_SPLIT_COMPARE_MIN_TEXTS", "40")  # in parts of 20 texts they do
+    resp = client.post("/api/compare", json=body)
+    assert resp.status_code == 202, resp.text
+    assert queued(conn) == 1

@@ -121,17 +121,25 @@ def split_corpus(rep: Reporter, req: CorpusRequest, request: dict[str, Any], *, 
     if len(ranges) < 2:
         return None
     _options(req)  # a bad option fails here, once, not in every part
-    if rep.conn.exists(protocol.cancel_key(rep.job.id)):
-        raise CancelledError("the corpus job")
-    merge = parts.fan_out(
-        rep.conn, job_id=rep.job.id, part=part, merge=MERGE,
-        payloads=[{"request": request, "start": a, "stop": b} for a, b in ranges], sizes=[b - a for a, b in ranges],
-        unit="texts", context={"job_id": rep.job.id, "request": request}, job_timeout=settings.job_timeout_s)
-    if rep.conn.exists(protocol.cancel_key(rep.job.id)):  # cancelled while fanning out: the API saw no plan
-        parts.cancel(rep.conn, rep.job.id, len(ranges))
+    split = fan_out_texts(rep, request, ranges, part=part, merge=MERGE, what="the corpus job")
     rep.progress(0.0, f"split into {len(ranges)} parts of up to {ranges[0][1] - ranges[0][0]} texts")
     logger.info("corpus job %s: %d texts in %d parts", rep.job.id, n, len(ranges))
-    return parts.Split(merge.id, len(ranges))
+    return split
+
+
+def fan_out_texts(rep: Reporter, request: dict[str, Any], ranges: list[tuple[int, int]], *, part: str, merge: str,
+                  what: str) -> parts.Split:
+    """Enqueue one part per range of texts (payload: the request, ``start``, ``stop``) and the merge
+    after them (a corpus job, a comparison: docs/scaling.md); a job cancelled before or meanwhile ends."""
+    if rep.conn.exists(protocol.cancel_key(rep.job.id)):
+        raise CancelledError(what)
+    merge_job = parts.fan_out(
+        rep.conn, job_id=rep.job.id, part=part, merge=merge,
+        payloads=[{"request": request, "start": a, "stop": b} for a, b in ranges], sizes=[b - a for a, b in ranges],
+        unit="texts", context={"job_id": rep.job.id, "request": request}, job_timeout=_settings().job_timeout_s)
+    if rep.conn.exists(protocol.cancel_key(rep.job.id)):  # cancelled while fanning out: the API saw no plan
+        parts.cancel(rep.conn, rep.job.id, len(ranges))
+    return parts.Split(merge_job.id, len(ranges))
 
 
 def run_corpus(request: dict[str, Any], *, part: str = PART) -> dict[str, Any]:

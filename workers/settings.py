@@ -135,6 +135,14 @@ class Settings(BaseSettings):
         "runs x their tokens) stays in its analysis job; more is split into parts (docs/scaling.md)"
     )
     split_part_run_tokens: int = Field(25_000, ge=1, description="run tokens per part of a split ablation or patching")
+    split_compare_min_texts: int = Field(
+        800, ge=1, description="a comparison of two models over fewer corpus texts stays one queue job; more is "
+        "split into parts of texts, both models run in each (docs/scaling.md)"
+    )
+    split_compare_part_texts: int = Field(
+        200, ge=1, description="texts per part of a split comparison (more when that would make over "
+        "split_max_parts parts: whole multiples), and the texts a comparison sorts into batches together"
+    )
 
     # corpus uploads (docs/corpus.md "Input"); the file limit is also capped by max_upload_bytes
     corpus_max_bytes: int = Field(

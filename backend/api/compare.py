@@ -1,7 +1,7 @@
 """Comparisons of two models (docs/compare.md, docs/api.md): ``/api/compare`` queues, reports and
 cancels one. Everything checkable without a model is checked before queueing: both names in the
 catalogue, a text with a word or a stored corpus, and the memory plan (model A's word maps of every
-text plus the larger model) within the budget — each a 422 naming the problem."""
+text, or of a part's texts when the comparison is split, plus the larger model) within the budget — each a 422 naming the problem."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from backend.api.common import PARTIAL_QUERY, job_status
 from backend.api.corpora import _cancel, _check_corpus, _check_model
 from backend.deps import QueueDep, StoreDep, WriteAccess
 from backend.errors import error_responses
-from workers.compare_plan import plan_of
+from workers.compare_plan import compare_ranges, plan_of
 from workers.contracts import CompareRequest, JobStatus
 from workers.corpora import shipped_corpus
 from workers.protocol import JOB_ID
@@ -33,7 +33,9 @@ def submit_compare(req: CompareRequest, queue: QueueDep, store: StoreDep) -> JSO
         texts = shipped_corpus(req.corpus).texts  # type: ignore[union-attr] - checked above
     else:
         texts = store.corpus_texts(req.corpus) or []
-    plan_of(req.model_a, req.model_b, texts, max_tokens=req.max_tokens).check(what=f"comparing {req.model_a} and {req.model_b} on {len(texts)} texts")
+    ranges = compare_ranges(len(texts)) if req.corpus is not None else None  # a split one: per part
+    plan_of(req.model_a, req.model_b, texts, max_tokens=req.max_tokens, ranges=ranges).check(
+        what=f"comparing {req.model_a} and {req.model_b} on {len(texts)} texts")
     job_id = req.job_id()
     state = queue.submit("compare", job_id, req.normalised())
     return JSONResponse({"id": job_id, "status": state.status}, status_code=202)

@@ -5,7 +5,8 @@ decoders' surprisal per word side by side.
 Model A runs over every text first and its word-level maps are kept (float32); then model B runs
 text by text and each text's similarity sums are folded in, so only one model need be loaded at a
 time (``compare_models`` takes loaders, and ``release`` drops A before B loads when both do not fit).
-Notebook use::
+A large corpus runs in parts of whole windows of texts (``workers.analysis.compare_parts``: both
+models a part, ``run_both`` and ``finish_compare`` shared with the one piece). Notebook use::
 
     from workers.models import load_model
     from workers.analysis.compare import compare_models
@@ -19,13 +20,14 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from scipy.optimize import linear_sum_assignment
 
-from workers.analysis.corpus import CorpusOptions, corpus_statistics, head_map
+from workers.analysis.corpus import WINDOW_TEXTS, CorpusOptions, corpus_statistics, head_map
 from workers.analysis.head_similarity import SimilarityAccumulator
 from workers.analysis.progress import Progress, no_progress, scaled
 from workers.analysis.word_maps import covered, token_words, word_spans
@@ -172,50 +174,106 @@ class WordMapTap:
         self.maps = []
 
 
-def _side(loaded: LoadedModel, texts: list[str], *, max_tokens: int, progress: Progress,
-          per_text: Callable[[int, dict[str, Any]], None]) -> dict[str, Any]:
-    """One model's part: its corpus statistics, every text's word maps handed to ``per_text`` in the
-    same padded forward passes."""
-    want = loaded.causal and loaded.unembed is not None
-    tap = WordMapTap(loaded, texts, max_tokens=max_tokens, surprisal=want, per_text=per_text)
-    stats = corpus_statistics(loaded, texts, options=CorpusOptions(max_tokens=max_tokens, top_k=0),
-                              progress=progress, tap=tap)
+def side_facts(loaded: LoadedModel) -> dict[str, Any]:
+    """One model's keys of a comparison result (``model_a``, ``model_b``)."""
     return {"name": loaded.name, "family": loaded.family, "causal": loaded.causal, "n_layers": loaded.n_layers,
-            "n_heads": loaded.n_heads, "statistics": stats["statistics"], "has_lm_head": want}
+            "n_heads": loaded.n_heads, "has_lm_head": bool(loaded.causal and loaded.unembed is not None)}
 
 
-def compare_models(load_a: Callable[[], LoadedModel], load_b: Callable[[], LoadedModel], texts: list[str], *,
-                   max_tokens: int = 128, release: Callable[[], None] | None = None,
-                   progress: Progress | None = None) -> dict[str, Any]:
-    """Compare two models on ``texts`` (docs/compare.md). Keys: docs/results.md, "compare".
+class WindowFlush:
+    """Flushes a ``SimilarityAccumulator`` whenever a text of a new window arrives (``__call__(i)``
+    before adding text ``i``): the pairwise term's float32 blocks then depend only on each window's
+    texts, so a comparison split into parts of whole windows sums the same blocks (docs/scaling.md)."""
 
-    ``release`` is called between the two models (the job passes one that drops model A when the
-    memory budget cannot hold both)."""
-    report = progress or no_progress
-    texts = [t for t in texts]
-    if not texts or not any(word_spans(t) for t in texts):
-        raise HeadscopeError("the texts have no word (only spaces)")
-    t0 = time.perf_counter()
+    def __init__(self, acc: SimilarityAccumulator, window: int):
+        self.acc, self.window = acc, window
+        self.current: int | None = None
+
+    def __call__(self, i: int) -> None:
+        w = i // self.window
+        if w != self.current:
+            self.acc.flush()
+            self.current = w
+
+
+def finish_compare(facts_a: dict[str, Any], facts_b: dict[str, Any], *, stats_a: dict[str, Any],
+                   stats_b: dict[str, Any], acc: SimilarityAccumulator, causal: bool, texts: list[str],
+                   words_a: dict[int, dict[str, Any]], words_b: dict[int, dict[str, Any]], max_tokens: int,
+                   seconds: float, report: Progress = no_progress) -> dict[str, Any]:
+    """The result of a comparison from both models' statistics and the similarity sums (one job, or the
+    merge of a split one: ``workers.analysis.compare_parts``). Keys: docs/results.md, "compare"."""
+    if acc.rows == 0:
+        raise HeadscopeError("no query word sees two words in both models; use longer texts")
+    sim = acc.sums() / acc.rows
+    report(0.97, "matching heads")
+    result = {
+        "model_a": facts_a,
+        "model_b": facts_b,
+        "n_texts": len(texts),
+        "n_query_words": acc.rows,
+        "causal": causal,
+        "similarity": np.round(sim, 5).tolist(),
+        "matching": matching(sim),
+        "profiles": joint_profiles(stats_a, stats_b),
+        "max_tokens": max_tokens,
+        "seconds": round(seconds, 3),
+    }
+    if facts_a["has_lm_head"] or facts_b["has_lm_head"]:
+        empty = {"surprisal": None, "predicted": None}
+        words = [[t[s:e] for s, e in word_spans(t)] for t in texts]
+        result["words"] = [{"words": w, "a": words_a.get(i, empty), "b": words_b.get(i, empty)}
+                           for i, w in enumerate(words)]
+    return result
+
+
+@dataclass
+class BothRuns:
+    """What ``run_both`` leaves: each model's facts and corpus run, the similarity sums, the words."""
+
+    facts_a: dict[str, Any]
+    facts_b: dict[str, Any]
+    run_a: dict[str, Any]
+    run_b: dict[str, Any]
+    acc: SimilarityAccumulator
+    causal: bool
+    words_a: dict[int, dict[str, Any]]
+    words_b: dict[int, dict[str, Any]]
+
+
+SideRun = Callable[["LoadedModel", WordMapTap, Progress], dict[str, Any]]
+
+
+def run_both(load_a: Callable[[], LoadedModel], load_b: Callable[[], LoadedModel], texts: list[str], *,
+             max_tokens: int, window: int, run_side: SideRun, release: Callable[[], None] | None = None,
+             report: Progress = no_progress) -> BothRuns:
+    """Model A over ``texts`` (its word maps kept), then model B (each text's similarity folded in and
+    A's maps of it dropped). ``run_side(loaded, tap, progress)`` runs one model's corpus pass with the
+    tap (``corpus_statistics`` in one job, ``corpus_partial`` in a part)."""
     kept_a: dict[int, dict[str, Any]] = {}
     words_a: dict[int, dict[str, Any]] = {}
     report(0.0, "loading model A")
     a = load_a()
+    facts_a = side_facts(a)
 
     def keep_a(i: int, part: dict[str, Any]) -> None:
         kept_a[i] = {"valid": covered(part["member"]), "maps": part["maps"]}
         words_a[i] = {k: part.get(k) for k in ("surprisal", "predicted")}
 
-    side_a = _side(a, texts, max_tokens=max_tokens, progress=scaled(report, 0.0, 0.45), per_text=keep_a)
-    del a
+    tap = WordMapTap(a, texts, max_tokens=max_tokens, surprisal=facts_a["has_lm_head"], per_text=keep_a)
+    run_a = run_side(a, tap, scaled(report, 0.0, 0.45))
+    del a, tap
     if release is not None:
         release()
     report(0.5, "loading model B")
     b = load_b()
-    causal = side_a["causal"] or b.causal
-    acc = SimilarityAccumulator(side_a["n_layers"] * side_a["n_heads"], b.n_layers * b.n_heads)
+    facts_b = side_facts(b)
+    causal = bool(facts_a["causal"] or b.causal)
+    acc = SimilarityAccumulator(facts_a["n_layers"] * facts_a["n_heads"], b.n_layers * b.n_heads)
+    flush = WindowFlush(acc, window)
     words_b: dict[int, dict[str, Any]] = {}
 
     def fold_b(i: int, part: dict[str, Any]) -> None:
+        flush(i)
         words_b[i] = {k: part.get(k) for k in ("surprisal", "predicted")}
         mine = kept_a.pop(i, None)  # done with this text's maps of A after this
         if mine is None:  # model A had no token of it
@@ -223,27 +281,38 @@ def compare_models(load_a: Callable[[], LoadedModel], load_b: Callable[[], Loade
         valid = mine["valid"] & covered(part["member"])
         acc.add(mine["maps"], part["maps"], valid=valid, causal=causal)
 
-    side_b = _side(b, texts, max_tokens=max_tokens, progress=scaled(report, 0.5, 0.95), per_text=fold_b)
-    if acc.rows == 0:
-        raise HeadscopeError("no query word sees two words in both models; use longer texts")
-    sim = acc.sums() / acc.rows
-    report(0.97, "matching heads")
-    words = [[t[s:e] for s, e in word_spans(t)] for t in texts]
-    result = {
-        "model_a": {k: v for k, v in side_a.items() if k != "statistics"},
-        "model_b": {k: v for k, v in side_b.items() if k != "statistics"},
-        "n_texts": len(texts),
-        "n_query_words": acc.rows,
-        "causal": causal,
-        "similarity": np.round(sim, 5).tolist(),
-        "matching": matching(sim),
-        "profiles": joint_profiles(side_a["statistics"], side_b["statistics"]),
-        "max_tokens": max_tokens,
-        "seconds": round(time.perf_counter() - t0, 3),
-    }
-    if side_a["has_lm_head"] or side_b["has_lm_head"]:
-        empty = {"surprisal": None, "predicted": None}
-        result["words"] = [{"words": w, "a": words_a.get(i, empty), "b": words_b.get(i, empty)}
-                           for i, w in enumerate(words)]
+    tap = WordMapTap(b, texts, max_tokens=max_tokens, surprisal=facts_b["has_lm_head"], per_text=fold_b)
+    run_b = run_side(b, tap, scaled(report, 0.5, 0.95))
+    return BothRuns(facts_a, facts_b, run_a, run_b, acc, causal, words_a, words_b)
+
+
+def check_texts(texts: list[str]) -> None:
+    if not texts or not any(word_spans(t) for t in texts):
+        raise HeadscopeError("the texts have no word (only spaces)")
+
+
+def compare_models(load_a: Callable[[], LoadedModel], load_b: Callable[[], LoadedModel], texts: list[str], *,
+                   max_tokens: int = 128, release: Callable[[], None] | None = None,
+                   progress: Progress | None = None, window: int = WINDOW_TEXTS) -> dict[str, Any]:
+    """Compare two models on ``texts`` (docs/compare.md). Keys: docs/results.md, "compare".
+
+    ``release`` is called between the two models (the job passes one that drops model A when the
+    memory budget cannot hold both). ``window``: texts sorted into padded batches together, the part
+    size of a split comparison (``workers.analysis.compare_parts``), whose merge then equals this."""
+    report = progress or no_progress
+    texts = [t for t in texts]
+    check_texts(texts)
+    t0 = time.perf_counter()
+    options = CorpusOptions(max_tokens=max_tokens, top_k=0)
+
+    def run_side(loaded: LoadedModel, tap: WordMapTap, side_progress: Progress) -> dict[str, Any]:
+        return corpus_statistics(loaded, texts, options=options, progress=side_progress, tap=tap, window=window)
+
+    both = run_both(load_a, load_b, texts, max_tokens=max_tokens, window=window, run_side=run_side,
+                    release=release, report=report)
+    result = finish_compare(both.facts_a, both.facts_b, stats_a=both.run_a["statistics"],
+                            stats_b=both.run_b["statistics"], acc=both.acc, causal=both.causal, texts=texts,
+                            words_a=both.words_a, words_b=both.words_b, max_tokens=max_tokens,
+                            seconds=time.perf_counter() - t0, report=report)
     report(1.0, "done")
     return result

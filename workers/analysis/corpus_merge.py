@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workers.analysis.corpus import CorpusOptions, accumulate, model_facts, summarise
+from workers.analysis.corpus import WINDOW_TEXTS, CorpusOptions, accumulate, model_facts, summarise
 from workers.analysis.corpus_stats import LayerAccumulator
 from workers.analysis.progress import Progress
 from workers.analysis.texts import TextSource, as_source
@@ -47,14 +47,18 @@ def corpus_partial(
     options: CorpusOptions | None = None,
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
+    tap: Any = None,
+    window: int = WINDOW_TEXTS,
 ) -> dict[str, Any]:
     """The partial statistics of the corpus' texts ``[start, stop)`` (JSON-ready); ``texts``: the whole
-    corpus as a list or a ``TextSource`` (only that range is read)."""
+    corpus as a list or a ``TextSource`` (only that range is read). ``tap``, ``window``: as
+    ``corpus_statistics`` (a part of a split comparison reads its word maps from the same passes)."""
     opts = (options or CorpusOptions()).validate()
     source = as_source(texts)
     stop = min(stop, len(source))
     t0 = time.perf_counter()
-    run = accumulate(loaded, source, opts=opts, start=start, stop=stop, progress=progress, should_stop=should_stop)
+    run = accumulate(loaded, source, opts=opts, start=start, stop=stop, progress=progress, should_stop=should_stop,
+                     tap=tap, window=window)
     out: dict[str, Any] = {
         **model_facts(loaded), "first_text": start, "n_given": stop - start,
         "max_tokens": min(opts.max_tokens, loaded.max_length), "options": _options(opts),

@@ -24,6 +24,7 @@ import math
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import torch
@@ -130,10 +131,13 @@ class SimilarityAccumulator:
         self._n_held += p.shape[1]
         self.rows += int(rows.size)
         if self._n_held >= FLUSH_ENTRIES:
-            self._flush()
+            self.flush()
         return int(rows.size)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Run the pairwise term over the entries held so far. The float32 blocks' sums depend on
+        which entries are gathered together: a caller that flushes at fixed text boundaries (the
+        comparison, at each window of texts) gets the same bits however its texts are split."""
         if not self._held:
             return
         p = torch.cat([h[0] for h in self._held], dim=1)
@@ -141,9 +145,24 @@ class SimilarityAccumulator:
         self._held, self._n_held = [], 0
         self._pair += pair_xlnx(p, q, threads=self.threads)
 
+    def state(self) -> dict[str, Any]:
+        """The float64 sums so far (flushed), JSON-ready: what a part of a split comparison keeps."""
+        self.flush()
+        return {"rows": self.rows, "pair": self._pair.tolist(), "side": [x.tolist() for x in self._side],
+                "mass": [x.tolist() for x in self._mass]}
+
+    def add_state(self, state: dict[str, Any]) -> None:
+        """Add another accumulator's ``state()`` (float64; added in the caller's order)."""
+        self.flush()
+        self.rows += int(state["rows"])
+        self._pair += torch.tensor(state["pair"], dtype=torch.float64).reshape(self.n_a, self.n_b)
+        for k in range(2):
+            self._side[k] += torch.tensor(state["side"][k], dtype=torch.float64)
+            self._mass[k] += torch.tensor(state["mass"][k], dtype=torch.float64)
+
     def sums(self) -> np.ndarray:
         """[heads of A, heads of B]: Σ over counted rows of ``1 − JSD`` (each term within [0, 1])."""
-        self._flush()
+        self.flush()
         (sp, sq), (mp, mq) = self._side, self._mass
         mix = self._pair / (2 * LN2) - 0.5 * (mp[:, None] + mq[None])  # Σ_e m log2 m
         out = self.rows + mix - (sp[:, None] + sq[None]) / (2 * LN2)  # + ½ Σ_r H(p_r) + ½ Σ_r H(q_r)
