@@ -155,7 +155,11 @@ def test_corpus_compare_matrix_click_text_pick_and_share_link(server, browser, t
 
         page.click("#compare-text-pick")
         page.keyboard.type(f"{pick}: {texts[pick][:20]}")
-        page.keyboard.press("Enter")
+        # the option filtered in by the search, clicked once it is shown (an Enter pressed before the
+        # menu has filtered picks nothing)
+        option = page.get_by_role("option", name=f"{pick}: {texts[pick][:20]}")
+        option.first.wait_for(timeout=WAIT)
+        option.first.click()
         _wait_pair_drawn(page, f"text {pick} of 147", len(words))
         assert page.evaluate(WORDS_JS, "compare-map-b") == [f"{i}:{x}" for i, x in enumerate(words)]
         page.wait_for_function(URL_JS, arg=["text", str(pick)], timeout=WAIT)
