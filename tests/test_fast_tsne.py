@@ -201,3 +201,31 @@ def test_service_uses_fast_by_default(catalogue):
     assert res["head-tsne"]["kl"][0] == pytest.approx(float(kl_divergence(p, emb)), rel=1e-12)
     other = analyze(loaded, text, ["head-tsne"], {"layer": 1, "head": 2, "engine": "batched"})
     assert other["head-tsne"]["engine"] == "batched"
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_cpu_run_keeps_torch_threads_and_gives_numba_no_more(threads):
+    """numba's OpenMP layer shares libgomp with torch: a parallel numba run once left torch at numba's
+    thread count (a one-thread worker went on at two). The run keeps torch's count, numba at most it."""
+    from workers.analysis.tsne.options import numba_available
+
+    if not numba_available():
+        pytest.skip("numba not installed: the torch path has nothing to keep")
+    import numba
+
+    had_torch, had_numba = torch.get_num_threads(), numba.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        rng = np.random.default_rng(0)
+        a = rng.random((3, 12, 12))
+        p = a + a.transpose(0, 2, 1)
+        p[:, np.arange(12), np.arange(12)] = 0.0
+        p /= p.sum(axis=(1, 2), keepdims=True)
+        emb, kls = fast_tsne.run_fast_host(p, options=TSNEOptions(n_iter=20, early_exaggeration_iter=10),
+                                           x=None, progress=lambda f, m: None)
+        assert emb.shape == (1, 3, 12, 2) and np.isfinite(kls).all()
+        assert torch.get_num_threads() == threads
+        assert numba.get_num_threads() == min(threads, numba.config.NUMBA_NUM_THREADS)
+    finally:
+        torch.set_num_threads(had_torch)
+        numba.set_num_threads(had_numba)

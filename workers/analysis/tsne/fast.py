@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -147,11 +149,37 @@ def fast_optimize(
     logger.debug("fast t-SNE (%s): iterations per head %s", chosen, plan.used.tolist())
     return best, plan.used
 
+@contextmanager
+def torch_threads_kept() -> Iterator[int]:
+    """numba at no more threads than torch has, and torch's count as it was afterwards; yields it.
+
+    numba's OpenMP threading layer shares libgomp with torch: its first parallel run set the process's
+    OpenMP thread count to numba's own (all cores), and torch's with it. A worker started with one
+    thread (``OMP_NUM_THREADS=1``, as ``docker-compose`` and bench_scale run them) went on at two after
+    its t-SNE warm-up, so two such workers on two cores contended (tests/bench/bench_scale.py on
+    10,000 texts: 2 workers 0.74x one; with the threads kept 1.81x)."""
+    had = torch.get_num_threads()
+    if numba_available():
+        import numba
+
+        numba.set_num_threads(max(1, min(had, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        yield had
+    finally:
+        torch.set_num_threads(had)
+
+
 def run_fast_host(
     p: np.ndarray, *, options: TSNEOptions, x: np.ndarray | None, progress: Progress
 ) -> tuple[np.ndarray, np.ndarray]:
     """The CPU engine (numba, or torch on CPU without it): ([restart, B, n, 2], [restart, B] exact KL)."""
+    with torch_threads_kept():
+        return _run_fast_host(p, options=options, x=x, progress=progress)
 
+
+def _run_fast_host(
+    p: np.ndarray, *, options: TSNEOptions, x: np.ndarray | None, progress: Progress
+) -> tuple[np.ndarray, np.ndarray]:
     batch, n = p.shape[0], p.shape[-1]
     emb = np.zeros((options.restarts, batch, n, 2))
     kls = np.zeros((options.restarts, batch))
