@@ -416,7 +416,7 @@ def test_whole_section_views_do_not_follow_every_layer(deep_llama, monkeypatch):
                                                                    if parse_part_key(k)[1] < done}})}
                 for done in range(1, LAYERS + 1)] + [{"status": "finished", "result": res}]  # fmt: skip
     jobs = [[{"id": "j", "status": st["status"], "sections": sections_of(st), "error": None}] for st in statuses]
-    assert all(a != b for a, b in zip(jobs, jobs[1:]))  # the gallery's input: a change with every layer
+    assert all(a != b for a, b in zip(jobs, jobs[1:], strict=False))  # the gallery's input: a change with every layer
     whole = [whole_sections(j) for j in jobs]
     assert all(w == whole[0] for w in whole[:LAYERS])  # the other views' input: none while layers arrive
     assert "max-attention" in whole[0][0]["sections"]
