@@ -196,6 +196,24 @@ def short_text(words: int = 30) -> str:
     return " ".join(demo_text().split()[:words])
 
 
+def numbered_texts(n: int) -> list[str]:
+    """``n`` distinct texts of different lengths: the shipped English sentences, numbered."""
+    from workers.corpora import shipped_corpus
+
+    base = shipped_corpus("builtin-english").texts
+    return [f"{base[i % len(base)]} That was number {i}." for i in range(n)]
+
+
+def put_numbered_corpus(store: Any, n: int) -> str:
+    """Store ``numbered_texts(n)`` as a corpus named "numbered"; its id."""
+    from workers.corpora import corpus_id
+
+    texts = numbered_texts(n)
+    cid = corpus_id(texts)
+    store.put_corpus(cid, texts, meta={"id": cid, "name": "numbered", "n_texts": len(texts)})
+    return cid
+
+
 def wait_ready(conn: Any, procs: list[subprocess.Popen], n: int, log: Path, *, timeout_s: float = HANG_S) -> None:
     """Wait until ``n`` workers on ``conn`` are ready (models preloaded, taking jobs)."""
     from workers import protocol

@@ -25,7 +25,16 @@ import pytest
 from held_jobs import held_part_key, part_log_key, parts_config_key, release_key
 from redis import Redis
 from rq import SimpleWorker
-from service_helpers import HANG_S, ROOT, service_env, stop_all, wait_ready, write_catalogue
+from service_helpers import (
+    HANG_S,
+    ROOT,
+    numbered_texts,
+    put_numbered_corpus,
+    service_env,
+    stop_all,
+    wait_ready,
+    write_catalogue,
+)
 
 from backend import queue as queue_module
 from backend.config import Settings
@@ -45,20 +54,11 @@ WORKER_TTL_S = 5.0
 
 
 def corpus_texts() -> list[str]:
-    """Distinct texts: the shipped English sentences, numbered."""
-    from workers.corpora import shipped_corpus
-
-    base = shipped_corpus("builtin-english").texts
-    return [f"{base[i % len(base)]} That was number {i}." for i in range(N_TEXTS)]
+    return numbered_texts(N_TEXTS)
 
 
 def put_corpus(store: Store) -> str:
-    from workers.corpora import corpus_id
-
-    texts = corpus_texts()
-    cid = corpus_id(texts)
-    store.put_corpus(cid, texts, meta={"id": cid, "name": "numbered", "n_texts": len(texts)})
-    return cid
+    return put_numbered_corpus(store, N_TEXTS)
 
 
 def request(corpus: str) -> CorpusRequest:
