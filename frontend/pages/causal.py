@@ -22,6 +22,7 @@ from frontend.pages.common import (
     graph,
     model_options,
     progress_block,
+    register_click_pick,
     register_exports,
     register_poll,
     register_view,
@@ -242,27 +243,9 @@ def register(app: Dash, store: ResultStore) -> None:
             return no_update, no_update, str(exc)
         return src, None, ""
 
-    @app.callback(
-        Output("causal-position", "data"),
-        *[Input(g, "clickData") for g in POSITION_GRAPHS],
-        prevent_initial_call=True,
-    )
-    def _pick_position(*clicks):  # type: ignore[no-untyped-def]
-        from dash import ctx
-
-        p = C.clicked_position(ctx.triggered[0]["value"] if ctx.triggered else None)
-        return no_update if p is None else p
-
-    @app.callback(
-        Output("causal-head", "data"),
-        *[Input(g, "clickData") for g in HEAD_GRAPHS],
-        prevent_initial_call=True,
-    )
-    def _pick_head(*clicks):  # type: ignore[no-untyped-def]
-        from dash import ctx
-
-        cell = C.clicked_cell(ctx.triggered[0]["value"] if ctx.triggered else None)
-        return no_update if cell is None else list(cell)
+    register_click_pick(app, target="causal-position", graph_ids=POSITION_GRAPHS, parse=C.clicked_position)
+    register_click_pick(app, target="causal-head", graph_ids=HEAD_GRAPHS,
+                        parse=lambda click: None if (cell := C.clicked_cell(click)) is None else list(cell))
 
     @app.callback(
         *[Output(g, "figure") for g in GRAPHS],

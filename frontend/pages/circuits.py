@@ -190,7 +190,7 @@ def _figures(flow: dict[str, Any], pair: dict[str, Any], n: int | None) -> list[
 
 
 def register(app: Dash, store: ResultStore) -> None:
-    from frontend.pages.common import register_poll
+    from frontend.pages.common import register_click_pick, register_poll
 
     client = store.client
     register_poll(app, store, "circuits", ["circuits-source", "circuits-pair-source"])
@@ -266,16 +266,8 @@ def register(app: Dash, store: ResultStore) -> None:
                         empty_figure(f"{why} for AtP against real patching.")]
         return figs
 
-    @app.callback(
-        Output("circuits-head", "data"),
-        *[Input(g, "clickData") for g in HEAD_GRAPHS],
-        prevent_initial_call=True,
-    )
-    def _pick_head(*_clicks):  # type: ignore[no-untyped-def]
-        from dash import ctx
-
-        head = F.clicked_head(ctx.triggered[0]["value"] if ctx.triggered else None)
-        return no_update if head is None else list(head)
+    register_click_pick(app, target="circuits-head", graph_ids=HEAD_GRAPHS,
+                        parse=lambda click: None if (head := F.clicked_head(click)) is None else list(head))
 
     @app.callback(
         Output("circuits-head-info", "children"), Output("circuits-head-links", "children"),

@@ -389,6 +389,18 @@ def register_cancel(app: Dash, prefix: str, *, kind: str, cancel: Callable[[str]
         return "cancelled" if done.get("cancelled") else f"not running ({done.get('status')})"
 
 
+def register_click_pick(app: Dash, *, target: str, graph_ids: list[str], parse: Callable[[Any], Any]) -> None:
+    """A click on any of ``graph_ids`` selects: ``parse(clickData)`` (None: not a selection) goes to
+    ``target``'s data."""
+
+    @app.callback(Output(target, "data"), *[Input(g, "clickData") for g in graph_ids], prevent_initial_call=True)
+    def _pick(*_clicks: Any) -> Any:
+        from dash import ctx
+
+        got = parse(ctx.triggered[0]["value"] if ctx.triggered else None)
+        return no_update if got is None else got
+
+
 def register_grid_pick(
     app: Dash,
     *,
