@@ -3,14 +3,17 @@
 Pure functions, result JSON -> Figure / JSON, no Dash. The gallery is one figure on one pair of
 hidden axes: panel (row r, column c) holds head ``heads[c]`` of layer ``layers[r]`` with its map
 rescaled quantile-equidistantly (docs/analyses.md#quantile-equidistant-rescaling) into the unit square at ``(c·SX, r·SY)`` — a single axis
-draws fast for hundreds of panels and exports as one PNG/SVG. ``layout.meta.gallery`` tells
-``assets/heads.js`` which panel a click falls in. Large pages switch to WebGL (``Scattergl``).
+draws fast for hundreds of panels and exports as one PNG/SVG. Each row's panels are one PNG
+picture (``row_image``, drawn by ``frontend.thumbnails``), placed as a layout image: the browser
+draws no points (issue 34: 270 heads of SmolLM2 as WebGL points cost a software-rendered Chromium
+~20 CPU seconds). ``layout.meta.gallery`` tells ``assets/heads.js`` which panel a click falls in;
+the large map of the clicked head is the interactive one.
 
 The figure has a fixed shape while the gallery fills in (``workers/layer_parts.py``): trace 0 the
-panel frames, then one trace per row of the page, empty until its layer is computed. A page that
-already shows some rows therefore takes the others as ``gallery_update`` (the new rows' traces by
-index, the frames, annotations, title and meta), which the dashboard sends as a partial update:
-the rows on screen are not sent again. Arrays are numpy, so they travel as typed arrays.
+panel frames, trace 1 the colour bar, layout image r the row r, invisible until its layer is
+computed. A page that already shows some rows therefore takes the others as ``gallery_update``
+(the new rows' images by index, the frames, annotations, title and meta), which the dashboard sends
+as a partial update: the rows on screen are not sent again.
 
 ``head_maps`` packs, for every head of a result, exactly what ``figures.head_tsne_figure`` would
 draw (plotted and original coordinates, ticks, title) plus two template figures, so the browser
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
+from frontend import thumbnails as T
 from frontend.figures import (
     POSITION_SCALE,
     empty_figure,
@@ -37,11 +41,10 @@ from frontend.figures import (
 from frontend.heads import gallery_section, head_sections
 
 SX, SY = 1.12, 1.28  # panel pitch in data units: a unit square plus the gap (and the title above it)
+PAD = 0.03  # a row's picture reaches this far beyond its panels (a point on a panel's edge stays whole)
+IMAGE_SCALE = 2  # picture pixels per screen pixel: sharp on a high-density screen and in an exported PNG
 MAX_PANELS = 96  # panels per gallery page; a page holds whole layers
-WEBGL_POINTS = 5_000  # points on a page beyond which the gallery draws with WebGL: as it fills in, each new row
-# redraws the page, and SVG redraws every point (24k points in 6 rows: 12 s in software-rendered Chromium, WebGL 2-3 s)
 DIGITS = 5
-HOVER = "%{text} (#%{customdata[0]}) — layer %{customdata[1]}, head %{customdata[2]}<extra></extra>"
 
 
 def gallery_layers(result: dict[str, Any], layers: list[int] | None = None) -> list[int]:
@@ -85,7 +88,6 @@ class GalleryPage:
     kept: list[int]
     page: int
     pages: int
-    webgl: bool
     done: list[int]  # the page's layers computed so far (row order)
     layers_done: int  # of the whole gallery
     layers_planned: int
@@ -98,8 +100,7 @@ class GalleryPage:
     @property
     def shape(self) -> dict[str, Any]:
         """What fixes the figure's traces: a page of another shape is drawn anew, not updated."""
-        return {"layers": self.shown, "heads": self.heads, "n": len(self.kept), "webgl": self.webgl,
-                "page": self.page}
+        return {"layers": self.shown, "heads": self.heads, "n": len(self.kept), "page": self.page}
 
 
 def gallery_page(
@@ -108,7 +109,6 @@ def gallery_page(
     layers: list[int] | None = None,
     page: int = 0,
     max_panels: int = MAX_PANELS,
-    webgl: bool | None = None,
     section: dict[str, Any] | None = None,
 ) -> GalleryPage | str:
     """The page to draw, or the message to show instead. ``section``: draw this one (a skeleton)."""
@@ -123,41 +123,59 @@ def gallery_page(
     page = min(max(0, int(page or 0)), len(pages) - 1)
     shown = pages[page]
     kept = list(sec.get("kept") or range(np.shape(sec["embedding"])[2]))
-    gl = (len(shown) * len(heads) * len(kept) > WEBGL_POINTS) if webgl is None else webgl
     have = set(sec.get("layers", []))
-    return GalleryPage(section=sec, shown=shown, heads=heads, kept=kept, page=page, pages=len(pages), webgl=gl,
+    return GalleryPage(section=sec, shown=shown, heads=heads, kept=kept, page=page, pages=len(pages),
                        done=[la for la in shown if la in have], layers_done=len(have), layers_planned=len(planned))
 
 
-def row_trace(result: dict[str, Any], gp: GalleryPage, row: int) -> dict[str, Any]:
-    """Trace of row ``row``: every head of its layer (``customdata`` = [token, layer, head] per point),
-    or a placeholder of the same type while the layer is computed. A WebGL placeholder holds one
-    transparent point: WebGL starts (seconds in a software-rendered browser) with the first point
-    drawn, so the page starts it while the first layer is computed, not when it arrives."""
+def row_image(result: dict[str, Any], gp: GalleryPage, row: int) -> dict[str, Any]:
+    """Layout image of row ``row``: every head of its layer drawn into one PNG (``frontend.thumbnails``),
+    placed over the row's panels; or, while the layer is computed, an invisible placeholder in its
+    place (the page's images are set by index as rows arrive)."""
     layer = gp.shown[row]
-    kind = "scattergl" if gp.webgl else "scatter"
+    place = {"xref": "x", "yref": "y", "x": -PAD, "y": row * SY - PAD, "sizex": _row_width(gp), "sizey": 1 + 2 * PAD,
+             "xanchor": "left", "yanchor": "top", "sizing": "stretch", "layer": "above", "name": f"layer {layer}"}
     if layer not in gp.done:
-        dot = {"x": [0.5], "y": [row * SY + 0.5], "marker": {"opacity": 0}} if gp.webgl else {"x": [], "y": []}
-        return {"type": kind, **dot, "mode": "markers", "name": f"layer {layer}", "showlegend": False,
-                "hoverinfo": "skip"}
+        return {**place, "visible": False}
     sec, heads, n = gp.section, gp.heads, len(gp.kept)
     emb = np.asarray(sec["embedding"][sec["layers"].index(layer)], dtype=np.float64)  # [head, token, 2]
+    scale = _pixels_per_unit(gp)
     xs, ys = np.empty(len(heads) * n), np.empty(len(heads) * n)
-    for c in range(len(heads)):
-        xs[c * n : (c + 1) * n] = c * SX + _unit(emb[c, :, 0])
-        ys[c * n : (c + 1) * n] = row * SY + 1.0 - _unit(emb[c, :, 1])  # y axis points down: row 0 on top
-    small = np.int16 if max(*gp.kept, layer, *heads) < 2**15 else np.int32  # typed arrays: 2 bytes a number
-    custom = np.empty((len(heads), n, 3), dtype=small)  # [head, token, (token, layer, head)]
-    custom[..., 0], custom[..., 1], custom[..., 2] = np.asarray(gp.kept), layer, np.asarray(heads)[:, None]
-    colour = np.asarray(gp.kept, dtype=small)
-    return {
-        "type": kind, "x": xs, "y": ys, "mode": "markers", "customdata": custom.reshape(-1, 3),
-        "text": token_labels(result, gp.kept) * len(heads), "hovertemplate": HOVER,
-        "marker": {"size": 4 if n <= 200 else 3, "color": np.tile(colour, len(heads)), "colorscale": POSITION_SCALE,
-                   "cmin": float(colour.min()), "cmax": float(colour.max()), "showscale": row == 0,
-                   "colorbar": {"title": {"text": "position"}, "thickness": 10, "len": 0.5}},
-        "name": f"layer {layer}", "showlegend": False,
-    }  # fmt: skip
+    for c in range(len(heads)):  # the panel's unit square, quantile-equidistant, y pointing down
+        xs[c * n : (c + 1) * n] = (PAD + c * SX + _unit(emb[c, :, 0])) * scale
+        ys[c * n : (c + 1) * n] = (PAD + 1.0 - _unit(emb[c, :, 1])) * scale
+    colours = T.colour_scale(np.tile(np.asarray(gp.kept, dtype=np.float64), len(heads)),
+                             lo=float(min(gp.kept)), hi=float(max(gp.kept)))  # coloured by position
+    size = (int(round(_row_width(gp) * scale)), int(round((1 + 2 * PAD) * scale)))
+    img = T.draw_points(xs, ys, colours, size=size, radius=_radius(n) * scale / _panel_px(gp))
+    return {**place, "source": T.png_data_uri(img), "visible": True}
+
+
+def _panel_px(gp: GalleryPage) -> int:
+    """Screen pixels of a panel's unit square (the figure's height follows it)."""
+    return max(48, min(120, 1350 // len(gp.heads)))
+
+
+def _pixels_per_unit(gp: GalleryPage) -> float:
+    return IMAGE_SCALE * _panel_px(gp)
+
+
+def _row_width(gp: GalleryPage) -> float:
+    return (len(gp.heads) - 1) * SX + 1 + 2 * PAD
+
+
+def _radius(n: int) -> float:
+    """A point's radius in screen pixels (plotly's marker size 4, or 3 beyond 200 points, is a diameter)."""
+    return 2.0 if n <= 200 else 1.5
+
+
+def _scale_trace(gp: GalleryPage) -> dict[str, Any]:
+    """An invisible point that carries the position colour bar (the rows are pictures)."""
+    lo, hi = float(min(gp.kept)), float(max(gp.kept))
+    return {"type": "scatter", "x": [-1.0], "y": [-1.0], "mode": "markers", "hoverinfo": "skip", "showlegend": False,
+            "name": "position", "marker": {"color": [lo], "colorscale": POSITION_SCALE, "cmin": lo, "cmax": hi,
+                                           "opacity": 0, "showscale": True,
+                                           "colorbar": {"title": {"text": "position"}, "thickness": 10, "len": 0.5}}}
 
 
 def _frames(gp: GalleryPage) -> dict[str, Any]:
@@ -198,7 +216,7 @@ def gallery_title(gp: GalleryPage) -> str:
 def _meta(gp: GalleryPage) -> dict[str, Any]:
     panels = [[layer, head] for layer in gp.done for head in gp.heads]
     return {"highlight": "points", "gallery": {"panels": panels, "layers": gp.shown, "heads": gp.heads, "sx": SX,
-                                               "sy": SY, "page": gp.page, "pages": gp.pages, "webgl": gp.webgl,
+                                               "sy": SY, "page": gp.page, "pages": gp.pages,
                                                "complete": gp.complete}}  # fmt: skip
 
 
@@ -208,41 +226,43 @@ def gallery_figure(
     layers: list[int] | None = None,
     page: int = 0,
     max_panels: int = MAX_PANELS,
-    webgl: bool | None = None,
     section: dict[str, Any] | None = None,
 ) -> go.Figure:
     """Small multiples of every head of the page's layers: rows = layers, columns = heads.
 
     Each panel: the head's map on quantile-equidistant axes, coloured by position, titled
-    ``L{layer} H{head} KL {kl}``. Traces: the panel frames, then one per row (``row_trace``).
+    ``L{layer} H{head} KL {kl}``. Traces: the panel frames and the colour bar; each row's panels are
+    one picture (``row_image``, layout image ``r``): the browser places pictures, it does not plot
+    the points (a software-rendered browser spent seconds a row redrawing WebGL points).
     """
-    gp = gallery_page(result, layers=layers, page=page, max_panels=max_panels, webgl=webgl, section=section)
+    gp = gallery_page(result, layers=layers, page=page, max_panels=max_panels, section=section)
     if isinstance(gp, str):
         return empty_figure(gp, height=200)
     rows, cols = len(gp.shown), len(gp.heads)
-    panel_px = max(48, min(120, 1350 // cols))
+    panel_px = _panel_px(gp)
     layout = {
         "title": {"text": gallery_title(gp), "font": {"size": 14}},
         "xaxis": {"visible": False, "range": [-0.08, cols * SX], "fixedrange": True},
         "yaxis": {"visible": False, "range": [rows * SY, -0.3], "fixedrange": True},
         "annotations": _annotations(gp),
+        "images": [row_image(result, gp, r) for r in range(rows)],
         "height": int(80 + rows * panel_px * SY),
         "margin": {"l": 10, "r": 10, "t": 50, "b": 10},
         "plot_bgcolor": "white",
-        "hovermode": "closest",
+        "hovermode": False,
         "meta": _meta(gp),
     }
-    return go.Figure([_frames(gp), *(row_trace(result, gp, r) for r in range(rows))], layout)
+    return go.Figure([_frames(gp), _scale_trace(gp)], layout)
 
 
 def gallery_update(result: dict[str, Any], gp: GalleryPage, drawn: Iterable[int]) -> dict[str, Any]:
-    """What changes on a page of this shape that already shows the layers ``drawn``: ``traces``
-    (trace index -> trace of each newly computed row), and the ``frames`` trace, ``annotations``,
+    """What changes on a page of this shape that already shows the layers ``drawn``: ``images``
+    (row -> layout image of each newly computed row), and the ``frames`` trace, ``annotations``,
     ``title`` and ``meta`` (None where unchanged). Applying it twice changes nothing more."""
     drawn = set(drawn)
     new = [r for r, layer in enumerate(gp.shown) if layer in gp.done and layer not in drawn]
     changed = bool(new) or set(gp.done) != drawn
-    return {"traces": {1 + r: row_trace(result, gp, r) for r in new},
+    return {"images": {r: row_image(result, gp, r) for r in new},
             "frames": _frames(gp) if changed else None,
             "annotations": _annotations(gp) if changed else None,
             "title": gallery_title(gp),

@@ -11,6 +11,7 @@ import pytest
 from frontend import figures as F
 from frontend import figures_gallery as G
 from frontend import figures_headview as HV
+from frontend import thumbnails as T
 from frontend.figures_pe import pe_distance_figure
 from frontend.heads import grid_attention, head_attention
 from workers.packing import MAX_PACKED_BYTES, pack_attention, unpack_attention
@@ -62,26 +63,61 @@ def test_gallery_has_one_panel_per_head_titled_with_its_kl(page_result):
     kl = np.asarray(sec["kl"])
     assert titles[n_heads * 3 + 4] == f"L3 H4 · KL {kl[3, 4]:.2f}"
     n = len(sec["kept"])
-    points = fig.data[1:]  # fig.data[0] draws the panel frames
-    assert len(points) == n_layers and all(len(t.x) == n_heads * n for t in points)
-    for r, trace in enumerate(points):
-        x, y = np.asarray(trace.x), np.asarray(trace.y)
-        col = np.repeat(np.arange(n_heads), n)
-        assert np.all((x >= col * G.SX - 1e-9) & (x <= col * G.SX + 1 + 1e-9))  # each head in its panel
-        assert np.all((y >= r * G.SY - 1e-9) & (y <= r * G.SY + 1 + 1e-9))
-        assert list(trace.marker.color[:n]) == sec["kept"]  # coloured by position
-        # quantile-equidistant: a panel's x spans [0, 1] of its cell, evenly by rank
-        ux = np.sort(x[:n])
-        assert ux[0] == pytest.approx(0.0) and ux[-1] == pytest.approx(1.0)
-    assert [t.type for t in points] == ["scatter"] * n_layers
-    assert all(t.type == "scattergl" for t in G.gallery_figure(page_result, webgl=True).data[1:])
+    assert [t.type for t in fig.data] == ["scatter", "scatter"]  # the frames and the colour bar: no points plotted
+    assert fig.layout.meta["gallery"].get("webgl") is None and fig.layout.hovermode is False
+    images = fig.layout.images
+    assert len(images) == n_layers and all(im.visible for im in images)
+    emb = np.asarray(sec["embedding"])  # [layer, head, token, 2]
+    for r, im in enumerate(images):
+        assert (im.xref, im.yref, im.x, im.y, im.sizey) == ("x", "y", -G.PAD, r * G.SY - G.PAD, 1 + 2 * G.PAD)
+        img = T.read_png(im.source)  # [height, width, RGBA]
+        scale = G._pixels_per_unit(G.gallery_page(page_result))  # picture pixels per data unit
+        assert img.shape[:2] == (round(im.sizey * scale), round(im.sizex * scale))
+        for c in range(n_heads):
+            # each point is drawn at its quantile-equidistant place in the head's panel, coloured by position
+            ux, uy = G._unit(emb[r, c, :, 0]), G._unit(emb[r, c, :, 1])
+            px = np.rint((G.PAD + c * G.SX + ux) * scale).astype(int)
+            py = np.rint((G.PAD + 1 - uy) * scale).astype(int)
+            assert (img[py, px, 3] == 255).all()  # every point's centre is painted
+            last = {}  # pixel -> the last point drawn there (a later point covers an earlier one)
+            for k, pix in enumerate(zip(py.tolist(), px.tolist(), strict=True)):
+                last[pix] = k
+            colours = T.colour_scale(np.asarray(sec["kept"], float), lo=min(sec["kept"]), hi=max(sec["kept"]))
+            for (y, x), k in list(last.items())[:: max(1, len(last) // 20)]:
+                # the point's own colour, or a later point's whose disc reaches over it
+                near = [j for j in range(k, n) if abs(px[j] - x) <= 3 and abs(py[j] - y) <= 3]
+                assert any((img[y, x, :3] == colours[j]).all() for j in near), (r, c, k)
+        # nothing is painted between the panels: the columns of the gaps are transparent
+        for c in range(n_heads - 1):
+            gap = slice(int(np.ceil((G.PAD + c * G.SX + 1) * scale + 5)), int((G.PAD + (c + 1) * G.SX) * scale - 5))
+            assert not img[:, gap, 3].any(), (c, gap, np.argwhere(img[:, gap, 3]))
+    assert ux.min() == pytest.approx(0.0) and ux.max() == pytest.approx(1.0)  # each panel spans its unit square
+
+
+def test_gallery_pictures_are_valid_pngs_on_plotlys_viridis():
+    """The pictures' colours are plotly's Viridis as the colour bar draws it, and read back exactly."""
+    import plotly.colors
+
+    stops = plotly.colors.sequential.Viridis
+    assert T.VIRIDIS == tuple(stops)
+    got = T.colour_scale(np.array([0.0, 0.5, 1.0, 2.0, -1.0]), lo=0.0, hi=1.0)
+    want = [plotly.colors.hex_to_rgb(stops[0]), plotly.colors.find_intermediate_color(
+        plotly.colors.hex_to_rgb(stops[4]), plotly.colors.hex_to_rgb(stops[5]), 0.5), plotly.colors.hex_to_rgb(stops[-1])]
+    np.testing.assert_allclose(got[:3], np.asarray(want), atol=0.5)
+    assert (got[3] == got[2]).all() and (got[4] == got[0]).all()  # clipped to the ends, as cmin/cmax clip
+    rgba = np.random.default_rng(0).integers(0, 256, size=(7, 11, 4), dtype=np.uint8)
+    assert (T.read_png(T.png_data_uri(rgba)) == rgba).all()
+    img = T.draw_points(np.array([2.0, 9.6]), np.array([3.0, 3.4]), np.array([[1, 2, 3], [4, 5, 6]], np.uint8),
+                        size=(11, 7), radius=1.5)
+    assert (img[3, 2] == [1, 2, 3, 255]).all() and (img[3, 10] == [4, 5, 6, 255]).all() and img[0, 0, 3] == 0
+    assert (img[:, 5:8, 3] == 0).all()  # between the two discs
 
 
 def test_gallery_pages_by_whole_layers(page_result):
     assert G.gallery_pages(list(range(16)), 32) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11], [12, 13, 14], [15]]
     assert G.gallery_pages([0, 1], 200) == [[0], [1]]  # a layer wider than a page still gets one
     second = G.gallery_figure(page_result, page=1, max_panels=24)
-    assert second.layout.meta["gallery"]["layers"] == [2, 3] and len(second.data) == 3
+    assert second.layout.meta["gallery"]["layers"] == [2, 3] and len(second.layout.images) == 2
     assert second.layout.meta["gallery"]["pages"] == 3
     chosen = G.gallery_figure(page_result, layers=[5, 1])
     assert chosen.layout.meta["gallery"]["layers"] == [5, 1]
@@ -197,29 +233,15 @@ def test_pe_heatmaps_get_their_own_colour_scales_unless_shared():
     assert "coloraxis2" not in shared.to_plotly_json()["layout"]
 
 
-def test_a_webgl_page_waits_with_one_transparent_point_a_row(page_result):
-    """WebGL starts with the first point drawn: a WebGL page drawn before its layers are computed holds
-    one transparent, unhoverable point per waiting row, so it starts while the layers are computed."""
+def test_a_page_waits_with_an_invisible_picture_a_row(page_result):
+    """A page drawn before its layers are computed holds an invisible picture in each waiting row's
+    place (set by index when the layer arrives) and no points at all."""
     grid = {k: v for k, v in page_result.items() if k != "head-tsne-all"}
     skeleton = G.skeleton_section(grid)
     assert skeleton["layers"] == [] and skeleton["partial"]["layers"] == list(range(page_result["n_layers"]))
-    waiting = G.gallery_figure(grid, section=skeleton, webgl=True)
-    rows = waiting.data[1:]
-    assert len(rows) == page_result["n_layers"] and all(t.type == "scattergl" for t in rows)
-    assert all(len(t.x) == 1 and t.marker.opacity == 0 and t.hoverinfo == "skip" for t in rows)
+    waiting = G.gallery_figure(grid, section=skeleton)
+    images = waiting.layout.images
+    assert len(images) == page_result["n_layers"] and not any(im.visible or im.source for im in images)
+    assert [im.y for im in images] == [r * G.SY - G.PAD for r in range(page_result["n_layers"])]
+    assert len(waiting.data) == 2 and len(waiting.data[0].x) == 0  # no frame yet, the colour bar
     assert waiting.layout.meta["gallery"]["panels"] == [] and waiting.layout.meta["gallery"]["complete"] is False
-    assert all(len(t.x) == 0 for t in G.gallery_figure(grid, section=skeleton, webgl=False).data[1:])  # SVG: empty
-
-
-def test_a_page_of_more_points_than_webgl_points_draws_with_webgl(page_result, monkeypatch):
-    """Each arriving row redraws the gallery page, so a page beyond ``WEBGL_POINTS`` points draws with
-    WebGL (SVG redraws every point); at or below it, SVG. A 452-token SmolLM2 page (10 layers x 9
-    heads) and a 128-token MiniLM page (72 heads) are both beyond it."""
-    n_heads, n = page_result["n_heads"], len(page_result["head-tsne-all"]["kept"])
-    monkeypatch.setattr(G, "WEBGL_POINTS", 2 * n_heads * n)  # two layers' points
-    kinds = {k: {t.type for t in G.gallery_figure(page_result, layers=list(range(k))).data[1:]} for k in (1, 2, 3)}
-    assert kinds == {1: {"scatter"}, 2: {"scatter"}, 3: {"scattergl"}}
-    assert G.gallery_figure(page_result, layers=[0, 1, 2]).data[0].type == "scatter"  # the frames stay SVG
-    assert G.gallery_page(page_result, layers=[0, 1, 2]).shape["webgl"] is True  # a new shape: drawn anew
-    monkeypatch.undo()
-    assert 10 * 9 * 452 > G.WEBGL_POINTS and 6 * 12 * 128 > G.WEBGL_POINTS

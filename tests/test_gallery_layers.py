@@ -345,9 +345,11 @@ def test_the_page_sends_each_new_layer_once_and_ends_with_the_whole_gallery(deep
         fig, fig_kind = _apply(fig, out[0], full_type=go.Figure)
         maps, _ = _apply(maps, out[4], full_type=dict)
         if fig_kind == "patch":  # only the rows not drawn before travel
-            rows = [op["location"][1] for op in out[0].to_plotly_json()["operations"] if op["location"][0] == "data"]
+            ops = [op["location"] for op in out[0].to_plotly_json()["operations"]]
+            rows = [loc[2] for loc in ops if loc[:2] == ["layout", "images"]]
             drawn_before = set(shown["drawn"])
-            assert all(idx == 0 or result_layer(idx) not in drawn_before for idx in rows), (rows, drawn_before)
+            assert rows and all(result_layer(r) not in drawn_before for r in rows), (rows, drawn_before)
+            assert all(loc[:2] != ["data", 1] for loc in ops)  # the colour bar is not sent again
         kinds.append(fig_kind)
         shown = out[3]
         section = None if G.gallery_section(result) else G.skeleton_section(result)
@@ -362,8 +364,8 @@ def test_the_page_sends_each_new_layer_once_and_ends_with_the_whole_gallery(deep
     assert again[0] is __import__("dash").no_update and again[4] is __import__("dash").no_update  # nothing new
 
 
-def result_layer(trace_index: int) -> int:
-    return trace_index - 1  # trace 0 draws the frames, trace 1 + r the row of layer r (all layers shown)
+def result_layer(row: int) -> int:
+    return row  # layout image r is the row of layer r (all layers shown)
 
 
 def test_the_dashboard_reads_a_gallery_by_its_layers_or_whole_never_both():

@@ -28,6 +28,7 @@ import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -52,7 +53,7 @@ RECORD_JS = """() => {
     if (!(m && m.gallery && window.__bench.click)) return;
     if (m.gallery.panels.length > 0 && !window.__bench.first) window.__bench.first = performance.now();
     if (m.gallery.complete && !window.__bench.gallery) {
-      window.__bench.gallery = performance.now(); window.__bench.webgl = m.gallery.webgl; }
+      window.__bench.gallery = performance.now(); }
   });
   new MutationObserver(() => {
     const t = document.querySelector('#text-status').textContent;
@@ -175,9 +176,21 @@ def one(page, url: str, text: str, model: str) -> dict:
 
     page.on("response", answered)
     cpu_before = cpu_by_part()
+    samples: list[tuple[float, dict[str, float]]] = []  # (seconds after the click, CPU s so far by part)
+    sampling = threading.Event()
+
+    def sample() -> None:
+        t0 = time.perf_counter()
+        while not sampling.wait(0.5):
+            samples.append((time.perf_counter() - t0, cpu_by_part()))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     page.click("#analyze-button")
     page.wait_for_function("window.__bench.gallery !== undefined && window.__bench.done !== undefined",
                            timeout=600_000)
+    sampling.set()
+    sampler.join()
     cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_by_part().items()}
     page.remove_listener("response", answered)
     marks = page.evaluate("window.__bench")
@@ -206,7 +219,6 @@ def one(page, url: str, text: str, model: str) -> dict:
         "first_panel_s": since("first"),
         "gallery_s": since("gallery"),
         "page_s": max(since("done"), since("gallery"), since("heatmaps")),  # everything drawn
-        "webgl": marks.get("webgl"),
         "tsne_all_heads_s": ((result.get("head-tsne-all") or {}).get("timings") or {}).get("tsne_s"),
         "job_forward_s": timings.get("forward_s"),
         "job_replay_s": timings.get("replay_s"),
@@ -215,6 +227,7 @@ def one(page, url: str, text: str, model: str) -> dict:
         "marks": {k: since(k) for k in ("heatmaps", "first", "gallery", "done") if k in marks},
         "calls": calls,
         "cpu": cpu,
+        "cpu_samples": [(t, {k: v - cpu_before.get(k, 0.0) for k, v in c.items()}) for t, c in samples],
     }
 
 
@@ -228,6 +241,11 @@ def print_timeline(run: dict) -> None:
     rows += [(t, f"callback {what} (first output): {took:.2f} s, {size / 1024:.0f} KiB") for t, took, size, what
              in run["calls"] if what != "text-job" or size > 2048]  # a poll that brought no new section: left out
     rows.append((polls[-1][0] if polls else 0.0, f"({len(polls)} polls in all)"))
+    last: dict[str, float] = {}
+    for t, c in run.get("cpu_samples", [])[1::2]:  # each second: CPU seconds in it by part
+        rows.append((t, "CPU s in the last second: " + ", ".join(
+            f"{k} {v - last.get(k, 0.0):.2f}" for k, v in sorted(c.items()) if v - last.get(k, 0.0) >= 0.05)))
+        last = c
     for t, what in sorted(rows):
         print(f"  {t:7.2f} s  {what}")
 
@@ -241,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--job", action="store_true",
                     help="also run each n's job in this process (tests.bench.bench_gallery_job) and print the page's "
                          "time beyond it")
+    ap.add_argument("--log", type=Path, default=None, help="copy the service's log (its worker's progress lines) here")
     ap.add_argument("--timeline", action="store_true",
                     help="also print each Dash callback of the last run per n: start after Analyze, duration, size")
     args = ap.parse_args(argv)
@@ -271,7 +290,6 @@ def main(argv: list[str] | None = None) -> int:
                     row = {"n": n, "runs": runs, "load": os.getloadavg()}
                     for key in KEYS:
                         row[key] = statistics.median(r[key] for r in runs if r[key] is not None)
-                    row["webgl"] = runs[0]["webgl"]
                     rows.append(row)
                     f = row["forward_s"]
                     print(f"n = {n:4d}: plain forward {f:.2f} s; Analyze -> heatmaps {row['heatmaps_s']:.2f} s "
@@ -280,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"({row['gallery_s'] / f:.1f}x), page done {row['page_s']:.2f} s ({row['page_s'] / f:.1f}x); "
                           f"t-SNE of every head in the job {row['tsne_all_heads_s']:.2f} s; result "
                           f"{row['result_mb']:.1f} MB, the page's server sent its browser {row['page_mb']:.1f} MB; "
-                          f"{'WebGL' if row['webgl'] else 'SVG'}; load {row['load'][0]:.2f}",
+                          f"load {row['load'][0]:.2f}",
                           flush=True)
                     cpu = runs[-1]["cpu"]
                     print(f"  CPU seconds from Analyze to done: {sum(cpu.values()):.1f} in all, "
@@ -301,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
                 browser.close()
         finally:
             stop(proc, grace_s=20)
+            if args.log:
+                args.log.write_bytes((Path(tmp) / "serve.log").read_bytes())
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

@@ -1,0 +1,111 @@
+"""Scatter plots drawn into PNG images: the gallery's panels as pictures, not as plotted points (issue 34).
+
+A browser without a GPU (SwiftShader, headless Chromium, many laptops' remote desktops) spends about
+a CPU second redrawing 40,000 WebGL points, and the gallery's page was redrawn with every layer that
+arrived: drawing 270 SmolLM2 heads cost Chromium ~20 CPU seconds on the worker's two cores. One
+row of panels as one PNG costs the server a few milliseconds of numpy and the browser nearly nothing
+to place. Pure numpy and zlib::
+
+    png = png_bytes(rgba)                        # [height, width, 4] uint8 -> PNG file bytes
+    img = draw_points(xs, ys, colours, size=(w, h), radius=2.5)   # pixel coordinates -> RGBA
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import zlib
+
+import numpy as np
+
+# plotly's "Viridis" (plotly.colors.sequential.Viridis): ten evenly spaced stops, interpolated linearly in RGB
+VIRIDIS = ("#440154", "#482878", "#3e4989", "#31688e", "#26828e", "#1f9e89", "#35b779", "#6ece58", "#b5de2b",
+           "#fde725")  # fmt: skip
+
+
+def colour_scale(
+    values: np.ndarray, *, lo: float, hi: float, stops: tuple[str, ...] = VIRIDIS
+) -> np.ndarray:
+    """RGB uint8 [len(values), 3] of ``values`` on a colour scale from ``lo`` to ``hi`` (as plotly maps a
+    marker's ``color`` with ``cmin``/``cmax``)."""
+    rgb = np.array(
+        [[int(s[i : i + 2], 16) for i in (1, 3, 5)] for s in stops], dtype=np.float64
+    )  # [stop, 3]
+    t = (
+        (np.asarray(values, dtype=np.float64) - lo) / (hi - lo)
+        if hi > lo
+        else np.zeros(np.shape(values))
+    )
+    pos = np.clip(t, 0.0, 1.0) * (len(stops) - 1)
+    k = np.minimum(pos.astype(np.int64), len(stops) - 2)
+    w = (pos - k)[:, None]
+    return np.rint(rgb[k] * (1 - w) + rgb[k + 1] * w).astype(np.uint8)
+
+
+def _disc(radius: float) -> tuple[np.ndarray, np.ndarray]:
+    r = int(np.ceil(radius))
+    dy, dx = np.mgrid[-r : r + 1, -r : r + 1]
+    inside = dx * dx + dy * dy <= radius * radius
+    return dx[inside], dy[inside]
+
+
+def draw_points(
+    xs: np.ndarray, ys: np.ndarray, colours: np.ndarray, *, size: tuple[int, int], radius: float
+) -> np.ndarray:
+    """RGBA [height, width, 4] uint8, transparent but for a disc of ``radius`` pixels at each point
+    (``xs``, ``ys`` in pixels from the top left; ``colours`` RGB [point, 3]); later points on top."""
+    width, height = size
+    img = np.zeros((height, width, 4), dtype=np.uint8)
+    dx, dy = _disc(radius)
+    cx, cy = np.rint(np.asarray(xs)).astype(np.int64), np.rint(np.asarray(ys)).astype(np.int64)
+    px, py = (cx[:, None] + dx).ravel(), (cy[:, None] + dy).ravel()  # [point * stamp], point-major
+    rgba = np.concatenate(
+        [np.repeat(colours, len(dx), axis=0), np.full((len(px), 1), 255, np.uint8)], axis=1
+    )
+    ok = (px >= 0) & (px < width) & (py >= 0) & (py < height)
+    img[py[ok], px[ok]] = rgba[
+        ok
+    ]  # repeated pixels: the last write wins, as a later point covers an earlier
+    return img
+
+
+def png_bytes(rgba: np.ndarray, *, level: int = 6) -> bytes:
+    """A PNG file of an RGBA [height, width, 4] uint8 image (8 bits a channel, no filter)."""
+    height, width = rgba.shape[:2]
+    raw = np.concatenate([np.zeros((height, 1), np.uint8), rgba.reshape(height, width * 4)], axis=1)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data))
+            + kind
+            + data
+            + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw.tobytes(), level))
+            + chunk(b"IEND", b""))  # fmt: skip
+
+
+def png_data_uri(rgba: np.ndarray) -> str:
+    return "data:image/png;base64," + base64.b64encode(png_bytes(rgba)).decode("ascii")
+
+
+def read_png(data: bytes | str) -> np.ndarray:
+    """RGBA [height, width, 4] of a PNG written by ``png_bytes`` (or its data URI): for tests and checks."""
+    if isinstance(data, str):
+        data = base64.b64decode(data.split(",", 1)[1])
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, width, height = 8, b"", 0, 0
+    while pos < len(data):
+        (length,), kind = struct.unpack(">I", data[pos : pos + 4]), data[pos + 4 : pos + 8]
+        body = data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            width, height = struct.unpack(">II", body[:8])
+            assert body[8:] == bytes([8, 6, 0, 0, 0]), "only 8-bit RGBA, no interlace"
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    rows = np.frombuffer(zlib.decompress(idat), dtype=np.uint8).reshape(height, 1 + 4 * width)
+    assert not rows[:, 0].any(), "only unfiltered rows"
+    return rows[:, 1:].reshape(height, width, 4).copy()
