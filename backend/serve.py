@@ -28,6 +28,7 @@ from pathlib import Path
 from backend.config import Settings, get_settings
 from backend.store import atomic_write
 from workers.protocol import SHORT_QUEUES, dumps
+from workers.settings import WORKER_OPENMP_ENV
 
 logger = logging.getLogger(__name__)
 
@@ -143,6 +144,8 @@ class Supervisor:
             threads = str(max(1, (os.cpu_count() or 1) // max(1, self.n_workers)))
             for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
                 env[var] = threads
+        for var, value in WORKER_OPENMP_ENV.items():  # threads that wait sleep (workers.settings says why)
+            env.setdefault(var, value)
         return env
 
     def spawn_worker(self, *, short: bool = False) -> subprocess.Popen:

@@ -19,6 +19,7 @@ from redis import Redis
 
 from workers import protocol
 from workers.recycle import RecyclingWorker
+from workers.settings import WORKER_OPENMP_ENV
 
 logger = logging.getLogger(__name__)
 DEVICE_LOST_EXIT = 3  # a job left the GPU unusable: the supervisor starts a fresh worker
@@ -47,6 +48,19 @@ def publish_demos(conn: Redis) -> int:
     return len(demos)
 
 
+def quiet_openmp_waits() -> bool:
+    """OpenMP threads that sleep while they wait (``workers.settings.WORKER_OPENMP_ENV``, unless the
+    environment says otherwise): set before torch and numba load their OpenMP runtime, which reads it
+    once. False (and a warning) when one was already loaded, so the setting came too late."""
+    for var, value in WORKER_OPENMP_ENV.items():
+        os.environ.setdefault(var, value)
+    late = [m for m in ("torch", "numba") if m in sys.modules]
+    if late:
+        logger.warning("%s loaded before the worker set %s: its OpenMP threads keep the default wait policy",
+                       " and ".join(late), ", ".join(WORKER_OPENMP_ENV))
+    return not late
+
+
 def run_worker(
     *,
     redis_url: str,
@@ -61,6 +75,7 @@ def run_worker(
     from workers.allocator import keep_freed_memory
     from workers.settings import get_settings
 
+    quiet_openmp_waits()
     logging.getLogger("headscope.progress").setLevel(logging.INFO)  # a line per step of each job
     keep_freed_memory()  # freed tensors' blocks are reused within a job; give_back() returns them after it
 
