@@ -207,9 +207,13 @@ def _annotations(gp: GalleryPage) -> list[dict[str, Any]]:
 
 
 def gallery_title(gp: GalleryPage) -> str:
+    """The page's title; while the page's own rows fill in, it counts the layers computed. A page whose
+    rows are all there says nothing of other pages' layers: their arrival changes nothing on it, so
+    the browser redraws nothing (the status line counts them)."""
+    filling = not gp.complete and len(gp.done) < len(gp.shown)
     return (f"Attention-head t-SNE of every head — layers {gp.shown[0]}–{gp.shown[-1]}"
             + (f" (page {gp.page + 1} of {gp.pages})" if gp.pages > 1 else "")
-            + ("" if gp.complete else f" — {gp.layers_done} of {gp.layers_planned} layers so far")
+            + (f" — {gp.layers_done} of {gp.layers_planned} layers so far" if filling else "")
             + " — quantile-equidistant axes, colour = position; click a panel to open it")  # fmt: skip
 
 

@@ -364,6 +364,35 @@ def test_the_page_sends_each_new_layer_once_and_ends_with_the_whole_gallery(deep
     assert again[0] is __import__("dash").no_update and again[4] is __import__("dash").no_update  # nothing new
 
 
+def test_a_full_page_is_not_redrawn_while_other_pages_layers_arrive(deep_llama, monkeypatch):
+    """Layers on other pages change nothing on a page whose rows are all drawn: the figure is left as
+    it is (no redraw in the browser) until the whole gallery is complete, which one update says."""
+    import plotly.graph_objects as go
+    from dash import no_update
+
+    from frontend.pages.text_heads import gallery_outputs
+
+    res, *_ = run(deep_llama, monkeypatch)
+    common = {k: v for k, v in res.items() if k not in ("head-tsne-all", "hidden-tsne", "_parts")}
+    parts = res.pop("_parts")
+    request = page_request(deep_llama).normalised()
+    source = {"kind": "analysis", "id": "job"}
+    shown = fig = None
+    outs = []
+    for k in range(1, LAYERS + 1):  # the page shows layer 0 only; layers 1.. arrive one by one
+        partial = fold({**common, **{key: v for key, v in parts.items() if parse_part_key(key)[1] < k}})
+        st = {"status": "running" if k < LAYERS else "finished", "result": partial if k < LAYERS else res,
+              "request": request}
+        out = gallery_outputs(st, source, [0], 0, shown)
+        fig, _ = _apply(fig, out[0], full_type=go.Figure)
+        outs.append(out[0])
+        shown = out[3]
+    assert isinstance(outs[0], go.Figure) and "layers so far" not in outs[0].layout.title.text  # its row is there
+    assert all(o is no_update for o in outs[1:-1])  # layers 1 and 2: nothing sent, nothing redrawn
+    assert outs[-1] is not no_update and fig["layout"]["meta"]["gallery"]["complete"] is True
+    assert _as_drawn(go.Figure(fig)) == _as_drawn(G.gallery_figure(res, layers=[0]))
+
+
 def result_layer(row: int) -> int:
     return row  # layout image r is the row of layer r (all layers shown)
 

@@ -17,6 +17,8 @@ time is also printed as a multiple of it. Reported per n as well: the job's seco
 heads and its forward/replay seconds (``timings``), and the size of the result. A shared machine's
 numbers are noisy: compare the ratios of one run, and note the load (printed from ``os.getloadavg``).
 Also printed: the megabytes the page's server sent the browser (every Dash callback's answer) per Analyze.
+The reference forward runs with the OpenMP wait policy the workers get (``workers.settings.WORKER_OPENMP_ENV``,
+set before torch loads): with libgomp's spinning default, a loaded machine made it 5-10x slower.
 """
 
 from __future__ import annotations
@@ -32,9 +34,14 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
+from workers.settings import WORKER_OPENMP_ENV
 
-from tests.bench.bench_service import start_serve
+for _var, _value in WORKER_OPENMP_ENV.items():  # before torch is imported: the workers' policy for the reference
+    os.environ.setdefault(_var, _value)
+
+import httpx  # noqa: E402
+
+from tests.bench.bench_service import start_serve  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
