@@ -95,3 +95,17 @@ def test_spectral_init_is_small_and_deterministic(run):
     np.testing.assert_array_equal(a, b)
     assert a.shape == (1, p.shape[0], 2)
     assert a[0, :, 0].std() == pytest.approx(1e-4, rel=0.05)
+
+
+def test_affinities_of_states_in_threads_are_those_of_each_state_alone():
+    """The hidden-state P of several states at once (threads) equals each state's own, bit for bit."""
+    from workers.analysis.hidden import affinities_of_states
+    from workers.analysis.tsne.affinities import perplexity_affinities
+
+    x = np.random.default_rng(3).normal(size=(5, 40, 16)) * np.arange(1, 6)[:, None, None]  # [state, point, dim]
+    alone = np.stack([perplexity_affinities(xl, perplexity=8.0) for xl in x])
+    for threads in (1, 2, 3):
+        got = affinities_of_states(x, perplexity=8.0, threads=threads)
+        assert got.shape == (5, 40, 40) and np.array_equal(got, alone), threads
+    np.testing.assert_allclose(alone.sum(axis=(1, 2)), 1.0)  # each state's P is a distribution
+    assert not np.allclose(alone[0], alone[4])  # the states differ, so an order mix-up would show
