@@ -23,6 +23,9 @@ maps of some heads only (the layers that just arrived).
 
 from __future__ import annotations
 
+import hashlib
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -137,8 +140,35 @@ def row_image(result: dict[str, Any], gp: GalleryPage, row: int) -> dict[str, An
              "xanchor": "left", "yanchor": "top", "sizing": "stretch", "layer": "above", "name": f"layer {layer}"}
     if layer not in gp.done:
         return {**place, "visible": False}
-    sec, heads, n = gp.section, gp.heads, len(gp.kept)
+    sec = gp.section
     emb = np.asarray(sec["embedding"][sec["layers"].index(layer)], dtype=np.float64)  # [head, token, 2]
+    return {**place, "source": _row_picture(emb, gp), "visible": True}
+
+
+_PICTURES: OrderedDict[bytes, str] = OrderedDict()  # the last rows drawn: key -> PNG data URI
+_PICTURES_KEPT = 128  # ~130 kB each at 452 tokens: ~17 MB at most
+_PICTURES_LOCK = threading.Lock()
+
+
+def _row_picture(emb: np.ndarray, gp: GalleryPage) -> str:
+    """``_draw_row``, remembered by what it draws: a row is drawn once however many updates carry it
+    (an update Dash dropped, because a newer one had started, makes the next one carry its rows again)."""
+    key = hashlib.blake2b(b"".join([emb.tobytes(), np.asarray(gp.kept, np.int64).tobytes(),
+                                    repr((len(gp.heads), _panel_px(gp))).encode()]), digest_size=16).digest()  # fmt: skip
+    with _PICTURES_LOCK:
+        if key in _PICTURES:
+            _PICTURES.move_to_end(key)
+            return _PICTURES[key]
+    uri = _draw_row(emb, gp)
+    with _PICTURES_LOCK:
+        _PICTURES[key] = uri
+        while len(_PICTURES) > _PICTURES_KEPT:
+            _PICTURES.popitem(last=False)
+    return uri
+
+
+def _draw_row(emb: np.ndarray, gp: GalleryPage) -> str:
+    heads, n = gp.heads, len(gp.kept)
     scale = _pixels_per_unit(gp)
     xs, ys = np.empty(len(heads) * n), np.empty(len(heads) * n)
     for c in range(len(heads)):  # the panel's unit square, quantile-equidistant, y pointing down
@@ -148,7 +178,7 @@ def row_image(result: dict[str, Any], gp: GalleryPage, row: int) -> dict[str, An
                              lo=float(min(gp.kept)), hi=float(max(gp.kept)))  # coloured by position
     size = (int(round(_row_width(gp) * scale)), int(round((1 + 2 * PAD) * scale)))
     img = T.draw_points(xs, ys, colours, size=size, radius=_radius(n) * scale / _panel_px(gp))
-    return {**place, "source": T.png_data_uri(img), "visible": True}
+    return T.png_data_uri(img)
 
 
 def _panel_px(gp: GalleryPage) -> int:

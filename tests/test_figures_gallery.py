@@ -245,3 +245,23 @@ def test_a_page_waits_with_an_invisible_picture_a_row(page_result):
     assert [im.y for im in images] == [r * G.SY - G.PAD for r in range(page_result["n_layers"])]
     assert len(waiting.data) == 2 and len(waiting.data[0].x) == 0  # no frame yet, the colour bar
     assert waiting.layout.meta["gallery"]["panels"] == [] and waiting.layout.meta["gallery"]["complete"] is False
+
+
+def test_a_row_is_drawn_once_however_many_updates_carry_it(page_result, monkeypatch):
+    """An update Dash dropped (a newer one had started) makes the next carry its rows again: the
+    server draws each row's picture once and sends the same one again."""
+    drawn = []
+    real = G._draw_row
+    monkeypatch.setattr(G, "_draw_row", lambda emb, gp: drawn.append(1) or real(emb, gp))
+    monkeypatch.setattr(G, "_PICTURES", type(G._PICTURES)())  # nothing remembered from other tests
+    first = G.gallery_figure(page_result)
+    assert len(drawn) == page_result["n_layers"]
+    again = G.gallery_figure(page_result)
+    assert len(drawn) == page_result["n_layers"]  # nothing drawn again
+    assert [im.source for im in again.layout.images] == [im.source for im in first.layout.images]
+    moved = json.loads(json.dumps(page_result))
+    xs = [pt[0] for pt in moved["head-tsne-all"]["embedding"][2][0]]  # layer 2, head 0
+    moved["head-tsne-all"]["embedding"][2][0][0][0] = max(xs) + 1 if xs[0] == min(xs) else min(xs) - 1  # new rank
+    changed = G.gallery_figure(moved)
+    assert len(drawn) == page_result["n_layers"] + 1
+    assert changed.layout.images[2].source != first.layout.images[2].source
