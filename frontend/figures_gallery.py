@@ -174,11 +174,11 @@ def _draw_row(emb: np.ndarray, gp: GalleryPage) -> str:
     for c in range(len(heads)):  # the panel's unit square, quantile-equidistant, y pointing down
         xs[c * n : (c + 1) * n] = (PAD + c * SX + _unit(emb[c, :, 0])) * scale
         ys[c * n : (c + 1) * n] = (PAD + 1.0 - _unit(emb[c, :, 1])) * scale
-    colours = T.colour_scale(np.tile(np.asarray(gp.kept, dtype=np.float64), len(heads)),
-                             lo=float(min(gp.kept)), hi=float(max(gp.kept)))  # coloured by position
+    index = T.palette_index(np.tile(np.asarray(gp.kept, dtype=np.float64), len(heads)),
+                            lo=float(min(gp.kept)), hi=float(max(gp.kept)))  # coloured by position
     size = (int(round(_row_width(gp) * scale)), int(round((1 + 2 * PAD) * scale)))
-    img = T.draw_points(xs, ys, colours, size=size, radius=_radius(n) * scale / _panel_px(gp))
-    return T.png_data_uri(img)
+    img = T.draw_points(xs, ys, index, size=size, radius=_radius(n) * scale / _panel_px(gp))
+    return T.png_data_uri(img, T.palette())
 
 
 def _panel_px(gp: GalleryPage) -> int:

@@ -82,7 +82,9 @@ def test_gallery_has_one_panel_per_head_titled_with_its_kl(page_result):
             last = {}  # pixel -> the last point drawn there (a later point covers an earlier one)
             for k, pix in enumerate(zip(py.tolist(), px.tolist(), strict=True)):
                 last[pix] = k
-            colours = T.colour_scale(np.asarray(sec["kept"], float), lo=min(sec["kept"]), hi=max(sec["kept"]))
+            colours = T.palette()[T.palette_index(np.asarray(sec["kept"], float), lo=min(sec["kept"]), hi=max(sec["kept"]))]
+            exact = T.colour_scale(np.asarray(sec["kept"], float), lo=min(sec["kept"]), hi=max(sec["kept"]))
+            assert np.abs(colours.astype(int) - exact).max() <= 2  # the nearest of 255 colours of the scale
             for (y, x), k in list(last.items())[:: max(1, len(last) // 20)]:
                 # the point's own colour, or a later point's whose disc reaches over it
                 near = [j for j in range(k, n) if abs(px[j] - x) <= 3 and abs(py[j] - y) <= 3]
@@ -95,7 +97,8 @@ def test_gallery_has_one_panel_per_head_titled_with_its_kl(page_result):
 
 
 def test_gallery_pictures_are_valid_pngs_on_plotlys_viridis():
-    """The pictures' colours are plotly's Viridis as the colour bar draws it, and read back exactly."""
+    """The pictures' colours are plotly's Viridis as the colour bar draws it (255 of them), and a picture
+    reads back exactly."""
     import plotly.colors
 
     stops = plotly.colors.sequential.Viridis
@@ -105,12 +108,15 @@ def test_gallery_pictures_are_valid_pngs_on_plotlys_viridis():
         plotly.colors.hex_to_rgb(stops[4]), plotly.colors.hex_to_rgb(stops[5]), 0.5), plotly.colors.hex_to_rgb(stops[-1])]
     np.testing.assert_allclose(got[:3], np.asarray(want), atol=0.5)
     assert (got[3] == got[2]).all() and (got[4] == got[0]).all()  # clipped to the ends, as cmin/cmax clip
-    rgba = np.random.default_rng(0).integers(0, 256, size=(7, 11, 4), dtype=np.uint8)
-    assert (T.read_png(T.png_data_uri(rgba)) == rgba).all()
-    img = T.draw_points(np.array([2.0, 9.6]), np.array([3.0, 3.4]), np.array([[1, 2, 3], [4, 5, 6]], np.uint8),
-                        size=(11, 7), radius=1.5)
-    assert (img[3, 2] == [1, 2, 3, 255]).all() and (img[3, 10] == [4, 5, 6, 255]).all() and img[0, 0, 3] == 0
-    assert (img[:, 5:8, 3] == 0).all()  # between the two discs
+    pal = T.palette()
+    assert pal.shape == (256, 3) and (pal[1] == got[0]).all() and (pal[255] == got[2]).all()
+    assert list(T.palette_index(np.array([0.0, 0.5, 1.0, 7.0]), lo=0.0, hi=1.0)) == [1, 128, 255, 255]
+    index = np.random.default_rng(0).integers(0, 256, size=(7, 11), dtype=np.uint8)
+    back = T.read_png(T.png_data_uri(index, pal))  # RGBA, entry 0 transparent
+    assert (back[..., :3] == pal[index]).all() and ((back[..., 3] == 0) == (index == 0)).all()
+    img = T.draw_points(np.array([2.0, 9.6]), np.array([3.0, 3.4]), np.array([7, 9]), size=(11, 7), radius=1.5)
+    assert img[3, 2] == 7 and img[3, 10] == 9 and img[0, 0] == 0
+    assert (img[:, 5:8] == 0).all()  # between the two discs
 
 
 def test_gallery_pages_by_whole_layers(page_result):
