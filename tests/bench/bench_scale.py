@@ -185,10 +185,14 @@ def job_seconds(bench: Bench, job_id: str, n_parts: int) -> dict[str, float]:
     jobs (summed), the merge job; and the gaps between them (queue hand-offs)."""
     from workers import parts, protocol
 
+    workers: dict[str, int] = {}
+
     def span(jid: str) -> tuple[float, float]:
         job = protocol.fetch_job(bench.conn, jid)
         if job is None or job.started_at is None or job.ended_at is None:
             return (float("nan"), float("nan"))
+        if "-part-" in jid:
+            workers[job.worker_name or "?"] = workers.get(job.worker_name or "?", 0) + 1
         return job.started_at.timestamp(), job.ended_at.timestamp()
 
     coord = span(job_id)
@@ -198,7 +202,9 @@ def job_seconds(bench: Bench, job_id: str, n_parts: int) -> dict[str, float]:
         merge = span(parts.merge_id(job_id))
         out.update(parts_jobs_s=round(sum(b - a for a, b in spans), 3), merge_job_s=round(merge[1] - merge[0], 3),
                    first_part_after_coordinator_s=round(min(a for a, _ in spans) - coord[1], 3),
-                   merge_after_last_part_s=round(merge[0] - max(b for _, b in spans), 3))
+                   merge_after_last_part_s=round(merge[0] - max(b for _, b in spans), 3),
+                   parts_per_worker=sorted(workers.values()),
+                   part_spans=[(round(a - coord[0], 2), round(b - coord[0], 2)) for a, b in spans])
     return out
 
 
