@@ -51,7 +51,7 @@ test: setup system-deps
 	$(PY) -m pytest -q
 
 lint: setup
-	$(VENV)/bin/ruff check backend frontend workers tests
+	$(VENV)/bin/ruff check backend frontend workers tests scripts
 
 bench: setup
 	$(PY) -m tests.bench.bench_tsne

@@ -118,6 +118,14 @@ def test_predictions_and_the_lens(heads, fam):
     assert np.allclose(lens["top_probs"][L], probs[:, 0], atol=1e-6)  # float32 log-sum-exp vs float64
     assert (lens["next_rank"][L] == ranks).all()
     assert not np.allclose(lens["top_probs"][0], lens["top_probs"][L])  # the lens reads other states
+    some = logit_lens(loaded, enc, positions=[n - 1, 0, 2])  # one position's lens: the grid's columns
+    assert some["positions"] == [n - 1, 0, 2] and some["top_ids"].shape == (L + 1, 3)
+    assert (some["top_ids"] == lens["top_ids"][:, [n - 1, 0, 2]]).all()
+    assert np.allclose(some["top_probs"], lens["top_probs"][:, [n - 1, 0, 2]], atol=1e-6)
+    assert (some["next_rank"][:, 1:] == lens["next_rank"][:, [0, 2]]).all()
+    assert (some["next_rank"][:, 0] == 0).all() and np.isnan(some["next_prob"][:, 0]).all()  # no next token
+    with pytest.raises(HeadscopeError, match="outside the text"):
+        logit_lens(loaded, enc, positions=[n])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

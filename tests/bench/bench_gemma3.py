@@ -17,7 +17,9 @@ work, and with one thread, the CPU seconds are the work itself; the wall clock a
 - the logit lens (every state X[0..18] through the final norm and the 262k-row unembedding: top
   token, the next token's rank and probability) per 8 states, as a ratio to the base forward (target
   <= 2x) and to the forward with every position's logits; beside it, the bare float32 product
-  ``[n, 640] x [640, 262144]`` of one state, the arithmetic the lens cannot skip, times 19;
+  ``[n, 640] x [640, 262144]`` of one state, the arithmetic the lens cannot skip, times 19; and the
+  lens of one position (its 19 states as residual vectors ``X[l]_t``, what a click on a position
+  reads) per 8 states, beside the cost of one float64 copy of ``W_U`` that the lens never makes;
 - the attention-head t-SNE of all 72 heads (the gallery): the t-SNE seconds and the whole analysis;
 - resident memory (VmRSS) with Gemma 3 loaded, and the peak (VmHWM, reset before each step through
   ``/proc/self/clear_refs``) of the lens, the predictions and the gallery, as a worker would see them.
@@ -136,6 +138,21 @@ def main() -> None:
     print(f"  per 8 states: {pw / fwd_w:.2f}x wall, {pc / fwd_c:.2f}x CPU the plain forward (target <= 2x); "
           f"{pw / every_w:.2f}x wall, {pc / every_c:.2f}x CPU the forward with every position's logits")
     print(f"  peak resident memory during the lens: {lens_peak:.0f} MB ({lens_peak - base:+.0f} MB over {base:.0f} MB)")
+    # a state read as one residual vector (one position of X[l]): the lens of the last position, its 19 states
+    last = [enc.n - 1]
+    logit_lens(gemma, enc, run=run, positions=last)
+    vw, vc, v_all = _timed2(lambda: logit_lens(gemma, enc, run=run, positions=last), args.repeats)
+    print(f"logit lens of one position, {states} states (residual vectors) {vw:.3f} s wall {[round(t, 3) for t in v_all]}, "
+          f"{vc:.3f} s CPU; per 8 states {vw * 8 / states / fwd_w:.2f}x wall, {vc * 8 / states / fwd_c:.2f}x CPU "
+          f"the plain forward (target <= 2x)")
+
+    def copy64() -> None:
+        unembed.weight.double()
+
+    copy64()
+    cw, cc, _ = _timed2(copy64, args.repeats)
+    print(f"  for scale: one float64 copy of W_U [262144 x 640] (which the lens never makes) {cw:.3f} s wall, "
+          f"{cw / fwd_w:.2f}x the plain forward")
     _reset_peak()
     base, _ = _rss_mb()
     predictions(gemma, enc, k=10, run=run)

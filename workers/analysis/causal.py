@@ -37,6 +37,8 @@ from workers.models.families import resolve
 from workers.models.lm_head import Unembedding
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from workers.models.loader import LoadedModel
 
 logger = logging.getLogger(__name__)
@@ -180,11 +182,20 @@ def predictions(
 
 @torch.inference_mode()
 def logit_lens(
-    loaded: LoadedModel, encoded: Encoded, *, run: Stream | None = None, progress: Progress | None = None
+    loaded: LoadedModel,
+    encoded: Encoded,
+    *,
+    run: Stream | None = None,
+    positions: Sequence[int] | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """docs/causal.md: logit lens: every ``X[l]`` through the final norm (its statistics taken on ``X[l]``)
     and the unembedding. Keys: ``top_ids``/``top_tokens``/``top_probs`` [L+1][n] (the top token),
     ``next_rank``/``next_prob`` [L+1][n-1]. Row L is the model's own prediction.
+
+    ``positions``: read only these positions' states (the lens of one position is its L+1 residual
+    vectors, 1/n of the grid's arithmetic); the keys are then [L+1][p], ``next_rank``/``next_prob``
+    included (0 and NaN at the last position, which has no next token), and ``positions`` lists them.
 
     All states at once through ``read_vocab`` (vocabulary blocks; no ``[state, n, vocabulary]`` array):
     float32 logits as the full product gives them, the log-sum-exp accumulated in float64."""
@@ -192,18 +203,31 @@ def logit_lens(
     run = run or stream(loaded, encoded)
     unembed, norm = head_of(loaded), final_norm(loaded)
     n_states, n = run.states.shape[0], run.states.shape[1]
-    normed = norm(run.states).reshape(n_states * n, -1)  # [state * n, d]: each state's own statistics
-    nxt = torch.tensor([*encoded.input_ids[1:], -1], device=normed.device)  # the last position has none
+    following = [*encoded.input_ids[1:], -1]  # the last position has none
+    if positions is None:
+        cols, states = list(range(n)), run.states
+    else:
+        cols = [int(t) for t in positions]
+        bad = [t for t in cols if not 0 <= t < n]
+        if bad or not cols:
+            raise HeadscopeError(f"logit lens positions {bad or cols} are outside the text's 0..{n - 1}")
+        states = run.states[:, cols]
+    p = len(cols)
+    normed = norm(states).reshape(n_states * p, -1)  # [state * p, d]: each state's own statistics
+    nxt = torch.tensor([following[t] for t in cols], device=normed.device)
     read = read_vocab(unembed, normed, ids=nxt.repeat(n_states),
                       progress=lambda f: progress(f, f"logit lens: {n_states} states, vocabulary {f:.0%}"))
-    shape = (n_states, n)
+    shape = (n_states, p)
+    keep = slice(None, -1) if positions is None else slice(None)
     out: dict[str, Any] = {
         "top_ids": read.top_ids[:, 0].reshape(shape).cpu().numpy(),
         "top_probs": read.logprob_top()[:, 0].exp().reshape(shape).cpu().numpy(),
-        "next_rank": read.rank.reshape(shape)[:, :-1].cpu().numpy(),  # type: ignore[union-attr]
-        "next_prob": read.logprob_own().exp().reshape(shape)[:, :-1].cpu().numpy(),
+        "next_rank": read.rank.reshape(shape)[:, keep].cpu().numpy(),  # type: ignore[union-attr]
+        "next_prob": read.logprob_own().exp().reshape(shape)[:, keep].cpu().numpy(),
     }
     out["top_tokens"] = [[token_str(loaded, i) for i in row] for row in out["top_ids"]]
+    if positions is not None:
+        out["positions"] = cols
     return out
 
 
