@@ -16,7 +16,9 @@ corpus (``tests/bench/synthetic_corpus.py``), and workers started as ``python -m
 
 Times run from the submit to the stored result (polled every 20 ms); the workers' CPU seconds
 (user + system, /proc) are reported beside them: the split's overhead in CPU time is what a loaded
-machine does not distort. Memory: the peak resident set
+machine does not distort. ``*_jobs``: where a run's time went, from RQ's own start and end stamps
+(the coordinator job, the parts' jobs summed, the merge job, the hand-offs between them, which worker
+ran how many parts, each part's span from the coordinator's start). Memory: the peak resident set
 (VmHWM) of each of two fresh workers after a split job over N texts, for each N of --memory-texts
 (``--memory-model tiny-bert`` runs 100,000 texts in minutes on a loaded machine; memory is mechanics).
 Every line carries the load average (1 min) before and after it: on a shared machine the speed-up
