@@ -8,6 +8,7 @@ reaps jobs whose worker died, and publishes the demo checkpoints for ``GET /api/
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import socket
@@ -139,12 +140,14 @@ def run_worker(
             protocol.note_device_lost(conn, name, why)
 
         worker.on_device_lost = device_lost
+        worker.settle()  # what it holds from now on (modules, preloaded models): out of every job's collection
         logger.info("worker %s (pid %d) listening on %s", name, os.getpid(), ", ".join(queues))
         worker.work(burst=burst, logging_level="INFO" if verbose else "WARNING", with_scheduler=False,
                     max_jobs=settings.worker_max_jobs or None)
         if chain.lost():
             return DEVICE_LOST_EXIT
     finally:
+        gc.unfreeze()  # the interpreter's exit then frees the frozen objects as usual
         ticker.stop()
         try:
             conn.delete(protocol.worker_key(name))

@@ -1,8 +1,16 @@
 """Workers that give memory back after each job and are replaced after a bound.
 
 After every job the worker collects garbage and returns freed heap pages to the system
-(``malloc_trim``, glibc). It stops (warm: between jobs, exit status 0) after ``worker_max_jobs``
-jobs, or when its resident memory passes ``worker_max_rss_mb``, or (exit status 3) when a job left
+(``malloc_trim``, glibc). The collection skips what the worker holds for good: once it is ready (its
+modules imported, its models preloaded) the worker settles (``settle``): one full collection, then
+``gc.freeze`` moves every survivor (~420,000 objects with torch, transformers and MiniLM) out of the
+collector's sight. Without it each job's full collection walked all of them, ~0.3 s a job: with a
+corpus split into parts of 500 texts, 6 % of the work (docs/scaling.md); the collector's own automatic
+full collections inside a job walked them too. The worker settles again (unfreeze, full collection,
+freeze) when a job changed the model cache (a model loaded or released: ``loader.cache_version``),
+when more than ``SETTLE_OBJECTS`` objects survived a job's collection (lazy imports), and every
+``SETTLE_EVERY_JOBS`` jobs, so cyclic garbage among frozen objects waits at most that long
+(tests/test_recycle.py). It stops (warm: between jobs, exit status 0) after ``worker_max_jobs`` jobs, or when its resident memory passes ``worker_max_rss_mb``, or (exit status 3) when a job left
 its GPU unusable (``workers.analysis.tsne.chain.DeviceLost``); ``headscope serve`` and the compose
 file's ``restart: unless-stopped`` start a fresh one. tests/bench/bench_worker_memory.py
 reports the resident memory over 500 jobs.
@@ -32,13 +40,32 @@ def rss_mb(pid: int | str = "self") -> float:
         return 0.0
 
 
-def give_back() -> None:
-    """Collect garbage and hand freed heap memory back to the system."""
-    gc.collect()
+SETTLE_EVERY_JOBS = 100
+SETTLE_OBJECTS = 50_000  # survivors of a job's collection that are worth freezing
+
+
+def _trim() -> None:
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+def give_back() -> None:
+    """Collect garbage (all but the frozen objects, see ``settle``) and hand freed heap memory back
+    to the system."""
+    gc.collect()
+    _trim()
+
+
+def settle() -> None:
+    """Collect every object's garbage, then freeze the survivors (``gc.freeze``): later collections,
+    ``give_back``'s and the interpreter's own, skip them. For long-lived objects (modules, loaded
+    models); an object frozen here that becomes cyclic garbage later waits for the next ``settle``."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+    _trim()
 
 
 class RecyclingWorker(SimpleWorker):
@@ -47,6 +74,26 @@ class RecyclingWorker(SimpleWorker):
 
     max_rss_mb: float = 0.0
     on_device_lost: Any = None  # called with the reason when a job left the device unusable
+    _since_settle: int = 0
+    _models_seen: int = -1  # the model cache's version at the last settle
+
+    def settle(self) -> None:
+        """Freeze what the worker holds now (``settle``), remembering the model cache's version."""
+        from workers.models.loader import cache_version
+
+        settle()
+        self._models_seen, self._since_settle = cache_version(), 0
+
+    def _after_job(self) -> None:
+        from workers.models.loader import cache_version
+
+        self._since_settle += 1
+        if cache_version() != self._models_seen or self._since_settle >= SETTLE_EVERY_JOBS:
+            self.settle()
+            return
+        give_back()
+        if len(gc.get_objects()) > SETTLE_OBJECTS:  # only the unfrozen ones: cheap when few
+            self.settle()
 
     def execute_job(self, job: Any, queue: Any) -> Any:
         try:
@@ -60,7 +107,7 @@ class RecyclingWorker(SimpleWorker):
                 self._stop_requested = True
                 if self.on_device_lost is not None:
                     self.on_device_lost(why)
-            give_back()
+            self._after_job()
             rss = rss_mb()
             if self.max_rss_mb and rss > self.max_rss_mb:
                 logger.warning("worker %s: %.0f MiB resident after a job (bound %.0f): stopping to be replaced",

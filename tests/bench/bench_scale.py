@@ -16,7 +16,9 @@ corpus (``tests/bench/synthetic_corpus.py``), and workers started as ``python -m
 
 Times run from the submit to the stored result (polled every 20 ms); the workers' CPU seconds
 (user + system, /proc) are reported beside them: the split's overhead in CPU time is what a loaded
-machine does not distort. Memory: the peak resident set
+machine does not distort. ``*_jobs``: where a run's time went, from RQ's own start and end stamps
+(the coordinator job, the parts' jobs summed, the merge job, the hand-offs between them, which worker
+ran how many parts, each part's span from the coordinator's start). Memory: the peak resident set
 (VmHWM) of each of two fresh workers after a split job over N texts, for each N of --memory-texts
 (``--memory-model tiny-bert`` runs 100,000 texts in minutes on a loaded machine; memory is mechanics).
 Every line carries the load average (1 min) before and after it: on a shared machine the speed-up
@@ -180,13 +182,45 @@ def max_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
     return worst
 
 
+def job_seconds(bench: Bench, job_id: str, n_parts: int) -> dict[str, float]:
+    """Where a run's time went, from RQ's own start and end stamps: the coordinator job, the parts'
+    jobs (summed), the merge job; and the gaps between them (queue hand-offs)."""
+    from workers import parts, protocol
+
+    workers: dict[str, int] = {}
+
+    def span(jid: str) -> tuple[float, float]:
+        job = protocol.fetch_job(bench.conn, jid)
+        if job is None or job.started_at is None or job.ended_at is None:
+            return (float("nan"), float("nan"))
+        if "-part-" in jid:
+            workers[job.worker_name or "?"] = workers.get(job.worker_name or "?", 0) + 1
+        return job.started_at.timestamp(), job.ended_at.timestamp()
+
+    coord = span(job_id)
+    out = {"coordinator_job_s": round(coord[1] - coord[0], 3)}
+    if n_parts:
+        spans = [span(parts.part_id(job_id, i)) for i in range(n_parts)]
+        merge = span(parts.merge_id(job_id))
+        out.update(parts_jobs_s=round(sum(b - a for a, b in spans), 3), merge_job_s=round(merge[1] - merge[0], 3),
+                   first_part_after_coordinator_s=round(min(a for a, _ in spans) - coord[1], 3),
+                   merge_after_last_part_s=round(merge[0] - max(b for _, b in spans), 3),
+                   parts_per_worker=sorted(workers.values()),
+                   part_spans=[(round(a - coord[0], 2), round(b - coord[0], 2)) for a, b in spans])
+    return out
+
+
 def timed(bench: Bench, corpus: str, model: str, pids: list[int], name: str, n: int) -> tuple[dict[str, Any], float, float, dict[str, Any]]:
     """Run the corpus job once on the workers ``pids``: (its figures under ``name``, seconds, CPU seconds, result)."""
+    from workers.contracts import CorpusRequest
+
     l0, c0 = load(), cpu_s(pids)
     t, result = bench.run(corpus, model)
     cpu = cpu_s(pids) - c0
+    jobs = job_seconds(bench, CorpusRequest(model=model, corpus=corpus, options={"max_tokens": 64}).job_id(),
+                       int((result.get("split") or {}).get("parts", 0)))
     return ({f"{name}_s": round(t, 2), f"{name}_texts_per_s": round(n / t, 2), f"{name}_cpu_s": round(cpu, 2),
-             f"load_{name}": (l0, load())}, t, cpu, result)
+             f"load_{name}": (l0, load()), f"{name}_jobs": jobs}, t, cpu, result)
 
 
 def speed(bench: Bench, model: str, n: int, runs: set[str]) -> dict[str, Any]:

@@ -74,6 +74,12 @@ class LoadedModel:
 
 _cache: dict[tuple[str, str, str], LoadedModel] = {}
 _lock = threading.Lock()
+_version = 0  # changes whenever a model is loaded or dropped (a worker then settles its heap: workers.recycle)
+
+
+def cache_version() -> int:
+    """A number that changes whenever the cache gains or loses a model."""
+    return _version
 
 
 def default_device() -> torch.device:
@@ -105,6 +111,7 @@ def load_model(
 
     from workers.errors import HeadscopeError
 
+    global _version
     if dtype not in DTYPES:
         raise HeadscopeError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
     cat = catalogue or get_catalogue()
@@ -156,13 +163,16 @@ def load_model(
             lm_head_reason=head_reason,
         )
         _cache[key] = loaded
+        _version += 1
         return loaded
 
 
 def clear_cache() -> None:
     """Forget every loaded model (tests; a worker reloading its catalogue)."""
+    global _version
     with _lock:
         _cache.clear()
+        _version += 1
 
 
 def release_model(name: str) -> int:
@@ -170,9 +180,12 @@ def release_model(name: str) -> int:
     first before loading the second); how many were dropped. Its memory returns once unreferenced."""
     import gc
 
+    global _version
     with _lock:
         keys = [k for k in _cache if k[0] == name]
         for k in keys:
             del _cache[k]
+        _version += 1
+    gc.unfreeze()  # a worker froze its preloaded models (workers.recycle.settle): let this collection see them
     gc.collect()
     return len(keys)
