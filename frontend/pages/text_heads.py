@@ -10,6 +10,7 @@ t-SNE and the head view follow from the result the server already holds.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from dash import ClientsideFunction, Dash, Input, Output, Patch, State, dcc, html, no_update
@@ -22,10 +23,10 @@ from frontend.heads import gallery_section
 from frontend.pages.common import graph
 
 DEFAULT_THRESHOLD = 0.1
-# layers one answer of the gallery callback adds at most (rows and head maps; ``_next_layers``): Dash
-# drops an answer once a newer call of its callback has started, so answers that grow with every layer
-# computed while the last was on its way can starve (SmolLM2 at 256 tokens: every answer dropped until
-# the job ended, 1.6-3 MB each, 20 MB sent); a capped one is quick, and the next follows once applied
+# layers an update of a drawn gallery adds at most (rows and head maps): Dash drops an answer once a
+# newer call of its callback has started, so an update that grows with every layer computed while the
+# last one was on its way can starve (SmolLM2 at 128 tokens: every answer dropped until the job ended,
+# 13.6 MB sent); a capped one is quick, and the next follows as soon as it is applied
 MAX_NEW_LAYERS = 3
 GRAPHS = ["head-gallery", "head-view-graph", "model-view-graph"]
 
@@ -102,8 +103,8 @@ def gallery_outputs(st: dict[str, Any], source: dict[str, Any] | None, layers: l
     ident = [(source or {}).get("kind"), (source or {}).get("id")]
     shown = shown if (shown or {}).get("source") == ident else {}
     message = "Computing every head's map…" if busy else "No map of this head in this result."
-    result, more = _next_layers(result, shown)
     maps, maps_state = _maps(result, shown.get("maps"), message)
+    more = bool(maps_state.pop("more", False))
     sec = gallery_section(result)
     if sec is None and busy and (req.get("options") or {}).get("all_heads"):
         sec = G.skeleton_section(result)  # the rows wait in their places while the first layer is embedded
@@ -123,6 +124,12 @@ def gallery_outputs(st: dict[str, Any], source: dict[str, Any] | None, layers: l
     options_out = options if options != shown.get("options") else no_update
     if shown.get("shape") != gp.shape or shown.get("layers") != layers:  # another page: drawn anew
         return G.gallery_figure(result, layers=layers, page=gp.page, section=sec), options_out, page_value, state, maps
+    new = [la for la in gp.done if la not in set(shown.get("drawn") or [])]
+    if len(new) > MAX_NEW_LAYERS:  # the rest in the next update (which this one's state asks for)
+        keep = set(shown.get("drawn") or []) | set(new[:MAX_NEW_LAYERS])
+        gp = replace(gp, done=[la for la in gp.done if la in keep],
+                     layers_done=min(gp.layers_done, gp.layers_planned - 1))
+        state.update(drawn=gp.done, complete=False, title=G.gallery_title(gp), more=True)
     if (shown.get("drawn"), shown.get("complete"), shown.get("title")) == (gp.done, gp.complete, state["title"]):
         return no_update, options_out, page_value, state, maps
     upd = G.gallery_update(result, gp, shown.get("drawn") or [])
@@ -138,26 +145,6 @@ def gallery_outputs(st: dict[str, Any], source: dict[str, Any] | None, layers: l
     return fig, options_out, page_value, state, maps
 
 
-def _next_layers(result: dict[str, Any], shown: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """(``result`` with its gallery cut to the layers the browser has plus the next ``MAX_NEW_LAYERS``,
-    whether layers were held back): the one answer stays small however many layers are new."""
-    sec = gallery_section(result)
-    if sec is None:
-        return result, False
-    has = set(((shown.get("maps") or {}).get("layers")) or [])
-    new = [la for la in sec.get("layers", []) if la not in has]
-    if len(new) <= MAX_NEW_LAYERS:
-        return result, False
-    take = has | set(new[:MAX_NEW_LAYERS])
-    idx = [i for i, la in enumerate(sec["layers"]) if la in take]
-    planned = G.planned_layers(sec)
-    cut = {k: v for k, v in sec.items() if not k.startswith("attention")}  # the maps only: no head view here
-    cut.update({k: [sec[k][i] for i in idx] for k in ("layers", "embedding", "kl", "kl_restarts") if k in sec})
-    cut["partial"] = {"layers_done": len(idx), "layers": planned}
-    key = next(k for k, v in result.items() if v is sec)
-    return {**result, key: cut}, True
-
-
 def _maps(result: dict[str, Any], had: dict[str, Any] | None, message: str) -> tuple[Any, dict[str, Any]]:
     """(the store ``text-head-maps``: whole, a partial update adding the new layers' heads, or
     unchanged, and what it then holds)."""
@@ -170,6 +157,9 @@ def _maps(result: dict[str, Any], had: dict[str, Any] | None, message: str) -> t
             or not set(had.get("layers") or []) <= set(layers):
         return {**G.head_maps(result), "message": message}, state
     new = [la for la in layers if la not in set(had.get("layers") or [])]
+    if len(new) > MAX_NEW_LAYERS:  # the others with the next update
+        new = new[:MAX_NEW_LAYERS]
+        state.update(layers=[la for la in layers if la in set(had.get("layers") or []) | set(new)], more=True)
     if not new and had.get("message") == message:
         return no_update, state
     maps = Patch()
