@@ -393,41 +393,6 @@ def test_a_full_page_is_not_redrawn_while_other_pages_layers_arrive(deep_llama, 
     assert _as_drawn(go.Figure(fig)) == _as_drawn(G.gallery_figure(res, layers=[0]))
 
 
-def test_an_update_adds_at_most_max_new_layers_and_asks_for_the_next(deep_llama, monkeypatch):
-    """Layers that arrived while the last update was on its way come a few at a time: each update adds
-    at most ``MAX_NEW_LAYERS`` rows and layers of head maps and says ``more`` until the page has them
-    all (the page asks again as soon as one is applied), then it is the page drawn anew."""
-    import plotly.graph_objects as go
-
-    from frontend.pages import text_heads
-
-    monkeypatch.setattr(text_heads, "MAX_NEW_LAYERS", 1)
-    res, *_ = run(deep_llama, monkeypatch)
-    res.pop("_parts")
-    common = {k: v for k, v in res.items() if k not in ("head-tsne-all", "hidden-tsne")}
-    request = page_request(deep_llama).normalised()
-    source = {"kind": "analysis", "id": "job"}
-    out = text_heads.gallery_outputs({"status": "running", "result": common, "request": request}, source, None, 0, None)
-    fig, _ = _apply(None, out[0], full_type=go.Figure)  # every row waiting
-    maps, _ = _apply(None, out[4], full_type=dict)
-    shown, rounds = out[3], 0
-    while True:  # every layer there at once (the job finished meanwhile)
-        out = text_heads.gallery_outputs({"status": "finished", "result": res, "request": request}, source, None, 0,
-                                         shown)  # fmt: skip
-        fig, kind = _apply(fig, out[0], full_type=go.Figure)
-        maps, _ = _apply(maps, out[4], full_type=dict)
-        if kind == "patch":
-            ops = [op["location"] for op in out[0].to_plotly_json()["operations"]]
-            assert len([loc for loc in ops if loc[:2] == ["layout", "images"]]) <= 1
-        shown, rounds = out[3], rounds + 1
-        assert len(shown["drawn"]) == min(rounds, LAYERS) and len(shown["maps"]["layers"]) == min(rounds, LAYERS)
-        if not shown.get("more"):
-            break
-    assert rounds == LAYERS and fig["layout"]["meta"]["gallery"]["complete"] is True
-    assert _as_drawn(go.Figure(fig)) == _as_drawn(G.gallery_figure(res))
-    assert maps == _as_drawn({**G.head_maps(res), "message": maps["message"]})
-
-
 def result_layer(row: int) -> int:
     return row  # layout image r is the row of layer r (all layers shown)
 

@@ -10,7 +10,6 @@ t-SNE and the head view follow from the result the server already holds.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from dash import ClientsideFunction, Dash, Input, Output, Patch, State, dcc, html, no_update
@@ -23,11 +22,6 @@ from frontend.heads import gallery_section
 from frontend.pages.common import graph
 
 DEFAULT_THRESHOLD = 0.1
-# layers an update of a drawn gallery adds at most (rows and head maps): Dash drops an answer once a
-# newer call of its callback has started, so an update that grows with every layer computed while the
-# last one was on its way can starve (SmolLM2 at 128 tokens: every answer dropped until the job ended,
-# 13.6 MB sent); a capped one is quick, and the next follows as soon as it is applied
-MAX_NEW_LAYERS = 3
 GRAPHS = ["head-gallery", "head-view-graph", "model-view-graph"]
 
 
@@ -59,7 +53,6 @@ def gallery_panel(state: dict[str, Any]) -> html.Div:
         dcc.Store(id="text-selected", data=state["selected"]),
         dcc.Store(id="text-head-maps"),
         dcc.Store(id="text-gallery-key"),
-        dcc.Store(id="text-gallery-more"),
     ])
 
 
@@ -104,12 +97,11 @@ def gallery_outputs(st: dict[str, Any], source: dict[str, Any] | None, layers: l
     shown = shown if (shown or {}).get("source") == ident else {}
     message = "Computing every head's map…" if busy else "No map of this head in this result."
     maps, maps_state = _maps(result, shown.get("maps"), message)
-    more = bool(maps_state.pop("more", False))
     sec = gallery_section(result)
     if sec is None and busy and (req.get("options") or {}).get("all_heads"):
         sec = G.skeleton_section(result)  # the rows wait in their places while the first layer is embedded
     gp = G.gallery_page(result, layers=layers, page=page or 0, section=sec) if sec is not None else None
-    state = {"source": ident, "maps": maps_state, **({"more": True} if more else {})}
+    state = {"source": ident, "maps": maps_state}
     if not isinstance(gp, G.GalleryPage):
         msg = gp or ("Computing every head's map…" if busy and (req.get("options") or {}).get("all_heads")
                      else "The gallery of every head appears here after Analyze.")
@@ -124,12 +116,6 @@ def gallery_outputs(st: dict[str, Any], source: dict[str, Any] | None, layers: l
     options_out = options if options != shown.get("options") else no_update
     if shown.get("shape") != gp.shape or shown.get("layers") != layers:  # another page: drawn anew
         return G.gallery_figure(result, layers=layers, page=gp.page, section=sec), options_out, page_value, state, maps
-    new = [la for la in gp.done if la not in set(shown.get("drawn") or [])]
-    if len(new) > MAX_NEW_LAYERS:  # the rest in the next update (which this one's state asks for)
-        keep = set(shown.get("drawn") or []) | set(new[:MAX_NEW_LAYERS])
-        gp = replace(gp, done=[la for la in gp.done if la in keep],
-                     layers_done=min(gp.layers_done, gp.layers_planned - 1))
-        state.update(drawn=gp.done, complete=False, title=G.gallery_title(gp), more=True)
     if (shown.get("drawn"), shown.get("complete"), shown.get("title")) == (gp.done, gp.complete, state["title"]):
         return no_update, options_out, page_value, state, maps
     upd = G.gallery_update(result, gp, shown.get("drawn") or [])
@@ -157,9 +143,6 @@ def _maps(result: dict[str, Any], had: dict[str, Any] | None, message: str) -> t
             or not set(had.get("layers") or []) <= set(layers):
         return {**G.head_maps(result), "message": message}, state
     new = [la for la in layers if la not in set(had.get("layers") or [])]
-    if len(new) > MAX_NEW_LAYERS:  # the others with the next update
-        new = new[:MAX_NEW_LAYERS]
-        state.update(layers=[la for la in layers if la in set(had.get("layers") or []) | set(new)], more=True)
     if not new and had.get("message") == message:
         return no_update, state
     maps = Patch()
@@ -195,21 +178,12 @@ def register(app: Dash, store: ResultStore) -> None:
         Input("text-job", "data"),
         Input("text-layers", "value"),
         Input("text-gallery-page", "value"),
-        Input("text-gallery-more", "data"),
         State("text-source", "data"),
         State("text-gallery-key", "data"),
     )
-    def _gallery(_job, layers, page, _more, source, shown):  # type: ignore[no-untyped-def]
+    def _gallery(_job, layers, page, source, shown):  # type: ignore[no-untyped-def]
         st = store.status(source)
         return gallery_outputs(st, source, layers, page, shown)
-
-    # an update that left layers for later (``MAX_NEW_LAYERS``) asks for the next once it is applied
-    app.clientside_callback(
-        "function (shown) { return shown && shown.more ? Date.now() : window.dash_clientside.no_update; }",
-        Output("text-gallery-more", "data"),
-        Input("text-gallery-key", "data"),
-        prevent_initial_call=True,
-    )
 
     app.clientside_callback(
         ClientsideFunction(namespace="headscope_heads", function_name="selectHead"),
