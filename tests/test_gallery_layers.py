@@ -93,6 +93,13 @@ def test_one_pass_gives_what_separate_passes_give(deep_llama, monkeypatch):
     for kind in ("max-attention", "head-tsne", "head-tsne-all", "hidden-tsne"):
         a, b = dict(once[kind]), dict(apart[kind])
         a.pop("timings"), b.pop("timings")
+        if kind == "hidden-tsne":  # about 1 run in 5 the two t-SNE runs of the same states differ in
+            # the last float32 bits (4e-7 seen; cause open, docs/dashboard.md): equal to 1e-5 of the map
+            ea, eb = np.asarray(a.pop("embedding")), np.asarray(b.pop("embedding"))
+            extent = np.ptp(eb, axis=1).max()
+            assert ea.shape == eb.shape and np.abs(ea - eb).max() <= 1e-5 * extent, kind
+            for key in ("kl", "kl_restarts"):
+                assert np.allclose(a.pop(key), b.pop(key), rtol=1e-9, atol=0), key
         assert a == b, kind  # bit for bit
 
 
