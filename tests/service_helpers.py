@@ -214,6 +214,19 @@ def put_numbered_corpus(store: Any, n: int) -> str:
     return cid
 
 
+def assert_cancelled_and_gone(conn: Any, queue: Any, store: Any, job_id: str) -> None:
+    """A cancelled split job: failed as ``cancelled`` (not the user's fault), and none of its parts'
+    keys, partials, result or stored result left behind."""
+    from workers import parts, protocol
+
+    state = queue.lookup(job_id)
+    assert state.status == "failed" and state.error_code == "cancelled" and not state.user_error
+    for key in (parts.parts_key(job_id), parts.done_key(job_id), parts.tries_key(job_id),
+                protocol.partial_key(job_id), protocol.result_key(job_id)):
+        assert not conn.exists(key), key
+    assert not store.has_result(job_id)
+
+
 def wait_ready(conn: Any, procs: list[subprocess.Popen], n: int, log: Path, *, timeout_s: float = HANG_S) -> None:
     """Wait until ``n`` workers on ``conn`` are ready (models preloaded, taking jobs)."""
     from workers import protocol

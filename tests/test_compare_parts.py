@@ -22,7 +22,7 @@ import pytest
 from held_jobs import held_part_key, part_log_key, parts_config_key, release_key
 from redis import Redis
 from rq import SimpleWorker
-from service_helpers import HANG_S, numbered_texts, put_numbered_corpus
+from service_helpers import HANG_S, assert_cancelled_and_gone, numbered_texts, put_numbered_corpus
 
 from backend import queue as queue_module
 from backend.config import Settings
@@ -179,12 +179,7 @@ def test_a_comparison_cancelled_in_the_middle_of_a_part_keeps_nothing(service, m
         reap([pid])
     finally:
         stop([pid])
-    state = s.queue.lookup(job_id)
-    assert state.status == "failed" and state.error_code == "cancelled" and not state.user_error
-    for key in (parts.parts_key(job_id), parts.done_key(job_id), parts.tries_key(job_id),
-                protocol.partial_key(job_id), protocol.result_key(job_id)):
-        assert not s.conn.exists(key), key
-    assert not s.store.has_result(job_id)
+    assert_cancelled_and_gone(s.conn, s.queue, s.store, job_id)
     assert protocol.fetch_job(s.conn, parts.part_id(job_id, 1)).return_value() == {"skipped": True}
     assert protocol.fetch_job(s.conn, parts.part_id(job_id, 2)).get_status(refresh=True) == "canceled"
     assert protocol.fetch_job(s.conn, parts.merge_id(job_id)).get_status(refresh=True) == "canceled"

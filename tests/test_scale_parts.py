@@ -28,6 +28,7 @@ from rq import SimpleWorker
 from service_helpers import (
     HANG_S,
     ROOT,
+    assert_cancelled_and_gone,
     numbered_texts,
     put_numbered_corpus,
     service_env,
@@ -287,12 +288,7 @@ def test_cancel_in_the_middle_leaves_no_partial_rows(cluster, one_worker, held):
     wait_for(lambda: held_part.get_status(refresh=True) == "finished", "the held part ended")
     merge = protocol.fetch_job(c.conn, parts.merge_id(job_id))
     assert merge.get_status(refresh=True) == "canceled"
-    state = c.queue.lookup(job_id)
-    assert state.status == "failed" and state.error_code == "cancelled" and not state.user_error
-    for key in (parts.parts_key(job_id), parts.done_key(job_id), parts.tries_key(job_id),
-                protocol.partial_key(job_id), protocol.result_key(job_id)):
-        assert not c.conn.exists(key), key
-    assert not c.store.has_result(job_id)
+    assert_cancelled_and_gone(c.conn, c.queue, c.store, job_id)
     again = submit(c, {})  # cancelled is not the input's fault: it runs again, from nothing
     assert comparable(finished(c, again)) == comparable(one_worker.split)
 
