@@ -14,6 +14,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from redis import Redis
@@ -128,9 +129,7 @@ def run_worker(
             logger.warning("could not publish the demo checkpoints", exc_info=True)
         info["ready"] = True
         protocol.beat(conn, name, ttl_s=settings.worker_ttl_s, info=info)
-        worker = RecyclingWorker(
-            [protocol.queue(conn, q) for q in queues], connection=conn, name=name, serializer=protocol.SERIALIZER
-        )
+        worker = rq_worker(redis_url, queues, name)
         worker.max_rss_mb = float(settings.worker_max_rss_mb)
 
         def device_lost(why: str) -> None:
@@ -154,6 +153,21 @@ def run_worker(
         except Exception:
             logger.debug("could not remove the heartbeat of %s", name, exc_info=True)
     return 0
+
+
+def rq_worker(redis_url: str, queues: Sequence[str], name: str) -> RecyclingWorker:
+    """The RQ worker, on a Redis client of its own that no other code has used.
+
+    RQ waits for a job in a blocking pop of up to ``dequeue_timeout`` (405 s) and lengthens the
+    client's socket timeout for it (``connection_timeout``), but by editing the connection pool's
+    settings: only connections made afterwards get it. redis-py 8 gives every connection a 5 s
+    timeout by default, so on the heartbeat's client (connections made while the worker loaded its
+    models) a pop found no job within 5 s, raised ``TimeoutError``, and RQ quit ("Redis connection
+    timeout, quitting..."): a worker left idle for 5 s, as after a killed worker's part, was gone.
+    """
+    conn = Redis.from_url(redis_url)
+    return RecyclingWorker([protocol.queue(conn, q) for q in queues], connection=conn, name=name,
+                           serializer=protocol.SERIALIZER)
 
 
 def healthy_here(conn: Redis) -> bool:
