@@ -92,6 +92,7 @@ def progress_block(prefix: str, *, running: bool, interval_ms: int = POLL_MS, se
             html.Div(id=f"{prefix}-status", className="status"),
             dcc.Interval(id=f"{prefix}-poll", interval=interval_ms, disabled=not running),
             dcc.Store(id=f"{prefix}-job"),
+            dcc.Store(id=f"{prefix}-poll-view"),
             *([dcc.Store(id=f"{prefix}-job-sections")] if sections else []),
         ],
     )
@@ -136,26 +137,49 @@ def status_view(status: dict[str, Any]) -> tuple[dict[str, str], str]:
     return {"width": f"{pct:.0f}%", "className": cls}, text
 
 
+# the poll's view (``{prefix}-poll-view``: bar style and class, status line, interval off) onto the page
+SHOW_POLL_VIEW = """function(view) {
+    const nu = window.dash_clientside.no_update;
+    if (!view) { return [nu, nu, nu, nu]; }
+    return [view.style, view.className, view.text, view.disabled];
+}"""
+
+
+def poll_view(statuses: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the page shows of its jobs' statuses: the progress bar's ``style`` and ``className``, the
+    status ``text`` (the first busy job's, else the first failed one's, else the first's) and whether
+    the poll is ``disabled`` (no job busy)."""
+    busy = [s for s in statuses if s["status"] not in DONE and s["status"] != "none"]
+    main = busy[0] if busy else next((s for s in statuses if s["status"] == "failed"), statuses[0])
+    style, text = status_view(main)
+    cls = style.pop("className")
+    return {"style": style, "className": cls, "text": text, "disabled": not busy}
+
+
 def register_poll(app: Dash, store: ResultStore, prefix: str, sources: list[str], *, sections: bool = False) -> None:
     """Poll the jobs of the page's source stores; ``{prefix}-job`` changes only when sections do
     (a section filling in layer by layer: with each layer). ``sections``: ``{prefix}-job-sections``
     changes only when a whole section arrives or the status changes, for the views that do not draw
-    a section layer by layer (they then do not run again with every layer)."""
+    a section layer by layer (they then do not run again with every layer).
+
+    A poll with nothing new changes nothing on the page: every output of the server's callback is a
+    ``dcc.Store`` (no DOM element, so Dash's in-flight mark on its outputs, ``data-dash-is-loading``,
+    touches no element of the page), and each answers ``no_update`` unless it changed;
+    ``{prefix}-poll-view`` (``poll_view``) reaches the progress bar, the status line and the interval
+    through a clientside callback, which runs only when the view changes (docs/dashboard.md)."""
     extra = [Output(f"{prefix}-job-sections", "data")] if sections else []
 
     @app.callback(
         Output(f"{prefix}-job", "data"),
         *extra,
-        Output(f"{prefix}-poll", "disabled"),
-        Output(f"{prefix}-progress-bar", "style"),
-        Output(f"{prefix}-progress-bar", "className"),
-        Output(f"{prefix}-status", "children"),
+        Output(f"{prefix}-poll-view", "data"),
         Input(f"{prefix}-poll", "n_intervals"),
         *[Input(s, "data") for s in sources],
         State(f"{prefix}-job", "data"),
+        State(f"{prefix}-poll-view", "data"),
     )
     def _poll(_n: int | None, *args: Any) -> tuple[Any, ...]:
-        srcs, previous = args[:-1], args[-1]
+        srcs, previous, shown_view = args[:-2], args[-2], args[-1]
         jobs = []
         statuses = []
         for src in srcs:
@@ -163,15 +187,21 @@ def register_poll(app: Dash, store: ResultStore, prefix: str, sources: list[str]
             statuses.append(st)
             jobs.append({"id": (src or {}).get("id"), "status": st["status"], "sections": sections_of(st),
                          "error": st.get("error")})
-        busy = [s for s in statuses if s["status"] not in DONE and s["status"] != "none"]
-        main = busy[0] if busy else next((s for s in statuses if s["status"] == "failed"), statuses[0])
-        style, text = status_view(main)
-        cls = style.pop("className")
+        view = poll_view(statuses)
         out = [no_update if jobs == previous else jobs]
         if sections:
             whole = whole_sections(jobs)
             out.append(no_update if whole_sections(previous or []) == whole else whole)
-        return (*out, not busy, style, cls, text)
+        return (*out, no_update if view == shown_view else view)
+
+    app.clientside_callback(
+        SHOW_POLL_VIEW,
+        Output(f"{prefix}-progress-bar", "style"),
+        Output(f"{prefix}-progress-bar", "className"),
+        Output(f"{prefix}-status", "children"),
+        Output(f"{prefix}-poll", "disabled"),
+        Input(f"{prefix}-poll-view", "data"),
+    )
 
 
 def whole_sections(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
