@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                 finish(redis, job_id, sections)
                 page.wait_for_function("(document.querySelector('#text-status') || {}).textContent === 'done'",
                                        timeout=120_000)
-                page.wait_for_timeout(2000)
+                page.wait_for_timeout(5000)  # the finished page's drawings are over
                 idle = window(page, cdp, args.seconds)
                 report("polling, nothing new", polling, idle)
                 report("idle page (the reference)", idle)
