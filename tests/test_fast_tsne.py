@@ -229,3 +229,18 @@ def test_a_cpu_run_keeps_torch_threads_and_gives_numba_no_more(threads):
     finally:
         torch.set_num_threads(had_torch)
         numba.set_num_threads(had_numba)
+
+
+def test_a_head_in_a_batch_moves_as_it_would_alone():
+    """Heads that leave their phases at different times: each head's map in the batch equals its map
+    run alone, bit for bit. (Until issue 34 the rounds after the first head finished read the other
+    heads' exaggeration, momentum and learning rate, or memory past the end of the arrays.)"""
+    p = np.concatenate([random_p(3, 60, seed=21, sharp=1.0), random_p(3, 60, seed=22, sharp=6.0)])
+    y0 = fast_spectral_init(p, seed=0)
+    options = TSNEOptions(early_exaggeration_iter=100, n_iter=300)
+    together, used = fast_optimize(p, y0, options=options)
+    assert len(set(used.tolist())) > 1  # some heads ran rounds without the others
+    for b in range(len(p)):
+        alone, used_alone = fast_optimize(p[b : b + 1], y0[b : b + 1], options=options)
+        assert used_alone[0] == used[b]
+        np.testing.assert_array_equal(together[b], alone[0])

@@ -136,9 +136,9 @@ def fast_optimize(
         heads = plan.active
         steps = plan.steps(schedule.check_every)[heads]
         # heads that need the same number of steps go together (usually all of them)
+        ex, mom, lr = plan.per_head()  # [batch]: the kernels read head b's values at index b
         for k in np.unique(steps):
             group = heads[steps == k]
-            ex, mom, lr = (a[group] for a in plan.per_head())
             kl = state.run(group, int(k), ex, mom, lr, schedule.max_step)
             better = kl < best_kl[group]
             if better.any():
