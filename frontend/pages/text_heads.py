@@ -53,6 +53,8 @@ def gallery_panel(state: dict[str, Any]) -> html.Div:
         dcc.Store(id="text-selected", data=state["selected"]),
         dcc.Store(id="text-head-maps"),
         dcc.Store(id="text-gallery-key"),
+        dcc.Store(id="text-gallery-tick"),  # assets/gallery.js asks for an update here, one at a time
+        dcc.Store(id="text-gallery-gate"),
     ])
 
 
@@ -175,15 +177,32 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("text-gallery-page", "value"),
         Output("text-gallery-key", "data"),
         Output("text-head-maps", "data"),
-        Input("text-job", "data"),
+        Input("text-gallery-tick", "data"),
         Input("text-layers", "value"),
         Input("text-gallery-page", "value"),
         State("text-source", "data"),
         State("text-gallery-key", "data"),
     )
-    def _gallery(_job, layers, page, source, shown):  # type: ignore[no-untyped-def]
+    def _gallery(_tick, layers, page, source, shown):  # type: ignore[no-untyped-def]
         st = store.status(source)
         return gallery_outputs(st, source, layers, page, shown)
+
+    # The job's changes reach the gallery through a gate (assets/gallery.js): an update is asked for
+    # only when none is on its way, the next as soon as it is applied. Dash drops an answer once a
+    # newer call of its callback has started, and each call patches from the last answer applied:
+    # layers arriving faster than the answers made every answer dropped and each larger (issue 34).
+    app.clientside_callback(
+        ClientsideFunction(namespace="headscope_gallery", function_name="jobChanged"),
+        Output("text-gallery-tick", "data"),
+        Input("text-job", "data"),
+        prevent_initial_call=True,
+    )
+    app.clientside_callback(
+        ClientsideFunction(namespace="headscope_gallery", function_name="answerApplied"),
+        Output("text-gallery-gate", "data"),
+        Input("text-gallery-key", "data"),
+        prevent_initial_call=True,
+    )
 
     app.clientside_callback(
         ClientsideFunction(namespace="headscope_heads", function_name="selectHead"),

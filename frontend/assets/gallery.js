@@ -1,0 +1,63 @@
+/* headscope: the text explorer's gallery asks its server for one update at a time (issue 34).
+ *
+ * Dash drops a callback's answer once a newer call of the same callback has started. The gallery
+ * callback patches the figure from what the browser holds (store text-gallery-key, written by the
+ * last answer applied), so when layers arrived faster than it answered, every answer was dropped,
+ * each call carried all rows since the last applied one, and the gallery only came at the end.
+ *
+ * The gate: a change of the job (store text-job, every new layer) asks for an update (store
+ * text-gallery-tick, the gallery callback's Input) only when no update is on its way; otherwise it
+ * is remembered, and asked for as soon as the answer on its way is applied (text-gallery-key
+ * changes, answerApplied). So no answer is dropped, and each carries only the layers that arrived
+ * while the previous one travelled. The follow-up is written with set_props: an Output of
+ * answerApplied feeding the gallery would be a loop that Dash prunes ("circular callbacks that have
+ * completed the loop"), which is what made the reverted cap of commit a7bcb73 hang.
+ * An answer that never comes (the server failed) frees the gate after LOST_MS, and is asked again.
+ */
+(function () {
+  "use strict";
+  var NO = function () { return window.dash_clientside.no_update; };
+  var LOST_MS = 30000;
+  var RETRIES = 3;  /* answers lost in a row before the gate stops asking again on its own */
+  var gate = {busy: null, pending: false, n: 0, lost: 0};
+
+  function send() {
+    gate.n += 1;
+    gate.busy = gate.n;
+    gate.pending = false;
+    var n = gate.n;
+    window.setTimeout(function () {
+      if (gate.busy !== n) { return; }
+      gate.busy = null;
+      gate.lost += 1;
+      if (gate.lost <= RETRIES) { gate.pending = true; }
+      if (gate.pending) { ask(); }
+    }, LOST_MS);
+    return n;
+  }
+
+  function ask() {
+    window.dash_clientside.set_props("text-gallery-tick", {data: send()});
+  }
+
+  /* Input text-job -> text-gallery-tick: a new layer (or status) asks for an update unless one travels */
+  function jobChanged(job) {
+    if (gate.busy !== null) {
+      gate.pending = true;
+      return NO();
+    }
+    return send();
+  }
+
+  /* Input text-gallery-key: an answer was applied (any of the gallery's, however it was asked for) */
+  function answerApplied(shown) {
+    gate.busy = null;
+    gate.lost = 0;
+    if (gate.pending) { ask(); }
+    return NO();
+  }
+
+  var ns = (window.dash_clientside = window.dash_clientside || {});
+  ns.headscope_gallery = {jobChanged: jobChanged, answerApplied: answerApplied,
+                          state: function () { return Object.assign({}, gate); }};
+})();
