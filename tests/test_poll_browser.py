@@ -73,17 +73,31 @@ def test_an_idle_poll_changes_nothing_and_a_change_still_shows(service, browser,
     w = Watch(browser, service.url, tmp_path)
     page = w.page
     polls: list = []  # the outputs each poll's answer changes
+    others = {"asked": 0, "answered": 0}  # every other callback of the page's server
+
+    def is_poll(request) -> bool:  # the poll's callback (register_poll)
+        return json.loads(request.post_data or "{}").get("output", "").startswith("..text-job.data...")
+
+    def asked(request) -> None:
+        if "_dash-update-component" in request.url and not is_poll(request):
+            others["asked"] += 1
 
     def answered(response) -> None:
-        if "_dash-update-component" in response.url and "text-job.data" in (response.request.post_data or ""):
-            body = json.loads(response.body()) if response.status == 200 else {}  # 204: nothing to update
-            polls.append(sorted(body.get("response") or {}))
+        if "_dash-update-component" not in response.url:
+            return
+        if not is_poll(response.request):
+            others["answered"] += 1
+            polls.clear()  # counted from the last other answer on
+            return
+        body = json.loads(response.body()) if response.status == 200 else {}  # 204: nothing to update
+        polls.append(sorted(body.get("response") or {}))
 
     try:
         cdp = page.context.new_cdp_session(page)
         cdp.send("Performance.enable")
         layouts = lambda: next(m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]  # noqa: E731
                                if m["name"] == "LayoutCount")
+        page.on("request", asked)
         page.on("response", answered)
         page.goto(f"{service.url}/?analysis={job_id}")
         page.wait_for_function("document.querySelector('#text-status')?.textContent?.includes('held by the test')",
@@ -91,12 +105,16 @@ def test_an_idle_poll_changes_nothing_and_a_change_still_shows(service, browser,
         page.wait_for_function("document.querySelector('#max-attention-graph .js-plotly-plot')?.data?.length > 0",
                                timeout=WAIT_MS)
         assert page.evaluate("document.querySelector('#text-progress-bar').style.width") == "20%"
-        wait_answers(page, polls, len(polls) + 4)  # the page's first drawings are over
+        deadline = time.monotonic() + WAIT_MS / 1000
+        while others["asked"] > others["answered"] or len(polls) < 4:  # the page's first drawings are over
+            assert time.monotonic() < deadline, (others, polls)
+            page.wait_for_timeout(100)
 
         page.evaluate(WATCH_JS)
-        before, polls[:] = layouts(), []
+        before, polls[:], asked_before = layouts(), [], others["asked"]
         wait_answers(page, polls, POLLS)
         changes, laid_out = page.evaluate("window.__changes"), layouts() - before
+        assert others["asked"] == asked_before, "a poll with nothing new ran another callback"
         assert polls == [[]] * len(polls), polls  # every output no_update
         assert changes == [], changes[:20]
         assert laid_out == 0, f"{laid_out} layouts in {len(polls)} polls with nothing new"
@@ -119,6 +137,7 @@ def test_an_idle_poll_changes_nothing_and_a_change_still_shows(service, browser,
         assert page.evaluate("document.querySelector('#text-progress-bar').style.width") == "100%"
         assert w.problems == [], w.problems
     finally:
+        page.remove_listener("request", asked)
         page.remove_listener("response", answered)
         w.close()
         Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).delete()
