@@ -38,6 +38,28 @@ def held_analysis(request: dict[str, Any]) -> dict[str, Any]:
     return jobs.run_analysis(request)
 
 
+def start_running_job(redis: Any, request: dict[str, Any], *, sections: dict[str, Any] | None = None,
+                      progress: float = 0.2, message: str = "held by the test") -> str:
+    """An analysis job made running by hand: an RQ job in the started state with its request and
+    ``sections`` as partial result (what ``workers.jobs.Reporter`` writes); no worker runs it, so
+    nothing new arrives until the caller writes it. Returns the job id."""
+    import uuid
+
+    from rq.job import Job, JobStatus
+
+    from workers import protocol
+
+    job_id = uuid.uuid4().hex
+    redis.set(protocol.request_key(job_id), protocol.dumps({"kind": "analysis", "request": request}), ex=600)
+    job = Job.create("held_jobs.noop", connection=redis, id=job_id, serializer=protocol.SERIALIZER,
+                     meta={"progress": progress, "message": message})
+    job.save()
+    job.set_status(JobStatus.STARTED)
+    if sections:
+        redis.hset(protocol.partial_key(job_id), mapping={k: protocol.dumps(v) for k, v in sections.items()})
+    return job_id
+
+
 def noop() -> int:
     """A job that does nothing (worker recycling tests count jobs, not work)."""
     return 1

@@ -11,11 +11,11 @@ from __future__ import annotations
 import base64
 import json
 import os
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from held_jobs import start_running_job
 from redis import Redis
 from rq.job import Job, JobStatus
 
@@ -50,13 +50,7 @@ def redis(service) -> Redis:
 
 
 def start_job(redis: Redis, request: dict) -> str:
-    job_id = uuid.uuid4().hex
-    redis.set(protocol.request_key(job_id), protocol.dumps({"kind": "analysis", "request": request}), ex=600)
-    job = Job.create("held_jobs.noop", connection=redis, id=job_id, serializer=protocol.SERIALIZER,
-                     meta={"progress": 0.2, "message": "head t-SNE"})
-    job.save()
-    job.set_status(JobStatus.STARTED)
-    return job_id
+    return start_running_job(redis, request, message="head t-SNE")
 
 
 def publish(redis: Redis, job_id: str, fields: dict) -> None:

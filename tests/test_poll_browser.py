@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 
 import pytest
+from held_jobs import start_running_job
 from redis import Redis
 from rq.job import Job, JobStatus
 from test_browser import WAIT_MS, Watch, browser  # noqa: F401 - fixture
@@ -47,16 +47,9 @@ MARK_DISPLAY_JS = """() => {
 
 
 def start_held_job(redis: Redis) -> str:
-    job_id = uuid.uuid4().hex
     request = {"model": "minilm", "text": "a held job", "analyses": ["max-attention", "head-tsne", "hidden-tsne"],
                "options": {"all_heads": True, "layer": 0, "head": 0, "hidden_layer": "all"}}
-    redis.set(protocol.request_key(job_id), protocol.dumps({"kind": "analysis", "request": request}), ex=600)
-    job = Job.create("held_jobs.noop", connection=redis, id=job_id, serializer=protocol.SERIALIZER,
-                     meta={"progress": 0.2, "message": "held by the test"})
-    job.save()
-    job.set_status(JobStatus.STARTED)
-    redis.hset(protocol.partial_key(job_id), mapping={k: protocol.dumps(v) for k, v in SECTIONS.items()})
-    return job_id
+    return start_running_job(redis, request, sections=SECTIONS)
 
 
 def wait_answers(page, answers: list, n: int) -> None:

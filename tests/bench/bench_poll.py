@@ -25,32 +25,15 @@ import os
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 from tests.bench.bench_gallery import ARGS, CHROMIUM, cpu_by_part
 from tests.bench.bench_service import start_serve
+from tests.held_jobs import start_running_job
 
 METRICS = ("TaskDuration", "ScriptDuration", "RecalcStyleDuration", "LayoutDuration", "RecalcStyleCount",
            "LayoutCount", "JSHeapUsedSize")
 TEXT = "A held job: no worker runs it."
-
-
-def start_held_job(redis, request: dict, sections: dict) -> str:
-    """An RQ job in the started state with its request and partial sections (what ``Reporter`` writes);
-    no worker runs it: it stays running, nothing new, until ``finish``."""
-    from rq.job import Job, JobStatus
-
-    from workers import protocol
-
-    job_id = uuid.uuid4().hex
-    redis.set(protocol.request_key(job_id), protocol.dumps({"kind": "analysis", "request": request}), ex=600)
-    job = Job.create("held_jobs.noop", connection=redis, id=job_id, serializer=protocol.SERIALIZER,
-                     meta={"progress": 0.2, "message": "held by the bench"})
-    job.save()
-    job.set_status(JobStatus.STARTED)
-    redis.hset(protocol.partial_key(job_id), mapping={k: protocol.dumps(v) for k, v in sections.items()})
-    return job_id
 
 
 def page_sections(n: int, layers_done: int) -> dict:
@@ -161,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             sections = page_sections(args.tokens, args.layers_done)
             request = {"model": "smollm2", "text": TEXT, "analyses": ["max-attention", "head-tsne", "hidden-tsne"],
                        "options": {"all_heads": True, "layer": 0, "head": 0, "hidden_layer": "all"}}
-            job_id = start_held_job(redis, request, sections)
+            job_id = start_running_job(redis, request, sections=sections, message="held by the bench")
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
