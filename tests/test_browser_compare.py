@@ -119,6 +119,7 @@ SELECTED_JS = """([a, b]) => {
   return s.length === 1 && Math.round(s[0].y0 + 0.5) === a && Math.round(s[0].x0 + 0.5) === b;
 }"""  # the matrix marks cell (a, b), and only it
 URL_JS = "([key, value]) => new URLSearchParams(location.search).get(key) === value"
+SEARCH_FOCUSED_JS = "() => document.activeElement && document.activeElement.matches('input.dash-dropdown-search')"
 WORDS_JS = "(id) => document.querySelector('#' + id + ' .js-plotly-plot')._fullData[0].x"
 
 
@@ -154,6 +155,9 @@ def test_corpus_compare_matrix_click_text_pick_and_share_link(server, browser, t
         assert "text 0 of 147" in page.inner_text("#compare-cell-label")
 
         page.click("#compare-text-pick")
+        # the picker (Dash 4) is a button that opens a menu and moves the focus to its search field: keys
+        # typed before that reach the button, where a space closes the menu again (a loaded machine)
+        page.wait_for_function(SEARCH_FOCUSED_JS, timeout=WAIT)
         page.keyboard.type(f"{pick}: {texts[pick][:20]}")
         # the option filtered in by the search, clicked once it is shown (an Enter pressed before the
         # menu has filtered picks nothing)
