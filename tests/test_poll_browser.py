@@ -103,6 +103,12 @@ def test_an_idle_poll_changes_nothing_and_a_change_still_shows(service, browser,
             assert time.monotonic() < deadline, (others, polls)
             page.wait_for_timeout(100)
 
+        # and Plotly has drawn and sized every graph (dcc.Graph marks one dash-graph--pending while it
+        # plots or resizes: a first drawing still ending during the polls was counted, in one CI run)
+        settled = "document.querySelectorAll('.dash-graph--pending').length === 0"
+        page.wait_for_function(settled, timeout=WAIT_MS)
+        wait_answers(page, polls, len(polls) + 2)  # a graph drawn late resizes the others: once more
+        page.wait_for_function(settled, timeout=WAIT_MS)
         page.evaluate(WATCH_JS)
         before, polls[:], asked_before = layouts(), [], others["asked"]
         wait_answers(page, polls, POLLS)
