@@ -9,12 +9,14 @@ with ``tests/`` on their PYTHONPATH.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from rq import get_current_job
+from rq.job import Job, JobStatus
 
-from workers import jobs
+from workers import jobs, protocol
 
 
 def release_key(job_id: str) -> str:
@@ -43,12 +45,6 @@ def start_running_job(redis: Any, request: dict[str, Any], *, sections: dict[str
     """An analysis job made running by hand: an RQ job in the started state with its request and
     ``sections`` as partial result (what ``workers.jobs.Reporter`` writes); no worker runs it, so
     nothing new arrives until the caller writes it. Returns the job id."""
-    import uuid
-
-    from rq.job import Job, JobStatus
-
-    from workers import protocol
-
     job_id = uuid.uuid4().hex
     redis.set(protocol.request_key(job_id), protocol.dumps({"kind": "analysis", "request": request}), ex=600)
     job = Job.create("held_jobs.noop", connection=redis, id=job_id, serializer=protocol.SERIALIZER,
@@ -58,6 +54,18 @@ def start_running_job(redis: Any, request: dict[str, Any], *, sections: dict[str
     if sections:
         redis.hset(protocol.partial_key(job_id), mapping={k: protocol.dumps(v) for k, v in sections.items()})
     return job_id
+
+
+def finish_running_job(redis: Any, job_id: str, result: dict[str, Any]) -> None:
+    """``start_running_job``'s job finished, with ``result`` stored as a worker stores it."""
+    redis.set(protocol.result_key(job_id), protocol.dumps(result), ex=600)
+    Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).set_status(JobStatus.FINISHED)
+
+
+def remove_running_job(redis: Any, job_id: str) -> None:
+    """``start_running_job``'s job and everything written for it, gone."""
+    Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).delete()
+    redis.delete(protocol.partial_key(job_id), protocol.result_key(job_id), protocol.request_key(job_id))
 
 
 def noop() -> int:

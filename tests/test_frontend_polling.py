@@ -15,9 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from held_jobs import start_running_job
+from held_jobs import finish_running_job, remove_running_job, start_running_job
 from redis import Redis
-from rq.job import Job, JobStatus
 
 from frontend.api_client import ApiClient
 from frontend.data import ResultStore
@@ -102,15 +101,13 @@ def test_a_running_jobs_large_section_is_downloaded_once(service, redis):
             assert c.get(f"/api/analyses/{job_id}").json()["partial"] == expected  # the default: all
 
         # finished: the result once, then no request at all
-        redis.set(protocol.result_key(job_id), protocol.dumps({**expected, "timings": {}}), ex=600)
-        Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).set_status(JobStatus.FINISHED)
+        finish_running_job(redis, job_id, {**expected, "timings": {}})
         done = poll(store, source)
         assert all(s["status"] == "finished" and s["result"]["head-tsne-all"]["attention_u8"] == blob for s in done)
         before = len(transport.seen)
         assert store.status(source)["status"] == "finished" and len(transport.seen) == before
     finally:
-        Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).delete()
-        redis.delete(protocol.partial_key(job_id), protocol.result_key(job_id))
+        remove_running_job(redis, job_id)
 
 
 def test_a_job_followed_to_its_end_is_not_read_again_whole(service, redis):
@@ -151,8 +148,7 @@ def test_a_job_followed_to_its_end_is_not_read_again_whole(service, redis):
             poll(store, source)
         stored = {k: v for fields in stages for k, v in fields.items() if not k.startswith("head-tsne-all@")}
         stored["timings"] = {"forward_s": 0.1}
-        redis.set(protocol.result_key(job_id), protocol.dumps(stored), ex=600)
-        Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).set_status(JobStatus.FINISHED)
+        finish_running_job(redis, job_id, stored)
         seen = len(transport.seen)
         done = poll(store, source)
         assert all(s["status"] == "finished" for s in done)
@@ -173,5 +169,4 @@ def test_a_job_followed_to_its_end_is_not_read_again_whole(service, redis):
             assert light["status"] == "finished" and light["result"] is None
             assert c.get(f"/api/analyses/{job_id}", params={"result": "some"}).status_code == 422
     finally:
-        Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).delete()
-        redis.delete(protocol.partial_key(job_id), protocol.result_key(job_id))
+        remove_running_job(redis, job_id)

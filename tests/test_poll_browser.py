@@ -16,9 +16,9 @@ import json
 import time
 
 import pytest
-from held_jobs import start_running_job
+from held_jobs import finish_running_job, remove_running_job, start_running_job
 from redis import Redis
-from rq.job import Job, JobStatus
+from rq.job import Job
 from test_browser import WAIT_MS, Watch, browser  # noqa: F401 - fixture
 
 from workers import protocol
@@ -129,8 +129,7 @@ def test_an_idle_poll_changes_nothing_and_a_change_still_shows(service, browser,
         assert page.evaluate("document.querySelector('#text-progress-bar').style.width") == "60%"
         assert [p for p in polls if p] == [["text-poll-view"]], polls  # the view, once
 
-        redis.set(protocol.result_key(job_id), protocol.dumps({**SECTIONS, "timings": {}}), ex=600)
-        Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).set_status(JobStatus.FINISHED)
+        finish_running_job(redis, job_id, {**SECTIONS, "timings": {}})
         page.wait_for_function("document.querySelector('#text-status').textContent === 'done'", timeout=WAIT_MS)
         assert page.get_attribute("#text-progress-bar", "class") == "progress-bar done"
         assert page.evaluate("document.querySelector('#text-progress-bar').style.width") == "100%"
@@ -139,5 +138,4 @@ def test_an_idle_poll_changes_nothing_and_a_change_still_shows(service, browser,
         page.remove_listener("request", asked)
         page.remove_listener("response", answered)
         w.close()
-        Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).delete()
-        redis.delete(protocol.partial_key(job_id), protocol.result_key(job_id), protocol.request_key(job_id))
+        remove_running_job(redis, job_id)

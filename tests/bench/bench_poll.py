@@ -29,7 +29,7 @@ from pathlib import Path
 
 from tests.bench.bench_gallery import ARGS, CHROMIUM, cpu_by_part
 from tests.bench.bench_service import start_serve
-from tests.held_jobs import start_running_job
+from tests.held_jobs import finish_running_job, start_running_job
 
 METRICS = ("TaskDuration", "ScriptDuration", "RecalcStyleDuration", "LayoutDuration", "RecalcStyleCount",
            "LayoutCount", "JSHeapUsedSize")
@@ -58,15 +58,6 @@ def page_sections(n: int, layers_done: int) -> dict:
             embedding=rng.normal(size=(n_heads, n, 2)), kl=rng.random(n_heads), kl_restarts=rng.random((n_heads, 1)),
             engine="fast", attention=encode_packed(q))
     return out
-
-
-def finish(redis, job_id: str, result: dict) -> None:
-    from rq.job import Job, JobStatus
-
-    from workers import protocol
-
-    redis.set(protocol.result_key(job_id), protocol.dumps({**result, "timings": {}}), ex=600)
-    Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).set_status(JobStatus.FINISHED)
 
 
 def window(page, cdp, seconds: float) -> dict:
@@ -160,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.profile:
                     for ms, name in profile(cdp, page, args.seconds):
                         print(f"  {ms:8.1f} ms  {name}")
-                finish(redis, job_id, sections)
+                finish_running_job(redis, job_id, {**sections, "timings": {}})
                 page.wait_for_function("(document.querySelector('#text-status') || {}).textContent === 'done'",
                                        timeout=120_000)
                 page.wait_for_timeout(5000)  # the finished page's drawings are over
