@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from workers.analysis.tsne.options import P_FLUSH
+from workers.analysis.tsne.options import P_FLUSH, numba_available
 from workers.errors import HeadscopeError
 
 
@@ -108,8 +108,10 @@ def kl_divergence(p: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor) ->
     """Exact ``KL(P || Q)`` (nats) for one or a batch of embeddings, in float64.
 
     ``KL = sum p log p + sum p log(1 + d2) + (sum p) log Z`` with ``Z = sum_{i != j} 1 / (1 + d2_ij)``:
-    the same value as ``sum p log(p / q)``, computed a few matrices at a time so the temporaries
-    stay small (the whole-batch version spent most of its time allocating them).
+    the same value as ``sum p log(p / q)``. On the host with numba, a compiled float64 kernel
+    (``cpu_kernels.kl_heads``: every term within a few ulp, heads in parallel, ~20x less CPU than
+    torch); otherwise (a CUDA tensor, no numba, a non-finite embedding) torch, a few matrices at a time.
+    The two agree to ~1e-14 relative (tested).
 
     Args:
         p: [..., n, n] joint probabilities (zero diagonal, summing to 1).
@@ -117,6 +119,31 @@ def kl_divergence(p: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor) ->
     Returns:
         [...] array of KL values.
     """
+    on_host = not any(isinstance(t, torch.Tensor) and t.device.type != "cpu" for t in (p, y))
+    if on_host and numba_available():
+        pn = np.asarray(p.numpy() if isinstance(p, torch.Tensor) else p, dtype=np.float64)
+        yn = np.asarray(y.numpy() if isinstance(y, torch.Tensor) else y, dtype=np.float64)
+        if np.isfinite(yn).all():
+            return _kl_compiled(pn, yn)
+    return _kl_torch(p, y)
+
+
+def _kl_compiled(p: np.ndarray, y: np.ndarray) -> np.ndarray:
+    from workers.analysis.tsne.cpu_kernels import kl_heads
+
+    n = p.shape[-1]
+    lead = p.shape[:-2]
+    pf = np.ascontiguousarray(p.reshape(-1, n, n))
+    yf = np.ascontiguousarray(
+        np.swapaxes(np.broadcast_to(y, (*lead, n, y.shape[-1])).reshape(-1, n, y.shape[-1]), 1, 2)
+    )
+    out = np.empty(pf.shape[0])
+    kl_heads(pf, yf, out)
+    return out.reshape(lead)
+
+
+def _kl_torch(p: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor) -> np.ndarray:
+    """``kl_divergence`` in torch float64 on P's device."""
     pt = torch.as_tensor(p, dtype=torch.float64)
     yt = torch.as_tensor(y).to(dtype=torch.float64, device=pt.device)
     n = pt.shape[-1]
@@ -139,9 +166,14 @@ def kl_divergence(p: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor) ->
 
 def entropies(p: np.ndarray) -> np.ndarray:
     """``sum_ij p_ij log p_ij`` per matrix, float64, one matrix at a time: [B, n, n] -> [B]."""
+    out = np.zeros(p.shape[0])
+    if numba_available():
+        from workers.analysis.tsne.cpu_kernels import xlogx_heads
+
+        xlogx_heads(np.ascontiguousarray(p, dtype=np.float64), out)
+        return out
     from scipy.special import xlogy
 
-    out = np.zeros(p.shape[0])
     for b in range(p.shape[0]):
         pb = np.asarray(p[b], dtype=np.float64)
         out[b] = xlogy(pb, pb).sum()

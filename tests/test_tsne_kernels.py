@@ -1,0 +1,75 @@
+"""The fast engine's compiled CPU kernels against plain float64 numpy: the exact KL and its logarithm,
+P's entropy, and the forces and gradient of the optimiser (issue 34: each cut in CPU keeps the results)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from workers.analysis.tsne.affinities import _kl_torch, entropies, head_affinities, kl_divergence
+from workers.analysis.tsne.options import numba_available
+
+pytestmark = pytest.mark.skipif(not numba_available(), reason="the compiled kernels need numba")
+
+
+def random_p(batch: int, n: int, *, seed: int, sharp: float = 4.0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(size=(batch, n, n)) * sharp
+    a = np.exp(logits - logits.max(-1, keepdims=True))
+    return head_affinities(a / a.sum(-1, keepdims=True))
+
+
+def test_log64_is_within_two_ulp_of_numpy():
+    from workers.analysis.tsne.cpu_kernels import log64
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([
+        np.exp(rng.uniform(-744, 709, 100_000)),  # subnormal to near the largest float64
+        1.0 + rng.random(10_000) * 1e-9,  # log(1 + tiny d2): close points
+        [5e-324, 1e-310, 2.2250738585072014e-308, 1.0, 2.0, np.sqrt(2.0), np.nextafter(np.sqrt(2.0), 3.0), 0.5, 1.7e308],
+    ])  # fmt: skip
+    x = x[(x > 0) & np.isfinite(x)]
+    got, want = log64(x), np.log(x)
+    ulp = np.spacing(np.maximum(np.abs(want), np.finfo(float).tiny))
+    assert (np.abs(got - want) <= 2 * ulp + 1e-300).all(), np.abs(got - want).max()
+    assert log64(np.array([1.0]))[0] == 0.0
+
+
+@pytest.mark.parametrize("spread", [1e-3, 1.0, 30.0])
+def test_compiled_kl_equals_the_torch_kl(spread):
+    """The compiled KL (the one every engine reports) against the torch float64 KL: maps tight, ordinary
+    and wide, P with exact zeros and a non-symmetric P, batched as [2, 3] and as CPU tensors."""
+    p = random_p(6, 70, seed=1).reshape(2, 3, 70, 70)
+    p[0, 0, :5, 5:9] = 0.0
+    p[0, 1] = p[0, 1] * np.linspace(0.5, 1.5, 70)[:, None]  # not symmetric
+    y = np.random.default_rng(2).normal(size=(2, 3, 70, 2)) * spread
+    y[1, 2, 3] = y[1, 2, 4]  # two points at the same place
+    got = kl_divergence(p, y)
+    want = _kl_torch(p, y)
+    assert got.shape == (2, 3)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(
+        kl_divergence(torch.as_tensor(p), torch.as_tensor(y)), want, rtol=1e-12, atol=0
+    )
+    three = np.random.default_rng(3).normal(size=(2, 3, 70, 3))  # a 3-d map
+    np.testing.assert_allclose(kl_divergence(p, three), _kl_torch(p, three), rtol=1e-12, atol=0)
+
+
+def test_kl_of_a_non_finite_map_is_not_finite():
+    p = random_p(2, 20, seed=4)
+    y = np.random.default_rng(5).normal(size=(2, 20, 2))
+    y[0, 3, 0] = np.nan
+    y[1, 2, 1] = np.inf
+    assert not np.isfinite(kl_divergence(p, y)).any()
+
+
+def test_compiled_entropy_equals_xlogy():
+    from scipy.special import xlogy
+
+    p = random_p(3, 50, seed=6)
+    p[1, 0, 1:4] = 0.0
+    p[2, 4, 7] = 1e-310  # subnormal
+    np.testing.assert_allclose(entropies(p), [xlogy(q, q).sum() for q in p], rtol=1e-13, atol=0)
+    p[0, 1, 2] = -1e-3
+    assert np.isnan(entropies(p)[0]) and np.isfinite(entropies(p)[1:]).all()
