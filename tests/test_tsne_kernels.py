@@ -73,3 +73,25 @@ def test_compiled_entropy_equals_xlogy():
     np.testing.assert_allclose(entropies(p), [xlogy(q, q).sum() for q in p], rtol=1e-13, atol=0)
     p[0, 1, 2] = -1e-3
     assert np.isnan(entropies(p)[0]) and np.isfinite(entropies(p)[1:]).all()
+
+
+def test_kl_estimate_takes_each_pair_once_only_for_a_symmetric_p():
+    """The schedule's float32 KL estimate (``_cross_entropy``) is the exact KL to ~1e-6 relative, with
+    each pair once (``sym``) for a symmetric P, and over all pairs for a P that is not symmetric (the
+    host state checks which)."""
+    from workers.analysis.tsne.affinities import kernel_p
+    from workers.analysis.tsne.cpu_kernels import _cross_entropy
+    from workers.analysis.tsne.fast import _NumbaState
+
+    p = random_p(1, 90, seed=7)
+    y = (np.random.default_rng(8).normal(size=(1, 90, 2)) * 5).astype(np.float32)
+    lop = p * np.linspace(0.2, 1.8, 90)[:, None]  # rows scaled: not symmetric
+    lop /= lop.sum()
+    for q, sym in ((p, True), (lop, False)):
+        state = _NumbaState(kernel_p(q), y.astype(np.float64), entropies(q))
+        assert state.sym is sym
+        exact = kl_divergence(q, y.astype(np.float64))[0]
+        est = entropies(q)[0] + _cross_entropy(state.p[0], state.y[0, 0], state.y[0, 1], sym)
+        assert est == pytest.approx(exact, rel=2e-6)
+    wrong = entropies(lop)[0] + _cross_entropy(kernel_p(lop)[0], y[0, :, 0], y[0, :, 1], True)
+    assert wrong != pytest.approx(kl_divergence(lop, y.astype(np.float64))[0], rel=1e-3)

@@ -100,48 +100,85 @@ def _steps(p, y, u, g, buf, steps, ex, mom, lr, max_step):  # pragma: no cover -
             y[1, i] -= m1
 
 
+@intrinsic
+def _bits32(typingctx, x):  # pragma: no cover - compiled
+    """The bits of a float32 as an int32 (a bitcast: free, and vectorisable)."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
+def _from_bits32(typingctx, b):  # pragma: no cover - compiled
+    """The float32 whose bits are the low 32 bits of an integer."""
+    if not isinstance(b, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        low = args[0] if b.bitwidth == 32 else builder.trunc(args[0], ir.IntType(32))
+        return builder.bitcast(low, ir.FloatType())
+
+    return types.float32(b), codegen
+
+
+@njit(inline="always", **_OPT)
+def _log1p_d2(x):  # pragma: no cover - compiled
+    """``log x`` for float32 ``x = 1 + d2 >= 1``: ``x = 2^e m`` with m in [1, 2) through the float
+    bits, ``log m = 2 atanh(t)``, ``t = (m - 1) / (m + 1) < 1/3``, the series to t^9 (~1e-6)."""
+    one = _F(1.0)
+    b = _bits32(x)
+    e = _F((b >> 23) - 127)
+    m = _from_bits32((b & 0x7FFFFF) | 0x3F800000)
+    t = (m - one) / (m + one)
+    t2 = t * t
+    series = one + t2 * (_F(1 / 3) + t2 * (_F(1 / 5) + t2 * (_F(1 / 7) + t2 * _F(1 / 9))))
+    return e * _LN2 + _F(2.0) * t * series
+
+
 @njit(**_OPT)
-def _cross_entropy(p, y0, y1, d, e):  # pragma: no cover - compiled
+def _cross_entropy_row(pi, a0, a1, y0, y1):  # pragma: no cover - compiled
+    """``(sum_j w_ij, sum_j p_ij log(1 + d2_ij))`` over the points given (float32)."""
+    one = _F(1.0)
+    zi = _F(0.0)
+    si = _F(0.0)
+    for j in range(y0.shape[0]):
+        dx = a0 - y0[j]
+        dy = a1 - y1[j]
+        dj = one + dx * dx + dy * dy
+        zi += one / dj
+        si += pi[j] * _log1p_d2(dj)
+    return zi, si
+
+
+@njit(**_OPT)
+def _cross_entropy(p, y0, y1, sym):  # pragma: no cover - compiled
     """``-sum_ij p_ij log q_ij`` of one head (float32 terms, float64 sums; ~1e-7 relative).
 
-    ``log(1 + d2)`` is computed by splitting ``1 + d2 = 2^e * m`` through the float bits and
-    a short atanh series for ``log m``, so the loops vectorise (a libm call per pair cost 10x
-    the force evaluation). ``d`` and ``e`` are float32 scratch rows [n].
+    ``log(1 + d2)`` is computed by ``_log1p_d2`` so the loops vectorise (a libm call per pair cost 10x
+    the force evaluation). With ``sym`` (P exactly symmetric, as every P of the engine) each pair is
+    taken once, ``j > i``, and counted twice: half the work.
     """
     n = y0.shape[0]
-    one = _F(1.0)
-    bits = d.view(np.int32)
     z = 0.0
     s = 0.0
     for i in range(n):
-        pi = p[i]
-        a0 = y0[i]
-        a1 = y1[i]
-        zi = _F(0.0)
-        for j in range(n):
-            dx = a0 - y0[j]
-            dy = a1 - y1[j]
-            dj = one + dx * dx + dy * dy
-            d[j] = dj
-            zi += one / dj
-        for j in range(n):  # d = 2^e * m with m in [1, 2)
-            b = bits[j]
-            e[j] = _F((b >> 23) - 127)
-            bits[j] = (b & 0x7FFFFF) | 0x3F800000
-        si = _F(0.0)
-        for j in range(n):  # log m = 2 atanh(t), t = (m - 1) / (m + 1) < 1/3, series to t^9
-            m = d[j]
-            t = (m - one) / (m + one)
-            t2 = t * t
-            series = one + t2 * (_F(1 / 3) + t2 * (_F(1 / 5) + t2 * (_F(1 / 7) + t2 * _F(1 / 9))))
-            si += pi[j] * (e[j] * _LN2 + _F(2.0) * t * series)
-        z += zi - 1.0
-        s += si
+        if sym:
+            zi, si = _cross_entropy_row(p[i, i + 1 :], y0[i], y1[i], y0[i + 1 :], y1[i + 1 :])
+            z += 2.0 * zi
+            s += 2.0 * si
+        else:  # the diagonal adds w = 1 to zi and p_ii log 1 = 0 to si
+            zi, si = _cross_entropy_row(p[i], y0[i], y1[i], y0, y1)
+            z += zi - 1.0
+            s += si
     return s + np.log(max(z, 1e-30))
 
 
 @njit(parallel=True, cache=True)
-def run_round(p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, kl):  # pragma: no cover
+def run_round(p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, kl, sym):  # pragma: no cover
     """Advance each head in ``heads`` by ``steps`` iterations, then estimate its KL; heads run
     in parallel threads.
 
@@ -151,17 +188,18 @@ def run_round(p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, kl):  # 
         heads: int64 indices of the heads to advance.
         ex, mom, lr: [head] float32 exaggeration, momentum and learning rate of each head.
         entropy: [head] float64 ``sum p log p``; kl: [head] float64 output, ``KL(P || Q)``.
+        sym: every P is exactly symmetric (the KL estimate takes each pair once).
     """
     n = y.shape[2]
     for k in prange(heads.shape[0]):
         b = heads[k]
         buf = np.empty((4, n), np.float32)
         _steps(p[b], y[b], u[b], g[b], buf, steps, ex[b], mom[b], lr[b], max_step)
-        kl[b] = entropy[b] + _cross_entropy(p[b], y[b, 0], y[b, 1], buf[0], buf[1])
+        kl[b] = entropy[b] + _cross_entropy(p[b], y[b, 0], y[b, 1], sym)
 
 
 @njit(cache=True)
-def run_round_serial(p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, kl):  # pragma: no cover
+def run_round_serial(p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, kl, sym):  # pragma: no cover
     """``run_round`` on the calling thread: for a single head, idle threads that spin while
     waiting only take CPU from the one that works."""
     n = y.shape[2]
@@ -169,7 +207,7 @@ def run_round_serial(p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, k
         b = heads[k]
         buf = np.empty((4, n), np.float32)
         _steps(p[b], y[b], u[b], g[b], buf, steps, ex[b], mom[b], lr[b], max_step)
-        kl[b] = entropy[b] + _cross_entropy(p[b], y[b, 0], y[b, 1], buf[0], buf[1])
+        kl[b] = entropy[b] + _cross_entropy(p[b], y[b, 0], y[b, 1], sym)
 
 
 # ---------------------------------------------------------------------------- spectral start
