@@ -28,6 +28,33 @@ _F = np.float32
 _LN2 = np.float32(np.log(2.0))
 
 
+@intrinsic
+def _bits(typingctx, x):  # pragma: no cover - compiled
+    """The bits of a float32 / float64 as an int32 / int64 (a bitcast: free, and vectorisable)."""
+    if x not in (types.float32, types.float64):
+        return None
+    width = x.bitwidth
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(width))
+
+    return getattr(types, f"int{width}")(x), codegen
+
+
+@intrinsic
+def _from_bits(typingctx, b, like):  # pragma: no cover - compiled
+    """The float of ``like``'s type whose bits are the low bits of the integer ``b``."""
+    if not isinstance(b, types.Integer) or like not in (types.float32, types.float64):
+        return None
+    width = like.bitwidth
+
+    def codegen(context, builder, signature, args):
+        low = args[0] if b.bitwidth == width else builder.trunc(args[0], ir.IntType(width))
+        return builder.bitcast(low, ir.FloatType() if width == 32 else ir.DoubleType())
+
+    return like(b, like), codegen
+
+
 @njit(**_OPT)
 def _forces(p, y0, y1, out):  # pragma: no cover - compiled
     """Attraction (out[0:2]) and unnormalised repulsion (out[2:4]) of every point; returns Z."""
@@ -100,39 +127,14 @@ def _steps(p, y, u, g, buf, steps, ex, mom, lr, max_step):  # pragma: no cover -
             y[1, i] -= m1
 
 
-@intrinsic
-def _bits32(typingctx, x):  # pragma: no cover - compiled
-    """The bits of a float32 as an int32 (a bitcast: free, and vectorisable)."""
-    if x != types.float32:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-
-    return types.int32(types.float32), codegen
-
-
-@intrinsic
-def _from_bits32(typingctx, b):  # pragma: no cover - compiled
-    """The float32 whose bits are the low 32 bits of an integer."""
-    if not isinstance(b, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        low = args[0] if b.bitwidth == 32 else builder.trunc(args[0], ir.IntType(32))
-        return builder.bitcast(low, ir.FloatType())
-
-    return types.float32(b), codegen
-
-
 @njit(inline="always", **_OPT)
 def _log1p_d2(x):  # pragma: no cover - compiled
     """``log x`` for float32 ``x = 1 + d2 >= 1``: ``x = 2^e m`` with m in [1, 2) through the float
     bits, ``log m = 2 atanh(t)``, ``t = (m - 1) / (m + 1) < 1/3``, the series to t^9 (~1e-6)."""
     one = _F(1.0)
-    b = _bits32(x)
+    b = _bits(x)
     e = _F((b >> 23) - 127)
-    m = _from_bits32((b & 0x7FFFFF) | 0x3F800000)
+    m = _from_bits((b & 0x7FFFFF) | 0x3F800000, one)
     t = (m - one) / (m + one)
     t2 = t * t
     series = one + t2 * (_F(1 / 3) + t2 * (_F(1 / 5) + t2 * (_F(1 / 7) + t2 * _F(1 / 9))))
@@ -278,29 +280,6 @@ _SQRT2 = np.sqrt(2.0)
 _LN2_64 = np.log(2.0)
 
 
-@intrinsic
-def _bits(typingctx, x):  # pragma: no cover - compiled
-    """The bits of a float64 as an int64 (a bitcast: free, and vectorisable)."""
-    if x != types.float64:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(64))
-
-    return types.int64(types.float64), codegen
-
-
-@intrinsic
-def _from_bits(typingctx, b):  # pragma: no cover - compiled
-    if b != types.int64:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.DoubleType())
-
-    return types.float64(types.int64), codegen
-
-
 @njit(inline="always", **_EXACT)
 def _log64(x):  # pragma: no cover - compiled
     """``log(x)`` of a positive finite float64 to ~2 ulp: ``x = 2^e m`` with m in [sqrt(1/2), sqrt(2)),
@@ -310,7 +289,7 @@ def _log64(x):  # pragma: no cover - compiled
     x = x * 18014398509481984.0 if small else x
     b = _bits(x)
     e = ((b >> 52) & 0x7FF) - 1023 - (54 if small else 0)
-    m = _from_bits((b & 0xFFFFFFFFFFFFF) | 0x3FF0000000000000)  # [1, 2)
+    m = _from_bits((b & 0xFFFFFFFFFFFFF) | 0x3FF0000000000000, x)  # [1, 2)
     big = m > _SQRT2
     m = m * 0.5 if big else m
     e = e + 1 if big else e
