@@ -95,3 +95,19 @@ def test_kl_estimate_takes_each_pair_once_only_for_a_symmetric_p():
         assert est == pytest.approx(exact, rel=2e-6)
     wrong = entropies(lop)[0] + _cross_entropy(kernel_p(lop)[0], y[0, :, 0], y[0, :, 1], True)
     assert wrong != pytest.approx(kl_divergence(lop, y.astype(np.float64))[0], rel=1e-3)
+
+
+@pytest.mark.parametrize("size", [2, 3, 40, 150])
+def test_ritz_pairs_are_those_of_eigh_tridiagonal(size):
+    """The Lanczos start's Ritz solver calls LAPACK's drivers directly: bit for bit scipy's answer."""
+    from scipy.linalg import eigh_tridiagonal
+
+    from workers.analysis.tsne.start import _ritz
+
+    rng = np.random.default_rng(size)
+    alpha, beta = rng.normal(size=(3, 150)), np.abs(rng.normal(size=(3, 150)))
+    vals, vecs = _ritz(alpha, beta, size)
+    for i in range(3):
+        w, v = eigh_tridiagonal(alpha[i, :size], beta[i, : size - 1], select="i", select_range=(size - 2, size - 1))
+        np.testing.assert_array_equal(vals[i], w)
+        np.testing.assert_array_equal(vecs[i], v)
