@@ -111,3 +111,28 @@ def test_ritz_pairs_are_those_of_eigh_tridiagonal(size):
         w, v = eigh_tridiagonal(alpha[i, :size], beta[i, : size - 1], select="i", select_range=(size - 2, size - 1))
         np.testing.assert_array_equal(vals[i], w)
         np.testing.assert_array_equal(vecs[i], v)
+
+
+@pytest.mark.parametrize("spread", [1e-3, 1.0, 20.0])
+def test_forces_equal_the_float64_gradient(spread):
+    """The compiled forces (a true float32 division per pair since issue 34, no reciprocal estimate) and
+    the gradient they make equal a plain float64 numpy evaluation to float32 precision."""
+    from workers.analysis.tsne.affinities import kernel_p
+    from workers.analysis.tsne.cpu_kernels import _forces
+
+    n = 300
+    p = random_p(1, n, seed=9, sharp=3.0)[0]
+    y = (np.random.default_rng(10).normal(size=(2, n)) * spread).astype(np.float32)
+    out = np.empty((4, n), np.float32)
+    z = _forces(kernel_p(p[None])[0], y[0], y[1], out)
+    yd = y.astype(np.float64)
+    dx, dy = yd[0][:, None] - yd[0][None], yd[1][:, None] - yd[1][None]
+    w = 1.0 / (1.0 + dx**2 + dy**2)
+    np.fill_diagonal(w, 0.0)
+    want = np.stack([(p * w * dx).sum(1), (p * w * dy).sum(1), (w * w * dx).sum(1), (w * w * dy).sum(1)])
+    assert z == pytest.approx(w.sum(), rel=1e-6)
+    scale = np.abs(want).max(axis=1, keepdims=True)
+    assert (np.abs(out - want) <= 1e-5 * scale).all(), (np.abs(out - want) / scale).max(axis=1)
+    ex = 12.0
+    grad, want_grad = ex * out[:2] - out[2:] / z, ex * want[:2] - want[2:] / w.sum()
+    assert (np.abs(grad - want_grad) <= 1e-5 * np.abs(want_grad).max()).all()
