@@ -136,3 +136,33 @@ def test_forces_equal_the_float64_gradient(spread):
     ex = 12.0
     grad, want_grad = ex * out[:2] - out[2:] / z, ex * want[:2] - want[2:] / w.sum()
     assert (np.abs(grad - want_grad) <= 1e-5 * np.abs(want_grad).max()).all()
+
+
+def test_update_is_openTSNEs_rule_with_clipping():
+    """The branch-free update (``_update``): delta-bar-delta gains by the signs of update and gradient
+    (zeros included), momentum, the step clipped to ``max_step``, as a float64 numpy evaluation."""
+    from workers.analysis.tsne.cpu_kernels import _update
+
+    rng = np.random.default_rng(11)
+    n = 64
+    f = rng.normal(size=(4, n)).astype(np.float32) * np.float32(3)
+    f[:, :4] = 0.0  # zero gradients
+    u = rng.normal(size=(2, n)).astype(np.float32)
+    u[:, 4:8] = 0.0  # zero updates
+    g = rng.uniform(0.5, 2.0, size=(2, n)).astype(np.float32)
+    y = rng.normal(size=(2, n)).astype(np.float32)
+    ex, iz, mom, lr, max_step = 4.0, 0.5, 0.8, 3.0, 5.0
+    grad = ex * f[:2].astype(np.float64) - f[2:] * iz
+    want_g = np.where(np.sign(u) != np.sign(grad), g + 0.2, g * 0.8 + 0.01)
+    want_u = mom * u - lr * want_g * grad
+    norm = np.linalg.norm(want_u, axis=0)
+    assert (norm > max_step).sum() > 5  # clipping is exercised
+    want_u = np.where(norm > max_step, want_u / norm * max_step, want_u)
+    want_y = y + want_u
+    f32 = np.float32
+    uu, gg, yy = u.copy(), g.copy(), y.copy()
+    m0, m1 = _update(*f, uu[0], uu[1], gg[0], gg[1], yy[0], yy[1], f32(ex), f32(iz), f32(mom), f32(lr), f32(max_step))
+    np.testing.assert_allclose(gg, want_g, rtol=1e-6)
+    np.testing.assert_allclose(uu, want_u, rtol=1e-5, atol=1e-5 * np.abs(want_u).max())
+    np.testing.assert_allclose(yy, want_y, rtol=1e-5, atol=1e-5 * np.abs(want_y).max())
+    assert (m0, m1) == pytest.approx(tuple(yy.astype(np.float64).sum(1)), rel=1e-6, abs=1e-5)

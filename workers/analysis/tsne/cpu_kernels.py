@@ -93,6 +93,42 @@ def _forces(p, y0, y1, out):  # pragma: no cover - compiled
     return z
 
 
+@njit(**_DIV)
+def _update(ax, ay, rx, ry, u0, u1, g0, g1, y0, y1, ex, iz, mom, lr, max_step):  # pragma: no cover
+    """One step of every point from its forces (``_forces``' rows): gains, momentum update clipped to
+    ``max_step``, new positions (in place); returns the sums of the new positions. Branch-free, so the
+    loop vectorises (the branchy per-point loop cost ~6 % of an iteration at n = 452)."""
+    m0 = 0.0
+    m1 = 0.0
+    for i in range(y0.shape[0]):
+        gx = ex * ax[i] - rx[i] * iz
+        gy = ex * ay[i] - ry[i] * iz
+        ux = u0[i]
+        uy = u1[i]
+        # np.sign(update) != np.sign(gradient), as openTSNE: +0.2, else x0.8 + 0.01
+        keep_x = ((ux > 0) == (gx > 0)) and ((ux < 0) == (gx < 0))
+        keep_y = ((uy > 0) == (gy > 0)) and ((uy < 0) == (gy < 0))
+        hx = g0[i] * _F(0.8) + _F(0.01) if keep_x else g0[i] + _F(0.2)
+        hy = g1[i] * _F(0.8) + _F(0.01) if keep_y else g1[i] + _F(0.2)
+        ux = mom * ux - lr * hx * gx
+        uy = mom * uy - lr * hy * gy
+        norm = np.sqrt(ux * ux + uy * uy)
+        scale = max_step / max(norm, max_step)  # exactly 1 unless the step is clipped
+        ux *= scale
+        uy *= scale
+        g0[i] = hx
+        g1[i] = hy
+        u0[i] = ux
+        u1[i] = uy
+        a = y0[i] + ux
+        b = y1[i] + uy
+        y0[i] = a
+        y1[i] = b
+        m0 += a
+        m1 += b
+    return m0, m1
+
+
 @njit(**_OPT)
 def _steps(p, y, u, g, buf, steps, ex, mom, lr, max_step):  # pragma: no cover - compiled
     """``steps`` iterations of momentum gradient descent with delta-bar-delta gains (openTSNE's
@@ -101,29 +137,8 @@ def _steps(p, y, u, g, buf, steps, ex, mom, lr, max_step):  # pragma: no cover -
     for _ in range(steps):
         z = _forces(p, y[0], y[1], buf)
         iz = _F(1.0 / max(z, 1e-30))
-        m0 = 0.0
-        m1 = 0.0
-        for i in range(n):
-            norm = _F(0.0)
-            for c in range(2):
-                gc = ex * buf[c, i] - buf[c + 2, i] * iz
-                su = (u[c, i] > 0) - (u[c, i] < 0)
-                sg = (gc > 0) - (gc < 0)
-                if su != sg:  # np.sign(update) != np.sign(gradient), as openTSNE
-                    g[c, i] += _F(0.2)
-                else:
-                    g[c, i] = g[c, i] * _F(0.8) + _F(0.01)
-                u[c, i] = mom * u[c, i] - lr * g[c, i] * gc
-                norm += u[c, i] * u[c, i]
-            norm = np.sqrt(norm)
-            if norm > max_step:
-                s = max_step / norm
-                u[0, i] *= s
-                u[1, i] *= s
-            y[0, i] += u[0, i]
-            y[1, i] += u[1, i]
-            m0 += y[0, i]
-            m1 += y[1, i]
+        m0, m1 = _update(buf[0], buf[1], buf[2], buf[3], u[0], u[1], g[0], g[1], y[0], y[1],
+                         ex, iz, mom, lr, max_step)  # fmt: skip
         m0 /= n
         m1 /= n
         for i in range(n):
