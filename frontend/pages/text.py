@@ -262,8 +262,8 @@ def register(app: Dash, store: ResultStore) -> None:
                result.get("tokens") is not None, reduction, layers]
         if key == shown_key and req:  # same heatmaps as already drawn (e.g. a new head of the same text)
             return no_update, no_update
-        fig = heatmaps.get(json.dumps([source.get("kind"), source.get("id"), key]),
-                           lambda: F.max_attention_figure(result, reduction=reduction or "max", layers=layers or None))
+        fig = heatmaps.get(json.dumps([source.get("kind"), source.get("id"), key]), lambda: F.typed_arrays(
+            F.max_attention_spec(result, reduction=reduction or "max", layers=layers or None)))  # fmt: skip
         return fig, key
 
     @app.callback(  # the large map is drawn in the browser (text_heads: drawHead)
