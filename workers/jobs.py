@@ -126,7 +126,7 @@ class Reporter:
         items = []
         for k, v in result.items():
             hit = self._published.get(k)
-            items.append(f"{json.dumps(str(k))}:{hit[1] if hit is not None and hit[0] is v else protocol.dumps(v)}")
+            items.append(f"{protocol.dumps(str(k))}:{hit[1] if hit is not None and hit[0] is v else protocol.dumps(v)}")
         return "{" + ",".join(items) + "}"
 
     def _persist(self, blob: str) -> bool:
