@@ -27,7 +27,7 @@ from rq.job import Job
 from workers import protocol
 from workers.contracts import ANALYSIS_KINDS, LASF_MODELS, AnalysisRequest, PEAnalysisRequest
 from workers.errors import HeadscopeError
-from workers.layer_parts import parse_part_key, part_key
+from workers.layer_parts import part_key
 from workers.progress_lines import ProgressLines, progress_line
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,6 @@ class Reporter:
         self.ttl_s = ttl_s
         self._last_meta = 0.0
         self._lines = ProgressLines()
-        self._published: dict[str, tuple[Any, str]] = {}  # key -> (the value published, its JSON)
 
     def start(self) -> None:
         """A fresh attempt: forget the partials of an earlier one, count the computation."""
@@ -97,12 +96,8 @@ class Reporter:
     def partial(self, fields: dict[str, Any]) -> None:
         """Add top-level keys of the result so far (sections and the common keys)."""
         key = protocol.partial_key(self.id)
-        texts = {k: protocol.dumps(v) for k, v in fields.items()}
-        for k, v in fields.items():
-            if parse_part_key(k) is None:  # a section (or common key) the result holds as it is: ``finish`` reuses it
-                self._published[k] = (v, texts[k])
         with self.conn.pipeline() as pipe:
-            pipe.hset(key, mapping=texts)
+            pipe.hset(key, mapping={k: protocol.dumps(v) for k, v in fields.items()})
             pipe.expire(key, self.ttl_s)
             pipe.execute()
         done = [k for k in fields if k in WEIGHTS]
@@ -112,22 +107,12 @@ class Reporter:
 
     def finish(self, result: dict[str, Any]) -> int:
         """Store the result: a request's in the store (one transaction), else in Redis."""
-        blob = self._dumps(result)
+        blob = protocol.dumps(result)
         if not self._persist(blob):
             self.conn.set(protocol.result_key(self.id), blob, ex=self.ttl_s)
         self.job.meta.update(progress=1.0, message="done")
         self.job.save_meta()
         return len(blob)
-
-    def _dumps(self, result: dict[str, Any]) -> str:
-        """``protocol.dumps(result)``, with each value published as it is (the same object: a section is
-        never changed once published) spliced in from its partial's JSON instead of encoded again:
-        at 452 tokens on SmolLM2 the text explorer's result is 12 MB, 0.3 CPU s to encode."""
-        items = []
-        for k, v in result.items():
-            hit = self._published.get(k)
-            items.append(f"{protocol.dumps(str(k))}:{hit[1] if hit is not None and hit[0] is v else protocol.dumps(v)}")
-        return "{" + ",".join(items) + "}"
 
     def _persist(self, blob: str) -> bool:
         """Write a request's result to the store; False for other jobs or a database that is down
