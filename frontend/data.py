@@ -131,15 +131,15 @@ class ResultStore:
             self._put(key, hit)
         return hit
 
-    def status(self, source: dict[str, Any] | None, *, seen: dict[str, Any] | None = None) -> dict[str, Any]:
+    def status(self, source: dict[str, Any] | None, *, seen: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """A JobStatus-like dict for any source; errors become ``status == "failed"``.
 
         Keys: ``status``, ``progress``, ``message``, ``error``, ``result`` (finished) or the
         partial sections merged into one dict, ``request``, ``view`` (shares only).
         The result is shared between callers: read it, never change it.
 
-        ``seen``: what the page's poll saw of this job (its entry in ``{prefix}-job``: ``{"id", "status",
-        "sections"}``), for a callback that the poll's change set off. When the last status read for
+        ``seen``: what the page's poll saw of its jobs (``{prefix}-job`` or ``{prefix}-job-sections``: ``[{"id",
+        "status", "sections"}]``), for a callback that the poll's change set off. When the last status read for
         the job already holds all of it, that status is the answer, with no request: the poll has just
         read it, and a newer change sets the callback off again (at 452 tokens on SmolLM2 a quarter
         of the page server's requests to the API were these second reads).
@@ -157,11 +157,12 @@ class ResultStore:
             hit = self._get_cached(key)
             if hit is not None:
                 return hit
-            if seen is not None and seen.get("id") == sid:
+            saw = seen_job(seen, source)
+            if saw is not None:
                 with self._lock:
                     last = self._recent.get(key)
-                if last is not None and last["status"] == seen.get("status") \
-                        and set(seen.get("sections") or []) <= set(sections_of(last)):
+                if last is not None and last["status"] == saw.get("status") \
+                        and set(saw.get("sections") or []) <= set(sections_of(last)):
                     return last
             with self._job_lock(key):
                 hit = self._get_cached(key)  # finished while this call waited for another's download

@@ -173,7 +173,7 @@ def test_a_job_followed_to_its_end_is_not_read_again_whole(service, redis):
 
 
 def test_callbacks_set_off_by_a_poll_read_what_the_poll_read(service, redis):
-    """A callback that a poll's change set off (``status(seen=...)``, the poll's entry of the job) gets
+    """A callback that a poll's change set off (``status(seen=...)``, what the poll saw of its jobs) gets
     the status the poll has just read, with no request of its own; one whose poll saw more asks."""
     from frontend.data import sections_of, seen_job
 
@@ -192,11 +192,11 @@ def test_callbacks_set_off_by_a_poll_read_what_the_poll_read(service, redis):
         asked = len(transport.seen)
         publish(redis, job_id, {"hidden-tsne": {"layers": [0, 1, 2], "embedding": [[[0.0, 1.0]] * 3] * 3}})
         for _ in range(CALLBACKS):  # the heatmaps, the gallery, ...: what the poll saw, as it saw it
-            st = store.status(source, seen=seen_job(jobs, source))
+            st = store.status(source, seen=jobs)
             assert st["result"] == polled["result"] and "hidden-tsne" not in st["result"]
         assert len(transport.seen) == asked
         newer = [{**jobs[0], "sections": [*jobs[0]["sections"], "hidden-tsne"]}]  # the next poll saw more
-        assert "hidden-tsne" in store.status(source, seen=seen_job(newer, source))["result"]
+        assert "hidden-tsne" in store.status(source, seen=newer)["result"]
         assert len(transport.seen) > asked
         assert "hidden-tsne" in store.status(source)["result"]  # a call without ``seen`` always asks
     finally:

@@ -18,7 +18,7 @@ from dash import ClientsideFunction, Dash, Input, Output, State, ctx, dcc, html,
 
 from frontend import figures as F
 from frontend.api_client import ApiError
-from frontend.data import Built, ResultStore, int_list, int_or_none, seen_job
+from frontend.data import Built, ResultStore, int_list, int_or_none
 from frontend.heads import has_head
 from frontend.pages import text_heads
 from frontend.pages.common import (
@@ -251,7 +251,7 @@ def register(app: Dash, store: ResultStore) -> None:
         State("text-heatmap-key", "data"),
     )
     def _heatmaps(job, reduction, layers, source, shown_key):  # type: ignore[no-untyped-def]
-        st = store.status(source, seen=seen_job(job, source))
+        st = store.status(source, seen=job)
         result = st["result"]
         if not result.get("max-attention"):
             msg = {"none": "Press Analyze.", "failed": "No result."}.get(st["status"], "Computing maximum attention…")
@@ -275,11 +275,11 @@ def register(app: Dash, store: ResultStore) -> None:
         Input("text-selected", "data"),
         State("text-source", "data"),
     )
-    def _head_view(job, view_opts, selected, source):  # type: ignore[no-untyped-def]
+    def _head_view(_job, view_opts, selected, source):  # type: ignore[no-untyped-def]
         layer, head = (selected or {}).get("layer"), (selected or {}).get("head")
         if layer is None or head is None:
             return F.empty_figure(""), F.empty_figure(""), ""
-        st = store.status(source, seen=seen_job(job, source))
+        st = store.status(source)
         result = st["result"]
         rescale = "rescale" in (view_opts or [])
         if not result.get("head-tsne"):

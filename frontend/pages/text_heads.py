@@ -16,7 +16,7 @@ from dash import ClientsideFunction, Dash, Input, Output, Patch, State, dcc, htm
 
 from frontend import figures_gallery as G
 from frontend import figures_headview as HV
-from frontend.data import ResultStore, int_list, int_or_none, seen_job
+from frontend.data import ResultStore, int_list, int_or_none
 from frontend.figures import empty_figure
 from frontend.heads import gallery_section
 from frontend.pages.common import graph
@@ -185,7 +185,7 @@ def register(app: Dash, store: ResultStore) -> None:
         State("text-job", "data"),
     )
     def _gallery(_tick, layers, page, source, shown, job):  # type: ignore[no-untyped-def]
-        st = store.status(source, seen=seen_job(job, source))  # what set the tick off: read by the poll
+        st = store.status(source, seen=job)  # what set the tick off, as the poll read it
         return gallery_outputs(st, source, layers, page, shown)
 
     # The job's changes reach the gallery through a gate (assets/gallery.js): an update is asked for
@@ -252,8 +252,8 @@ def register(app: Dash, store: ResultStore) -> None:
         Input("text-hv-threshold", "value"),
         State("text-source", "data"),
     )
-    def _lines(job, selected, extra, threshold, source):  # type: ignore[no-untyped-def]
-        result = store.status(source, seen=seen_job(job, source))["result"]
+    def _lines(_job, selected, extra, threshold, source):  # type: ignore[no-untyped-def]
+        result = store.status(source)["result"]
         layer, head = (selected or {}).get("layer"), (selected or {}).get("head")
         model = HV.model_view_figure(result, layer=layer, head=head)
         if layer is None or head is None:
