@@ -250,8 +250,8 @@ def register(app: Dash, store: ResultStore) -> None:
         State("text-source", "data"),
         State("text-heatmap-key", "data"),
     )
-    def _heatmaps(_job, reduction, layers, source, shown_key):  # type: ignore[no-untyped-def]
-        st = store.status(source)
+    def _heatmaps(job, reduction, layers, source, shown_key):  # type: ignore[no-untyped-def]
+        st = store.status(source, seen=job)
         result = st["result"]
         if not result.get("max-attention"):
             msg = {"none": "Press Analyze.", "failed": "No result."}.get(st["status"], "Computing maximum attention…")
@@ -262,8 +262,8 @@ def register(app: Dash, store: ResultStore) -> None:
                result.get("tokens") is not None, reduction, layers]
         if key == shown_key and req:  # same heatmaps as already drawn (e.g. a new head of the same text)
             return no_update, no_update
-        fig = heatmaps.get(json.dumps([source.get("kind"), source.get("id"), key]),
-                           lambda: F.max_attention_figure(result, reduction=reduction or "max", layers=layers or None))
+        fig = heatmaps.get(json.dumps([source.get("kind"), source.get("id"), key]), lambda: F.typed_arrays(
+            F.max_attention_spec(result, reduction=reduction or "max", layers=layers or None)))  # fmt: skip
         return fig, key
 
     @app.callback(  # the large map is drawn in the browser (text_heads: drawHead)
