@@ -89,7 +89,7 @@ def gallery_outputs(st: dict[str, Any], source: dict[str, Any] | None, layers: l
     ``shown`` (the store ``text-gallery-key``) says what the browser has: the source, the page's
     shape and the layers drawn, and which heads' maps. While the gallery fills in, a page of the same
     shape gets only what changed as a partial update (``dash.Patch``: the new rows' pictures by index,
-    frames, annotations, title, meta; the new heads' maps), and the rows on screen are neither sent
+    frames, titles, title, meta; the new heads' maps), and the rows on screen are neither sent
     nor built again. Each update sets values (never appends), so one applied twice, or after a newer
     one, leaves the same figure: Dash drops a callback's answer when a newer call has started.
     """
@@ -126,7 +126,7 @@ def gallery_outputs(st: dict[str, Any], source: dict[str, Any] | None, layers: l
         fig["layout"]["images"][row] = image
     if upd["frames"] is not None:
         fig["data"][0] = upd["frames"]
-        fig["layout"]["annotations"] = upd["annotations"]
+        fig["data"][2] = upd["labels"]
     fig["layout"]["title"]["text"] = upd["title"]
     if (shown.get("drawn"), shown.get("complete")) != (gp.done, gp.complete):
         fig["layout"]["meta"] = upd["meta"]
