@@ -6,6 +6,7 @@ Profiled first (tests/bench/profile_browser.py, SmolLM2 at 452 tokens): most of 
 into frames nobody asked for. The progress bar's width was a CSS transition (0.3 s, not compositable):
 each progress change made Chromium draw ~18 frames, and each frame re-layerized the whole page of large
 figures (~4 ms of the main thread, plus compositor and GPU-process work): ~770 frames in a 20 s run.
+With no head selected (a fresh Analyze), each layer's head maps redrew the large map's empty figure.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from held_jobs import remove_running_job, start_running_job
 from redis import Redis
 from rq.job import Job
 from test_browser import WAIT_MS, Watch, browser  # noqa: F401 - fixture
+from test_gallery_layers import GALLERY_JS, HEAD_MAP_JS, HEADS, WATCH_MAPS_JS, HeldJob, deep_llama  # noqa: F401
 
 from workers import protocol
 
@@ -63,3 +65,31 @@ def test_a_progress_change_runs_no_animation(service, browser, tmp_path):  # noq
     finally:
         w.close()
         remove_running_job(redis, job_id)
+
+
+def test_new_head_maps_leave_the_empty_large_map_alone(service, deep_llama, browser, tmp_path):  # noqa: F811
+    """A fresh Analyze selects no head: the large map says how to open one. Each layer's maps (store
+    text-head-maps) used to redraw that same empty figure (heads.js drawHeadOnMaps); now it is left."""
+    held = HeldJob(service, deep_llama)
+    w = Watch(browser, service.url, tmp_path)
+    page = w.page
+    try:
+        page.goto(f"{service.url}/")
+        page.wait_for_selector("#head-tsne-graph .js-plotly-plot")
+        source = {"kind": "analysis", "id": held.id, "request": held.req.normalised()}
+        page.evaluate("(s) => window.dash_clientside.set_props('text-source', {data: s})", source)  # as Analyze does
+        page.wait_for_function(f"(({GALLERY_JS})?.panels || []).length === {HEADS}", timeout=WAIT_MS)
+        empty = f"{HEAD_MAP_JS}.layout.annotations[0].text"
+        assert page.evaluate(empty).startswith("Click a panel of the gallery")
+        page.evaluate(WATCH_MAPS_JS)
+        held.release(0)
+        page.wait_for_function(f"(({GALLERY_JS})?.panels || []).length === {2 * HEADS}", timeout=WAIT_MS)
+        page.wait_for_function("window.__onMaps.some((c) => c.heads.includes('1,0'))", timeout=WAIT_MS)
+        calls = page.evaluate("window.__onMaps")
+        assert calls and all(c["left"] for c in calls), calls  # new maps, still no head: no redraw
+        assert page.evaluate(f"{HEAD_MAP_JS}.data === window.__headData")
+        assert page.evaluate(empty).startswith("Click a panel of the gallery")
+        assert w.problems == [], w.problems
+    finally:
+        w.close()
+        held.close()
