@@ -16,7 +16,7 @@ from held_jobs import remove_running_job, start_running_job
 from redis import Redis
 from rq.job import Job
 from test_browser import WAIT_MS, Watch, browser  # noqa: F401 - fixture
-from test_gallery_layers import GALLERY_JS, HEAD_MAP_JS, HEADS, WATCH_MAPS_JS, HeldJob, deep_llama  # noqa: F401
+from test_gallery_layers import GALLERY_JS, HEAD_MAP_JS, HEADS, LAYERS, WATCH_MAPS_JS, HeldJob, deep_llama  # noqa: F401
 
 from workers import protocol
 
@@ -89,6 +89,54 @@ def test_new_head_maps_leave_the_empty_large_map_alone(service, deep_llama, brow
         assert calls and all(c["left"] for c in calls), calls  # new maps, still no head: no redraw
         assert page.evaluate(f"{HEAD_MAP_JS}.data === window.__headData")
         assert page.evaluate(empty).startswith("Click a panel of the gallery")
+        assert w.problems == [], w.problems
+    finally:
+        w.close()
+        held.close()
+
+
+# every Plotly.react of the page's graphs (dcc.Graph draws each new figure with it), counted by graph
+REACTS_JS = """() => {
+  window.__reacts = {};
+  const P = window.Plotly, react = P.react;
+  P.react = function (gd) {
+    const id = (gd.closest('[id]') || {}).id;
+    window.__reacts[id] = (window.__reacts[id] || 0) + 1;
+    return react.apply(this, arguments);
+  };
+}"""
+DRAWN_JS = "(document.querySelector('#{} .js-plotly-plot')?.data || []).length > 0"
+
+
+def test_the_head_views_are_redrawn_only_when_what_they_show_changes(service, deep_llama, browser, tmp_path):  # noqa: F811
+    """With a head open, the rest of the job (the gallery's layers, the whole gallery, the hidden states,
+    the end) used to re-send and redraw the matrix, the hidden-state map, the lines and the model view
+    with every section. Now the matrix and the lines are drawn once, the hidden-state map again only when
+    the hidden states arrive, the model view only when the gallery is complete."""
+    held = HeldJob(service, deep_llama)
+    w = Watch(browser, service.url, tmp_path)
+    page = w.page
+    try:
+        page.goto(f"{service.url}/?analysis={held.id}&layer=1&head=2")  # the job's own selected head
+        page.wait_for_function(f"(({GALLERY_JS})?.panels || []).length === {HEADS}", timeout=WAIT_MS)
+        for graph in ("attention-matrix-graph", "head-view-graph"):
+            page.wait_for_function(DRAWN_JS.format(graph), timeout=WAIT_MS)
+        page.wait_for_function("document.querySelectorAll('.dash-graph--pending').length === 0", timeout=WAIT_MS)
+        matrix = page.evaluate("document.querySelector('#attention-matrix-graph .js-plotly-plot').data[0].z")
+        page.evaluate(REACTS_JS)
+        for layer in range(LAYERS):
+            held.release(layer)
+        held.finish()  # its last progress message: "done" (no worker marks the held job finished)
+        page.wait_for_function("document.querySelector('#text-status').textContent.includes('done')", timeout=WAIT_MS)
+        page.wait_for_function(f"({GALLERY_JS})?.complete === true", timeout=WAIT_MS)
+        page.wait_for_function(DRAWN_JS.format("hidden-tsne-graph"), timeout=WAIT_MS)
+        page.wait_for_function("document.querySelectorAll('.dash-graph--pending').length === 0", timeout=WAIT_MS)
+        reacts = page.evaluate("window.__reacts")
+        assert reacts.get("attention-matrix-graph", 0) == 0 and reacts.get("head-view-graph", 0) == 0, reacts
+        assert reacts.get("hidden-tsne-graph") == 1, reacts  # the hidden states arrived
+        assert reacts.get("model-view-graph") == 1, reacts  # every head's attention arrived
+        assert page.evaluate("document.querySelector('#attention-matrix-graph .js-plotly-plot').data[0].z") == matrix
+        assert "KL standard t-SNE of X[2]" in page.inner_text("#text-kl")  # the hidden state's KL joined the line
         assert w.problems == [], w.problems
     finally:
         w.close()
