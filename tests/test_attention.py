@@ -106,3 +106,38 @@ def test_kl_is_zero_only_for_a_perfect_fit_and_positive_otherwise():
     assert kl > 0
     manual = np.sum(p[p > 0] * np.log(p[p > 0] / q[p > 0]))
     assert kl == pytest.approx(manual, rel=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-4, 1.0, 1e4])
+def test_every_row_hits_the_perplexity_at_any_scale_as_bisection_does(scale):
+    """Newton's steps on log β (affinities.conditional_from_distances) reach each row's perplexity
+    whatever the data's scale, and give bisection's P (a plain reference here) within its tolerance."""
+    rng = np.random.default_rng(3)
+    x = scale * rng.normal(size=(120, 16)) * rng.uniform(0.2, 3.0, size=(120, 1))  # rows of unlike spread
+    pc = conditional_probabilities(x, perplexity=20)
+    ent = -np.sum(np.where(pc > 0, pc * np.log(np.where(pc > 0, pc, 1)), 0), axis=1)
+    np.testing.assert_allclose(ent, np.log(20), atol=1e-5)
+    assert np.all(np.diag(pc) == 0)
+    d2 = ((x[:, None] - x[None]) ** 2).sum(-1)
+    np.fill_diagonal(d2, np.inf)
+    lo, hi = np.full(120, 1e-30), np.full(120, 1e30)
+    for _ in range(400):  # bisection on log β, to the end
+        beta = np.sqrt(lo * hi)
+        w = np.exp(-(d2 - d2.min(axis=1, keepdims=True)) * beta[:, None])
+        p = w / w.sum(axis=1, keepdims=True)
+        h = -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1)), 0), axis=1)
+        lo, hi = np.where(h > np.log(20), beta, lo), np.where(h > np.log(20), hi, beta)
+    np.testing.assert_allclose(pc, p, atol=1e-4 * p.max())
+
+
+def test_a_row_with_more_duplicates_than_the_perplexity_is_uniform_over_them():
+    """A repeated token's states coincide: with k >= perplexity copies its entropy cannot come down
+    to log(perplexity); its P is the limit, uniform over the copies (and other rows are unaffected)."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(60, 8))
+    x[:25] = x[0]  # 25 copies of one point: each has 24 others at distance 0
+    pc = conditional_probabilities(x, perplexity=10)
+    np.testing.assert_allclose(pc[:25, :25], (1 - np.eye(25)) / 24, atol=1e-12)
+    assert np.all(pc[:25, 25:] == 0)
+    ent = -np.sum(np.where(pc > 0, pc * np.log(np.where(pc > 0, pc, 1)), 0), axis=1)
+    np.testing.assert_allclose(ent[25:], np.log(10), atol=1e-5)

@@ -70,13 +70,14 @@ class _NumbaState:
         self.g = np.ones_like(self.y)
         self.entropy = entropy
         self.kl = np.zeros(p.shape[0])
+        self.sym = all(np.array_equal(h, h.T) for h in self.p)  # as every P of the engine is
 
     def run(self, heads: np.ndarray, steps: int, ex, mom, lr, max_step: float) -> np.ndarray:
         f32 = np.float32
         kernel = self.kernels.run_round if len(heads) > 1 else self.kernels.run_round_serial
         kernel(
             self.p, self.y, self.u, self.g, heads.astype(np.int64), int(steps),
-            ex.astype(f32), mom.astype(f32), lr.astype(f32), f32(max_step), self.entropy, self.kl,
+            ex.astype(f32), mom.astype(f32), lr.astype(f32), f32(max_step), self.entropy, self.kl, self.sym,
         )  # fmt: skip
         return self.kl[heads].copy()
 
