@@ -16,7 +16,15 @@ from held_jobs import remove_running_job, start_running_job
 from redis import Redis
 from rq.job import Job
 from test_browser import WAIT_MS, Watch, browser  # noqa: F401 - fixture
-from test_gallery_layers import GALLERY_JS, HEAD_MAP_JS, HEADS, LAYERS, WATCH_MAPS_JS, HeldJob, deep_llama  # noqa: F401
+from test_gallery_layers import (  # noqa: F401
+    GALLERY_JS,
+    HEAD_MAP_JS,
+    HEADS,
+    LAYERS,
+    WATCH_MAPS_JS,
+    HeldJob,
+    deep_llama,
+)
 
 from workers import protocol
 
