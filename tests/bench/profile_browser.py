@@ -140,7 +140,10 @@ def trace_summary(trace: dict | list, top: int) -> None:
                 self_t[label(stack[-1])] -= e["dur"]
             self_t[label(e)] += e["dur"]
             stack.append(e)
-        print(f"  renderer main thread {key}: self time per event (s)")
+        frames = sum(e["name"] == "ProxyMain::BeginMainFrame" for e in by_thread[key])
+        if not frames:
+            continue  # another renderer (an extension's, DevTools')
+        print(f"  renderer main thread {key}: {frames} frames (BeginMainFrame); self time per event (s)")
         for name, us in self_t.most_common(top):
             print(f"    {us / 1e6:7.3f}  {name}")
 
