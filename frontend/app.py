@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import Any
 
 import dash
+import plotly.io as pio
 from dash import Input, Output, State, dcc, html
 
 from frontend import pages
@@ -89,6 +90,10 @@ def create_dash_app(api_base_url: str, *, client: ApiClient | None = None) -> da
     """The dashboard, talking to the API at ``api_base_url`` over HTTP."""
     client = client or ApiClient(api_base_url)
     store = ResultStore(client)
+    # Dash encodes every answer with plotly's JSON engine, orjson when installed (it is: workers.protocol):
+    # its engine walks each list in Python first, and the gallery's head maps (lists of floats) took 1.6x
+    # the standard library's CPU (docs/dashboard.md)
+    pio.json.config.default_engine = "json"
     app = dash.Dash(
         __name__,
         requests_pathname_prefix="/",

@@ -11,6 +11,8 @@ Term curves live in ``figures_terms.py``, positional encodings in ``figures_pe.p
 from __future__ import annotations
 
 import html
+import json
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -194,17 +196,27 @@ def max_attention_figure(
 ) -> go.Figure:
     """One heads x tokens heatmap per layer, stacked; clicking a cell names (layer, head).
 
-    Each cell's customdata is ``[token, layer, head]``.
+    Each cell's customdata is ``[token, layer, head]``. The figure of ``max_attention_spec``.
     """
+    return go.Figure(max_attention_spec(result, reduction=reduction, layers=layers))
+
+
+def max_attention_spec(
+    result: dict[str, Any], *, reduction: str = "max", layers: list[int] | None = None
+) -> dict[str, Any]:
+    """``max_attention_figure`` as the plotly JSON it sends (``{"data", "layout"}``), built without
+    plotly's per-property validation: at 452 tokens on SmolLM2 (30 layers x 9 heads) validating the
+    cells' hover labels took ~0.3 of the page server's ~0.4 CPU s per draw (docs/dashboard.md).
+    ``tests/test_figures.py`` holds that plotly's validation leaves it unchanged."""
     section = result.get("max-attention")
     if not section:
-        return empty_figure("No maximum-attention result yet.")
+        return empty_figure("No maximum-attention result yet.").to_plotly_json()
     key = "max_attention" if reduction == "max" else "mean_attention"
     data = np.asarray(section[key], dtype=np.float64)  # [layer, head, token]
     n_layers, n_heads, n_tok = data.shape
     shown = shown_layers(result, layers)
     if not shown:
-        return empty_figure("No layer selected.")
+        return empty_figure("No layer selected.").to_plotly_json()
     kept = section.get("kept") or list(range(n_tok))
     labels = token_labels(result, kept)
     over = "queries i >= j (causal)" if section.get("causal") else "queries"  # who can see key j
@@ -215,48 +227,78 @@ def max_attention_figure(
         w = windows[layer] if layer < len(windows) else None
         return f"layer {layer} (local: each query sees the last {w} keys)" if w else f"layer {layer}"
 
-    fig = make_subplots(
-        rows=len(shown), cols=1, shared_xaxes=True, vertical_spacing=min(0.08, 0.3 / len(shown)),
-        subplot_titles=[title(layer) for layer in shown],
-    )
+    layout = _stacked_layout(len(shown), min(0.08, 0.3 / len(shown)))
+    for note, layer in zip(layout["annotations"], shown, strict=True):
+        note["text"] = title(layer)
     zmax = float(data[shown].max()) or 1.0
     small = np.int16 if max(len(kept), n_layers, n_heads, *kept) < 2**15 else np.int32
-    text = [labels] * n_heads  # (z and customdata are numpy: no per-cell validation, typed arrays on the wire)
+    text = [labels] * n_heads  # (z and customdata are numpy: typed arrays on the wire)
+    traces = []
     for row, layer in enumerate(shown, start=1):
         custom = np.empty((n_heads, n_tok, 3), dtype=small)  # [head, token, (token, layer, head)]
         custom[..., 0], custom[..., 1], custom[..., 2] = np.asarray(kept), layer, np.arange(n_heads)[:, None]
-        fig.add_trace(
-            go.Heatmap(
-                z=data[layer].astype(np.float32),
-                x=list(range(n_tok)),
-                y=list(range(n_heads)),
-                customdata=custom,
-                coloraxis="coloraxis",
-                hovertemplate=f"layer {layer}, head %{{y}}<br>token %{{customdata[0]}}: "
-                "%{text}<br>" + reduction + " attention %{z:.3f}<br>" + reduction + " over the "
-                + over + " that see this token<extra></extra>",
-                text=text,
-                name=f"layer {layer}",
-                xgap=1,
-                ygap=1,
-            ),
-            row=row,
-            col=1,
-        )
-        fig.update_yaxes(title_text="head", autorange="reversed", dtick=1 if n_heads <= 16 else None,
-                         row=row, col=1, tickfont={"size": 9})
-    fig.update_xaxes(**_token_ticks(labels), row=len(shown), col=1)
-    fig.update_layout(
+        suffix = "" if row == 1 else str(row)
+        traces.append({
+            "type": "heatmap", "z": data[layer].astype(np.float32), "x": list(range(n_tok)),
+            "y": list(range(n_heads)), "customdata": custom, "coloraxis": "coloraxis",
+            "hovertemplate": f"layer {layer}, head %{{y}}<br>token %{{customdata[0]}}: "
+            "%{text}<br>" + reduction + " attention %{z:.3f}<br>" + reduction + " over the "
+            + over + " that see this token<extra></extra>",
+            "text": text, "name": f"layer {layer}", "xgap": 1, "ygap": 1,
+            "xaxis": f"x{suffix}", "yaxis": f"y{suffix}",
+        })  # fmt: skip
+        axis = {"title": {"text": "head"}, "autorange": "reversed", "tickfont": {"size": 9}}
+        if n_heads <= 16:
+            axis["dtick"] = 1
+        layout[f"yaxis{suffix}"].update(axis)
+    layout[f"xaxis{'' if len(shown) == 1 else len(shown)}"].update(_token_ticks(labels))
+    layout.update(
         height=int(90 + len(shown) * (40 + 15 * n_heads)),
-        coloraxis={"colorscale": HEAT_SCALE, "cmin": 0.0, "cmax": zmax,
+        coloraxis={"colorscale": _colorscale(HEAT_SCALE), "cmin": 0.0, "cmax": zmax,
                    "colorbar": {"title": {"text": reduction}, "thickness": 12}},
         margin={"l": 60, "r": 20, "t": 60, "b": 90},
         title={"text": f"{what} per layer: heads x tokens — click a cell to open that head",
                "font": {"size": 14}},
         plot_bgcolor="white",
         meta={"highlight": "columns", "layers": shown},
-    )
-    return fig
+    )  # fmt: skip
+    return {"data": traces, "layout": layout}
+
+
+def typed_arrays(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` with its traces' numpy arrays as plotly.js typed arrays (``{"dtype", "bdata", "shape"}``),
+    as a ``go.Figure`` sends them: what a Dash callback returns for a figure built as a dict (Dash
+    encodes a dict's arrays as nested lists). The arrays are not copied."""
+    try:
+        from _plotly_utils.utils import to_typed_array_spec
+    except ImportError:  # plotly < 6 sends lists either way
+        return spec
+    data = [{k: to_typed_array_spec(v) if isinstance(v, np.ndarray) else v for k, v in trace.items()}
+            for trace in spec.get("data") or []]  # fmt: skip
+    return {**spec, "data": data}
+
+
+@lru_cache(maxsize=32)
+def _stacked_layout_json(rows: int, spacing: float) -> str:
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=spacing,
+                        subplot_titles=[f"row {r}" for r in range(rows)])  # fmt: skip
+    return json.dumps(fig.layout.to_plotly_json())
+
+
+def _stacked_layout(rows: int, spacing: float) -> dict[str, Any]:
+    """A fresh copy of ``make_subplots``' layout of ``rows`` stacked plots sharing their x axis, one
+    title annotation per row (made once per shape: ~0.1 CPU s at 30 rows)."""
+    return json.loads(_stacked_layout_json(rows, spacing))
+
+
+def _colorscale(name: str) -> list[list[Any]]:
+    """A named colour scale as plotly's validation writes it (``[[0.0, "rgb(...)"], ...]``)."""
+    return [list(step) for step in _named_scale(name)]
+
+
+@lru_cache(maxsize=8)
+def _named_scale(name: str) -> tuple[tuple[float, str], ...]:
+    return tuple(tuple(step) for step in go.layout.Coloraxis(colorscale=name).colorscale)
 
 
 def shown_layers(result: dict[str, Any], layers: list[int] | None) -> list[int]:

@@ -45,7 +45,9 @@ def fit_axis(values: np.ndarray, *, k: int = 100) -> AxisRescale:
     levels = np.linspace(0.0, 1.0, k + 1)
     q = np.quantile(v, levels)
     uniq, inverse = np.unique(q, return_inverse=True)
-    merged = np.array([levels[inverse == i].mean() for i in range(uniq.size)])
+    # each knot's level: the mean of the levels of its repeated quantiles (one pass: the gallery's
+    # 270 maps fit 540 axes per update)
+    merged = np.bincount(inverse, weights=levels, minlength=uniq.size) / np.bincount(inverse, minlength=uniq.size)
     if uniq.size > 1:
         merged[0], merged[-1] = 0.0, 1.0
     return AxisRescale(knots=uniq, levels=merged)

@@ -49,6 +49,25 @@ def test_max_attention_heatmaps_have_token_labels_and_values(head_result):
     np.testing.assert_allclose(np.asarray(mean.data[0].z), np.asarray(head_result["max-attention"]["mean_attention"])[4])
 
 
+def test_the_heatmaps_sent_as_a_dict_are_the_figure_plotly_validates(head_result):
+    """The page sends ``max_attention_spec`` (built without plotly's validation) with its arrays typed as
+    a ``go.Figure`` sends them: the same JSON as the validated figure, for every view of the heatmaps."""
+    import plotly.graph_objects as go
+    from plotly.io.json import to_json_plotly
+
+    windowed = {**head_result, "max-attention": {**head_result["max-attention"], "windows": [None, 4, None, 4]}}
+    for result, kw in ((head_result, {}), (head_result, {"reduction": "mean", "layers": [4, 1]}),
+                       (head_result, {"layers": [3]}), (windowed, {"layers": [1, 2]})):
+        spec = F.max_attention_spec(result, **kw)
+        sent = json.loads(to_json_plotly(F.typed_arrays(spec)))
+        assert sent == json.loads(to_json_plotly(go.Figure(spec))), kw
+        assert all(isinstance(t["z"], dict) and t["z"]["dtype"] == "f4" for t in sent["data"])  # typed, not lists
+        assert [a["text"] for a in sent["layout"]["annotations"]][:1] == [
+            f"layer {(kw.get('layers') or [0])[0]}" + (" (local: each query sees the last 4 keys)"
+                                                     if result is windowed else "")]
+    assert F.max_attention_spec({}) == F.empty_figure("No maximum-attention result yet.").to_plotly_json()
+
+
 def test_clicking_a_heatmap_cell_names_layer_and_head(head_result):
     layers = F.shown_layers(head_result, [0, 3, 5])
     assert layers == [0, 3, 5]

@@ -170,3 +170,34 @@ def test_a_job_followed_to_its_end_is_not_read_again_whole(service, redis):
             assert c.get(f"/api/analyses/{job_id}", params={"result": "some"}).status_code == 422
     finally:
         remove_running_job(redis, job_id)
+
+
+def test_callbacks_set_off_by_a_poll_read_what_the_poll_read(service, redis):
+    """A callback that a poll's change set off (``status(seen=...)``, what the poll saw of its jobs) gets
+    the status the poll has just read, with no request of its own; one whose poll saw more asks."""
+    from frontend.data import sections_of, seen_job
+
+    request = {"model": "minilm", "text": "a job read by its poll", "options": {"all_heads": True},
+               "analyses": ["max-attention", "head-tsne", "hidden-tsne"]}
+    job_id = start_job(redis, request)
+    transport = Recording()
+    store = ResultStore(ApiClient(service.url, transport=transport))
+    source = {"kind": "analysis", "id": job_id}
+    common = {"tokens": ["[CLS]", "a", "[SEP]"], "n_tokens": 3, "n_layers": 2, "n_heads": 2}
+    try:
+        publish(redis, job_id, {**common, "max-attention": {"max_attention": [[[0.5, 0.25, 0.25]] * 2] * 2}})
+        polled = store.status(source)  # the poll
+        jobs = [{"id": job_id, "status": polled["status"], "sections": sections_of(polled)}]
+        assert seen_job(jobs, source) == jobs[0] and seen_job(jobs, {"id": "other"}) is None
+        asked = len(transport.seen)
+        publish(redis, job_id, {"hidden-tsne": {"layers": [0, 1, 2], "embedding": [[[0.0, 1.0]] * 3] * 3}})
+        for _ in range(CALLBACKS):  # the heatmaps, the gallery, ...: what the poll saw, as it saw it
+            st = store.status(source, seen=jobs)
+            assert st["result"] == polled["result"] and "hidden-tsne" not in st["result"]
+        assert len(transport.seen) == asked
+        newer = [{**jobs[0], "sections": [*jobs[0]["sections"], "hidden-tsne"]}]  # the next poll saw more
+        assert "hidden-tsne" in store.status(source, seen=newer)["result"]
+        assert len(transport.seen) > asked
+        assert "hidden-tsne" in store.status(source)["result"]  # a call without ``seen`` always asks
+    finally:
+        remove_running_job(redis, job_id)

@@ -61,3 +61,15 @@ def test_repeated_values_do_not_divide_by_zero():
 def test_rejects_empty_input():
     with pytest.raises(ValueError, match="no finite values"):
         fit_axis(np.array([np.nan]))
+
+
+def test_repeated_quantiles_merge_to_the_mean_of_their_levels():
+    x = np.array([1.0] * 40 + [2.0] * 7 + list(np.linspace(3.0, 4.0, 20)) + [9.0] * 30)
+    k = 50
+    axis = fit_axis(x, k=k)
+    levels = np.linspace(0.0, 1.0, k + 1)
+    q = np.quantile(x, levels)
+    assert axis.knots.size < k + 1  # some quantiles repeat
+    for i, knot in enumerate(axis.knots):
+        want = levels[q == knot].mean() if 0 < i < axis.knots.size - 1 else float(i > 0)
+        assert axis.levels[i] == pytest.approx(want, abs=1e-12), (i, knot)

@@ -251,8 +251,8 @@ def register(app: Dash, store: ResultStore) -> None:
         State("text-source", "data"),
         State("text-heatmap-key", "data"),
     )
-    def _heatmaps(_job, reduction, layers, source, shown_key):  # type: ignore[no-untyped-def]
-        st = store.status(source)
+    def _heatmaps(job, reduction, layers, source, shown_key):  # type: ignore[no-untyped-def]
+        st = store.status(source, seen=job)
         result = st["result"]
         if not result.get("max-attention"):
             msg = {"none": "Press Analyze.", "failed": "No result."}.get(st["status"], "Computing maximum attention…")
@@ -263,8 +263,8 @@ def register(app: Dash, store: ResultStore) -> None:
                result.get("tokens") is not None, reduction, layers]
         if key == shown_key and req:  # same heatmaps as already drawn (e.g. a new head of the same text)
             return no_update, no_update
-        fig = heatmaps.get(json.dumps([source.get("kind"), source.get("id"), key]),
-                           lambda: F.max_attention_figure(result, reduction=reduction or "max", layers=layers or None))
+        fig = heatmaps.get(json.dumps([source.get("kind"), source.get("id"), key]), lambda: F.typed_arrays(
+            F.max_attention_spec(result, reduction=reduction or "max", layers=layers or None)))  # fmt: skip
         return fig, key
 
     @app.callback(  # the large map is drawn in the browser (text_heads: drawHead)
@@ -278,10 +278,11 @@ def register(app: Dash, store: ResultStore) -> None:
         State("text-source", "data"),
         State("text-head-view-key", "data"),
     )
-    def _head_view(_job, view_opts, selected, source, shown):  # type: ignore[no-untyped-def]
+    def _head_view(job, view_opts, selected, source, shown):  # type: ignore[no-untyped-def]
         layer, head = (selected or {}).get("layer"), (selected or {}).get("head")
         rescale = "rescale" in (view_opts or [])
-        st = store.status(source) if layer is not None and head is not None else {"status": "none", "result": {}}
+        none = {"status": "none", "result": {}}
+        st = store.status(source, seen=job) if layer is not None and head is not None else none
         result = st["result"]
         matrix = head_view_key(source, st, layer=layer, head=head, options=[])
         keys = {"matrix": matrix, "hidden": [*matrix, rescale, *section_layers(result.get("hidden-tsne"))]}

@@ -183,9 +183,10 @@ def register(app: Dash, store: ResultStore) -> None:
         Input("text-gallery-page", "value"),
         State("text-source", "data"),
         State("text-gallery-key", "data"),
+        State("text-job", "data"),
     )
-    def _gallery(_tick, layers, page, source, shown):  # type: ignore[no-untyped-def]
-        st = store.status(source)
+    def _gallery(_tick, layers, page, source, shown, job):  # type: ignore[no-untyped-def]
+        st = store.status(source, seen=job)  # what set the tick off, as the poll read it
         return gallery_outputs(st, source, layers, page, shown)
 
     # The job's changes reach the gallery through a gate (assets/gallery.js): an update is asked for
@@ -254,8 +255,8 @@ def register(app: Dash, store: ResultStore) -> None:
         State("text-source", "data"),
         State("text-lines-key", "data"),
     )
-    def _lines(_job, selected, extra, threshold, source, shown):  # type: ignore[no-untyped-def]
-        st = store.status(source)
+    def _lines(job, selected, extra, threshold, source, shown):  # type: ignore[no-untyped-def]
+        st = store.status(source, seen=job)  # what the poll read (frontend.data.ResultStore.status)
         result = st["result"]
         layer, head = (selected or {}).get("layer"), (selected or {}).get("head")
         try:
