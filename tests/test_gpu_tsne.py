@@ -133,11 +133,14 @@ def test_layout_choice(setting):
         gpu_kernels.layout(1, 512, torch.device("cpu"))
 
 
-def test_device_plan_is_the_host_plan():
-    """Fed the same KL estimates, the device schedule makes every decision the host one does."""
+@pytest.mark.parametrize("knobs", [{}, {"partial_window": True, "main_tol": 2e-2, "settle_tol": 1e-3, "min_settle": 0}],
+                         ids=["full-window", "partial-window-settle-tol"])
+def test_device_plan_is_the_host_plan(knobs):
+    """Fed the same KL estimates, the device schedule makes every decision the host one does
+    (also with the optional rules: partial windows, the main phase's and the settle phase's tolerances)."""
     rng = np.random.default_rng(0)
     options = TSNEOptions(early_exaggeration_iter=120, n_iter=300)
-    schedule = FastSchedule(check_every=25, window=50, min_early=50, min_main=50, settle_iter=60)
+    schedule = FastSchedule(check_every=25, window=75, min_early=50, min_main=50, settle_iter=60, **knobs)
     batch, n = 6, 30
     host = _Plan.make(batch, n, options=options, schedule=schedule)
     st = gpu_tsne.DeviceState(torch.zeros(batch, n, n), torch.zeros(batch, n, 2),
@@ -160,7 +163,7 @@ def test_device_plan_is_the_host_plan():
         dev.advance(torch.as_tensor(steps, dtype=torch.int32), kl, st.y)
         for k in np.unique(want[act]):
             group = act[want[act] == k]
-            host.advance(group, int(k), level[group], schedule.tol)
+            host.advance(group, int(k), level[group])
         np.testing.assert_array_equal(dev.phase.numpy(), host.phase)
         np.testing.assert_array_equal(dev.used.numpy(), host.used)
     assert (host.phase == 3).all()

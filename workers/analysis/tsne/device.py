@@ -37,6 +37,7 @@ from workers.analysis.tsne.options import (
     TSNEOptions,
     triton_available,
 )
+from workers.analysis.tsne.schedule import phase_tols
 from workers.analysis.tsne.start import initial_embedding
 from workers.errors import HeadscopeError
 
@@ -174,6 +175,8 @@ class DevicePlan:
     caps: tuple[int, int, int]
     cap: torch.Tensor  # [4] long: caps of phases 0-2, 0 for done
     low: torch.Tensor  # [4] long: minimum iterations of phases 0-2
+    tols: torch.Tensor  # [4] float64: each phase's tolerance (-inf: never early)
+    partial: bool  # as schedule._Plan.partial
     params: torch.Tensor  # [B, 4, 3] float32: (exaggeration, momentum, lr) per head and phase
     phase: torch.Tensor  # [B] long
     in_phase: torch.Tensor  # [B] long
@@ -182,7 +185,6 @@ class DevicePlan:
     best_kl: torch.Tensor  # [B] float64
     best_y: torch.Tensor  # [B, 2, N] float32
     check_every: int
-    tol: float
 
     @classmethod
     def make(cls, state: DeviceState, *, options: TSNEOptions, schedule: FastSchedule) -> DevicePlan:
@@ -201,11 +203,12 @@ class DevicePlan:
         params[:, 2, 0], params[:, 2, 1], params[:, 2, 2] = 1.0, options.final_momentum, lr_main * schedule.settle_lr
         params[:, 3, 0] = 1.0
         lag = max(1, schedule.window // schedule.check_every)
-        mins = (min(schedule.min_early, early), min(schedule.min_main, main))
+        mins = (min(schedule.min_early, early), min(schedule.min_main, main), min(schedule.min_settle, settle))
         plan = cls(
             caps=(early, main, settle),
             cap=torch.tensor([early, main, settle, 0], device=dev),
-            low=torch.tensor([*mins, 0, 0], device=dev),
+            low=torch.tensor([*mins, 0], device=dev),
+            tols=torch.tensor([*phase_tols(schedule), -torch.inf], dtype=torch.float64, device=dev),
             params=params,
             phase=torch.zeros(batch, dtype=torch.long, device=dev),
             in_phase=torch.zeros(batch, dtype=torch.long, device=dev),
@@ -214,7 +217,7 @@ class DevicePlan:
             best_kl=torch.full((batch,), torch.inf, dtype=torch.float64, device=dev),
             best_y=state.y.clone(),
             check_every=schedule.check_every,
-            tol=schedule.tol,
+            partial=schedule.partial_window,
         )
         plan.skip_empty()
         return plan
@@ -244,8 +247,14 @@ class DevicePlan:
         self.in_phase.add_(steps.long())
         self.used.add_(steps.long())
         cap, low = self.cap[self.phase], self.low[self.phase]
-        moved = (self.history[:, 0] - kl) / kl.abs().clamp_min(KL_FLOOR)
-        still = (self.phase < 2) & (self.in_phase >= low) & (moved < self.tol)
+        then, tol = self.history[:, 0], self.tols[self.phase]
+        if self.partial:
+            lag = self.history.shape[1]
+            have = torch.isfinite(self.history).sum(dim=1)
+            then = self.history.gather(1, ((lag - have).clamp_min(0) % lag)[:, None])[:, 0]
+            tol = tol * have.clamp_min(1) / lag
+        moved = (then - kl) / kl.abs().clamp_min(KL_FLOOR)
+        still = (self.in_phase >= low) & (moved < tol)
         done = stepped & ((self.in_phase >= cap) | still)
         shifted = torch.cat([self.history[:, 1:], kl[:, None]], dim=1)
         self.history.copy_(torch.where(stepped[:, None], shifted, self.history))

@@ -145,7 +145,7 @@ def fast_optimize(
             if better.any():
                 best[group[better]] = state.positions(group[better])
                 best_kl[group[better]] = kl[better]
-            plan.advance(group, int(k), kl, schedule.tol)
+            plan.advance(group, int(k), kl)
         progress(min(1.0, float(plan.used.mean()) / total), f"fast t-SNE: {len(plan.active)} of {batch} heads still moving")
     logger.debug("fast t-SNE (%s): iterations per head %s", chosen, plan.used.tolist())
     return best, plan.used

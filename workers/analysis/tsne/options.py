@@ -129,10 +129,16 @@ class FastSchedule:
     check_every: int = 25  # iterations between KL checks
     window: int = 100  # a phase ends when KL improved by less than ``tol`` over this many iterations
     tol: float = 5e-3
+    main_tol: float | None = None  # the main phase's tolerance (None: ``tol``)
     min_early: int = 50  # early exaggeration lasts at least this long (if the cap allows)
     min_main: int = 100  # the main phase lasts at least this long (if the cap allows)
     settle_iter: int = 100  # final iterations at a lower learning rate
     settle_lr: float = 0.125  # their learning rate, as a fraction of the main phase's
+    settle_tol: float | None = None  # None: the settle phase always runs ``settle_iter``; else it ends
+    # early, once past ``min_settle``, when KL improved by less than this over the window
+    min_settle: int = 25
+    partial_window: bool = False  # before a phase has ``window`` iterations of checks, compare with its
+    # oldest check, the tolerance scaled by the iterations between them (False: wait for a full window)
     max_step: float = 5.0  # openTSNE's max_step_norm
 
 def numba_available() -> bool:

@@ -10,14 +10,24 @@ import numpy as np
 from workers.analysis.tsne.options import KL_FLOOR, FastSchedule, TSNEOptions
 
 
+def phase_tols(schedule: FastSchedule) -> tuple[float, float, float]:
+    """Each phase's tolerance: ``tol`` for early, ``main_tol`` (None: ``tol``) for main, ``settle_tol``
+    (None: never early) for settle."""
+    main = schedule.tol if schedule.main_tol is None else schedule.main_tol
+    settle = -np.inf if schedule.settle_tol is None else schedule.settle_tol
+    return (schedule.tol, main, settle)
+
+
 @dataclass
 class _Plan:
     """Per-head phase bookkeeping shared by both backends (numpy, on the host)."""
 
     caps: tuple[int, int, int]  # early, main, settle iteration caps
-    mins: tuple[int, int]  # early and main phases last at least this long
+    mins: tuple[int, int, int]  # each phase lasts at least this long before it may end early
+    tols: tuple[float, float, float]  # a phase ends early when KL improved by less than this
     params: tuple[tuple[float, float, float], ...]  # (exaggeration, momentum, lr) per phase
     lag: int  # checks between the two KL values compared
+    partial: bool  # compare with the oldest check before the window has filled (tolerance scaled)
     phase: np.ndarray  # [head] 0 early, 1 main, 2 settle, 3 done
     in_phase: np.ndarray  # [head] iterations done in the current phase
     history: np.ndarray  # [head, lag] the last KL checks of the current phase, oldest first
@@ -39,9 +49,11 @@ class _Plan:
         lag = max(1, schedule.window // schedule.check_every)
         plan = cls(
             caps=(early, main, settle),
-            mins=(min(schedule.min_early, early), min(schedule.min_main, main)),
+            mins=(min(schedule.min_early, early), min(schedule.min_main, main), min(schedule.min_settle, settle)),
+            tols=phase_tols(schedule),
             params=params,
             lag=lag,
+            partial=schedule.partial_window,
             phase=np.zeros(batch, dtype=np.int64),
             in_phase=np.zeros(batch, dtype=np.int64),
             history=np.full((batch, lag), np.inf),
@@ -65,20 +77,25 @@ class _Plan:
         table = np.array([*self.params, (1.0, 0.0, 0.0)], dtype=np.float64)[self.phase]
         return table[:, 0], table[:, 1], table[:, 2]
 
-    def advance(self, heads: np.ndarray, steps: int, kl: np.ndarray, tol: float) -> None:
+    def advance(self, heads: np.ndarray, steps: int, kl: np.ndarray) -> None:
         """Book ``steps`` iterations for ``heads`` whose KL is now ``kl``; end finished phases.
 
-        The early and main phases end at their cap, or once past their minimum when the KL
-        improved by less than ``tol`` (relative) over the last ``lag`` checks.
+        A phase ends at its cap, or once past its minimum when the KL improved by less than its
+        tolerance (relative) over the last ``lag`` checks (the settle phase only with ``settle_tol``).
         """
         self.in_phase[heads] += steps
         self.used[heads] += steps
         ph = self.phase[heads]
         cap = np.array([*self.caps, 0])[ph]
-        low = np.array([*self.mins, 0, 0])[ph]
+        low = np.array([*self.mins, 0])[ph]
+        tol = np.array([*self.tols, -np.inf])[ph]
         then = self.history[heads, 0]
+        if self.partial:  # the oldest check of the phase so far, and the tolerance for that many checks
+            have = np.isfinite(self.history[heads]).sum(axis=1)
+            then = self.history[heads, np.maximum(self.lag - have, 0) % self.lag]
+            tol = tol * np.maximum(have, 1) / self.lag
         moved = (then - kl) / np.maximum(np.abs(kl), KL_FLOOR)
-        still = (ph < 2) & (self.in_phase[heads] >= low) & (moved < tol)
+        still = (self.in_phase[heads] >= low) & (moved < tol)
         done = (self.in_phase[heads] >= cap) | still
         self.history[heads] = np.concatenate([self.history[heads, 1:], kl[:, None]], axis=1)
         nxt = heads[done]
