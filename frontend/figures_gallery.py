@@ -10,9 +10,9 @@ draws no points (issue 34: 270 heads of SmolLM2 as WebGL points cost a software-
 the large map of the clicked head is the interactive one.
 
 The figure has a fixed shape while the gallery fills in (``workers/layer_parts.py``): trace 0 the
-panel frames, trace 1 the colour bar, layout image r the row r, invisible until its layer is
-computed. A page that already shows some rows therefore takes the others as ``gallery_update``
-(the new rows' images by index, the frames, annotations, title and meta), which the dashboard sends
+panel frames, trace 1 the colour bar, trace 2 the panels' titles, layout image r the row r, invisible
+until its layer is computed. A page that already shows some rows therefore takes the others as ``gallery_update``
+(the new rows' images by index, the frames, the titles' text trace, title and meta), which the dashboard sends
 as a partial update: the rows on screen are not sent again.
 
 ``head_maps`` packs, for every head of a result, exactly what ``figures.head_tsne_figure`` would
@@ -48,6 +48,7 @@ PAD = 0.03  # a row's picture reaches this far beyond its panels (a point on a p
 IMAGE_SCALE = 2  # picture pixels per screen pixel: sharp on a high-density screen and in an exported PNG
 MAX_PANELS = 96  # panels per gallery page; a page holds whole layers
 DIGITS = 5
+TITLE_COLOUR = "#2a3f5f"  # plotly's template font colour, as the annotations the titles were
 
 
 def gallery_layers(result: dict[str, Any], layers: list[int] | None = None) -> list[int]:
@@ -220,20 +221,25 @@ def _frames(gp: GalleryPage) -> dict[str, Any]:
             "hoverinfo": "skip", "showlegend": False, "name": "panels"}
 
 
-def _annotations(gp: GalleryPage) -> list[dict[str, Any]]:
-    sec, out = gp.section, []
+def _labels(gp: GalleryPage) -> dict[str, Any]:
+    """The panels' titles (``L{layer} H{head} · KL {kl}``) and each waiting row's ``layer L: computing…``,
+    as one text trace: 270 layout annotations cost Chromium ~1 CPU s over the 30 updates of a SmolLM2
+    gallery (Plotly redraws and measures every annotation when any changes; issue 34), text points a
+    fraction of it."""
+    sec = gp.section
     kl = {la: sec["kl"][i] for i, la in enumerate(sec.get("layers", []))}
     size = 9 if len(gp.heads) <= 16 else 7
+    points = []  # (x, y, text, position, size, colour)
     for r, layer in enumerate(gp.shown):
         if layer not in gp.done:  # not computed yet: the row waits in its place
-            out.append({"x": 0.02, "y": r * SY + 0.5, "xref": "x", "yref": "y", "showarrow": False,
-                        "text": f"layer {layer}: computing…", "xanchor": "left", "font": {"color": "#888"}})
+            points.append((0.02, r * SY + 0.5, f"layer {layer}: computing…", "middle right", 12, "#888"))
             continue
-        for c, head in enumerate(gp.heads):
-            out.append({"x": c * SX + 0.5, "y": r * SY - 0.04, "xref": "x", "yref": "y",
-                        "text": f"L{layer} H{head} · KL {float(kl[layer][c]):.2f}", "showarrow": False,
-                        "yanchor": "bottom", "font": {"size": size}})
-    return out
+        points += [(c * SX + 0.5, r * SY - 0.06, f"L{layer} H{head} · KL {float(kl[layer][c]):.2f}", "top center", size,
+                    TITLE_COLOUR) for c, head in enumerate(gp.heads)]
+    xs, ys, texts, where, sizes, colours = (list(v) for v in zip(*points, strict=True)) if points else ([],) * 6
+    return {"type": "scatter", "x": xs, "y": ys, "text": texts, "mode": "text", "textposition": where,
+            "textfont": {"size": sizes, "color": colours}, "hoverinfo": "skip", "showlegend": False,
+            "name": "titles"}
 
 
 def gallery_title(gp: GalleryPage) -> str:
@@ -265,7 +271,7 @@ def gallery_figure(
     """Small multiples of every head of the page's layers: rows = layers, columns = heads.
 
     Each panel: the head's map on quantile-equidistant axes, coloured by position, titled
-    ``L{layer} H{head} KL {kl}``. Traces: the panel frames and the colour bar; each row's panels are
+    ``L{layer} H{head} KL {kl}``. Traces: the panel frames, the colour bar and the titles; each row's panels are
     one picture (``row_image``, layout image ``r``): the browser places pictures, it does not plot
     the points (a software-rendered browser spent seconds a row redrawing WebGL points).
     """
@@ -278,7 +284,6 @@ def gallery_figure(
         "title": {"text": gallery_title(gp), "font": {"size": 14}},
         "xaxis": {"visible": False, "range": [-0.08, cols * SX], "fixedrange": True},
         "yaxis": {"visible": False, "range": [rows * SY, -0.3], "fixedrange": True},
-        "annotations": _annotations(gp),
         "images": [row_image(result, gp, r) for r in range(rows)],
         "height": int(80 + rows * panel_px * SY),
         "margin": {"l": 10, "r": 10, "t": 50, "b": 10},
@@ -286,19 +291,19 @@ def gallery_figure(
         "hovermode": False,
         "meta": _meta(gp),
     }
-    return go.Figure([_frames(gp), _scale_trace(gp)], layout)
+    return go.Figure([_frames(gp), _scale_trace(gp), _labels(gp)], layout)
 
 
 def gallery_update(result: dict[str, Any], gp: GalleryPage, drawn: Iterable[int]) -> dict[str, Any]:
     """What changes on a page of this shape that already shows the layers ``drawn``: ``images``
-    (row -> layout image of each newly computed row), and the ``frames`` trace, ``annotations``,
+    (row -> layout image of each newly computed row), and the ``frames`` and ``labels`` traces,
     ``title`` and ``meta`` (None where unchanged). Applying it twice changes nothing more."""
     drawn = set(drawn)
     new = [r for r, layer in enumerate(gp.shown) if layer in gp.done and layer not in drawn]
     changed = bool(new) or set(gp.done) != drawn
     return {"images": {r: row_image(result, gp, r) for r in new},
             "frames": _frames(gp) if changed else None,
-            "annotations": _annotations(gp) if changed else None,
+            "labels": _labels(gp) if changed else None,
             "title": gallery_title(gp),
             "meta": _meta(gp)}
 

@@ -32,6 +32,26 @@ def head_sections(result: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in (result.get("head-tsne"), result.get("head-tsne-all")) if s]
 
 
+def head_view_key(source: dict[str, Any] | None, status: dict[str, Any], *, layer: int | None, head: int | None,
+                  options: list[Any]) -> list[Any]:
+    """What a head view of the text explorer (matrix, lines) is drawn from: the source, the head, the
+    view's ``options``, whether the job failed or is none, and which section holds the head. The same
+    key, the same figure: the page re-sends nothing when a section it does not show arrives (issue 34: the
+    452 x 452 matrix re-sent and redrawn with every section). Callers add what else a figure reads
+    (``section_layers``). JSON values only (kept in a dcc.Store)."""
+    result = status.get("result") or {}
+    holder = next((name for name in ("head-tsne", "head-tsne-all") if (sec := result.get(name))
+                   and layer in sec.get("layers", []) and head in sec.get("heads", [])), None)
+    return [(source or {}).get("kind"), (source or {}).get("id"), layer, head, *options,
+            status.get("status") in ("failed", "none"), bool(result.get("head-tsne")), holder]
+
+
+def section_layers(section: dict[str, Any] | None) -> list[Any]:
+    """A section's layers so far, and whether its attention was left out: what a figure drawn from it
+    changes with (``[]`` when there is none)."""
+    return [list((section or {}).get("layers") or []), "attention_omitted" in (section or {})]
+
+
 def has_head(result: dict[str, Any], layer: int, head: int) -> bool:
     """Whether some section of ``result`` holds the map of (layer, head)."""
     return any(layer in s.get("layers", []) and head in s.get("heads", []) for s in head_sections(result))

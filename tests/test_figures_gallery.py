@@ -59,11 +59,12 @@ def test_gallery_has_one_panel_per_head_titled_with_its_kl(page_result):
     n_layers, n_heads = page_result["n_layers"], page_result["n_heads"]
     meta = fig.layout.meta["gallery"]
     assert meta["panels"] == [[la, h] for la in range(n_layers) for h in range(n_heads)]  # 72 for MiniLM
-    titles = [a.text for a in fig.layout.annotations]
+    titles = list(fig.data[2].text)  # one text trace: no layout annotations (Plotly redraws all of them on any change)
     kl = np.asarray(sec["kl"])
-    assert titles[n_heads * 3 + 4] == f"L3 H4 · KL {kl[3, 4]:.2f}"
+    assert titles[n_heads * 3 + 4] == f"L3 H4 · KL {kl[3, 4]:.2f}" and len(titles) == n_layers * n_heads
+    assert fig.data[2].mode == "text" and not fig.layout.annotations
     n = len(sec["kept"])
-    assert [t.type for t in fig.data] == ["scatter", "scatter"]  # the frames and the colour bar: no points plotted
+    assert [t.type for t in fig.data] == ["scatter"] * 3  # the frames, the colour bar, the titles: no points plotted
     assert fig.layout.meta["gallery"].get("webgl") is None and fig.layout.hovermode is False
     images = fig.layout.images
     assert len(images) == n_layers and all(im.visible for im in images)
@@ -249,7 +250,7 @@ def test_a_page_waits_with_an_invisible_picture_a_row(page_result):
     images = waiting.layout.images
     assert len(images) == page_result["n_layers"] and not any(im.visible or im.source for im in images)
     assert [im.y for im in images] == [r * G.SY - G.PAD for r in range(page_result["n_layers"])]
-    assert len(waiting.data) == 2 and len(waiting.data[0].x) == 0  # no frame yet, the colour bar
+    assert len(waiting.data) == 3 and len(waiting.data[0].x) == 0  # no frame yet, the colour bar, the rows' notes
     assert waiting.layout.meta["gallery"]["panels"] == [] and waiting.layout.meta["gallery"]["complete"] is False
 
 

@@ -138,7 +138,7 @@ def test_a_gallery_of_the_first_layers_shows_them_and_keeps_the_others_places(de
     meta = fig.layout.meta["gallery"]
     assert meta["panels"] == [[0, h] for h in range(HEADS)] and meta["complete"] is False
     assert meta["layers"] == list(range(LAYERS))  # the page keeps a row for every layer to come
-    waiting = [a.text for a in fig.layout.annotations if "computing" in a.text]
+    waiting = [t for t in fig.data[2].text if "computing" in t]
     assert waiting == [f"layer {la}: computing…" for la in range(1, LAYERS)]
     assert "1 of 4 layers so far" in fig.layout.title.text
     assert G.gallery_page_options(partial) == G.gallery_page_options(res)  # pages do not move as layers arrive

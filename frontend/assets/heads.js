@@ -185,10 +185,20 @@
     return fig;
   }
 
+  function message(layout) {  /* the text of an empty figure's one annotation */
+    var a = layout && layout.annotations;
+    return a && a.length === 1 ? a[0].text : null;
+  }
+
   function drawHeadOnMaps(maps, selected, viewOpts) {  /* new maps (a layer of the gallery arrived) */
     var fig = drawHead(selected, viewOpts, maps);
     var gd = plotOf("head-tsne-graph");
-    return gd && fig.data === gd.data ? NO() : fig;  /* the head on screen has not changed: leave it */
+    if (gd && fig.data === gd.data) { return NO(); }  /* the head on screen has not changed: leave it */
+    if (gd && !fig.data.length && !(gd.data || []).length && message(fig.layout) !== null &&
+        message(fig.layout) === message(gd.layout)) {
+      return NO();  /* the same empty figure (no head selected): not redrawn with every layer */
+    }
+    return fig;
   }
 
   function headViewHover(hover, figure) {

@@ -19,7 +19,7 @@ from dash import ClientsideFunction, Dash, Input, Output, State, ctx, dcc, html,
 from frontend import figures as F
 from frontend.api_client import ApiError
 from frontend.data import Built, ResultStore, int_list, int_or_none
-from frontend.heads import has_head
+from frontend.heads import has_head, head_view_key, section_layers
 from frontend.pages import text_heads
 from frontend.pages.common import (
     FAST_POLL_MS,
@@ -162,6 +162,7 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         text_heads.lines_panel(heads_state, n_heads),
         dcc.Store(id="text-source", data=source),
         dcc.Store(id="text-heatmap-key"),
+        dcc.Store(id="text-head-view-key"),
         *highlight_stores("text", GRAPHS),
     ])
 
@@ -270,26 +271,36 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("hidden-tsne-graph", "figure"),
         Output("attention-matrix-graph", "figure"),
         Output("text-kl", "children"),
+        Output("text-head-view-key", "data"),
         Input("text-job-sections", "data"),
         Input("text-view-options", "value"),
         Input("text-selected", "data"),
         State("text-source", "data"),
+        State("text-head-view-key", "data"),
     )
-    def _head_view(_job, view_opts, selected, source):  # type: ignore[no-untyped-def]
+    def _head_view(job, view_opts, selected, source, shown):  # type: ignore[no-untyped-def]
         layer, head = (selected or {}).get("layer"), (selected or {}).get("head")
-        if layer is None or head is None:
-            return F.empty_figure(""), F.empty_figure(""), ""
-        st = store.status(source)
-        result = st["result"]
         rescale = "rescale" in (view_opts or [])
-        if not result.get("head-tsne"):
+        none = {"status": "none", "result": {}}
+        st = store.status(source, seen=job) if layer is not None and head is not None else none
+        result = st["result"]
+        matrix = head_view_key(source, st, layer=layer, head=head, options=[])
+        keys = {"matrix": matrix, "hidden": [*matrix, rescale, *section_layers(result.get("hidden-tsne"))]}
+        shown = shown or {}
+        if keys == shown:  # a section the view does not show arrived: nothing re-sent, nothing redrawn
+            return no_update, no_update, no_update, no_update
+        if layer is None or head is None:
+            figs = F.empty_figure(""), F.empty_figure(""), ""
+        elif not result.get("head-tsne"):
             msg = "Computing the head's t-SNE…" if st["status"] not in ("failed", "none") else "No result."
-            return F.empty_figure(msg), F.empty_figure(""), ""
-        return (
-            F.hidden_tsne_figure(result, state=layer + 1, rescale=rescale),
-            F.attention_matrix_figure(result, layer=layer, head=head),
-            F.kl_summary(result, layer=layer, head=head),
-        )
+            figs = F.empty_figure(msg), F.empty_figure(""), ""
+        else:
+            figs = (F.hidden_tsne_figure(result, state=layer + 1, rescale=rescale),
+                    F.attention_matrix_figure(result, layer=layer, head=head),
+                    F.kl_summary(result, layer=layer, head=head))
+        same_hidden, same_matrix = keys["hidden"] == shown.get("hidden"), keys["matrix"] == shown.get("matrix")
+        return (no_update if same_hidden else figs[0], no_update if same_matrix else figs[1],
+                no_update if same_hidden else figs[2], keys)
 
     view = PageView(
         name="text", prefix="text", path=PATH, source="text-source", inputs=VIEW_INPUTS, view=_view, url="browser"

@@ -18,7 +18,7 @@ from frontend import figures_gallery as G
 from frontend import figures_headview as HV
 from frontend.data import ResultStore, int_list, int_or_none
 from frontend.figures import empty_figure
-from frontend.heads import gallery_section
+from frontend.heads import gallery_section, head_view_key, section_layers
 from frontend.pages.common import graph
 
 DEFAULT_THRESHOLD = 0.1
@@ -79,6 +79,7 @@ def lines_panel(state: dict[str, Any], n_heads: int) -> html.Div:
                 "Every head's attention pattern appears here."))),
         ]),
         dcc.Store(id="text-hv-focus"),
+        dcc.Store(id="text-lines-key"),  # what the head and model views show (heads.head_view_key)
     ])
 
 
@@ -89,7 +90,7 @@ def gallery_outputs(st: dict[str, Any], source: dict[str, Any] | None, layers: l
     ``shown`` (the store ``text-gallery-key``) says what the browser has: the source, the page's
     shape and the layers drawn, and which heads' maps. While the gallery fills in, a page of the same
     shape gets only what changed as a partial update (``dash.Patch``: the new rows' pictures by index,
-    frames, annotations, title, meta; the new heads' maps), and the rows on screen are neither sent
+    frames, titles, title, meta; the new heads' maps), and the rows on screen are neither sent
     nor built again. Each update sets values (never appends), so one applied twice, or after a newer
     one, leaves the same figure: Dash drops a callback's answer when a newer call has started.
     """
@@ -126,7 +127,7 @@ def gallery_outputs(st: dict[str, Any], source: dict[str, Any] | None, layers: l
         fig["layout"]["images"][row] = image
     if upd["frames"] is not None:
         fig["data"][0] = upd["frames"]
-        fig["layout"]["annotations"] = upd["annotations"]
+        fig["data"][2] = upd["labels"]
     fig["layout"]["title"]["text"] = upd["title"]
     if (shown.get("drawn"), shown.get("complete")) != (gp.done, gp.complete):
         fig["layout"]["meta"] = upd["meta"]
@@ -246,20 +247,30 @@ def register(app: Dash, store: ResultStore) -> None:
     @app.callback(
         Output("head-view-graph", "figure"),
         Output("model-view-graph", "figure"),
+        Output("text-lines-key", "data"),
         Input("text-job-sections", "data"),
         Input("text-selected", "data"),
         Input("text-hv-heads", "value"),
         Input("text-hv-threshold", "value"),
         State("text-source", "data"),
+        State("text-lines-key", "data"),
     )
-    def _lines(_job, selected, extra, threshold, source):  # type: ignore[no-untyped-def]
-        result = store.status(source)["result"]
+    def _lines(job, selected, extra, threshold, source, shown):  # type: ignore[no-untyped-def]
+        st = store.status(source, seen=job)  # what the poll read (frontend.data.ResultStore.status)
+        result = st["result"]
         layer, head = (selected or {}).get("layer"), (selected or {}).get("head")
-        model = HV.model_view_figure(result, layer=layer, head=head)
-        if layer is None or head is None:
-            return empty_figure("Select a head to see its attention as lines."), model
         try:
             t = min(1.0, max(0.001, float(threshold)))
         except (TypeError, ValueError):
             t = DEFAULT_THRESHOLD
-        return HV.head_view_figure(result, layer=layer, heads=_heads(head, extra), threshold=t), model
+        keys = {"lines": head_view_key(source, st, layer=layer, head=head, options=[list(extra or []), t]),
+                "model": [(source or {}).get("id"), layer, head, *section_layers(gallery_section(result))]}
+        shown = shown or {}
+        if keys == shown:  # a section these views do not show arrived: nothing re-sent, nothing redrawn
+            return no_update, no_update, no_update
+        model = no_update if keys["model"] == shown.get("model") else HV.model_view_figure(result, layer=layer, head=head)
+        if keys["lines"] == shown.get("lines"):
+            return no_update, model, keys
+        if layer is None or head is None:
+            return empty_figure("Select a head to see its attention as lines."), model, keys
+        return HV.head_view_figure(result, layer=layer, heads=_heads(head, extra), threshold=t), model, keys
