@@ -289,18 +289,22 @@ def register(app: Dash, store: ResultStore) -> None:
         shown = shown or {}
         if keys == shown:  # a section the view does not show arrived: nothing re-sent, nothing redrawn
             return no_update, no_update, no_update, no_update
-        if layer is None or head is None:
-            figs = F.empty_figure(""), F.empty_figure(""), ""
-        elif not result.get("head-tsne"):
-            msg = "Computing the head's t-SNE…" if st["status"] not in ("failed", "none") else "No result."
-            figs = F.empty_figure(msg), F.empty_figure(""), ""
+        hidden, matrix, kl = no_update, no_update, no_update  # only what changed is built and sent
+        new_hidden, new_matrix = keys["hidden"] != shown.get("hidden"), keys["matrix"] != shown.get("matrix")
+        if layer is None or head is None or not result.get("head-tsne"):
+            msg = "" if layer is None or head is None else (
+                "Computing the head's t-SNE…" if st["status"] not in ("failed", "none") else "No result.")
+            if new_hidden:
+                hidden, kl = F.empty_figure(msg), ""
+            if new_matrix:
+                matrix = F.empty_figure("")
         else:
-            figs = (F.hidden_tsne_figure(result, state=layer + 1, rescale=rescale),
-                    F.attention_matrix_figure(result, layer=layer, head=head),
-                    F.kl_summary(result, layer=layer, head=head))
-        same_hidden, same_matrix = keys["hidden"] == shown.get("hidden"), keys["matrix"] == shown.get("matrix")
-        return (no_update if same_hidden else figs[0], no_update if same_matrix else figs[1],
-                no_update if same_hidden else figs[2], keys)
+            if new_hidden:
+                hidden = F.hidden_tsne_figure(result, state=layer + 1, rescale=rescale)
+                kl = F.kl_summary(result, layer=layer, head=head)
+            if new_matrix:
+                matrix = F.attention_matrix_figure(result, layer=layer, head=head)
+        return hidden, matrix, kl, keys
 
     view = PageView(
         name="text", prefix="text", path=PATH, source="text-source", inputs=VIEW_INPUTS, view=_view, url="browser"
