@@ -121,9 +121,15 @@ def create_app(
         if background:
             tickers = [
                 protocol.Ticker(
-                    lambda: protocol.reap_abandoned(conn), interval_s=settings.reaper_interval_s, name="reaper"
+                    lambda: protocol.reap_abandoned(conn),
+                    interval_s=settings.reaper_interval_s,
+                    name="reaper",
                 ).start(),
-                protocol.Ticker(lambda: quota.sweep(store, settings), interval_s=SWEEP_INTERVAL_S, name="sweeper").start(),
+                protocol.Ticker(
+                    lambda: quota.sweep(store, settings),
+                    interval_s=SWEEP_INTERVAL_S,
+                    name="sweeper",
+                ).start(),
             ]
         yield
         for t in tickers:
@@ -146,10 +152,14 @@ def create_app(
         from fastapi.middleware.cors import CORSMiddleware
 
         app.add_middleware(
-            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST", "DELETE"],
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "Content-Type"],
         )
-    app.add_middleware(UploadLimit, limit=settings.max_upload_bytes, paths=("/api/checkpoints", "/api/corpora"))
+    app.add_middleware(
+        UploadLimit, limit=settings.max_upload_bytes, paths=("/api/checkpoints", "/api/corpora")
+    )
     routers = (health, models, analyses, checkpoints, pe, shares, corpora)
     routers += (compare_api,)  # docs/compare.md
     for module in routers:

@@ -33,15 +33,19 @@ def open_corpus_arg(args: argparse.Namespace) -> tuple[str, Any]:
         path = Path(args.file)
         fmt = "datasets" if path.is_dir() else format_of(path.name)
         if fmt is None:
-            raise HeadscopeError(f"{path.name}: unsupported file type; use .txt, .jsonl, .csv, .parquet, a "
-                                 "datasets directory (save_to_disk) or one packed as .zip or .tar.gz")
+            raise HeadscopeError(
+                f"{path.name}: unsupported file type; use .txt, .jsonl, .csv, .parquet, a "
+                "datasets directory (save_to_disk) or one packed as .zip or .tar.gz"
+            )
         if not path.exists():
             raise HeadscopeError(f"{path}: no such file")
         staged = stage_corpus(path, fmt=fmt, name=path.name, field=args.field)
         return staged.id, staged
     found = shipped_corpus(args.corpus)
     if found is None:
-        raise HeadscopeError(f"unknown shipped corpus {args.corpus!r}; use builtin-english or builtin-lasf-heldout")
+        raise HeadscopeError(
+            f"unknown shipped corpus {args.corpus!r}; use builtin-english or builtin-lasf-heldout"
+        )
     return args.corpus, found.texts
 
 
@@ -75,9 +79,13 @@ def check_head_in_model(model: str, layer: int, head: int) -> None:
     facts = get_catalogue().get(model).summary()
     n_layers, n_heads = facts.get("n_layers"), facts.get("n_heads")
     if n_layers and layer >= n_layers:
-        raise HeadscopeError(f"--joint: layer {layer} is out of range: {model} has layers 0-{n_layers - 1}")
+        raise HeadscopeError(
+            f"--joint: layer {layer} is out of range: {model} has layers 0-{n_layers - 1}"
+        )
     if n_heads and head >= n_heads:
-        raise HeadscopeError(f"--joint: head {head} is out of range: {model} has heads 0-{n_heads - 1}")
+        raise HeadscopeError(
+            f"--joint: head {head} is out of range: {model} has heads 0-{n_heads - 1}"
+        )
 
 
 def cmd_corpus(args: argparse.Namespace) -> int:
@@ -99,7 +107,11 @@ def _run_corpus(args: argparse.Namespace, corpus_id: str, texts: Any) -> int:
     from workers.errors import HeadscopeError
     from workers.jobs_corpus import compute_corpus, compute_joint
 
-    opts: dict[str, Any] = {"max_tokens": args.max_tokens, "keep_special": args.keep_special, "dtype": args.dtype}
+    opts: dict[str, Any] = {
+        "max_tokens": args.max_tokens,
+        "keep_special": args.keep_special,
+        "dtype": args.dtype,
+    }
     if args.statistics:
         opts["statistics"] = [s.strip() for s in args.statistics.split(",") if s.strip()]
     jreq = None
@@ -107,8 +119,15 @@ def _run_corpus(args: argparse.Namespace, corpus_id: str, texts: Any) -> int:
         req = CorpusRequest(model=args.model, corpus=corpus_id, options=CorpusOptions(**opts))
         if args.joint:  # checked before the run
             layer, head = joint_head(args.joint)
-            jreq = JointMapRequest(model=args.model, corpus=corpus_id, layer=layer, head=head,
-                                   max_tokens=args.max_tokens, keep_special=args.keep_special, method=args.method)
+            jreq = JointMapRequest(
+                model=args.model,
+                corpus=corpus_id,
+                layer=layer,
+                head=head,
+                max_tokens=args.max_tokens,
+                keep_special=args.keep_special,
+                method=args.method,
+            )
     except ValueError as exc:
         raise HeadscopeError(readable(exc)) from None
     if jreq is not None:  # and against the model's shape, before the run
@@ -122,25 +141,49 @@ def _run_corpus(args: argparse.Namespace, corpus_id: str, texts: Any) -> int:
         jp.close()
     out = write_result(args.out, result)
     if not args.quiet:
-        print(json.dumps({"out": str(out), "n_texts": result["n_texts"], "n_tokens": result["n_tokens"],
-                          "truncated": result["truncated"], "seconds": result["seconds"]}), file=sys.stderr)
+        print(
+            json.dumps(
+                {
+                    "out": str(out),
+                    "n_texts": result["n_texts"],
+                    "n_tokens": result["n_tokens"],
+                    "truncated": result["truncated"],
+                    "seconds": result["seconds"],
+                }
+            ),
+            file=sys.stderr,
+        )
     return 0
 
 
 def add_corpus_commands(sub: Any) -> None:
     c = sub.add_parser("corpus", help="statistics of every head over a corpus (JSON out)")
     c.add_argument("--model", default="minilm", help="catalogue name (default: minilm)")
-    c.add_argument("--file", help="a .txt (one text per line), .jsonl, .csv or .parquet file, or a datasets "
-                   "directory saved with save_to_disk (or packed as .zip / .tar.gz)")
-    c.add_argument("--corpus", help="a shipped corpus instead: builtin-english or builtin-lasf-heldout")
-    c.add_argument("--field", help="the .jsonl field or the .csv, .parquet or datasets column holding the texts "
-                   "(default: text)")
-    c.add_argument("--max-tokens", type=int, default=128, help="per text; longer texts are cut (counted)")
-    c.add_argument("--keep-special", action="store_true", help="keep [CLS]/[SEP]/<s> as queries and keys")
+    c.add_argument(
+        "--file",
+        help="a .txt (one text per line), .jsonl, .csv or .parquet file, or a datasets "
+        "directory saved with save_to_disk (or packed as .zip / .tar.gz)",
+    )
+    c.add_argument(
+        "--corpus", help="a shipped corpus instead: builtin-english or builtin-lasf-heldout"
+    )
+    c.add_argument(
+        "--field",
+        help="the .jsonl field or the .csv, .parquet or datasets column holding the texts "
+        "(default: text)",
+    )
+    c.add_argument(
+        "--max-tokens", type=int, default=128, help="per text; longer texts are cut (counted)"
+    )
+    c.add_argument(
+        "--keep-special", action="store_true", help="keep [CLS]/[SEP]/<s> as queries and keys"
+    )
     c.add_argument("--statistics", help="comma-separated subset (default: all)")
     c.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     c.add_argument("--joint", metavar="L,H", help="also the joint query-key map of head (L, H)")
-    c.add_argument("--method", choices=["pca", "tsne"], default="pca", help="embedding of the joint map")
+    c.add_argument(
+        "--method", choices=["pca", "tsne"], default="pca", help="embedding of the joint map"
+    )
     c.add_argument("--out", required=True, help="the result JSON")
     c.add_argument("--quiet", action="store_true")
     c.set_defaults(func=cmd_corpus)

@@ -7,8 +7,22 @@ import sys
 from typing import Any
 
 # paper mode's recipe, the shipped lasf-minilm-paper (docs/lasf.md, "Paper mode: a sweep"); stable: lasf-minilm's
-PAPER = {"kernel": "identity", "init_scale": 0.1, "epochs": 12, "lr": 1e-3, "clip": 1.0, "weight_decay": 1.0}
-STABLE = {"kernel": "identity", "init_scale": 1.0, "epochs": 4, "lr": 2e-3, "clip": None, "weight_decay": 0.01}
+PAPER = {
+    "kernel": "identity",
+    "init_scale": 0.1,
+    "epochs": 12,
+    "lr": 1e-3,
+    "clip": 1.0,
+    "weight_decay": 1.0,
+}
+STABLE = {
+    "kernel": "identity",
+    "init_scale": 1.0,
+    "epochs": 4,
+    "lr": 2e-3,
+    "clip": None,
+    "weight_decay": 0.01,
+}
 
 
 def cmd_lasf_train(args: argparse.Namespace) -> int:
@@ -48,23 +62,60 @@ def cmd_lasf_train(args: argparse.Namespace) -> int:
 
 def add_lasf_commands(sub: Any) -> None:
     """Register ``lasf-train`` on the ``headscope`` subparsers."""
-    t = sub.add_parser("lasf-train", help="train a LasF layer in place of MiniLM's last layer (distillation)")
+    t = sub.add_parser(
+        "lasf-train", help="train a LasF layer in place of MiniLM's last layer (distillation)"
+    )
     t.add_argument("--mode", choices=["paper", "stable"], default="stable")
-    t.add_argument("--kernel", choices=["identity", "gaussian"], default=None,
-                   help="the length kernel D, D_S (paper section 4); default identity (gaussian: the paper's default)")
-    t.add_argument("--residual", choices=["none", "identity", "linear"], default=None, help="stable mode only (default linear)")
+    t.add_argument(
+        "--kernel",
+        choices=["identity", "gaussian"],
+        default=None,
+        help="the length kernel D, D_S (paper section 4); default identity (gaussian: the paper's default)",
+    )
+    t.add_argument(
+        "--residual",
+        choices=["none", "identity", "linear"],
+        default=None,
+        help="stable mode only (default linear)",
+    )
     t.add_argument("--fields", type=int, default=12, help="N_s")
     t.add_argument("--d-q", type=int, default=15)
     t.add_argument("--d-s", type=int, default=128)
-    t.add_argument("--init-scale", type=float, default=None, help="default: 0.1 (paper), 1 (stable)")
+    t.add_argument(
+        "--init-scale", type=float, default=None, help="default: 0.1 (paper), 1 (stable)"
+    )
     t.add_argument("--epochs", type=int, default=None, help="default: 12 (paper), 4 (stable)")
-    t.add_argument("--lr", type=float, default=None, help="LasF's peak learning rate (one-cycle schedule); default: 1e-3 (paper), 2e-3 (stable)")
-    t.add_argument("--warmup", type=float, default=0.1, help="share of the steps warming up to --lr (default 0.1)")
-    t.add_argument("--clip", type=float, default=None, help="clip LasF's gradient norm to this (0: no clipping); default: 1 (paper), none (stable)")
-    t.add_argument("--weight-decay", type=float, default=None,
-                   help="LasF's AdamW weight decay (the baselines keep 0.01); default: 1 (paper), 0.01 (stable)")
+    t.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help="LasF's peak learning rate (one-cycle schedule); default: 1e-3 (paper), 2e-3 (stable)",
+    )
+    t.add_argument(
+        "--warmup",
+        type=float,
+        default=0.1,
+        help="share of the steps warming up to --lr (default 0.1)",
+    )
+    t.add_argument(
+        "--clip",
+        type=float,
+        default=None,
+        help="clip LasF's gradient norm to this (0: no clipping); default: 1 (paper), none (stable)",
+    )
+    t.add_argument(
+        "--weight-decay",
+        type=float,
+        default=None,
+        help="LasF's AdamW weight decay (the baselines keep 0.01); default: 1 (paper), 0.01 (stable)",
+    )
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--max-sentences", type=int, default=8000, help="sentences kept after the seeded shuffle (0: all 13.9k)")
+    t.add_argument(
+        "--max-sentences",
+        type=int,
+        default=8000,
+        help="sentences kept after the seeded shuffle (0: all 13.9k)",
+    )
     t.add_argument("--cache-dir", default=None, help="keep MiniLM's features here for later runs")
     t.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     t.add_argument("--out", default="lasf-out", help="output directory (default: lasf-out)")
@@ -84,5 +135,7 @@ def cli_lasf_model(model: str) -> Any:
     if path is None:
         path = Path(model)
         if not path.exists():
-            raise HeadscopeError(f"unknown LasF model {model!r}: give {', '.join(SHIPPED)} or a LasF checkpoint file")
+            raise HeadscopeError(
+                f"unknown LasF model {model!r}: give {', '.join(SHIPPED)} or a LasF checkpoint file"
+            )
     return load_lasf(path, name=model if model in SHIPPED else path.name)

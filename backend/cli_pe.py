@@ -55,7 +55,9 @@ def cmd_pe(args: argparse.Namespace) -> int:
         reference = read_tensor(rpath, rname)
         ref_info = {"kind": "checkpoint", "checkpoint": str(rpath), "tensor": rname}
     elif args.reference != "none":
-        reference = make_reference(args.reference, n=n, d=d, grid=grid, sigma=args.sigma, seed=args.seed)
+        reference = make_reference(
+            args.reference, n=n, d=d, grid=grid, sigma=args.sigma, seed=args.seed
+        )
         ref_info = {"kind": args.reference, "n": n, "d": d}
         if args.reference == "2d-fixed":
             ref_info["grid"] = list(grid) if grid else None
@@ -69,7 +71,9 @@ def cmd_pe(args: argparse.Namespace) -> int:
                 raise HeadscopeError(f"{n} positions are not a square grid; give --grid HxW")
             grid = (side, side)
         if grid[0] * grid[1] != n:
-            raise HeadscopeError(f"a {grid[0]}x{grid[1]} grid has {grid[0] * grid[1]} cells but the PE has {n} positions")
+            raise HeadscopeError(
+                f"a {grid[0]}x{grid[1]} grid has {grid[0] * grid[1]} cells but the PE has {n} positions"
+            )
         partition = grid_partition(args.partition, grid)
         part_info = {"kind": args.partition, "grid": list(grid)}
     elif args.partition:
@@ -81,13 +85,23 @@ def cmd_pe(args: argparse.Namespace) -> int:
         part_info = {"kind": "csv", "file": args.partition}
     for label, E in items[1:]:
         if E.shape[0] != n:
-            raise HeadscopeError(f"{label} has {E.shape[0]} positions but {items[0][0]} has {n}; a sweep needs equal counts")
+            raise HeadscopeError(
+                f"{label} has {E.shape[0]} positions but {items[0][0]} has {n}; a sweep needs equal counts"
+            )
     sweep = pe_sweep(items, reference=reference, partition=partition, metric=args.metric)
-    reports = [{**m, **{k: v for k, v in r.items() if k != "name"}} for m, r in zip(meta, sweep["checkpoints"], strict=True)]
+    reports = [
+        {**m, **{k: v for k, v in r.items() if k != "name"}}
+        for m, r in zip(meta, sweep["checkpoints"], strict=True)
+    ]
     if len(reports) == 1:
         out: dict[str, Any] = {**reports[0], "reference": ref_info, "partition": part_info}
     else:
-        out = {"checkpoints": reports, "summary": sweep["summary"], "reference": ref_info, "partition": part_info}
+        out = {
+            "checkpoints": reports,
+            "summary": sweep["summary"],
+            "reference": ref_info,
+            "partition": part_info,
+        }
     blob = json.dumps(out, separators=(",", ":"))
     if args.out in (None, "-"):
         sys.stdout.write(blob + "\n")
@@ -95,7 +109,10 @@ def cmd_pe(args: argparse.Namespace) -> int:
         Path(args.out).write_text(blob)
         for row in sweep["summary"]:
             parts = [f"{k}={v:.4g}" for k, v in row.items() if isinstance(v, float)]
-            print(f"{row['name']}: " + (" ".join(parts) or "no reference or partition"), file=sys.stderr)
+            print(
+                f"{row['name']}: " + (" ".join(parts) or "no reference or partition"),
+                file=sys.stderr,
+            )
         print(f"wrote {args.out} ({len(blob) / 1024:.0f} KiB)", file=sys.stderr)
     return 0
 
@@ -164,27 +181,43 @@ def cmd_lst_compare(args: argparse.Namespace) -> int:
 def add_pe_commands(sub: Any) -> None:
     """Register the PE subcommands on the ``headscope`` subparsers."""
     p = sub.add_parser("pe", help="analyse a learned positional encoding and write JSON")
-    p.add_argument("--checkpoint", action="append", help="safetensors/.npy/.npz/.pt/.bin file or HF model directory; repeat for a sweep")
-    p.add_argument("--model", help="a catalogue model instead of a file (e.g. minilm: its position_embeddings)")
+    p.add_argument(
+        "--checkpoint",
+        action="append",
+        help="safetensors/.npy/.npz/.pt/.bin file or HF model directory; repeat for a sweep",
+    )
+    p.add_argument(
+        "--model", help="a catalogue model instead of a file (e.g. minilm: its position_embeddings)"
+    )
     p.add_argument("--tensor", help="tensor name (default: the best-ranked candidate)")
     p.add_argument("--list", action="store_true", help="only list the candidate tensors")
-    p.add_argument("--reference", choices=["none", "1d-fixed", "2d-fixed", "random"], default="none")
+    p.add_argument(
+        "--reference", choices=["none", "1d-fixed", "2d-fixed", "random"], default="none"
+    )
     p.add_argument("--grid", help="HxW grid of the positions, e.g. 4x4 (2d-fixed, rows/columns)")
     p.add_argument("--sigma", type=float, default=1.0, help="random reference: standard deviation")
     p.add_argument("--seed", type=int, default=0, help="random reference: seed")
     p.add_argument("--reference-checkpoint", help="another checkpoint's PE as the reference")
     p.add_argument("--reference-tensor", help="tensor name in --reference-checkpoint")
-    p.add_argument("--partition", help="CSV file with header position,label; or rows / columns of --grid")
+    p.add_argument(
+        "--partition", help="CSV file with header position,label; or rows / columns of --grid"
+    )
     p.add_argument("--metric", choices=["euclidean", "cosine"], default="euclidean")
     p.add_argument("--out", help="output JSON path (default: stdout)")
     p.set_defaults(func=cmd_pe)
 
-    t = sub.add_parser("lst-train", help="train a Latin Square Task model and write a PE checkpoint")
+    t = sub.add_parser(
+        "lst-train", help="train a Latin Square Task model and write a PE checkpoint"
+    )
     t.add_argument("--pe", choices=["nope", "1d-fixed", "2d-fixed", "learned"], required=True)
-    t.add_argument("--sigma", type=float, default=0.2, help="learned PE initialised from N(0, sigma^2)")
+    t.add_argument(
+        "--sigma", type=float, default=0.2, help="learned PE initialised from N(0, sigma^2)"
+    )
     t.add_argument("--epochs", type=int, default=10)
     t.add_argument("--seed", type=int, default=0, help="model initialisation and batch order")
-    t.add_argument("--data-seed", type=int, default=0, help="puzzles (keep it equal to compare models)")
+    t.add_argument(
+        "--data-seed", type=int, default=0, help="puzzles (keep it equal to compare models)"
+    )
     t.add_argument("--n-train", type=int, default=8000)
     t.add_argument("--n-val", type=int, default=1000)
     t.add_argument("--batch-size", type=int, default=64)
@@ -195,10 +228,16 @@ def add_pe_commands(sub: Any) -> None:
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     t.set_defaults(func=cmd_lst_train)
 
-    c = sub.add_parser("lst-compare", help="compare lst-train runs: accuracy, PE vs 2d-fixed, attention agreement")
+    c = sub.add_parser(
+        "lst-compare", help="compare lst-train runs: accuracy, PE vs 2d-fixed, attention agreement"
+    )
     c.add_argument("runs", nargs="+", help="lst-train output directories")
-    c.add_argument("--reference-run", help="run whose attention maps are the reference (e.g. the 2d-fixed one)")
-    c.add_argument("--n-puzzles", type=int, default=500, help="validation puzzles for the attention comparison")
+    c.add_argument(
+        "--reference-run", help="run whose attention maps are the reference (e.g. the 2d-fixed one)"
+    )
+    c.add_argument(
+        "--n-puzzles", type=int, default=500, help="validation puzzles for the attention comparison"
+    )
     c.add_argument("--threads", type=int, default=None)
     c.add_argument("--out", help="JSON output path")
     c.set_defaults(func=cmd_lst_compare)

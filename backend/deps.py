@@ -39,7 +39,8 @@ def require_token(
     scheme, _, given = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip(), settings.api_token):
         raise HTTPException(
-            401, "this server needs an API token for writes: send Authorization: Bearer <token>",
+            401,
+            "this server needs an API token for writes: send Authorization: Bearer <token>",
             headers={"WWW-Authenticate": "Bearer"},
         )
 

@@ -37,7 +37,9 @@ logger = logging.getLogger(__name__)
 class FieldProblem(BaseModel):
     """One problem with one field of a request."""
 
-    field: str = Field(..., description="dotted path of the field, e.g. options.layer; empty: the whole body")
+    field: str = Field(
+        ..., description="dotted path of the field, e.g. options.layer; empty: the whole body"
+    )
     problem: str = Field(..., description="what is wrong, in words fit to show a user")
 
 
@@ -70,7 +72,10 @@ ERROR_DESCRIPTIONS = {
 def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` for a route: 422 with the validation body plus ``codes``."""
     out: dict[int | str, dict[str, Any]] = {
-        422: {"model": ValidationErrorBody, "description": "invalid request: detail plus one item per problem"},
+        422: {
+            "model": ValidationErrorBody,
+            "description": "invalid request: detail plus one item per problem",
+        },
     }
     for code in codes:
         out[code] = {"model": ErrorBody, "description": ERROR_DESCRIPTIONS.get(code, "error")}
@@ -78,20 +83,35 @@ def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 
 _BRANCH = re.compile(r"^(int|float|str|bool|none|[a-z-]+\[.*\])$")  # a union member, not a field
-_BOUNDS = {"greater_than": "more than {gt}", "greater_than_equal": "at least {ge}",
-           "less_than": "less than {lt}", "less_than_equal": "at most {le}"}
+_BOUNDS = {
+    "greater_than": "more than {gt}",
+    "greater_than_equal": "at least {ge}",
+    "less_than": "less than {lt}",
+    "less_than_equal": "at most {le}",
+}
 _TYPES = {
-    "int_type": "must be a whole number", "int_parsing": "must be a whole number",
-    "int_from_float": "must be a whole number", "float_type": "must be a number",
-    "float_parsing": "must be a number", "bool_type": "must be true or false",
-    "bool_parsing": "must be true or false", "string_type": "must be a string",
-    "dict_type": "must be an object", "model_type": "must be an object",
-    "model_attributes_type": "must be an object", "list_type": "must be a list",
-    "tuple_type": "must be a list", "none_required": "must be null",
-    "too_short": "needs at least {min_length} item(s)", "too_long": "takes at most {max_length} item(s)",
-    "string_too_short": "must not be empty", "string_too_long": "takes at most {max_length:,} characters",
-    "string_pattern_mismatch": "is not in the expected form", "json_invalid": "the body is not valid JSON",
-    "finite_number": "must be a finite number", "enum": "must be {expected}",
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string",
+    "dict_type": "must be an object",
+    "model_type": "must be an object",
+    "model_attributes_type": "must be an object",
+    "list_type": "must be a list",
+    "tuple_type": "must be a list",
+    "none_required": "must be null",
+    "too_short": "needs at least {min_length} item(s)",
+    "too_long": "takes at most {max_length} item(s)",
+    "string_too_short": "must not be empty",
+    "string_too_long": "takes at most {max_length:,} characters",
+    "string_pattern_mismatch": "is not in the expected form",
+    "json_invalid": "the body is not valid JSON",
+    "finite_number": "must be a finite number",
+    "enum": "must be {expected}",
 }
 
 
@@ -177,7 +197,9 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RedisError)
     async def _redis_down(request: Request, exc: RedisError) -> JSONResponse:
         logger.warning("Redis error: %s", exc)
-        return JSONResponse({"detail": "the job queue (Redis) is unreachable; try again shortly"}, status_code=503)
+        return JSONResponse(
+            {"detail": "the job queue (Redis) is unreachable; try again shortly"}, status_code=503
+        )
 
     @app.exception_handler(StoreUnavailable)
     async def _database_down(request: Request, exc: StoreUnavailable) -> JSONResponse:
@@ -190,13 +212,16 @@ def install(app: FastAPI) -> None:
         body: dict[str, Any] = {"detail": detail}
         if exc.status_code == 422:
             body["errors"] = []
-        return JSONResponse(body, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+        return JSONResponse(
+            body, status_code=exc.status_code, headers=getattr(exc, "headers", None)
+        )
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         logger.exception("unexpected error on %s %s", request.method, request.url.path)
-        return JSONResponse({"detail": "internal error; the server log has the details"}, status_code=500)
-
+        return JSONResponse(
+            {"detail": "internal error; the server log has the details"}, status_code=500
+        )
 
 
 def add_catch_all(app: FastAPI, routers: list[APIRouter]) -> None:
@@ -214,10 +239,15 @@ def add_catch_all(app: FastAPI, routers: list[APIRouter]) -> None:
         if allowed:
             allow = ", ".join(sorted(allowed))
             return JSONResponse(
-                {"detail": f"{request.method} is not allowed on {request.url.path}; allowed: {allow}"},
-                status_code=405, headers={"Allow": allow},
+                {
+                    "detail": f"{request.method} is not allowed on {request.url.path}; allowed: {allow}"
+                },
+                status_code=405,
+                headers={"Allow": allow},
             )
-        return JSONResponse({"detail": f"no API endpoint at {request.url.path}; see /docs"}, status_code=404)
+        return JSONResponse(
+            {"detail": f"no API endpoint at {request.url.path}; see /docs"}, status_code=404
+        )
 
 
 def declare(app: FastAPI) -> None:
@@ -232,10 +262,14 @@ def declare(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema:
             return app.openapi_schema
-        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
         comps = schema.setdefault("components", {}).setdefault("schemas", {})
         for model in (FieldProblem, ErrorBody, ValidationErrorBody):
-            comps[model.__name__] = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            comps[model.__name__] = model.model_json_schema(
+                ref_template="#/components/schemas/{model}"
+            )
         comps.pop("HTTPValidationError", None)
         comps.pop("ValidationError", None)
         ref = {"$ref": "#/components/schemas/ErrorBody"}
@@ -243,14 +277,24 @@ def declare(app: FastAPI) -> None:
         for item in schema.get("paths", {}).values():
             for method, op in item.items():
                 responses = op.setdefault("responses", {})
-                codes = {"422", "503"} | ({"401", "429"} if method in ("post", "put", "patch", "delete") else set())
+                codes = {"422", "503"} | (
+                    {"401", "429"} if method in ("post", "put", "patch", "delete") else set()
+                )
                 for code in codes | {c for c in responses if c[:1] in "45"}:
-                    desc = responses.get(code, {}).get("description") or ERROR_DESCRIPTIONS.get(int(code), "error")
+                    desc = responses.get(code, {}).get("description") or ERROR_DESCRIPTIONS.get(
+                        int(code), "error"
+                    )
                     body = vref if code == "422" else ref
-                    responses[code] = {"description": desc, "content": {"application/json": {"schema": body}}}
+                    responses[code] = {
+                        "description": desc,
+                        "content": {"application/json": {"schema": body}},
+                    }
                     if code == "429":
                         responses[code]["headers"] = {
-                            "Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}
+                            "Retry-After": {
+                                "description": "seconds to wait",
+                                "schema": {"type": "integer"},
+                            }
                         }
         app.openapi_schema = schema
         return schema

@@ -30,7 +30,9 @@ class StderrProgress:
             if self.lines.due(fraction, message):
                 from workers.progress_lines import progress_line
 
-                self.stream.write(progress_line(self.label, fraction, self.lines.elapsed(), message) + "\n")
+                self.stream.write(
+                    progress_line(self.label, fraction, self.lines.elapsed(), message) + "\n"
+                )
                 self.stream.flush()
             return
         now = time.perf_counter()
@@ -40,7 +42,9 @@ class StderrProgress:
         width = 30
         filled = int(round(width * max(0.0, min(1.0, fraction))))
         bar = "#" * filled + "-" * (width - filled)
-        self.stream.write(f"\r{self.label} [{bar}] {fraction * 100:5.1f}% {now - self.start:6.1f}s {message[:40]:<40}")
+        self.stream.write(
+            f"\r{self.label} [{bar}] {fraction * 100:5.1f}% {now - self.start:6.1f}s {message[:40]:<40}"
+        )
         self.stream.flush()
         self.drawn = True
 

@@ -50,7 +50,9 @@ class Lookup:
     error: str | None = None
     user_error: bool = False  # the input is at fault: resubmitting gives the same error
     error_code: str | None = None  # the HeadscopeError's code when user_error
-    partial_raw: dict[str, str] = field(default_factory=dict)  # key of the partial result -> its JSON text
+    partial_raw: dict[str, str] = field(
+        default_factory=dict
+    )  # key of the partial result -> its JSON text
     partial_keys: list[str] = field(default_factory=list)  # every key of the partial result so far
     result_raw: str | None = None
     request: dict[str, Any] | None = None
@@ -113,7 +115,9 @@ class JobQueue:
                     return Lookup(status="finished", progress=1.0, message="done")
             elif (stored := self.store.read_result(job_id)) is not None:
                 meta, raw = stored
-                return Lookup("finished", meta["kind"], 1.0, "done", result_raw=raw, request=meta["request"])
+                return Lookup(
+                    "finished", meta["kind"], 1.0, "done", result_raw=raw, request=meta["request"]
+                )
         # the job before the result key: a worker writes the result and then finishes the job, so
         # a job seen finished here has its result visible below (no transient "expired")
         job = protocol.fetch_job(self.conn, job_id)
@@ -147,10 +151,14 @@ class JobQueue:
         elif with_partial is not False:
             partial_keys = sorted(protocol.text(k) for k in got[2])
             if names:
-                partial_raw = {k: protocol.text(v) for k, v in zip(names, got[3], strict=True) if v is not None}
+                partial_raw = {
+                    k: protocol.text(v) for k, v in zip(names, got[3], strict=True) if v is not None
+                }
         partial = {"partial_raw": partial_raw, "partial_keys": partial_keys}
         split = parts.plan(self.conn, job_id)
-        if split is not None:  # handed to its parts (docs/scaling.md): the merge job and the parts say
+        if (
+            split is not None
+        ):  # handed to its parts (docs/scaling.md): the merge job and the parts say
             return self._split_lookup(job_id, split, kind=kind, request=request, partial=partial)
         if job is None:
             if request is None and _persistable(job_id):  # Redis forgot it; the database did not
@@ -162,8 +170,11 @@ class JobQueue:
             if claim_counts and self.conn.exists(protocol.claim_key(job_id)):
                 return Lookup("queued", kind, message="queued", request=request, **partial)
             return Lookup(
-                "failed", kind, error="the job was lost (the queue was reset); submit it again",
-                request=request, **partial,
+                "failed",
+                kind,
+                error="the job was lost (the queue was reset); submit it again",
+                request=request,
+                **partial,
             )
         meta = job.meta or {}
         status = job.get_status(refresh=False)
@@ -172,55 +183,103 @@ class JobQueue:
         progress, message = float(meta.get("progress", 0.0)), str(meta.get("message", ""))
         if meta.get("error"):  # the job ended on an input the user can fix, or was cancelled
             cancelled = meta.get("error_code") == "cancelled"  # submitting again runs it again
-            return Lookup("failed", progress=progress, message="cancelled" if cancelled else "failed",
-                          error=str(meta["error"]), user_error=not cancelled, error_code=meta.get("error_code"),
-                          **base)
+            return Lookup(
+                "failed",
+                progress=progress,
+                message="cancelled" if cancelled else "failed",
+                error=str(meta["error"]),
+                user_error=not cancelled,
+                error_code=meta.get("error_code"),
+                **base,
+            )
         if status in ("queued", "deferred", "scheduled"):
-            message = "queued (retrying)" if meta.get("abandoned_by") or job.retries_left == 0 else "queued"
+            message = (
+                "queued (retrying)"
+                if meta.get("abandoned_by") or job.retries_left == 0
+                else "queued"
+            )
             if not protocol.live_workers(self.conn):
                 message += "; no worker is running at the moment"
             return Lookup("queued", progress=0.0, message=message, **base)
         if status == "started":
             return Lookup("running", progress=progress, message=message, **base)
         if status == "finished":  # finished without a result: the result expired
-            return Lookup("failed", error="the result has expired; submit the request again", **base)
+            return Lookup(
+                "failed", error="the result has expired; submit the request again", **base
+            )
         if status in ("stopped", "canceled"):
             return Lookup("failed", error="the job was cancelled", **base)
-        return Lookup("failed", progress=progress, message="failed", error=failure_reason(job), **base)
+        return Lookup(
+            "failed", progress=progress, message="failed", error=failure_reason(job), **base
+        )
 
-    def _split_lookup(self, job_id: str, split: dict[str, Any], *, kind: str, request: dict[str, Any] | None,
-                      partial: dict[str, Any]) -> Lookup:
+    def _split_lookup(
+        self,
+        job_id: str,
+        split: dict[str, Any],
+        *,
+        kind: str,
+        request: dict[str, Any] | None,
+        partial: dict[str, Any],
+    ) -> Lookup:
         """Where a job split into parts stands: cancelled, failed (a part's reason), or its parts'
         progress (parts done, items/s) while they and the merge run."""
         base = {"kind": kind, "request": request, **partial}
         progress, message = parts.status(self.conn, job_id, split)
         if self.conn.exists(protocol.cancel_key(job_id)):
-            what = {"analysis": "the analysis"}.get(kind, f"the {kind} job")  # as the jobs' own CancelledError
-            return Lookup("failed", progress=progress, message="cancelled", error=str(CancelledError(what)),
-                          error_code="cancelled", **base)
+            what = {"analysis": "the analysis"}.get(
+                kind, f"the {kind} job"
+            )  # as the jobs' own CancelledError
+            return Lookup(
+                "failed",
+                progress=progress,
+                message="cancelled",
+                error=str(CancelledError(what)),
+                error_code="cancelled",
+                **base,
+            )
         merge = protocol.fetch_job(self.conn, str(split["merge"]))
         if merge is None:
-            return Lookup("failed", error="the job was lost (the queue was reset); submit it again", **base)
+            return Lookup(
+                "failed", error="the job was lost (the queue was reset); submit it again", **base
+            )
         meta = merge.meta or {}
         status = merge.get_status(refresh=False)
         status = getattr(status, "value", status)
         if meta.get("error"):  # a part (or the merge) failed on the input
-            return Lookup("failed", progress=progress, message="failed", error=str(meta["error"]), user_error=True,
-                          error_code=meta.get("error_code"), **base)
+            return Lookup(
+                "failed",
+                progress=progress,
+                message="failed",
+                error=str(meta["error"]),
+                user_error=True,
+                error_code=meta.get("error_code"),
+                **base,
+            )
         if status == "failed":
-            return Lookup("failed", progress=progress, message="failed", error=failure_reason(merge), **base)
+            return Lookup(
+                "failed", progress=progress, message="failed", error=failure_reason(merge), **base
+            )
         if status in ("stopped", "canceled"):
             return Lookup("failed", error="the job was cancelled", **base)
         if meta.get("part_error"):  # a part failed for good
-            return Lookup("failed", progress=progress, message="failed", error=str(meta["part_error"]), **base)
+            return Lookup(
+                "failed", progress=progress, message="failed", error=str(meta["part_error"]), **base
+            )
         if status == "finished":  # the merge stored the result just after this lookup first looked
             again = self._stored(job_id, kind=kind, request=request)
             if again is not None:
                 return again
-            return Lookup("failed", error="the result has expired; submit the request again", **base)
+            return Lookup(
+                "failed", error="the result has expired; submit the request again", **base
+            )
         if status == "started":
-            return Lookup("running", progress=max(progress, float(meta.get("progress", 0.0))),
-                          message=str(meta.get("message") or message), **base)
+            return Lookup(
+                "running",
+                progress=max(progress, float(meta.get("progress", 0.0))),
+                message=str(meta.get("message") or message),
+                **base,
+            )
         started = self.conn.hlen(parts.done_key(job_id)) + self.conn.hlen(parts.parts_key(job_id))
         if not started:
             message = f"queued: {split['n_parts']} parts of {split['n_items']:,} {split.get('unit', 'items')}"
@@ -233,10 +292,14 @@ class JobQueue:
         """The finished result, from the store or Redis, or None."""
         if _persistable(job_id) and (stored := self.store.read_result(job_id)) is not None:
             meta, raw = stored
-            return Lookup("finished", meta["kind"], 1.0, "done", result_raw=raw, request=meta["request"])
+            return Lookup(
+                "finished", meta["kind"], 1.0, "done", result_raw=raw, request=meta["request"]
+            )
         fresh = self.conn.get(protocol.result_key(job_id))
         if fresh is not None:
-            return Lookup("finished", kind, 1.0, "done", result_raw=protocol.text(fresh), request=request)
+            return Lookup(
+                "finished", kind, 1.0, "done", result_raw=protocol.text(fresh), request=request
+            )
         return None
 
     # ---------------------------------------------------------------------------------- submit
@@ -270,7 +333,11 @@ class JobQueue:
             self.store.record_request(job_id, kind=kind, request=request)
         with self.conn.pipeline() as pipe:
             pipe.set(protocol.request_key(job_id), envelope, ex=s.redis_result_ttl_s)
-            pipe.delete(protocol.partial_key(job_id), protocol.result_key(job_id), protocol.cancel_key(job_id))
+            pipe.delete(
+                protocol.partial_key(job_id),
+                protocol.result_key(job_id),
+                protocol.cancel_key(job_id),
+            )
             pipe.execute()
         name = protocol.SHORT_QUEUE if protocol.is_short(kind, request) else protocol.QUEUE
         q = protocol.queue(self.conn, name)
@@ -307,7 +374,11 @@ class JobQueue:
         deadline = time.monotonic() + timeout_s
         while True:
             state = self.lookup(job_id, with_partial=False)
-            if state is None or state.status in ("finished", "failed") or time.monotonic() > deadline:
+            if (
+                state is None
+                or state.status in ("finished", "failed")
+                or time.monotonic() > deadline
+            ):
                 return state
             time.sleep(poll_s)
 

@@ -52,7 +52,9 @@ def _delete(store: Store, item: dict[str, Any]) -> None:
         store.delete_checkpoint(item["id"])
 
 
-def enforce(store: Store, settings: Settings, *, need: int = 0, now: float | None = None) -> list[str]:
+def enforce(
+    store: Store, settings: Settings, *, need: int = 0, now: float | None = None
+) -> list[str]:
     """Expire unshared uploads past ``upload_ttl_s``; then, while results + uploads + ``need``
     exceed the storage quota, delete the least recently used unprotected items. Returns their ids."""
     now = time.time() if now is None else now
@@ -60,7 +62,11 @@ def enforce(store: Store, settings: Settings, *, need: int = 0, now: float | Non
     items = store.stored_items()
     removed: list[str] = []
     for item in items:
-        if item["kind"] in ("checkpoint", "corpus") and item["id"] not in keep and now - item["used_at"] > settings.upload_ttl_s:
+        if (
+            item["kind"] in ("checkpoint", "corpus")
+            and item["id"] not in keep
+            and now - item["used_at"] > settings.upload_ttl_s
+        ):
             _delete(store, item)
             removed.append(item["id"])
     items = [i for i in items if i["id"] not in removed]
@@ -85,7 +91,11 @@ def sweep(store: Store, settings: Settings) -> list[str]:
 def check_upload(store: Store, settings: Settings, *, owner: str, size: int, filename: str) -> None:
     """413 unless ``size`` more bytes fit the client's upload quota and the storage quota."""
     items = store.stored_items()
-    mine = sum(i["bytes"] for i in items if i["kind"] in ("checkpoint", "corpus") and owner in i.get("owners", []))
+    mine = sum(
+        i["bytes"]
+        for i in items
+        if i["kind"] in ("checkpoint", "corpus") and owner in i.get("owners", [])
+    )
     quota = settings.upload_quota_bytes
     if quota and mine + size > quota:
         raise TooLargeError(

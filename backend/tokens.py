@@ -28,7 +28,9 @@ def _tokenizer(model_dir: str):  # -> tokenizers.Tokenizer | None
 
         tok = Tokenizer.from_file(str(path))
     except Exception:  # an unusual tokenizer file: leave the check to the worker
-        logger.warning("cannot read %s; token limits are checked by the worker only", path, exc_info=True)
+        logger.warning(
+            "cannot read %s; token limits are checked by the worker only", path, exc_info=True
+        )
         return None
     tok.no_truncation()
     tok.no_padding()
@@ -58,7 +60,9 @@ def _limit(model_dir: str) -> int | None:
 def count_tokens(spec: ModelSpec, text: str, *, special: bool = True) -> tuple[int, int] | None:
     """(token count, with special tokens unless ``special`` is False; the model's limit), or None
     when unknown here."""
-    model_dir = spec.ready_dir()  # None: a hub model, or a GGUF model the worker has not converted yet
+    model_dir = (
+        spec.ready_dir()
+    )  # None: a hub model, or a GGUF model the worker has not converted yet
     if model_dir is None:
         return None
     tok, limit = _tokenizer(model_dir), _limit(model_dir)

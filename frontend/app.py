@@ -50,17 +50,22 @@ PAGE_BY_NAME: dict[str, str] = {m.NAME: m.PATH for m in PAGE_MODULES}
 
 
 def _nav() -> html.Nav:
-    links = [dcc.Link(mod.TITLE, href=mod.PATH, className="nav-link", id=f"nav-{mod.NAME}")
-             for mod in PAGE_MODULES]
+    links = [
+        dcc.Link(mod.TITLE, href=mod.PATH, className="nav-link", id=f"nav-{mod.NAME}")
+        for mod in PAGE_MODULES
+    ]
     return html.Nav(className="nav", children=[html.Span("headscope", className="brand"), *links])
 
 
 def shell() -> html.Div:
-    return html.Div(className="app", children=[
-        dcc.Location(id="url", refresh=False),
-        _nav(),
-        html.Main(id="page-content"),
-    ])
+    return html.Div(
+        className="app",
+        children=[
+            dcc.Location(id="url", refresh=False),
+            _nav(),
+            html.Main(id="page-content"),
+        ],
+    )
 
 
 def render_page(store: ResultStore, pathname: str | None, search: str | None) -> Any:
@@ -73,16 +78,28 @@ def render_page(store: ResultStore, pathname: str | None, search: str | None) ->
             share = store.share(query["share"])
         except ApiError as exc:
             msg = "this share link does not exist" if exc.status == 404 else str(exc)
-            return html.Div(className="page", children=[html.H2("Share link"),
-                                                        html.Div(msg, className="error", id="share-error")])
+            return html.Div(
+                className="page",
+                children=[
+                    html.H2("Share link"),
+                    html.Div(msg, className="error", id="share-error"),
+                ],
+            )
         kind = share.get("kind")
-        page = (share.get("view") or {}).get("page") or (kind if kind in ("pe", "corpus") else "text")
+        page = (share.get("view") or {}).get("page") or (
+            kind if kind in ("pe", "corpus") else "text"
+        )
         path = PAGE_BY_NAME.get(page, path)
     module = PAGES.get(path.rstrip("/") or "/")
     if module is None:
-        return html.Div(className="page", children=[html.H2("Not found"),
-                                                    html.P(f"There is no page at {path}."),
-                                                    dcc.Link("Text explorer", href="/")])
+        return html.Div(
+            className="page",
+            children=[
+                html.H2("Not found"),
+                html.P(f"There is no page at {path}."),
+                dcc.Link("Text explorer", href="/"),
+            ],
+        )
     return module.layout(store, query, share=share)
 
 
@@ -106,7 +123,9 @@ def create_dash_app(api_base_url: str, *, client: ApiClient | None = None) -> da
     )
     app.layout = shell()
 
-    @app.callback(Output("page-content", "children"), Input("url", "pathname"), State("url", "search"))
+    @app.callback(
+        Output("page-content", "children"), Input("url", "pathname"), State("url", "search")
+    )
     def _route(pathname: str | None, search: str | None) -> Any:
         try:
             return render_page(store, pathname, search)
@@ -135,8 +154,13 @@ def create_dash_app(api_base_url: str, *, client: ApiClient | None = None) -> da
         from flask import request
 
         if not request.cookies.get(CLIENT_COOKIE):
-            response.set_cookie(CLIENT_COOKIE, secrets.token_urlsafe(18), max_age=365 * 86400,
-                                httponly=True, samesite="Lax")
+            response.set_cookie(
+                CLIENT_COOKIE,
+                secrets.token_urlsafe(18),
+                max_age=365 * 86400,
+                httponly=True,
+                samesite="Lax",
+            )
         return response
 
     return app

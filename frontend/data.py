@@ -83,10 +83,16 @@ class ResultStore:
         self._size = size
         self._running = running
         self._cache: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
-        self._partials: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()  # running jobs' keys read
-        self._folded: dict[tuple[str, str], tuple[tuple[str, ...], dict[str, Any]]] = {}  # their layer parts folded
+        self._partials: OrderedDict[tuple[str, str], dict[str, Any]] = (
+            OrderedDict()
+        )  # running jobs' keys read
+        self._folded: dict[
+            tuple[str, str], tuple[tuple[str, ...], dict[str, Any]]
+        ] = {}  # their layer parts folded
         self._requests: dict[tuple[str, str], dict[str, Any]] = {}  # running jobs' requests
-        self._recent: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()  # running jobs' last status
+        self._recent: OrderedDict[tuple[str, str], dict[str, Any]] = (
+            OrderedDict()
+        )  # running jobs' last status
         self._lock = threading.Lock()
         self._job_locks = [threading.Lock() for _ in range(16)]  # by job: one download at a time
         self._models: tuple[float, dict[str, Any]] | None = None
@@ -131,7 +137,9 @@ class ResultStore:
             self._put(key, hit)
         return hit
 
-    def status(self, source: dict[str, Any] | None, *, seen: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def status(
+        self, source: dict[str, Any] | None, *, seen: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
         """A JobStatus-like dict for any source; errors become ``status == "failed"``.
 
         Keys: ``status``, ``progress``, ``message``, ``error``, ``result`` (finished) or the
@@ -150,9 +158,16 @@ class ResultStore:
         try:
             if kind == "share":
                 share = self.share(sid)
-                return {"status": "finished", "progress": 1.0, "message": "shared result", "error": None,
-                        "result": share.get("result") or {}, "request": share.get("request"),
-                        "view": share.get("view") or {}, "share_kind": share.get("kind")}
+                return {
+                    "status": "finished",
+                    "progress": 1.0,
+                    "message": "shared result",
+                    "error": None,
+                    "result": share.get("result") or {},
+                    "request": share.get("request"),
+                    "view": share.get("view") or {},
+                    "share_kind": share.get("kind"),
+                }
             key = (kind, sid)
             hit = self._get_cached(key)
             if hit is not None:
@@ -161,18 +176,31 @@ class ResultStore:
             if saw is not None:
                 with self._lock:
                     last = self._recent.get(key)
-                if last is not None and last["status"] == saw.get("status") \
-                        and set(saw.get("sections") or []) <= set(sections_of(last)):
+                if (
+                    last is not None
+                    and last["status"] == saw.get("status")
+                    and set(saw.get("sections") or []) <= set(sections_of(last))
+                ):
                     return last
             with self._job_lock(key):
-                hit = self._get_cached(key)  # finished while this call waited for another's download
+                hit = self._get_cached(
+                    key
+                )  # finished while this call waited for another's download
                 if hit is not None:
                     return hit
                 raw, partial = self._read(key)
         except ApiError as exc:
             gone = exc.status == 404
-            message = "this result is no longer stored; run the analysis again" if gone else str(exc)
-            return {"status": "failed", "progress": 0.0, "message": message, "error": message, "result": {}}
+            message = (
+                "this result is no longer stored; run the analysis again" if gone else str(exc)
+            )
+            return {
+                "status": "failed",
+                "progress": 0.0,
+                "message": message,
+                "error": message,
+                "result": {},
+            }
         out = {
             "status": raw.get("status", "queued"),
             "progress": float(raw.get("progress") or 0.0),
@@ -226,19 +254,34 @@ class ResultStore:
     def _read(self, key: tuple[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
         """(JobStatus, the partial result so far), downloading only the partial keys not read before."""
         kind, sid = key
-        fetch = {"pe": self.client.pe_analysis, "corpus": self.client.corpus_analysis,
-                 "corpus-joint": self.client.corpus_joint, "compare": self.client.compare}.get(kind, self.client.analysis)
+        fetch = {
+            "pe": self.client.pe_analysis,
+            "corpus": self.client.corpus_analysis,
+            "corpus-joint": self.client.corpus_joint,
+            "compare": self.client.compare,
+        }.get(kind, self.client.analysis)
         with self._lock:
             followed = kind == "analysis" and key in self._partials
-        raw = self.client.analysis(sid, partial="none", result="none") if followed else fetch(sid, partial="none")
+        raw = (
+            self.client.analysis(sid, partial="none", result="none")
+            if followed
+            else fetch(sid, partial="none")
+        )
         if raw.get("status") == "finished":
             if raw.get("result") is not None:
                 return raw, {}
             with self._lock:
                 have, request = self._partials.get(key) or {}, self._requests.get(key)
             whole = finished_from_parts(raw.get("request") or request, have)
-            if whole is not None:  # every section was read while the job ran: no need of the result's megabytes
-                return {**raw, "result": whole, "request": raw.get("request") or request, "assembled": True}, {}
+            if (
+                whole is not None
+            ):  # every section was read while the job ran: no need of the result's megabytes
+                return {
+                    **raw,
+                    "result": whole,
+                    "request": raw.get("request") or request,
+                    "assembled": True,
+                }, {}
             return fetch(sid, partial="none"), {}
         with self._lock:
             have = self._partials.get(key) or {}
@@ -262,7 +305,9 @@ class ResultStore:
 TEXT_EXPLORER_KINDS = {"max-attention", "head-tsne", "hidden-tsne"}
 
 
-def finished_from_parts(request: dict[str, Any] | None, held: dict[str, Any]) -> dict[str, Any] | None:
+def finished_from_parts(
+    request: dict[str, Any] | None, held: dict[str, Any]
+) -> dict[str, Any] | None:
     """The finished result of a text explorer job (its analyses among ``TEXT_EXPLORER_KINDS``) from the
     partial keys read while it ran, when they hold every section it asked for, else None.
 
@@ -278,7 +323,11 @@ def finished_from_parts(request: dict[str, Any] | None, held: dict[str, Any]) ->
         return None
     o = (request or {}).get("options") or {}
     want = set(analyses)
-    if o.get("all_heads") and "head-tsne" in analyses and not (o.get("layer") == "all" and o.get("head") == "all"):
+    if (
+        o.get("all_heads")
+        and "head-tsne" in analyses
+        and not (o.get("layer") == "all" and o.get("head") == "all")
+    ):
         want.add("head-tsne-all")
     whole = fold(held)
     if not want <= set(whole) or "tokens" not in whole:
@@ -367,7 +416,9 @@ class Built:
             done.set()
 
 
-def seen_job(jobs: list[dict[str, Any]] | None, source: dict[str, Any] | None) -> dict[str, Any] | None:
+def seen_job(
+    jobs: list[dict[str, Any]] | None, source: dict[str, Any] | None
+) -> dict[str, Any] | None:
     """The poll's entry (``{prefix}-job`` or ``{prefix}-job-sections``) of ``source``'s job, or None."""
     sid = (source or {}).get("id")
     return next((j for j in jobs or [] if sid is not None and j.get("id") == sid), None)

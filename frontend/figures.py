@@ -84,8 +84,15 @@ def empty_figure(message: str, *, height: int = 320) -> go.Figure:
         xaxis={"visible": False},
         yaxis={"visible": False},
         annotations=[
-            {"text": message, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
-             "showarrow": False, "font": {"size": 14, "color": "#555"}}
+            {
+                "text": message,
+                "xref": "paper",
+                "yref": "paper",
+                "x": 0.5,
+                "y": 0.5,
+                "showarrow": False,
+                "font": {"size": 14, "color": "#555"},
+            }
         ],
         margin={"l": 20, "r": 20, "t": 20, "b": 20},
         plot_bgcolor="white",
@@ -122,15 +129,26 @@ def scatter_axes(
 ) -> tuple[list[float], list[float], dict[str, Any], dict[str, Any]]:
     """Plotted coordinates and axis settings: QER with original-unit ticks, or raw."""
     if not rescale:
-        return x.tolist(), y.tolist(), {"title": {"text": "t-SNE 1"}}, {"title": {"text": "t-SNE 2"}}
+        return (
+            x.tolist(),
+            y.tolist(),
+            {"title": {"text": "t-SNE 1"}},
+            {"title": {"text": "t-SNE 2"}},
+        )
     r = quantile_rescale(x, y, k=k)
     xaxis = {
         "title": {"text": "t-SNE 1 (quantile-equidistant, original units)"},
-        "tickmode": "array", "tickvals": r.x_ticks, "ticktext": r.x_labels, "range": [-0.05, 1.05],
+        "tickmode": "array",
+        "tickvals": r.x_ticks,
+        "ticktext": r.x_labels,
+        "range": [-0.05, 1.05],
     }
     yaxis = {
         "title": {"text": "t-SNE 2 (quantile-equidistant, original units)"},
-        "tickmode": "array", "tickvals": r.y_ticks, "ticktext": r.y_labels, "range": [-0.05, 1.05],
+        "tickmode": "array",
+        "tickvals": r.y_ticks,
+        "ticktext": r.y_labels,
+        "range": [-0.05, 1.05],
     }
     return r.x, r.y, xaxis, yaxis
 
@@ -151,7 +169,10 @@ def token_scatter(
     coords = np.asarray(coords, dtype=np.float64).reshape(-1, 2)  # [point, 2]
     px, py, xaxis, yaxis = scatter_axes(coords[:, 0], coords[:, 1], rescale=rescale)
     colour = np.asarray(indices if colour is None else colour, dtype=np.float64)
-    custom = [[int(i), float(a), float(b), lab] for i, (a, b), lab in zip(indices, coords, labels, strict=True)]
+    custom = [
+        [int(i), float(a), float(b), lab]
+        for i, (a, b), lab in zip(indices, coords, labels, strict=True)
+    ]
     trace = go.Scatter(
         x=px,
         y=py,
@@ -223,12 +244,18 @@ def max_attention_spec(
     kept = section.get("kept") or list(range(n_tok))
     labels = token_labels(result, kept)
     over = "queries i >= j (causal)" if section.get("causal") else "queries"  # who can see key j
-    what = f"max attention (max over {over})" if reduction == "max" else f"mean attention (mean over {over})"
+    what = (
+        f"max attention (max over {over})"
+        if reduction == "max"
+        else f"mean attention (mean over {over})"
+    )
     windows = section.get("windows") or []
 
     def title(layer: int) -> str:  # a sliding-window layer says so: zeros beyond its window
         w = windows[layer] if layer < len(windows) else None
-        return f"layer {layer} (local: each query sees the last {w} keys)" if w else f"layer {layer}"
+        return (
+            f"layer {layer} (local: each query sees the last {w} keys)" if w else f"layer {layer}"
+        )
 
     layout = _stacked_layout(len(shown), min(0.08, 0.3 / len(shown)))
     for note, layer in zip(layout["annotations"], shown, strict=True):
@@ -242,7 +269,11 @@ def max_attention_spec(
     traces = []
     for row, layer in enumerate(shown, start=1):
         custom = np.empty((n_heads, n_tok, 3), dtype=small)  # [head, token, (token, layer, head)]
-        custom[..., 0], custom[..., 1], custom[..., 2] = np.asarray(kept), layer, np.arange(n_heads)[:, None]
+        custom[..., 0], custom[..., 1], custom[..., 2] = (
+            np.asarray(kept),
+            layer,
+            np.arange(n_heads)[:, None],
+        )
         suffix = "" if row == 1 else str(row)
         traces.append({
             "type": "heatmap", "z": data[layer].astype(np.float32), "x": list(range(n_tok)),
@@ -309,7 +340,9 @@ def _named_scale(name: str) -> tuple[tuple[float, str], ...]:
 
 def shown_layers(result: dict[str, Any], layers: list[int] | None) -> list[int]:
     """The layers ``max_attention_figure`` draws, in order (all when ``layers`` is empty)."""
-    n_layers = len((result.get("max-attention") or {}).get("max_attention") or []) or int(result.get("n_layers") or 0)
+    n_layers = len((result.get("max-attention") or {}).get("max_attention") or []) or int(
+        result.get("n_layers") or 0
+    )
     return [layer for layer in (layers or range(n_layers)) if 0 <= layer < n_layers]
 
 
@@ -341,8 +374,12 @@ def head_embedding(section: dict[str, Any], layer: int, head: int) -> dict[str, 
     kl = np.asarray(section["kl"], dtype=np.float64)
     restarts = np.asarray(section.get("kl_restarts", []), dtype=np.float64)
     if emb.ndim == 2:  # one head: [token, 2]
-        return {"embedding": emb, "kl": float(kl.ravel()[0]), "kl_restarts": restarts.ravel().tolist(),
-                "attention": section.get("attention")}
+        return {
+            "embedding": emb,
+            "kl": float(kl.ravel()[0]),
+            "kl_restarts": restarts.ravel().tolist(),
+            "attention": section.get("attention"),
+        }
     li, hi = layers.index(layer), heads.index(head)  # grid: [layer, head, token, 2]
     return {
         "embedding": emb[li, hi],
@@ -352,7 +389,9 @@ def head_embedding(section: dict[str, Any], layer: int, head: int) -> dict[str, 
     }
 
 
-def find_head(result: dict[str, Any], layer: int, head: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
+def find_head(
+    result: dict[str, Any], layer: int, head: int
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(section, ``head_embedding``) of (layer, head) in the first head-tsne section holding it."""
     for sec in head_sections(result):
         found = head_embedding(sec, layer, head)
@@ -369,7 +408,10 @@ def state_embedding(section: dict[str, Any], state: int) -> dict[str, Any] | Non
     emb = np.asarray(section["embedding"], dtype=np.float64)
     i = layers.index(state)
     kl = section.get("kl") or []
-    return {"embedding": emb if emb.ndim == 2 else emb[i], "kl": float(kl[i]) if i < len(kl) else None}
+    return {
+        "embedding": emb if emb.ndim == 2 else emb[i],
+        "kl": float(kl[i]) if i < len(kl) else None,
+    }
 
 
 def head_tsne_figure(
@@ -420,14 +462,18 @@ def attention_matrix_figure(result: dict[str, Any], *, layer: int, head: int) ->
         return empty_figure(f"No attention matrix for layer {layer}, head {head} in this result.")
     a, kept, exact = hit  # [query, key]
     labels = token_labels(result, kept)
-    custom = [[int(kept[j]) for j in range(len(kept))] for _ in range(len(kept))]  # key token per cell
+    custom = [
+        [int(kept[j]) for j in range(len(kept))] for _ in range(len(kept))
+    ]  # key token per cell
     fig = go.Figure(
         go.Heatmap(
             z=a.tolist(),
             x=list(range(len(kept))),
             y=list(range(len(kept))),
             customdata=custom,
-            text=[[f"{labels[i]} → {labels[j]}" for j in range(len(kept))] for i in range(len(kept))],
+            text=[
+                [f"{labels[i]} → {labels[j]}" for j in range(len(kept))] for i in range(len(kept))
+            ],
             hovertemplate="query → key: %{text}<br>attention %{z:.3f}<extra></extra>",
             colorscale=HEAT_SCALE,
             zmin=0.0,
@@ -436,11 +482,17 @@ def attention_matrix_figure(result: dict[str, Any], *, layer: int, head: int) ->
     )
     ticks = _token_ticks(labels)
     fig.update_layout(
-        title={"text": f"Attention matrix — layer {layer}, head {head} (rows: queries)"
-               + ("" if exact else ", weights to 1/255"), "font": {"size": 14}},
+        title={
+            "text": f"Attention matrix — layer {layer}, head {head} (rows: queries)"
+            + ("" if exact else ", weights to 1/255"),
+            "font": {"size": 14},
+        },
         xaxis={**ticks, "title": {"text": "key"}},
-        yaxis={**{k: v for k, v in ticks.items() if k != "tickangle"}, "title": {"text": "query"},
-               "autorange": "reversed"},
+        yaxis={
+            **{k: v for k, v in ticks.items() if k != "tickangle"},
+            "title": {"text": "query"},
+            "autorange": "reversed",
+        },
         height=max(360, min(900, 120 + 14 * len(kept))),
         margin={"l": 80, "r": 20, "t": 60, "b": 90},
         meta={"highlight": "matrix"},
@@ -495,11 +547,14 @@ def standalone_html(figures: list[go.Figure], *, title: str, notes: str = "") ->
     """One self-contained HTML page (plotly.js inline, works offline) holding ``figures``."""
     parts = []
     for i, fig in enumerate(figures):
-        parts.append(pio.to_html(fig, include_plotlyjs=(i == 0), full_html=False,
-                                 config={"displaylogo": False}))
+        parts.append(
+            pio.to_html(
+                fig, include_plotlyjs=(i == 0), full_html=False, config={"displaylogo": False}
+            )
+        )
     body = "\n".join(f'<div class="figure">{p}</div>' for p in parts)
     return (
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title>"
         "<style>body{font-family:sans-serif;margin:16px} .figure{margin-bottom:24px}</style>"
         f"</head><body><h1>{html.escape(title)}</h1><p>{html.escape(notes)}</p>{body}</body></html>\n"

@@ -20,7 +20,9 @@ GENERATED_MARK = "▸"
 DIVERGING = "RdBu"  # negative red, positive blue (reversed below: positive = helps the target)
 
 
-def labels(result: dict[str, Any], *, tokens: list[str] | None = None, texts: list[str] | None = None) -> list[str]:
+def labels(
+    result: dict[str, Any], *, tokens: list[str] | None = None, texts: list[str] | None = None
+) -> list[str]:
     """A label per token: its text as it reads (``token_texts``), else the tokenizer's token; a
     generated token gets ``▸`` in front."""
     tokens = tokens if tokens is not None else list(result.get("tokens") or [])
@@ -39,8 +41,20 @@ def _generated_shapes(result: dict[str, Any], *, yref: str = "paper") -> list[di
     if not any(gen):
         return []
     first = gen.index(True)
-    return [{"type": "rect", "xref": "x", "yref": yref, "x0": first - 0.5, "x1": len(gen) - 0.5, "y0": 0, "y1": 1,
-             "fillcolor": "rgba(255, 200, 0, 0.12)", "line": {"width": 0}, "layer": "below"}]
+    return [
+        {
+            "type": "rect",
+            "xref": "x",
+            "yref": yref,
+            "x0": first - 0.5,
+            "x1": len(gen) - 0.5,
+            "y0": 0,
+            "y1": 1,
+            "fillcolor": "rgba(255, 200, 0, 0.12)",
+            "line": {"width": 0},
+            "layer": "below",
+        }
+    ]
 
 
 TITLE_LINE = 80  # characters a title line holds at 14 px in the page's narrowest figure
@@ -82,16 +96,30 @@ def _target(sec: dict[str, Any], p: int, single: str) -> str:
 def _layout(fig: go.Figure, title: str, *, height: int) -> go.Figure:
     text = wrap_title(title)
     top = 40 + 20 * (text.count("<br>") + 1)
-    fig.update_layout(title={"text": text, "font": {"size": 14}}, height=height + top - 60, plot_bgcolor="white",
-                      margin={"l": 70, "r": 20, "t": top, "b": 80})
+    fig.update_layout(
+        title={"text": text, "font": {"size": 14}},
+        height=height + top - 60,
+        plot_bgcolor="white",
+        margin={"l": 70, "r": 20, "t": top, "b": 80},
+    )
     return fig
 
 
 def _position_line(position: int | None) -> list[dict[str, Any]]:
     if position is None:
         return []
-    return [{"type": "line", "xref": "x", "yref": "paper", "x0": position, "x1": position, "y0": 0, "y1": 1,
-             "line": {"color": "#d62728", "width": 1.5, "dash": "dot"}}]
+    return [
+        {
+            "type": "line",
+            "xref": "x",
+            "yref": "paper",
+            "x0": position,
+            "x1": position,
+            "y0": 0,
+            "y1": 1,
+            "line": {"color": "#d62728", "width": 1.5, "dash": "dot"},
+        }
+    ]
 
 
 def surprisal_figure(result: dict[str, Any], *, position: int | None = None) -> go.Figure:
@@ -106,16 +134,30 @@ def surprisal_figure(result: dict[str, Any], *, position: int | None = None) -> 
     lab = labels(result)
     ranks = [None, *sec["next_rank"]]
     custom = [[lab[i], ranks[i] if ranks[i] is not None else "-"] for i in range(n)]
-    fig = go.Figure(go.Heatmap(
-        z=z, x=list(range(n)), y=["surprisal"], colorscale="YlOrRd", zmin=0,
-        zmax=float(np.nanmax(s)) if len(s) else 1.0, customdata=[custom],
-        colorbar={"title": {"text": "bits"}, "thickness": 12},
-        hovertemplate="%{customdata[0]} (position %{x}): %{z:.2f} bits, rank %{customdata[1]}<extra></extra>",
-    ))
-    fig.update_layout(xaxis=_token_ticks(lab), yaxis={"visible": False},
-                      shapes=_generated_shapes(result) + _position_line(position))
-    return _layout(fig, "Surprisal of each token given the ones before it (bits; click a token: the "
-                        "prediction made there)", height=190)
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(range(n)),
+            y=["surprisal"],
+            colorscale="YlOrRd",
+            zmin=0,
+            zmax=float(np.nanmax(s)) if len(s) else 1.0,
+            customdata=[custom],
+            colorbar={"title": {"text": "bits"}, "thickness": 12},
+            hovertemplate="%{customdata[0]} (position %{x}): %{z:.2f} bits, rank %{customdata[1]}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        xaxis=_token_ticks(lab),
+        yaxis={"visible": False},
+        shapes=_generated_shapes(result) + _position_line(position),
+    )
+    return _layout(
+        fig,
+        "Surprisal of each token given the ones before it (bits; click a token: the "
+        "prediction made there)",
+        height=190,
+    )
 
 
 def top_k_rows(result: dict[str, Any], *, position: int) -> list[dict[str, Any]]:
@@ -125,12 +167,23 @@ def top_k_rows(result: dict[str, Any], *, position: int) -> list[dict[str, Any]]
     if not sec or not 0 <= position < len(sec["top_tokens"]):
         return []
     ranks = sec.get("next_rank") or []
-    nxt = int(ranks[position]) if position < len(ranks) else None  # the text's own next token's rank
+    nxt = (
+        int(ranks[position]) if position < len(ranks) else None
+    )  # the text's own next token's rank
     top_ids = sec.get("top_ids") or []
     rows = []
-    for r, (tok, p) in enumerate(zip(sec["top_tokens"][position], sec["top_probs"][position], strict=True)):
-        rows.append({"rank": r + 1, "token": repr(tok)[1:-1] or "∅", "probability": f"{p:.4f}",
-                     "id": top_ids[position][r] if top_ids else None, "next": nxt == r + 1})
+    for r, (tok, p) in enumerate(
+        zip(sec["top_tokens"][position], sec["top_probs"][position], strict=True)
+    ):
+        rows.append(
+            {
+                "rank": r + 1,
+                "token": repr(tok)[1:-1] or "∅",
+                "probability": f"{p:.4f}",
+                "id": top_ids[position][r] if top_ids else None,
+                "next": nxt == r + 1,
+            }
+        )
     return rows
 
 
@@ -145,35 +198,66 @@ def lens_figure(result: dict[str, Any], *, position: int | None = None) -> go.Fi
     n = prob.shape[1] + 1
     tops = [[repr(t)[1:-1][:8] for t in row] for row in sec["top_tokens"]]
     probs = np.asarray(sec["top_probs"], dtype=np.float64)  # [state, n]
-    z = np.concatenate([prob, probs[:, -1:]], axis=1)  # the last position has no next token: its top token's
+    z = np.concatenate(
+        [prob, probs[:, -1:]], axis=1
+    )  # the last position has no next token: its top token's
     custom = [[[tops[s][t], float(probs[s][t])] for t in range(n)] for s in range(n_states)]
     lab = labels(result)
-    fig = go.Figure(go.Heatmap(
-        z=z, x=list(range(n)), y=list(range(n_states)), colorscale="Viridis", zmin=0, zmax=1,
-        text=tops, texttemplate="%{text}" if n * n_states <= 1200 else None, textfont={"size": 9},
-        customdata=custom, colorbar={"title": {"text": "p(next)"}, "thickness": 12},
-        hovertemplate="state %{y}, position %{x}: top %{customdata[0]} (%{customdata[1]:.3f}); "
-                      "p(next token) %{z:.3f}<extra></extra>",
-    ))
-    fig.update_layout(xaxis=_token_ticks(lab), yaxis={"title": {"text": "state (0 = embedding)"}, "dtick": 1},
-                      shapes=_generated_shapes(result) + _position_line(position))
-    return _layout(fig, "Logit lens: each layer's stream read through the final norm and the unembedding "
-                        "(printed: the top token; colour: the probability of the text's next token, "
-                        "or of the top token at the last position, which has no next token)",
-                   height=max(320, 22 * n_states + 140))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(range(n)),
+            y=list(range(n_states)),
+            colorscale="Viridis",
+            zmin=0,
+            zmax=1,
+            text=tops,
+            texttemplate="%{text}" if n * n_states <= 1200 else None,
+            textfont={"size": 9},
+            customdata=custom,
+            colorbar={"title": {"text": "p(next)"}, "thickness": 12},
+            hovertemplate="state %{y}, position %{x}: top %{customdata[0]} (%{customdata[1]:.3f}); "
+            "p(next token) %{z:.3f}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        xaxis=_token_ticks(lab),
+        yaxis={"title": {"text": "state (0 = embedding)"}, "dtick": 1},
+        shapes=_generated_shapes(result) + _position_line(position),
+    )
+    return _layout(
+        fig,
+        "Logit lens: each layer's stream read through the final norm and the unembedding "
+        "(printed: the top token; colour: the probability of the text's next token, "
+        "or of the top token at the last position, which has no next token)",
+        height=max(320, 22 * n_states + 140),
+    )
 
 
-def _heads_heatmap(values: np.ndarray, *, title: str, name: str, height: int = 380,
-                   zmid: float = 0.0) -> go.Figure:
+def _heads_heatmap(
+    values: np.ndarray, *, title: str, name: str, height: int = 380, zmid: float = 0.0
+) -> go.Figure:
     """A layers x heads map (layer 0 at the bottom); a click on a cell names the head."""
     L, H = values.shape
     lim = float(np.nanmax(np.abs(values))) if values.size else 1.0
-    fig = go.Figure(go.Heatmap(
-        z=values, x=list(range(H)), y=list(range(L)), colorscale=DIVERGING, reversescale=False,
-        zmid=zmid, zmin=-lim or -1, zmax=lim or 1, colorbar={"title": {"text": name}, "thickness": 12},
-        hovertemplate="layer %{y}, head %{x}: %{z:.4f}<extra>click: open in the text explorer</extra>",
-    ))
-    fig.update_layout(xaxis={"title": {"text": "head"}, "dtick": 1}, yaxis={"title": {"text": "layer"}, "dtick": 1})
+    fig = go.Figure(
+        go.Heatmap(
+            z=values,
+            x=list(range(H)),
+            y=list(range(L)),
+            colorscale=DIVERGING,
+            reversescale=False,
+            zmid=zmid,
+            zmin=-lim or -1,
+            zmax=lim or 1,
+            colorbar={"title": {"text": name}, "thickness": 12},
+            hovertemplate="layer %{y}, head %{x}: %{z:.4f}<extra>click: open in the text explorer</extra>",
+        )
+    )
+    fig.update_layout(
+        xaxis={"title": {"text": "head"}, "dtick": 1},
+        yaxis={"title": {"text": "layer"}, "dtick": 1},
+    )
     return _layout(fig, title, height=max(height, 18 * L + 120))
 
 
@@ -192,19 +276,47 @@ def attribution_figure(result: dict[str, Any], *, position: int | None = None) -
     grid = heads[:, :, p]
     lim = float(max(np.abs(grid).max(), np.abs(ff).max(), 1e-12))
     tgt = _target(sec, p, "Logit of {}")
-    fig = make_subplots(rows=1, cols=2, column_widths=[0.78, 0.22], shared_yaxes=True, horizontal_spacing=0.03,
-                        subplot_titles=("heads", "feed-forward"))
-    fig.add_trace(go.Heatmap(
-        z=grid, x=list(range(H)), y=list(range(L)), colorscale=DIVERGING, zmid=0, zmin=-lim, zmax=lim,
-        colorbar={"title": {"text": "logit"}, "thickness": 12, "x": 1.02},
-        hovertemplate="layer %{y}, head %{x}: %{z:.4f}<extra>click: open in the text explorer</extra>",
-    ), row=1, col=1)
-    fig.add_trace(go.Bar(x=ff, y=list(range(L)), orientation="h", marker={"color": ["#2166ac" if v >= 0 else "#b2182b" for v in ff]},
-                         hovertemplate="layer %{y} feed-forward: %{x:.4f}<extra></extra>", showlegend=False), row=1, col=2)
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.78, 0.22],
+        shared_yaxes=True,
+        horizontal_spacing=0.03,
+        subplot_titles=("heads", "feed-forward"),
+    )
+    fig.add_trace(
+        go.Heatmap(
+            z=grid,
+            x=list(range(H)),
+            y=list(range(L)),
+            colorscale=DIVERGING,
+            zmid=0,
+            zmin=-lim,
+            zmax=lim,
+            colorbar={"title": {"text": "logit"}, "thickness": 12, "x": 1.02},
+            hovertemplate="layer %{y}, head %{x}: %{z:.4f}<extra>click: open in the text explorer</extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Bar(
+            x=ff,
+            y=list(range(L)),
+            orientation="h",
+            marker={"color": ["#2166ac" if v >= 0 else "#b2182b" for v in ff]},
+            hovertemplate="layer %{y} feed-forward: %{x:.4f}<extra></extra>",
+            showlegend=False,
+        ),
+        row=1,
+        col=2,
+    )
     fig.update_xaxes(title_text="head", dtick=1, row=1, col=1)
     fig.update_yaxes(title_text="layer", dtick=1, row=1, col=1)
-    title = (f"{tgt} at position {p}: {sec['logit'][p]:.3f} = input {sec['input'][p]:.3f} + heads "
-             f"{grid.sum():.3f} + feed-forward {ff.sum():.3f} + bias {sec['bias'][p]:.3f} (final norm's scale frozen)")
+    title = (
+        f"{tgt} at position {p}: {sec['logit'][p]:.3f} = input {sec['input'][p]:.3f} + heads "
+        f"{grid.sum():.3f} + feed-forward {ff.sum():.3f} + bias {sec['bias'][p]:.3f} (final norm's scale frozen)"
+    )
     return _layout(fig, title, height=max(380, 18 * L + 120))
 
 
@@ -215,8 +327,11 @@ def ablation_figure(result: dict[str, Any]) -> go.Figure:
         return empty_figure("No ablation map yet (the page ablates each head in turn).")
     p = sec["position"]
     what = _target(sec, p, "log p({})")
-    return _heads_heatmap(np.asarray(sec["map"], dtype=np.float64), name="Δ",
-                          title=f"{sec['mode'].capitalize()} ablation of each head: change of {what} at position {p}")
+    return _heads_heatmap(
+        np.asarray(sec["map"], dtype=np.float64),
+        name="Δ",
+        title=f"{sec['mode'].capitalize()} ablation of each head: change of {what} at position {p}",
+    )
 
 
 def patching_residual_figure(result: dict[str, Any]) -> go.Figure:
@@ -225,19 +340,39 @@ def patching_residual_figure(result: dict[str, Any]) -> go.Figure:
     if not sec:
         return empty_figure("No patching yet: give a corrupted text of the same token length.")
     res = np.asarray(sec["residual"], dtype=np.float64)  # [L+1, n]
-    lab = [f"{a}/{b}" if a != b else a for a, b in zip(labels(result), labels(
-        result, tokens=sec["corrupted_tokens"], texts=sec.get("corrupted_token_texts")), strict=False)]
-    fig = go.Figure(go.Heatmap(
-        z=res, x=list(range(res.shape[1])), y=list(range(res.shape[0])), colorscale=DIVERGING, zmid=0,
-        zmin=-1, zmax=1, colorbar={"title": {"text": "restored"}, "thickness": 12},
-        hovertemplate="X[%{y}] at position %{x} from the clean run: %{z:.3f} restored<extra></extra>",
-    ))
-    fig.update_layout(xaxis=_token_ticks(lab), yaxis={"title": {"text": "state X[l]"}, "dtick": 1},
-                      shapes=_generated_shapes(result))
-    return _layout(fig, f"Residual stream patched from clean into corrupted: restored fraction of "
-                        f"l[{sec['a_token']!r}] − l[{sec['b_token']!r}] at the last position "
-                        f"(clean {sec['metric_clean']:.3f}, corrupted {sec['metric_corrupted']:.3f})",
-                   height=max(320, 18 * res.shape[0] + 160))
+    lab = [
+        f"{a}/{b}" if a != b else a
+        for a, b in zip(
+            labels(result),
+            labels(result, tokens=sec["corrupted_tokens"], texts=sec.get("corrupted_token_texts")),
+            strict=False,
+        )
+    ]
+    fig = go.Figure(
+        go.Heatmap(
+            z=res,
+            x=list(range(res.shape[1])),
+            y=list(range(res.shape[0])),
+            colorscale=DIVERGING,
+            zmid=0,
+            zmin=-1,
+            zmax=1,
+            colorbar={"title": {"text": "restored"}, "thickness": 12},
+            hovertemplate="X[%{y}] at position %{x} from the clean run: %{z:.3f} restored<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        xaxis=_token_ticks(lab),
+        yaxis={"title": {"text": "state X[l]"}, "dtick": 1},
+        shapes=_generated_shapes(result),
+    )
+    return _layout(
+        fig,
+        f"Residual stream patched from clean into corrupted: restored fraction of "
+        f"l[{sec['a_token']!r}] − l[{sec['b_token']!r}] at the last position "
+        f"(clean {sec['metric_clean']:.3f}, corrupted {sec['metric_corrupted']:.3f})",
+        height=max(320, 18 * res.shape[0] + 160),
+    )
 
 
 def patching_heads_figure(result: dict[str, Any]) -> go.Figure:
@@ -245,8 +380,11 @@ def patching_heads_figure(result: dict[str, Any]) -> go.Figure:
     sec = result.get("patching")
     if not sec:
         return empty_figure("No patching yet: give a corrupted text of the same token length.")
-    return _heads_heatmap(np.asarray(sec["heads"], dtype=np.float64), name="restored",
-                          title="Each head's output patched from clean into corrupted: restored fraction")
+    return _heads_heatmap(
+        np.asarray(sec["heads"], dtype=np.float64),
+        name="restored",
+        title="Each head's output patched from clean into corrupted: restored fraction",
+    )
 
 
 def pair_rows(result: dict[str, Any]) -> list[tuple[str, str, bool]]:

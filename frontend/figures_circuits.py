@@ -87,8 +87,14 @@ def _positions(sec: dict[str, Any]) -> tuple[dict[str, tuple[float, float]], int
     return pos, L, H
 
 
-def _binned_lines(segments: list[tuple[float, float, float, float, float]], *, colour_of: Any,
-                  name: str, width_max: float = 7.0, top: float | None = None) -> list[go.Scatter]:
+def _binned_lines(
+    segments: list[tuple[float, float, float, float, float]],
+    *,
+    colour_of: Any,
+    name: str,
+    width_max: float = 7.0,
+    top: float | None = None,
+) -> list[go.Scatter]:
     """Line traces for (x0, y0, x1, y1, weight) segments: one trace per width bin (|weight| over
     ``top``, default the largest) and colour."""
     if not segments:
@@ -103,9 +109,18 @@ def _binned_lines(segments: list[tuple[float, float, float, float, float]], *, c
     for (b, colour), flat in sorted(groups.items()):
         xs = [v for k, v in enumerate(flat) if k % 6 < 3]
         ys = [v for k, v in enumerate(flat) if k % 6 >= 3]
-        out.append(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False, name=name,
-                              line={"color": colour, "width": 0.6 + width_max * (b + 1) / WIDTH_BINS},
-                              opacity=0.35 + 0.6 * (b + 1) / WIDTH_BINS))
+        out.append(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                hoverinfo="skip",
+                showlegend=False,
+                name=name,
+                line={"color": colour, "width": 0.6 + width_max * (b + 1) / WIDTH_BINS},
+                opacity=0.35 + 0.6 * (b + 1) / WIDTH_BINS,
+            )
+        )
     return out
 
 
@@ -114,7 +129,9 @@ def circuit_figure(result: dict[str, Any], *, n_top: int | None = None) -> go.Fi
     to the logits; edge width by |score|, colour by sign; hover shows scores, a click on a head opens it."""
     sec = result.get("edge-attribution")
     if not sec or not sec.get("edges"):
-        return empty_figure("No circuit yet: edge attribution needs a clean/corrupted pair on a decoder.")
+        return empty_figure(
+            "No circuit yet: edge attribution needs a clean/corrupted pair on a decoder."
+        )
     edges = sec["edges"]
     n = int(n_top or sec["circuit"]["n_top"])
     kept = prune(edges, n)
@@ -129,40 +146,93 @@ def circuit_figure(result: dict[str, Any], *, n_top: int | None = None) -> go.Fi
         into = f" ({e['input']})" if e.get("input") else ""
         mid_text.append(f"{e['source']} → {e['target']}{into}: {float(e['score']):+.4f}")
         mid_score.append(float(e["score"]))
-    fig = go.Figure(_binned_lines(segs, colour_of=lambda w: POSITIVE if w >= 0 else NEGATIVE, name="edges"))
+    fig = go.Figure(
+        _binned_lines(segs, colour_of=lambda w: POSITIVE if w >= 0 else NEGATIVE, name="edges")
+    )
     on = {edges[i]["source"] for i in kept} | {edges[i]["target"] for i in kept}
     weight: dict[str, float] = {}
     for i in kept:
         for end in (edges[i]["source"], edges[i]["target"]):
             weight[end] = weight.get(end, 0.0) + abs(float(edges[i]["score"]))
     nodes = sec["nodes"]
-    custom = [[nd["id"], nd["kind"], nd["layer"], -1 if nd.get("head") is None else nd["head"],
-               weight.get(nd["id"], 0.0)] for nd in nodes]
-    fig.add_trace(go.Scatter(
-        x=[pos[nd["id"]][0] for nd in nodes], y=[pos[nd["id"]][1] for nd in nodes], mode="markers",
-        marker={"size": [11 if nd["id"] in on else 5 for nd in nodes], "symbol": [
-            {"head": "circle", "feedforward": "square", "input": "diamond", "logits": "star"}[nd["kind"]]
-            for nd in nodes], "color": ["#222" if nd["id"] in on else "#ccc" for nd in nodes]},
-        customdata=custom, name="nodes", showlegend=False,
-        hovertemplate="%{customdata[0]} (%{customdata[1]}): Σ|score| on the circuit %{customdata[4]:.4f}"
-                      f"<extra>{HEAD_CLICK}</extra>",
-    ))
+    custom = [
+        [
+            nd["id"],
+            nd["kind"],
+            nd["layer"],
+            -1 if nd.get("head") is None else nd["head"],
+            weight.get(nd["id"], 0.0),
+        ]
+        for nd in nodes
+    ]
+    fig.add_trace(
+        go.Scatter(
+            x=[pos[nd["id"]][0] for nd in nodes],
+            y=[pos[nd["id"]][1] for nd in nodes],
+            mode="markers",
+            marker={
+                "size": [11 if nd["id"] in on else 5 for nd in nodes],
+                "symbol": [
+                    {
+                        "head": "circle",
+                        "feedforward": "square",
+                        "input": "diamond",
+                        "logits": "star",
+                    }[nd["kind"]]
+                    for nd in nodes
+                ],
+                "color": ["#222" if nd["id"] in on else "#ccc" for nd in nodes],
+            },
+            customdata=custom,
+            name="nodes",
+            showlegend=False,
+            hovertemplate="%{customdata[0]} (%{customdata[1]}): Σ|score| on the circuit %{customdata[4]:.4f}"
+            f"<extra>{HEAD_CLICK}</extra>",
+        )
+    )
     lim = max([abs(s) for s in mid_score] or [1.0])
-    fig.add_trace(go.Scatter(
-        x=mids[0], y=mids[1], mode="markers", text=mid_text, name="edge scores", showlegend=False,
-        marker={"size": 6, "color": mid_score, "colorscale": "RdBu", "cmin": -lim, "cmax": lim, "opacity": 0.8,
-                "colorbar": {"title": {"text": "score"}, "thickness": 12}},
-        hovertemplate="%{text}<extra>edge score (fraction of m_C − m_K)</extra>",
-    ))
+    fig.add_trace(
+        go.Scatter(
+            x=mids[0],
+            y=mids[1],
+            mode="markers",
+            text=mid_text,
+            name="edge scores",
+            showlegend=False,
+            marker={
+                "size": 6,
+                "color": mid_score,
+                "colorscale": "RdBu",
+                "cmin": -lim,
+                "cmax": lim,
+                "opacity": 0.8,
+                "colorbar": {"title": {"text": "score"}, "thickness": 12},
+            },
+            hovertemplate="%{text}<extra>edge score (fraction of m_C − m_K)</extra>",
+        )
+    )
     fig.update_layout(
-        xaxis={"tickmode": "array", "tickvals": [*range(H), H + 0.5], "ticktext": [*map(str, range(H)), "FF"],
-               "title": {"text": "head"}, "zeroline": False},
-        yaxis={"tickmode": "array", "tickvals": [-1, *range(L), L], "ticktext": ["input", *map(str, range(L)), "logits"],
-               "title": {"text": "layer"}, "zeroline": False})
+        xaxis={
+            "tickmode": "array",
+            "tickvals": [*range(H), H + 0.5],
+            "ticktext": [*map(str, range(H)), "FF"],
+            "title": {"text": "head"},
+            "zeroline": False,
+        },
+        yaxis={
+            "tickmode": "array",
+            "tickvals": [-1, *range(L), L],
+            "ticktext": ["input", *map(str, range(L)), "logits"],
+            "title": {"text": "layer"},
+            "zeroline": False,
+        },
+    )
     f = faithfulness_at(result, n)
     faith = f", faithfulness {f:.3f}" if f is not None else ""
-    title = (f"Circuit: the top {n} edges by |score| ({sec.get('method', 'EAP')}), {len(kept)} on a path from "
-             f"the input to the logits{faith}")
+    title = (
+        f"Circuit: the top {n} edges by |score| ({sec.get('method', 'EAP')}), {len(kept)} on a path from "
+        f"the input to the logits{faith}"
+    )
     return _layout(fig, title, height=max(420, 16 * L + 160))
 
 
@@ -172,20 +242,40 @@ def faithfulness_figure(result: dict[str, Any], *, n_top: int | None = None) -> 
     if not sec or not sec.get("curve"):
         return empty_figure("No faithfulness curve yet.")
     curve = np.asarray(sec["curve"], dtype=np.float64)  # [size, 2]
-    fig = go.Figure(go.Scatter(x=curve[:, 0].tolist(), y=curve[:, 1].tolist(), mode="lines+markers", name="faithfulness",
-                               hovertemplate="top %{x:.0f} edges: faithfulness %{y:.3f}<extra></extra>"))
+    fig = go.Figure(
+        go.Scatter(
+            x=curve[:, 0].tolist(),
+            y=curve[:, 1].tolist(),
+            mode="lines+markers",
+            name="faithfulness",
+            hovertemplate="top %{x:.0f} edges: faithfulness %{y:.3f}<extra></extra>",
+        )
+    )
     n = int(n_top or sec["circuit"]["n_top"])
     f = faithfulness_at(result, n)
     if f is not None:
-        fig.add_trace(go.Scatter(x=[n], y=[f], mode="markers", marker={"size": 13, "color": "#d62728"},
-                                 name=f"N = {n}", hovertemplate="N = %{x}: %{y:.3f}<extra>chosen</extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=[n],
+                y=[f],
+                mode="markers",
+                marker={"size": 13, "color": "#d62728"},
+                name=f"N = {n}",
+                hovertemplate="N = %{x}: %{y:.3f}<extra>chosen</extra>",
+            )
+        )
     for level in (0.0, 1.0):
         fig.add_hline(y=level, line={"color": "#999", "width": 1, "dash": "dot"})
-    fig.update_layout(xaxis={"type": "log", "title": {"text": "edges N"}},
-                      yaxis={"title": {"text": "(m_circuit − m_K) / (m_C − m_K)"}}, showlegend=False)
+    fig.update_layout(
+        xaxis={"type": "log", "title": {"text": "edges N"}},
+        yaxis={"title": {"text": "(m_circuit − m_K) / (m_C − m_K)"}},
+        showlegend=False,
+    )
     total = sec.get("n_edges")
     of = f" of {total:,}" if total else ""
-    return _layout(fig, f"Faithfulness of the top-N circuit (edge-patched runs; N{of} edges)", height=380)
+    return _layout(
+        fig, f"Faithfulness of the top-N circuit (edge-patched runs; N{of} edges)", height=380
+    )
 
 
 # ------------------------------------------------------------------------------ AtP vs real patching
@@ -196,7 +286,9 @@ def atp_scatter_figure(result: dict[str, Any]) -> go.Figure:
     diagonal where they agree; colour by layer; a click opens the head."""
     sec = result.get("attribution-patching")
     if not sec:
-        return empty_figure("No attribution patching yet: give a corrupted text of the same token length.")
+        return empty_figure(
+            "No attribution patching yet: give a corrupted text of the same token length."
+        )
     if not sec.get("real"):
         return empty_figure("Tick 'real patching' to draw AtP against the real head patching.")
     est = np.asarray(sec["heads"], dtype=np.float64)  # [L, H]
@@ -206,21 +298,50 @@ def atp_scatter_figure(result: dict[str, Any]) -> go.Figure:
     custom = np.stack([layer.ravel(), head.ravel()], axis=1).tolist()
     lo = float(min(est.min(), real.min(), 0.0))
     hi = float(max(est.max(), real.max(), 0.0))
-    fig = go.Figure([
-        go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line={"color": "#999", "dash": "dot"}, hoverinfo="skip",
-                   showlegend=False),
-        go.Scatter(x=real.ravel().tolist(), y=est.ravel().tolist(), mode="markers", customdata=custom,
-                   showlegend=False, marker={"color": layer.ravel().tolist(), "colorscale": "Viridis", "size": 8, "line": {"width": 0.5},
-                           "colorbar": {"title": {"text": "layer"}, "thickness": 12}},
-                   hovertemplate="L%{customdata[0]}H%{customdata[1]}: real %{x:.4f}, AtP %{y:.4f}"
-                                 f"<extra>{HEAD_CLICK}</extra>"),
-    ])
-    fig.update_layout(xaxis={"title": {"text": "real patching: restored fraction"}},
-                      yaxis={"title": {"text": "AtP estimate"}})
+    fig = go.Figure(
+        [
+            go.Scatter(
+                x=[lo, hi],
+                y=[lo, hi],
+                mode="lines",
+                line={"color": "#999", "dash": "dot"},
+                hoverinfo="skip",
+                showlegend=False,
+            ),
+            go.Scatter(
+                x=real.ravel().tolist(),
+                y=est.ravel().tolist(),
+                mode="markers",
+                customdata=custom,
+                showlegend=False,
+                marker={
+                    "color": layer.ravel().tolist(),
+                    "colorscale": "Viridis",
+                    "size": 8,
+                    "line": {"width": 0.5},
+                    "colorbar": {"title": {"text": "layer"}, "thickness": 12},
+                },
+                hovertemplate="L%{customdata[0]}H%{customdata[1]}: real %{x:.4f}, AtP %{y:.4f}"
+                f"<extra>{HEAD_CLICK}</extra>",
+            ),
+        ]
+    )
+    fig.update_layout(
+        xaxis={"title": {"text": "real patching: restored fraction"}},
+        yaxis={"title": {"text": "AtP estimate"}},
+    )
     r = sec.get("pearson")
-    corr = f"Pearson {r:.3f}, Spearman {sec['spearman']:.3f}" if r is not None else "correlation undefined"
-    return _layout(fig, f"AtP against real patching, one point per head ({L * H} heads; {corr}; "
-                        f"l[{sec['a_token']!r}] − l[{sec['b_token']!r}])", height=440)
+    corr = (
+        f"Pearson {r:.3f}, Spearman {sec['spearman']:.3f}"
+        if r is not None
+        else "correlation undefined"
+    )
+    return _layout(
+        fig,
+        f"AtP against real patching, one point per head ({L * H} heads; {corr}; "
+        f"l[{sec['a_token']!r}] − l[{sec['b_token']!r}])",
+        height=440,
+    )
 
 
 # ------------------------------------------------------------------------------ information flow
@@ -229,7 +350,11 @@ def atp_scatter_figure(result: dict[str, Any]) -> go.Figure:
 def _flow_xy(node: dict[str, Any]) -> tuple[float, float]:
     """States X[l] at (token, l); the stream after attention half a layer up; the feed-forward beside it."""
     i, layer = float(node["position"]), float(node["layer"])
-    return {"state": (i, layer), "attention": (i, layer + 0.5), "feedforward": (i + 0.25, layer + 0.75)}[node["kind"]]
+    return {
+        "state": (i, layer),
+        "attention": (i, layer + 0.5),
+        "feedforward": (i + 0.25, layer + 0.75),
+    }[node["kind"]]
 
 
 def _shade(scale: str, w: float) -> str:
@@ -253,57 +378,133 @@ def flow_figure(result: dict[str, Any]) -> go.Figure:
     att = [e for e in edges if e["kind"] == "attention"]
     top_att = max([float(e["importance"]) for e in att] or [1.0])
     traces: list[Any] = _binned_lines(
-        [(*xy[e["source"]], *xy[e["target"]], float(e["importance"])) for e in edges if e["kind"] == "residual"],
-        colour_of=lambda w: "#c7c7c7", name="residual", width_max=2.5, top=1.0)
-    traces += _binned_lines([(*xy[e["source"]], *xy[e["target"]], float(e["importance"])) for e in att],
-                            colour_of=lambda w: _shade("Blues", w / top_att), name="attention", width_max=5.0,
-                            top=top_att)
+        [
+            (*xy[e["source"]], *xy[e["target"]], float(e["importance"]))
+            for e in edges
+            if e["kind"] == "residual"
+        ],
+        colour_of=lambda w: "#c7c7c7",
+        name="residual",
+        width_max=2.5,
+        top=1.0,
+    )
+    traces += _binned_lines(
+        [(*xy[e["source"]], *xy[e["target"]], float(e["importance"])) for e in att],
+        colour_of=lambda w: _shade("Blues", w / top_att),
+        name="attention",
+        width_max=5.0,
+        top=top_att,
+    )
     into: dict[str, list[str]] = {}
     for e in edges:
         if e["kind"] in ("residual", "feedforward"):
             into.setdefault(e["target"], []).append(f"{e['kind']} {e['importance']:.3f}")
     ff = [e for e in edges if e["kind"] == "feedforward"]
-    traces.append(go.Scatter(
-        x=[xy[e["source"]][0] for e in ff], y=[xy[e["source"]][1] for e in ff], mode="markers", name="feed-forward",
-        marker={"symbol": "square", "color": "#2ca02c", "size": [4 + 10 * float(e["importance"]) for e in ff]},
-        text=[f"layer {e['layer']} feed-forward at token {e['to']} ({lab[e['to']]}): {e['importance']:.3f}" for e in ff],
-        hovertemplate="%{text}<extra></extra>", showlegend=False))
+    traces.append(
+        go.Scatter(
+            x=[xy[e["source"]][0] for e in ff],
+            y=[xy[e["source"]][1] for e in ff],
+            mode="markers",
+            name="feed-forward",
+            marker={
+                "symbol": "square",
+                "color": "#2ca02c",
+                "size": [4 + 10 * float(e["importance"]) for e in ff],
+            },
+            text=[
+                f"layer {e['layer']} feed-forward at token {e['to']} ({lab[e['to']]}): {e['importance']:.3f}"
+                for e in ff
+            ],
+            hovertemplate="%{text}<extra></extra>",
+            showlegend=False,
+        )
+    )
     text, custom = [], []
     for e in att:
         heads = e.get("heads") or []
         order = sorted(range(len(heads)), key=lambda h: -heads[h])[:3]
-        split = ("; heads " + ", ".join(f"H{h} {heads[h]:.3f}" for h in order if heads[h] > 0)) if heads else ""
-        text.append(f"layer {e['layer']}: token {e['from']} ({lab[e['from']]}) → token {e['to']} ({lab[e['to']]}) "
-                    f"via attention: {e['importance']:.3f}{split}")
+        split = (
+            ("; heads " + ", ".join(f"H{h} {heads[h]:.3f}" for h in order if heads[h] > 0))
+            if heads
+            else ""
+        )
+        text.append(
+            f"layer {e['layer']}: token {e['from']} ({lab[e['from']]}) → token {e['to']} ({lab[e['to']]}) "
+            f"via attention: {e['importance']:.3f}{split}"
+        )
         custom.append([int(e["layer"]), int(np.argmax(heads)) if heads else -1])
-    traces.append(go.Scatter(
-        x=[(xy[e["source"]][0] + xy[e["target"]][0]) / 2 for e in att],
-        y=[(xy[e["source"]][1] + xy[e["target"]][1]) / 2 for e in att], mode="markers", text=text,
-        customdata=custom, showlegend=False, name="attention edges",
-        marker={"size": 6, "color": [float(e["importance"]) for e in att], "colorscale": "Blues", "cmin": 0,
-                "cmax": top_att, "colorbar": {"title": {"text": "attention<br>importance"}, "thickness": 12},
-                "line": {"width": 0.5, "color": "#08306b"}},
-        hovertemplate="%{text}<extra>click: open the strongest head</extra>"))
-    p, L = int(sec["position"]), max([nd["layer"] for nd in nodes.values() if nd["kind"] == "state"] or [0])
+    traces.append(
+        go.Scatter(
+            x=[(xy[e["source"]][0] + xy[e["target"]][0]) / 2 for e in att],
+            y=[(xy[e["source"]][1] + xy[e["target"]][1]) / 2 for e in att],
+            mode="markers",
+            text=text,
+            customdata=custom,
+            showlegend=False,
+            name="attention edges",
+            marker={
+                "size": 6,
+                "color": [float(e["importance"]) for e in att],
+                "colorscale": "Blues",
+                "cmin": 0,
+                "cmax": top_att,
+                "colorbar": {"title": {"text": "attention<br>importance"}, "thickness": 12},
+                "line": {"width": 0.5, "color": "#08306b"},
+            },
+            hovertemplate="%{text}<extra>click: open the strongest head</extra>",
+        )
+    )
+    p, L = (
+        int(sec["position"]),
+        max([nd["layer"] for nd in nodes.values() if nd["kind"] == "state"] or [0]),
+    )
     states = [k for k, nd in nodes.items() if nd["kind"] != "feedforward"]
     top = f"X{L}_{p}"
-    traces.append(go.Scatter(
-        x=[xy[k][0] for k in states], y=[xy[k][1] for k in states], mode="markers", showlegend=False, name="nodes",
-        marker={"size": [13 if k == top else 6 if nodes[k]["layer"] == 0 and nodes[k]["kind"] == "state" else 3
-                         for k in states],
+    traces.append(
+        go.Scatter(
+            x=[xy[k][0] for k in states],
+            y=[xy[k][1] for k in states],
+            mode="markers",
+            showlegend=False,
+            name="nodes",
+            marker={
+                "size": [
+                    13
+                    if k == top
+                    else 6
+                    if nodes[k]["layer"] == 0 and nodes[k]["kind"] == "state"
+                    else 3
+                    for k in states
+                ],
                 "symbol": ["star" if k == top else "circle" for k in states],
-                "color": ["#d62728" if k == top else "#444" if nodes[k]["kind"] == "state" else "#999" for k in states]},
-        text=[f"{'X[' + str(nodes[k]['layer']) + ']' if nodes[k]['kind'] == 'state' else 'after attention of layer ' + str(nodes[k]['layer'])}"
-              f" at token {nodes[k]['position']} ({lab[nodes[k]['position']]})"
-              + (f"; into it: {', '.join(into[k])}" if k in into else "") for k in states],
-        hovertemplate="%{text}<extra></extra>"))
+                "color": [
+                    "#d62728" if k == top else "#444" if nodes[k]["kind"] == "state" else "#999"
+                    for k in states
+                ],
+            },
+            text=[
+                f"{'X[' + str(nodes[k]['layer']) + ']' if nodes[k]['kind'] == 'state' else 'after attention of layer ' + str(nodes[k]['layer'])}"
+                f" at token {nodes[k]['position']} ({lab[nodes[k]['position']]})"
+                + (f"; into it: {', '.join(into[k])}" if k in into else "")
+                for k in states
+            ],
+            hovertemplate="%{text}<extra></extra>",
+        )
+    )
     fig = go.Figure(traces)
-    fig.update_layout(xaxis={**_token_ticks(lab), "range": [-0.5, len(lab) - 0.5]},
-                      yaxis={"title": {"text": "layer (state X[l]; 0 = embedding)"},
-                                                      "dtick": 1 if L <= 40 else 4, "range": [-0.5, L + 0.7]})
-    title = (f"Information flow into token {p} ({lab[p]}) at the last layer: edges of importance ≥ "
-             f"{sec['threshold']:g} ({len(att)} attention edges in blue, the residual in grey, feed-forwards "
-             "as green squares)")
+    fig.update_layout(
+        xaxis={**_token_ticks(lab), "range": [-0.5, len(lab) - 0.5]},
+        yaxis={
+            "title": {"text": "layer (state X[l]; 0 = embedding)"},
+            "dtick": 1 if L <= 40 else 4,
+            "range": [-0.5, L + 0.7],
+        },
+    )
+    title = (
+        f"Information flow into token {p} ({lab[p]}) at the last layer: edges of importance ≥ "
+        f"{sec['threshold']:g} ({len(att)} attention edges in blue, the residual in grey, feed-forwards "
+        "as green squares)"
+    )
     return _layout(fig, title, height=max(460, 16 * L + 200))
 
 
@@ -330,18 +531,33 @@ def circuit_graph(result: dict[str, Any], *, n_top: int | None = None) -> dict[s
     n = int(n_top or sec["circuit"]["n_top"])
     edges = [sec["edges"][i] for i in prune(sec["edges"], n)]
     on = {e["source"] for e in edges} | {e["target"] for e in edges}
-    return {"model": result.get("model"), "text": result.get("text") or None, "corrupted_text": sec.get("corrupted_text"),
-            "method": sec.get("method"), "n_top": n, "faithfulness": faithfulness_at(result, n),
-            "nodes": [nd for nd in sec["nodes"] if nd["id"] in on], "edges": edges}
+    return {
+        "model": result.get("model"),
+        "text": result.get("text") or None,
+        "corrupted_text": sec.get("corrupted_text"),
+        "method": sec.get("method"),
+        "n_top": n,
+        "faithfulness": faithfulness_at(result, n),
+        "nodes": [nd for nd in sec["nodes"] if nd["id"] in on],
+        "edges": edges,
+    }
 
 
 def flow_graph(result: dict[str, Any]) -> dict[str, Any]:
     """The information-flow graph as JSON: its nodes (with their token) and edges."""
     sec = result["information-flow"]
     tokens = list(result.get("token_texts") or result.get("tokens") or [])
-    nodes = [{**nd, "token": tokens[nd["position"]] if nd["position"] < len(tokens) else None} for nd in sec["nodes"]]
-    return {"model": result.get("model"), "position": sec["position"], "threshold": sec["threshold"],
-            "nodes": nodes, "edges": sec["edges"]}
+    nodes = [
+        {**nd, "token": tokens[nd["position"]] if nd["position"] < len(tokens) else None}
+        for nd in sec["nodes"]
+    ]
+    return {
+        "model": result.get("model"),
+        "position": sec["position"],
+        "threshold": sec["threshold"],
+        "nodes": nodes,
+        "edges": sec["edges"],
+    }
 
 
 def graphml(graph: dict[str, Any]) -> str:
@@ -355,30 +571,55 @@ def graphml(graph: dict[str, Any]) -> str:
             for k, v in it.items():
                 if k in skip or v is None:
                     continue
-                t = "double" if isinstance(v, float) else "int" if isinstance(v, int) and not isinstance(v, bool) \
-                    else "boolean" if isinstance(v, bool) else "string"
+                t = (
+                    "double"
+                    if isinstance(v, float)
+                    else "int"
+                    if isinstance(v, int) and not isinstance(v, bool)
+                    else "boolean"
+                    if isinstance(v, bool)
+                    else "string"
+                )
                 kinds[k] = "string" if kinds.get(k, t) != t else t
         return kinds
 
     def value(v: Any) -> str:
-        return json.dumps(v) if isinstance(v, list | dict) else str(v).lower() if isinstance(v, bool) else str(v)
+        return (
+            json.dumps(v)
+            if isinstance(v, list | dict)
+            else str(v).lower()
+            if isinstance(v, bool)
+            else str(v)
+        )
 
     node_keys = attrs(graph["nodes"], {"id"})
     edge_keys = attrs(graph["edges"], {"source", "target"})
-    out = ['<?xml version="1.0" encoding="UTF-8"?>',
-           '<graphml xmlns="http://graphml.graphdrawing.org/xmlns">']
+    out = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        '<graphml xmlns="http://graphml.graphdrawing.org/xmlns">',
+    ]
     for where, keys in (("node", node_keys), ("edge", edge_keys)):
-        out += [f'  <key id={quoteattr(f"{where}_{k}")} for="{where}" attr.name={quoteattr(k)} attr.type="{t}"/>'
-                for k, t in keys.items()]
+        out += [
+            f'  <key id={quoteattr(f"{where}_{k}")} for="{where}" attr.name={quoteattr(k)} attr.type="{t}"/>'
+            for k, t in keys.items()
+        ]
     out.append('  <graph id="G" edgedefault="directed">')
     for nd in graph["nodes"]:
-        data = "".join(f"<data key={quoteattr('node_' + k)}>{_xml(value(nd[k]))}</data>"
-                       for k in node_keys if nd.get(k) is not None)
+        data = "".join(
+            f"<data key={quoteattr('node_' + k)}>{_xml(value(nd[k]))}</data>"
+            for k in node_keys
+            if nd.get(k) is not None
+        )
         out.append(f"    <node id={quoteattr(str(nd['id']))}>{data}</node>")
     for e in graph["edges"]:
-        data = "".join(f"<data key={quoteattr('edge_' + k)}>{_xml(value(e[k]))}</data>"
-                       for k in edge_keys if e.get(k) is not None)
-        out.append(f"    <edge source={quoteattr(str(e['source']))} target={quoteattr(str(e['target']))}>{data}</edge>")
+        data = "".join(
+            f"<data key={quoteattr('edge_' + k)}>{_xml(value(e[k]))}</data>"
+            for k in edge_keys
+            if e.get(k) is not None
+        )
+        out.append(
+            f"    <edge source={quoteattr(str(e['source']))} target={quoteattr(str(e['target']))}>{data}</edge>"
+        )
     out += ["  </graph>", "</graphml>"]
     return "\n".join(out) + "\n"
 

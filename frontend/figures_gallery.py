@@ -43,9 +43,14 @@ from frontend.figures import (
 )
 from frontend.heads import gallery_section, head_sections
 
-SX, SY = 1.12, 1.28  # panel pitch in data units: a unit square plus the gap (and the title above it)
+SX, SY = (
+    1.12,
+    1.28,
+)  # panel pitch in data units: a unit square plus the gap (and the title above it)
 PAD = 0.03  # a row's picture reaches this far beyond its panels (a point on a panel's edge stays whole)
-IMAGE_SCALE = 2  # picture pixels per screen pixel: sharp on a high-density screen and in an exported PNG
+IMAGE_SCALE = (
+    2  # picture pixels per screen pixel: sharp on a high-density screen and in an exported PNG
+)
 MAX_PANELS = 96  # panels per gallery page; a page holds whole layers
 DIGITS = 5
 TITLE_COLOUR = "#2a3f5f"  # plotly's template font colour, as the annotations the titles were
@@ -63,7 +68,9 @@ def planned_layers(sec: dict[str, Any]) -> list[int]:
     return list((sec.get("partial") or {}).get("layers") or sec.get("layers", []))
 
 
-def gallery_pages(layers: list[int], n_heads: int, *, max_panels: int = MAX_PANELS) -> list[list[int]]:
+def gallery_pages(
+    layers: list[int], n_heads: int, *, max_panels: int = MAX_PANELS
+) -> list[list[int]]:
     """Whole layers per page, at most ``max_panels`` panels a page (at least one layer)."""
     per = max(1, max_panels // max(1, n_heads))
     return [layers[i : i + per] for i in range(0, len(layers), per)]
@@ -78,8 +85,14 @@ def skeleton_section(result: dict[str, Any]) -> dict[str, Any] | None:
     if not ma or not n_layers or not n_heads:
         return None
     kept = ma.get("kept") or list(range(int(result.get("n_tokens") or 0)))
-    return {"layers": [], "heads": list(range(int(n_heads))), "kept": list(kept), "embedding": [], "kl": [],
-            "partial": {"layers_done": 0, "layers": list(range(int(n_layers)))}}
+    return {
+        "layers": [],
+        "heads": list(range(int(n_heads))),
+        "kept": list(kept),
+        "embedding": [],
+        "kl": [],
+        "partial": {"layers_done": 0, "layers": list(range(int(n_layers)))},
+    }
 
 
 @dataclass(frozen=True)
@@ -121,15 +134,26 @@ def gallery_page(
         return "The gallery of every head appears here after Analyze."
     planned = planned_layers(sec)
     heads = list(sec["heads"])
-    pages = gallery_pages([la for la in (layers or planned) if la in planned], len(heads), max_panels=max_panels)
+    pages = gallery_pages(
+        [la for la in (layers or planned) if la in planned], len(heads), max_panels=max_panels
+    )
     if not pages:
         return "None of the chosen layers is in the gallery."
     page = min(max(0, int(page or 0)), len(pages) - 1)
     shown = pages[page]
     kept = list(sec.get("kept") or range(np.shape(sec["embedding"])[2]))
     have = set(sec.get("layers", []))
-    return GalleryPage(section=sec, shown=shown, heads=heads, kept=kept, page=page, pages=len(pages),
-                       done=[la for la in shown if la in have], layers_done=len(have), layers_planned=len(planned))
+    return GalleryPage(
+        section=sec,
+        shown=shown,
+        heads=heads,
+        kept=kept,
+        page=page,
+        pages=len(pages),
+        done=[la for la in shown if la in have],
+        layers_done=len(have),
+        layers_planned=len(planned),
+    )
 
 
 def row_image(result: dict[str, Any], gp: GalleryPage, row: int) -> dict[str, Any]:
@@ -137,12 +161,25 @@ def row_image(result: dict[str, Any], gp: GalleryPage, row: int) -> dict[str, An
     placed over the row's panels; or, while the layer is computed, an invisible placeholder in its
     place (the page's images are set by index as rows arrive)."""
     layer = gp.shown[row]
-    place = {"xref": "x", "yref": "y", "x": -PAD, "y": row * SY - PAD, "sizex": _row_width(gp), "sizey": 1 + 2 * PAD,
-             "xanchor": "left", "yanchor": "top", "sizing": "stretch", "layer": "above", "name": f"layer {layer}"}
+    place = {
+        "xref": "x",
+        "yref": "y",
+        "x": -PAD,
+        "y": row * SY - PAD,
+        "sizex": _row_width(gp),
+        "sizey": 1 + 2 * PAD,
+        "xanchor": "left",
+        "yanchor": "top",
+        "sizing": "stretch",
+        "layer": "above",
+        "name": f"layer {layer}",
+    }
     if layer not in gp.done:
         return {**place, "visible": False}
     sec = gp.section
-    emb = np.asarray(sec["embedding"][sec["layers"].index(layer)], dtype=np.float64)  # [head, token, 2]
+    emb = np.asarray(
+        sec["embedding"][sec["layers"].index(layer)], dtype=np.float64
+    )  # [head, token, 2]
     return {**place, "source": _row_picture(emb, gp), "visible": True}
 
 
@@ -175,8 +212,11 @@ def _draw_row(emb: np.ndarray, gp: GalleryPage) -> str:
     for c in range(len(heads)):  # the panel's unit square, quantile-equidistant, y pointing down
         xs[c * n : (c + 1) * n] = (PAD + c * SX + _unit(emb[c, :, 0])) * scale
         ys[c * n : (c + 1) * n] = (PAD + 1.0 - _unit(emb[c, :, 1])) * scale
-    index = T.palette_index(np.tile(np.asarray(gp.kept, dtype=np.float64), len(heads)),
-                            lo=float(min(gp.kept)), hi=float(max(gp.kept)))  # coloured by position
+    index = T.palette_index(
+        np.tile(np.asarray(gp.kept, dtype=np.float64), len(heads)),
+        lo=float(min(gp.kept)),
+        hi=float(max(gp.kept)),
+    )  # coloured by position
     size = (int(round(_row_width(gp) * scale)), int(round((1 + 2 * PAD) * scale)))
     img = T.draw_points(xs, ys, index, size=size, radius=_radius(n) * scale / _panel_px(gp))
     return T.png_data_uri(img, T.palette())
@@ -203,10 +243,24 @@ def _radius(n: int) -> float:
 def _scale_trace(gp: GalleryPage) -> dict[str, Any]:
     """An invisible point that carries the position colour bar (the rows are pictures)."""
     lo, hi = float(min(gp.kept)), float(max(gp.kept))
-    return {"type": "scatter", "x": [-1.0], "y": [-1.0], "mode": "markers", "hoverinfo": "skip", "showlegend": False,
-            "name": "position", "marker": {"color": [lo], "colorscale": POSITION_SCALE, "cmin": lo, "cmax": hi,
-                                           "opacity": 0, "showscale": True,
-                                           "colorbar": {"title": {"text": "position"}, "thickness": 10, "len": 0.5}}}
+    return {
+        "type": "scatter",
+        "x": [-1.0],
+        "y": [-1.0],
+        "mode": "markers",
+        "hoverinfo": "skip",
+        "showlegend": False,
+        "name": "position",
+        "marker": {
+            "color": [lo],
+            "colorscale": POSITION_SCALE,
+            "cmin": lo,
+            "cmax": hi,
+            "opacity": 0,
+            "showscale": True,
+            "colorbar": {"title": {"text": "position"}, "thickness": 10, "len": 0.5},
+        },
+    }
 
 
 def _frames(gp: GalleryPage) -> dict[str, Any]:
@@ -217,8 +271,16 @@ def _frames(gp: GalleryPage) -> dict[str, Any]:
                 x0, y0 = c * SX - 0.03, r * SY - 0.03
                 xs += [x0, x0 + 1.06, x0 + 1.06, x0, x0, None]
                 ys += [y0, y0, y0 + 1.06, y0 + 1.06, y0, None]
-    return {"type": "scatter", "x": xs, "y": ys, "mode": "lines", "line": {"color": "#ccc", "width": 1},
-            "hoverinfo": "skip", "showlegend": False, "name": "panels"}
+    return {
+        "type": "scatter",
+        "x": xs,
+        "y": ys,
+        "mode": "lines",
+        "line": {"color": "#ccc", "width": 1},
+        "hoverinfo": "skip",
+        "showlegend": False,
+        "name": "panels",
+    }
 
 
 def _labels(gp: GalleryPage) -> dict[str, Any]:
@@ -232,14 +294,36 @@ def _labels(gp: GalleryPage) -> dict[str, Any]:
     points = []  # (x, y, text, position, size, colour)
     for r, layer in enumerate(gp.shown):
         if layer not in gp.done:  # not computed yet: the row waits in its place
-            points.append((0.02, r * SY + 0.5, f"layer {layer}: computing…", "middle right", 12, "#888"))
+            points.append(
+                (0.02, r * SY + 0.5, f"layer {layer}: computing…", "middle right", 12, "#888")
+            )
             continue
-        points += [(c * SX + 0.5, r * SY - 0.06, f"L{layer} H{head} · KL {float(kl[layer][c]):.2f}", "top center", size,
-                    TITLE_COLOUR) for c, head in enumerate(gp.heads)]
-    xs, ys, texts, where, sizes, colours = (list(v) for v in zip(*points, strict=True)) if points else ([],) * 6
-    return {"type": "scatter", "x": xs, "y": ys, "text": texts, "mode": "text", "textposition": where,
-            "textfont": {"size": sizes, "color": colours}, "hoverinfo": "skip", "showlegend": False,
-            "name": "titles"}
+        points += [
+            (
+                c * SX + 0.5,
+                r * SY - 0.06,
+                f"L{layer} H{head} · KL {float(kl[layer][c]):.2f}",
+                "top center",
+                size,
+                TITLE_COLOUR,
+            )
+            for c, head in enumerate(gp.heads)
+        ]
+    xs, ys, texts, where, sizes, colours = (
+        (list(v) for v in zip(*points, strict=True)) if points else ([],) * 6
+    )
+    return {
+        "type": "scatter",
+        "x": xs,
+        "y": ys,
+        "text": texts,
+        "mode": "text",
+        "textposition": where,
+        "textfont": {"size": sizes, "color": colours},
+        "hoverinfo": "skip",
+        "showlegend": False,
+        "name": "titles",
+    }
 
 
 def gallery_title(gp: GalleryPage) -> str:
@@ -301,23 +385,30 @@ def gallery_update(result: dict[str, Any], gp: GalleryPage, drawn: Iterable[int]
     drawn = set(drawn)
     new = [r for r, layer in enumerate(gp.shown) if layer in gp.done and layer not in drawn]
     changed = bool(new) or set(gp.done) != drawn
-    return {"images": {r: row_image(result, gp, r) for r in new},
-            "frames": _frames(gp) if changed else None,
-            "labels": _labels(gp) if changed else None,
-            "title": gallery_title(gp),
-            "meta": _meta(gp)}
+    return {
+        "images": {r: row_image(result, gp, r) for r in new},
+        "frames": _frames(gp) if changed else None,
+        "labels": _labels(gp) if changed else None,
+        "title": gallery_title(gp),
+        "meta": _meta(gp),
+    }
 
 
-def gallery_page_options(result: dict[str, Any], layers: list[int] | None = None,
-                         section: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def gallery_page_options(
+    result: dict[str, Any], layers: list[int] | None = None, section: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Dropdown options of the gallery's pages (``layers a–b``)."""
     sec = section if section is not None else gallery_section(result)
     if sec is None:
         return []
     planned = planned_layers(sec)
-    pages = gallery_pages([la for la in (layers or planned) if la in planned], len(sec.get("heads", [])))
-    return [{"label": f"layers {p[0]}–{p[-1]}" if len(p) > 1 else f"layer {p[0]}", "value": i}
-            for i, p in enumerate(pages)]
+    pages = gallery_pages(
+        [la for la in (layers or planned) if la in planned], len(sec.get("heads", []))
+    )
+    return [
+        {"label": f"layers {p[0]}–{p[-1]}" if len(p) > 1 else f"layer {p[0]}", "value": i}
+        for i, p in enumerate(pages)
+    ]
 
 
 def _unit(v: np.ndarray) -> np.ndarray:
@@ -351,26 +442,41 @@ def _every_head(
                     continue
                 if one:
                     kept = list(sec.get("kept") or range(emb.shape[-2]))
-                    out[(layer, head)] = (kept, emb, float(kl.ravel()[0]), restarts.ravel().tolist())
+                    out[(layer, head)] = (
+                        kept,
+                        emb,
+                        float(kl.ravel()[0]),
+                        restarts.ravel().tolist(),
+                    )
                     continue
                 if layer_emb is None:
-                    layer_emb = np.asarray(sec["embedding"][li], dtype=np.float64)  # [head, token, 2]
+                    layer_emb = np.asarray(
+                        sec["embedding"][li], dtype=np.float64
+                    )  # [head, token, 2]
                 kept = list(sec.get("kept") or range(layer_emb.shape[-2]))
                 rs = restarts[li, hi].tolist() if restarts.ndim == 3 else []
                 out[(layer, head)] = (kept, layer_emb[hi], float(kl[li, hi]), rs)
     return out
 
 
-def head_map_entries(result: dict[str, Any], *, layers: Iterable[int] | None = None) -> dict[str, Any]:
+def head_map_entries(
+    result: dict[str, Any], *, layers: Iterable[int] | None = None
+) -> dict[str, Any]:
     """``{"L,H": map}`` (as in ``head_maps``) of every head of ``layers`` (default: every head)."""
     maps: dict[str, Any] = {}
-    for (layer, head), (_, xy, kl, restarts) in _every_head(result, None if layers is None else set(layers)).items():
+    for (layer, head), (_, xy, kl, restarts) in _every_head(
+        result, None if layers is None else set(layers)
+    ).items():
         px, py, xaxis, yaxis = scatter_axes(xy[:, 0], xy[:, 1], rescale=True)
         best = f" (best of {len(restarts)})" if len(restarts) > 1 else ""
         maps[f"{layer},{head}"] = {
             "title": f"Attention-head t-SNE — layer {layer}, head {head} — KL {kl:.4f}{best}",
-            "x": _rounded(px), "y": _rounded(py), "xr": _rounded(xy[:, 0]), "yr": _rounded(xy[:, 1]),
-            "xaxis": xaxis, "yaxis": yaxis,
+            "x": _rounded(px),
+            "y": _rounded(py),
+            "xr": _rounded(xy[:, 0]),
+            "yr": _rounded(xy[:, 1]),
+            "xaxis": xaxis,
+            "yaxis": yaxis,
         }
     return maps
 
@@ -388,7 +494,15 @@ def head_maps(result: dict[str, Any]) -> dict[str, Any]:
         return {"maps": {}}
     first = next(iter(heads))
     kept = heads[first][0]
-    templates = {mode: head_tsne_figure(result, layer=first[0], head=first[1], rescale=mode == "rescaled")
-                 .to_plotly_json() for mode in ("rescaled", "raw")}
-    return {"maps": head_map_entries(result), "kept": kept, "labels": token_labels(result, kept),
-            "templates": templates}
+    templates = {
+        mode: head_tsne_figure(
+            result, layer=first[0], head=first[1], rescale=mode == "rescaled"
+        ).to_plotly_json()
+        for mode in ("rescaled", "raw")
+    }
+    return {
+        "maps": head_map_entries(result),
+        "kept": kept,
+        "labels": token_labels(result, kept),
+        "templates": templates,
+    }

@@ -63,23 +63,58 @@ def term_curves_figure(result: dict[str, Any], *, title: str | None = None) -> g
     for k, term in enumerate(terms):
         colour = _colour(term, k)
         upper, lower = (mean[:, k] + sd[:, k]).tolist(), (mean[:, k] - sd[:, k]).tolist()
-        fig.add_trace(go.Scatter(x=states, y=upper, mode="lines", line={"width": 0}, showlegend=False,
-                                 hoverinfo="skip", legendgroup=term, name=f"{term} + sd"))
-        fig.add_trace(go.Scatter(x=states, y=lower, mode="lines", line={"width": 0}, fill="tonexty",
-                                 fillcolor=_rgba(colour, 0.15), showlegend=False, hoverinfo="skip",
-                                 legendgroup=term, name=f"{term} - sd"))
-        fig.add_trace(go.Scatter(
-            x=states, y=mean[:, k].tolist(), mode="lines+markers", name=term, legendgroup=term,
-            line={"color": colour, "width": 2}, customdata=sd[:, k].tolist(),
-            hovertemplate=f"{term}<br>state %{{x}}: %{{y:.3f}} ± %{{customdata:.3f}}<extra></extra>",
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=states,
+                y=upper,
+                mode="lines",
+                line={"width": 0},
+                showlegend=False,
+                hoverinfo="skip",
+                legendgroup=term,
+                name=f"{term} + sd",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=states,
+                y=lower,
+                mode="lines",
+                line={"width": 0},
+                fill="tonexty",
+                fillcolor=_rgba(colour, 0.15),
+                showlegend=False,
+                hoverinfo="skip",
+                legendgroup=term,
+                name=f"{term} - sd",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=states,
+                y=mean[:, k].tolist(),
+                mode="lines+markers",
+                name=term,
+                legendgroup=term,
+                line={"color": colour, "width": 2},
+                customdata=sd[:, k].tolist(),
+                hovertemplate=f"{term}<br>state %{{x}}: %{{y:.3f}} ± %{{customdata:.3f}}<extra></extra>",
+            )
+        )
     model = result.get("model", "")
     fig.update_layout(
-        title={"text": (title or f"Term importance μ(e, t) per state — {model} (mean ± sd over tokens)")
-               + error_note(section),
-               "font": {"size": 14}},
-        xaxis={"title": {"text": "state (0 = embedding output, l = output of layer l - 1)"},
-               "tickmode": "array", "tickvals": states},
+        title={
+            "text": (
+                title or f"Term importance μ(e, t) per state — {model} (mean ± sd over tokens)"
+            )
+            + error_note(section),
+            "font": {"size": 14},
+        },
+        xaxis={
+            "title": {"text": "state (0 = embedding output, l = output of layer l - 1)"},
+            "tickmode": "array",
+            "tickvals": states,
+        },
         yaxis={"title": {"text": "importance μ(e, t) = eᵀt / |e|²"}},
         height=420,
         margin={"l": 60, "r": 20, "t": 60, "b": 60},
@@ -102,15 +137,26 @@ def token_strip_figure(result: dict[str, Any], *, state: int | None = None) -> g
     labels = token_labels(result, list(range(n_tok)))
     terms = _terms(section, per.shape[2])
     custom = [[t for t in range(n_tok)] for _ in terms]
-    fig = go.Figure(go.Heatmap(
-        z=per[s].T.tolist(), x=list(range(n_tok)), y=terms, customdata=custom,
-        text=[labels] * len(terms), colorscale="RdBu", zmid=0.0,
-        hovertemplate="%{text} (#%{customdata})<br>%{y}: %{z:.3f}<extra></extra>",
-        colorbar={"title": {"text": "μ"}, "thickness": 12}, xgap=1, ygap=1,
-    ))
+    fig = go.Figure(
+        go.Heatmap(
+            z=per[s].T.tolist(),
+            x=list(range(n_tok)),
+            y=terms,
+            customdata=custom,
+            text=[labels] * len(terms),
+            colorscale="RdBu",
+            zmid=0.0,
+            hovertemplate="%{text} (#%{customdata})<br>%{y}: %{z:.3f}<extra></extra>",
+            colorbar={"title": {"text": "μ"}, "thickness": 12},
+            xgap=1,
+            ygap=1,
+        )
+    )
     fig.update_layout(
-        title={"text": f"Importance per token at state {s} — click a token for its curves",
-               "font": {"size": 14}},
+        title={
+            "text": f"Importance per token at state {s} — click a token for its curves",
+            "font": {"size": 14},
+        },
         xaxis=_token_ticks(labels),
         height=260,
         margin={"l": 90, "r": 20, "t": 50, "b": 80},
@@ -144,14 +190,26 @@ def token_curves_figure(result: dict[str, Any], *, token: int) -> go.Figure:
     label = token_labels(result, [token])[0]
     fig = go.Figure()
     for k, term in enumerate(terms):
-        fig.add_trace(go.Scatter(x=states, y=per[:, token, k].tolist(), mode="lines+markers", name=term,
-                                 line={"color": _colour(term, k)},
-                                 hovertemplate=f"{term}: %{{y:.3f}}<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=states,
+                y=per[:, token, k].tolist(),
+                mode="lines+markers",
+                name=term,
+                line={"color": _colour(term, k)},
+                hovertemplate=f"{term}: %{{y:.3f}}<extra></extra>",
+            )
+        )
     fig.update_layout(
-        title={"text": f"Term importance of token {label!r} (#{token}) per state", "font": {"size": 14}},
+        title={
+            "text": f"Term importance of token {label!r} (#{token}) per state",
+            "font": {"size": 14},
+        },
         xaxis={"title": {"text": "state"}, "tickmode": "array", "tickvals": states},
         yaxis={"title": {"text": "μ(e, t)"}},
-        height=380, margin={"l": 60, "r": 20, "t": 60, "b": 50}, plot_bgcolor="white",
+        height=380,
+        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        plot_bgcolor="white",
         hovermode="x unified",
     )
     fig.update_yaxes(gridcolor="#eee", zeroline=True, zerolinecolor="#bbb")
@@ -183,16 +241,25 @@ def head_contributions_figure(
         z = means[s]
         what = f"mean over tokens at state {s}"
     n_layers, n_heads = z.shape
-    fig = go.Figure(go.Heatmap(
-        z=z.tolist(), x=list(range(n_heads)), y=list(range(n_layers)), colorscale="RdBu", zmid=0.0,
-        hovertemplate="layer %{y}, head %{x}: μ %{z:.4f}<extra></extra>",
-        colorbar={"title": {"text": "μ"}, "thickness": 12}, xgap=1, ygap=1,
-    ))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z.tolist(),
+            x=list(range(n_heads)),
+            y=list(range(n_layers)),
+            colorscale="RdBu",
+            zmid=0.0,
+            hovertemplate="layer %{y}, head %{x}: μ %{z:.4f}<extra></extra>",
+            colorbar={"title": {"text": "μ"}, "thickness": 12},
+            xgap=1,
+            ygap=1,
+        )
+    )
     fig.update_layout(
         title={"text": f"Attention term split by (layer, head) — {what}", "font": {"size": 14}},
         xaxis={"title": {"text": "head"}, "dtick": 1},
         yaxis={"title": {"text": "layer"}, "dtick": 1, "autorange": "reversed"},
-        height=max(260, 80 + 28 * n_layers), margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        height=max(260, 80 + 28 * n_layers),
+        margin={"l": 60, "r": 20, "t": 60, "b": 50},
     )
     return fig
 
@@ -210,7 +277,9 @@ def spearman_per_state(a: dict[str, Any], b: dict[str, Any]) -> np.ndarray:
             "Spearman's ρ needs the same tokens"
         )
     sa, sb = a["decomposition"], b["decomposition"]
-    return rank_spearman(sa["per_token"], sb["per_token"], keep=sa.get("kept") or None)  # [state, token, term]
+    return rank_spearman(
+        sa["per_token"], sb["per_token"], keep=sa.get("kept") or None
+    )  # [state, token, term]
 
 
 def model_compare_figure(a: dict[str, Any], b: dict[str, Any]) -> go.Figure:
@@ -226,15 +295,27 @@ def model_compare_figure(a: dict[str, Any], b: dict[str, Any]) -> go.Figure:
     fig = go.Figure()
     for k, term in enumerate(terms):
         y = [None if np.isnan(v) else float(v) for v in rho[:, k]]
-        fig.add_trace(go.Scatter(x=states, y=y, mode="lines+markers", name=term,
-                                 line={"color": _colour(term, k)}, connectgaps=False,
-                                 hovertemplate=f"{term}: ρ %{{y:.3f}}<extra></extra>"))
+        fig.add_trace(
+            go.Scatter(
+                x=states,
+                y=y,
+                mode="lines+markers",
+                name=term,
+                line={"color": _colour(term, k)},
+                connectgaps=False,
+                hovertemplate=f"{term}: ρ %{{y:.3f}}<extra></extra>",
+            )
+        )
     fig.update_layout(
-        title={"text": f"Spearman's ρ per state: {a.get('model')} vs {b.get('model')}",
-               "font": {"size": 14}},
+        title={
+            "text": f"Spearman's ρ per state: {a.get('model')} vs {b.get('model')}",
+            "font": {"size": 14},
+        },
         xaxis={"title": {"text": "state"}, "tickmode": "array", "tickvals": states},
         yaxis={"title": {"text": "ρ"}, "range": [-1.05, 1.05]},
-        height=380, margin={"l": 60, "r": 20, "t": 60, "b": 50}, plot_bgcolor="white",
+        height=380,
+        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        plot_bgcolor="white",
         hovermode="x unified",
     )
     fig.update_yaxes(gridcolor="#eee", zeroline=True, zerolinecolor="#bbb")

@@ -32,18 +32,40 @@ def head_sections(result: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for s in (result.get("head-tsne"), result.get("head-tsne-all")) if s]
 
 
-def head_view_key(source: dict[str, Any] | None, status: dict[str, Any], *, layer: int | None, head: int | None,
-                  options: list[Any]) -> list[Any]:
+def head_view_key(
+    source: dict[str, Any] | None,
+    status: dict[str, Any],
+    *,
+    layer: int | None,
+    head: int | None,
+    options: list[Any],
+) -> list[Any]:
     """What a head view of the text explorer (matrix, lines) is drawn from: the source, the head, the
     view's ``options``, whether the job failed or is none, and which section holds the head. The same
     key, the same figure: the page re-sends nothing when a section it does not show arrives (issue 34: the
     452 x 452 matrix re-sent and redrawn with every section). Callers add what else a figure reads
     (``section_layers``). JSON values only (kept in a dcc.Store)."""
     result = status.get("result") or {}
-    holder = next((name for name in ("head-tsne", "head-tsne-all") if (sec := result.get(name))
-                   and layer in sec.get("layers", []) and head in sec.get("heads", [])), None)
-    return [(source or {}).get("kind"), (source or {}).get("id"), layer, head, *options,
-            status.get("status") in ("failed", "none"), bool(result.get("head-tsne")), holder]
+    holder = next(
+        (
+            name
+            for name in ("head-tsne", "head-tsne-all")
+            if (sec := result.get(name))
+            and layer in sec.get("layers", [])
+            and head in sec.get("heads", [])
+        ),
+        None,
+    )
+    return [
+        (source or {}).get("kind"),
+        (source or {}).get("id"),
+        layer,
+        head,
+        *options,
+        status.get("status") in ("failed", "none"),
+        bool(result.get("head-tsne")),
+        holder,
+    ]
 
 
 def section_layers(section: dict[str, Any] | None) -> list[Any]:
@@ -54,12 +76,16 @@ def section_layers(section: dict[str, Any] | None) -> list[Any]:
 
 def has_head(result: dict[str, Any], layer: int, head: int) -> bool:
     """Whether some section of ``result`` holds the map of (layer, head)."""
-    return any(layer in s.get("layers", []) and head in s.get("heads", []) for s in head_sections(result))
+    return any(
+        layer in s.get("layers", []) and head in s.get("heads", []) for s in head_sections(result)
+    )
 
 
 @lru_cache(maxsize=8)
 def _unpacked(blob: str, shape: tuple[int, ...], scale: float) -> np.ndarray:
-    return unpack_attention({"attention_u8": blob, "attention_shape": list(shape), "attention_scale": scale})  # type: ignore[return-value]
+    return unpack_attention(
+        {"attention_u8": blob, "attention_shape": list(shape), "attention_scale": scale}
+    )  # type: ignore[return-value]
 
 
 def grid_attention(section: dict[str, Any]) -> np.ndarray | None:
@@ -67,16 +93,25 @@ def grid_attention(section: dict[str, Any]) -> np.ndarray | None:
     blob, shape = section.get("attention_u8"), section.get("attention_shape")
     if not isinstance(blob, str) or not shape:
         return None
-    return _unpacked(blob, tuple(int(s) for s in shape), float(section.get("attention_scale") or 255))
+    return _unpacked(
+        blob, tuple(int(s) for s in shape), float(section.get("attention_scale") or 255)
+    )
 
 
-def head_attention(result: dict[str, Any], layer: int, head: int) -> tuple[np.ndarray, list[int], bool] | None:
+def head_attention(
+    result: dict[str, Any], layer: int, head: int
+) -> tuple[np.ndarray, list[int], bool] | None:
     """(matrix ``[query, key]`` over kept tokens, kept indices, exact?) of (layer, head), or None.
 
     The one-head section's 6-decimal matrix when it is that head, else the grid's byte-coded one.
     """
     one = result.get("head-tsne")
-    if one and one.get("attention") is not None and one.get("layers") == [layer] and one.get("heads") == [head]:
+    if (
+        one
+        and one.get("attention") is not None
+        and one.get("layers") == [layer]
+        and one.get("heads") == [head]
+    ):
         a = np.asarray(one["attention"], dtype=np.float64)
         return a, list(one.get("kept") or range(a.shape[0])), True
     sec = gallery_section(result)

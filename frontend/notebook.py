@@ -46,7 +46,14 @@ logger = logging.getLogger(__name__)
 
 HEADS_JS = Path(__file__).with_name("assets") / "heads.js"
 EXPORT_WIDTH = 1000  # px of a PNG/SVG whose figure sets no width
-RESULT_KEYS = ("max-attention", "head-tsne", "head-tsne-all", "decomposition", "checkpoints", "lasf")
+RESULT_KEYS = (
+    "max-attention",
+    "head-tsne",
+    "head-tsne-all",
+    "decomposition",
+    "checkpoints",
+    "lasf",
+)
 
 
 class ExportError(HeadscopeError):
@@ -78,19 +85,38 @@ class View:
         ids = {name: f"hs-{name}-{uuid.uuid4().hex[:10]}" for name in self.figures}
         parts = []
         for name, fig in self.figures.items():
-            config = {"displaylogo": False, "responsive": True,
-                      "toImageButtonOptions": {"format": "png", "filename": f"headscope-{name}", "scale": 2}}
-            parts.append(pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id=ids[name], config=config))
-        script = f"<script>{self.script.replace('{ids}', json.dumps(ids))}</script>" if self.script else ""
+            config = {
+                "displaylogo": False,
+                "responsive": True,
+                "toImageButtonOptions": {
+                    "format": "png",
+                    "filename": f"headscope-{name}",
+                    "scale": 2,
+                },
+            }
+            parts.append(
+                pio.to_html(
+                    fig, include_plotlyjs=False, full_html=False, div_id=ids[name], config=config
+                )
+            )
+        script = (
+            f"<script>{self.script.replace('{ids}', json.dumps(ids))}</script>"
+            if self.script
+            else ""
+        )
         body = "".join(parts) + script
         if include_plotlyjs:
             return f'<div class="headscope-view">{plotly_js()}{body}</div>'
         view_id = f"hs-view-{uuid.uuid4().hex[:10]}"
         deferred = re.sub(r"<script\b[^>]*>", f'<script type="{DEFERRED}">', body)
         if deferred.count(DEFERRED) != body.count("</script>"):
-            raise RuntimeError("a view's scripts could not all be deferred (plotly's HTML changed?)")
-        return (f'<div class="headscope-view" id="{view_id}">{deferred}'
-                f"{DRAW_WHEN_READY % (json.dumps(view_id), DEFERRED)}</div>")
+            raise RuntimeError(
+                "a view's scripts could not all be deferred (plotly's HTML changed?)"
+            )
+        return (
+            f'<div class="headscope-view" id="{view_id}">{deferred}'
+            f"{DRAW_WHEN_READY % (json.dumps(view_id), DEFERRED)}</div>"
+        )
 
     def _repr_html_(self) -> str:
         """Inline in a notebook: plotly.js in the first view a kernel shows only (``PlotlyPage``)."""
@@ -118,28 +144,40 @@ class View:
             path.write_text(self.to_html(), encoding="utf-8")
             return [path]
         if fmt not in ("png", "svg", "pdf"):
-            raise HeadscopeError(f"cannot save a view as {path.suffix or 'a file without suffix'}: use .html, .png, .svg or .pdf")
+            raise HeadscopeError(
+                f"cannot save a view as {path.suffix or 'a file without suffix'}: use .html, .png, .svg or .pdf"
+            )
         names = list(self.figures)
-        paths = [path] if len(names) == 1 else [path.with_name(f"{path.stem}-{n}{path.suffix}") for n in names]
+        paths = (
+            [path]
+            if len(names) == 1
+            else [path.with_name(f"{path.stem}-{n}{path.suffix}") for n in names]
+        )
         figs = list(self.figures.values())
         widths = [width or f.layout.width or EXPORT_WIDTH for f in figs]
         try:
             import kaleido  # noqa: F401 - the engine plotly uses; its absence is the usual reason
         except ImportError as exc:
-            raise ExportError("PNG/SVG export needs the kaleido package (pip install kaleido) and a "
-                              "Chrome or Chromium; .html export needs neither") from exc
+            raise ExportError(
+                "PNG/SVG export needs the kaleido package (pip install kaleido) and a "
+                "Chrome or Chromium; .html export needs neither"
+            ) from exc
         try:
             pio.write_images(figs, paths, format=fmt, scale=scale, width=widths)
         except (RuntimeError, ValueError, OSError) as exc:
-            raise ExportError(f"PNG/SVG export failed ({exc}); kaleido needs a Chrome or Chromium "
-                              "(e.g. apt-get install chromium); .html export needs neither") from exc
+            raise ExportError(
+                f"PNG/SVG export failed ({exc}); kaleido needs a Chrome or Chromium "
+                "(e.g. apt-get install chromium); .html export needs neither"
+            ) from exc
         return paths
 
 
 # ---------------------------------------------------------------------------- sources
 
 
-def share(url: str, share_id: str | None = None, *, token: str | None = None, timeout: float = 30.0) -> dict[str, Any]:
+def share(
+    url: str, share_id: str | None = None, *, token: str | None = None, timeout: float = 30.0
+) -> dict[str, Any]:
     """The result behind a share link of a running service: ``share("http://host:8050/?share=ID")``
     or ``share("http://host:8050", "ID")``; fetched over HTTP, never recomputed."""
     from frontend.api_client import ApiClient, ApiError
@@ -148,7 +186,9 @@ def share(url: str, share_id: str | None = None, *, token: str | None = None, ti
     if share_id is None:
         share_id = (parse_qs(parts.query).get("share") or [""])[0]
         if not share_id:
-            raise HeadscopeError(f"{url} holds no share id: pass a link with ?share=ID or the id as share_id=")
+            raise HeadscopeError(
+                f"{url} holds no share id: pass a link with ?share=ID or the id as share_id="
+            )
     base = f"{parts.scheme}://{parts.netloc}"
     client = ApiClient(base, timeout=timeout, token=token)
     try:
@@ -168,10 +208,14 @@ def load(source: dict[str, Any] | str | Path) -> dict[str, Any]:
             return load(source["result"])
         if "analysis" in source and source["analysis"] not in source:  # the CLI's flat form
             return {**source, source["analysis"]: source}
-        if "distance_matrix" in source and "checkpoints" not in source:  # `headscope pe` on one file
+        if (
+            "distance_matrix" in source and "checkpoints" not in source
+        ):  # `headscope pe` on one file
             return {"checkpoints": [source]}
         if not any(k in source for k in RESULT_KEYS):
-            raise HeadscopeError(f"this dict is no headscope result: none of {', '.join(RESULT_KEYS)} in it")
+            raise HeadscopeError(
+                f"this dict is no headscope result: none of {', '.join(RESULT_KEYS)} in it"
+            )
         return source
     if isinstance(source, str | Path):
         text = str(source)
@@ -190,14 +234,22 @@ def load(source: dict[str, Any] | str | Path) -> dict[str, Any]:
     )
 
 
-def _result(source: Any, tokens: Sequence[str] | None, *, analyses: Sequence[str],
-            select: dict[str, Any] | None = None, byo: dict[str, Any] | None = None) -> dict[str, Any]:
+def _result(
+    source: Any,
+    tokens: Sequence[str] | None,
+    *,
+    analyses: Sequence[str],
+    select: dict[str, Any] | None = None,
+    byo: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The result to draw: headscope's own (``load``), or computed from attention brought with its
     tokens — only ``analyses`` of only the heads in ``select`` (``layers``/``heads``) the view shows."""
     byo = dict(byo or {})
     if tokens is None:
         if byo:
-            raise HeadscopeError(f"{', '.join(sorted(byo))}: options of attention you bring; pass its tokens too")
+            raise HeadscopeError(
+                f"{', '.join(sorted(byo))}: options of attention you bring; pass its tokens too"
+            )
         return load(source)
     from workers.analysis.external import attention_result
     from workers.analysis.tsne import TSNEOptions
@@ -213,7 +265,9 @@ def attention(attentions: Any, tokens: Sequence[str], **options: Any) -> dict[st
     return _result(attentions, tokens, analyses=("max-attention", "head-tsne"), byo=options)
 
 
-def analyze(model: str, text: str, analyses: Sequence[str] | None = None, **options: Any) -> dict[str, Any]:
+def analyze(
+    model: str, text: str, analyses: Sequence[str] | None = None, **options: Any
+) -> dict[str, Any]:
     """headscope's own result: ``pipeline.analyze`` on a catalogue model (``minilm``, …) and a text;
     ``analyses`` default to max-attention and every head's t-SNE (``lasf`` for a shipped LasF model,
     ``lasf-minilm``); ``options`` as the CLI's (``drop_special=True``, ``n_iter=300``, …)."""
@@ -234,12 +288,20 @@ def analyze(model: str, text: str, analyses: Sequence[str] | None = None, **opti
 # ---------------------------------------------------------------------------- the views
 
 
-def heatmaps(source: Any, tokens: Sequence[str] | None = None, *, reduction: str = "max",
-             layers: list[int] | None = None, **byo: Any) -> View:
+def heatmaps(
+    source: Any,
+    tokens: Sequence[str] | None = None,
+    *,
+    reduction: str = "max",
+    layers: list[int] | None = None,
+    **byo: Any,
+) -> View:
     """Max-attention (or ``reduction="mean"``) heatmaps, heads x tokens, one per layer."""
     result = _result(source, tokens, analyses=("max-attention",), byo=byo)
-    return View({"heatmaps": max_attention_figure(result, reduction=reduction, layers=layers)},
-                title=f"{reduction} attention — {result.get('model', '')}")
+    return View(
+        {"heatmaps": max_attention_figure(result, reduction=reduction, layers=layers)},
+        title=f"{reduction} attention — {result.get('model', '')}",
+    )
 
 
 GALLERY_SCRIPT = """
@@ -258,50 +320,104 @@ GALLERY_SCRIPT = """
 """
 
 
-def gallery(source: Any, tokens: Sequence[str] | None = None, *, layers: list[int] | None = None,
-            page: int = 0, open_head: tuple[int, int] | None = None, **byo: Any) -> View:
+def gallery(
+    source: Any,
+    tokens: Sequence[str] | None = None,
+    *,
+    layers: list[int] | None = None,
+    page: int = 0,
+    open_head: tuple[int, int] | None = None,
+    **byo: Any,
+) -> View:
     """Every head's attention-head t-SNE as small multiples; clicking a panel opens that head's map
     below it, in the page (the dashboard's ``assets/heads.js``, no kernel round trip)."""
     result = _result(source, tokens, analyses=("head-tsne",), byo=byo)
     sec = gallery_section(result)
     if sec is None:
-        raise HeadscopeError("this result holds no gallery: analyse with layer and head 'all' (head-tsne)")
+        raise HeadscopeError(
+            "this result holds no gallery: analyse with layer and head 'all' (head-tsne)"
+        )
     layer, head = open_head or (sec["layers"][0], sec["heads"][0])
     maps = head_maps(result)
-    script = HEADS_JS.read_text(encoding="utf-8") + "\n" + GALLERY_SCRIPT % pio.json.to_json_plotly(maps).replace("</", "<\\/")
-    figures = {"gallery": gallery_figure(result, layers=layers, page=page),
-               "map": head_tsne_figure(result, layer=layer, head=head)}
-    return View(figures, title=f"attention-head t-SNE of every head — {result.get('model', '')}", script=script)
+    script = (
+        HEADS_JS.read_text(encoding="utf-8")
+        + "\n"
+        + GALLERY_SCRIPT % pio.json.to_json_plotly(maps).replace("</", "<\\/")
+    )
+    figures = {
+        "gallery": gallery_figure(result, layers=layers, page=page),
+        "map": head_tsne_figure(result, layer=layer, head=head),
+    }
+    return View(
+        figures,
+        title=f"attention-head t-SNE of every head — {result.get('model', '')}",
+        script=script,
+    )
 
 
-def head_map(source: Any, tokens: Sequence[str] | None = None, *, layer: int, head: int,
-             rescale: bool = True, matrix: bool = True, **byo: Any) -> View:
+def head_map(
+    source: Any,
+    tokens: Sequence[str] | None = None,
+    *,
+    layer: int,
+    head: int,
+    rescale: bool = True,
+    matrix: bool = True,
+    **byo: Any,
+) -> View:
     """One head's attention-head t-SNE (quantile-equidistant axes unless ``rescale=False``) and,
     when ``matrix``, its attention matrix."""
-    result = _result(source, tokens, analyses=("head-tsne",), select={"layers": [layer], "heads": [head]}, byo=byo)
+    result = _result(
+        source,
+        tokens,
+        analyses=("head-tsne",),
+        select={"layers": [layer], "heads": [head]},
+        byo=byo,
+    )
     figures = {"map": head_tsne_figure(result, layer=layer, head=head, rescale=rescale)}
     if matrix:
         figures["matrix"] = attention_matrix_figure(result, layer=layer, head=head)
     return View(figures, title=f"layer {layer}, head {head} — {result.get('model', '')}")
 
 
-def head_view(source: Any, tokens: Sequence[str] | None = None, *, layer: int = 0,
-              heads: list[int] | None = None, threshold: float = 0.05, **byo: Any) -> View:
+def head_view(
+    source: Any,
+    tokens: Sequence[str] | None = None,
+    *,
+    layer: int = 0,
+    heads: list[int] | None = None,
+    threshold: float = 0.05,
+    **byo: Any,
+) -> View:
     """bertviz's head view: lines from queries (left) to keys (right), one colour per head of
     ``layer`` (all its heads unless ``heads``), weights below ``threshold`` left out."""
     result = _result(source, tokens, analyses=("head-tsne",), select={"layers": [layer]}, byo=byo)
     sec = gallery_section(result)
-    chosen = heads if heads is not None else list((sec or {}).get("heads") or range(int(result.get("n_heads") or 0)))
-    return View({"head_view": head_view_figure(result, layer=layer, heads=chosen, threshold=threshold)},
-                title=f"head view, layer {layer} — {result.get('model', '')}")
+    chosen = (
+        heads
+        if heads is not None
+        else list((sec or {}).get("heads") or range(int(result.get("n_heads") or 0)))
+    )
+    return View(
+        {"head_view": head_view_figure(result, layer=layer, heads=chosen, threshold=threshold)},
+        title=f"head view, layer {layer} — {result.get('model', '')}",
+    )
 
 
-def model_view(source: Any, tokens: Sequence[str] | None = None, *, layer: int | None = None,
-               head: int | None = None, **byo: Any) -> View:
+def model_view(
+    source: Any,
+    tokens: Sequence[str] | None = None,
+    *,
+    layer: int | None = None,
+    head: int | None = None,
+    **byo: Any,
+) -> View:
     """Every head's attention pattern, layers down and heads across; (layer, head) framed if given."""
     result = _result(source, tokens, analyses=("head-tsne",), byo=byo)
-    return View({"model_view": model_view_figure(result, layer=layer, head=head)},
-                title=f"model view — {result.get('model', '')}")
+    return View(
+        {"model_view": model_view_figure(result, layer=layer, head=head)},
+        title=f"model view — {result.get('model', '')}",
+    )
 
 
 def terms(source: Any, *, compare: Any = None, state: int | None = None) -> View:
@@ -314,20 +430,31 @@ def terms(source: Any, *, compare: Any = None, state: int | None = None) -> View
     )
 
     result = _own(source, "decomposition", "terms")
-    figures = {"terms": term_curves_figure(result), "heads": head_contributions_figure(result, state=state)}
+    figures = {
+        "terms": term_curves_figure(result),
+        "heads": head_contributions_figure(result, state=state),
+    }
     if compare is not None:
         figures["compare"] = model_compare_figure(result, _own(compare, "decomposition", "terms"))
     return View(figures, title=f"term importance — {result.get('model', '')}")
 
 
-def pe(source: Any, *, reorder: bool = True, shared_scale: bool = False, colour_by: str = "row",
-       grid: tuple[int, int] | None = (4, 4)) -> View:
+def pe(
+    source: Any,
+    *,
+    reorder: bool = True,
+    shared_scale: bool = False,
+    colour_by: str = "row",
+    grid: tuple[int, int] | None = (4, 4),
+) -> View:
     """The PE explorer's distance heatmaps (reordered by partition) and 2-D maps of a PE result."""
     from frontend.figures_pe import pe_distance_figure, pe_map_figure
 
     result = _own(source, "checkpoints", "pe")
-    figures = {"distances": pe_distance_figure(result, reorder=reorder, shared_scale=shared_scale),
-               "map": pe_map_figure(result, colour_by=colour_by, grid=grid)}
+    figures = {
+        "distances": pe_distance_figure(result, reorder=reorder, shared_scale=shared_scale),
+        "map": pe_map_figure(result, colour_by=colour_by, grid=grid),
+    }
     return View(figures, title="positional encodings")
 
 
@@ -337,14 +464,27 @@ def lasf(source: Any, *, field: int | None = None) -> View:
     from frontend.figures_lasf import all_figures
 
     result = _own(source, "lasf", "lasf")
-    names = ("phi", "relation", "field_matrix", "field_map", "contribution", "ablation", "field_vs_head")
-    return View(dict(zip(names, all_figures(result, field), strict=True)), title=f"LasF — {result.get('model', '')}")
+    names = (
+        "phi",
+        "relation",
+        "field_matrix",
+        "field_map",
+        "contribution",
+        "ablation",
+        "field_vs_head",
+    )
+    return View(
+        dict(zip(names, all_figures(result, field), strict=True)),
+        title=f"LasF — {result.get('model', '')}",
+    )
 
 
 def _own(source: Any, key: str, view: str) -> dict[str, Any]:
     """headscope's own result holding ``key``: these views need more than attention maps."""
     result = load(source)
     if key not in result:
-        raise HeadscopeError(f"{view}() needs a result with {key!r} (headscope's own analysis); this one has "
-                             f"{', '.join(k for k in result if k in RESULT_KEYS) or 'none of the views'}")
+        raise HeadscopeError(
+            f"{view}() needs a result with {key!r} (headscope's own analysis); this one has "
+            f"{', '.join(k for k in result if k in RESULT_KEYS) or 'none of the views'}"
+        )
     return result

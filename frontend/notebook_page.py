@@ -16,7 +16,9 @@ class PlotlyPage:
     """
 
     def __init__(self) -> None:
-        self.carrier: tuple[str | None, str | None] | None = None  # (cell id, execution's message id)
+        self.carrier: tuple[str | None, str | None] | None = (
+            None  # (cell id, execution's message id)
+        )
 
     @staticmethod
     def execution() -> tuple[str | None, str | None]:
@@ -30,13 +32,17 @@ class PlotlyPage:
             parent = shell.get_parent() if shell is not None else {}
         except (AttributeError, TypeError):  # a terminal IPython has no parent message
             parent = {}
-        return (parent.get("metadata") or {}).get("cellId"), (parent.get("header") or {}).get("msg_id")
+        return (parent.get("metadata") or {}).get("cellId"), (parent.get("header") or {}).get(
+            "msg_id"
+        )
 
     def claim(self) -> bool:
         """True when the output being made now should carry plotly.js (and it is then the carrier)."""
         now = self.execution()
         carrier = self.carrier
-        if carrier is None or (now[0] is not None and now[0] == carrier[0] and now[1] != carrier[1]):
+        if carrier is None or (
+            now[0] is not None and now[0] == carrier[0] and now[1] != carrier[1]
+        ):
             self.carrier = now
             return True
         return False
@@ -58,10 +64,12 @@ def plotly_js() -> str:
     pages), which would otherwise take the bundle as an anonymous module and leave no ``window.Plotly``."""
     from plotly.offline import get_plotlyjs
 
-    return ("<script>window.__hsDefine = window.define; window.define = undefined;"
-            "window.PlotlyConfig = {MathJaxConfig: 'local'};</script>"
-            f'<script type="text/javascript">{get_plotlyjs()}</script>'
-            "<script>window.define = window.__hsDefine;</script>")
+    return (
+        "<script>window.__hsDefine = window.define; window.define = undefined;"
+        "window.PlotlyConfig = {MathJaxConfig: 'local'};</script>"
+        f'<script type="text/javascript">{get_plotlyjs()}</script>'
+        "<script>window.define = window.__hsDefine;</script>"
+    )
 
 
 DEFERRED = "text/x-headscope-deferred"  # scripts of a view without plotly.js, run when it is there

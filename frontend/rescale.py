@@ -47,7 +47,9 @@ def fit_axis(values: np.ndarray, *, k: int = 100) -> AxisRescale:
     uniq, inverse = np.unique(q, return_inverse=True)
     # each knot's level: the mean of the levels of its repeated quantiles (one pass: the gallery's
     # 270 maps fit 540 axes per update)
-    merged = np.bincount(inverse, weights=levels, minlength=uniq.size) / np.bincount(inverse, minlength=uniq.size)
+    merged = np.bincount(inverse, weights=levels, minlength=uniq.size) / np.bincount(
+        inverse, minlength=uniq.size
+    )
     if uniq.size > 1:
         merged[0], merged[-1] = 0.0, 1.0
     return AxisRescale(knots=uniq, levels=merged)
@@ -72,9 +74,7 @@ class Rescaled:
     y_labels: list[str]
 
 
-def quantile_rescale(
-    x: np.ndarray, y: np.ndarray, *, k: int = 100, n_ticks: int = 6
-) -> Rescaled:
+def quantile_rescale(x: np.ndarray, y: np.ndarray, *, k: int = 100, n_ticks: int = 6) -> Rescaled:
     """Rescale both axes of a scatter plot; see the module docstring."""
     ax, ay = fit_axis(x, k=k), fit_axis(y, k=k)
     xt, xl = ticks(ax, count=n_ticks)

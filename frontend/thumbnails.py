@@ -46,13 +46,19 @@ def colour_scale(
 def palette(*, levels: int = 255) -> np.ndarray:
     """RGB [levels + 1, 3]: entry 0 is the transparent background, entries 1..levels the colour scale
     from its low end to its high end."""
-    return np.concatenate([np.zeros((1, 3), np.uint8), colour_scale(np.linspace(0.0, 1.0, levels), lo=0.0, hi=1.0)])
+    return np.concatenate(
+        [np.zeros((1, 3), np.uint8), colour_scale(np.linspace(0.0, 1.0, levels), lo=0.0, hi=1.0)]
+    )
 
 
 def palette_index(values: np.ndarray, *, lo: float, hi: float, levels: int = 255) -> np.ndarray:
     """uint8 palette entries (1..levels) of ``values`` on the scale from ``lo`` to ``hi``: the nearest of
     ``levels`` evenly spaced colours (at most 1/(2 (levels - 1)) of the scale away from the exact one)."""
-    t = (np.asarray(values, dtype=np.float64) - lo) / (hi - lo) if hi > lo else np.zeros(np.shape(values))
+    t = (
+        (np.asarray(values, dtype=np.float64) - lo) / (hi - lo)
+        if hi > lo
+        else np.zeros(np.shape(values))
+    )
     return (1 + np.rint(np.clip(t, 0.0, 1.0) * (levels - 1))).astype(np.uint8)
 
 
@@ -63,8 +69,9 @@ def _disc(radius: float) -> tuple[np.ndarray, np.ndarray]:
     return dx[inside], dy[inside]
 
 
-def draw_points(xs: np.ndarray, ys: np.ndarray, index: np.ndarray, *, size: tuple[int, int],
-                radius: float) -> np.ndarray:
+def draw_points(
+    xs: np.ndarray, ys: np.ndarray, index: np.ndarray, *, size: tuple[int, int], radius: float
+) -> np.ndarray:
     """Palette image [height, width] uint8: 0 (transparent) but for a disc of ``radius`` pixels at each
     point (``xs``, ``ys`` in pixels from the top left; ``index`` its palette entry, 1..255); later
     points on top."""
@@ -75,12 +82,19 @@ def draw_points(xs: np.ndarray, ys: np.ndarray, index: np.ndarray, *, size: tupl
     px, py = (cx[:, None] + dx).ravel(), (cy[:, None] + dy).ravel()  # [point * stamp], point-major
     values = np.repeat(np.asarray(index, dtype=np.uint8), len(dx))
     ok = (px >= 0) & (px < width) & (py >= 0) & (py < height)
-    img[py[ok], px[ok]] = values[ok]  # repeated pixels: the last write wins, as a later point covers an earlier
+    img[py[ok], px[ok]] = values[
+        ok
+    ]  # repeated pixels: the last write wins, as a later point covers an earlier
     return img
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    return (
+        struct.pack(">I", len(data))
+        + kind
+        + data
+        + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    )
 
 
 def png_bytes(index: np.ndarray, colours: np.ndarray, *, level: int = 6) -> bytes:

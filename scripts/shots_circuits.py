@@ -17,19 +17,42 @@ import time
 from pathlib import Path
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 WAIT_MS = 1_800_000
-IOI = ("When Mary and John went to the store, John gave a drink to",
-       "When Mary and John went to the store, Mary gave a drink to", "␣Mary|␣John")
-EIFFEL = ("The Eiffel Tower is located in the city of", "The Colosseum is located in the city of", "␣Paris|␣Rome")
-CASES = {"ioi-smollm2": ("smollm2", *IOI), "eiffel-smollm2": ("smollm2", *EIFFEL),
-         "eiffel-gemma3": ("gemma3-270m", *EIFFEL), "ioi-gemma3": ("gemma3-270m", *IOI)}
+IOI = (
+    "When Mary and John went to the store, John gave a drink to",
+    "When Mary and John went to the store, Mary gave a drink to",
+    "␣Mary|␣John",
+)
+EIFFEL = (
+    "The Eiffel Tower is located in the city of",
+    "The Colosseum is located in the city of",
+    "␣Paris|␣Rome",
+)
+CASES = {
+    "ioi-smollm2": ("smollm2", *IOI),
+    "eiffel-smollm2": ("smollm2", *EIFFEL),
+    "eiffel-gemma3": ("gemma3-270m", *EIFFEL),
+    "ioi-gemma3": ("gemma3-270m", *IOI),
+}
 GRAPHS = ("circuit", "curve", "atp", "flow")
-DONE_JS = ("document.querySelector('#circuits-status').textContent.trim() === 'done'"
-           " || document.querySelector('#circuits-error').textContent")
-TITLE_JS = "(id) => { const gd = document.querySelector('#' + id + ' .js-plotly-plot'); " \
-           "return gd && gd.layout.title ? gd.layout.title.text : null; }"
+DONE_JS = (
+    "document.querySelector('#circuits-status').textContent.trim() === 'done'"
+    " || document.querySelector('#circuits-error').textContent"
+)
+TITLE_JS = (
+    "(id) => { const gd = document.querySelector('#' + id + ' .js-plotly-plot'); "
+    "return gd && gd.layout.title ? gd.layout.title.text : null; }"
+)
 EDGE_JS = r"""() => {
   const gd = document.querySelector('#circuits-flow-graph .js-plotly-plot'), fl = gd._fullLayout;
   const i = gd.data.findIndex(t => t.customdata && t.customdata.length);
@@ -45,7 +68,9 @@ EDGE_JS = r"""() => {
 }"""
 
 
-def run_case(page, url: str, out: Path, name: str, model: str, clean: str, corrupted: str, target: str) -> None:
+def run_case(
+    page, url: str, out: Path, name: str, model: str, clean: str, corrupted: str, target: str
+) -> None:
     page.goto(url + "/circuits")
     page.click("#circuits-model")
     page.get_by_role("option", name=model).first.click()
@@ -62,9 +87,14 @@ def run_case(page, url: str, out: Path, name: str, model: str, clean: str, corru
         if not error or g == "flow":
             page.wait_for_selector(f"#circuits-{g}-graph .scatterlayer .point", timeout=WAIT_MS)
     page.wait_for_timeout(2000)
-    print(f"{name}: {model}, jobs {took:.0f} s, url {page.url.split('/circuits')[1]}" + (f", error: {error}" if error else ""))
+    print(
+        f"{name}: {model}, jobs {took:.0f} s, url {page.url.split('/circuits')[1]}"
+        + (f", error: {error}" if error else "")
+    )
     for g in GRAPHS:
-        print(f"  {g}: {(page.evaluate(TITLE_JS, f'circuits-{g}-graph') or '').replace('<br>', ' | ')}")
+        print(
+            f"  {g}: {(page.evaluate(TITLE_JS, f'circuits-{g}-graph') or '').replace('<br>', ' | ')}"
+        )
     page.screenshot(path=str(out / f"circuits-{name}-page.png"), full_page=True)
     for g in GRAPHS:
         page.locator(f"#circuits-{g}-graph").screenshot(path=str(out / f"circuits-{name}-{g}.png"))
@@ -73,7 +103,9 @@ def run_case(page, url: str, out: Path, name: str, model: str, clean: str, corru
     if xy:
         page.mouse.move(*xy)
         page.wait_for_timeout(800)
-        page.locator("#circuits-flow-graph").screenshot(path=str(out / f"circuits-{name}-flow-hover.png"))
+        page.locator("#circuits-flow-graph").screenshot(
+            path=str(out / f"circuits-{name}-flow-hover.png")
+        )
 
 
 def main() -> None:
@@ -91,12 +123,19 @@ def main() -> None:
         proc, url = start_serve(Path(tmp), workers=1, model=CASES[args.cases[0]][0])
         try:
             with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
-                ctx = pw.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=ARGS,
-                                                            viewport={"width": 1400, "height": 1000})
+                ctx = pw.chromium.launch_persistent_context(
+                    profile,
+                    executable_path=CHROMIUM,
+                    args=ARGS,
+                    viewport={"width": 1400, "height": 1000},
+                )
                 page = ctx.new_page()
                 problems: list[str] = []
                 page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-                page.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
+                page.on(
+                    "console",
+                    lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None,
+                )
                 for name in args.cases:
                     run_case(page, url, out, name, *CASES[name])
                 print("browser problems:", problems or "none")

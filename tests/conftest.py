@@ -156,7 +156,9 @@ def postgres():
     from pg_server import PostgresServer, pg_bin
 
     if pg_bin() is None:
-        pytest.skip("PostgreSQL is not installed: sh scripts/system-deps.sh (make test) installs it")
+        pytest.skip(
+            "PostgreSQL is not installed: sh scripts/system-deps.sh (make test) installs it"
+        )
     server = PostgresServer().init().start()
     yield server
     server.cleanup()

@@ -40,32 +40,54 @@ def held_analysis(request: dict[str, Any]) -> dict[str, Any]:
     return jobs.run_analysis(request)
 
 
-def start_running_job(redis: Any, request: dict[str, Any], *, sections: dict[str, Any] | None = None,
-                      progress: float = 0.2, message: str = "held by the test") -> str:
+def start_running_job(
+    redis: Any,
+    request: dict[str, Any],
+    *,
+    sections: dict[str, Any] | None = None,
+    progress: float = 0.2,
+    message: str = "held by the test",
+) -> str:
     """An analysis job made running by hand: an RQ job in the started state with its request and
     ``sections`` as partial result (what ``workers.jobs.Reporter`` writes); no worker runs it, so
     nothing new arrives until the caller writes it. Returns the job id."""
     job_id = uuid.uuid4().hex
-    redis.set(protocol.request_key(job_id), protocol.dumps({"kind": "analysis", "request": request}), ex=600)
-    job = Job.create("held_jobs.noop", connection=redis, id=job_id, serializer=protocol.SERIALIZER,
-                     meta={"progress": progress, "message": message})
+    redis.set(
+        protocol.request_key(job_id),
+        protocol.dumps({"kind": "analysis", "request": request}),
+        ex=600,
+    )
+    job = Job.create(
+        "held_jobs.noop",
+        connection=redis,
+        id=job_id,
+        serializer=protocol.SERIALIZER,
+        meta={"progress": progress, "message": message},
+    )
     job.save()
     job.set_status(JobStatus.STARTED)
     if sections:
-        redis.hset(protocol.partial_key(job_id), mapping={k: protocol.dumps(v) for k, v in sections.items()})
+        redis.hset(
+            protocol.partial_key(job_id),
+            mapping={k: protocol.dumps(v) for k, v in sections.items()},
+        )
     return job_id
 
 
 def finish_running_job(redis: Any, job_id: str, result: dict[str, Any]) -> None:
     """``start_running_job``'s job finished, with ``result`` stored as a worker stores it."""
     redis.set(protocol.result_key(job_id), protocol.dumps(result), ex=600)
-    Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).set_status(JobStatus.FINISHED)
+    Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).set_status(
+        JobStatus.FINISHED
+    )
 
 
 def remove_running_job(redis: Any, job_id: str) -> None:
     """``start_running_job``'s job and everything written for it, gone."""
     Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).delete()
-    redis.delete(protocol.partial_key(job_id), protocol.result_key(job_id), protocol.request_key(job_id))
+    redis.delete(
+        protocol.partial_key(job_id), protocol.result_key(job_id), protocol.request_key(job_id)
+    )
 
 
 def noop() -> int:
@@ -77,7 +99,9 @@ def layer_release_key(job_id: str, layer: int) -> str:
     return f"hs-test:release:{job_id}:L{layer}"
 
 
-def hold_after_layers(publish: Callable[[dict[str, Any]], None], conn: Any, job_id: str) -> Callable[[dict[str, Any]], None]:
+def hold_after_layers(
+    publish: Callable[[dict[str, Any]], None], conn: Any, job_id: str
+) -> Callable[[dict[str, Any]], None]:
     """``publish`` (``Reporter.partial``) that, after writing a layer of a grid section
     (``workers.layer_parts``), holds until the test sets ``layer_release_key``: the test sees the
     gallery with exactly the layers it let through, on any machine."""
@@ -150,12 +174,16 @@ def _log_and_wait(ctx: Any) -> tuple[dict[str, Any], str]:
     assert job is not None
     conn, job_id, index = ctx.conn, ctx.job_id, ctx.index
     worker = str(job.worker_name)
-    conn.rpush(part_log_key(job_id), json.dumps({"part": index, "attempt": ctx.attempt, "worker": worker}))
+    conn.rpush(
+        part_log_key(job_id), json.dumps({"part": index, "attempt": ctx.attempt, "worker": worker})
+    )
     config = json.loads(conn.get(parts_config_key(job_id)) or "{}")
     workers_key = f"hs-test:part-workers:{job_id}"
     conn.sadd(workers_key, worker)
     barrier, until_release = int(config.get("barrier", 0)), bool(config.get("until_release"))
-    while not conn.exists(release_key(job_id)) and (until_release or conn.scard(workers_key) < barrier):
+    while not conn.exists(release_key(job_id)) and (
+        until_release or conn.scard(workers_key) < barrier
+    ):
         time.sleep(0.02)
     return config, worker
 

@@ -19,7 +19,9 @@ from pathlib import Path
 
 def pg_bin() -> Path | None:
     """The newest ``/usr/lib/postgresql/<ver>/bin`` with ``initdb`` and ``pg_ctl``, or None."""
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(Path(p).parts[-3]))
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(Path(p).parts[-3])
+    )
     return Path(found[-1]).parent if found else None
 
 
@@ -35,8 +37,10 @@ class PostgresServer:
     def __init__(self, *, fsync: bool = False):
         binaries = pg_bin()
         if binaries is None:
-            raise RuntimeError("PostgreSQL is not installed (Debian: apt-get install postgresql; "
-                               "scripts/system-deps.sh does it)")
+            raise RuntimeError(
+                "PostgreSQL is not installed (Debian: apt-get install postgresql; "
+                "scripts/system-deps.sh does it)"
+            )
         self.bin = binaries
         self.fsync = fsync
         self.base = Path(tempfile.mkdtemp(prefix="headscope-pg-"))
@@ -57,8 +61,17 @@ class PostgresServer:
         if self.as_user:
             for p in (self.data, self.sock, self.log):
                 shutil.chown(p, "nobody")
-        out = self._run(str(self.bin / "initdb"), "-D", str(self.data), "-U", "headscope", "--auth=trust",
-                        "-E", "UTF8", "--no-sync")
+        out = self._run(
+            str(self.bin / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            "headscope",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
         if out.returncode != 0:
             raise RuntimeError(f"initdb failed: {out.stderr[-2000:]}")
         return self
@@ -67,10 +80,23 @@ class PostgresServer:
         opts = f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1 -c max_connections=200"
         if not self.fsync:
             opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        out = self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-o", opts,
-                        "-w", "-t", "60", "start")
+        out = self._run(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.log),
+            "-o",
+            opts,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
         if out.returncode != 0:
-            raise RuntimeError(f"pg_ctl start failed: {out.stderr[-1000:]}\n{self.log.read_text()[-2000:]}")
+            raise RuntimeError(
+                f"pg_ctl start failed: {out.stderr[-1000:]}\n{self.log.read_text()[-2000:]}"
+            )
         return self
 
     def stop(self) -> None:
@@ -86,8 +112,9 @@ class PostgresServer:
         import psycopg
 
         name = f"t_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=headscope dbname=postgres",
-                             autocommit=True) as conn:
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user=headscope dbname=postgres", autocommit=True
+        ) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.url(name)
 

@@ -28,7 +28,10 @@ def free_port() -> int:
 
 def write_catalogue(path: Path, model_dirs: dict[str, Path]) -> Path:
     """An operator catalogue file (HEADSCOPE_MODELS) with the tiny models."""
-    models = {name: {"path": str(d), "description": f"{name} (random, tests)"} for name, d in model_dirs.items()}
+    models = {
+        name: {"path": str(d), "description": f"{name} (random, tests)"}
+        for name, d in model_dirs.items()
+    }
     path.write_text(json.dumps({"models": models}))
     return path
 
@@ -84,7 +87,9 @@ def descendants(pid: int) -> set[int]:
 class ServeProcess:
     """``python -m backend.cli serve`` in a subprocess, restartable on the same data dir and port."""
 
-    def __init__(self, data_dir: Path, env: dict[str, str], *, workers: int, port: int | None = None):
+    def __init__(
+        self, data_dir: Path, env: dict[str, str], *, workers: int, port: int | None = None
+    ):
         self.data_dir = data_dir
         self.env = env
         self.workers = workers
@@ -93,14 +98,19 @@ class ServeProcess:
         self.log = data_dir / "serve.log"
 
     @classmethod
-    def for_tests(cls, base: Path, model_dirs: dict[str, Path], *, workers: int, **env: str) -> ServeProcess:
+    def for_tests(
+        cls, base: Path, model_dirs: dict[str, Path], *, workers: int, **env: str
+    ) -> ServeProcess:
         data = base / "data"
         data.mkdir(parents=True, exist_ok=True)
         cat = write_catalogue(base / "models.json", model_dirs)
-        defaults = {"HEADSCOPE_MAX_UPLOAD_BYTES": str(2 * 2**20),
-                    # the shared e2e service: no short-job worker, no rate limit (tests/test_service_fair.py
-                    # checks both on their own)
-                    "HEADSCOPE_SHORT_WORKERS": "0", "HEADSCOPE_RATE_LIMIT_WRITES": "0"}
+        defaults = {
+            "HEADSCOPE_MAX_UPLOAD_BYTES": str(2 * 2**20),
+            # the shared e2e service: no short-job worker, no rate limit (tests/test_service_fair.py
+            # checks both on their own)
+            "HEADSCOPE_SHORT_WORKERS": "0",
+            "HEADSCOPE_RATE_LIMIT_WRITES": "0",
+        }
         return cls(data, service_env(data, cat, **{**defaults, **env}), workers=workers)
 
     @property
@@ -111,14 +121,27 @@ class ServeProcess:
         return httpx.Client(base_url=self.url, timeout=60, **kw)
 
     def start(self, *, timeout_s: float = HANG_S) -> None:
-        cmd = [sys.executable, "-m", "backend.cli", "serve", "--port", str(self.port),
-               "--workers", str(self.workers), "--no-preload"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "backend.cli",
+            "serve",
+            "--port",
+            str(self.port),
+            "--workers",
+            str(self.workers),
+            "--no-preload",
+        ]
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"serve exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"serve exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}"
+                )
             try:
                 health = httpx.get(f"{self.url}/api/health", timeout=2).json()
                 if health["workers"] >= self.workers:
@@ -127,15 +150,19 @@ class ServeProcess:
                 pass
             time.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"serve did not become healthy in {timeout_s} s:\n{self.log.read_text()[-3000:]}")
+        raise RuntimeError(
+            f"serve did not become healthy in {timeout_s} s:\n{self.log.read_text()[-3000:]}"
+        )
 
     def store(self):
         """The service's store (the database its environment names), opened from the test."""
         from backend.config import Settings
         from backend.store import Store
 
-        return Store(Settings(data_dir=self.data_dir, database_url=self.env.get("HEADSCOPE_DATABASE_URL")),
-                     migrate=False)
+        return Store(
+            Settings(data_dir=self.data_dir, database_url=self.env.get("HEADSCOPE_DATABASE_URL")),
+            migrate=False,
+        )
 
     def leftovers(self) -> list[str]:
         """Every checkpoint row (staged or committed), cached blob and temporary upload file."""
@@ -149,8 +176,12 @@ class ServeProcess:
                 rows = [f"row {r}" for r in conn.execute(select(checkpoints.c.id)).scalars()]
         finally:
             store.close()
-        files = [p.name for d in ("tmp", "blob-cache") if (self.data_dir / d).is_dir()
-                 for p in (self.data_dir / d).iterdir()]
+        files = [
+            p.name
+            for d in ("tmp", "blob-cache")
+            if (self.data_dir / d).is_dir()
+            for p in (self.data_dir / d).iterdir()
+        ]
         return sorted(rows + files)
 
     def info(self) -> dict[str, Any]:
@@ -221,13 +252,20 @@ def assert_cancelled_and_gone(conn: Any, queue: Any, store: Any, job_id: str) ->
 
     state = queue.lookup(job_id)
     assert state.status == "failed" and state.error_code == "cancelled" and not state.user_error
-    for key in (parts.parts_key(job_id), parts.done_key(job_id), parts.tries_key(job_id),
-                protocol.partial_key(job_id), protocol.result_key(job_id)):
+    for key in (
+        parts.parts_key(job_id),
+        parts.done_key(job_id),
+        parts.tries_key(job_id),
+        protocol.partial_key(job_id),
+        protocol.result_key(job_id),
+    ):
         assert not conn.exists(key), key
     assert not store.has_result(job_id)
 
 
-def wait_ready(conn: Any, procs: list[subprocess.Popen], n: int, log: Path, *, timeout_s: float = HANG_S) -> None:
+def wait_ready(
+    conn: Any, procs: list[subprocess.Popen], n: int, log: Path, *, timeout_s: float = HANG_S
+) -> None:
     """Wait until ``n`` workers on ``conn`` are ready (models preloaded, taking jobs)."""
     from workers import protocol
 

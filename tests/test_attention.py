@@ -25,7 +25,9 @@ def test_max_attention_equals_direct_recomputation(run):
         ly, h, j = rng.integers(L), rng.integers(H), rng.integers(n)
         assert ma[ly, h, j] == max(run.attentions[ly, h, i, j] for i in range(n))
     mean = mean_attention(run.attentions)
-    np.testing.assert_allclose(mean.sum(axis=-1), 1.0, atol=1e-4)  # rows sum to 1 -> column means sum to 1
+    np.testing.assert_allclose(
+        mean.sum(axis=-1), 1.0, atol=1e-4
+    )  # rows sum to 1 -> column means sum to 1
 
 
 def test_max_attention_drops_special_tokens(run):
@@ -113,7 +115,9 @@ def test_every_row_hits_the_perplexity_at_any_scale_as_bisection_does(scale):
     """Newton's steps on log β (affinities.conditional_from_distances) reach each row's perplexity
     whatever the data's scale, and give bisection's P (a plain reference here) within its tolerance."""
     rng = np.random.default_rng(3)
-    x = scale * rng.normal(size=(120, 16)) * rng.uniform(0.2, 3.0, size=(120, 1))  # rows of unlike spread
+    x = (
+        scale * rng.normal(size=(120, 16)) * rng.uniform(0.2, 3.0, size=(120, 1))
+    )  # rows of unlike spread
     pc = conditional_probabilities(x, perplexity=20)
     ent = -np.sum(np.where(pc > 0, pc * np.log(np.where(pc > 0, pc, 1)), 0), axis=1)
     np.testing.assert_allclose(ent, np.log(20), atol=1e-5)

@@ -30,8 +30,16 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 CHROMIUM = "/usr/bin/chromium"
 # a wait longer than this is a hang: a guard, never a speed claim (a busy machine must pass)
 WAIT_MS = 600_000
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 TEXT = "The cat sat on the mat because the dog was tired."
 LAYER, HEAD = 1, 2
 GRAPHS = ["max-attention-graph", "head-tsne-graph", "hidden-tsne-graph", "attention-matrix-graph"]
@@ -53,9 +61,11 @@ URL_HEAD_JS = """([layer, head]) => {
   const q = new URLSearchParams(window.location.search);
   return q.get('layer') === String(layer) && q.get('head') === String(head);
 }"""
-FIGURE_JS = "(id) => { const gd = document.querySelector('#' + id + ' .js-plotly-plot'); " \
-            "return {title: gd.layout.title && gd.layout.title.text, data: gd.data.map(t => ({x: Array.from(t.x || []), " \
-            "y: Array.from(t.y || []), text: t.text, customdata: t.customdata})), shapes: (gd.layout.shapes || []).length}; }"
+FIGURE_JS = (
+    "(id) => { const gd = document.querySelector('#' + id + ' .js-plotly-plot'); "
+    "return {title: gd.layout.title && gd.layout.title.text, data: gd.data.map(t => ({x: Array.from(t.x || []), "
+    "y: Array.from(t.y || []), text: t.text, customdata: t.customdata})), shapes: (gd.layout.shapes || []).length}; }"
+)
 
 
 def _free_port() -> int:
@@ -90,18 +100,40 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_dirs: dict[str, 
         _wait_healthy(given.rstrip("/"), None, 30)
         yield given.rstrip("/")
         return
-    pytest.importorskip("backend.app", reason="the service (backend.app, `headscope serve`) is not in this build")
+    pytest.importorskip(
+        "backend.app", reason="the service (backend.app, `headscope serve`) is not in this build"
+    )
     port = _free_port()
     data = tmp_path_factory.mktemp("serve-data")
     from service_helpers import write_catalogue
 
     catalogue = write_catalogue(data / "models.json", tiny_model_dirs)
-    env = {**os.environ, "HEADSCOPE_DATA_DIR": str(data), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-           "HEADSCOPE_MODELS": str(catalogue)}
-    log = open(data / "serve.log", "wb")  # noqa: SIM115 - closed below
+    env = {
+        **os.environ,
+        "HEADSCOPE_DATA_DIR": str(data),
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "HEADSCOPE_MODELS": str(catalogue),
+    }
+    log = open(data / "serve.log", "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "backend.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "backend.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -134,15 +166,28 @@ class Watch:
     """A fresh browser context and page that records page errors, console errors and foreign requests."""
 
     def __init__(self, browser, base: str, tmp: Path):
-        self.context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True,
-                                           user_agent="headscope-browser-test")
+        self.context = browser.new_context(
+            viewport={"width": 1400, "height": 1000},
+            accept_downloads=True,
+            user_agent="headscope-browser-test",
+        )
         self.page = self.context.new_page()
         self.problems: list[str] = []
         self.page.on("pageerror", lambda e: self.problems.append(f"page error: {e}"))
-        self.page.on("console", lambda m: self.problems.append(f"console {m.type}: {m.text}")
-                     if m.type == "error" else None)
-        self.page.on("request", lambda r: self.problems.append(f"foreign request: {r.url}")
-                     if not r.url.startswith((base, "data:", "blob:")) else None)
+        self.page.on(
+            "console",
+            lambda m: (
+                self.problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None
+            ),
+        )
+        self.page.on(
+            "request",
+            lambda r: (
+                self.problems.append(f"foreign request: {r.url}")
+                if not r.url.startswith((base, "data:", "blob:"))
+                else None
+            ),
+        )
 
     def shot(self, name: str) -> None:
         ARTIFACTS.mkdir(exist_ok=True)
@@ -164,12 +209,15 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         page.fill("#text-input", TEXT)
         page.click("#analyze-button")
         page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=WAIT_MS)
-        page.wait_for_function("document.querySelector('#text-status').textContent.includes('done')",
-                               timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#text-status').textContent.includes('done')", timeout=WAIT_MS
+        )
         heat = page.evaluate(FIGURE_JS, "max-attention-graph")
         assert len(heat["data"]) == 6  # MiniLM: one heatmap per layer
-        tokens = page.evaluate("document.querySelector('#max-attention-graph .js-plotly-plot')"
-                               ".layout['xaxis6'].ticktext")
+        tokens = page.evaluate(
+            "document.querySelector('#max-attention-graph .js-plotly-plot')"
+            ".layout['xaxis6'].ticktext"
+        )
         assert tokens[0] == "[CLS]" and "cat" in tokens and tokens[-1] == "[SEP]"
         w.shot("1-heatmaps")
 
@@ -192,10 +240,17 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         x, y = page.evaluate(POINT_JS, ["head-tsne-graph", 2])
         page.mouse.move(x - 40, y - 40)
         page.mouse.move(x, y, steps=4)
-        page.wait_for_function("document.querySelector('#hidden-tsne-graph .js-plotly-plot').layout.shapes"
-                               " && document.querySelector('#hidden-tsne-graph .js-plotly-plot').layout.shapes.length",
-                               timeout=WAIT_MS)
-        assert [page.evaluate(FIGURE_JS, g)["shapes"] for g in GRAPHS] == [1, 1, 1, 2]  # token 2 in every view
+        page.wait_for_function(
+            "document.querySelector('#hidden-tsne-graph .js-plotly-plot').layout.shapes"
+            " && document.querySelector('#hidden-tsne-graph .js-plotly-plot').layout.shapes.length",
+            timeout=WAIT_MS,
+        )
+        assert [page.evaluate(FIGURE_JS, g)["shapes"] for g in GRAPHS] == [
+            1,
+            1,
+            1,
+            2,
+        ]  # token 2 in every view
         w.shot("2-head-view")
 
         with page.expect_download() as dl:
@@ -203,8 +258,12 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         exported = json.loads(Path(dl.value.path()).read_text())
         from frontend.figures import readable_tokens
 
-        assert readable_tokens(exported["result"]) == tokens  # the labels shown are the export's tokens
-        assert exported["request"]["options"]["hidden_layer"] == "all"  # every state: heads switch in place
+        assert (
+            readable_tokens(exported["result"]) == tokens
+        )  # the labels shown are the export's tokens
+        assert (
+            exported["request"]["options"]["hidden_layer"] == "all"
+        )  # every state: heads switch in place
         assert exported["request"]["options"]["all_heads"] is True
         with page.expect_download() as dl:
             page.click("#text-export-html")
@@ -212,8 +271,11 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         # heatmaps, map, hidden map, matrix, gallery, head view, model view
         assert html_page.count("Plotly.newPlot") == 7 and "<script src=" not in html_page
         page.check("#text-image-format input[value=svg]")  # the camera button now saves SVG
-        page.wait_for_function("document.querySelector('#head-tsne-graph .js-plotly-plot')"
-                               "._context.toImageButtonOptions.format === 'svg'", timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#head-tsne-graph .js-plotly-plot')"
+            "._context.toImageButtonOptions.format === 'svg'",
+            timeout=WAIT_MS,
+        )
         with page.expect_download() as dl:
             page.locator("#head-tsne-graph .modebar-btn[data-title^='Download']").click()
         assert dl.value.suggested_filename == "headscope-head-tsne-graph.svg"
@@ -221,8 +283,10 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
 
         page.locator("#text-share-button").scroll_into_view_if_needed()
         page.click("#text-share-button")
-        page.wait_for_function("document.querySelector('#text-share-url').textContent.includes('share=')",
-                               timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#text-share-url').textContent.includes('share=')",
+            timeout=WAIT_MS,
+        )
         link = page.inner_text("#text-share-url")
         assert link.startswith(server + "/?share=")
         assert not w.problems, w.problems
@@ -231,11 +295,15 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
 
     fresh = Watch(browser, server, tmp_path)  # a colleague: new context, no cookies, no cache
     try:
-        fresh.page.goto(link)  # no timing claim: the stored map (below) shows nothing was recomputed
+        fresh.page.goto(
+            link
+        )  # no timing claim: the stored map (below) shows nothing was recomputed
         _wait_points(fresh.page, "head-tsne-graph", timeout=WAIT_MS)
         again = fresh.page.evaluate(FIGURE_JS, "head-tsne-graph")
         assert again["title"] == head["title"]
-        assert again["data"][0]["customdata"] == head["data"][0]["customdata"]  # the stored map, not a new one
+        assert (
+            again["data"][0]["customdata"] == head["data"][0]["customdata"]
+        )  # the stored map, not a new one
         assert fresh.page.input_value("#text-input") == TEXT
         fresh.page.wait_for_function(URL_HEAD_JS, arg=[LAYER, HEAD], timeout=WAIT_MS)
         assert "shared result" in fresh.page.inner_text("#text-status")
@@ -248,11 +316,17 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
 
 
 def test_pe_upload_of_a_demo_checkpoint(server, browser, tmp_path):
-    pe_demo = pytest.importorskip("workers.data.pe_demo", reason="no shipped PE demo checkpoints in this build")
+    pe_demo = pytest.importorskip(
+        "workers.data.pe_demo", reason="no shipped PE demo checkpoints in this build"
+    )
     demos = pe_demo.demo_checkpoints()
     assert demos, "the build ships demo checkpoints"
     path = Path(demos[0]["path"])
-    upload = path if path.is_file() else next(p for p in sorted(path.iterdir()) if p.suffix in (".safetensors", ".npy"))
+    upload = (
+        path
+        if path.is_file()
+        else next(p for p in sorted(path.iterdir()) if p.suffix in (".safetensors", ".npy"))
+    )
     w = Watch(browser, server, tmp_path)
     page = w.page
     try:
@@ -273,8 +347,10 @@ def test_pe_upload_of_a_demo_checkpoint(server, browser, tmp_path):
         assert len(z) == len(z[0]) and all(z[i][i] == 0 for i in range(len(z)))
         w.shot("4-pe")
         page.click("#pe-demo-button")  # the shipped demos, one click away
-        page.wait_for_function("document.querySelectorAll('#pe-checkpoint-list .checkpoint').length > 1",
-                               timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelectorAll('#pe-checkpoint-list .checkpoint').length > 1",
+            timeout=WAIT_MS,
+        )
         assert not w.problems, w.problems
     finally:
         w.close()
@@ -295,16 +371,23 @@ def test_tiny_llama_paste_heatmaps_head_and_terms(server, browser, tmp_path):
         _pick(page, "text-model", "tiny-llama — llama, 2x4 (2 kv), 64 tokens")
         page.fill("#text-input", TEXT)
         page.click("#analyze-button")
-        page.wait_for_function("document.querySelector('#text-status').textContent.includes('done')"
-                               " || document.querySelector('#text-error').textContent", timeout=120_000)
+        page.wait_for_function(
+            "document.querySelector('#text-status').textContent.includes('done')"
+            " || document.querySelector('#text-error').textContent",
+            timeout=120_000,
+        )
         assert not page.inner_text("#text-error"), page.inner_text("#text-error")
         page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=60_000)
         heat = page.evaluate(FIGURE_JS, "max-attention-graph")
         assert len(heat["data"]) == 2, page.inner_text("#text-status")  # two layers
         assert "queries i >= j (causal)" in heat["title"]
-        tokens = page.evaluate("document.querySelector('#max-attention-graph .js-plotly-plot')"
-                               ".layout['xaxis2'].ticktext")
-        assert tokens[0] == "&lt;s&gt;" and len(tokens) > 5  # BOS, shown as <s> (not plotly's strike tag)
+        tokens = page.evaluate(
+            "document.querySelector('#max-attention-graph .js-plotly-plot')"
+            ".layout['xaxis2'].ticktext"
+        )
+        assert (
+            tokens[0] == "&lt;s&gt;" and len(tokens) > 5
+        )  # BOS, shown as <s> (not plotly's strike tag)
         w.shot("5-llama-heatmaps")
         page.locator("#max-attention-graph").scroll_into_view_if_needed()
         x, y = page.evaluate(CELL_JS, [1, 3, 2])
@@ -325,7 +408,6 @@ def test_tiny_llama_paste_heatmaps_head_and_terms(server, browser, tmp_path):
         assert not w.problems, w.problems
     finally:
         w.close()
-
 
 
 # ------------------------------------------------------------------ every head at a glance (issue 14)
@@ -363,11 +445,18 @@ def _click_to_map_ms(page, x: float, y: float, want: str) -> float:
     """Click, wait for the map of ``want`` and for the views that follow it; the click-to-map time."""
     page.mouse.click(x, y)
     page.wait_for_function(DRAWN_JS, arg=want, timeout=10_000)
-    for gid in ("attention-matrix-graph", "head-view-graph"):  # let the followers land before the next click
-        page.wait_for_function(f"document.querySelector('#{gid} .js-plotly-plot')?.layout?.title?.text?.includes('{want}')",
-                               timeout=30_000)
+    for gid in (
+        "attention-matrix-graph",
+        "head-view-graph",
+    ):  # let the followers land before the next click
+        page.wait_for_function(
+            f"document.querySelector('#{gid} .js-plotly-plot')?.layout?.title?.text?.includes('{want}')",
+            timeout=30_000,
+        )
     page.wait_for_timeout(300)
-    assert page.evaluate(BEFORE_SERVER_JS, want) > 0  # drawn before the page asked its server anything
+    assert (
+        page.evaluate(BEFORE_SERVER_JS, want) > 0
+    )  # drawn before the page asked its server anything
     return float(page.evaluate(DRAWN_JS, want))
 
 
@@ -380,33 +469,58 @@ def test_gallery_switches_heads_in_the_browser(server, browser, tmp_path):
         page.goto(server + "/")
         page.fill("#text-input", TEXT)
         page.click("#analyze-button")
-        page.wait_for_function("document.querySelector('#text-status').textContent.includes('done')",
-                               timeout=120_000)
-        page.wait_for_function("(document.querySelector('#head-gallery .js-plotly-plot')?.layout?.meta?.gallery"
-                               "?.panels?.length || 0) === 72", timeout=30_000)
+        page.wait_for_function(
+            "document.querySelector('#text-status').textContent.includes('done')", timeout=120_000
+        )
+        page.wait_for_function(
+            "(document.querySelector('#head-gallery .js-plotly-plot')?.layout?.meta?.gallery"
+            "?.panels?.length || 0) === 72",
+            timeout=30_000,
+        )
         page.wait_for_function("location.search.includes('analysis=')", timeout=30_000)
         analysis = page.url.split("analysis=")[1].split("&")[0]
         result = httpx.get(f"{server}/api/analyses/{analysis}", timeout=30).json()["result"]
-        gallery = page.evaluate("document.querySelector('#head-gallery .js-plotly-plot').layout.meta.gallery")
-        assert gallery["panels"] == [[la, h] for la in range(6) for h in range(12)]  # one panel per head
+        gallery = page.evaluate(
+            "document.querySelector('#head-gallery .js-plotly-plot').layout.meta.gallery"
+        )
+        assert gallery["panels"] == [
+            [la, h] for la in range(6) for h in range(12)
+        ]  # one panel per head
         # each layer's row of panels is one picture, placed, not plotted point by point
         assert page.locator("#head-gallery .layer-above .imagelayer image").count() == 6
-        assert page.locator("#head-gallery .scatterlayer .point").count() <= 1  # the colour bar's hidden point
+        assert (
+            page.locator("#head-gallery .scatterlayer .point").count() <= 1
+        )  # the colour bar's hidden point
         page.locator("#head-gallery").scroll_into_view_if_needed()
         w.shot("5-gallery")
-        page.locator("#head-gallery").screenshot(path=str(ARTIFACTS / "browser-5-gallery-panel.png"))
+        page.locator("#head-gallery").screenshot(
+            path=str(ARTIFACTS / "browser-5-gallery-panel.png")
+        )
 
         dash_calls: list[str] = []
-        page.on("response", lambda r: dash_calls.append(r.text()) if "_dash-update-component" in r.url
-                and r.status == 200 else None)
+        page.on(
+            "response",
+            lambda r: (
+                dash_calls.append(r.text())
+                if "_dash-update-component" in r.url and r.status == 200
+                else None
+            ),
+        )
         page.evaluate(TIMING_JS)
         page.locator("#head-gallery").scroll_into_view_if_needed()
-        _click_to_map_ms(page, *page.evaluate(PANEL_JS, ["head-gallery", 1, 1]), "layer 1, head 1")  # warm-up
+        _click_to_map_ms(
+            page, *page.evaluate(PANEL_JS, ["head-gallery", 1, 1]), "layer 1, head 1"
+        )  # warm-up
         times = []
         for layer, head in [(3, 4), (0, 7), (5, 11), (4, 0), (2, 5), (1, 10)]:  # gallery panels
             page.locator("#head-gallery").scroll_into_view_if_needed()
-            times.append(_click_to_map_ms(page, *page.evaluate(PANEL_JS, ["head-gallery", layer, head]),
-                                          f"layer {layer}, head {head}"))
+            times.append(
+                _click_to_map_ms(
+                    page,
+                    *page.evaluate(PANEL_JS, ["head-gallery", layer, head]),
+                    f"layer {layer}, head {head}",
+                )
+            )
         page.locator("#max-attention-graph").scroll_into_view_if_needed()  # a max-attention cell
         times.append(_click_to_map_ms(page, *page.evaluate(CELL_JS, [2, 9, 3]), "layer 2, head 9"))
         print(f"click-to-map times (ms, in the browser): {[round(t, 1) for t in times]}")
@@ -418,37 +532,56 @@ def test_gallery_switches_heads_in_the_browser(server, browser, tmp_path):
         print(f"load average per core: {load:.1f}")
         if load < 1.5:
             assert min(times) < 100, times
-        page.wait_for_function("document.querySelector('#attention-matrix-graph .js-plotly-plot').layout.title"
-                               ".text.includes('layer 2, head 9')", timeout=30_000)
-        page.wait_for_function("document.querySelector('#hidden-tsne-graph .js-plotly-plot').layout.title"
-                               ".text.includes('X[3]')", timeout=30_000)
+        page.wait_for_function(
+            "document.querySelector('#attention-matrix-graph .js-plotly-plot').layout.title"
+            ".text.includes('layer 2, head 9')",
+            timeout=30_000,
+        )
+        page.wait_for_function(
+            "document.querySelector('#hidden-tsne-graph .js-plotly-plot').layout.title"
+            ".text.includes('X[3]')",
+            timeout=30_000,
+        )
         assert f"analysis={analysis}" in page.url and "layer=2" in page.url and "head=9" in page.url
-        assert not any('"text-source"' in body for body in dash_calls)  # no new analysis was submitted
+        assert not any(
+            '"text-source"' in body for body in dash_calls
+        )  # no new analysis was submitted
 
         # head view: one line per (query, key) pair at or above the threshold, then a hovered token's only
-        page.wait_for_function("document.querySelector('#head-view-graph .js-plotly-plot').layout.title"
-                               ".text.includes('layer 2, head 9')", timeout=30_000)
+        page.wait_for_function(
+            "document.querySelector('#head-view-graph .js-plotly-plot').layout.title"
+            ".text.includes('layer 2, head 9')",
+            timeout=30_000,
+        )
         a = head_attention(result, 2, 9)[0]  # [query, key], the weights the page has
         threshold = float(page.input_value("#text-hv-threshold"))
         assert page.evaluate(LINES_JS) == int((a >= threshold).sum())
         page.locator("#head-view-graph").scroll_into_view_if_needed()
         q = 3  # hover the query token "sat"
-        xy = page.evaluate("""(q) => { const gd = document.querySelector('#head-view-graph .js-plotly-plot');
+        xy = page.evaluate(
+            """(q) => { const gd = document.querySelector('#head-view-graph .js-plotly-plot');
           const fl = gd._fullLayout, r = gd.getBoundingClientRect();
-          return [r.left + fl.xaxis._offset + fl.xaxis.l2p(0), r.top + fl.yaxis._offset + fl.yaxis.l2p(q)]; }""", q)
+          return [r.left + fl.xaxis._offset + fl.xaxis.l2p(0), r.top + fl.yaxis._offset + fl.yaxis.l2p(q)]; }""",
+            q,
+        )
         page.mouse.move(xy[0] - 30, xy[1] - 30)
         page.mouse.move(*xy, steps=4)
         want = int((a[q] >= threshold).sum())
         page.wait_for_function(f"({LINES_JS})() === {want}", timeout=10_000)
         w.shot("6-head-view")
-        page.locator("#head-view-graph").screenshot(path=str(ARTIFACTS / "browser-6-head-view-lines.png"))
+        page.locator("#head-view-graph").screenshot(
+            path=str(ARTIFACTS / "browser-6-head-view-lines.png")
+        )
         page.mouse.move(5, 5)
 
         # a second head of the layer in its own colour
         page.fill("#text-hv-threshold", "0.3")
         page.press("#text-hv-threshold", "Enter")
-        page.wait_for_function("document.querySelector('#head-view-graph .js-plotly-plot').layout.meta.headview"
-                               ".threshold === 0.3", timeout=30_000)
+        page.wait_for_function(
+            "document.querySelector('#head-view-graph .js-plotly-plot').layout.meta.headview"
+            ".threshold === 0.3",
+            timeout=30_000,
+        )
         assert page.evaluate(LINES_JS) == int((a >= 0.3).sum())
 
         # model view: clicking a head selects it everywhere
@@ -458,7 +591,9 @@ def test_gallery_switches_heads_in_the_browser(server, browser, tmp_path):
           const x = 6 * m.stride + 2, y = 4 * m.stride + 2;
           return [r.left + fl.xaxis._offset + fl.xaxis.l2p(x), r.top + fl.yaxis._offset + fl.yaxis.l2p(y)]; }""")
         _click_to_map_ms(page, *mv, "layer 4, head 6")
-        page.locator("#model-view-graph").screenshot(path=str(ARTIFACTS / "browser-7-model-view.png"))
+        page.locator("#model-view-graph").screenshot(
+            path=str(ARTIFACTS / "browser-7-model-view.png")
+        )
 
         # the gallery exports as one image; a share reopens the head and the gallery page
         page.locator("#head-gallery").scroll_into_view_if_needed()
@@ -467,8 +602,10 @@ def test_gallery_switches_heads_in_the_browser(server, browser, tmp_path):
         assert dl.value.suggested_filename == "headscope-head-gallery.png"
         page.locator("#text-share-button").scroll_into_view_if_needed()
         page.click("#text-share-button")
-        page.wait_for_function("document.querySelector('#text-share-url').textContent.includes('share=')",
-                               timeout=30_000)
+        page.wait_for_function(
+            "document.querySelector('#text-share-url').textContent.includes('share=')",
+            timeout=30_000,
+        )
         link = page.inner_text("#text-share-url")
         assert not w.problems, w.problems
     finally:
@@ -477,18 +614,28 @@ def test_gallery_switches_heads_in_the_browser(server, browser, tmp_path):
     fresh = Watch(browser, server, tmp_path)
     try:
         fresh.page.goto(link)
-        fresh.page.wait_for_function("document.querySelector('#head-tsne-graph .js-plotly-plot')?.layout?.title"
-                                     "?.text?.includes('layer 4, head 6')", timeout=30_000)
-        fresh.page.wait_for_function("(document.querySelector('#head-gallery .js-plotly-plot')?.layout?.meta"
-                                     "?.gallery?.panels?.length || 0) === 72", timeout=30_000)
-        assert "gallery" in fresh.page.evaluate("document.querySelector('#head-gallery .js-plotly-plot').layout.meta")
+        fresh.page.wait_for_function(
+            "document.querySelector('#head-tsne-graph .js-plotly-plot')?.layout?.title"
+            "?.text?.includes('layer 4, head 6')",
+            timeout=30_000,
+        )
+        fresh.page.wait_for_function(
+            "(document.querySelector('#head-gallery .js-plotly-plot')?.layout?.meta"
+            "?.gallery?.panels?.length || 0) === 72",
+            timeout=30_000,
+        )
+        assert "gallery" in fresh.page.evaluate(
+            "document.querySelector('#head-gallery .js-plotly-plot').layout.meta"
+        )
         assert not fresh.problems, fresh.problems
     finally:
         fresh.close()
 
 
 def test_pe_colour_scales_per_panel_or_shared(server, browser, tmp_path):
-    pytest.importorskip("workers.data.pe_demo", reason="no shipped PE demo checkpoints in this build")
+    pytest.importorskip(
+        "workers.data.pe_demo", reason="no shipped PE demo checkpoints in this build"
+    )
     ranges_js = """() => { const gd = document.querySelector('#pe-distance-graph .js-plotly-plot');
       return gd.data.map(t => { const ax = gd._fullLayout[t.coloraxis || 'coloraxis']; return [t.coloraxis, ax.cmin, ax.cmax]; }); }"""
     w = Watch(browser, server, tmp_path)
@@ -496,22 +643,33 @@ def test_pe_colour_scales_per_panel_or_shared(server, browser, tmp_path):
     try:
         page.goto(server + "/pe")
         page.click("#pe-demo-button")
-        page.wait_for_function("document.querySelectorAll('#pe-checkpoint-list .checkpoint').length > 1",
-                               timeout=60_000)
+        page.wait_for_function(
+            "document.querySelectorAll('#pe-checkpoint-list .checkpoint').length > 1",
+            timeout=60_000,
+        )
         page.click("#pe-run-button")
         page.wait_for_selector("#pe-distance-graph .heatmaplayer", timeout=120_000)
-        page.wait_for_function("document.querySelector('#pe-distance-graph .js-plotly-plot').data.length > 1",
-                               timeout=60_000)
+        page.wait_for_function(
+            "document.querySelector('#pe-distance-graph .js-plotly-plot').data.length > 1",
+            timeout=60_000,
+        )
         own = page.evaluate(ranges_js)
         assert len({axis for axis, _, _ in own}) == len(own) > 1  # one colour scale per panel
         w.shot("8-pe-own-scales")
         page.check("#pe-shared-scale input[value=shared]")
-        page.wait_for_function("new Set(document.querySelector('#pe-distance-graph .js-plotly-plot').data"
-                               ".map(t => t.coloraxis)).size === 1", timeout=30_000)
+        page.wait_for_function(
+            "new Set(document.querySelector('#pe-distance-graph .js-plotly-plot').data"
+            ".map(t => t.coloraxis)).size === 1",
+            timeout=30_000,
+        )
         shared = page.evaluate(ranges_js)
         assert len({(lo, hi) for _, lo, hi in shared}) == 1
-        assert shared[0][2] == pytest.approx(max(hi for _, _, hi in own))  # one range spans every panel
-        assert [hi for _, _, hi in own] != [hi for _, _, hi in shared]  # the toggle changed the ranges
+        assert shared[0][2] == pytest.approx(
+            max(hi for _, _, hi in own)
+        )  # one range spans every panel
+        assert [hi for _, _, hi in own] != [
+            hi for _, _, hi in shared
+        ]  # the toggle changed the ranges
         assert "shared=1" in page.url
         w.shot("9-pe-shared-scale")
         assert not w.problems, w.problems
@@ -533,50 +691,77 @@ def test_smollm2_text_explorer_gallery_heads_and_chat(server, browser, tmp_path)
         _pick(page, "text-model", "smollm2 — llama, 30x9 (3 kv), 8192 tokens")
         page.fill("#text-input", TEXT)
         page.click("#analyze-button")
-        page.wait_for_function("document.querySelector('#text-status').textContent.includes('done')"
-                               " || document.querySelector('#text-error').textContent", timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#text-status').textContent.includes('done')"
+            " || document.querySelector('#text-error').textContent",
+            timeout=WAIT_MS,
+        )
         assert not page.inner_text("#text-error"), page.inner_text("#text-error")
         page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=60_000)
         heat = page.evaluate(FIGURE_JS, "max-attention-graph")
         assert len(heat["data"]) == 30 and "queries i >= j (causal)" in heat["title"]
-        ticks = page.evaluate("document.querySelector('#max-attention-graph .js-plotly-plot').layout['xaxis30'].ticktext")
+        ticks = page.evaluate(
+            "document.querySelector('#max-attention-graph .js-plotly-plot').layout['xaxis30'].ticktext"
+        )
         assert ticks[:3] == ["The", "cat", "sat"] and not any("Ġ" in t or "␣" in t for t in ticks)
         w.shot("8-smollm2-heatmaps")
 
-        page.wait_for_function("(document.querySelector('#head-gallery .js-plotly-plot')?.layout?.meta?.gallery"
-                               "?.panels?.length || 0) === 90", timeout=WAIT_MS)  # 10 whole layers a page
+        page.wait_for_function(
+            "(document.querySelector('#head-gallery .js-plotly-plot')?.layout?.meta?.gallery"
+            "?.panels?.length || 0) === 90",
+            timeout=WAIT_MS,
+        )  # 10 whole layers a page
         page.wait_for_function("location.search.includes('analysis=')", timeout=30_000)
         analysis = page.url.split("analysis=")[1].split("&")[0]
         result = httpx.get(f"{server}/api/analyses/{analysis}", timeout=30).json()["result"]
-        assert np.asarray(result["head-tsne-all"]["embedding"]).shape[:2] == (30, 9)  # all 270 heads
+        assert np.asarray(result["head-tsne-all"]["embedding"]).shape[:2] == (
+            30,
+            9,
+        )  # all 270 heads
         _pick(page, "text-gallery-page", "layers 20")
-        page.wait_for_function("document.querySelector('#head-gallery .js-plotly-plot').layout.meta.gallery"
-                               ".panels.some(([l, h]) => l === 29 && h === 8)", timeout=30_000)
+        page.wait_for_function(
+            "document.querySelector('#head-gallery .js-plotly-plot').layout.meta.gallery"
+            ".panels.some(([l, h]) => l === 29 && h === 8)",
+            timeout=30_000,
+        )
         page.locator("#head-gallery").scroll_into_view_if_needed()
         page.mouse.click(*page.evaluate(PANEL_JS, ["head-gallery", 23, 4]))
         _wait_points(page, "head-tsne-graph")
         for gid in ("head-tsne-graph", "attention-matrix-graph", "head-view-graph"):
-            page.wait_for_function(f"document.querySelector('#{gid} .js-plotly-plot')?.layout?.title?.text"
-                                   "?.includes('layer 23, head 4')", timeout=60_000)
+            page.wait_for_function(
+                f"document.querySelector('#{gid} .js-plotly-plot')?.layout?.title?.text"
+                "?.includes('layer 23, head 4')",
+                timeout=60_000,
+            )
         page.wait_for_selector("#model-view-graph .js-plotly-plot", timeout=60_000)
         w.shot("9-smollm2-head")
         page.locator("#text-share-button").scroll_into_view_if_needed()
         page.click("#text-share-button")
-        page.wait_for_function("document.querySelector('#text-share-url').textContent.includes('share=')",
-                               timeout=30_000)
+        page.wait_for_function(
+            "document.querySelector('#text-share-url').textContent.includes('share=')",
+            timeout=30_000,
+        )
         link = page.inner_text("#text-share-url")
 
         # the chat toggle: the template's tokens are special, so "hide special tokens" hides them
         page.locator("#text-input").scroll_into_view_if_needed()
         page.get_by_label("chat message").check()
         page.click("#analyze-button")
-        page.wait_for_function("document.querySelector('#max-attention-graph .js-plotly-plot')?.layout['xaxis30']"
-                               "?.ticktext?.[0] === '&lt;|im_start|&gt;'", timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#max-attention-graph .js-plotly-plot')?.layout['xaxis30']"
+            "?.ticktext?.[0] === '&lt;|im_start|&gt;'",
+            timeout=WAIT_MS,
+        )
         page.get_by_label("hide special tokens").check()
         page.click("#analyze-button")
-        page.wait_for_function("document.querySelector('#max-attention-graph .js-plotly-plot')?.layout['xaxis30']"
-                               "?.ticktext?.[0] === 'The'", timeout=WAIT_MS)
-        ticks = page.evaluate("document.querySelector('#max-attention-graph .js-plotly-plot').layout['xaxis30'].ticktext")
+        page.wait_for_function(
+            "document.querySelector('#max-attention-graph .js-plotly-plot')?.layout['xaxis30']"
+            "?.ticktext?.[0] === 'The'",
+            timeout=WAIT_MS,
+        )
+        ticks = page.evaluate(
+            "document.querySelector('#max-attention-graph .js-plotly-plot').layout['xaxis30'].ticktext"
+        )
         assert not any("im_start" in t or "im_end" in t for t in ticks) and ticks[-1] == "."
         assert not w.problems, w.problems
     finally:
@@ -585,8 +770,11 @@ def test_smollm2_text_explorer_gallery_heads_and_chat(server, browser, tmp_path)
     fresh = Watch(browser, server, tmp_path)
     try:
         fresh.page.goto(link)
-        fresh.page.wait_for_function("document.querySelector('#head-tsne-graph .js-plotly-plot')?.layout?.title"
-                                     "?.text?.includes('layer 23, head 4')", timeout=60_000)
+        fresh.page.wait_for_function(
+            "document.querySelector('#head-tsne-graph .js-plotly-plot')?.layout?.title"
+            "?.text?.includes('layer 23, head 4')",
+            timeout=60_000,
+        )
         assert not fresh.problems, fresh.problems
     finally:
         fresh.close()
@@ -603,30 +791,53 @@ def test_gemma3_text_explorer_local_layers_gallery_and_licence(server, browser, 
     page = w.page
     try:
         page.goto(server + "/")
-        _pick(page, "text-model", "gemma3-270m — gemma3_text, 18x4 (1 kv), 32768 tokens, Gemma Terms of Use")
+        _pick(
+            page,
+            "text-model",
+            "gemma3-270m — gemma3_text, 18x4 (1 kv), 32768 tokens, Gemma Terms of Use",
+        )
         page.wait_for_selector("#text-model-licence a", timeout=30_000)
-        assert page.get_attribute("#text-model-licence a", "href") == "https://ai.google.dev/gemma/terms"
+        assert (
+            page.get_attribute("#text-model-licence a", "href")
+            == "https://ai.google.dev/gemma/terms"
+        )
         page.fill("#text-input", TEXT)
         page.click("#analyze-button")
-        page.wait_for_function("document.querySelector('#text-status').textContent.includes('done')"
-                               " || document.querySelector('#text-error').textContent", timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#text-status').textContent.includes('done')"
+            " || document.querySelector('#text-error').textContent",
+            timeout=WAIT_MS,
+        )
         assert not page.inner_text("#text-error"), page.inner_text("#text-error")
         page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=60_000)
         heat = page.evaluate(FIGURE_JS, "max-attention-graph")
         assert len(heat["data"]) == 18
-        titles = page.evaluate("Array.from(document.querySelector('#max-attention-graph .js-plotly-plot')"
-                               ".layout.annotations || []).map(a => a.text)")
-        assert "layer 0 (local: each query sees the last 512 keys)" in titles and "layer 5" in titles
-        ticks = page.evaluate("document.querySelector('#max-attention-graph .js-plotly-plot').layout['xaxis18'].ticktext")
+        titles = page.evaluate(
+            "Array.from(document.querySelector('#max-attention-graph .js-plotly-plot')"
+            ".layout.annotations || []).map(a => a.text)"
+        )
+        assert (
+            "layer 0 (local: each query sees the last 512 keys)" in titles and "layer 5" in titles
+        )
+        ticks = page.evaluate(
+            "document.querySelector('#max-attention-graph .js-plotly-plot').layout['xaxis18'].ticktext"
+        )
         assert ticks[1:4] == ["The", "cat", "sat"] and not any("▁" in t for t in ticks)
         w.shot("10-gemma3-heatmaps")
         page.locator(".controls").screenshot(path=str(ARTIFACTS / "browser-10-gemma3-picker.png"))
-        page.locator("#max-attention-graph").screenshot(path=str(ARTIFACTS / "browser-10-gemma3-heatmaps-graph.png"))
-        page.wait_for_function("(document.querySelector('#head-gallery .js-plotly-plot')?.layout?.meta?.gallery"
-                               "?.panels?.length || 0) === 72", timeout=WAIT_MS)  # every head on one page
+        page.locator("#max-attention-graph").screenshot(
+            path=str(ARTIFACTS / "browser-10-gemma3-heatmaps-graph.png")
+        )
+        page.wait_for_function(
+            "(document.querySelector('#head-gallery .js-plotly-plot')?.layout?.meta?.gallery"
+            "?.panels?.length || 0) === 72",
+            timeout=WAIT_MS,
+        )  # every head on one page
         page.locator("#head-gallery").scroll_into_view_if_needed()
         w.shot("11-gemma3-gallery")
-        page.locator("#head-gallery").screenshot(path=str(ARTIFACTS / "browser-11-gemma3-gallery-graph.png"))
+        page.locator("#head-gallery").screenshot(
+            path=str(ARTIFACTS / "browser-11-gemma3-gallery-graph.png")
+        )
 
         page.goto(server + "/terms")  # the decomposition through the sandwich norms
         _pick(page, "terms-model", "gemma3-270m")
@@ -635,7 +846,9 @@ def test_gemma3_text_explorer_local_layers_gallery_and_licence(server, browser, 
         page.wait_for_selector("#terms-curves-graph .scatterlayer .trace", timeout=WAIT_MS)
         curves = page.evaluate(FIGURE_JS, "terms-curves-graph")
         assert any(len(t["x"]) == 19 for t in curves["data"])  # states 0..18
-        page.locator("#terms-curves-graph").screenshot(path=str(ARTIFACTS / "browser-12-gemma3-terms-graph.png"))
+        page.locator("#terms-curves-graph").screenshot(
+            path=str(ARTIFACTS / "browser-12-gemma3-terms-graph.png")
+        )
         assert not w.problems, w.problems
     finally:
         w.close()

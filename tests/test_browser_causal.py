@@ -20,7 +20,7 @@ HEAD_CELL_JS = """([id, layer, head]) => {
 DONE_JS = "document.querySelector('#causal-status').textContent.trim() === 'done'"
 
 
-def test_causal_page_views_head_link_and_share(server, browser, tmp_path):  # noqa: F811
+def test_causal_page_views_head_link_and_share(server, browser, tmp_path):
     w = Watch(browser, server, tmp_path)
     page = w.page
     try:
@@ -32,16 +32,27 @@ def test_causal_page_views_head_link_and_share(server, browser, tmp_path):  # no
         assert option.get_attribute("aria-disabled") == "true" or option.is_disabled()
         page.keyboard.press("Escape")
         page.click("#causal-model")
-        page.get_by_role("option", name="tiny-gpt2").first.click()  # not the default SmolLM2: seconds, not minutes
+        page.get_by_role(
+            "option", name="tiny-gpt2"
+        ).first.click()  # not the default SmolLM2: seconds, not minutes
         page.fill("#causal-text", CLEAN)
         page.fill("#causal-corrupted", CORRUPTED)
-        page.fill("#causal-target", "#5|#9")  # a random model: name the pair instead of its top predictions
+        page.fill(
+            "#causal-target", "#5|#9"
+        )  # a random model: name the pair instead of its top predictions
         page.click("#causal-analyze")
-        page.wait_for_function(DONE_JS + " || document.querySelector('#causal-error').textContent",
-                               timeout=WAIT_MS)
+        page.wait_for_function(
+            DONE_JS + " || document.querySelector('#causal-error').textContent", timeout=WAIT_MS
+        )
         assert not page.inner_text("#causal-error"), page.inner_text("#causal-error")
-        for gid in ("causal-surprisal-graph", "causal-lens-graph", "causal-attribution-graph",
-                    "causal-ablation-graph", "causal-patch-residual-graph", "causal-patch-heads-graph"):
+        for gid in (
+            "causal-surprisal-graph",
+            "causal-lens-graph",
+            "causal-attribution-graph",
+            "causal-ablation-graph",
+            "causal-patch-residual-graph",
+            "causal-patch-heads-graph",
+        ):
             page.wait_for_selector(f"#{gid} .heatmaplayer", timeout=WAIT_MS)
         att = page.evaluate(FIGURE_JS, "causal-attribution-graph")
         assert "frozen" in att["title"] and len(att["data"][0]["y"]) == 2  # two layers
@@ -78,7 +89,7 @@ def test_causal_page_views_head_link_and_share(server, browser, tmp_path):  # no
         fresh.close()
 
 
-def test_causal_page_on_gemma3(server, browser, tmp_path):  # noqa: F811
+def test_causal_page_on_gemma3(server, browser, tmp_path):
     """Gemma 3 270M (real weights, a 262,144-token vocabulary, 72 heads): every causal view drawn on
     the Eiffel Tower / Colosseum pair; the top prediction is " Paris"."""
     from test_browser import ARTIFACTS
@@ -92,18 +103,27 @@ def test_causal_page_on_gemma3(server, browser, tmp_path):  # noqa: F811
         page.fill("#causal-text", "The Eiffel Tower is located in the city of")
         page.fill("#causal-corrupted", "The Colosseum is located in the city of")
         page.click("#causal-analyze")
-        page.wait_for_function(DONE_JS + " || document.querySelector('#causal-error').textContent",
-                               timeout=WAIT_MS)
+        page.wait_for_function(
+            DONE_JS + " || document.querySelector('#causal-error').textContent", timeout=WAIT_MS
+        )
         assert not page.inner_text("#causal-error"), page.inner_text("#causal-error")
-        for gid in ("causal-surprisal-graph", "causal-lens-graph", "causal-attribution-graph",
-                    "causal-ablation-graph", "causal-patch-residual-graph", "causal-patch-heads-graph"):
+        for gid in (
+            "causal-surprisal-graph",
+            "causal-lens-graph",
+            "causal-attribution-graph",
+            "causal-ablation-graph",
+            "causal-patch-residual-graph",
+            "causal-patch-heads-graph",
+        ):
             page.wait_for_selector(f"#{gid} .heatmaplayer", timeout=WAIT_MS)
         att = page.evaluate(FIGURE_JS, "causal-attribution-graph")
         assert len(att["data"][0]["y"]) == 18  # one row a layer
         assert "Paris" in page.inner_text("#causal-topk-table")
         w.shot("causal-gemma3")
         for gid in ("causal-lens-graph", "causal-attribution-graph", "causal-patch-heads-graph"):
-            page.locator(f"#{gid}").screenshot(path=str(ARTIFACTS / f"browser-causal-gemma3-{gid}.png"))
+            page.locator(f"#{gid}").screenshot(
+                path=str(ARTIFACTS / f"browser-causal-gemma3-{gid}.png")
+            )
         assert not w.problems, w.problems
     finally:
         w.close()

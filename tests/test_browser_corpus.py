@@ -5,7 +5,7 @@ query–key map draws, a share link reopens the same head. Screenshots go to ``t
 from __future__ import annotations
 
 import pytest
-from test_browser import WAIT_MS, Watch, _pick, browser, server  # noqa: F401,F811 - fixtures
+from test_browser import WAIT_MS, Watch, _pick, browser, server  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -33,14 +33,18 @@ def _sort_filter_and_export(page, tmp_path) -> None:
     a number typed in its filter, and exports what it shows as CSV (dash-ag-grid's AgGrid)."""
     values = _shown(page)
     # the head column's order (frontend/assets/grid.js): by layer, then head, not as text
-    assert page.evaluate("['L10H0', 'L2H10', 'L2H9', 'L0H1'].sort(window.dashAgGridFunctions.headOrder)") == [
-        "L0H1", "L2H9", "L2H10", "L10H0"]
+    assert page.evaluate(
+        "['L10H0', 'L2H10', 'L2H9', 'L0H1'].sort(window.dashAgGridFunctions.headOrder)"
+    ) == ["L0H1", "L2H9", "L2H10", "L10H0"]
     label = page.locator(f"{GRID} .ag-header-cell[col-id='previous'] .ag-header-cell-label")
     label.click()
     label.click()
-    page.wait_for_function(f"({SHOWN_JS})('{GRID}').map(r => Number(r[1])).every((v, i, a) => !i || a[i - 1] >= v)"
-                           " && document.querySelector(\"" + GRID + " .ag-header-cell[col-id='previous']\")"
-                           ".getAttribute('aria-sort') === 'descending'", timeout=WAIT_MS)
+    page.wait_for_function(
+        f"({SHOWN_JS})('{GRID}').map(r => Number(r[1])).every((v, i, a) => !i || a[i - 1] >= v)"
+        ' && document.querySelector("' + GRID + " .ag-header-cell[col-id='previous']\")"
+        ".getAttribute('aria-sort') === 'descending'",
+        timeout=WAIT_MS,
+    )
     order = list(page.evaluate(SHOWN_JS, GRID))
     assert [float(v) for _, v in order] == sorted(values.values(), reverse=True)
     threshold = sorted(values.values())[len(values) // 2]
@@ -57,13 +61,15 @@ def _sort_filter_and_export(page, tmp_path) -> None:
     import csv
 
     rows = list(csv.DictReader(path.open(encoding="utf-8-sig")))  # AG Grid writes a BOM (Excel)
-    assert [r["head"] for r in rows] == [h for h, _ in order if h in above]  # sorted and filtered, as shown
+    assert [r["head"] for r in rows] == [
+        h for h, _ in order if h in above
+    ]  # sorted and filtered, as shown
     assert {float(r["previous token"]) for r in rows} == {values[h] for h in above}
     page.fill(f"{GRID} input[data-test='filter-previous']", "")
     page.wait_for_function(f"({SHOWN_JS})('{GRID}').length === {len(values)}", timeout=WAIT_MS)
 
 
-def test_corpus_page_table_head_joint_map_and_share(server, browser, tmp_path):  # noqa: F811
+def test_corpus_page_table_head_joint_map_and_share(server, browser, tmp_path):
     w = Watch(browser, server, tmp_path)
     page = w.page
     try:
@@ -75,22 +81,28 @@ def test_corpus_page_table_head_joint_map_and_share(server, browser, tmp_path): 
         assert sorted(_shown(page)) == [f"L{a}H{b}" for a in range(2) for b in range(4)]  # one page
         page.wait_for_selector("#corpus-map-graph .scatterlayer .point", timeout=WAIT_MS)
         page.locator(f"{GRID} .ag-row[row-id='L1H1'] .ag-cell[col-id='previous']").click()
-        page.wait_for_function("document.querySelector('#corpus-selected-label').innerText.includes('L1H1')",
-                               timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#corpus-selected-label').innerText.includes('L1H1')",
+            timeout=WAIT_MS,
+        )
         page.wait_for_selector("#corpus-contexts li", timeout=WAIT_MS)
         assert page.locator("#corpus-contexts li").count() == 20
-        page.wait_for_function("new URLSearchParams(location.search).get('head') === 'L1H1'", timeout=WAIT_MS)
+        page.wait_for_function(
+            "new URLSearchParams(location.search).get('head') === 'L1H1'", timeout=WAIT_MS
+        )
         w.shot("corpus-1-head")
         _sort_filter_and_export(page, tmp_path)
         page.click("#corpus-joint-button")
         page.wait_for_function(
             "(() => { const gd = document.querySelector('#corpus-joint-graph .js-plotly-plot');"
             " return gd && gd._fullData && gd._fullData.length === 2 && gd._fullData[0].x.length > 0; })()",
-            timeout=WAIT_MS)
+            timeout=WAIT_MS,
+        )
         w.shot("corpus-2-joint")
         page.click("#corpus-share-button")
-        page.wait_for_function("document.querySelector('#corpus-share-url').href.includes('share=')",
-                               timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#corpus-share-url').href.includes('share=')", timeout=WAIT_MS
+        )
         link = page.get_attribute("#corpus-share-url", "href")
         assert not w.problems, w.problems
     finally:
@@ -100,7 +112,9 @@ def test_corpus_page_table_head_joint_map_and_share(server, browser, tmp_path): 
         w2.page.goto(link)
         w2.page.wait_for_function(
             "document.querySelector('#corpus-selected-label') &&"
-            " document.querySelector('#corpus-selected-label').innerText.includes('L1H1')", timeout=WAIT_MS)
+            " document.querySelector('#corpus-selected-label').innerText.includes('L1H1')",
+            timeout=WAIT_MS,
+        )
         assert w2.page.locator("#corpus-contexts li").count() == 20
         w2.shot("corpus-3-shared")
         assert not w2.problems, w2.problems
@@ -108,7 +122,7 @@ def test_corpus_page_table_head_joint_map_and_share(server, browser, tmp_path): 
         w2.close()
 
 
-def test_corpus_page_on_gemma3(server, browser, tmp_path):  # noqa: F811
+def test_corpus_page_on_gemma3(server, browser, tmp_path):
     """Gemma 3 270M (real weights) over the shipped English corpus: the table and the map hold its 72
     heads; sorted by induction, the first head is in a global layer (5, 11, 17: measured L5H3/L5H1,
     0.50, docs/walkthrough-gemma3.md); its contexts and joint query–key map draw."""
@@ -120,34 +134,49 @@ def test_corpus_page_on_gemma3(server, browser, tmp_path):  # noqa: F811
         page.goto(server + "/corpus")
         _pick(page, "corpus-model", "gemma3-270m")
         page.click("#corpus-analyze")
-        page.wait_for_function("document.querySelector('#corpus-status').textContent.trim() === 'done'"
-                               " || document.querySelector('#corpus-error').textContent", timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#corpus-status').textContent.trim() === 'done'"
+            " || document.querySelector('#corpus-error').textContent",
+            timeout=WAIT_MS,
+        )
         assert not page.inner_text("#corpus-error"), page.inner_text("#corpus-error")
         page.wait_for_selector(f"{GRID} .ag-row .ag-cell[col-id='induction']", timeout=WAIT_MS)
         page.wait_for_selector("#corpus-map-graph .scatterlayer .point", timeout=WAIT_MS)
-        points = page.evaluate("() => document.querySelector('#corpus-map-graph .js-plotly-plot')._fullData"
-                               ".reduce((s, t) => s + (t.x ? t.x.length : 0), 0)")
+        points = page.evaluate(
+            "() => document.querySelector('#corpus-map-graph .js-plotly-plot')._fullData"
+            ".reduce((s, t) => s + (t.x ? t.x.length : 0), 0)"
+        )
         assert points == 72  # 18 layers x 4 query heads
         label = page.locator(f"{GRID} .ag-header-cell[col-id='induction'] .ag-header-cell-label")
         label.click()
         label.click()
-        page.wait_for_function(f"document.querySelector(\"{GRID} .ag-header-cell[col-id='induction']\")"
-                               ".getAttribute('aria-sort') === 'descending'", timeout=WAIT_MS)
+        page.wait_for_function(
+            f"document.querySelector(\"{GRID} .ag-header-cell[col-id='induction']\")"
+            ".getAttribute('aria-sort') === 'descending'",
+            timeout=WAIT_MS,
+        )
         first = page.locator(f"{GRID} .ag-center-cols-container .ag-row[row-index='0']")
         head = first.get_attribute("row-id")
-        assert head is not None and int(head[1:].split("H")[0]) in (5, 11, 17), head  # a global layer
+        assert head is not None and int(head[1:].split("H")[0]) in (5, 11, 17), (
+            head
+        )  # a global layer
         first.locator(".ag-cell[col-id='induction']").click()
-        page.wait_for_function(f"document.querySelector('#corpus-selected-label').innerText.includes('{head}')",
-                               timeout=WAIT_MS)
+        page.wait_for_function(
+            f"document.querySelector('#corpus-selected-label').innerText.includes('{head}')",
+            timeout=WAIT_MS,
+        )
         page.wait_for_selector("#corpus-contexts li", timeout=WAIT_MS)
         page.click("#corpus-joint-button")
         page.wait_for_function(
             "(() => { const gd = document.querySelector('#corpus-joint-graph .js-plotly-plot');"
             " return gd && gd._fullData && gd._fullData.length === 2 && gd._fullData[0].x.length > 0; })()",
-            timeout=WAIT_MS)
+            timeout=WAIT_MS,
+        )
         w.shot("corpus-gemma3")
         for gid in ("corpus-map-graph", "corpus-joint-graph"):
-            page.locator(f"#{gid}").screenshot(path=str(ARTIFACTS / f"browser-corpus-gemma3-{gid}.png"))
+            page.locator(f"#{gid}").screenshot(
+                path=str(ARTIFACTS / f"browser-corpus-gemma3-{gid}.png")
+            )
         page.locator(GRID).screenshot(path=str(ARTIFACTS / "browser-corpus-gemma3-table.png"))
         assert not w.problems, w.problems
     finally:

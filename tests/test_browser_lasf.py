@@ -14,18 +14,22 @@ PHI_CELL_JS = """([row, col]) => {
   return [r.left + fl.xaxis._offset + fl.xaxis.l2p(col), r.top + fl.yaxis._offset + fl.yaxis.l2p(row)];
 }"""
 FIELD = 3
-FIELD_OPEN_JS = ("(f) => { const gd = document.querySelector('#lasf-field-graph .js-plotly-plot');"
-                 " const t = gd && gd.layout.title && gd.layout.title.text; return (t || '').startsWith('Field ' + f); }")
+FIELD_OPEN_JS = (
+    "(f) => { const gd = document.querySelector('#lasf-field-graph .js-plotly-plot');"
+    " const t = gd && gd.layout.title && gd.layout.title.text; return (t || '').startsWith('Field ' + f); }"
+)
 
 
-def test_lasf_page_phi_click_opens_a_field_and_shares(server, browser, tmp_path):  # noqa: F811
+def test_lasf_page_phi_click_opens_a_field_and_shares(server, browser, tmp_path):
     w = Watch(browser, server, tmp_path)
     page = w.page
     try:
         page.goto(server + "/lasf")
         page.click("#lasf-analyze")
         page.wait_for_selector("#lasf-phi-graph .heatmaplayer", timeout=240_000)
-        page.wait_for_function("document.querySelector('#lasf-status').textContent.includes('done')", timeout=240_000)
+        page.wait_for_function(
+            "document.querySelector('#lasf-status').textContent.includes('done')", timeout=240_000
+        )
         phi = page.evaluate(FIGURE_JS, "lasf-phi-graph")
         assert len(phi["data"][0]["y"]) == 12  # 12 fields
         page.wait_for_selector("#lasf-spec tbody tr", timeout=30_000)

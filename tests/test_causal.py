@@ -42,8 +42,11 @@ def heads(tmp_path_factory: pytest.TempPathFactory) -> Catalogue:
     base = tmp_path_factory.mktemp("causal")
     cat = Catalogue()
     for fam in FAMILIES:
-        path = build_tiny_gpt2(base / fam) if fam == "gpt2" else build_tiny_decoder(
-            base / fam, fam, lm_head=True, tied=fam in TIED)
+        path = (
+            build_tiny_gpt2(base / fam)
+            if fam == "gpt2"
+            else build_tiny_decoder(base / fam, fam, lm_head=True, tied=fam in TIED)
+        )
         cat.register(ModelSpec(f"lm-{fam}", "local", str(path)))
     cat.register(ModelSpec("base-llama", "local", str(build_tiny_decoder(base / "base", "llama"))))
     return cat
@@ -61,7 +64,8 @@ def _reference(cat: Catalogue, fam: str, dtype: str = "float32"):
     register_attention()
     loaded = _load(cat, fam, dtype)
     ref = AutoModelForCausalLM.from_pretrained(
-        cat.get(f"lm-{fam}").resolve(), attn_implementation=loaded.arch.attn_implementation,
+        cat.get(f"lm-{fam}").resolve(),
+        attn_implementation=loaded.arch.attn_implementation,
         dtype=loaded.dtype,
     )
     keep_dtype(ref)  # float64 end to end, as the loader's models
@@ -102,7 +106,11 @@ def test_predictions_and_the_lens(heads, fam):
     pr = predictions(loaded, enc, k=7)
     n = enc.n
     probs = np.asarray(pr["top_probs"])
-    assert probs.shape == (n, 7) and (np.diff(probs, axis=1) <= 0).all() and (probs.sum(1) <= 1 + 1e-9).all()
+    assert (
+        probs.shape == (n, 7)
+        and (np.diff(probs, axis=1) <= 0).all()
+        and (probs.sum(1) <= 1 + 1e-9).all()
+    )
     ranks, lp = np.asarray(pr["next_rank"]), np.asarray(pr["next_logprob"])
     assert ranks.shape == lp.shape == (n - 1,) and (ranks >= 1).all()
     top1 = np.asarray(pr["top_ids"])[:-1, 0] == np.asarray(enc.input_ids[1:])
@@ -115,15 +123,23 @@ def test_predictions_and_the_lens(heads, fam):
     L = loaded.n_layers
     assert lens["top_ids"].shape == (L + 1, n) and lens["next_rank"].shape == (L + 1, n - 1)
     assert (lens["top_ids"][L] == np.asarray(pr["top_ids"])[:, 0]).all()
-    assert np.allclose(lens["top_probs"][L], probs[:, 0], atol=1e-6)  # float32 log-sum-exp vs float64
+    assert np.allclose(
+        lens["top_probs"][L], probs[:, 0], atol=1e-6
+    )  # float32 log-sum-exp vs float64
     assert (lens["next_rank"][L] == ranks).all()
-    assert not np.allclose(lens["top_probs"][0], lens["top_probs"][L])  # the lens reads other states
-    some = logit_lens(loaded, enc, positions=[n - 1, 0, 2])  # one position's lens: the grid's columns
+    assert not np.allclose(
+        lens["top_probs"][0], lens["top_probs"][L]
+    )  # the lens reads other states
+    some = logit_lens(
+        loaded, enc, positions=[n - 1, 0, 2]
+    )  # one position's lens: the grid's columns
     assert some["positions"] == [n - 1, 0, 2] and some["top_ids"].shape == (L + 1, 3)
     assert (some["top_ids"] == lens["top_ids"][:, [n - 1, 0, 2]]).all()
     assert np.allclose(some["top_probs"], lens["top_probs"][:, [n - 1, 0, 2]], atol=1e-6)
     assert (some["next_rank"][:, 1:] == lens["next_rank"][:, [0, 2]]).all()
-    assert (some["next_rank"][:, 0] == 0).all() and np.isnan(some["next_prob"][:, 0]).all()  # no next token
+    assert (some["next_rank"][:, 0] == 0).all() and np.isnan(
+        some["next_prob"][:, 0]
+    ).all()  # no next token
     with pytest.raises(HeadscopeError, match="outside the text"):
         logit_lens(loaded, enc, positions=[n])
 
@@ -145,11 +161,15 @@ def test_logit_attribution_is_exact(heads, fam, dtype):
     own = logits[torch.arange(n), torch.as_tensor(att["target"])].numpy()
     assert np.abs(att["logit"] - own).max() <= TOL[dtype] * np.abs(own).max()
     assert np.abs(total - own).max() <= TOL[dtype] * np.abs(own).max()
-    assert list(att["target"][:-1]) == enc.input_ids[1:]  # default: the next token, then the top prediction
+    assert (
+        list(att["target"][:-1]) == enc.input_ids[1:]
+    )  # default: the next token, then the top prediction
     assert att["target"][-1] == int(logits[-1].argmax())
     a, b = enc.input_ids[3], enc.input_ids[5]
     pair = logit_attribution(loaded, enc, target=[a, b])
-    total = pair["input"] + pair["heads"].sum(axis=(0, 1)) + pair["feedforward"].sum(0) + pair["bias"]
+    total = (
+        pair["input"] + pair["heads"].sum(axis=(0, 1)) + pair["feedforward"].sum(0) + pair["bias"]
+    )
     want = (logits[:, a] - logits[:, b]).numpy()
     assert np.abs(total - want).max() <= TOL[dtype] * np.abs(want).max()
     assert np.abs(att["heads"]).max() > 0 and np.abs(att["feedforward"]).max() > 0
@@ -159,7 +179,11 @@ def _zero_head_with_hooks(ref, loaded, enc, layer: int, head: int) -> torch.Tens
     """log-probabilities [n, vocabulary] of the CausalLM model with one head's z zeroed by a hook."""
     fam = loaded.arch
     proj = resolve(resolve(ref.base_model, fam.layers)[layer], fam.out_proj)
-    dh = proj.in_features // loaded.n_heads if hasattr(proj, "in_features") else proj.weight.shape[0] // loaded.n_heads
+    dh = (
+        proj.in_features // loaded.n_heads
+        if hasattr(proj, "in_features")
+        else proj.weight.shape[0] // loaded.n_heads
+    )
 
     def hook(module, args):
         z = args[0].clone()
@@ -211,8 +235,12 @@ def test_patching(heads, fam, monkeypatch):
     res = pat["residual"]
     assert res.shape == (L + 1, n) and pat["heads"].shape == (L, H)
     assert abs(res[L, n - 1] - 1) < 1e-9  # the last layer's stream at the last position: all of it
-    assert np.abs(res[L, : n - 1]).max() < 1e-9  # elsewhere the last stream reaches no later position
-    assert np.abs(res[:, :first]).max() < 1e-9  # before the first difference both runs agree: nothing to patch
+    assert (
+        np.abs(res[L, : n - 1]).max() < 1e-9
+    )  # elsewhere the last stream reaches no later position
+    assert (
+        np.abs(res[:, :first]).max() < 1e-9
+    )  # before the first difference both runs agree: nothing to patch
     assert np.abs(res[0, first]) > 1e-6
     # patching nothing: the corrupted run's own metric, from any layer
     rk = stream(loaded, k)
@@ -240,7 +268,9 @@ def test_intervened_runs_share_a_forward_and_reuse_the_prefix(heads, fam):
     run = stream(loaded, enc)
     n, L, H = enc.n, loaded.n_layers, loaded.n_heads
     dh = run.contexts[0].shape[-1] // H
-    bump = 0.1 * torch.randn(run.states.shape[-1], dtype=run.states.dtype, generator=torch.Generator().manual_seed(0))
+    bump = 0.1 * torch.randn(
+        run.states.shape[-1], dtype=run.states.dtype, generator=torch.Generator().manual_seed(0)
+    )
     rows = []
     for start in range(L + 1):
         x = run.states[start].clone()
@@ -248,7 +278,9 @@ def test_intervened_runs_share_a_forward_and_reuse_the_prefix(heads, fam):
         heads_ = ((start, H - 1, torch.zeros(1, dh, dtype=x.dtype)),) if start < L else ()
         rows.append(Row(start, x, heads_))
     alone = torch.cat([run_rows(loaded, [row]) for row in rows])  # [L+1, n, vocabulary]
-    shared = run_rows(loaded, rows[::-1])  # one forward, the rows joining at their layers, any order
+    shared = run_rows(
+        loaded, rows[::-1]
+    )  # one forward, the rows joining at their layers, any order
     assert torch.allclose(shared, alone.flip(0), atol=1e-12, rtol=0)
     assert (shared[:-1] - shared[-1:]).abs().amax() > 1e-6  # the rows differ
     read = run_rows(loaded, rows, read=[n - 1, n // 2])
@@ -261,7 +293,9 @@ def test_intervened_runs_share_a_forward_and_reuse_the_prefix(heads, fam):
         prefix = prefix_of(loaded, enc)
         cut = [Row(r.start, r.x[n // 2 :]) for r in rows]
         tail = run_rows(loaded, cut, prefix=prefix, offset=n // 2, read=[n - 1 - n // 2])
-    assert not [w for w in caught if "past_key_values" in str(w.message)], [str(w.message) for w in caught]
+    assert not [w for w in caught if "past_key_values" in str(w.message)], [
+        str(w.message) for w in caught
+    ]
     assert torch.allclose(tail, plain, atol=1e-12, rtol=0)
     assert (plain[:, 0] - alone[:, n - 1]).abs().amax() > 1e-6  # (the head did matter)
     with pytest.raises(ValueError, match="prefix"):
@@ -277,10 +311,14 @@ def test_keep_freed_memory_is_glibc_mallopt_once(tmp_path):
 
     code = "from workers.allocator import keep_freed_memory as k; print(k(), k())"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.split() == ["True", "True"]
     env["HEADSCOPE_KEEP_FREED_MEMORY"] = "0"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     assert out.stdout.split() == ["False", "False"]
 
 
@@ -292,11 +330,17 @@ def test_continuation(heads, fam):
         warnings.simplefilter("always")
         ext, text, probs = continue_text(loaded, enc, CLEAN, n_tokens=6)
     # the cache goes by the name this transformers reads (``cache`` from 5.24 on, warning on the old one)
-    assert not [w for w in caught if "past_key_values" in str(w.message)], [str(w.message) for w in caught]
+    assert not [w for w in caught if "past_key_values" in str(w.message)], [
+        str(w.message) for w in caught
+    ]
     ref = _reference(heads, fam)
     with torch.inference_mode():
-        want = ref.generate(torch.tensor([enc.input_ids]), max_new_tokens=6, do_sample=False,
-                            pad_token_id=loaded.pad_token_id)[0].tolist()
+        want = ref.generate(
+            torch.tensor([enc.input_ids]),
+            max_new_tokens=6,
+            do_sample=False,
+            pad_token_id=loaded.pad_token_id,
+        )[0].tolist()
     assert ext.input_ids[: len(want)] == want[: ext.n]
     assert ext.input_ids[: enc.n] == enc.input_ids and len(probs) == ext.n - enc.n
     assert text.startswith(CLEAN) and ext.offsets[-1][1] == len(text)

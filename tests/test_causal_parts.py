@@ -55,8 +55,11 @@ def split_service(redis_server, tmp_path, catalogue, setting, small_calls, monke
     monkeypatch.setattr(workers.jobs, "_store", lambda: store)
     setting("HEADSCOPE_SPLIT_MIN_RUN_TOKENS", "1")
     setting("HEADSCOPE_SPLIT_PART_RUN_TOKENS", "30")
-    worker = SimpleWorker([protocol.queue(conn, q) for q in protocol.QUEUES], connection=conn,
-                          serializer=protocol.SERIALIZER)
+    worker = SimpleWorker(
+        [protocol.queue(conn, q) for q in protocol.QUEUES],
+        connection=conn,
+        serializer=protocol.SERIALIZER,
+    )
     return conn, store, JobQueue(conn, store, settings), worker
 
 
@@ -82,11 +85,19 @@ def test_parts_of_ablation_and_patching_merge_to_the_same_bits(gpt2, small_calls
     costs = [t for _, t in cp.ablation_plan(n_layers=L, n_heads=H, position=enc.n - 1)]
     ranges = cp.group_calls(costs, part_cost=sum(costs) // 3)
     assert len(ranges) == 3
-    got = [{**jsonable(interventions.ablation(gpt2, enc, mode="mean", target=[5, 9], calls=r)), "n_layers": L,
-            "n_heads": H}
-           for r in ranges]
+    got = [
+        {
+            **jsonable(interventions.ablation(gpt2, enc, mode="mean", target=[5, 9], calls=r)),
+            "n_layers": L,
+            "n_heads": H,
+        }
+        for r in ranges
+    ]
     merged = cp.merge_ablation(got)
-    assert np.array_equal(np.array(merged["map"]), whole["map"]) and merged["base"] == whole["base"].tolist()
+    assert (
+        np.array_equal(np.array(merged["map"]), whole["map"])
+        and merged["base"] == whole["base"].tolist()
+    )
 
     whole = interventions.patching(gpt2, enc, bad, target=[5, 9])
     first = cp.first_difference(enc.input_ids, bad.input_ids)
@@ -105,37 +116,71 @@ def test_an_analysis_job_hands_ablation_and_patching_to_parts(split_service):
     from workers.jobs import compute_analysis
 
     conn, store, queue, worker = split_service
-    req = AnalysisRequest(model="tiny-gpt2", text=CLEAN, analyses=["predictions", "ablation", "patching"],
-                          options={"corrupted": CORRUPTED, "target": [5, 9]})
+    req = AnalysisRequest(
+        model="tiny-gpt2",
+        text=CLEAN,
+        analyses=["predictions", "ablation", "patching"],
+        options={"corrupted": CORRUPTED, "target": [5, 9]},
+    )
     queue.submit("analysis", req.job_id(), req.normalised())
-    worker.work(burst=True, max_jobs=1)  # the analysis job: its own sections, then the parts enqueued
+    worker.work(
+        burst=True, max_jobs=1
+    )  # the analysis job: its own sections, then the parts enqueued
     plan = parts.plan(conn, req.job_id())
     assert plan is not None, queue.lookup(req.job_id(), with_partial=False)
     assert plan is not None and plan["unit"] == "runs" and plan["n_parts"] > 4
     state = queue.lookup(req.job_id())
     assert state.status == "queued" and "parts" in state.message
-    assert "predictions" in state.partial and "ablation" not in state.partial  # its own sections, shown
+    assert (
+        "predictions" in state.partial and "ablation" not in state.partial
+    )  # its own sections, shown
     worker.work(burst=True)
     state = queue.lookup(req.job_id())
     assert state.status == "finished", state.error
-    assert store.has_result(req.job_id()) and not conn.keys("hs:parts*") and not conn.keys("hs:split-base:*")
+    assert (
+        store.has_result(req.job_id())
+        and not conn.keys("hs:parts*")
+        and not conn.keys("hs:split-base:*")
+    )
     got = json.loads(state.result_raw)
-    one = json.loads(protocol.dumps(compute_analysis(req, progress=lambda f, m: None, on_partial=lambda f: None)))
+    one = json.loads(
+        protocol.dumps(compute_analysis(req, progress=lambda f, m: None, on_partial=lambda f: None))
+    )
     assert got["ablation"]["timings"]["parts"] > 1 and got["patching"]["timings"]["parts"] > 1
-    for kind, keys in (("ablation", ("map", "base", "target", "position", "each", "mode")),
-                       ("patching", ("residual", "heads", "metric_clean", "metric_corrupted", "corrupted_text",
-                                     "corrupted_token_texts", "corrupted_tokens", "a", "b"))):
+    for kind, keys in (
+        ("ablation", ("map", "base", "target", "position", "each", "mode")),
+        (
+            "patching",
+            (
+                "residual",
+                "heads",
+                "metric_clean",
+                "metric_corrupted",
+                "corrupted_text",
+                "corrupted_token_texts",
+                "corrupted_tokens",
+                "a",
+                "b",
+            ),
+        ),
+    ):
         for key in keys:
             assert got[kind][key] == one[kind][key], (kind, key)  # the same bits as one piece
-    assert got["predictions"] == {k: v for k, v in one["predictions"].items()} | {"timings": got["predictions"]["timings"]}
+    assert got["predictions"] == {k: v for k, v in one["predictions"].items()} | {
+        "timings": got["predictions"]["timings"]
+    }
 
 
 def test_cancelling_an_analysis_whose_patching_runs_in_parts_keeps_nothing(split_service):
     from workers.causal_split import base_key
 
     conn, store, queue, worker = split_service
-    req = AnalysisRequest(model="tiny-gpt2", text=CLEAN, analyses=["predictions", "patching"],
-                          options={"corrupted": CORRUPTED, "target": [5, 9]})
+    req = AnalysisRequest(
+        model="tiny-gpt2",
+        text=CLEAN,
+        analyses=["predictions", "patching"],
+        options={"corrupted": CORRUPTED, "target": [5, 9]},
+    )
     queue.submit("analysis", req.job_id(), req.normalised())
     worker.work(burst=True, max_jobs=3)  # the analysis job, then two of its parts
     assert conn.exists(base_key(req.job_id())) and conn.hlen(parts.parts_key(req.job_id())) == 2

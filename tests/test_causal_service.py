@@ -35,30 +35,81 @@ def client(redis_server, tmp_path_factory, catalogue):
 
 
 def _post(client, model: str, analyses: list[str], text: str = CLEAN, **options):
-    return client.post("/api/analyses", json={"model": model, "text": text, "analyses": analyses, "options": options})
+    return client.post(
+        "/api/analyses",
+        json={"model": model, "text": text, "analyses": analyses, "options": options},
+    )
 
 
 def test_models_say_which_have_a_head(client):
     models = {m["name"]: m for m in client.get("/api/models").json()["models"]}
     assert models["tiny-gpt2"]["lm_head"] is True
     assert models["minilm"]["lm_head"] is False and "encoder" in models["minilm"]["lm_head_reason"]
-    assert models["tiny-llama"]["lm_head"] is False and "base model only" in models["tiny-llama"]["lm_head_reason"]
+    assert (
+        models["tiny-llama"]["lm_head"] is False
+        and "base model only" in models["tiny-llama"]["lm_head_reason"]
+    )
 
 
 @pytest.mark.parametrize(
     ("model", "analyses", "options", "words"),
     [
-        ("minilm", ["predictions"], {}, ["minilm has no language-model head", "encoder", "tiny-gpt2"]),
-        ("tiny-llama", ["logit-attribution"], {}, ["tiny-llama has no language-model head", "base model only"]),
-        ("tiny-gpt2", ["patching"], {"corrupted": CORRUPTED + " of the"}, ["the corrupted text has 33 tokens and the text 31"]),
+        (
+            "minilm",
+            ["predictions"],
+            {},
+            ["minilm has no language-model head", "encoder", "tiny-gpt2"],
+        ),
+        (
+            "tiny-llama",
+            ["logit-attribution"],
+            {},
+            ["tiny-llama has no language-model head", "base model only"],
+        ),
+        (
+            "tiny-gpt2",
+            ["patching"],
+            {"corrupted": CORRUPTED + " of the"},
+            ["the corrupted text has 33 tokens and the text 31"],
+        ),
         ("tiny-gpt2", ["patching"], {}, ["patching needs a corrupted text"]),
         ("tiny-gpt2", ["predictions"], {"k": 51}, ["options.k", "50"]),
-        ("tiny-gpt2", ["ablation"], {"ablate": [[0, h] for h in range(65)]}, ["options.ablate", "64"]),
-        ("tiny-gpt2", ["ablation"], {"ablate": [[5, 0]]}, ["head [5, 0] is out of range", "layers 0-1"]),
-        ("tiny-gpt2", ["continue", "predictions"], {"continue_tokens": 65}, ["continue_tokens", "64"]),
-        ("tiny-gpt2", ["continue", "predictions"], {"continue_tokens": 60}, ["with 60 more", "limit of 64"]),
-        ("tiny-gpt2", ["continue", "max-attention"], {}, ["continue extends the text of the causal views only"]),
-        ("tiny-gpt2", ["logit-attribution"], {"target": " model"}, ["target ' model' is 5 tokens", "exactly one"]),
+        (
+            "tiny-gpt2",
+            ["ablation"],
+            {"ablate": [[0, h] for h in range(65)]},
+            ["options.ablate", "64"],
+        ),
+        (
+            "tiny-gpt2",
+            ["ablation"],
+            {"ablate": [[5, 0]]},
+            ["head [5, 0] is out of range", "layers 0-1"],
+        ),
+        (
+            "tiny-gpt2",
+            ["continue", "predictions"],
+            {"continue_tokens": 65},
+            ["continue_tokens", "64"],
+        ),
+        (
+            "tiny-gpt2",
+            ["continue", "predictions"],
+            {"continue_tokens": 60},
+            ["with 60 more", "limit of 64"],
+        ),
+        (
+            "tiny-gpt2",
+            ["continue", "max-attention"],
+            {},
+            ["continue extends the text of the causal views only"],
+        ),
+        (
+            "tiny-gpt2",
+            ["logit-attribution"],
+            {"target": " model"},
+            ["target ' model' is 5 tokens", "exactly one"],
+        ),
         ("tiny-gpt2", ["logit-attribution"], {"target": [1, 2, 3]}, ["two tokens [a, b], got 3"]),
         ("tiny-gpt2", ["ablation"], {"position": 99}, ["position 99 is out of range"]),
     ],
@@ -93,23 +144,48 @@ def test_job_computes_every_causal_view(catalogue):
     assert np.asarray(result["predictions"]["top_probs"]).shape == (n, 4)
     assert np.asarray(result["logit-lens"]["top_probs"]).shape == (L + 1, n)
     att = result["logit-attribution"]
-    total = np.asarray(att["input"]) + np.asarray(att["heads"]).sum((0, 1)) + np.asarray(att["feedforward"]).sum(0)
+    total = (
+        np.asarray(att["input"])
+        + np.asarray(att["heads"]).sum((0, 1))
+        + np.asarray(att["feedforward"]).sum(0)
+    )
     assert np.abs(total + np.asarray(att["bias"]) - np.asarray(att["logit"])).max() < 1e-9
-    assert np.asarray(result["ablation"]["map"]).shape == (L, H) and result["ablation"]["position"] == 5
+    assert (
+        np.asarray(result["ablation"]["map"]).shape == (L, H)
+        and result["ablation"]["position"] == 5
+    )
     pat = result["patching"]
-    assert np.asarray(pat["residual"]).shape == (L + 1, n) and abs(pat["residual"][L][n - 1] - 1) < 1e-9
+    assert (
+        np.asarray(pat["residual"]).shape == (L + 1, n)
+        and abs(pat["residual"][L][n - 1] - 1) < 1e-9
+    )
     assert len(pat["corrupted_token_texts"]) == n
     assert seen == CAUSAL and steps == sorted(steps) and steps[-1] == 1.0
 
 
 def test_cli_attribution_and_patching(tmp_path, catalogue):
     out = tmp_path / "a.json"
-    args = ["analyze", "--model", "tiny-gpt2", "--text", CLEAN, "-q", "--out", str(out), "--dtype", "float64"]
+    args = [
+        "analyze",
+        "--model",
+        "tiny-gpt2",
+        "--text",
+        CLEAN,
+        "-q",
+        "--out",
+        str(out),
+        "--dtype",
+        "float64",
+    ]
     assert main([*args, "--analysis", "logit-attribution", "--target", "5", "9"]) == 0
     att = json.loads(out.read_text())
-    assert att["analysis"] == "logit-attribution" and att["target"][0] == 5 and att["target_b"][0] == 9
+    assert (
+        att["analysis"] == "logit-attribution" and att["target"][0] == 5 and att["target_b"][0] == 9
+    )
     assert att["max_abs_error"] < 1e-9
-    assert main([*args, "--analysis", "patching", "--corrupted", CORRUPTED, "--target", "5", "9"]) == 0
+    assert (
+        main([*args, "--analysis", "patching", "--corrupted", CORRUPTED, "--target", "5", "9"]) == 0
+    )
     pat = json.loads(out.read_text())
     assert len(pat["residual"]) == pat["n_layers"] + 1 and pat["corrupted_text"] == CORRUPTED
     assert main([*args, "--analysis", "ablation", "--ablate", "0.1,1.2", "--ablation", "zero"]) == 0
@@ -117,4 +193,7 @@ def test_cli_attribution_and_patching(tmp_path, catalogue):
     assert abl["heads"] == [[0, 1], [1, 2]] and len(abl["effect"]) == abl["n_tokens"]
     assert main([*args, "--analysis", "patching"]) == 2  # no --corrupted
     assert main([*args, "--analysis", "predictions", "--k", "0"]) == 2
-    assert main(["analyze", "--model", "minilm", "--text", CLEAN, "-q", "--analysis", "predictions"]) == 2
+    assert (
+        main(["analyze", "--model", "minilm", "--text", CLEAN, "-q", "--analysis", "predictions"])
+        == 2
+    )

@@ -30,8 +30,11 @@ def lms(tmp_path_factory: pytest.TempPathFactory) -> Catalogue:
     base = tmp_path_factory.mktemp("circuits")
     cat = Catalogue()
     for fam in FAMILIES:
-        path = build_tiny_gpt2(base / fam) if fam == "gpt2" else build_tiny_decoder(
-            base / fam, fam, lm_head=True, tied=fam == "qwen2")
+        path = (
+            build_tiny_gpt2(base / fam)
+            if fam == "gpt2"
+            else build_tiny_decoder(base / fam, fam, lm_head=True, tied=fam == "qwen2")
+        )
         cat.register(ModelSpec(f"lm-{fam}", "local", str(path)))
     return cat
 
@@ -74,7 +77,11 @@ def _shifted(loaded, kind: str, layer: int, index: int, delta: torch.Tensor, eps
 def _metric(loaded, enc, a: int, b: int) -> float:
     with torch.inference_mode():
         out = loaded.model(**batch_inputs(loaded, [enc]))
-        logits = loaded.unembed.logits(out.last_hidden_state[0, -1]) if not hasattr(out, "logits") else None
+        logits = (
+            loaded.unembed.logits(out.last_hidden_state[0, -1])
+            if not hasattr(out, "logits")
+            else None
+        )
     assert logits is not None
     return float(logits[a] - logits[b])
 
@@ -84,27 +91,41 @@ def test_atp_is_the_first_order_of_patching(lms, fam):
     loaded = _load(lms, fam)
     c, k = encode(loaded, CLEAN), encode(loaded, CORRUPTED)
     assert c.n == k.n
-    target = capture(loaded, c, grad=False).logits.topk(2).indices.tolist()  # the clean run's two best
+    target = (
+        capture(loaded, c, grad=False).logits.topk(2).indices.tolist()
+    )  # the clean run's two best
     atp = attribution_patching(loaded, c, k, target=target, real=True)
     L, H, n = loaded.n_layers, loaded.n_heads, c.n
     assert atp["heads"].shape == (L, H) and atp["heads_by_position"].shape == (L, H, n)
     assert atp["feedforward"].shape == (L,) and atp["residual"].shape == (L + 1, n)
     assert np.allclose(atp["heads_by_position"].sum(-1), atp["heads"], atol=1e-12)
     first = next(i for i, (x, y) in enumerate(zip(c.input_ids, k.input_ids, strict=True)) if x != y)
-    assert np.abs(atp["residual"][:, :first]).max() < 1e-12  # both runs agree before the first difference
+    assert (
+        np.abs(atp["residual"][:, :first]).max() < 1e-12
+    )  # both runs agree before the first difference
     assert np.abs(atp["heads_by_position"][..., :first]).max() < 1e-12
     a, b = atp["a"], atp["b"]
     m_k = _metric(loaded, k, a, b)
-    assert abs(m_k - atp["metric_corrupted"]) < 1e-9 and abs(_metric(loaded, c, a, b) - atp["metric_clean"]) < 1e-9
+    assert (
+        abs(m_k - atp["metric_corrupted"]) < 1e-9
+        and abs(_metric(loaded, c, a, b) - atp["metric_clean"]) < 1e-9
+    )
     scale = atp["metric_clean"] - atp["metric_corrupted"]
     rc, rk = capture(loaded, c, grad=False), capture(loaded, k, grad=False)
     H_dh = rk.contexts[0].shape[-1] // H
     lh = np.unravel_index(np.abs(atp["heads"]).argmax(), atp["heads"].shape)
     lf = int(np.abs(atp["feedforward"]).argmax())
-    lr = 1 + int(np.abs(atp["residual"][1:L]).sum(-1).argmax())  # a stream inside the model, all positions
+    lr = 1 + int(
+        np.abs(atp["residual"][1:L]).sum(-1).argmax()
+    )  # a stream inside the model, all positions
     nodes = [
-        ("head", int(lh[0]), int(lh[1]), (rc.contexts[lh[0]] - rk.contexts[lh[0]])[0, :, lh[1] * H_dh : (lh[1] + 1) * H_dh],
-         atp["heads"][lh]),
+        (
+            "head",
+            int(lh[0]),
+            int(lh[1]),
+            (rc.contexts[lh[0]] - rk.contexts[lh[0]])[0, :, lh[1] * H_dh : (lh[1] + 1) * H_dh],
+            atp["heads"][lh],
+        ),
         ("ff", lf, 0, rc.feedforward[lf] - rk.feedforward[lf], atp["feedforward"][lf]),
         ("residual", lr, 0, rc.states[lr] - rk.states[lr], atp["residual"][lr].sum()),
     ]
@@ -116,7 +137,10 @@ def test_atp_is_the_first_order_of_patching(lms, fam):
                 fd = (_metric(loaded, k, a, b) - m_k) / eps / scale
             errors.append(abs(fd / est - 1))
         assert errors[-1] < 1e-3, (kind, errors)
-        assert errors[-1] < errors[0] or errors[0] < 1e-9, (kind, errors)  # shrink the step, the ratio goes to 1
+        assert errors[-1] < errors[0] or errors[0] < 1e-9, (
+            kind,
+            errors,
+        )  # shrink the step, the ratio goes to 1
     # beside it the real patching it estimates
     assert atp["real"]["heads"].shape == (L, H)
     assert atp["pearson"] is None or -1 <= atp["pearson"] <= 1
@@ -136,12 +160,20 @@ def _attn(seed: int, *, saturated: bool):
 
     gen = torch.Generator().manual_seed(seed)
     H, n, dh = 2, 6, 4
-    q, k = torch.randn(H, n, dh, generator=gen, dtype=torch.float64), torch.randn(H, n, dh, generator=gen, dtype=torch.float64)
+    q, k = (
+        torch.randn(H, n, dh, generator=gen, dtype=torch.float64),
+        torch.randn(H, n, dh, generator=gen, dtype=torch.float64),
+    )
     scale = 4.0 if saturated else 0.5
-    mask = torch.triu(torch.full((n, n), torch.finfo(torch.float64).min, dtype=torch.float64), diagonal=1)
+    mask = torch.triu(
+        torch.full((n, n), torch.finfo(torch.float64).min, dtype=torch.float64), diagonal=1
+    )
     weights = torch.softmax(torch.einsum("hsd,htd->hst", q, k) * scale + mask, dim=-1)[None]
     g = torch.randn(1, H, n, n, generator=gen, dtype=torch.float64)
-    dq, dk = torch.randn(H, n, dh, generator=gen, dtype=torch.float64), torch.randn(H, n, dh, generator=gen, dtype=torch.float64)
+    dq, dk = (
+        torch.randn(H, n, dh, generator=gen, dtype=torch.float64),
+        torch.randn(H, n, dh, generator=gen, dtype=torch.float64),
+    )
     return Attn(q, k, scale, None, mask, weights), g, dq, dk
 
 
@@ -155,21 +187,35 @@ def test_qk_fix_recomputes_the_softmax():
         H, n, _ = a.q.shape
         got_q, got_k = fixed(a, g, a.q + dq, a.k + dk)
         A = a.weights[0]
-        want_q, want_k = torch.zeros(H, n, dtype=torch.float64), torch.zeros(H, n, dtype=torch.float64)
+        want_q, want_k = (
+            torch.zeros(H, n, dtype=torch.float64),
+            torch.zeros(H, n, dtype=torch.float64),
+        )
         for h in range(H):
             for t in range(n):
                 q2, k2 = a.q.clone(), a.k.clone()
                 q2[h, t] += dq[h, t]
                 k2[h, t] += dk[h, t]
-                for new, out in ((torch.einsum("hsd,htd->hst", q2, a.k), want_q), (torch.einsum("hsd,htd->hst", a.q, k2), want_k)):
+                for new, out in (
+                    (torch.einsum("hsd,htd->hst", q2, a.k), want_q),
+                    (torch.einsum("hsd,htd->hst", a.q, k2), want_k),
+                ):
                     A2 = torch.softmax(new * a.scale + a.mask, dim=-1)
                     out[h, t] = ((A2[h] - A[h]) * g[0, h]).sum()
-        assert torch.allclose(got_q, want_q, atol=1e-12) and torch.allclose(got_k, want_k, atol=1e-12)
+        assert torch.allclose(got_q, want_q, atol=1e-12) and torch.allclose(
+            got_k, want_k, atol=1e-12
+        )
         lin_q, lin_k = linear(a, g, a.q + dq, a.k + dk)
-        if saturated:  # where the softmax saturates the linearisation misses what the recomputation sees
+        if (
+            saturated
+        ):  # where the softmax saturates the linearisation misses what the recomputation sees
             assert (got_k - lin_k).abs().max() > 10 * (got_k.abs().max() * 1e-3)
-        for eps_q, eps_k, lq, lk in [(*fixed(a, g, a.q + e * dq, a.k + e * dk), e * lin_q, e * lin_k) for e in (1e-6,)]:
-            assert torch.allclose(eps_q, lq, rtol=1e-4, atol=1e-14) and torch.allclose(eps_k, lk, rtol=1e-4, atol=1e-14)
+        for eps_q, eps_k, lq, lk in [
+            (*fixed(a, g, a.q + e * dq, a.k + e * dk), e * lin_q, e * lin_k) for e in (1e-6,)
+        ]:
+            assert torch.allclose(eps_q, lq, rtol=1e-4, atol=1e-14) and torch.allclose(
+                eps_k, lk, rtol=1e-4, atol=1e-14
+            )
 
 
 @pytest.mark.parametrize("fam", FAMILIES)

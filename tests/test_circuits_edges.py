@@ -40,16 +40,23 @@ class Setup:
         self.x0_k, _ = self.model.capture(self.k)
         with torch.no_grad():
             self.both = self.model.plain(torch.stack([self.x0_k, self.x0_c]), self.kwargs)
-        self.base = Plain(*(t[:1] for t in (self.both.writers, self.both.resid, self.both.mid, self.both.logits)))
-        self.target = capture(self.loaded, self.c, grad=False).logits.topk(2).indices.tolist()  # the clean run's two best
+        self.base = Plain(
+            *(t[:1] for t in (self.both.writers, self.both.resid, self.both.mid, self.both.logits))
+        )
+        self.target = (
+            capture(self.loaded, self.c, grad=False).logits.topk(2).indices.tolist()
+        )  # the clean run's two best
 
     def metric(self, logits: torch.Tensor) -> np.ndarray:
         a, b = self.target
         return (logits[:, a] - logits[:, b]).double().numpy()
 
     def patched(self, masks: np.ndarray) -> np.ndarray:
-        return self.metric(self.model.patched(self.base, self.x0_c, torch.as_tensor(masks, dtype=torch.float64),
-                                              self.kwargs))
+        return self.metric(
+            self.model.patched(
+                self.base, self.x0_c, torch.as_tensor(masks, dtype=torch.float64), self.kwargs
+            )
+        )
 
 
 def _up_to(g: Graph, layer: int) -> np.ndarray:
@@ -86,7 +93,10 @@ def test_edge_patched_run_is_exact(lms, fam):
     pat = patching(s.loaded, s.c, s.k, target=s.target)
     m_c, m_k = pat["metric_clean"], pat["metric_corrupted"]
     L = s.g.n_layers
-    heads = [(0, int(np.abs(pat["heads"][0]).argmax())), (L - 1, int(np.abs(pat["heads"][L - 1]).argmax()))]
+    heads = [
+        (0, int(np.abs(pat["heads"][0]).argmax())),
+        (L - 1, int(np.abs(pat["heads"][L - 1]).argmax())),
+    ]
     got = s.patched(np.stack([node_mask(s.g, layer, h) for layer, h in heads]))
     want = np.asarray([pat["heads"][layer, h] for layer, h in heads])
     assert np.abs(want).max() > 1e-6
@@ -114,8 +124,16 @@ def _one_edge(g: Graph, edge: int, eps: float) -> np.ndarray:
 @pytest.mark.parametrize("fam", FAMILIES)
 def test_eap_is_the_first_order_of_the_edge_patched_run(lms, fam):
     s = Setup(lms, fam)
-    eap = edge_attribution(s.loaded, s.c, s.k, target=s.target, ig_steps=1, top_edges=s.g.n_edges, all_edges=True,
-                           curve_sizes=[1])
+    eap = edge_attribution(
+        s.loaded,
+        s.c,
+        s.k,
+        target=s.target,
+        ig_steps=1,
+        top_edges=s.g.n_edges,
+        all_edges=True,
+        curve_sizes=[1],
+    )
     assert eap["method"] == "EAP" and len(eap["edges"]) == s.g.n_edges == eap["n_edges"]
     m_c, m_k = eap["metric_clean"], eap["metric_corrupted"]
     index = {(e["source"], e["target"], e["input"]): i for i, e in enumerate(eap["edges"])}
@@ -125,11 +143,18 @@ def test_eap_is_the_first_order_of_the_edge_patched_run(lms, fam):
     # the largest edge of each kind of input, from the input and from a head
     picks = {}
     for e in range(s.g.n_edges):
-        key = (flat_src[e] == 0, inputs[int(flat_inp[e])] if flat_tgt[e] != s.g.n_writers else "logits")
-        score = eap["edges"][index[(ids[flat_src[e]], ids[flat_tgt[e]], inputs[int(flat_inp[e])])]]["score"]
+        key = (
+            flat_src[e] == 0,
+            inputs[int(flat_inp[e])] if flat_tgt[e] != s.g.n_writers else "logits",
+        )
+        score = eap["edges"][index[(ids[flat_src[e]], ids[flat_tgt[e]], inputs[int(flat_inp[e])])]][
+            "score"
+        ]
         if key not in picks or abs(score) > abs(picks[key][1]):
             picks[key] = (e, score)
-    picks = {key: pick for key, pick in picks.items() if abs(pick[1]) > 1e-9}  # input -> logits: 0 (same last token)
+    picks = {
+        key: pick for key, pick in picks.items() if abs(pick[1]) > 1e-9
+    }  # input -> logits: 0 (same last token)
     assert len(picks) >= 8  # q, k, v, feed-forward and logits edges, from the input and from heads
     for key, (e, score) in picks.items():
         errors = []
@@ -137,7 +162,10 @@ def test_eap_is_the_first_order_of_the_edge_patched_run(lms, fam):
             up, down = s.patched(np.stack([_one_edge(s.g, e, eps), _one_edge(s.g, e, -eps)]))
             errors.append(abs((up - down) / (2 * eps) / (m_c - m_k) / score - 1))
         assert min(errors) < 1e-4, (key, errors)
-        assert errors[0] < 1e-5 or errors[1] < errors[0], (key, errors)  # shrink the step, the ratio goes to 1
+        assert errors[0] < 1e-5 or errors[1] < errors[0], (
+            key,
+            errors,
+        )  # shrink the step, the ratio goes to 1
 
 
 @pytest.mark.parametrize("fam", ["llama", "gpt_neox"])
@@ -147,8 +175,16 @@ def test_eap_ig_steps_integrate_the_metric(lms, fam):
     s = Setup(lms, fam)
     sums, first = [], {}
     for k in (1, 4, 16):
-        out = edge_attribution(s.loaded, s.c, s.k, target=s.target, ig_steps=k, top_edges=s.g.n_edges,
-                               all_edges=True, curve_sizes=[1])
+        out = edge_attribution(
+            s.loaded,
+            s.c,
+            s.k,
+            target=s.target,
+            ig_steps=k,
+            top_edges=s.g.n_edges,
+            all_edges=True,
+            curve_sizes=[1],
+        )
         assert out["method"] == ("EAP" if k == 1 else "EAP-IG") and out["ig_steps"] == k
         sums.append(sum(e["score"] for e in out["edges"] if e["source"] == "input"))
         first[k] = {(e["source"], e["target"], e["input"]): e["score"] for e in out["edges"]}
@@ -171,7 +207,9 @@ def test_graph_layout():
     for parallel in (False, True):
         g = Graph(3, 2, parallel)
         src, tgt, inp = g.edges_of(np.arange(g.n_edges))
-        assert len(set(zip(src.tolist(), tgt.tolist(), inp.tolist(), strict=True))) == g.n_edges  # one index per edge
+        assert (
+            len(set(zip(src.tolist(), tgt.tolist(), inp.tolist(), strict=True))) == g.n_edges
+        )  # one index per edge
         assert (src < tgt).all()  # forward order
         for layer in range(3):
             into_ff = src[tgt == g.ff(layer)]
@@ -180,19 +218,29 @@ def test_graph_layout():
         assert set(src[tgt == g.n_writers].tolist()) == set(range(g.n_writers))
         assert sum(g.counts().values()) == g.n_edges
     smol = Graph(30, 9, False)  # SmolLM2-135M: ~10^5 edges with q/k/v apart
-    assert smol.n_edges == 3 * 9 * sum(1 + 10 * i for i in range(30)) + sum(10 + 10 * i for i in range(30)) + 301
+    assert (
+        smol.n_edges
+        == 3 * 9 * sum(1 + 10 * i for i in range(30)) + sum(10 + 10 * i for i in range(30)) + 301
+    )
     assert 1e5 < smol.n_edges < 1.5e5
-    assert default_sizes(smol.n_edges)[0] == round(0.001 * smol.n_edges) and len(default_sizes(smol.n_edges)) == 12
+    assert (
+        default_sizes(smol.n_edges)[0] == round(0.001 * smol.n_edges)
+        and len(default_sizes(smol.n_edges)) == 12
+    )
 
 
 def test_result_shape_and_refusals(lms):
     s = Setup(lms, "qwen2")
     flags = [p.requires_grad for p in s.loaded.model.parameters()]
-    out = edge_attribution(s.loaded, s.c, s.k, target=s.target, top_edges=30, curve_sizes=[5, 10, s.g.n_edges])
+    out = edge_attribution(
+        s.loaded, s.c, s.k, target=s.target, top_edges=30, curve_sizes=[5, 10, s.g.n_edges]
+    )
     json.dumps(out)
     params = list(s.loaded.model.parameters())  # weights as they were, and no gradient left on them
     assert [p.requires_grad for p in params] == flags and all(p.grad is None for p in params)
-    assert [n["id"] for n in out["nodes"]][:2] == ["input", "L0H0"] and out["nodes"][-1]["id"] == "logits"
+    assert [n["id"] for n in out["nodes"]][:2] == ["input", "L0H0"] and out["nodes"][-1][
+        "id"
+    ] == "logits"
     assert len(out["edges"]) == 30 and not out["all_edges"]
     mags = [abs(e["score"]) for e in out["edges"]]
     assert mags == sorted(mags, reverse=True)
@@ -211,5 +259,9 @@ def test_result_shape_and_refusals(lms):
         edge_attribution(s.loaded, s.c, s.k, target=s.target, top_edges=0)
     with pytest.raises(HeadscopeError, match="curve sizes"):
         edge_attribution(s.loaded, s.c, s.k, target=s.target, curve_sizes=[s.g.n_edges + 1])
-    cut = edge_attribution(s.loaded, s.c, s.k, target=s.target, top_edges=s.g.n_edges + 5, curve_sizes=[3])
-    assert cut["top_edges"] == s.g.n_edges == len(cut["edges"])  # N beyond the model's edges: all of them
+    cut = edge_attribution(
+        s.loaded, s.c, s.k, target=s.target, top_edges=s.g.n_edges + 5, curve_sizes=[3]
+    )
+    assert (
+        cut["top_edges"] == s.g.n_edges == len(cut["edges"])
+    )  # N beyond the model's edges: all of them

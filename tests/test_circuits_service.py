@@ -18,7 +18,10 @@ from workers.contracts import AnalysisRequest
 from workers.jobs import compute_analysis
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-app, run_jobs = test_corpus_service.app, test_corpus_service.run_jobs  # the in-process app and a burst worker
+app, run_jobs = (
+    test_corpus_service.app,
+    test_corpus_service.run_jobs,
+)  # the in-process app and a burst worker
 
 CLEAN = "The head of the model is in the text and the word is of the token"
 CORRUPTED = "The head of the model is in the text and a word is of the token"
@@ -38,7 +41,11 @@ BAD_PAIRS = [  # everything the causal page refuses, for both analyses of a pair
     for model, options, words in [
         ("minilm", {"corrupted": CORRUPTED}, ["minilm has no language-model head", "encoder"]),
         ("tiny-gpt2", {}, ["KIND needs a corrupted text"]),
-        ("tiny-gpt2", {"corrupted": CORRUPTED + " of the"}, ["the corrupted text has 33 tokens and the text 31"]),
+        (
+            "tiny-gpt2",
+            {"corrupted": CORRUPTED + " of the"},
+            ["the corrupted text has 33 tokens and the text 31"],
+        ),
     ]
 ]
 BAD_OPTIONS = [
@@ -57,7 +64,8 @@ BAD_OPTIONS = [
 
 @pytest.mark.parametrize(
     ("kind", "model", "options", "words"),
-    BAD_PAIRS + [(kind, "tiny-gpt2", {"corrupted": CORRUPTED, **o}, w) for kind, o, w in BAD_OPTIONS],
+    BAD_PAIRS
+    + [(kind, "tiny-gpt2", {"corrupted": CORRUPTED, **o}, w) for kind, o, w in BAD_OPTIONS],
 )
 def test_bad_circuits_requests_get_422_before_queueing(client, kind, model, options, words):
     resp = client.post("/api/analyses", json={"model": model, "text": CLEAN, "analyses": [kind],
@@ -74,11 +82,15 @@ def test_job_computes_attribution_patching_beside_real_patching(catalogue):
         "options": {"corrupted": CORRUPTED, "target": [5, 9], "real": True, "dtype": "float64"},
     })  # fmt: skip
     steps: list[float] = []
-    result = compute_analysis(req, progress=lambda f, m: steps.append(f), on_partial=lambda fields: None)
+    result = compute_analysis(
+        req, progress=lambda f, m: steps.append(f), on_partial=lambda fields: None
+    )
     json.dumps(result)
     n, L, H = result["n_tokens"], result["n_layers"], result["n_heads"]
     atp = result["attribution-patching"]
-    assert np.asarray(atp["heads"]).shape == (L, H) and np.asarray(atp["heads_by_position"]).shape == (L, H, n)
+    assert np.asarray(atp["heads"]).shape == (L, H) and np.asarray(
+        atp["heads_by_position"]
+    ).shape == (L, H, n)
     assert np.asarray(atp["residual"]).shape == (L + 1, n) and len(atp["feedforward"]) == L
     assert atp["a"] == 5 and atp["b"] == 9 and len(atp["corrupted_token_texts"]) == n
     # its real patching is the patching view's own
@@ -98,28 +110,49 @@ def test_cli_attribution_patching(tmp_path, catalogue):
             "--analysis", "attribution-patching"]  # fmt: skip
     assert main([*args, "--corrupted", CORRUPTED, "--target", "5", "9", "--real"]) == 0
     atp = json.loads(out.read_text())
-    assert len(atp["heads"]) == atp["n_layers"] and "pearson" in atp and atp["corrupted_text"] == CORRUPTED
+    assert (
+        len(atp["heads"]) == atp["n_layers"]
+        and "pearson" in atp
+        and atp["corrupted_text"] == CORRUPTED
+    )
     assert main(args) == 2  # no --corrupted
 
 
 def test_memory_estimate_counts_the_gradient_run():
     from workers.analysis.memory import ModelFacts, estimate_text_request
 
-    facts = ModelFacts(n_layers=30, n_heads=9, hidden=576, intermediate=1536, n_params=135_000_000, head_dim=64,
-                       vocab=49152)  # SmolLM2-135M's shapes
+    facts = ModelFacts(
+        n_layers=30,
+        n_heads=9,
+        hidden=576,
+        intermediate=1536,
+        n_params=135_000_000,
+        head_dim=64,
+        vocab=49152,
+    )  # SmolLM2-135M's shapes
     plain = estimate_text_request(facts, 512, ["patching"], {})
     atp = estimate_text_request(facts, 512, ["attribution-patching"], {})
     real = estimate_text_request(facts, 512, ["attribution-patching"], {"real": True})
     stage = atp.parts.get("attribution-patching")
-    assert stage is not None and stage > 30 * atp.parts["forward"]  # every layer's activations are kept
+    assert (
+        stage is not None and stage > 30 * atp.parts["forward"]
+    )  # every layer's activations are kept
     assert real.parts["attribution-patching"] >= max(stage, plain.parts["patching"])
 
 
 # ----------------------------------------------------------------------------- edge-attribution (issue 30)
 def test_qk_fix_is_an_option_of_attribution_patching(catalogue):
-    req = AnalysisRequest.model_validate({"model": "tiny-gpt2", "text": CLEAN, "analyses": ["attribution-patching"],
-                                          "options": {"corrupted": CORRUPTED, "target": [5, 9], "qk_fix": True}})
-    atp = compute_analysis(req, progress=lambda f, m: None, on_partial=lambda fields: None)["attribution-patching"]
+    req = AnalysisRequest.model_validate(
+        {
+            "model": "tiny-gpt2",
+            "text": CLEAN,
+            "analyses": ["attribution-patching"],
+            "options": {"corrupted": CORRUPTED, "target": [5, 9], "qk_fix": True},
+        }
+    )
+    atp = compute_analysis(req, progress=lambda f, m: None, on_partial=lambda fields: None)[
+        "attribution-patching"
+    ]
     assert atp["qk_fix"] is True and np.asarray(atp["keys"]).shape == np.asarray(atp["heads"]).shape
     assert len(atp["qk_top"]) == 20 and "keys_rank_spearman" in atp
 
@@ -133,7 +166,9 @@ def test_job_computes_edge_attribution(catalogue):
                     "curve_sizes": [30, 5, TINY_GPT2_EDGES]},
     })  # fmt: skip
     steps: list[tuple[float, str]] = []
-    result = compute_analysis(req, progress=lambda f, m: steps.append((f, m)), on_partial=lambda fields: None)
+    result = compute_analysis(
+        req, progress=lambda f, m: steps.append((f, m)), on_partial=lambda fields: None
+    )
     json.dumps(result)
     eap = result["edge-attribution"]
     assert eap["n_edges"] == TINY_GPT2_EDGES == edge_count(2, 4, False)
@@ -145,20 +180,49 @@ def test_job_computes_edge_attribution(catalogue):
     fractions = [f for f, _ in steps]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
     messages = " | ".join(m for _, m in steps)
-    assert "EAP-IG: steps 1-3 of 3: backward at layer 1" in messages and "faithfulness: 4/4 circuits" in messages
+    assert (
+        "EAP-IG: steps 1-3 of 3: backward at layer 1" in messages
+        and "faithfulness: 4/4 circuits" in messages
+    )
     # a request without the new options keeps its id; the defaults are left out of it
-    plain = AnalysisRequest.model_validate({"model": "tiny-gpt2", "text": CLEAN, "analyses": ["patching"],
-                                            "options": {"corrupted": CORRUPTED, "top_edges": 200, "ig_steps": 5}})
-    assert not {"top_edges", "ig_steps", "curve_sizes", "all_edges", "qk_fix"} & set(plain.normalised()["options"])
+    plain = AnalysisRequest.model_validate(
+        {
+            "model": "tiny-gpt2",
+            "text": CLEAN,
+            "analyses": ["patching"],
+            "options": {"corrupted": CORRUPTED, "top_edges": 200, "ig_steps": 5},
+        }
+    )
+    assert not {"top_edges", "ig_steps", "curve_sizes", "all_edges", "qk_fix"} & set(
+        plain.normalised()["options"]
+    )
 
 
 def test_cli_edge_attribution(tmp_path, catalogue):
     out = tmp_path / "e.json"
     args = ["analyze", "--model", "tiny-gpt2", "--text", CLEAN, "-q", "--out", str(out), "--analysis",
             "edge-attribution", "--target", "5", "9"]  # fmt: skip
-    assert main([*args, "--corrupted", CORRUPTED, "--top-edges", "7", "--ig-steps", "2", "--curve-sizes", "3", "9"]) == 0
+    assert (
+        main(
+            [
+                *args,
+                "--corrupted",
+                CORRUPTED,
+                "--top-edges",
+                "7",
+                "--ig-steps",
+                "2",
+                "--curve-sizes",
+                "3",
+                "9",
+            ]
+        )
+        == 0
+    )
     eap = json.loads(out.read_text())
-    assert len(eap["edges"]) == 7 and eap["ig_steps"] == 2 and [n for n, _ in eap["curve"]] == [3, 9]
+    assert (
+        len(eap["edges"]) == 7 and eap["ig_steps"] == 2 and [n for n, _ in eap["curve"]] == [3, 9]
+    )
     assert eap["corrupted_text"] == CORRUPTED and "faithfulness" in eap
     assert main(args) == 2  # no --corrupted
     assert main([*args, "--corrupted", CORRUPTED, "--ig-steps", "99"]) == 2
@@ -171,8 +235,12 @@ def test_edge_attribution_job_can_be_cancelled_while_running(app, monkeypatch):
     from workers import protocol
 
     client, store, conn = app
-    req = {"model": "tiny-gpt2", "text": CLEAN, "analyses": ["edge-attribution"],
-           "options": {"corrupted": CORRUPTED, "target": [5, 9], "ig_steps": 4}}
+    req = {
+        "model": "tiny-gpt2",
+        "text": CLEAN,
+        "analyses": ["edge-attribution"],
+        "options": {"corrupted": CORRUPTED, "target": [5, 9], "ig_steps": 4},
+    }
     job_id = client.post("/api/analyses", json=req).json()["id"]
     seen: list[str] = []
     real = workers.jobs.Reporter.progress
@@ -190,7 +258,9 @@ def test_edge_attribution_job_can_be_cancelled_while_running(app, monkeypatch):
     assert any(m.startswith("EAP-IG") for m in seen) and not any("faithfulness" in m for m in seen)
     assert not conn.exists(protocol.partial_key(job_id)) and not store.has_result(job_id)
     monkeypatch.setattr(workers.jobs.Reporter, "progress", real)
-    assert client.post("/api/analyses", json=req).json()["status"] == "queued"  # submitted again, it runs
+    assert (
+        client.post("/api/analyses", json=req).json()["status"] == "queued"
+    )  # submitted again, it runs
     run_jobs(conn)
     done = client.get(f"/api/analyses/{job_id}").json()
     assert done["status"] == "finished" and done["result"]["edge-attribution"]["curve"]
@@ -200,14 +270,27 @@ def test_edge_attribution_job_can_be_cancelled_while_running(app, monkeypatch):
 def test_memory_estimate_of_edge_attribution():
     from workers.analysis.memory import ModelFacts, edge_rows, estimate_text_request
 
-    facts = ModelFacts(n_layers=30, n_heads=9, hidden=576, intermediate=1536, n_params=135_000_000, head_dim=64,
-                       vocab=49152)  # SmolLM2-135M's shapes
+    facts = ModelFacts(
+        n_layers=30,
+        n_heads=9,
+        hidden=576,
+        intermediate=1536,
+        n_params=135_000_000,
+        head_dim=64,
+        vocab=49152,
+    )  # SmolLM2-135M's shapes
     ig_rows, ig_row, patched_rows, patched_row = edge_rows(facts, 16)
-    assert ig_rows >= 5 and patched_rows >= 13  # n = 16: EAP-IG's 5 steps and 13 circuits each in one batch
+    assert (
+        ig_rows >= 5 and patched_rows >= 13
+    )  # n = 16: EAP-IG's 5 steps and 13 circuits each in one batch
     short = estimate_text_request(facts, 16, ["edge-attribution"], {})
     long = estimate_text_request(facts, 512, ["edge-attribution"], {})
-    one = estimate_text_request(facts, 512, ["edge-attribution"], {"ig_steps": 1, "curve_sizes": [10]})
+    one = estimate_text_request(
+        facts, 512, ["edge-attribution"], {"ig_steps": 1, "curve_sizes": [10]}
+    )
     stage = long.parts["edge-attribution"]
     assert stage > 2 * 301 * 512 * 576 * 4  # at least the clean and corrupted runs' writers
     assert short.parts["edge-attribution"] < stage and one.parts["edge-attribution"] <= stage
-    assert edge_rows(facts, 512)[0] == 1 and edge_rows(facts, 512)[1] > ig_row  # long texts: one row at a time
+    assert (
+        edge_rows(facts, 512)[0] == 1 and edge_rows(facts, 512)[1] > ig_row
+    )  # long texts: one row at a time

@@ -31,7 +31,9 @@ def _run(tmp_path, *args) -> dict:
 
 
 def test_max_attention_json(tmp_path, text_file, minilm):
-    r = _run(tmp_path, "--model", "minilm", "--text-file", str(text_file), "--analysis", "max-attention")
+    r = _run(
+        tmp_path, "--model", "minilm", "--text-file", str(text_file), "--analysis", "max-attention"
+    )
     n = len(r["tokens"])
     ma = np.asarray(r["max_attention"])
     assert ma.shape == (6, 12, n) and np.all((ma > 0) & (ma <= 1))
@@ -39,26 +41,63 @@ def test_max_attention_json(tmp_path, text_file, minilm):
 
 
 def test_head_tsne_one_head_and_all_heads(tmp_path, text_file, minilm):
-    one = _run(tmp_path, "--text-file", str(text_file), "--analysis", "head-tsne",
-               "--layer", "2", "--head", "5", "--seed", "1", *FAST)
+    one = _run(
+        tmp_path,
+        "--text-file",
+        str(text_file),
+        "--analysis",
+        "head-tsne",
+        "--layer",
+        "2",
+        "--head",
+        "5",
+        "--seed",
+        "1",
+        *FAST,
+    )
     n = len(one["tokens"])
     assert np.asarray(one["embedding"]).shape == (n, 2)
     assert len(one["kl"]) == 1 and one["timings"]["tsne_s"] > 0
-    grid = _run(tmp_path, "--text-file", str(text_file), "--analysis", "head-tsne",
-                "--layer", "all", "--head", "all", "--drop-special", *FAST)
+    grid = _run(
+        tmp_path,
+        "--text-file",
+        str(text_file),
+        "--analysis",
+        "head-tsne",
+        "--layer",
+        "all",
+        "--head",
+        "all",
+        "--drop-special",
+        *FAST,
+    )
     assert np.asarray(grid["embedding"]).shape == (6, 12, n - 2, 2)
     assert np.asarray(grid["kl"]).shape == (6, 12)
 
 
 def test_hidden_word_robustness_decomposition(tmp_path, text_file, minilm):
-    hid = _run(tmp_path, "--text-file", str(text_file), "--analysis", "hidden-tsne", "--layer", "3", *FAST)
+    hid = _run(
+        tmp_path, "--text-file", str(text_file), "--analysis", "hidden-tsne", "--layer", "3", *FAST
+    )
     assert np.asarray(hid["embedding"]).shape == (len(hid["tokens"]), 2) and len(hid["kl"]) == 1
     words = tmp_path / "words.txt"
     words.write_text("apple\npear\nplum\ncar\nbus\ntrain\n")
     w = _run(tmp_path, "--text-file", str(words), "--analysis", "word-tsne", "--layer", "6", *FAST)
     assert w["words"] == ["apple", "pear", "plum", "car", "bus", "train"]
-    rob = _run(tmp_path, "--text-file", str(text_file), "--analysis", "robustness",
-               "--layer", "3", "--head", "10", "--repeats", "2", *FAST)
+    rob = _run(
+        tmp_path,
+        "--text-file",
+        str(text_file),
+        "--analysis",
+        "robustness",
+        "--layer",
+        "3",
+        "--head",
+        "10",
+        "--repeats",
+        "2",
+        *FAST,
+    )
     assert set(rob["head_tsne"]) == {"undisturbed", "disturbed"}
     dec = _run(tmp_path, "--text-file", str(text_file), "--analysis", "decomposition")
     per_token = np.asarray(dec["per_token"])
@@ -68,14 +107,24 @@ def test_hidden_word_robustness_decomposition(tmp_path, text_file, minilm):
 
 def _cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "backend.cli", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, input=stdin, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "backend.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        input=stdin,
+        timeout=300,
+    )
 
 
 @pytest.mark.parametrize(
     ("args", "reason"),
     [
-        (["--model", "gpt-17", "--text", "hi"], "unknown model 'gpt-17'; available models: gemma3-270m, minilm, smollm2"),
+        (
+            ["--model", "gpt-17", "--text", "hi"],
+            "unknown model 'gpt-17'; available models: gemma3-270m, minilm, smollm2",
+        ),
         (["--text", "   "], "the text is empty"),
         (["--text-file", "/nonexistent/t.txt"], "text file not found: /nonexistent/t.txt"),
         (["--text", "hello there", "--layer", "7", "--head", "0"], "layer 7 is out of range"),
@@ -86,7 +135,9 @@ def test_errors_exit_nonzero_with_one_line(args, reason):
     proc = _cli("analyze", "--analysis", "head-tsne", "-q", *args)
     assert proc.returncode == 2
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("headscope: error: ") and reason in lines[0], proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("headscope: error: ") and reason in lines[0], (
+        proc.stderr
+    )
     assert proc.stdout == ""
 
 
@@ -104,8 +155,22 @@ def test_truncate_opts_in(tmp_path, minilm):
 
 def test_progress_in_a_log_file_is_one_line_per_step(tmp_path, text_file):
     """stderr that is not a terminal (a file, a pipe) gets lines, not carriage-return redraws."""
-    out = _cli("analyze", "--text-file", str(text_file), "--analysis", "robustness", "--layer", "1",
-               "--head", "0", "--repeats", "12", *FAST, "--out", str(tmp_path / "r.json"))
+    out = _cli(
+        "analyze",
+        "--text-file",
+        str(text_file),
+        "--analysis",
+        "robustness",
+        "--layer",
+        "1",
+        "--head",
+        "0",
+        "--repeats",
+        "12",
+        *FAST,
+        "--out",
+        str(tmp_path / "r.json"),
+    )
     assert out.returncode == 0, out.stderr
     assert "\r" not in out.stderr
     lines = [ln for ln in out.stderr.splitlines() if ln.startswith("robustness ")]

@@ -8,30 +8,57 @@ import pytest
 from backend.cli import main
 
 
-@pytest.mark.parametrize(("argv", "expected"), [
-    (["corpus", "--corpus", "builtin-english", "--max-tokens", "100000"], "max_tokens: must be at most"),
-    (["corpus", "--corpus", "builtin-english", "--max-tokens", "1"], "max_tokens: must be at least 2"),
-    (["corpus", "--corpus", "builtin-english", "--statistics", "entropy,nope"], "'previous'"),
-    (["corpus", "--corpus", "builtin-english", "--joint", "x,1"], "--joint: expected LAYER,HEAD"),
-    (["corpus", "--corpus", "builtin-english", "--joint", "1,-1"], "head: must be at least 0"),
-    (["compare", "--corpus", "builtin-english", "--max-tokens", "0"], "max_tokens: must be at least"),
-    (["analyze", "--analysis", "predictions", "--text", "a b", "--k", "0"], "bad option: k: must be at least 1"),
-])
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["corpus", "--corpus", "builtin-english", "--max-tokens", "100000"],
+            "max_tokens: must be at most",
+        ),
+        (
+            ["corpus", "--corpus", "builtin-english", "--max-tokens", "1"],
+            "max_tokens: must be at least 2",
+        ),
+        (["corpus", "--corpus", "builtin-english", "--statistics", "entropy,nope"], "'previous'"),
+        (
+            ["corpus", "--corpus", "builtin-english", "--joint", "x,1"],
+            "--joint: expected LAYER,HEAD",
+        ),
+        (["corpus", "--corpus", "builtin-english", "--joint", "1,-1"], "head: must be at least 0"),
+        (
+            ["compare", "--corpus", "builtin-english", "--max-tokens", "0"],
+            "max_tokens: must be at least",
+        ),
+        (
+            ["analyze", "--analysis", "predictions", "--text", "a b", "--k", "0"],
+            "bad option: k: must be at least 1",
+        ),
+    ],
+)
 def test_bad_options_get_one_clean_line(tmp_path, capsys, argv, expected):
     out = tmp_path / "out.json"
     assert main([*argv, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("headscope: error: ") and expected in err, err
-    assert "\n" not in err and "pydantic" not in err and "http" not in err and "validation error" not in err, err
+    assert (
+        "\n" not in err
+        and "pydantic" not in err
+        and "http" not in err
+        and "validation error" not in err
+    ), err
     assert not out.exists()
 
 
-@pytest.mark.parametrize(("joint", "expected"), [
-    ("99,0", "--joint: layer 99 is out of range: minilm has layers 0-5"),
-    ("0,99", "--joint: head 99 is out of range: minilm has heads 0-11"),
-])
-def test_joint_head_outside_the_model_is_refused_before_the_corpus_runs(tmp_path, capsys, monkeypatch, joint,
-                                                                        expected):
+@pytest.mark.parametrize(
+    ("joint", "expected"),
+    [
+        ("99,0", "--joint: layer 99 is out of range: minilm has layers 0-5"),
+        ("0,99", "--joint: head 99 is out of range: minilm has heads 0-11"),
+    ],
+)
+def test_joint_head_outside_the_model_is_refused_before_the_corpus_runs(
+    tmp_path, capsys, monkeypatch, joint, expected
+):
     """``--joint`` names a head the model lacks: refused from the model's shape (MiniLM: 6 x 12) before
     a single text is run (the corpus run would fail this test), one clean line, exit 2, no output."""
     import workers.jobs_corpus

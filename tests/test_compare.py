@@ -23,7 +23,9 @@ def test_word_spans_and_membership():
     spans = word_spans(text)
     assert [text[a:b] for a, b in spans] == ["Hello,", "wor-ld", "x"]
     # a token across two words belongs to both; a special token and an empty span to none
-    m = token_words([(0, 0), (2, 8), (7, 12), (12, 16), (19, 20)], [True, False, False, False, False], spans)
+    m = token_words(
+        [(0, 0), (2, 8), (7, 12), (12, 16), (19, 20)], [True, False, False, False, False], spans
+    )
     assert m.tolist() == [[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 0, 1]]
 
 
@@ -61,8 +63,11 @@ def test_text_with_no_word_is_an_error(catalogue):
 
 
 def test_model_against_itself_has_unit_diagonal_and_identity_matching(catalogue):
-    res = compare_models(lambda: load_model("tiny-gpt2", device="cpu"),
-                         lambda: load_model("tiny-gpt2", device="cpu"), TEXTS)
+    res = compare_models(
+        lambda: load_model("tiny-gpt2", device="cpu"),
+        lambda: load_model("tiny-gpt2", device="cpu"),
+        TEXTS,
+    )
     sim = np.array(res["similarity"])
     n = sim.shape[0]
     assert sim.shape == (n, n) and n == res["model_a"]["n_layers"] * res["model_a"]["n_heads"]
@@ -73,7 +78,9 @@ def test_model_against_itself_has_unit_diagonal_and_identity_matching(catalogue)
     assert [b["b"] for b in res["matching"]["best_of_a"]] == list(range(n))
     prof = res["profiles"]
     assert len(prof["xy_a"]) == len(prof["xy_b"]) == n
-    np.testing.assert_allclose(prof["xy_a"], prof["xy_b"], atol=1e-9)  # the same statistics, one map
+    np.testing.assert_allclose(
+        prof["xy_a"], prof["xy_b"], atol=1e-9
+    )  # the same statistics, one map
     w = res["words"][0]  # a decoder with a head: surprisal per word, the first word has none
     assert w["words"] == TEXTS[0].split() and w["a"]["surprisal"] == w["b"]["surprisal"]
     assert all(s is None or s >= 0 for s in w["a"]["surprisal"][1:])
@@ -108,12 +115,20 @@ def test_matching_rectangular_gives_every_smaller_side_head_one_partner():
     sim = np.array([[0.9, 0.1, 0.3], [0.8, 0.2, 0.7]])
     m = matching(sim)
     assert {(p["a"], p["b"]) for p in m["pairs"]} == {(0, 0), (1, 2)}
-    assert [b["b"] for b in m["best_of_a"]] == [0, 0] and [a["a"] for a in m["best_of_b"]] == [0, 1, 1]
+    assert [b["b"] for b in m["best_of_a"]] == [0, 0] and [a["a"] for a in m["best_of_b"]] == [
+        0,
+        1,
+        1,
+    ]
 
 
 def test_encoder_against_decoder_different_tokenizers(catalogue):
-    res = compare_models(lambda: load_model("tiny-bert", device="cpu"),
-                         lambda: load_model("tiny-gpt2", device="cpu"), TEXTS, max_tokens=16)
+    res = compare_models(
+        lambda: load_model("tiny-bert", device="cpu"),
+        lambda: load_model("tiny-gpt2", device="cpu"),
+        TEXTS,
+        max_tokens=16,
+    )
     sim = np.array(res["similarity"])
     assert sim.shape == (8, 8) and res["causal"] and np.all((sim >= 0) & (sim <= 1))
     assert len(res["matching"]["pairs"]) == 8
@@ -138,8 +153,13 @@ def test_word_maps_of_padded_batches_equal_one_text_at_a_time(catalogue, name):
 
     loaded = load_model(name, device="cpu")
     got: dict[int, np.ndarray] = {}
-    tap = WordMapTap(loaded, TEXTS, max_tokens=64, surprisal=False,
-                     per_text=lambda i, part: got.__setitem__(i, part["maps"]))
+    tap = WordMapTap(
+        loaded,
+        TEXTS,
+        max_tokens=64,
+        surprisal=False,
+        per_text=lambda i, part: got.__setitem__(i, part["maps"]),
+    )
     corpus_statistics(loaded, TEXTS, options=CorpusOptions(max_tokens=64, max_batch=3), tap=tap)
     assert sorted(got) == [0, 1, 2]
     for i, text in enumerate(TEXTS):
@@ -150,14 +170,20 @@ def test_word_maps_of_padded_batches_equal_one_text_at_a_time(catalogue, name):
 def test_similarity_figure_marks_layer_boundaries_and_a_click_selects_a_pair(catalogue):
     from frontend import figures_compare as F
 
-    res = compare_models(lambda: load_model("tiny-bert", device="cpu"),
-                         lambda: load_model("tiny-gpt2", device="cpu"), TEXTS[:1], max_tokens=32)
+    res = compare_models(
+        lambda: load_model("tiny-bert", device="cpu"),
+        lambda: load_model("tiny-gpt2", device="cpu"),
+        TEXTS[:1],
+        max_tokens=32,
+    )
     fig = F.similarity_figure(res, selected=(1, 6))
     lines = [s for s in fig.layout.shapes if s.type == "line"]
     assert len(lines) == (2 - 1) + (2 - 1)  # one boundary between the two layers of each model
     assert F.clicked_cell({"x": 6, "y": 1}) == (1, 6) and F.clicked_cell({"x": None}) is None
     rows = F.pair_rows(res)
-    assert len(rows) == 8 and [r["similarity"] for r in rows] == sorted((r["similarity"] for r in rows), reverse=True)
+    assert len(rows) == 8 and [r["similarity"] for r in rows] == sorted(
+        (r["similarity"] for r in rows), reverse=True
+    )
 
 
 def test_surprisal_of_padded_batches_equals_each_text_alone(catalogue):
@@ -170,8 +196,13 @@ def test_surprisal_of_padded_batches_equals_each_text_alone(catalogue):
 
     loaded = load_model("tiny-gpt2", device="cpu")  # a decoder with a head
     got: dict[int, dict] = {}
-    tap = C.WordMapTap(loaded, TEXTS, max_tokens=64, surprisal=True,
-                       per_text=lambda i, part: got.__setitem__(i, part))
+    tap = C.WordMapTap(
+        loaded,
+        TEXTS,
+        max_tokens=64,
+        surprisal=True,
+        per_text=lambda i, part: got.__setitem__(i, part),
+    )
     old = C.LOGIT_ELEMENTS
     C.LOGIT_ELEMENTS = 7 * loaded.unembed.vocab_size  # blocks of 7 rows: blocks cross texts
     try:
@@ -183,7 +214,9 @@ def test_surprisal_of_padded_batches_equals_each_text_alone(catalogue):
         with torch.inference_mode():
             hidden = loaded.model(input_ids=torch.tensor([ids])).last_hidden_state[0]
             logp = torch.log_softmax(loaded.unembed.logits(hidden).double(), dim=-1)
-        bits = [float("nan")] + [-logp[t - 1, ids[t]].item() / np.log(2) for t in range(1, len(ids))]
+        bits = [float("nan")] + [
+            -logp[t - 1, ids[t]].item() / np.log(2) for t in range(1, len(ids))
+        ]
         member = got[i]["member"]
         assert len(got[i]["surprisal"]) == len(text.split())
         for w, s in enumerate(got[i]["surprisal"]):
@@ -192,7 +225,9 @@ def test_surprisal_of_padded_batches_equals_each_text_alone(catalogue):
                 assert s is None
                 continue
             assert s == pytest.approx(sum(bits[t] for t in toks), abs=2e-3), (i, w)
-            assert got[i]["predicted"][w] == loaded.tokenizer.decode([int(logp[toks[0] - 1].argmax())])
+            assert got[i]["predicted"][w] == loaded.tokenizer.decode(
+                [int(logp[toks[0] - 1].argmax())]
+            )
 
 
 def test_similarity_does_not_depend_on_threads_or_inference_mode():
@@ -212,7 +247,10 @@ def test_similarity_does_not_depend_on_threads_or_inference_mode():
     for threads, inference in ((1, False), (2, True), (3, False)):
         acc = S.SimilarityAccumulator(9, 13, threads=threads)
         old = S.BLOCK_ELEMENTS, S.FLUSH_ENTRIES
-        S.BLOCK_ELEMENTS, S.FLUSH_ENTRIES = 2 * 13 * S.ENTRY_BLOCK, 40  # blocks of 2 heads; flush across texts
+        S.BLOCK_ELEMENTS, S.FLUSH_ENTRIES = (
+            2 * 13 * S.ENTRY_BLOCK,
+            40,
+        )  # blocks of 2 heads; flush across texts
         try:
             with torch.inference_mode(inference):
                 for wa, wb in texts:
@@ -222,5 +260,10 @@ def test_similarity_does_not_depend_on_threads_or_inference_mode():
             S.BLOCK_ELEMENTS, S.FLUSH_ENTRIES = old
     np.testing.assert_array_equal(got[0], got[1])
     np.testing.assert_array_equal(got[0], got[2])
-    ref = sum(S.similarity_sums(wa, wb, valid=np.ones(wa.shape[-1], dtype=bool), causal=True)[0] for wa, wb in texts)
-    np.testing.assert_allclose(got[0], ref / acc.rows, atol=1e-6)  # one text at a time: the same means
+    ref = sum(
+        S.similarity_sums(wa, wb, valid=np.ones(wa.shape[-1], dtype=bool), causal=True)[0]
+        for wa, wb in texts
+    )
+    np.testing.assert_allclose(
+        got[0], ref / acc.rows, atol=1e-6
+    )  # one text at a time: the same means

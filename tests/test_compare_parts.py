@@ -32,7 +32,10 @@ from workers import parts, protocol
 from workers.contracts import CompareRequest
 
 N_TEXTS, PART = 30, 10
-SPLIT_ENV = {"HEADSCOPE_SPLIT_COMPARE_MIN_TEXTS": "20", "HEADSCOPE_SPLIT_COMPARE_PART_TEXTS": str(PART)}
+SPLIT_ENV = {
+    "HEADSCOPE_SPLIT_COMPARE_MIN_TEXTS": "20",
+    "HEADSCOPE_SPLIT_COMPARE_PART_TEXTS": str(PART),
+}
 TIMING = ("seconds",)
 
 
@@ -53,8 +56,11 @@ def comparable(result: dict) -> dict:
 
 
 def worker(conn: Redis) -> SimpleWorker:
-    return SimpleWorker([protocol.queue(conn, q) for q in protocol.QUEUES], connection=conn,
-                        serializer=protocol.SERIALIZER)
+    return SimpleWorker(
+        [protocol.queue(conn, q) for q in protocol.QUEUES],
+        connection=conn,
+        serializer=protocol.SERIALIZER,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -82,11 +88,26 @@ def service(redis_server, tmp_path_factory, catalogue):
         for name, value in SPLIT_ENV.items():
             mp.setenv(name, value)
         get_settings.cache_clear()
-        req = CompareRequest(model_a="tiny-bert", model_b="tiny-gpt2", corpus=put_corpus(store), max_tokens=32)
-        single = json.loads(protocol.dumps(compute_compare(req, texts=request_texts(req, store=store),
-                                                           progress=lambda f, m: None)))
-        yield SimpleNamespace(conn=conn, store=store, queue=JobQueue(conn, store, settings), req=req, single=single,
-                              base=base, url=url, mp=mp)
+        req = CompareRequest(
+            model_a="tiny-bert", model_b="tiny-gpt2", corpus=put_corpus(store), max_tokens=32
+        )
+        single = json.loads(
+            protocol.dumps(
+                compute_compare(
+                    req, texts=request_texts(req, store=store), progress=lambda f, m: None
+                )
+            )
+        )
+        yield SimpleNamespace(
+            conn=conn,
+            store=store,
+            queue=JobQueue(conn, store, settings),
+            req=req,
+            single=single,
+            base=base,
+            url=url,
+            mp=mp,
+        )
         get_settings.cache_clear()
     torch.set_num_threads(threads)
     conn.flushdb()
@@ -108,10 +129,14 @@ def run_split_here(s) -> dict:
     plan = parts.plan(s.conn, job_id)
     assert plan is not None and plan["n_parts"] == N_TEXTS // PART and plan["unit"] == "texts"
     state = s.queue.lookup(job_id, with_partial=False)
-    assert state.status == "queued" and state.message.startswith(f"queued: 3 parts of {N_TEXTS} texts"), state.message
+    assert state.status == "queued" and state.message.startswith(
+        f"queued: 3 parts of {N_TEXTS} texts"
+    ), state.message
     w.work(burst=True, max_jobs=1)  # one part
     state = s.queue.lookup(job_id, with_partial=False)
-    assert state.message.startswith(f"parts 1/3 done, 0 running; {PART}/{N_TEXTS} texts, "), state.message
+    assert state.message.startswith(f"parts 1/3 done, 0 running; {PART}/{N_TEXTS} texts, "), (
+        state.message
+    )
     assert " texts/s" in state.message and abs(state.progress - 0.33) < 0.01
     w.work(burst=True)
     state = s.queue.lookup(job_id)
@@ -127,14 +152,32 @@ def split(service):
 
 def test_split_comparison_equals_the_one_job_comparison(service, split):
     one = service.single
-    assert "split" not in one and split["split"] == {"parts": 3, "part_texts": PART,
-                                                     "part_seconds": split["split"]["part_seconds"]}
-    for key in ("model_a", "model_b", "n_texts", "n_query_words", "causal", "max_tokens", "text", "corpus", "texts",
-                "words", "one_at_a_time"):
+    assert "split" not in one and split["split"] == {
+        "parts": 3,
+        "part_texts": PART,
+        "part_seconds": split["split"]["part_seconds"],
+    }
+    for key in (
+        "model_a",
+        "model_b",
+        "n_texts",
+        "n_query_words",
+        "causal",
+        "max_tokens",
+        "text",
+        "corpus",
+        "texts",
+        "words",
+        "one_at_a_time",
+    ):
         assert split[key] == one[key], key
     assert split["n_texts"] == N_TEXTS and split["words"][5]["words"] == corpus_texts()[5].split()
-    assert any(x is not None for x in split["words"][5]["b"]["surprisal"])  # model B's, from its part
-    assert [(p["a"], p["b"]) for p in split["matching"]["pairs"]] == [(p["a"], p["b"]) for p in one["matching"]["pairs"]]
+    assert any(
+        x is not None for x in split["words"][5]["b"]["surprisal"]
+    )  # model B's, from its part
+    assert [(p["a"], p["b"]) for p in split["matching"]["pairs"]] == [
+        (p["a"], p["b"]) for p in one["matching"]["pairs"]
+    ]
     got = np.array([p["similarity"] for p in split["matching"]["pairs"]])
     want = np.array([p["similarity"] for p in one["matching"]["pairs"]])
     assert np.max(np.abs(got - want)) <= 1e-12 and 0 < want.min() and want.max() <= 1
@@ -158,7 +201,9 @@ def test_a_small_comparison_stays_one_job(service, setting):
     worker(service.conn).work(burst=True)
     state = service.queue.lookup(job_id)
     assert state.status == "finished", state.error
-    assert parts.plan(service.conn, job_id) is None and not service.conn.keys(f"rq:job:{job_id}-part-*")
+    assert parts.plan(service.conn, job_id) is None and not service.conn.keys(
+        f"rq:job:{job_id}-part-*"
+    )
     result = json.loads(state.result_raw)
     assert "split" not in result and comparable(result) == comparable(service.single)
 
@@ -175,13 +220,17 @@ def test_a_comparison_cancelled_in_the_middle_of_a_part_keeps_nothing(service, m
     try:
         wait_for(lambda: s.conn.exists(held_part_key(job_id)), "part 1 held mid-part")
         assert s.queue.cancel(job_id).status == "running"
-        s.conn.set(release_key(job_id), 1)  # part 1 goes on: it sees the cancel before its next batch
+        s.conn.set(
+            release_key(job_id), 1
+        )  # part 1 goes on: it sees the cancel before its next batch
         reap([pid])
     finally:
         stop([pid])
     assert_cancelled_and_gone(s.conn, s.queue, s.store, job_id)
     assert protocol.fetch_job(s.conn, parts.part_id(job_id, 1)).return_value() == {"skipped": True}
-    assert protocol.fetch_job(s.conn, parts.part_id(job_id, 2)).get_status(refresh=True) == "canceled"
+    assert (
+        protocol.fetch_job(s.conn, parts.part_id(job_id, 2)).get_status(refresh=True) == "canceled"
+    )
     assert protocol.fetch_job(s.conn, parts.merge_id(job_id)).get_status(refresh=True) == "canceled"
 
 
@@ -258,7 +307,9 @@ def test_two_workers_give_the_one_worker_bits(service, split, monkeypatch):
     s = service
     monkeypatch.setitem(queue_module.FUNCS, "compare", "held_jobs.held_compare")
     job_id = submit(s)
-    s.conn.set(parts_config_key(job_id), json.dumps({"barrier": 2}))  # the first two parts wait for both
+    s.conn.set(
+        parts_config_key(job_id), json.dumps({"barrier": 2})
+    )  # the first two parts wait for both
     worker(s.conn).work(burst=True, max_jobs=1)  # the coordinator
     pids = [fork_worker(s) for _ in range(2)]
     try:

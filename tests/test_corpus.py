@@ -73,22 +73,35 @@ def reference(loaded, texts: list[str], *, keep_special: bool) -> tuple[dict, di
 @pytest.mark.parametrize("keep_special", [False, True])
 def test_every_statistic_equals_the_direct_computation(catalogue, name, keep_special):
     loaded = load_model(name, device="cpu")
-    res = corpus_statistics(loaded, TEXTS, options=CorpusOptions(keep_special=keep_special, max_batch=3))
+    res = corpus_statistics(
+        loaded, TEXTS, options=CorpusOptions(keep_special=keep_special, max_batch=3)
+    )
     sums, counts, pairs = reference(loaded, TEXTS, keep_special=keep_special)
     assert counts["induction"] > 0 and counts["duplicate"] == counts["induction"]
     for stat in STATISTICS:
         got = np.array(res["statistics"][stat], dtype=float)
-        np.testing.assert_allclose(got, sums[stat] / counts[stat], rtol=1e-5, atol=1e-6, err_msg=stat)
+        np.testing.assert_allclose(
+            got, sums[stat] / counts[stat], rtol=1e-5, atol=1e-6, err_msg=stat
+        )
         assert np.all(np.array(res["counts"][stat]) == counts[stat]), stat
     # top pairs: the largest weights among every (query, key) but sink and self, with their places
     for layer in range(loaded.n_layers):
         for head in range(loaded.n_heads):
-            best = sorted(((w[layer, head], t, q, k) for w, t, q, k in pairs), key=lambda x: -x[0])[:20]
+            best = sorted(((w[layer, head], t, q, k) for w, t, q, k in pairs), key=lambda x: -x[0])[
+                :20
+            ]
             got = res["top_pairs"][layer][head]
-            np.testing.assert_allclose([p["weight"] for p in got], [b[0] for b in best], rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(
+                [p["weight"] for p in got], [b[0] for b in best], rtol=1e-5, atol=1e-7
+            )
             top = got[0]
-            assert (top["text"], top["query"], top["key"]) in {(t, q, k) for w, t, q, k in best if abs(w - best[0][0]) < 1e-6}
-            assert top["tokens"][top["q_at"]] == top["query_token"] and top["tokens"][top["k_at"]] == top["key_token"]
+            assert (top["text"], top["query"], top["key"]) in {
+                (t, q, k) for w, t, q, k in best if abs(w - best[0][0]) < 1e-6
+            }
+            assert (
+                top["tokens"][top["q_at"]] == top["query_token"]
+                and top["tokens"][top["k_at"]] == top["key_token"]
+            )
     assert res["n_texts"] == len(TEXTS) and res["truncated"] == 0
 
 
@@ -97,8 +110,12 @@ def test_padded_batches_equal_one_text_at_a_time(catalogue):
     one = corpus_statistics(loaded, TEXTS, options=CorpusOptions(max_batch=1))
     many = corpus_statistics(loaded, TEXTS, options=CorpusOptions(max_batch=16))
     for stat in STATISTICS:
-        np.testing.assert_allclose(np.array(many["statistics"][stat], dtype=float),
-                                   np.array(one["statistics"][stat], dtype=float), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            np.array(many["statistics"][stat], dtype=float),
+            np.array(one["statistics"][stat], dtype=float),
+            rtol=1e-5,
+            atol=1e-6,
+        )
         assert many["counts"][stat] == one["counts"][stat]
         assert many["histograms"][stat]["counts"] == one["histograms"][stat]["counts"]
     w1 = [[[p["weight"] for p in h] for h in layer] for layer in one["top_pairs"]]
@@ -122,15 +139,24 @@ def test_histograms_count_texts_and_truncation_is_counted(catalogue):
 def test_partial_results_progress_and_cancel(catalogue):
     loaded = load_model("tiny-bert", device="cpu")
     partials, messages = [], []
-    res = corpus_statistics(loaded, TEXTS, options=CorpusOptions(max_batch=1), on_batch=partials.append,
-                            progress=lambda f, m: messages.append((f, m)))
+    res = corpus_statistics(
+        loaded,
+        TEXTS,
+        options=CorpusOptions(max_batch=1),
+        on_batch=partials.append,
+        progress=lambda f, m: messages.append((f, m)),
+    )
     assert [p["n_texts"] for p in partials] == [1, 2, 3, 4]
-    assert set(partials[0]) >= {"statistics", "counts", "n_texts"} and "top_pairs" not in partials[0]
+    assert (
+        set(partials[0]) >= {"statistics", "counts", "n_texts"} and "top_pairs" not in partials[0]
+    )
     assert messages[-1][0] == 1.0 and "texts/s" in messages[-1][1]
     assert res["n_texts"] == 5
     calls = iter(range(100))
     with pytest.raises(CancelledError):
-        corpus_statistics(loaded, TEXTS, options=CorpusOptions(max_batch=1), should_stop=lambda: next(calls) >= 2)
+        corpus_statistics(
+            loaded, TEXTS, options=CorpusOptions(max_batch=1), should_stop=lambda: next(calls) >= 2
+        )
     with pytest.raises(HeadscopeError, match="unknown statistic"):
         corpus_statistics(loaded, TEXTS, options=CorpusOptions(statistics=("nope",)))
 
@@ -146,12 +172,17 @@ def test_repeat_keys_and_batches():
 
 
 def test_head_map_separates_distinct_heads():
-    means = {"previous": np.array([[0.9, 0.1], [0.1, 0.1]]), "self": np.array([[0.0, 0.8], [0.1, 0.1]]),
-             "induction": np.full((2, 2), np.nan)}
+    means = {
+        "previous": np.array([[0.9, 0.1], [0.1, 0.1]]),
+        "self": np.array([[0.0, 0.8], [0.1, 0.1]]),
+        "induction": np.full((2, 2), np.nan),
+    }
     hm = head_map(means)
     xy = np.array(hm["xy"]).reshape(4, 2)
     assert np.all(np.isfinite(xy))
-    assert np.linalg.norm(xy[0] - xy[1]) > np.linalg.norm(xy[2] - xy[3]) + 1.0  # two ordinary heads coincide
+    assert (
+        np.linalg.norm(xy[0] - xy[1]) > np.linalg.norm(xy[2] - xy[3]) + 1.0
+    )  # two ordinary heads coincide
     assert hm["statistics"] == ["previous", "self", "induction"]
 
 

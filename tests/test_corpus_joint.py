@@ -18,11 +18,17 @@ from workers.models.adapters import attention_modules, encode, forward
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 TEXT = "The cat sat on the mat. The dog, who was tired, did not mind the cat at all."
-TEXTS = ["The cat sat on the mat.", "A dog barked at the cat twice.", "Nothing else happened that day."]
+TEXTS = [
+    "The cat sat on the mat.",
+    "A dog barked at the cat twice.",
+    "Nothing else happened that day.",
+]
 
 
 @pytest.fixture(scope="module")
-def families(tmp_path_factory: pytest.TempPathFactory, tiny_model_dirs: dict[str, Path]) -> Catalogue:
+def families(
+    tmp_path_factory: pytest.TempPathFactory, tiny_model_dirs: dict[str, Path]
+) -> Catalogue:
     base = tmp_path_factory.mktemp("qk-families")
     cat = Catalogue()
     for fam in DECODER_FAMILIES:
@@ -32,8 +38,14 @@ def families(tmp_path_factory: pytest.TempPathFactory, tiny_model_dirs: dict[str
     return cat
 
 
-def softmax_from_qk(q: torch.Tensor, k: torch.Tensor, *, causal: bool, window: int | None = None,
-                    softcap: float | None = None) -> torch.Tensor:
+def softmax_from_qk(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    *,
+    causal: bool,
+    window: int | None = None,
+    softcap: float | None = None,
+) -> torch.Tensor:
     """softmax(q·k/√d + mask) per head: q, k [head, n, d] -> [head, n, n]. ``window``: a sliding
     window (query i sees keys i - window < j); ``softcap``: scores -> c tanh(scores / c) (Gemma 2)."""
     d = q.shape[-1]
@@ -64,12 +76,16 @@ def test_captured_queries_and_keys_reproduce_every_map(families, fam):
     for layer in range(loaded.n_layers):
         got.clear()
         run_capture(loaded, batch_inputs(loaded, [enc]), layer, keep)
-        assert got["q"].shape[1] == loaded.n_heads == got["k"].shape[1]  # one key per query head (GQA)
+        assert (
+            got["q"].shape[1] == loaded.n_heads == got["k"].shape[1]
+        )  # one key per query head (GQA)
         # Gemma 2/3: the captured q and k (after the q/k norms) give the raw scores; the soft-cap and
         # the sliding window come after them, as in the model
         window = getattr(modules[layer], "sliding_window", None)
         cap = getattr(modules[layer], "attn_logit_softcapping", None)
-        rebuilt = softmax_from_qk(got["q"][0], got["k"][0], causal=loaded.causal, window=window, softcap=cap).numpy()
+        rebuilt = softmax_from_qk(
+            got["q"][0], got["k"][0], causal=loaded.causal, window=window, softcap=cap
+        ).numpy()
         np.testing.assert_allclose(rebuilt, maps[layer], atol=1e-5, err_msg=f"{fam} layer {layer}")
     assert loaded.model.config._attn_implementation != "headscope_capture"  # restored
     again, _ = forward(loaded, enc)
@@ -99,6 +115,8 @@ def test_joint_map_samples_beyond_the_limit_and_says_so(catalogue):
     assert len(full["xy"]) == 2 * n and len(full["token"]) == n == len(full["context"])
     small = joint_map(loaded, TEXTS, layer=1, head=2, max_points=10, method="pca")
     assert small["sampled"] and small["n_points"] == 10 and small["n_tokens"] == full["n_tokens"]
-    assert set(zip(small["text"], small["position"], strict=True)) <= set(zip(full["text"], full["position"], strict=True))
+    assert set(zip(small["text"], small["position"], strict=True)) <= set(
+        zip(full["text"], full["position"], strict=True)
+    )
     tsne = joint_map(loaded, TEXTS, layer=0, head=0, method="tsne")
     assert np.all(np.isfinite(np.array(tsne["xy"]))) and len(tsne["xy"]) == tsne["n_points"]

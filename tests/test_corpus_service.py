@@ -61,45 +61,88 @@ def test_bad_corpora_get_a_reason_and_leave_nothing(app, name, data, field, reas
     resp = client.post("/api/corpora", files={"file": (name, data, "text/plain")}, data=form)
     assert resp.status_code in (415, 422), resp.text
     assert reason in resp.json()["detail"]
-    assert store.list_corpora() == [] and [i for i in store.stored_items() if i["kind"] == "corpus"] == []
+    assert (
+        store.list_corpora() == []
+        and [i for i in store.stored_items() if i["kind"] == "corpus"] == []
+    )
 
 
 def test_too_many_rows_and_too_large(redis_server, tmp_path):
     conn = Redis.from_url(redis_server)
-    settings = Settings(data_dir=tmp_path / "small", redis_url=redis_server, corpus_max_texts=3,
-                        corpus_max_bytes=50, corpus_max_text_chars=8)
+    settings = Settings(
+        data_dir=tmp_path / "small",
+        redis_url=redis_server,
+        corpus_max_texts=3,
+        corpus_max_bytes=50,
+        corpus_max_text_chars=8,
+    )
     application = create_app(settings, redis=conn, background=False, frontend=False)
     client, store = TestClient(application), application.state.store
     many = client.post("/api/corpora", data={"text": "a\nb\nc\nd\n"})
-    assert many.status_code == 422 and "has more than 3 texts; a corpus may have at most 3" in many.json()["detail"]
+    assert (
+        many.status_code == 422
+        and "has more than 3 texts; a corpus may have at most 3" in many.json()["detail"]
+    )
     long = client.post("/api/corpora", data={"text": "short\nnine char\n"})
     assert long.status_code == 422 and "line 2 is longer than 8 characters" in long.json()["detail"]
     big = client.post("/api/corpora", files={"file": ("big.txt", b"word " * 30, "text/plain")})
     assert big.status_code == 413 and "50-byte limit" in big.json()["detail"]
-    assert store.list_corpora() == [] and list(store.tmp_dir.iterdir()) == []  # no upload or spool left
+    assert (
+        store.list_corpora() == [] and list(store.tmp_dir.iterdir()) == []
+    )  # no upload or spool left
 
 
 def test_upload_formats_are_content_addressed_and_owned(app):
     client, store, _ = app
-    txt = client.post("/api/corpora", files={"file": ("a.txt", b"The cat sat.\nThe dog ran.\n", "text/plain")})
+    txt = client.post(
+        "/api/corpora", files={"file": ("a.txt", b"The cat sat.\nThe dog ran.\n", "text/plain")}
+    )
     assert txt.status_code == 201, txt.text
     body = txt.json()
-    assert body["id"].startswith("cp-") and body["n_texts"] == 2 and body["preview"] == ["The cat sat.", "The dog ran."]
-    jsonl = client.post("/api/corpora", data={"field": "s"}, files={
-        "file": ("b.jsonl", b'{"s": "The cat sat."}\n{"s": "The dog ran.", "n": 1}\n', "x")})
-    csv = client.post("/api/corpora", data={"field": "s"}, files={
-        "file": ("c.csv", b'n,s\n1,The cat sat.\n2,"The dog ran."\n', "text/csv")})
+    assert (
+        body["id"].startswith("cp-")
+        and body["n_texts"] == 2
+        and body["preview"] == ["The cat sat.", "The dog ran."]
+    )
+    jsonl = client.post(
+        "/api/corpora",
+        data={"field": "s"},
+        files={"file": ("b.jsonl", b'{"s": "The cat sat."}\n{"s": "The dog ran.", "n": 1}\n', "x")},
+    )
+    csv = client.post(
+        "/api/corpora",
+        data={"field": "s"},
+        files={"file": ("c.csv", b'n,s\n1,The cat sat.\n2,"The dog ran."\n', "text/csv")},
+    )
     pasted = client.post("/api/corpora", data={"text": "The cat sat.\nThe dog ran."})
     assert {r.json()["id"] for r in (jsonl, csv, pasted)} == {body["id"]}  # same texts, same corpus
-    assert len(store.list_corpora()) == 1 and store.corpus_texts(body["id"]) == ["The cat sat.", "The dog ran."]
+    assert len(store.list_corpora()) == 1 and store.corpus_texts(body["id"]) == [
+        "The cat sat.",
+        "The dog ran.",
+    ]
     listed = client.get("/api/corpora").json()
     assert [c["id"] for c in listed["corpora"]] == [body["id"]]
     assert {c["id"] for c in listed["shipped"]} == {"builtin-english", "builtin-lasf-heldout"}
     assert client.get("/api/corpora/cp-" + "0" * 32).status_code == 404
-    assert client.post("/api/corpus-analyses", json={"corpus": "cp-" + "1" * 32, "model": "tiny-bert"}).status_code == 404
-    assert client.post("/api/corpus-analyses", json={"corpus": body["id"], "model": "nope"}).status_code == 422
-    assert client.post("/api/corpus-joint", json={"corpus": body["id"], "model": "tiny-bert", "layer": 9,
-                                                  "head": 0}).status_code == 422
+    assert (
+        client.post(
+            "/api/corpus-analyses", json={"corpus": "cp-" + "1" * 32, "model": "tiny-bert"}
+        ).status_code
+        == 404
+    )
+    assert (
+        client.post(
+            "/api/corpus-analyses", json={"corpus": body["id"], "model": "nope"}
+        ).status_code
+        == 422
+    )
+    assert (
+        client.post(
+            "/api/corpus-joint",
+            json={"corpus": body["id"], "model": "tiny-bert", "layer": 9, "head": 0},
+        ).status_code
+        == 422
+    )
 
 
 def test_corpus_job_runs_to_the_store_and_cancel_keeps_nothing(app, monkeypatch):
@@ -112,7 +155,11 @@ def test_corpus_job_runs_to_the_store_and_cancel_keeps_nothing(app, monkeypatch)
     assert client.delete(f"/api/corpus-analyses/{job_id}").json()["cancelled"] is True
     run_jobs(conn)
     state = client.get(f"/api/corpus-analyses/{job_id}").json()
-    assert state["status"] == "failed" and "cancelled" in state["error"] and not store.has_result(job_id)
+    assert (
+        state["status"] == "failed"
+        and "cancelled" in state["error"]
+        and not store.has_result(job_id)
+    )
     # cancelled while running (after two batches wrote partial statistics): nothing kept
     monkeypatch.setattr(workers.jobs_corpus, "PARTIAL_EVERY_S", 0.0)
     seen: list[int] = []
@@ -130,7 +177,9 @@ def test_corpus_job_runs_to_the_store_and_cancel_keeps_nothing(app, monkeypatch)
     assert seen and seen[0] > 0  # partial statistics were written as batches finished ...
     state = client.get(f"/api/corpus-analyses/{job_id}").json()
     assert state["status"] == "failed" and "cancelled" in state["error"]
-    assert not conn.exists(protocol.partial_key(job_id)) and not store.has_result(job_id)  # ... and removed
+    assert not conn.exists(protocol.partial_key(job_id)) and not store.has_result(
+        job_id
+    )  # ... and removed
     # and a plain run finishes into the store with the documented keys
     monkeypatch.setattr(workers.jobs_corpus, "_stopper", lambda conn, jid: lambda: False)
     client.post("/api/corpus-analyses", json=req)
@@ -139,32 +188,91 @@ def test_corpus_job_runs_to_the_store_and_cancel_keeps_nothing(app, monkeypatch)
     assert done["status"] == "finished", done
     result = done["result"]
     assert result["n_texts"] == 147 and result["truncated"] > 0
-    assert set(result["statistics"]) == set(result["counts"]) == {
-        "entropy", "entropy_normalised", "sink", "previous", "self", "distance", "induction", "duplicate"}
+    assert (
+        set(result["statistics"])
+        == set(result["counts"])
+        == {
+            "entropy",
+            "entropy_normalised",
+            "sink",
+            "previous",
+            "self",
+            "distance",
+            "induction",
+            "duplicate",
+        }
+    )
     assert len(result["top_pairs"]) == 2 and len(result["top_pairs"][0]) == 4
-    share = client.post("/api/shares", json={"corpus_analysis_id": job_id, "view": {"head": "1,2"}}).json()
+    share = client.post(
+        "/api/shares", json={"corpus_analysis_id": job_id, "view": {"head": "1,2"}}
+    ).json()
     assert share["url"].startswith("/corpus?share=")
     # a joint map job
-    joint = client.post("/api/corpus-joint", json={"corpus": "builtin-english", "model": "tiny-bert", "layer": 1,
-                                                   "head": 2, "max_points": 200, "method": "pca"}).json()
+    joint = client.post(
+        "/api/corpus-joint",
+        json={
+            "corpus": "builtin-english",
+            "model": "tiny-bert",
+            "layer": 1,
+            "head": 2,
+            "max_points": 200,
+            "method": "pca",
+        },
+    ).json()
     run_jobs(conn)
     jm = client.get(f"/api/corpus-joint/{joint['id']}").json()
-    assert jm["status"] == "finished" and jm["result"]["sampled"] and jm["result"]["n_points"] == 200
+    assert (
+        jm["status"] == "finished" and jm["result"]["sampled"] and jm["result"]["n_points"] == 200
+    )
 
 
 def test_cli_writes_the_documented_keys(tmp_path, catalogue):
     from backend.cli import main
 
     src = tmp_path / "texts.jsonl"
-    src.write_text("\n".join(json.dumps({"body": t}) for t in ["The cat sat on the mat.", "The cat sat again."]))
+    src.write_text(
+        "\n".join(
+            json.dumps({"body": t}) for t in ["The cat sat on the mat.", "The cat sat again."]
+        )
+    )
     out = tmp_path / "r.json"
-    assert main(["corpus", "--model", "tiny-bert", "--file", str(src), "--field", "body", "--out", str(out),
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "corpus",
+                "--model",
+                "tiny-bert",
+                "--file",
+                str(src),
+                "--field",
+                "body",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     r = json.loads(out.read_text())
     assert {"statistics", "counts", "top_pairs", "n_texts", "n_tokens", "truncated"} <= set(r)
     assert r["n_texts"] == 2 and len(r["statistics"]["previous"]) == 2
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "x"}\n')
-    assert main(["corpus", "--model", "tiny-bert", "--file", str(bad), "--field", "body", "--out",
-                 str(tmp_path / "no.json"), "--quiet"]) == 2
+    assert (
+        main(
+            [
+                "corpus",
+                "--model",
+                "tiny-bert",
+                "--file",
+                str(bad),
+                "--field",
+                "body",
+                "--out",
+                str(tmp_path / "no.json"),
+                "--quiet",
+            ]
+        )
+        == 2
+    )
     assert not (tmp_path / "no.json").exists()

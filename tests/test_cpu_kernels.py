@@ -38,14 +38,22 @@ def _env(capability: str | None) -> dict[str, str]:
 def test_float64_checks_pass_under_each_cpu_kernel_set(capability):
     env = _env(capability)
     probe = "import torch; print(torch.backends.cpu.get_cpu_capability())"
-    used = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    used = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    ).stdout.strip()
     if capability:
         assert used == capability.upper(), f"ATEN_CPU_CAPABILITY={capability} gave {used}"
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *CHECKS],
-        cwd=ROOT, env=env, capture_output=True, text=True,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
     )
-    print(f"CPU kernels {used}: {out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ''}")
-    assert out.returncode == 0, f"float64 checks failed under CPU kernels {used}:\n{out.stdout[-4000:]}"
+    print(
+        f"CPU kernels {used}: {out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ''}"
+    )
+    assert out.returncode == 0, (
+        f"float64 checks failed under CPU kernels {used}:\n{out.stdout[-4000:]}"
+    )
     assert " passed" in out.stdout and "failed" not in out.stdout

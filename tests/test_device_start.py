@@ -17,13 +17,17 @@ STD = 1e-4  # every spectral start is scaled to this std
 needs_numba = pytest.mark.skipif(not fast_tsne.numba_available(), reason="numba missing")
 
 
-def attention_p(batch: int, n: int, *, seed: int = 0, sharp: float = 4.0, peaks: int = 3) -> np.ndarray:
+def attention_p(
+    batch: int, n: int, *, seed: int = 0, sharp: float = 4.0, peaks: int = 3
+) -> np.ndarray:
     """P of attention-like matrices: softmax rows of random logits, each row with a few sharp
     peaks (a strong favourite key or two, as real heads have), symmetrised: [batch, n, n]."""
     rng = np.random.default_rng(seed)
     logits = rng.normal(size=(batch, n, n)) * sharp
     rows = np.arange(n)[None, :, None]
-    logits[np.arange(batch)[:, None, None], rows, rng.integers(0, n, size=(batch, n, peaks))] += 12.0
+    logits[np.arange(batch)[:, None, None], rows, rng.integers(0, n, size=(batch, n, peaks))] += (
+        12.0
+    )
     a = np.exp(logits - logits.max(-1, keepdims=True))
     return head_affinities(a / a.sum(-1, keepdims=True))
 
@@ -57,7 +61,9 @@ def test_device_start_equals_the_numba_start(n, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("sizes", [(30, 50, 64), (12, 100, 12, 12, 12)])  # 2nd: the lone head's P gathered
+@pytest.mark.parametrize(
+    "sizes", [(30, 50, 64), (12, 100, 12, 12, 12)]
+)  # 2nd: the lone head's P gathered
 def test_mixed_lengths_give_each_head_its_own_start(dtype, sizes):
     ps = [attention_p(1, n, seed=10 + n + b)[0] for b, n in enumerate(sizes)]
     p, lengths = padded(ps)
@@ -73,7 +79,10 @@ def test_mixed_lengths_give_each_head_its_own_start(dtype, sizes):
         assert np.abs(got[b, :n] - alone[b]).max() <= tol * STD, b
         assert (got[b, n:] == 0).all()
         if fast_tsne.numba_available():  # and the CPU engine's start for it
-            assert np.abs(got[b, :n] - fast_spectral_init(alone_at(head, b), seed=5)[b]).max() <= 1e-3 * STD
+            assert (
+                np.abs(got[b, :n] - fast_spectral_init(alone_at(head, b), seed=5)[b]).max()
+                <= 1e-3 * STD
+            )
 
 
 def test_disconnected_and_degenerate_heads_stay_finite():
@@ -89,7 +98,9 @@ def test_disconnected_and_degenerate_heads_stay_finite():
     for dtype in (torch.float32, torch.float64):
         got = device_spectral_init(p.to(dtype), seed=1, lengths=lengths).numpy()
         assert np.isfinite(got).all()
-        assert (got[2, 2:] == 0).all() and (got[3, 10:] == 0).all() and np.abs(got[2:, :2]).min() > 0
+        assert (
+            (got[2, 2:] == 0).all() and (got[3, 10:] == 0).all() and np.abs(got[2:, :2]).min() > 0
+        )
         # the first diffusion coordinate (eigenvalue 1) is constant on each block, up to jitter
         first = got[0, :, 0]
         assert first[:25].std() < 1e-5 and first[25:].std() < 1e-5

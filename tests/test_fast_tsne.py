@@ -50,7 +50,9 @@ def test_steps_follow_opentsne_update_rule(backend):
     p = random_p(2, 24, seed=1)
     y0 = np.random.default_rng(2).normal(size=(2, 24, 2))
     options = TSNEOptions(early_exaggeration_iter=5, n_iter=0, learning_rate=2.0)
-    got, used = fast_optimize(p, y0, options=options, schedule=FastSchedule(check_every=5), backend=backend)
+    got, used = fast_optimize(
+        p, y0, options=options, schedule=FastSchedule(check_every=5), backend=backend
+    )
     assert used.tolist() == [5, 5]
     for b in range(2):
         want = reference_steps(p[b], y0[b], steps=5, ex=12.0, mom=0.5, lr=2.0)
@@ -118,7 +120,9 @@ def test_adaptive_stop_saves_iterations_without_losing_kl():
     y0 = spectral_init(p)
     options = TSNEOptions()
     fast, used = fast_optimize(p, y0, options=options)
-    never = FastSchedule(tol=-np.inf, main_tol=None, settle_tol=None)  # no phase ends before its cap
+    never = FastSchedule(
+        tol=-np.inf, main_tol=None, settle_tol=None
+    )  # no phase ends before its cap
     full, used_full = fast_optimize(p, y0, options=options, schedule=never)
     assert (used_full == 1000).all() and (used < 600).all(), used
     assert (kl_divergence(p, fast) <= 1.01 * kl_divergence(p, full)).all()
@@ -138,7 +142,9 @@ def test_torch_fallback_without_numba(monkeypatch):
     monkeypatch.setattr(fast_tsne, "numba_available", lambda: False)  # the backend choice
     monkeypatch.setattr(start, "numba_available", lambda: False)  # the Lanczos start
     p = random_p(2, 30, seed=10)
-    res = embed_affinities(p, options=TSNEOptions(engine="fast", n_iter=200, early_exaggeration_iter=50))
+    res = embed_affinities(
+        p, options=TSNEOptions(engine="fast", n_iter=200, early_exaggeration_iter=50)
+    )
     assert np.isfinite(res.kl).all() and (res.kl < kl_divergence(p, spectral_init(p))).all()
 
 
@@ -161,8 +167,11 @@ def test_fast_matches_opentsne_on_minilm_heads(minilm):
     """The claim of issue 7 on real heads, small: equal quality to openTSNE (same start)."""
     from workers.models import run_text
 
-    run = run_text(minilm, "We present a new technique called t-SNE that visualizes high-dimensional "
-                           "data by giving each datapoint a location in a two or three-dimensional map.")
+    run = run_text(
+        minilm,
+        "We present a new technique called t-SNE that visualizes high-dimensional "
+        "data by giving each datapoint a location in a two or three-dimensional map.",
+    )
     p = head_affinities(run.attentions[1])  # layer 1, all 12 heads: [12, n, n]
     fast = embed_affinities(p, options=TSNEOptions(engine="fast"))
     ref = embed_affinities(p, options=TSNEOptions(engine="opentsne"))
@@ -222,8 +231,12 @@ def test_a_cpu_run_keeps_torch_threads_and_gives_numba_no_more(threads):
         p = a + a.transpose(0, 2, 1)
         p[:, np.arange(12), np.arange(12)] = 0.0
         p /= p.sum(axis=(1, 2), keepdims=True)
-        emb, kls = fast_tsne.run_fast_host(p, options=TSNEOptions(n_iter=20, early_exaggeration_iter=10),
-                                           x=None, progress=lambda f, m: None)
+        emb, kls = fast_tsne.run_fast_host(
+            p,
+            options=TSNEOptions(n_iter=20, early_exaggeration_iter=10),
+            x=None,
+            progress=lambda f, m: None,
+        )
         assert emb.shape == (1, 3, 12, 2) and np.isfinite(kls).all()
         assert torch.get_num_threads() == threads
         assert numba.get_num_threads() == min(threads, numba.config.NUMBA_NUM_THREADS)

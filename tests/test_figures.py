@@ -19,7 +19,9 @@ def head_result(minilm):
     from workers.analysis.pipeline import analyze
 
     opts = {"layer": 1, "head": 2, "hidden_layer": 2, "restarts": 2}
-    return json.loads(json.dumps(analyze(minilm, TEXT, ["max-attention", "head-tsne", "hidden-tsne"], opts)))
+    return json.loads(
+        json.dumps(analyze(minilm, TEXT, ["max-attention", "head-tsne", "hidden-tsne"], opts))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +29,17 @@ def dropped_result(minilm):
     from workers.analysis.pipeline import analyze
 
     opts = {"layer": 0, "head": 0, "hidden_layer": 1, "drop_special": True}
-    return json.loads(json.dumps(analyze(minilm, TEXT, ["max-attention", "head-tsne", "hidden-tsne"], opts)))
+    return json.loads(
+        json.dumps(analyze(minilm, TEXT, ["max-attention", "head-tsne", "hidden-tsne"], opts))
+    )
 
 
 def test_max_attention_heatmaps_have_token_labels_and_values(head_result):
     fig = F.max_attention_figure(head_result)
     ma = np.asarray(head_result["max-attention"]["max_attention"])  # [layer, head, token]
-    tokens = F.readable_tokens(head_result)  # the text's own spans: "The", not the tokenizer's "the"
+    tokens = F.readable_tokens(
+        head_result
+    )  # the text's own spans: "The", not the tokenizer's "the"
     assert tokens[:3] == ["[CLS]", "The", "cat"] and tokens[-1] == "[SEP]"
     assert len(fig.data) == head_result["n_layers"] == ma.shape[0]
     for layer, trace in enumerate(fig.data):
@@ -46,7 +52,9 @@ def test_max_attention_heatmaps_have_token_labels_and_values(head_result):
     assert [a.text for a in fig.layout.annotations] == [f"layer {i}" for i in range(ma.shape[0])]
     mean = F.max_attention_figure(head_result, reduction="mean", layers=[4, 1])
     assert len(mean.data) == 2 and mean.layout.meta["layers"] == [4, 1]
-    np.testing.assert_allclose(np.asarray(mean.data[0].z), np.asarray(head_result["max-attention"]["mean_attention"])[4])
+    np.testing.assert_allclose(
+        np.asarray(mean.data[0].z), np.asarray(head_result["max-attention"]["mean_attention"])[4]
+    )
 
 
 def test_the_heatmaps_sent_as_a_dict_are_the_figure_plotly_validates(head_result):
@@ -55,17 +63,30 @@ def test_the_heatmaps_sent_as_a_dict_are_the_figure_plotly_validates(head_result
     import plotly.graph_objects as go
     from plotly.io.json import to_json_plotly
 
-    windowed = {**head_result, "max-attention": {**head_result["max-attention"], "windows": [None, 4, None, 4]}}
-    for result, kw in ((head_result, {}), (head_result, {"reduction": "mean", "layers": [4, 1]}),
-                       (head_result, {"layers": [3]}), (windowed, {"layers": [1, 2]})):
+    windowed = {
+        **head_result,
+        "max-attention": {**head_result["max-attention"], "windows": [None, 4, None, 4]},
+    }
+    for result, kw in (
+        (head_result, {}),
+        (head_result, {"reduction": "mean", "layers": [4, 1]}),
+        (head_result, {"layers": [3]}),
+        (windowed, {"layers": [1, 2]}),
+    ):
         spec = F.max_attention_spec(result, **kw)
         sent = json.loads(to_json_plotly(F.typed_arrays(spec)))
         assert sent == json.loads(to_json_plotly(go.Figure(spec))), kw
-        assert all(isinstance(t["z"], dict) and t["z"]["dtype"] == "f4" for t in sent["data"])  # typed, not lists
+        assert all(
+            isinstance(t["z"], dict) and t["z"]["dtype"] == "f4" for t in sent["data"]
+        )  # typed, not lists
         assert [a["text"] for a in sent["layout"]["annotations"]][:1] == [
-            f"layer {(kw.get('layers') or [0])[0]}" + (" (local: each query sees the last 4 keys)"
-                                                     if result is windowed else "")]
-    assert F.max_attention_spec({}) == F.empty_figure("No maximum-attention result yet.").to_plotly_json()
+            f"layer {(kw.get('layers') or [0])[0]}"
+            + (" (local: each query sees the last 4 keys)" if result is windowed else "")
+        ]
+    assert (
+        F.max_attention_spec({})
+        == F.empty_figure("No maximum-attention result yet.").to_plotly_json()
+    )
 
 
 def test_heatmap_cells_have_gaps_only_while_they_are_wide(head_result, monkeypatch):
@@ -84,7 +105,9 @@ def test_heatmap_cells_have_gaps_only_while_they_are_wide(head_result, monkeypat
 def test_clicking_a_heatmap_cell_names_layer_and_head(head_result):
     layers = F.shown_layers(head_result, [0, 3, 5])
     assert layers == [0, 3, 5]
-    click = {"points": [{"curveNumber": 1, "x": 4, "y": 7, "z": 0.2}]}  # what Dash sends for a heatmap
+    click = {
+        "points": [{"curveNumber": 1, "x": 4, "y": 7, "z": 0.2}]
+    }  # what Dash sends for a heatmap
     assert F.clicked_head(click, layers) == (3, 7)
     assert F.clicked_head({"points": [{"customdata": [4, 2, 9]}]}, layers) == (2, 9)
     assert F.clicked_head(None, layers) is None
@@ -114,7 +137,8 @@ def test_head_tsne_rescaled_axes_tick_in_original_units(head_result):
     assert float(fig.layout.xaxis.ticktext[-1]) == pytest.approx(emb[:, 0].max(), rel=1e-2)
     phi = fit_axis(emb[:, 1])
     assert [float(t) for t in fig.layout.yaxis.ticktext] == pytest.approx(
-        list(phi.inverse(np.linspace(0, 1, 6))), rel=1e-2)
+        list(phi.inverse(np.linspace(0, 1, 6))), rel=1e-2
+    )
     # order along each axis is preserved and hover shows the original coordinates
     assert np.array_equal(np.argsort(x, kind="stable"), np.argsort(emb[:, 0], kind="stable"))
     custom = np.asarray([c[1:3] for c in trace.customdata], dtype=float)
@@ -134,9 +158,13 @@ def test_hidden_tsne_beside_the_head_and_both_kls(head_result):
     assert "X[2] (output of layer 1)" in fig.layout.title.text
     assert f"{hid['kl'][0]:.4f}" in fig.layout.title.text
     summary = F.kl_summary(head_result, layer=1, head=2)
-    assert f"{head_result['head-tsne']['kl'][0]:.4f}" in summary and f"{hid['kl'][0]:.4f}" in summary
+    assert (
+        f"{head_result['head-tsne']['kl'][0]:.4f}" in summary and f"{hid['kl'][0]:.4f}" in summary
+    )
     assert "restarts" in summary  # best of 2: both KLs listed
-    assert "No hidden-state" in F.hidden_tsne_figure(head_result, state=3).layout.annotations[0].text
+    assert (
+        "No hidden-state" in F.hidden_tsne_figure(head_result, state=3).layout.annotations[0].text
+    )
 
 
 def test_attention_matrix_is_the_heads_own(head_result, dropped_result):
@@ -145,18 +173,24 @@ def test_attention_matrix_is_the_heads_own(head_result, dropped_result):
     n = len(head_result["tokens"])
     assert a.shape == (n, n)
     np.testing.assert_allclose(a.sum(axis=1), 1.0, atol=1e-4)  # rows are queries
-    np.testing.assert_allclose(a.max(axis=0), np.asarray(head_result["max-attention"]["max_attention"])[1, 2],
-                               atol=1e-5)  # its column max is the heatmap row
+    np.testing.assert_allclose(
+        a.max(axis=0), np.asarray(head_result["max-attention"]["max_attention"])[1, 2], atol=1e-5
+    )  # its column max is the heatmap row
     assert fig.layout.yaxis.autorange == "reversed" and fig.layout.meta["highlight"] == "matrix"
     dropped = np.asarray(F.attention_matrix_figure(dropped_result, layer=0, head=0).data[0].z)
     assert dropped.shape == (n - 2, n - 2) and (dropped.sum(axis=1) <= 1 + 1e-6).all()
-    assert "No attention matrix" in F.attention_matrix_figure(head_result, layer=0, head=0).layout.annotations[0].text
+    assert (
+        "No attention matrix"
+        in F.attention_matrix_figure(head_result, layer=0, head=0).layout.annotations[0].text
+    )
 
 
 def test_grid_form_of_head_tsne_is_read_too(minilm):
     from workers.analysis.pipeline import analyze
 
-    res = analyze(minilm, "tiny text here", ["head-tsne"], {"layer": "all", "head": "all", "n_iter": 50})
+    res = analyze(
+        minilm, "tiny text here", ["head-tsne"], {"layer": "all", "head": "all", "n_iter": 50}
+    )
     emb = np.asarray(res["head-tsne"]["embedding"])  # [layer, head, token, 2]
     found = F.head_embedding(res["head-tsne"], 3, 7)
     np.testing.assert_allclose(found["embedding"], emb[3, 7])
@@ -173,7 +207,9 @@ def test_words_tsne_labels_are_the_items(minilm):
     fig = F.words_tsne_figure(res, state=3)
     assert list(fig.data[0].text) == words.split("\n")
     emb = np.asarray(res["word-tsne"]["embedding"])[3]
-    np.testing.assert_allclose(np.asarray([c[1:3] for c in fig.data[0].customdata], dtype=float), emb)
+    np.testing.assert_allclose(
+        np.asarray([c[1:3] for c in fig.data[0].customdata], dtype=float), emb
+    )
     assert "state 3" in fig.layout.title.text
 
 
@@ -183,7 +219,9 @@ def test_export_helpers():
     assert page.count('class="figure"') == 2
     assert "a &lt;b&gt; view" in page
     assert "<script src=" not in page  # plotly.js inline, nothing fetched: works offline
-    assert len(page) > 1_000_000 and page.count("Plotly.newPlot") == 2  # one inline bundle, two plots
+    assert (
+        len(page) > 1_000_000 and page.count("Plotly.newPlot") == 2
+    )  # one inline bundle, two plots
     assert F.graph_config("g", image_format="svg")["toImageButtonOptions"]["format"] == "svg"
     with pytest.raises(ValueError, match="png or svg"):
         F.graph_config("g", image_format="gif")

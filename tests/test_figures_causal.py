@@ -17,20 +17,29 @@ CORRUPTED = "The head of the model is in the text and a word is of the token"
 
 @pytest.fixture(scope="module")
 def result(catalogue):
-    req = causal_request(text=CLEAN, model="tiny-gpt2", corrupted=CORRUPTED, k=5, target="#5|#9",
-                         continue_tokens=2)
-    return compute_analysis(AnalysisRequest.model_validate(req), progress=lambda f, m: None, on_partial=lambda f: None)
+    req = causal_request(
+        text=CLEAN, model="tiny-gpt2", corrupted=CORRUPTED, k=5, target="#5|#9", continue_tokens=2
+    )
+    return compute_analysis(
+        AnalysisRequest.model_validate(req), progress=lambda f, m: None, on_partial=lambda f: None
+    )
 
 
 def test_request_builder_and_target_box():
-    assert parse_target("") is None and parse_target(" Paris") == " Paris" and parse_target("#12") == 12
+    assert (
+        parse_target("") is None
+        and parse_target(" Paris") == " Paris"
+        and parse_target("#12") == 12
+    )
     assert parse_target(" Paris| Rome") == [" Paris", " Rome"] and parse_target("#3 | #4") == [3, 4]
     assert parse_target("␣Paris|␣Rome") == [" Paris", " Rome"]  # typed as the page shows tokens
     assert parse_target("⏎") == "\n" and parse_target("␣␣x") == "  x"
     req = causal_request(text="a b", model="m")
     assert req["analyses"] == ["predictions", "logit-lens", "logit-attribution", "ablation"]
     assert "corrupted" not in req["options"] and "continue_tokens" not in req["options"]
-    full = causal_request(text="a b", model="m", corrupted="a c", continue_tokens=3, temperature=0.5, target="#1|#2")
+    full = causal_request(
+        text="a b", model="m", corrupted="a c", continue_tokens=3, temperature=0.5, target="#1|#2"
+    )
     assert full["analyses"][0] == "continue" and full["analyses"][-1] == "patching"
     AnalysisRequest.model_validate(full)  # the contract takes what the page sends
 
@@ -38,16 +47,24 @@ def test_request_builder_and_target_box():
 def test_figures_read_every_section(result):
     n, L, H = result["n_tokens"], result["n_layers"], result["n_heads"]
     lab = C.labels(result)
-    assert len(lab) == n and lab[-1].startswith(C.GENERATED_MARK) and not lab[0].startswith(C.GENERATED_MARK)
+    assert (
+        len(lab) == n
+        and lab[-1].startswith(C.GENERATED_MARK)
+        and not lab[0].startswith(C.GENERATED_MARK)
+    )
     s = C.surprisal_figure(result, position=3)
-    assert np.asarray(s.data[0].z).shape == (1, n) and len(s.layout.shapes) == 2  # generated band + position
+    assert (
+        np.asarray(s.data[0].z).shape == (1, n) and len(s.layout.shapes) == 2
+    )  # generated band + position
     lens = C.lens_figure(result)
     assert np.asarray(lens.data[0].z, dtype=float).shape == (L + 1, n)
     att = C.attribution_figure(result, position=4)
     assert np.asarray(att.data[0].z).shape == (L, H) and len(att.data[1].x) == L
     assert "position 4" in att.layout.title.text and "frozen" in att.layout.title.text
     abl = C.ablation_figure(result)
-    assert np.asarray(abl.data[0].z).shape == (L, H) and f"position {n - 1}" in abl.layout.title.text
+    assert (
+        np.asarray(abl.data[0].z).shape == (L, H) and f"position {n - 1}" in abl.layout.title.text
+    )
     res = C.patching_residual_figure(result)
     assert np.asarray(res.data[0].z).shape == (L + 1, n)
     assert np.asarray(C.patching_heads_figure(result).data[0].z).shape == (L, H)
@@ -70,16 +87,28 @@ def test_top_k_marks_the_next_token_and_clicks_parse(result):
 
 
 def test_empty_result_gives_explaining_figures():
-    for fig in (C.surprisal_figure({}), C.lens_figure({}), C.attribution_figure({}), C.ablation_figure({}),
-                C.patching_residual_figure({}), C.patching_heads_figure({})):
+    for fig in (
+        C.surprisal_figure({}),
+        C.lens_figure({}),
+        C.attribution_figure({}),
+        C.ablation_figure({}),
+        C.patching_residual_figure({}),
+        C.patching_heads_figure({}),
+    ):
         assert fig.layout.annotations and fig.layout.annotations[0].text
     assert C.top_k_rows({}, position=0) == [] and C.pair_rows({}) == []
 
 
 def test_long_titles_wrap_without_losing_words(result):
     """Plotly does not wrap titles: the page's long ones are broken into lines that fit, word for word."""
-    figures = [C.surprisal_figure(result, position=3), C.lens_figure(result), C.attribution_figure(result, position=4),
-               C.ablation_figure(result), C.patching_residual_figure(result), C.patching_heads_figure(result)]
+    figures = [
+        C.surprisal_figure(result, position=3),
+        C.lens_figure(result),
+        C.attribution_figure(result, position=4),
+        C.ablation_figure(result),
+        C.patching_residual_figure(result),
+        C.patching_heads_figure(result),
+    ]
     titles = [f.layout.title.text for f in figures]
     assert any("<br>" in t for t in titles)
     for t in titles:
@@ -87,9 +116,13 @@ def test_long_titles_wrap_without_losing_words(result):
     raw = "Residual stream patched from clean into corrupted: restored fraction of l[' Paris'] − l[' Rome'] (clean 4.8, corrupted -9.1)"
     wrapped = C.wrap_title(raw, 50)
     assert wrapped.replace("<br>", " ").split() == raw.split()
-    assert wrapped.split("<br>")[0].endswith("corrupted:") and wrapped.split("<br>")[-1].startswith("(clean")
+    assert wrapped.split("<br>")[0].endswith("corrupted:") and wrapped.split("<br>")[-1].startswith(
+        "(clean"
+    )
     # a pair target names both tokens, quoted (a leading space shows), in the attribution and ablation titles
     pair = f"l[{result['ablation']['target_tokens'][-1]!r}] − l[{result['ablation']['target_b_tokens'][-1]!r}]"
     assert pair in titles[2].replace("<br>", " ")
     assert pair in titles[3].replace("<br>", " ")
-    assert C.wrap_title("short") == "short" and C.wrap_title("x" * 100) == "x" * 100  # nothing to break at
+    assert (
+        C.wrap_title("short") == "short" and C.wrap_title("x" * 100) == "x" * 100
+    )  # nothing to break at

@@ -24,13 +24,19 @@ GML = "{http://graphml.graphdrawing.org/xmlns}"
 
 
 def _run(req: dict) -> dict:
-    return compute_analysis(AnalysisRequest.model_validate(req), progress=lambda f, m: None, on_partial=lambda f: None)
+    return compute_analysis(
+        AnalysisRequest.model_validate(req), progress=lambda f, m: None, on_partial=lambda f: None
+    )
 
 
 @pytest.fixture(scope="module")
 def pair(catalogue) -> dict:
-    req = pair_request(text=CLEAN, corrupted=CORRUPTED, model="tiny-gpt2", target="#5|#9", real=True)
-    req["analyses"] = ["attribution-patching"]  # the edge attribution is drawn from a hand-made result below
+    req = pair_request(
+        text=CLEAN, corrupted=CORRUPTED, model="tiny-gpt2", target="#5|#9", real=True
+    )
+    req["analyses"] = [
+        "attribution-patching"
+    ]  # the edge attribution is drawn from a hand-made result below
     return _run(req)
 
 
@@ -44,35 +50,65 @@ def eap_result() -> dict:
     edges by |score| (one, L1H1 -> logits, off every path from the input), the circuit and the curve."""
     nodes = [{"id": "input", "kind": "input", "layer": -1, "head": None}]
     for layer in range(2):
-        nodes += [{"id": f"L{layer}H{h}", "kind": "head", "layer": layer, "head": h} for h in range(2)]
+        nodes += [
+            {"id": f"L{layer}H{h}", "kind": "head", "layer": layer, "head": h} for h in range(2)
+        ]
         nodes.append({"id": f"FF{layer}", "kind": "feedforward", "layer": layer, "head": None})
     nodes.append({"id": "logits", "kind": "logits", "layer": 2, "head": None})
     edges = [
         {"source": "L1H0", "target": "logits", "input": None, "score": 0.61},
         {"source": "input", "target": "L1H0", "input": "v", "score": 0.42},
-        {"source": "L1H1", "target": "logits", "input": None, "score": -0.30},  # L1H1 has no input edge
+        {
+            "source": "L1H1",
+            "target": "logits",
+            "input": None,
+            "score": -0.30,
+        },  # L1H1 has no input edge
         {"source": "input", "target": "L0H0", "input": "q", "score": 0.21},
         {"source": "L0H0", "target": "FF1", "input": None, "score": 0.12},
         {"source": "FF1", "target": "logits", "input": None, "score": -0.05},
     ]
-    return {"model": "tiny", "edge-attribution": {
-        "nodes": nodes, "edges": edges, "method": "EAP-IG", "n_edges": 40,
-        "circuit": {"n_top": 6, "n_edges": 5, "edges": [0, 1, 3, 4, 5], "nodes": ["input", "L0H0", "FF1", "L1H0", "logits"]},
-        "faithfulness": 0.83, "curve": [[1, 0.0], [2, 0.55], [3, 0.58], [6, 0.83], [40, 1.0]],
-        "corrupted_text": CORRUPTED}}
+    return {
+        "model": "tiny",
+        "edge-attribution": {
+            "nodes": nodes,
+            "edges": edges,
+            "method": "EAP-IG",
+            "n_edges": 40,
+            "circuit": {
+                "n_top": 6,
+                "n_edges": 5,
+                "edges": [0, 1, 3, 4, 5],
+                "nodes": ["input", "L0H0", "FF1", "L1H0", "logits"],
+            },
+            "faithfulness": 0.83,
+            "curve": [[1, 0.0], [2, 0.55], [3, 0.58], [6, 0.83], [40, 1.0]],
+            "corrupted_text": CORRUPTED,
+        },
+    }
 
 
 def test_request_builders_match_the_contract():
     f = flow_request(text="a b", model="m")
-    assert f["analyses"] == ["information-flow"] and "threshold" not in f["options"]  # default: same job id
+    assert (
+        f["analyses"] == ["information-flow"] and "threshold" not in f["options"]
+    )  # default: same job id
     f2 = flow_request(text="a b", model="m", threshold=0.1, position=3)
     assert f2["options"]["threshold"] == 0.1 and f2["options"]["position"] == 3
     p = pair_request(text="a b", corrupted="a c", model="m", target="␣Mary|␣John", real=False)
-    assert p["analyses"][0] == "attribution-patching" and p["options"]["target"] == [" Mary", " John"]
+    assert p["analyses"][0] == "attribution-patching" and p["options"]["target"] == [
+        " Mary",
+        " John",
+    ]
     assert "real" not in p["options"]
-    assert pair_request(text="a b", corrupted="a c", model="m", top_edges=1000)["options"]["top_edges"] == 1000
+    assert (
+        pair_request(text="a b", corrupted="a c", model="m", top_edges=1000)["options"]["top_edges"]
+        == 1000
+    )
     assert top_edges_for({"n_layers": 30, "n_heads": 9}) == 1000  # SmolLM2: 123,211 edges
-    assert top_edges_for({"n_layers": 2, "n_heads": 4}) == edge_count(2, 4, False) < 1000  # every edge
+    assert (
+        top_edges_for({"n_layers": 2, "n_heads": 4}) == edge_count(2, 4, False) < 1000
+    )  # every edge
     assert top_edges_for({}) is None
     for req in (f, f2, p):
         AnalysisRequest.model_validate(req)
@@ -82,9 +118,15 @@ def test_prune_and_sizes_follow_the_documented_rule():
     res = eap_result()
     edges = res["edge-attribution"]["edges"]
     assert F.prune(edges, 6) == [0, 1, 3, 4, 5]  # L1H1 -> logits is on no path from the input
-    assert F.prune(edges, 2) == [0, 1] and F.prune(edges, 1) == []  # L1H0 -> logits alone starts nowhere
+    assert (
+        F.prune(edges, 2) == [0, 1] and F.prune(edges, 1) == []
+    )  # L1H0 -> logits alone starts nowhere
     assert F.circuit_sizes(res) == [1, 2, 3, 6]  # 40 is past the listed edges
-    assert F.faithfulness_at(res, 6) == 0.83 and F.faithfulness_at(res, 2) == 0.55 and F.faithfulness_at(res, 5) is None
+    assert (
+        F.faithfulness_at(res, 6) == 0.83
+        and F.faithfulness_at(res, 2) == 0.55
+        and F.faithfulness_at(res, 5) is None
+    )
 
 
 def test_circuit_figure_draws_the_pruned_edges_with_scores():
@@ -113,7 +155,9 @@ def test_circuit_figure_draws_the_pruned_edges_with_scores():
 
 def test_circuit_of_a_real_edge_attribution(catalogue):
     """The page's pruning gives the worker's own circuit and the curve's kept edges (tiny GPT-2)."""
-    req = pair_request(text=CLEAN, corrupted=CORRUPTED, model="tiny-gpt2", target="#5|#9", real=False)
+    req = pair_request(
+        text=CLEAN, corrupted=CORRUPTED, model="tiny-gpt2", target="#5|#9", real=False
+    )
     assert "edge-attribution" in req["analyses"]
     res = _run(req)
     sec = res["edge-attribution"]
@@ -141,7 +185,9 @@ def test_atp_scatter_one_point_per_head(pair):
     fig = F.atp_scatter_figure(pair)
     pts = fig.data[1]
     assert len(pts.x) == L * H
-    assert np.allclose(pts.x, np.ravel(atp["real"]["heads"])) and np.allclose(pts.y, np.ravel(atp["heads"]))
+    assert np.allclose(pts.x, np.ravel(atp["real"]["heads"])) and np.allclose(
+        pts.y, np.ravel(atp["heads"])
+    )
     k = int(np.argmax(np.abs(np.ravel(atp["heads"]))))
     assert F.clicked_head({"points": [{"customdata": pts.customdata[k]}]}) == (k // H, k % H)
     assert f"Pearson {atp['pearson']:.3f}" in fig.layout.title.text.replace("<br>", " ")
@@ -165,10 +211,15 @@ def test_flow_figure_over_the_tokens(flow):
     assert top == flow["n_layers"] and f"token {sec['position']}" in fig.layout.title.text
     nodes = next(t for t in fig.data if t.name == "nodes")
     assert list(nodes.marker.symbol).count("star") == 1  # the position the graph starts from
-    assert list(fig.layout.xaxis.range) == [-0.5, flow["n_tokens"] - 0.5]  # every token, reached or not
+    assert list(fig.layout.xaxis.range) == [
+        -0.5,
+        flow["n_tokens"] - 0.5,
+    ]  # every token, reached or not
     k = max(range(len(att)), key=lambda i: att[i]["importance"])
     assert F.clicked_head({"points": [{"customdata": mids.customdata[k]}]}) == (
-        att[k]["layer"], int(np.argmax(att[k]["heads"])))
+        att[k]["layer"],
+        int(np.argmax(att[k]["heads"])),
+    )
     assert F.clicked_head({"points": [{"x": 1, "y": 2}]}) is None  # a state node carries no head
 
 

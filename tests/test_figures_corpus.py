@@ -25,15 +25,26 @@ def test_table_rows_hold_every_head_and_statistic(result):
     assert [C.parse_head(r["head"]) for r in rows] == [(r["layer"], r["index"]) for r in rows]
     assert rows[5]["previous"] == round(result["statistics"]["previous"][1][1], 4)
     cols = C.table_columns(result)  # AG Grid column definitions, one per key of a row
-    assert [c["field"] for c in cols] == list(rows[0]) and set(rows[0]) == {"head", "layer", "index", *C.STAT_LABELS}
-    assert [c["filter"] for c in cols] == ["agTextColumnFilter"] + ["agNumberColumnFilter"] * (len(cols) - 1)
-    assert cols[0]["comparator"] == {"function": "headOrder"}  # frontend/assets/grid.js: L2H10 after L2H9
+    assert [c["field"] for c in cols] == list(rows[0]) and set(rows[0]) == {
+        "head",
+        "layer",
+        "index",
+        *C.STAT_LABELS,
+    }
+    assert [c["filter"] for c in cols] == ["agTextColumnFilter"] + ["agNumberColumnFilter"] * (
+        len(cols) - 1
+    )
+    assert cols[0]["comparator"] == {
+        "function": "headOrder"
+    }  # frontend/assets/grid.js: L2H10 after L2H9
 
 
 def test_map_marks_the_selected_head_and_colours_by_a_statistic(result):
     fig = C.head_map_figure(result, color_by="previous", selected=(1, 2))
     assert list(fig.data[0].customdata) == [f"L{a}H{b}" for a in range(2) for b in range(4)]
-    np.testing.assert_allclose(fig.data[0].marker.color, np.array(result["statistics"]["previous"]).ravel())
+    np.testing.assert_allclose(
+        fig.data[0].marker.color, np.array(result["statistics"]["previous"]).ravel()
+    )
     assert (fig.data[1].x[0], fig.data[1].y[0]) == tuple(result["head_map"]["xy"][1][2])
     compare = C.head_compare_figure(result, layer=1, head=2)
     assert len([t for t in compare.data if t.type == "box"]) == 8
@@ -46,7 +57,9 @@ def test_context_parts_and_joint_map(result, catalogue):
     parts = C.context_parts(pair)
     roles = [r for _, r in parts]
     assert roles.count("query") == 1 and roles.count("key") == 1
-    joint = joint_map(load_model("tiny-bert", device="cpu"), TEXTS, layer=0, head=1, method="pca", max_points=10)
+    joint = joint_map(
+        load_model("tiny-bert", device="cpu"), TEXTS, layer=0, head=1, method="pca", max_points=10
+    )
     fig = C.joint_map_figure(joint, color_by="position")
     assert [t.name for t in fig.data] == ["queries", "keys"]
     assert "sampled" in fig.layout.title.text and len(fig.data[0].x) == 5

@@ -27,8 +27,12 @@ def page_result(minilm):
     from workers.contracts import AnalysisRequest
     from workers.jobs import compute_analysis
 
-    req = text_request(text=TEXT, model="minilm", drop_special=False, restarts=1, layer=LAYER, head=HEAD)
-    res = compute_analysis(AnalysisRequest.model_validate(req), progress=lambda *_: None, on_partial=lambda _: None)
+    req = text_request(
+        text=TEXT, model="minilm", drop_special=False, restarts=1, layer=LAYER, head=HEAD
+    )
+    res = compute_analysis(
+        AnalysisRequest.model_validate(req), progress=lambda *_: None, on_partial=lambda _: None
+    )
     return json.loads(json.dumps(res))  # as the API serves it
 
 
@@ -48,8 +52,12 @@ def test_packed_attention_is_every_head_to_one_byte(attentions):
     exact = attentions[np.ix_([0, 3], [1, 4, 7], kept, kept)]
     assert np.abs(back - exact).max() <= 0.5 / 255 + 1e-6
     big = np.zeros((1, 1, 1, 1), dtype=np.float32)
-    too_many = pack_attention(np.broadcast_to(big, (8, 8, 1, 1)), layers=list(range(8)), heads=list(range(8)),
-                              kept=np.zeros(int(np.sqrt(MAX_PACKED_BYTES / 64)) + 2, dtype=int))
+    too_many = pack_attention(
+        np.broadcast_to(big, (8, 8, 1, 1)),
+        layers=list(range(8)),
+        heads=list(range(8)),
+        kept=np.zeros(int(np.sqrt(MAX_PACKED_BYTES / 64)) + 2, dtype=int),
+    )
     assert "attention_u8" not in too_many and "MiB" in too_many["attention_omitted"]
 
 
@@ -58,19 +66,34 @@ def test_gallery_has_one_panel_per_head_titled_with_its_kl(page_result):
     sec = page_result["head-tsne-all"]
     n_layers, n_heads = page_result["n_layers"], page_result["n_heads"]
     meta = fig.layout.meta["gallery"]
-    assert meta["panels"] == [[la, h] for la in range(n_layers) for h in range(n_heads)]  # 72 for MiniLM
-    titles = list(fig.data[2].text)  # one text trace: no layout annotations (Plotly redraws all of them on any change)
+    assert meta["panels"] == [
+        [la, h] for la in range(n_layers) for h in range(n_heads)
+    ]  # 72 for MiniLM
+    titles = list(
+        fig.data[2].text
+    )  # one text trace: no layout annotations (Plotly redraws all of them on any change)
     kl = np.asarray(sec["kl"])
-    assert titles[n_heads * 3 + 4] == f"L3 H4 · KL {kl[3, 4]:.2f}" and len(titles) == n_layers * n_heads
+    assert (
+        titles[n_heads * 3 + 4] == f"L3 H4 · KL {kl[3, 4]:.2f}"
+        and len(titles) == n_layers * n_heads
+    )
     assert fig.data[2].mode == "text" and not fig.layout.annotations
     n = len(sec["kept"])
-    assert [t.type for t in fig.data] == ["scatter"] * 3  # the frames, the colour bar, the titles: no points plotted
+    assert [t.type for t in fig.data] == [
+        "scatter"
+    ] * 3  # the frames, the colour bar, the titles: no points plotted
     assert fig.layout.meta["gallery"].get("webgl") is None and fig.layout.hovermode is False
     images = fig.layout.images
     assert len(images) == n_layers and all(im.visible for im in images)
     emb = np.asarray(sec["embedding"])  # [layer, head, token, 2]
     for r, im in enumerate(images):
-        assert (im.xref, im.yref, im.x, im.y, im.sizey) == ("x", "y", -G.PAD, r * G.SY - G.PAD, 1 + 2 * G.PAD)
+        assert (im.xref, im.yref, im.x, im.y, im.sizey) == (
+            "x",
+            "y",
+            -G.PAD,
+            r * G.SY - G.PAD,
+            1 + 2 * G.PAD,
+        )
         img = T.read_png(im.source)  # [height, width, RGBA]
         scale = G._pixels_per_unit(G.gallery_page(page_result))  # picture pixels per data unit
         assert img.shape[:2] == (round(im.sizey * scale), round(im.sizex * scale))
@@ -83,18 +106,31 @@ def test_gallery_has_one_panel_per_head_titled_with_its_kl(page_result):
             last = {}  # pixel -> the last point drawn there (a later point covers an earlier one)
             for k, pix in enumerate(zip(py.tolist(), px.tolist(), strict=True)):
                 last[pix] = k
-            colours = T.palette()[T.palette_index(np.asarray(sec["kept"], float), lo=min(sec["kept"]), hi=max(sec["kept"]))]
-            exact = T.colour_scale(np.asarray(sec["kept"], float), lo=min(sec["kept"]), hi=max(sec["kept"]))
-            assert np.abs(colours.astype(int) - exact).max() <= 2  # the nearest of 255 colours of the scale
+            colours = T.palette()[
+                T.palette_index(
+                    np.asarray(sec["kept"], float), lo=min(sec["kept"]), hi=max(sec["kept"])
+                )
+            ]
+            exact = T.colour_scale(
+                np.asarray(sec["kept"], float), lo=min(sec["kept"]), hi=max(sec["kept"])
+            )
+            assert (
+                np.abs(colours.astype(int) - exact).max() <= 2
+            )  # the nearest of 255 colours of the scale
             for (y, x), k in list(last.items())[:: max(1, len(last) // 20)]:
                 # the point's own colour, or a later point's whose disc reaches over it
                 near = [j for j in range(k, n) if abs(px[j] - x) <= 3 and abs(py[j] - y) <= 3]
                 assert any((img[y, x, :3] == colours[j]).all() for j in near), (r, c, k)
         # nothing is painted between the panels: the columns of the gaps are transparent
         for c in range(n_heads - 1):
-            gap = slice(int(np.ceil((G.PAD + c * G.SX + 1) * scale + 5)), int((G.PAD + (c + 1) * G.SX) * scale - 5))
+            gap = slice(
+                int(np.ceil((G.PAD + c * G.SX + 1) * scale + 5)),
+                int((G.PAD + (c + 1) * G.SX) * scale - 5),
+            )
             assert not img[:, gap, 3].any(), (c, gap, np.argwhere(img[:, gap, 3]))
-    assert ux.min() == pytest.approx(0.0) and ux.max() == pytest.approx(1.0)  # each panel spans its unit square
+    assert ux.min() == pytest.approx(0.0) and ux.max() == pytest.approx(
+        1.0
+    )  # each panel spans its unit square
 
 
 def test_gallery_pictures_are_valid_pngs_on_plotlys_viridis():
@@ -105,23 +141,44 @@ def test_gallery_pictures_are_valid_pngs_on_plotlys_viridis():
     stops = plotly.colors.sequential.Viridis
     assert T.VIRIDIS == tuple(stops)
     got = T.colour_scale(np.array([0.0, 0.5, 1.0, 2.0, -1.0]), lo=0.0, hi=1.0)
-    want = [plotly.colors.hex_to_rgb(stops[0]), plotly.colors.find_intermediate_color(
-        plotly.colors.hex_to_rgb(stops[4]), plotly.colors.hex_to_rgb(stops[5]), 0.5), plotly.colors.hex_to_rgb(stops[-1])]
+    want = [
+        plotly.colors.hex_to_rgb(stops[0]),
+        plotly.colors.find_intermediate_color(
+            plotly.colors.hex_to_rgb(stops[4]), plotly.colors.hex_to_rgb(stops[5]), 0.5
+        ),
+        plotly.colors.hex_to_rgb(stops[-1]),
+    ]
     np.testing.assert_allclose(got[:3], np.asarray(want), atol=0.5)
-    assert (got[3] == got[2]).all() and (got[4] == got[0]).all()  # clipped to the ends, as cmin/cmax clip
+    assert (got[3] == got[2]).all() and (
+        got[4] == got[0]
+    ).all()  # clipped to the ends, as cmin/cmax clip
     pal = T.palette()
     assert pal.shape == (256, 3) and (pal[1] == got[0]).all() and (pal[255] == got[2]).all()
-    assert list(T.palette_index(np.array([0.0, 0.5, 1.0, 7.0]), lo=0.0, hi=1.0)) == [1, 128, 255, 255]
+    assert list(T.palette_index(np.array([0.0, 0.5, 1.0, 7.0]), lo=0.0, hi=1.0)) == [
+        1,
+        128,
+        255,
+        255,
+    ]
     index = np.random.default_rng(0).integers(0, 256, size=(7, 11), dtype=np.uint8)
     back = T.read_png(T.png_data_uri(index, pal))  # RGBA, entry 0 transparent
     assert (back[..., :3] == pal[index]).all() and ((back[..., 3] == 0) == (index == 0)).all()
-    img = T.draw_points(np.array([2.0, 9.6]), np.array([3.0, 3.4]), np.array([7, 9]), size=(11, 7), radius=1.5)
+    img = T.draw_points(
+        np.array([2.0, 9.6]), np.array([3.0, 3.4]), np.array([7, 9]), size=(11, 7), radius=1.5
+    )
     assert img[3, 2] == 7 and img[3, 10] == 9 and img[0, 0] == 0
     assert (img[:, 5:8] == 0).all()  # between the two discs
 
 
 def test_gallery_pages_by_whole_layers(page_result):
-    assert G.gallery_pages(list(range(16)), 32) == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11], [12, 13, 14], [15]]
+    assert G.gallery_pages(list(range(16)), 32) == [
+        [0, 1, 2],
+        [3, 4, 5],
+        [6, 7, 8],
+        [9, 10, 11],
+        [12, 13, 14],
+        [15],
+    ]
     assert G.gallery_pages([0, 1], 200) == [[0], [1]]  # a layer wider than a page still gets one
     second = G.gallery_figure(page_result, page=1, max_panels=24)
     assert second.layout.meta["gallery"]["layers"] == [2, 3] and len(second.layout.images) == 2
@@ -142,11 +199,15 @@ def test_head_maps_are_what_the_server_would_draw(page_result):
             np.testing.assert_allclose(m[xs], fig.data[0].x, atol=1e-5)
             np.testing.assert_allclose(m[ys], fig.data[0].y, atol=1e-5)
             assert m["title"] == fig.layout.title.text
-        assert list(m["xaxis"]["ticktext"]) == list(F.head_tsne_figure(page_result, layer=layer, head=head)
-                                                    .layout.xaxis.ticktext)
+        assert list(m["xaxis"]["ticktext"]) == list(
+            F.head_tsne_figure(page_result, layer=layer, head=head).layout.xaxis.ticktext
+        )
     # the requested head is the exact one-head section's map, not the gallery's copy of it
-    np.testing.assert_allclose(maps["maps"][f"{LAYER},{HEAD}"]["xr"],
-                               np.asarray(page_result["head-tsne"]["embedding"])[:, 0], atol=1e-5)
+    np.testing.assert_allclose(
+        maps["maps"][f"{LAYER},{HEAD}"]["xr"],
+        np.asarray(page_result["head-tsne"]["embedding"])[:, 0],
+        atol=1e-5,
+    )
     tpl = maps["templates"]["rescaled"]
     assert tpl["data"][0]["type"] == "scatter" and tpl["layout"]["meta"]["highlight"] == "points"
 
@@ -178,13 +239,17 @@ def test_head_view_draws_one_line_per_pair_above_the_threshold(page_result):
                 continue
             colours.setdefault(trace.line.color, set()).add(head)
             xs, ys = list(trace.x), list(trace.y)
-            segs = [(int(ys[i]), int(ys[i + 1])) for i in range(0, len(xs), 3)]  # [x0, x1, None] per line
+            segs = [
+                (int(ys[i]), int(ys[i + 1])) for i in range(0, len(xs), 3)
+            ]  # [x0, x1, None] per line
             assert all(xs[i : i + 3] == [0.0, 1.0, None] for i in range(0, len(xs), 3))
             assert segs == [tuple(p) for p in pairs]
             drawn += segs
             if pairs:  # opacity grows with the weight bin
                 w = [a[q, k] for q, k in pairs]
-                assert trace.opacity == HV.BIN_OPACITY[int(np.digitize(w[0], HV.OPACITY_BINS[1:-1]))]
+                assert (
+                    trace.opacity == HV.BIN_OPACITY[int(np.digitize(w[0], HV.OPACITY_BINS[1:-1]))]
+                )
         assert len(drawn) == len(expected) and set(drawn) == expected
     assert len(colours) == 2 and all(len(v) == 1 for v in colours.values())  # one colour per head
     tokens = [t for t in fig.data if t.name == "querys"][0]
@@ -205,7 +270,10 @@ def test_model_view_tiles_every_head_and_names_a_clicked_one(page_result):
     block = z[2 * stride : 2 * stride + s, 3 * stride : 3 * stride + s]
     np.testing.assert_allclose(block, grid[2, 3] / grid[2, 3].max(), atol=1e-3)
     assert np.isnan(z[s, :]).all()  # a gap row between layers
-    assert HV.model_view_click({"points": [{"x": 3 * stride + 1, "y": 2 * stride + 2}]}, meta) == (2, 3)
+    assert HV.model_view_click({"points": [{"x": 3 * stride + 1, "y": 2 * stride + 2}]}, meta) == (
+        2,
+        3,
+    )
     assert HV.model_view_click({"points": [{"x": stride - 1, "y": 0}]}, meta) is None  # the gap
     assert len(fig.layout.shapes) == 1  # the selected head is framed
 
@@ -216,7 +284,11 @@ def test_text_export_holds_the_every_head_views(page_result):
     figs = _figures(page_result, 3, 4, ["rescale"], "max", None, 0, [1], 0.2)
     kinds = [f.layout.meta for f in figs]
     assert len(figs) == 7  # heatmaps, map, hidden map, matrix, gallery, head view, model view
-    assert "gallery" in kinds[4] and kinds[5]["headview"]["heads"] == [4, 1] and "modelview" in kinds[6]
+    assert (
+        "gallery" in kinds[4]
+        and kinds[5]["headview"]["heads"] == [4, 1]
+        and "modelview" in kinds[6]
+    )
     assert kinds[5]["headview"]["threshold"] == 0.2
 
 
@@ -234,7 +306,9 @@ def test_pe_heatmaps_get_their_own_colour_scales_unless_shared():
     for t, axis in zip(own.data, (own.layout.coloraxis, own.layout.coloraxis2), strict=True):
         z = np.asarray(t.z)
         assert (axis.cmin, axis.cmax) == (pytest.approx(z.min()), pytest.approx(z.max()))
-    assert own.layout.coloraxis2.cmax < 0.5 * own.layout.coloraxis.cmax  # the narrow one is not flat
+    assert (
+        own.layout.coloraxis2.cmax < 0.5 * own.layout.coloraxis.cmax
+    )  # the narrow one is not flat
     shared = pe_distance_figure(result, shared_scale=True)
     assert [t.coloraxis for t in shared.data] == ["coloraxis", "coloraxis"]
     assert "coloraxis2" not in shared.to_plotly_json()["layout"]
@@ -245,13 +319,22 @@ def test_a_page_waits_with_an_invisible_picture_a_row(page_result):
     place (set by index when the layer arrives) and no points at all."""
     grid = {k: v for k, v in page_result.items() if k != "head-tsne-all"}
     skeleton = G.skeleton_section(grid)
-    assert skeleton["layers"] == [] and skeleton["partial"]["layers"] == list(range(page_result["n_layers"]))
+    assert skeleton["layers"] == [] and skeleton["partial"]["layers"] == list(
+        range(page_result["n_layers"])
+    )
     waiting = G.gallery_figure(grid, section=skeleton)
     images = waiting.layout.images
-    assert len(images) == page_result["n_layers"] and not any(im.visible or im.source for im in images)
+    assert len(images) == page_result["n_layers"] and not any(
+        im.visible or im.source for im in images
+    )
     assert [im.y for im in images] == [r * G.SY - G.PAD for r in range(page_result["n_layers"])]
-    assert len(waiting.data) == 3 and len(waiting.data[0].x) == 0  # no frame yet, the colour bar, the rows' notes
-    assert waiting.layout.meta["gallery"]["panels"] == [] and waiting.layout.meta["gallery"]["complete"] is False
+    assert (
+        len(waiting.data) == 3 and len(waiting.data[0].x) == 0
+    )  # no frame yet, the colour bar, the rows' notes
+    assert (
+        waiting.layout.meta["gallery"]["panels"] == []
+        and waiting.layout.meta["gallery"]["complete"] is False
+    )
 
 
 def test_a_row_is_drawn_once_however_many_updates_carry_it(page_result, monkeypatch):
@@ -268,7 +351,9 @@ def test_a_row_is_drawn_once_however_many_updates_carry_it(page_result, monkeypa
     assert [im.source for im in again.layout.images] == [im.source for im in first.layout.images]
     moved = json.loads(json.dumps(page_result))
     xs = [pt[0] for pt in moved["head-tsne-all"]["embedding"][2][0]]  # layer 2, head 0
-    moved["head-tsne-all"]["embedding"][2][0][0][0] = max(xs) + 1 if xs[0] == min(xs) else min(xs) - 1  # new rank
+    moved["head-tsne-all"]["embedding"][2][0][0][0] = (
+        max(xs) + 1 if xs[0] == min(xs) else min(xs) - 1
+    )  # new rank
     changed = G.gallery_figure(moved)
     assert len(drawn) == page_result["n_layers"] + 1
     assert changed.layout.images[2].source != first.layout.images[2].source

@@ -66,7 +66,10 @@ def test_bad_information_flow_gets_422_before_queueing(app, model, options, text
     body = json.dumps(resp.json())
     for w in words:
         assert w in body, (w, body)
-    assert protocol.queue(conn, protocol.QUEUE).count == 0 and protocol.queue(conn, protocol.SHORT_QUEUE).count == 0
+    assert (
+        protocol.queue(conn, protocol.QUEUE).count == 0
+        and protocol.queue(conn, protocol.SHORT_QUEUE).count == 0
+    )
 
 
 @pytest.mark.parametrize(("model", "position"), [("tiny-gpt2", None), ("tiny-bert", 2)])
@@ -100,7 +103,11 @@ def test_cancel_keeps_nothing_and_submitting_again_runs_it(app, monkeypatch):
     assert client.delete(f"/api/analyses/{job_id}").json()["cancelled"] is True
     run_jobs(conn)
     state = client.get(f"/api/analyses/{job_id}").json()
-    assert state["status"] == "failed" and "cancelled" in state["error"] and not store.has_result(job_id)
+    assert (
+        state["status"] == "failed"
+        and "cancelled" in state["error"]
+        and not store.has_result(job_id)
+    )
     # cancelled while running: the API sets the key when the job reports its first layer
     seen: list[str] = []
     real = workers.jobs.Reporter.progress
@@ -123,7 +130,9 @@ def test_cancel_keeps_nothing_and_submitting_again_runs_it(app, monkeypatch):
     assert _post(client, "tiny-gpt2", {}).json()["status"] == "queued"
     run_jobs(conn)
     assert client.get(f"/api/analyses/{job_id}").json()["status"] == "finished"
-    assert client.delete(f"/api/analyses/{job_id}").json()["cancelled"] is False  # a finished one stays
+    assert (
+        client.delete(f"/api/analyses/{job_id}").json()["cancelled"] is False
+    )  # a finished one stays
     assert client.delete("/api/analyses/" + "0" * 32).status_code == 404
 
 
@@ -133,7 +142,11 @@ def test_cli_information_flow(tmp_path, catalogue):
             "information-flow"]  # fmt: skip
     assert main([*args, "--threshold", "0.02", "--position", "1"]) == 0
     flow = json.loads(out.read_text())
-    assert flow["analysis"] == "information-flow" and flow["position"] == 1 and flow["threshold"] == 0.02
+    assert (
+        flow["analysis"] == "information-flow"
+        and flow["position"] == 1
+        and flow["threshold"] == 0.02
+    )
     assert {"nodes", "edges", "tokens"} <= set(flow)
     assert main([*args, "--threshold", "1.5"]) == 2
 
@@ -141,8 +154,15 @@ def test_cli_information_flow(tmp_path, catalogue):
 def test_memory_estimate_counts_the_kept_layers():
     from workers.analysis.memory import GIB, ModelFacts, estimate_text_request
 
-    facts = ModelFacts(n_layers=30, n_heads=9, hidden=576, intermediate=1536, n_params=135_000_000, head_dim=64,
-                       vocab=49152)  # SmolLM2-135M's shapes
+    facts = ModelFacts(
+        n_layers=30,
+        n_heads=9,
+        hidden=576,
+        intermediate=1536,
+        n_params=135_000_000,
+        head_dim=64,
+        vocab=49152,
+    )  # SmolLM2-135M's shapes
 
     def extra(n: int) -> int:  # the stage over the forward it runs
         parts = estimate_text_request(facts, n, ["information-flow"], {}).parts

@@ -11,8 +11,14 @@ import pytest
 from frontend.api_client import ApiClient, ApiError, _detail
 from frontend.data import int_list, parse_query, query_string
 
-REQUIRED_IDS = ["text-input", "analyze-button", "max-attention-graph", "head-tsne-graph", "text-share-button",
-                "text-share-url"]
+REQUIRED_IDS = [
+    "text-input",
+    "analyze-button",
+    "max-attention-graph",
+    "head-tsne-graph",
+    "text-share-button",
+    "text-share-url",
+]
 
 
 def _closed_port() -> int:
@@ -51,29 +57,68 @@ def test_pages_render_with_stable_ids(app):
     store = ResultStore(ApiClient(f"http://127.0.0.1:{_closed_port()}"))
     home = _ids(render_page(store, "/", ""))
     assert set(REQUIRED_IDS) <= home
-    assert {"text-layer", "text-head", "hidden-tsne-graph", "attention-matrix-graph", "text-options",
-            "text-restarts", "text-view-options", "text-progress-bar"} <= home
-    for path, prefix in [("/terms", "terms"), ("/words", "words"), ("/pe", "pe"), ("/lasf", "lasf"),
-                         ("/corpus", "corpus"), ("/causal", "causal"), ("/compare", "compare"),
-                         ("/circuits", "circuits")]:
+    assert {
+        "text-layer",
+        "text-head",
+        "hidden-tsne-graph",
+        "attention-matrix-graph",
+        "text-options",
+        "text-restarts",
+        "text-view-options",
+        "text-progress-bar",
+    } <= home
+    for path, prefix in [
+        ("/terms", "terms"),
+        ("/words", "words"),
+        ("/pe", "pe"),
+        ("/lasf", "lasf"),
+        ("/corpus", "corpus"),
+        ("/causal", "causal"),
+        ("/compare", "compare"),
+        ("/circuits", "circuits"),
+    ]:
         ids = _ids(render_page(store, path, ""))
         assert f"{prefix}-share-button" in ids and f"{prefix}-export-json" in ids, path
         assert all(i.startswith(prefix) for i in ids), f"ids of {path} are prefixed by the page"
-    assert {"pe-upload", "pe-demo-button", "pe-run-button", "pe-distance-graph", "pe-map-graph"} <= _ids(
-        render_page(store, "/pe", ""))
+    assert {
+        "pe-upload",
+        "pe-demo-button",
+        "pe-run-button",
+        "pe-distance-graph",
+        "pe-map-graph",
+    } <= _ids(render_page(store, "/pe", ""))
     assert "no page at /nope" in str(render_page(store, "/nope", ""))
-    assert set(PAGES) == {"/", "/terms", "/words", "/pe", "/lasf", "/corpus", "/causal", "/compare", "/circuits"}
+    assert set(PAGES) == {
+        "/",
+        "/terms",
+        "/words",
+        "/pe",
+        "/lasf",
+        "/corpus",
+        "/causal",
+        "/compare",
+        "/circuits",
+    }
     assert {"lasf-phi-graph", "lasf-relation-graph", "lasf-field-graph", "lasf-tsne-graph"} <= _ids(
-        render_page(store, "/lasf", ""))
+        render_page(store, "/lasf", "")
+    )
     missing_share = str(render_page(store, "/", "?share=abc"))
     assert "not reachable" in missing_share or "does not exist" in missing_share
 
 
 def test_required_outputs_have_callbacks(app):
     outputs = " ".join(app.callback_map)
-    for target in ["max-attention-graph.figure", "head-tsne-graph.figure", "text-share-url.children",
-                   "text-source.data", "terms-curves-graph.figure", "words-tsne-graph.figure",
-                   "pe-distance-graph.figure", "pe-metrics.children", "page-content.children"]:
+    for target in [
+        "max-attention-graph.figure",
+        "head-tsne-graph.figure",
+        "text-share-url.children",
+        "text-source.data",
+        "terms-curves-graph.figure",
+        "words-tsne-graph.figure",
+        "pe-distance-graph.figure",
+        "pe-metrics.children",
+        "page-content.children",
+    ]:
         assert target in outputs, target
 
 
@@ -120,21 +165,38 @@ def test_corpus_table_is_an_ag_grid_that_sorts_filters_and_exports_without_depre
             stack.append(children)
     assert [g.id for g in grids] == ["corpus-table"]
     grid = grids[0]
-    assert grid.defaultColDef["sortable"] and grid.defaultColDef["filter"] and grid.getRowId == "params.data.head"
-    assert grid.csvExportParams["fileName"].endswith(".csv") and "corpus-table-csv" in _ids(pages["/corpus"])
+    assert (
+        grid.defaultColDef["sortable"]
+        and grid.defaultColDef["filter"]
+        and grid.getRowId == "params.data.head"
+    )
+    assert grid.csvExportParams["fileName"].endswith(".csv") and "corpus-table-csv" in _ids(
+        pages["/corpus"]
+    )
 
 
 def test_text_request_holds_the_whole_head_view():
     from frontend.pages.text import text_request
 
-    plain = text_request(text="a b", model="minilm", drop_special=False, restarts=1, layer=None, head=None)
+    plain = text_request(
+        text="a b", model="minilm", drop_special=False, restarts=1, layer=None, head=None
+    )
     assert plain["analyses"] == ["max-attention", "head-tsne", "hidden-tsne"]
-    assert (plain["options"]["layer"], plain["options"]["head"]) == (0, 0)  # no head picked yet: the first
+    assert (plain["options"]["layer"], plain["options"]["head"]) == (
+        0,
+        0,
+    )  # no head picked yet: the first
     head = text_request(text="a b", model="minilm", drop_special=True, restarts=3, layer=2, head=5)
     assert head["analyses"] == ["max-attention", "head-tsne", "hidden-tsne"]
     # the picked head first, then every head (the gallery) and every hidden state: one request
-    assert head["options"] == {"drop_special": True, "restarts": 3, "layer": 2, "head": 5, "all_heads": True,
-                               "hidden_layer": "all"}
+    assert head["options"] == {
+        "drop_special": True,
+        "restarts": 3,
+        "layer": 2,
+        "head": 5,
+        "all_heads": True,
+        "hidden_layer": "all",
+    }
     from workers.contracts import AnalysisRequest
 
     AnalysisRequest(**head)  # valid against the API contract
@@ -144,25 +206,69 @@ def test_pe_request_validation():
     from frontend.pages.pe import pe_request
 
     ckpts = [{"id": "demo-a", "tensor": None}, {"id": "up-1", "tensor": "pe"}]
-    body = pe_request(checkpoints=ckpts, reference="2d-fixed", grid=(4, 4), sigma=1.0, seed=0,
-                      reference_checkpoint=None, partition="rows", csv=None, metric="euclidean")
+    body = pe_request(
+        checkpoints=ckpts,
+        reference="2d-fixed",
+        grid=(4, 4),
+        sigma=1.0,
+        seed=0,
+        reference_checkpoint=None,
+        partition="rows",
+        csv=None,
+        metric="euclidean",
+    )
     assert body["reference"] == {"kind": "2d-fixed", "grid": [4, 4]}
     assert body["partition"] == {"kind": "rows", "grid": [4, 4]}
     assert body["checkpoints"] == [{"id": "demo-a", "tensor": None}, {"id": "up-1", "tensor": "pe"}]
-    ref = pe_request(checkpoints=ckpts, reference="checkpoint", grid=(4, 4), sigma=1.0, seed=0,
-                     reference_checkpoint="up-1", partition="none", csv=None, metric="cosine")
+    ref = pe_request(
+        checkpoints=ckpts,
+        reference="checkpoint",
+        grid=(4, 4),
+        sigma=1.0,
+        seed=0,
+        reference_checkpoint="up-1",
+        partition="none",
+        csv=None,
+        metric="cosine",
+    )
     assert ref["reference"] == {"kind": "checkpoint", "checkpoint": {"id": "up-1", "tensor": "pe"}}
     with pytest.raises(ValueError, match="reference"):
-        pe_request(checkpoints=ckpts, reference="checkpoint", grid=(4, 4), sigma=1.0, seed=0,
-                   reference_checkpoint=None, partition="none", csv=None, metric="euclidean")
+        pe_request(
+            checkpoints=ckpts,
+            reference="checkpoint",
+            grid=(4, 4),
+            sigma=1.0,
+            seed=0,
+            reference_checkpoint=None,
+            partition="none",
+            csv=None,
+            metric="euclidean",
+        )
     with pytest.raises(ValueError, match="position,label"):
-        pe_request(checkpoints=ckpts, reference="none", grid=(4, 4), sigma=1.0, seed=0,
-                   reference_checkpoint=None, partition="csv", csv="  ", metric="euclidean")
+        pe_request(
+            checkpoints=ckpts,
+            reference="none",
+            grid=(4, 4),
+            sigma=1.0,
+            seed=0,
+            reference_checkpoint=None,
+            partition="csv",
+            csv="  ",
+            metric="euclidean",
+        )
 
 
 def test_url_state_round_trip():
-    q = query_string({"analysis": "abc", "layer": 0, "head": 11, "rescale": False, "layers": [0, 5],
-                      "token": None})
+    q = query_string(
+        {
+            "analysis": "abc",
+            "layer": 0,
+            "head": 11,
+            "rescale": False,
+            "layers": [0, 5],
+            "token": None,
+        }
+    )
     assert q == "?analysis=abc&layer=0&head=11&rescale=0&layers=0%2C5"
     back = parse_query(q)
     assert back == {"analysis": "abc", "layer": "0", "head": "11", "rescale": "0", "layers": "0,5"}
@@ -172,7 +278,10 @@ def test_url_state_round_trip():
 
 def test_api_errors_carry_the_servers_reason():
     req = httpx.Request("GET", "http://x/api")
-    assert _detail(httpx.Response(400, json={"detail": "unknown model 'x'"}, request=req)) == "unknown model 'x'"
+    assert (
+        _detail(httpx.Response(400, json={"detail": "unknown model 'x'"}, request=req))
+        == "unknown model 'x'"
+    )
     pydantic = {"detail": [{"loc": ["body", "text"], "msg": "the text is empty"}]}
     assert _detail(httpx.Response(422, json=pydantic, request=req)) == "text: the text is empty"
     assert _detail(httpx.Response(502, text="Bad gateway", request=req)) == "Bad gateway"

@@ -38,7 +38,9 @@ def test_term_curves_are_mean_plus_minus_sd(dec_minilm):
         np.testing.assert_allclose(upper.y, mean[:, k] + sd[:, k])
         np.testing.assert_allclose(lower.y, mean[:, k] - sd[:, k])
         assert lower.fill == "tonexty"
-    np.testing.assert_allclose(mean.sum(axis=1), 1.0, atol=1e-4)  # the curves' premise: terms sum to 1
+    np.testing.assert_allclose(
+        mean.sum(axis=1), 1.0, atol=1e-4
+    )  # the curves' premise: terms sum to 1
 
 
 def test_token_views_sum_to_one_and_follow_clicks(dec_minilm):
@@ -54,7 +56,10 @@ def test_token_views_sum_to_one_and_follow_clicks(dec_minilm):
     per = np.asarray(dec_minilm["decomposition"]["per_token"])[:, 5]  # [state, term]
     np.testing.assert_allclose(np.stack([t.y for t in curves.data], axis=1), per)
     assert repr(F.readable_tokens(dec_minilm)[5]) in curves.layout.title.text
-    assert "not in this result" in T.token_curves_figure(dec_minilm, token=n).layout.annotations[0].text
+    assert (
+        "not in this result"
+        in T.token_curves_figure(dec_minilm, token=n).layout.annotations[0].text
+    )
 
 
 def test_head_contributions_heatmap(dec_minilm):
@@ -85,7 +90,10 @@ def test_model_comparison_spearman(dec_minilm, catalogue):
     gpt = _decomposition(load_model("tiny-gpt2", device="cpu"))
     with pytest.raises(ValueError, match="tokenise the text differently"):
         T.spearman_per_state(dec_minilm, gpt)
-    assert "tokenise the text differently" in T.model_compare_figure(dec_minilm, gpt).layout.annotations[0].text
+    assert (
+        "tokenise the text differently"
+        in T.model_compare_figure(dec_minilm, gpt).layout.annotations[0].text
+    )
 
 
 # ---------------------------------------------------------------------------- positional encodings
@@ -107,11 +115,21 @@ def _report(name: str, E: np.ndarray, labels: list[str] | None) -> dict:
         d = np.linalg.norm(E[:, None] - E[None], axis=-1)
         centred = E - E.mean(axis=0)
         coords = centred @ np.linalg.svd(centred, full_matrices=False)[2][:2].T
-        order = sorted(range(len(E)), key=lambda i: (labels[i], i)) if labels else list(range(len(E)))
-        rep = {"shape": list(E.shape), "metric": "euclidean", "distance_matrix": d.tolist(),
-               "coords_2d": coords.tolist(), "order": order, "labels": labels,
-               "procrustes_distance": None, "procrustes_distance_normalised": None,
-               "modularity": 0.1 if labels else None, "clustering": 0.2 if labels else None}
+        order = (
+            sorted(range(len(E)), key=lambda i: (labels[i], i)) if labels else list(range(len(E)))
+        )
+        rep = {
+            "shape": list(E.shape),
+            "metric": "euclidean",
+            "distance_matrix": d.tolist(),
+            "coords_2d": coords.tolist(),
+            "order": order,
+            "labels": labels,
+            "procrustes_distance": None,
+            "procrustes_distance_normalised": None,
+            "modularity": 0.1 if labels else None,
+            "clustering": 0.2 if labels else None,
+        }
     else:
         part = np.asarray([int(x) for x in labels]) if labels else None
         rep = pe_report(E, reference=None, partition=part)
@@ -121,15 +139,21 @@ def _report(name: str, E: np.ndarray, labels: list[str] | None) -> dict:
 @pytest.fixture(scope="module")
 def pe_result():
     columns = [str(i % 4) for i in range(16)]
-    return {"checkpoints": [_report("sigma-0.2", _grid_pe(0.2, 0), columns),
-                            _report("sigma-2.0", _grid_pe(2.0, 1), columns)],
-            "reference": {"kind": "none"}}
+    return {
+        "checkpoints": [
+            _report("sigma-0.2", _grid_pe(0.2, 0), columns),
+            _report("sigma-2.0", _grid_pe(2.0, 1), columns),
+        ],
+        "reference": {"kind": "none"},
+    }
 
 
 def test_pe_distance_heatmaps_reordered_by_partition(pe_result):
     fig = P.pe_distance_figure(pe_result, reorder=True)
     assert len(fig.data) == 2 and [a.text for a in fig.layout.annotations][:2] == [
-        "sigma-0.2 [pe] (16x8)", "sigma-2.0 [pe] (16x8)"]
+        "sigma-0.2 [pe] (16x8)",
+        "sigma-2.0 [pe] (16x8)",
+    ]
     rep = pe_result["checkpoints"][0]
     order = rep["order"]
     assert [rep["labels"][i] for i in order] == sorted(rep["labels"])  # modules become blocks
@@ -149,7 +173,9 @@ def test_pe_map_colours_and_rescaling(pe_result):
     assert list(fig.data[0].marker.color) == [i // 4 for i in range(16)]
     assert min(fig.data[0].x) == pytest.approx(0) and max(fig.data[0].x) == pytest.approx(1)
     coords = np.asarray(pe_result["checkpoints"][0]["coords_2d"])
-    np.testing.assert_allclose(np.asarray([c[1:3] for c in fig.data[0].customdata], dtype=float), coords)
+    np.testing.assert_allclose(
+        np.asarray([c[1:3] for c in fig.data[0].customdata], dtype=float), coords
+    )
     cols = P.pe_map_figure(pe_result, colour_by="column", grid=(4, 4), rescale=False)
     assert list(cols.data[0].marker.color) == [i % 4 for i in range(16)]
     np.testing.assert_allclose(cols.data[0].x, coords[:, 0])

@@ -16,7 +16,9 @@ from redis import Redis
 from backend.app import create_app
 from backend.config import Settings
 
-LIBRARY_WORDS = re.compile(r"Traceback|Exception|[A-Z][a-z]+Error\b|struct\.error|unpack|pydantic|errno|File \"")
+LIBRARY_WORDS = re.compile(
+    r"Traceback|Exception|[A-Z][a-z]+Error\b|struct\.error|unpack|pydantic|errno|File \""
+)
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +26,9 @@ def app_env(redis_server, tmp_path_factory, catalogue):
     conn = Redis.from_url(redis_server)
     conn.flushdb()
     data = tmp_path_factory.mktemp("fuzz") / "data"
-    settings = Settings(data_dir=data, redis_url=redis_server, rate_limit_writes=0, max_upload_bytes=2**20)
+    settings = Settings(
+        data_dir=data, redis_url=redis_server, rate_limit_writes=0, max_upload_bytes=2**20
+    )
     client = TestClient(create_app(settings, redis=conn, background=False, frontend=False))
     return client, conn, data
 
@@ -38,11 +42,18 @@ def stored(conn: Redis, data) -> tuple[list, list, list]:
     from workers.store.schema import checkpoints, results
 
     keys = sorted(k for k in conn.keys("*") if not k.startswith(b"hs:rate:"))
-    files = sorted(str(p.relative_to(data)) for p in data.rglob("*") if p.is_file() and "headscope.db" not in p.name)
+    files = sorted(
+        str(p.relative_to(data))
+        for p in data.rglob("*")
+        if p.is_file() and "headscope.db" not in p.name
+    )
     store = Store(Settings(data_dir=data))
     try:
         with store.engine.connect() as db:
-            rows = [*db.execute(select(results.c.id)).scalars(), *db.execute(select(checkpoints.c.id)).scalars()]
+            rows = [
+                *db.execute(select(results.c.id)).scalars(),
+                *db.execute(select(checkpoints.c.id)).scalars(),
+            ]
     finally:
         store.close()
     return keys, files, sorted(rows)
@@ -60,7 +71,9 @@ def check_refusal(resp, status: int, words: list[str]) -> None:
         assert all(set(e) == {"field", "problem"} for e in body["errors"])
 
 
-@pytest.mark.parametrize("case, name, data, status, words", BAD_UPLOADS, ids=[c[0] for c in BAD_UPLOADS])
+@pytest.mark.parametrize(
+    "case, name, data, status, words", BAD_UPLOADS, ids=[c[0] for c in BAD_UPLOADS]
+)
 def test_bad_upload_is_refused_and_leaves_nothing(app_env, case, name, data, status, words):
     client, conn, root = app_env
     before = stored(conn, root)
@@ -77,7 +90,9 @@ def test_over_large_upload_is_413_and_leaves_nothing(app_env):
     assert stored(conn, root) == before
 
 
-@pytest.mark.parametrize("case, path, body, status, words", BAD_REQUESTS, ids=[c[0] for c in BAD_REQUESTS])
+@pytest.mark.parametrize(
+    "case, path, body, status, words", BAD_REQUESTS, ids=[c[0] for c in BAD_REQUESTS]
+)
 def test_bad_request_is_refused_before_queueing(app_env, case, path, body, status, words):
     client, conn, root = app_env
     before = stored(conn, root)
@@ -88,10 +103,16 @@ def test_bad_request_is_refused_before_queueing(app_env, case, path, body, statu
 def test_malformed_json_and_wrong_methods(app_env):
     client, conn, root = app_env
     before = stored(conn, root)
-    bad = client.post("/api/analyses", content=b'{"text": ', headers={"content-type": "application/json"})
+    bad = client.post(
+        "/api/analyses", content=b'{"text": ', headers={"content-type": "application/json"}
+    )
     check_refusal(bad, 422, ["not valid JSON"])
-    for method, path, allow in [("POST", "/api/models", "GET"), ("PUT", "/api/analyses/" + "0" * 32, "DELETE, GET"),
-                                ("PUT", "/api/checkpoints", "GET, POST"), ("GET", "/api/shares", "POST")]:
+    for method, path, allow in [
+        ("POST", "/api/models", "GET"),
+        ("PUT", "/api/analyses/" + "0" * 32, "DELETE, GET"),
+        ("PUT", "/api/checkpoints", "GET, POST"),
+        ("GET", "/api/shares", "POST"),
+    ]:
         resp = client.request(method, path)
         check_refusal(resp, 405, [method, "allowed"])
         assert resp.headers["allow"] == allow
@@ -109,4 +130,8 @@ def test_tensor_names_come_back_sanitised_and_capped(app_env):
     assert len(cand["name"]) <= 200 and cand["name"].startswith("pos?")
     assert not any(ord(ch) < 32 or ch == "\u202e" for ch in cand["name"])
     filename = resp.json()["filename"]
-    assert filename.startswith("names_") and filename.endswith(".safetensors") and filename.isprintable()
+    assert (
+        filename.startswith("names_")
+        and filename.endswith(".safetensors")
+        and filename.isprintable()
+    )

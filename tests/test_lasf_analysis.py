@@ -21,9 +21,17 @@ from workers.lasf.specialisation import permutation_test, probe_sentences, token
 
 
 def tiny_config(**over) -> dict:
-    cfg = {"format": FORMAT, "base_model": "minilm", "replaced_layer": 5, "mode": "stable", "kernel": "identity",
-           "residual": "identity", "causal": False, "seed": 0,
-           "sizes": {"n_fields": 3, "d_in": 384, "d_q": 4, "d_s": 8, "d_out": 384}}
+    cfg = {
+        "format": FORMAT,
+        "base_model": "minilm",
+        "replaced_layer": 5,
+        "mode": "stable",
+        "kernel": "identity",
+        "residual": "identity",
+        "causal": False,
+        "seed": 0,
+        "sizes": {"n_fields": 3, "d_in": 384, "d_q": 4, "d_s": 8, "d_out": 384},
+    }
     return {**cfg, **over}
 
 
@@ -40,14 +48,23 @@ def tiny_ckpt(tmp_path_factory) -> Path:
 
 def test_checkpoint_round_trip(tiny_ckpt):
     ck = read_checkpoint(tiny_ckpt)
-    assert ck.config["format"] == FORMAT and set(ck.tensors) == {"L", "L_S", "L_Y", "b_Y", "norm.weight", "norm.bias"}
+    assert ck.config["format"] == FORMAT and set(ck.tensors) == {
+        "L",
+        "L_S",
+        "L_Y",
+        "b_Y",
+        "norm.weight",
+        "norm.bias",
+    }
     assert json.loads((tiny_ckpt.parent / "config.json").read_text()) == ck.config
 
 
 def _write(path: Path, tensors: dict, config: dict | None) -> Path:
     from safetensors.numpy import save_file
 
-    save_file(tensors, str(path), metadata=None if config is None else {"lasf_config": json.dumps(config)})
+    save_file(
+        tensors, str(path), metadata=None if config is None else {"lasf_config": json.dumps(config)}
+    )
     return path
 
 
@@ -66,7 +83,9 @@ def test_malformed_lasf_checkpoints_are_refused_with_a_reason(tiny_ckpt, tmp_pat
     tensors = dict(ck.tensors)
     cfg = ck.config
     if case == "pe-file":
-        path = _write(tmp_path / "pe.safetensors", {"pos_embed": np.zeros((16, 8), np.float32)}, None)
+        path = _write(
+            tmp_path / "pe.safetensors", {"pos_embed": np.zeros((16, 8), np.float32)}, None
+        )
     else:
         if case == "base":
             cfg = {**cfg, "base_model": "gpt2"}
@@ -95,14 +114,18 @@ def test_trainer_lowers_the_loss_on_a_tiny_corpus(catalogue):
     )
     from workers.models import load_model
 
-    sentences = split_sentences(topics["if"] + "\n\n" + topics["while"] + "\n\n" + topics["for"], min_words=3)[:24]
+    sentences = split_sentences(
+        topics["if"] + "\n\n" + topics["while"] + "\n\n" + topics["for"], min_words=3
+    )[:24]
     assert len(sentences) >= 8
     loaded = load_model("tiny-bert", device="cpu")
     batches = extract_batches(loaded, sentences, layer=1, batch_size=8, max_tokens=32, sort=True)
     config = TrainConfig(n_fields=2, d_q=4, d_s=8, epochs=4, lr=1e-2)
     lasf = build_lasf(config, 32)
     with torch.no_grad():
-        before = float(sum(masked_mse(lasf(b.x, b.mask), b.y, b.mask) for b in batches)) / len(batches)
+        before = float(sum(masked_mse(lasf(b.x, b.mask), b.y, b.mask) for b in batches)) / len(
+            batches
+        )
     history = train_models({"lasf": lasf, **baselines(32, 0)}, config, batches, batches[:1])
     assert history[-1]["lasf"]["train_loss"] < 0.7 * before
     assert {"r2", "top1", "rho"} <= set(history[-1]["linear"])
@@ -161,7 +184,12 @@ def test_lasf_analysis_fields_on_real_minilm(minilm, tiny_ckpt):
     assert len(sec["ablation"]) == f and np.asarray(sec["field_vs_head"]).shape == (f, 12)
     assert np.asarray(sec["field_tsne"]["embedding"]).shape == (f, n, 2)
     spec = sec["specialisation"]
-    assert spec["n_perm"] == 1000 and set(spec["count"]) == {"same-pos", "dependency", "same-entity", "adjacent"}
+    assert spec["n_perm"] == 1000 and set(spec["count"]) == {
+        "same-pos",
+        "dependency",
+        "same-entity",
+        "adjacent",
+    }
     assert np.asarray(spec["p"]).shape == (f, 4)
 
 
@@ -170,10 +198,12 @@ def test_shipped_names_are_the_contracts_lasf_models_and_the_pickers_entries():
     from workers.contracts import LASF_MODELS
     from workers.lasf.checkpoint import SHIPPED
 
-    assert tuple(SHIPPED) == LASF_MODELS == ("lasf-minilm", "lasf-minilm-paper")  # stable first: the default
+    assert (
+        tuple(SHIPPED) == LASF_MODELS == ("lasf-minilm", "lasf-minilm-paper")
+    )  # stable first: the default
 
     class NoUploads:  # the picker's only other source is the API's checkpoint list
-        class client:  # noqa: N801
+        class client:
             @staticmethod
             def checkpoints():
                 return {"checkpoints": []}
@@ -181,7 +211,10 @@ def test_shipped_names_are_the_contracts_lasf_models_and_the_pickers_entries():
     assert [o["value"] for o in lasf_models(NoUploads())] == list(LASF_MODELS)
 
 
-@pytest.mark.parametrize(("name", "mode", "least_r2"), [("lasf-minilm", "stable", 0.7), ("lasf-minilm-paper", "paper", 0.45)])
+@pytest.mark.parametrize(
+    ("name", "mode", "least_r2"),
+    [("lasf-minilm", "stable", 0.7), ("lasf-minilm-paper", "paper", 0.45)],
+)
 def test_shipped_checkpoint_reproduces_its_stored_test_metrics(minilm, name, mode, least_r2):
     from workers.analysis.lasf import load_lasf
     from workers.lasf.distil import TEST_SENTENCES_FILE
@@ -193,10 +226,20 @@ def test_shipped_checkpoint_reproduces_its_stored_test_metrics(minilm, name, mod
     lasf = load_lasf(path, name=name)  # the safe reader: validated config, shapes, finite tensors
     cfg = lasf.config
     assert cfg["mode"] == mode and lasf.module.mode == mode
-    assert cfg["metrics"]["test"]["lasf"]["r2"] >= least_r2  # the held-out R² it ships for (all 560 test sentences)
-    sentences = json.loads((path / TEST_SENTENCES_FILE).read_text())[: cfg["metrics"]["test_subset_sentences"]]
-    batches = extract_batches(minilm, sentences, layer=5, batch_size=EVAL_BATCH, max_tokens=cfg["train"]["max_tokens"],
-                              sort=False)
+    assert (
+        cfg["metrics"]["test"]["lasf"]["r2"] >= least_r2
+    )  # the held-out R² it ships for (all 560 test sentences)
+    sentences = json.loads((path / TEST_SENTENCES_FILE).read_text())[
+        : cfg["metrics"]["test_subset_sentences"]
+    ]
+    batches = extract_batches(
+        minilm,
+        sentences,
+        layer=5,
+        batch_size=EVAL_BATCH,
+        max_tokens=cfg["train"]["max_tokens"],
+        sort=False,
+    )
     got = evaluate(lasf.module, batches)
     want = cfg["metrics"]["test_subset"]["lasf"]
     for key in ("r2", "top1", "rho"):
@@ -209,15 +252,27 @@ def test_lasf_figures_from_a_result(minilm, tiny_ckpt):
     from workers.analysis.pipeline import analyze
 
     lasf = load_lasf(tiny_ckpt, name="tiny-lasf")
-    res = analyze(minilm, "A small dog saw the river.", ["lasf"], {"drop_special": True, "n_iter": 50,
-                                                                   "early_exaggeration_iter": 20}, lasf=lasf)
+    res = analyze(
+        minilm,
+        "A small dog saw the river.",
+        ["lasf"],
+        {"drop_special": True, "n_iter": 50, "early_exaggeration_iter": 20},
+        lasf=lasf,
+    )
     figs = F.all_figures(res, 1)
     assert len(figs) == 7
-    assert figs[1].data[0].customdata[1][0] == [res["lasf"]["kept"][0], 1]  # [token, field] per cell
+    assert figs[1].data[0].customdata[1][0] == [
+        res["lasf"]["kept"][0],
+        1,
+    ]  # [token, field] per cell
     assert figs[2].layout.title.text.startswith("Field 1")
     assert len(figs[0].layout.shapes) == 1  # the open field's row is outlined
     header, rows, counts = F.specialisation_rows(res)
-    assert len(rows) == 3 and len(header) == 5 and set(counts) == set(res["lasf"]["specialisation"]["relations"])
+    assert (
+        len(rows) == 3
+        and len(header) == 5
+        and set(counts) == set(res["lasf"]["specialisation"]["relations"])
+    )
     assert F.clicked_cell({"points": [{"customdata": [4, 2]}]}) == (2, 4)
 
 
@@ -225,10 +280,29 @@ def test_cli_analyze_lasf_with_a_checkpoint_file(minilm, tiny_ckpt, tmp_path, ca
     from backend.cli import main
 
     out = tmp_path / "r.json"
-    rc = main(["analyze", "--analysis", "lasf", "--model", str(tiny_ckpt), "--text", "A dog saw the river.",
-               "--n-iter", "50", "--early-exaggeration-iter", "20", "-q", "--out", str(out)])
+    rc = main(
+        [
+            "analyze",
+            "--analysis",
+            "lasf",
+            "--model",
+            str(tiny_ckpt),
+            "--text",
+            "A dog saw the river.",
+            "--n-iter",
+            "50",
+            "--early-exaggeration-iter",
+            "20",
+            "-q",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     res = json.loads(out.read_text())
     assert res["analysis"] == "lasf" and res["n_fields"] == 3 and res["base_model"] == "minilm"
-    assert main(["analyze", "--analysis", "lasf", "--model", str(tmp_path / "nope.safetensors"), "-q"]) == 2
+    assert (
+        main(["analyze", "--analysis", "lasf", "--model", str(tmp_path / "nope.safetensors"), "-q"])
+        == 2
+    )
     assert "unknown LasF model" in capsys.readouterr().err

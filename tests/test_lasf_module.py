@@ -25,7 +25,11 @@ def _loops(m: LasF, x: np.ndarray) -> dict[str, np.ndarray]:
     D = np.zeros((n, n))
     for i in range(n):
         for j in range(n):
-            D[i, j] = 1.0 if m.kernel == "identity" else math.exp(-0.5 * (i - j) ** 2) / math.sqrt(2 * math.pi)
+            D[i, j] = (
+                1.0
+                if m.kernel == "identity"
+                else math.exp(-0.5 * (i - j) ** 2) / math.sqrt(2 * math.pi)
+            )
     Q = np.zeros((ns, n, dq))
     S = np.zeros((ns, n, ds))
     for f in range(ns):
@@ -72,7 +76,9 @@ def test_paper_mode_equals_loops(kernel):
     got = m.internals(torch.from_numpy(x))
     want = _loops(m, x)
     for key, ref in want.items():
-        np.testing.assert_allclose(got[key][0].detach().numpy(), ref, atol=1e-10, rtol=0, err_msg=key)
+        np.testing.assert_allclose(
+            got[key][0].detach().numpy(), ref, atol=1e-10, rtol=0, err_msg=key
+        )
     assert torch.equal(got["weights"], got["psi"])  # paper mode multiplies S by Psi itself
 
 
@@ -83,7 +89,11 @@ def test_eq11_is_not_eq8_9():
     it = m.internals(x)
     h = torch.sigmoid(torch.einsum("bmij,bmjs->bmis", it["psi"], it["S"]))  # Eq. 8
     o_89 = torch.sigmoid(torch.einsum("blm,bmis->blis", it["phi"], h))  # Eq. 9
-    o_11 = torch.sigmoid(torch.einsum("blm,bmis->blis", it["phi"], torch.einsum("bmij,bmjs->bmis", it["psi"], it["S"])))
+    o_11 = torch.sigmoid(
+        torch.einsum(
+            "blm,bmis->blis", it["phi"], torch.einsum("bmij,bmjs->bmis", it["psi"], it["S"])
+        )
+    )
     assert torch.allclose(it["O"], o_11, atol=1e-12)
     assert (it["O"] - o_89).abs().max() > 1e-3
 
@@ -97,7 +107,9 @@ def test_phi_matters(mode):
     assert (y - y_id).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("mode,kernel", [("paper", "identity"), ("paper", "gaussian"), ("stable", "gaussian")])
+@pytest.mark.parametrize(
+    "mode,kernel", [("paper", "identity"), ("paper", "gaussian"), ("stable", "gaussian")]
+)
 def test_alone_equals_padded_batch(mode, kernel):
     m = _tiny(mode=mode, kernel=kernel).float()
     rng = np.random.default_rng(4)

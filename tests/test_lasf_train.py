@@ -42,7 +42,13 @@ def _run(config: TrainConfig, batches: list[Batch]) -> tuple[list[float], list[f
         params = [p for grp in opt.param_groups for p in grp["params"]]
         if id(params[0]) in lasf_params:
             lrs.append(opt.param_groups[0]["lr"])
-            norms.append(float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in params if p.grad is not None]))))
+            norms.append(
+                float(
+                    torch.linalg.vector_norm(
+                        torch.stack([p.grad.norm() for p in params if p.grad is not None])
+                    )
+                )
+            )
 
     handle = register_optimizer_step_pre_hook(pre)
     try:
@@ -55,14 +61,28 @@ def _run(config: TrainConfig, batches: list[Batch]) -> tuple[list[float], list[f
 
 def test_clip_bounds_lasf_gradient_norm_and_changes_the_updates():
     batches = _batches()
-    base = dict(mode="paper", kernel="gaussian", residual="none", n_fields=2, d_q=3, d_s=4, epochs=2, lr=1e-2)
+    base = dict(
+        mode="paper",
+        kernel="gaussian",
+        residual="none",
+        n_fields=2,
+        d_q=3,
+        d_s=4,
+        epochs=2,
+        lr=1e-2,
+    )
     _, free_norms, free = _run(TrainConfig(**base), batches)
     _, clipped_norms, clipped = _run(TrainConfig(**base, clip=1e-3), batches)
     assert len(clipped_norms) == 2 * len(batches)
     assert max(free_norms) > 1e-2  # unclipped gradients are far above the bound
     assert max(clipped_norms) <= 1e-3 * (1 + 1e-4)  # every LasF step saw a clipped gradient
-    diff = max(float((a - b).detach().abs().max()) for a, b in zip(free["lasf"].parameters(), clipped["lasf"].parameters(), strict=True))
-    assert diff > 1e-6  # clipping changed what LasF learned (Adam's eps makes tiny gradients move less)
+    diff = max(
+        float((a - b).detach().abs().max())
+        for a, b in zip(free["lasf"].parameters(), clipped["lasf"].parameters(), strict=True)
+    )
+    assert (
+        diff > 1e-6
+    )  # clipping changed what LasF learned (Adam's eps makes tiny gradients move less)
     for k in ("linear", "linear_ln"):  # the baselines are never clipped: identical in both runs
         for a, b in zip(free[k].parameters(), clipped[k].parameters(), strict=True):
             assert torch.equal(a, b)
@@ -70,11 +90,24 @@ def test_clip_bounds_lasf_gradient_norm_and_changes_the_updates():
 
 def test_weight_decay_is_lasf_only_and_shrinks_its_weights():
     batches = _batches()
-    base = dict(mode="paper", kernel="identity", residual="none", n_fields=2, d_q=3, d_s=4, epochs=2, lr=1e-2)
+    base = dict(
+        mode="paper",
+        kernel="identity",
+        residual="none",
+        n_fields=2,
+        d_q=3,
+        d_s=4,
+        epochs=2,
+        lr=1e-2,
+    )
     _, _, light = _run(TrainConfig(**base, weight_decay=0.0), batches)
     _, _, heavy = _run(TrainConfig(**base, weight_decay=10.0), batches)
-    norm = lambda m: float(torch.linalg.vector_norm(torch.cat([p.detach().flatten() for p in m.parameters()])))  # noqa: E731
-    assert norm(heavy["lasf"]) < 0.95 * norm(light["lasf"])  # decoupled decay pulls LasF's weights in
+    norm = lambda m: float(  # noqa: E731
+        torch.linalg.vector_norm(torch.cat([p.detach().flatten() for p in m.parameters()]))
+    )
+    assert norm(heavy["lasf"]) < 0.95 * norm(
+        light["lasf"]
+    )  # decoupled decay pulls LasF's weights in
     for k in ("linear", "linear_ln"):  # the baselines keep their own decay: identical in both runs
         for a, b in zip(light[k].parameters(), heavy[k].parameters(), strict=True):
             assert torch.equal(a, b)

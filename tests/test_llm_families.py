@@ -45,7 +45,9 @@ def test_maps_per_query_head_equal_the_eager_weights(families, fam):
     assert loaded.n_kv_heads == (4 if fam == "gpt_neox" else 2)
     with torch.inference_mode():
         ids = torch.tensor([run.encoded.input_ids])
-        out = loaded.model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
+        out = loaded.model(
+            input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True
+        )
     eager = torch.stack(out.attentions)[:, 0].numpy()
     np.testing.assert_array_equal(run.attentions, eager)
     assert np.abs(np.triu(run.attentions, k=1)).max() == 0.0  # causal: upper triangle exactly zero
@@ -69,7 +71,9 @@ def test_decomposition_is_exact_on_every_state(families, fam, dtype):
     np.testing.assert_allclose(dec.importance.sum(-1), 1.0, atol=TOL[dtype])
     norms = np.linalg.norm(dec.terms[-1], axis=-1).mean(axis=-1)  # [term]
     assert (norms[:3] > 1e-2).all()  # input, attention and feed-forward all present
-    assert (norms[3] > 1e-2) == (fam not in {"mistral", "phi3"})  # no bias at all in these (RMSNorm, no biases)
+    assert (norms[3] > 1e-2) == (
+        fam not in {"mistral", "phi3"}
+    )  # no bias at all in these (RMSNorm, no biases)
     # per-head split: input + every head + every feed-forward + bias rebuilds the state
     parts, labels = dec.components(2, level="heads")
     assert labels.count("L1H3") == 1 and len(labels) == 1 + 2 * (4 + 1) + 1
@@ -98,7 +102,10 @@ def test_float64_maps_of_a_padded_batch_match_single_texts(families, fam):
     loaded = _load(families, fam, "float64")
     encs = [encode(loaded, t) for t in (SHORT, TEXT)]
     maps: dict[int, torch.Tensor] = {}
-    with torch.inference_mode(), watch_attention(loaded, lambda layer, w: maps.__setitem__(layer, w)):
+    with (
+        torch.inference_mode(),
+        watch_attention(loaded, lambda layer, w: maps.__setitem__(layer, w)),
+    ):
         out = loaded.model(**batch_inputs(loaded, encs), output_hidden_states=True)
     assert maps[0].dtype == torch.float64
     hidden = torch.stack(out.hidden_states).numpy()  # [state, batch, token, dim]
@@ -119,11 +126,17 @@ def test_float32_forward_is_transformers_own_eager(families, fam):
 
     loaded = _load(families, fam)
     run = run_text(loaded, TEXT)
-    plain = AutoModel.from_pretrained(families.get(f"tiny-{fam}").resolve(), attn_implementation="eager")
+    plain = AutoModel.from_pretrained(
+        families.get(f"tiny-{fam}").resolve(), attn_implementation="eager"
+    )
     with torch.inference_mode():
         ids = torch.tensor([run.encoded.input_ids])
-        out = plain.eval()(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True,
-                           output_hidden_states=True)
+        out = plain.eval()(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            output_attentions=True,
+            output_hidden_states=True,
+        )
     np.testing.assert_array_equal(run.attentions, torch.stack(out.attentions)[:, 0].numpy())
     np.testing.assert_array_equal(run.hidden_states, torch.stack(out.hidden_states)[:, 0].numpy())
 
@@ -147,9 +160,13 @@ def test_streamed_pass_equals_all_at_once(families, fam):
     keep = ~run.special
     ma = res["max-attention"]
     assert ma["kept"] == list(range(1, run.encoded.n)) and ma["causal"]  # BOS hidden
-    np.testing.assert_array_equal(np.asarray(ma["max_attention"]), max_attention(run.attentions, keep=keep))
+    np.testing.assert_array_equal(
+        np.asarray(ma["max_attention"]), max_attention(run.attentions, keep=keep)
+    )
     np.testing.assert_allclose(
-        np.asarray(ma["mean_attention"]), mean_attention(run.attentions, keep=keep, causal=True), rtol=1e-6
+        np.asarray(ma["mean_attention"]),
+        mean_attention(run.attentions, keep=keep, causal=True),
+        rtol=1e-6,
     )
     from workers.analysis.tsne import TSNEOptions
 
@@ -163,15 +180,21 @@ def test_single_head_view_hidden_states_and_word_list(families):
     loaded = _load(families, "qwen3")
     res = analyze(loaded, TEXT, ["head-tsne", "hidden-tsne"], {"layer": 1, "head": 3, **FAST})
     run = run_text(loaded, TEXT)
-    np.testing.assert_allclose(np.asarray(res["head-tsne"]["attention"]), run.attentions[1, 3], atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(res["head-tsne"]["attention"]), run.attentions[1, 3], atol=1e-6
+    )
     assert np.asarray(res["hidden-tsne"]["embedding"]).shape == (run.encoded.n, 2)
-    words = analyze(loaded, "cat\ndog\nmat\nsat\ntired", ["word-tsne"], {"layer": 2, **FAST})["word-tsne"]
+    words = analyze(loaded, "cat\ndog\nmat\nsat\ntired", ["word-tsne"], {"layer": 2, **FAST})[
+        "word-tsne"
+    ]
     assert words["pooling"] == "last"  # a decoder's last token has read the whole item
 
 
 def test_robustness_streams_one_head(families):
     loaded = _load(families, "mistral")
-    res = analyze(loaded, TEXT, ["robustness"], {"repeats": 2, "layer": 1, "head": 2, **FAST})["robustness"]
+    res = analyze(loaded, TEXT, ["robustness"], {"repeats": 2, "layer": 1, "head": 2, **FAST})[
+        "robustness"
+    ]
     assert (res["layer"], res["head"]) == (1, 2)
     assert len(res["head_tsne"]["disturbed"]["kl"]) == 2
 
@@ -185,7 +208,11 @@ def test_memory_estimate_refuses_before_any_work(families, setting):
         with pytest.raises(MemoryBudgetError) as info:
             analyze(loaded, TEXT, ["max-attention", "head-tsne"])
         msg = str(info.value)
-        assert "GiB of memory" in msg and "budget is 0.0 GiB" in msg and "HEADSCOPE_MEMORY_BUDGET_GB" in msg
+        assert (
+            "GiB of memory" in msg
+            and "budget is 0.0 GiB" in msg
+            and "HEADSCOPE_MEMORY_BUDGET_GB" in msg
+        )
         assert info.value.code == "too_large" and calls == []  # refused before the forward pass
         setting("HEADSCOPE_MEMORY_BUDGET_GB", "4")
         analyze(loaded, TEXT, ["max-attention"])
@@ -197,8 +224,15 @@ def test_memory_estimate_refuses_before_any_work(families, setting):
 def test_memory_estimate_of_the_1b_shape():
     """Llama-3.2-1B's shape (16 layers, 32 query heads, d 2048, I 8192, 1.24 B parameters) at 2,048
     tokens: each view fits 24 GiB streamed; all heads' t-SNE at 4,096 tokens does not."""
-    facts = ModelFacts(n_layers=16, n_heads=32, hidden=2048, intermediate=8192, n_params=1_235_814_400,
-                       dtype_bytes=4, head_dim=64)
+    facts = ModelFacts(
+        n_layers=16,
+        n_heads=32,
+        hidden=2048,
+        intermediate=8192,
+        n_params=1_235_814_400,
+        dtype_bytes=4,
+        head_dim=64,
+    )
     budget = 24 * 2**30
     for kinds in (["max-attention"], ["decomposition"], ["head-tsne"]):
         est = estimate_text_request(facts, 2048, kinds, {"dtype": "float32"})
@@ -216,20 +250,37 @@ def test_catalogue_lists_family_heads_and_limit(families):
     assert summary["n_heads"] == 4 and summary["n_kv_heads"] == 2 and summary["max_tokens"] == 64
     from frontend.pages.common import model_label
 
-    assert model_label({"name": "tiny-qwen2", **summary}) == "tiny-qwen2 — qwen2, 2x4 (2 kv), 64 tokens"
+    assert (
+        model_label({"name": "tiny-qwen2", **summary})
+        == "tiny-qwen2 — qwen2, 2x4 (2 kv), 64 tokens"
+    )
 
 
 def test_operator_catalogue_with_hub_ids(tmp_path: Path):
     import json
 
     path = tmp_path / "models.json"
-    path.write_text(json.dumps({"models": {
-        "llama-3.2-1b": {"hub": "meta-llama/Llama-3.2-1B", "description": "Llama 3.2 1B"},
-        "pythia-160m": {"hub": "EleutherAI/pythia-160m"},
-        "tiny": {"path": str(tmp_path)},
-    }}))
+    path.write_text(
+        json.dumps(
+            {
+                "models": {
+                    "llama-3.2-1b": {
+                        "hub": "meta-llama/Llama-3.2-1B",
+                        "description": "Llama 3.2 1B",
+                    },
+                    "pythia-160m": {"hub": "EleutherAI/pythia-160m"},
+                    "tiny": {"path": str(tmp_path)},
+                }
+            }
+        )
+    )
     closed, open_ = Catalogue.from_file(path), Catalogue.from_file(path, allow_hub=True)
-    assert closed.names_available() == ["gemma3-270m", "minilm", "smollm2", "tiny"]  # the builtins and the file's local entry
+    assert closed.names_available() == [
+        "gemma3-270m",
+        "minilm",
+        "smollm2",
+        "tiny",
+    ]  # the builtins and the file's local entry
     assert "llama-3.2-1b" in open_.names_available()
     assert open_.get("pythia-160m").summary()["n_layers"] is None  # nothing downloaded by listing
 
@@ -237,9 +288,18 @@ def test_operator_catalogue_with_hub_ids(tmp_path: Path):
 def test_progress_is_reported_per_layer(families):
     loaded = _load(families, "llama")
     seen: list[tuple[float, str]] = []
-    analyze(loaded, TEXT, ["max-attention", "head-tsne"], FAST, progress=lambda f, m: seen.append((f, m)))
+    analyze(
+        loaded,
+        TEXT,
+        ["max-attention", "head-tsne"],
+        FAST,
+        progress=lambda f, m: seen.append((f, m)),
+    )
     messages = [m for _, m in seen]
-    assert "layer 1/2: attention + head t-SNE" in messages and "layer 2/2: attention + head t-SNE" in messages
+    assert (
+        "layer 1/2: attention + head t-SNE" in messages
+        and "layer 2/2: attention + head t-SNE" in messages
+    )
     fractions = [f for f, _ in seen]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
 
@@ -266,9 +326,17 @@ def test_sliding_window_layers_see_only_their_window(families, fam):
     assert res["windows"] == [TINY_WINDOW, None]
     a = run.attentions
     j = 3
-    np.testing.assert_allclose(np.asarray(res["mean_attention"])[0, :, j], a[0, :, j : j + TINY_WINDOW, j].mean(-1),
-                               rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(res["mean_attention"])[1, :, j], a[1, :, j:, j].mean(-1), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(res["mean_attention"])[0, :, j],
+        a[0, :, j : j + TINY_WINDOW, j].mean(-1),
+        rtol=1e-6,
+    )
+    np.testing.assert_allclose(
+        np.asarray(res["mean_attention"])[1, :, j], a[1, :, j:, j].mean(-1), rtol=1e-6
+    )
     fig = max_attention_figure({"max-attention": res, "tokens": run.tokens, "n_layers": 2})
     titles = [ann.text for ann in fig.layout.annotations]
-    assert f"layer 0 (local: each query sees the last {TINY_WINDOW} keys)" in titles and "layer 1" in titles
+    assert (
+        f"layer 0 (local: each query sees the last {TINY_WINDOW} keys)" in titles
+        and "layer 1" in titles
+    )

@@ -68,7 +68,9 @@ def test_unknown_model_names_the_choices():
 
 def test_hub_models_need_the_operator_switch(tmp_path):
     path = tmp_path / "models.json"
-    path.write_text(json.dumps({"models": {"gpt2": {"hub": "gpt2"}, "mine": {"path": str(tmp_path)}}}))
+    path.write_text(
+        json.dumps({"models": {"gpt2": {"hub": "gpt2"}, "mine": {"path": str(tmp_path)}}})
+    )
     closed = Catalogue.from_file(path)
     assert "gpt2" not in closed.names_available() and "mine" in closed.names_available()
     with pytest.raises(UnknownModelError):
@@ -89,7 +91,9 @@ def test_catalogue_file_errors_are_clear(tmp_path):
 def test_unsupported_architecture_is_refused(tmp_path):
     from transformers import DistilBertConfig, DistilBertModel
 
-    DistilBertModel(DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=64)).save_pretrained(tmp_path)
+    DistilBertModel(DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=64)).save_pretrained(
+        tmp_path
+    )
     cat = Catalogue()
     cat.register(ModelSpec("distil", "local", str(tmp_path)))
     with pytest.raises(HeadscopeError, match="not supported"):

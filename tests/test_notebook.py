@@ -32,11 +32,24 @@ from frontend import notebook as hs
 from workers.errors import HeadscopeError
 
 TEXT = "The cat sat on the mat because it was tired."
-FAST = {"n_iter": 200, "early_exaggeration_iter": 100}  # short t-SNE: equality does not need 1000 steps
+FAST = {
+    "n_iter": 200,
+    "early_exaggeration_iter": 100,
+}  # short t-SNE: equality does not need 1000 steps
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-EXTERNAL = re.compile(r"""<(script|link|img|iframe)\b[^>]*\b(src|href)\s*=\s*["']?(https?:)?//""", re.I)
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+EXTERNAL = re.compile(
+    r"""<(script|link|img|iframe)\b[^>]*\b(src|href)\s*=\s*["']?(https?:)?//""", re.I
+)
 
 
 # page coordinates of a corner of gallery panel (layer, head): a click there opens the head
@@ -80,12 +93,16 @@ def test_bring_your_own_equals_headscope_on_minilm(own, byo):
         a, b = (np.asarray(r["max-attention"][key]) for r in (own, byo))  # [layer, head, token]
         assert a.shape == (6, 12, len(own["tokens"]))
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-7)
-    maps_own, maps_byo = (np.asarray(r["head-tsne"]["embedding"]) for r in (own, byo))  # [L, H, n, 2]
+    maps_own, maps_byo = (
+        np.asarray(r["head-tsne"]["embedding"]) for r in (own, byo)
+    )  # [L, H, n, 2]
     assert maps_own.shape == (6, 12, len(own["tokens"]), 2)
     scale = np.abs(maps_own).max()
     np.testing.assert_allclose(maps_byo, maps_own, rtol=0, atol=1e-4 * scale)
     np.testing.assert_allclose(byo["head-tsne"]["kl"], own["head-tsne"]["kl"], rtol=1e-4, atol=1e-6)
-    assert byo["head-tsne"]["attention_u8"] == own["head-tsne"]["attention_u8"]  # head and model views
+    assert (
+        byo["head-tsne"]["attention_u8"] == own["head-tsne"]["attention_u8"]
+    )  # head and model views
     # and the views draw the same numbers from either
     z = [np.asarray(hs.heatmaps(r).figures["heatmaps"].data[3].z) for r in (own, byo)]
     np.testing.assert_allclose(z[1], z[0], atol=1e-7)
@@ -109,16 +126,25 @@ def test_inline_html_is_offline_with_plotly_js_once(own, byo):
 
     bundle = len(plotly.offline.get_plotlyjs())
     hs.new_page()
-    views = [hs.heatmaps(own), hs.gallery(own), hs.head_map(own, layer=1, head=2), hs.head_view(own, layer=1),
-             hs.model_view(byo)]
+    views = [
+        hs.heatmaps(own),
+        hs.gallery(own),
+        hs.head_map(own, layer=1, head=2),
+        hs.head_view(own, layer=1),
+        hs.model_view(byo),
+    ]
     pages = [view._repr_html_() for view in views]
-    assert ["plotly.js v" in page for page in pages] == [True] + [False] * 4  # the bundle itself, once
+    assert ["plotly.js v" in page for page in pages] == [True] + [
+        False
+    ] * 4  # the bundle itself, once
     assert len(pages[0]) > bundle and all(len(page) < 0.05 * bundle for page in pages[1:])
     for view, page in zip(views, pages, strict=True):
         assert page.count("Plotly.newPlot") == len(view.figures)
         assert not EXTERNAL.findall(page), view
         assert "cdn.plot.ly/plotly" not in page and "require.config" not in page
-    assert "plotly.js v" in views[0].to_html() and "plotly.js v" in views[1].to_html()  # a saved page: standalone
+    assert (
+        "plotly.js v" in views[0].to_html() and "plotly.js v" in views[1].to_html()
+    )  # a saved page: standalone
     hs.new_page()
     assert "plotly.js v" in views[1]._repr_html_()
 
@@ -131,8 +157,15 @@ def test_plotly_js_goes_with_the_first_cell_and_comes_back_when_it_runs_again(mo
     view = hs.heatmaps(own)
     hs.new_page()
     carried = []
-    for cell, execution in [("a", "m1"), ("a", "m1"), ("b", "m2"), ("a", "m3"), ("a", "m3"), ("c", "m4"),
-                            (None, None)]:
+    for cell, execution in [
+        ("a", "m1"),
+        ("a", "m1"),
+        ("b", "m2"),
+        ("a", "m3"),
+        ("a", "m3"),
+        ("c", "m4"),
+        (None, None),
+    ]:
         monkeypatch.setattr(PAGE, "execution", lambda c=cell, e=execution: (c, e))
         carried.append("plotly.js v" in view._repr_html_())
     assert carried == [True, False, False, True, False, False, False]
@@ -147,8 +180,16 @@ def test_bad_attention_gets_a_clear_error(minilm_attention):
         ((), tokens, r"no attention maps.*attn_implementation='eager'"),
         ((None, None), tokens, r"no attention maps"),
         (attention[:2] + (attention[2][..., :-1, :],), tokens, r"layer 2 is not square"),
-        (tuple(torch.cat([a, a]) for a in attention), tokens, r"batch of 2 texts; pick one with batch_index="),
-        (tuple(torch.log(a) for a in attention), tokens, r"weights from .* in \[0, 1\].*before the softmax"),
+        (
+            tuple(torch.cat([a, a]) for a in attention),
+            tokens,
+            r"batch of 2 texts; pick one with batch_index=",
+        ),
+        (
+            tuple(torch.log(a) for a in attention),
+            tokens,
+            r"weights from .* in \[0, 1\].*before the softmax",
+        ),
     ]
     nan = [a.clone() for a in attention]
     nan[4][0, 7, 2, 3] = float("nan")
@@ -168,11 +209,15 @@ def test_causal_maps_are_read_off_a_decoder(minilm_attention):
     _, tokens = minilm_attention
     n = len(tokens)
     g = torch.Generator().manual_seed(0)
-    scores = torch.randn(2, 1, 3, n, n, generator=g).masked_fill(torch.ones(n, n).triu(1).bool(), float("-inf"))
+    scores = torch.randn(2, 1, 3, n, n, generator=g).masked_fill(
+        torch.ones(n, n).triu(1).bool(), float("-inf")
+    )
     maps = tuple(scores.softmax(-1))  # 2 layers [1, 3, n, n], lower triangular
     res = hs.attention(maps, tokens, options=FAST)
     assert res["causal"] is True and res["max-attention"]["causal"] is True
-    a = np.asarray(res["max-attention"]["mean_attention"])[1, 2]  # [token]: mean over the queries i >= j
+    a = np.asarray(res["max-attention"]["mean_attention"])[
+        1, 2
+    ]  # [token]: mean over the queries i >= j
     expected = maps[1][0, 2].numpy().sum(axis=0) / np.arange(n, 0, -1)
     np.testing.assert_allclose(a, expected, rtol=1e-6)
     assert np.asarray(res["head-tsne"]["embedding"]).shape == (2, 3, n, 2)
@@ -183,17 +228,31 @@ def test_lasf_and_pe_views_from_headscope_results(tmp_path):
     from workers.data import pe_demo
     from workers.models.checkpoints import read_tensor
 
-    res = hs.analyze("lasf-minilm", "A small dog saw the river.", drop_special=True, n_iter=50,
-                     early_exaggeration_iter=20)
+    res = hs.analyze(
+        "lasf-minilm",
+        "A small dog saw the river.",
+        drop_special=True,
+        n_iter=50,
+        early_exaggeration_iter=20,
+    )
     view = hs.lasf(res, field=1)
-    assert len(view.figures) == 7 and view.figures["field_matrix"].layout.title.text.startswith("Field 1")
-    pe = read_tensor(Path(pe_demo.__file__).parent / "demo-lst-learned-0.2.safetensors", "pe")  # [16, 160]
-    sweep = pe_sweep([("learned-0.2", pe)], reference=make_reference("2d-fixed", n=16, d=160, grid=(4, 4)),
-                     partition=grid_partition("rows", (4, 4)))
+    assert len(view.figures) == 7 and view.figures["field_matrix"].layout.title.text.startswith(
+        "Field 1"
+    )
+    pe = read_tensor(
+        Path(pe_demo.__file__).parent / "demo-lst-learned-0.2.safetensors", "pe"
+    )  # [16, 160]
+    sweep = pe_sweep(
+        [("learned-0.2", pe)],
+        reference=make_reference("2d-fixed", n=16, d=160, grid=(4, 4)),
+        partition=grid_partition("rows", (4, 4)),
+    )
     flat = tmp_path / "pe.json"  # `headscope pe --out` on one checkpoint writes the report flat
     flat.write_text(json.dumps({**sweep["checkpoints"][0], "reference": {}, "partition": {}}))
     for source in (sweep, flat):
-        d = np.asarray(hs.pe(source).figures["distances"].data[0].z)  # reordered by the rows partition
+        d = np.asarray(
+            hs.pe(source).figures["distances"].data[0].z
+        )  # reordered by the rows partition
         assert d.shape == (16, 16) and np.allclose(d, d.T) and np.allclose(np.diag(d), 0)
     with pytest.raises(HeadscopeError, match=r"pe\(\) needs a result with 'checkpoints'"):
         hs.pe(res)
@@ -202,7 +261,7 @@ def test_lasf_and_pe_views_from_headscope_results(tmp_path):
 class _Share(BaseHTTPRequestHandler):
     payload: bytes = b""
 
-    def do_GET(self):  # noqa: N802 - http.server's name
+    def do_GET(self):
         ok = self.path == "/api/shares/abc123"
         body = self.payload if ok else json.dumps({"detail": "share abc999 not found"}).encode()
         self.send_response(200 if ok else 404)
@@ -222,9 +281,20 @@ def test_saved_results_and_share_links_draw_the_same(own, tmp_path):
     download = tmp_path / "download.json"
     download.write_text(json.dumps({"request": {"model": "minilm"}, "result": own}))
     flat = {k: v for k, v in own.items() if k not in ("max-attention", "head-tsne")}
-    flat = {**flat, "analysis": "max-attention", **own["max-attention"]}  # `headscope analyze --out`
-    handler = type("Handler", (_Share,), {"payload": json.dumps({"id": "abc123", "kind": "analysis", "view": {},
-                                                                  "request": {}, "result": own}).encode()})
+    flat = {
+        **flat,
+        "analysis": "max-attention",
+        **own["max-attention"],
+    }  # `headscope analyze --out`
+    handler = type(
+        "Handler",
+        (_Share,),
+        {
+            "payload": json.dumps(
+                {"id": "abc123", "kind": "analysis", "view": {}, "request": {}, "result": own}
+            ).encode()
+        },
+    )
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_port}"
@@ -243,7 +313,9 @@ def test_saved_results_and_share_links_draw_the_same(own, tmp_path):
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="PNG/SVG export and the browser check need Chromium")
+@pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason="PNG/SVG export and the browser check need Chromium"
+)
 def test_exports_and_the_gallery_page_in_chromium(own, tmp_path):
     import kaleido
     from playwright.sync_api import sync_playwright
@@ -253,7 +325,9 @@ def test_exports_and_the_gallery_page_in_chromium(own, tmp_path):
     assert not EXTERNAL.findall(page_file.read_text())
     kaleido.start_sync_server(silence_warnings=True)  # one Chromium for both exports
     try:
-        with pytest.warns(UserWarning, match="kopts"):  # plotly's note that a running server is used
+        with pytest.warns(
+            UserWarning, match="kopts"
+        ):  # plotly's note that a running server is used
             pngs = view.save(tmp_path / "gallery.png")
             svg = hs.heatmaps(own).save(tmp_path / "heatmaps.svg")[0].read_text()
     finally:
@@ -271,9 +345,12 @@ def test_exports_and_the_gallery_page_in_chromium(own, tmp_path):
         page.on("request", lambda r: requests.append(r.url))
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(page_file.as_uri())
-        page.wait_for_function("() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 2")
+        page.wait_for_function(
+            "() => document.querySelectorAll('.js-plotly-plot .main-svg').length >= 2"
+        )
         gallery_id, map_id = page.evaluate(
-            "() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(e => e.id)")
+            "() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(e => e.id)"
+        )
         title = "(id) => document.getElementById(id).layout.title.text"
         assert "layer 0, head 0" in page.evaluate(title, map_id)
         xy = page.evaluate(PANEL_JS, [gallery_id, 3, 7])
@@ -300,8 +377,15 @@ def test_saved_notebook_as_html_draws_every_figure_offline(own, tmp_path):
     from playwright.sync_api import sync_playwright
 
     hs.new_page()
-    views = [hs.heatmaps(own), hs.gallery(own), hs.head_map(own, layer=1, head=2), hs.head_view(own, layer=1)]
-    pages = [v._repr_html_() for v in views]  # the gallery's script (a click opens a head) runs deferred
+    views = [
+        hs.heatmaps(own),
+        hs.gallery(own),
+        hs.head_map(own, layer=1, head=2),
+        hs.head_view(own, layer=1),
+    ]
+    pages = [
+        v._repr_html_() for v in views
+    ]  # the gallery's script (a click opens a head) runs deferred
 
     def saved(outputs: list[str], name: str) -> Path:
         nb = nbformat.v4.new_notebook()
@@ -323,7 +407,9 @@ def test_saved_notebook_as_html_draws_every_figure_offline(own, tmp_path):
         template, errors = [], []
         page.on("pageerror", lambda e: errors.append(str(e)))
 
-        def offline(route):  # nbconvert's template asks a CDN for require.js and MathJax: no network here
+        def offline(
+            route,
+        ):  # nbconvert's template asks a CDN for require.js and MathJax: no network here
             template.append(route.request.url)
             if "require" in route.request.url:
                 route.fulfill(body=amd, content_type="text/javascript")  # an AMD loader, as online
@@ -332,16 +418,24 @@ def test_saved_notebook_as_html_draws_every_figure_offline(own, tmp_path):
 
         page.route(re.compile(r"^https?://"), offline)
         page.goto(whole.as_uri())
-        page.wait_for_function(f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {n_figures}")
+        page.wait_for_function(
+            f"document.querySelectorAll('.js-plotly-plot .main-svg').length >= {n_figures}"
+        )
         assert page.evaluate("document.querySelectorAll('.js-plotly-plot').length") == n_figures
         assert page.evaluate("[typeof window.define.amd, window.amdTook]") == ["object", None]
-        title = page.evaluate("Array.from(document.querySelectorAll('.js-plotly-plot')).map(e => e.layout.title.text)")
+        title = page.evaluate(
+            "Array.from(document.querySelectorAll('.js-plotly-plot')).map(e => e.layout.title.text)"
+        )
         assert any("layer 1, head 2" in t for t in title)
-        gallery_id, map_id = page.evaluate("['hs-gallery-', 'hs-map-'].map(p => document.querySelector("
-                                           "`.js-plotly-plot[id^='${p}']`).id)")
+        gallery_id, map_id = page.evaluate(
+            "['hs-gallery-', 'hs-map-'].map(p => document.querySelector("
+            "`.js-plotly-plot[id^='${p}']`).id)"
+        )
         page.evaluate("(id) => document.getElementById(id).scrollIntoView()", gallery_id)
         page.mouse.click(*page.evaluate(PANEL_JS, [gallery_id, 3, 7]))
-        assert "layer 3, head 7" in page.evaluate("(id) => document.getElementById(id).layout.title.text", map_id)
+        assert "layer 3, head 7" in page.evaluate(
+            "(id) => document.getElementById(id).layout.title.text", map_id
+        )
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "notebook-saved-html.png"))
         page.goto(headless.as_uri())
@@ -363,22 +457,49 @@ def test_docs_notebook_runs_top_to_bottom(tmp_path):
 
     spec = tmp_path / "kernels" / "headscope-test"
     spec.mkdir(parents=True)
-    env = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-Xfrozen_modules=off", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "headscope test", "language": "python", "env": env}))
-    km = KernelManager(kernel_name="headscope-test",
-                       kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")]))
+    env = {
+        "PYTHONPATH": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+    }
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [
+                    sys.executable,
+                    "-Xfrozen_modules=off",
+                    "-m",
+                    "ipykernel_launcher",
+                    "-f",
+                    "{connection_file}",
+                ],
+                "display_name": "headscope test",
+                "language": "python",
+                "env": env,
+            }
+        )
+    )
+    km = KernelManager(
+        kernel_name="headscope-test",
+        kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(tmp_path / "kernels")]),
+    )
     nb = nbformat.read(ROOT / "docs" / "notebook.ipynb", as_version=4)
     start = time.perf_counter()
-    NotebookClient(nb, km=km, timeout=300, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(
+        nb, km=km, timeout=300, resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     took = time.perf_counter() - start
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]
     pages = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]
-    assert len(pages) >= 10 and all("Plotly.newPlot" in p and not EXTERNAL.findall(p) for p in pages)
-    assert ["plotly.js v" in p for p in pages] == [True] + [False] * (len(pages) - 1)  # once, in the first view
+    assert len(pages) >= 10 and all(
+        "Plotly.newPlot" in p and not EXTERNAL.findall(p) for p in pages
+    )
+    assert ["plotly.js v" in p for p in pages] == [True] + [False] * (
+        len(pages) - 1
+    )  # once, in the first view
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     diffs = [float(x) for x in re.findall(r"largest difference(?: / map extent)?: (\S+)", text)]
     # the notebook's own check: max attention to rounding; t-SNE maps within 2 % of each map's extent (a CPU
@@ -399,8 +520,14 @@ def test_a_share_link_of_the_real_service_opens_in_the_notebook(service):
     from service_helpers import wait_done
 
     with service.client() as c:
-        resp = c.post("/api/analyses", json={"model": "tiny-bert", "text": "The cat sat on the mat.",
-                                             "analyses": ["max-attention"]})
+        resp = c.post(
+            "/api/analyses",
+            json={
+                "model": "tiny-bert",
+                "text": "The cat sat on the mat.",
+                "analyses": ["max-attention"],
+            },
+        )
         assert resp.status_code == 202, resp.text
         done = wait_done(c, f"/api/analyses/{resp.json()['id']}")
         assert done["status"] == "finished", done.get("error")
@@ -408,8 +535,10 @@ def test_a_share_link_of_the_real_service_opens_in_the_notebook(service):
         assert made.status_code == 201, made.text
     link = service.url + made.json()["url"]  # /?share=ID, as the dashboard's Share button gives it
     got = hs.share(link)
-    np.testing.assert_array_equal(np.asarray(got["max-attention"]["max_attention"]),
-                                  np.asarray(done["result"]["max-attention"]["max_attention"]))
+    np.testing.assert_array_equal(
+        np.asarray(got["max-attention"]["max_attention"]),
+        np.asarray(done["result"]["max-attention"]["max_attention"]),
+    )
     want = hs.heatmaps(done["result"]).figures["heatmaps"].to_plotly_json()
     assert hs.heatmaps(link).figures["heatmaps"].to_plotly_json() == want
     with pytest.raises(HeadscopeError, match="not found|no share"):

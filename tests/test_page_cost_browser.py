@@ -31,10 +31,19 @@ from workers import protocol
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TOKENS = ["[CLS]", "a", "held", "job", "[SEP]"]
-SECTIONS = {"tokens": TOKENS, "n_tokens": len(TOKENS), "n_layers": 6, "n_heads": 12,
-            "max-attention": {"max_attention": [[[0.2] * len(TOKENS)] * 12] * 6}}
-REQUEST = {"model": "minilm", "text": "a held job", "analyses": ["max-attention", "head-tsne", "hidden-tsne"],
-           "options": {"all_heads": True, "layer": 0, "head": 0, "hidden_layer": "all"}}
+SECTIONS = {
+    "tokens": TOKENS,
+    "n_tokens": len(TOKENS),
+    "n_layers": 6,
+    "n_heads": 12,
+    "max-attention": {"max_attention": [[[0.2] * len(TOKENS)] * 12] * 6},
+}
+REQUEST = {
+    "model": "minilm",
+    "text": "a held job",
+    "analyses": ["max-attention", "head-tsne", "hidden-tsne"],
+    "options": {"all_heads": True, "layer": 0, "head": 0, "hidden_layer": "all"},
+}
 # the animations running on the page each time the progress bar's style changes (counted in the same turn:
 # getAnimations() brings style up to date, so a transition the change starts is among them)
 WATCH_BAR_JS = """() => {
@@ -52,7 +61,7 @@ def set_progress(redis: Redis, job_id: str, progress: float, message: str) -> No
     job.save_meta()
 
 
-def test_a_progress_change_runs_no_animation(service, browser, tmp_path):  # noqa: F811
+def test_a_progress_change_runs_no_animation(service, browser, tmp_path):
     """The bar jumps to the new width: no transition, so a change is one frame, not ~18 of the whole page."""
     redis = Redis.from_url(service.info()["redis_url"])
     job_id = start_running_job(redis, REQUEST, sections=SECTIONS)
@@ -60,11 +69,15 @@ def test_a_progress_change_runs_no_animation(service, browser, tmp_path):  # noq
     page = w.page
     try:
         page.goto(f"{service.url}/?analysis={job_id}")
-        page.wait_for_function("document.querySelector('#text-status')?.textContent?.includes('held by the test')",
-                               timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#text-status')?.textContent?.includes('held by the test')",
+            timeout=WAIT_MS,
+        )
         page.evaluate(WATCH_BAR_JS)
         set_progress(redis, job_id, 0.6, "moved on")
-        page.wait_for_function("document.querySelector('#text-progress-bar').style.width === '60%'", timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#text-progress-bar').style.width === '60%'", timeout=WAIT_MS
+        )
         seen = page.evaluate("window.__animations")
         assert seen, "the bar's style change was not observed"
         assert all(a == [] for a in seen), seen
@@ -75,7 +88,7 @@ def test_a_progress_change_runs_no_animation(service, browser, tmp_path):  # noq
         remove_running_job(redis, job_id)
 
 
-def test_new_head_maps_leave_the_empty_large_map_alone(service, deep_llama, browser, tmp_path):  # noqa: F811
+def test_new_head_maps_leave_the_empty_large_map_alone(service, deep_llama, browser, tmp_path):
     """A fresh Analyze selects no head: the large map says how to open one. Each layer's maps (store
     text-head-maps) used to redraw that same empty figure (heads.js drawHeadOnMaps); now it is left."""
     held = HeldJob(service, deep_llama)
@@ -85,14 +98,22 @@ def test_new_head_maps_leave_the_empty_large_map_alone(service, deep_llama, brow
         page.goto(f"{service.url}/")
         page.wait_for_selector("#head-tsne-graph .js-plotly-plot")
         source = {"kind": "analysis", "id": held.id, "request": held.req.normalised()}
-        page.evaluate("(s) => window.dash_clientside.set_props('text-source', {data: s})", source)  # as Analyze does
-        page.wait_for_function(f"(({GALLERY_JS})?.panels || []).length === {HEADS}", timeout=WAIT_MS)
+        page.evaluate(
+            "(s) => window.dash_clientside.set_props('text-source', {data: s})", source
+        )  # as Analyze does
+        page.wait_for_function(
+            f"(({GALLERY_JS})?.panels || []).length === {HEADS}", timeout=WAIT_MS
+        )
         empty = f"{HEAD_MAP_JS}.layout.annotations[0].text"
         assert page.evaluate(empty).startswith("Click a panel of the gallery")
         page.evaluate(WATCH_MAPS_JS)
         held.release(0)
-        page.wait_for_function(f"(({GALLERY_JS})?.panels || []).length === {2 * HEADS}", timeout=WAIT_MS)
-        page.wait_for_function("window.__onMaps.some((c) => c.heads.includes('1,0'))", timeout=WAIT_MS)
+        page.wait_for_function(
+            f"(({GALLERY_JS})?.panels || []).length === {2 * HEADS}", timeout=WAIT_MS
+        )
+        page.wait_for_function(
+            "window.__onMaps.some((c) => c.heads.includes('1,0'))", timeout=WAIT_MS
+        )
         calls = page.evaluate("window.__onMaps")
         assert calls and all(c["left"] for c in calls), calls  # new maps, still no head: no redraw
         assert page.evaluate(f"{HEAD_MAP_JS}.data === window.__headData")
@@ -116,7 +137,12 @@ REACTS_JS = """() => {
 DRAWN_JS = "(document.querySelector('#{} .js-plotly-plot')?.data || []).length > 0"
 
 
-def test_the_head_views_are_redrawn_only_when_what_they_show_changes(service, deep_llama, browser, tmp_path):  # noqa: F811
+def test_the_head_views_are_redrawn_only_when_what_they_show_changes(
+    service,
+    deep_llama,
+    browser,
+    tmp_path,
+):
     """With a head open, the rest of the job (the gallery's layers, the whole gallery, the hidden states,
     the end) used to re-send and redraw the matrix, the hidden-state map, the lines and the model view
     with every section. Now the matrix and the lines are drawn once, the hidden-state map again only when
@@ -125,26 +151,47 @@ def test_the_head_views_are_redrawn_only_when_what_they_show_changes(service, de
     w = Watch(browser, service.url, tmp_path)
     page = w.page
     try:
-        page.goto(f"{service.url}/?analysis={held.id}&layer=1&head=2")  # the job's own selected head
-        page.wait_for_function(f"(({GALLERY_JS})?.panels || []).length === {HEADS}", timeout=WAIT_MS)
+        page.goto(
+            f"{service.url}/?analysis={held.id}&layer=1&head=2"
+        )  # the job's own selected head
+        page.wait_for_function(
+            f"(({GALLERY_JS})?.panels || []).length === {HEADS}", timeout=WAIT_MS
+        )
         for graph in ("attention-matrix-graph", "head-view-graph"):
             page.wait_for_function(DRAWN_JS.format(graph), timeout=WAIT_MS)
-        page.wait_for_function("document.querySelectorAll('.dash-graph--pending').length === 0", timeout=WAIT_MS)
-        matrix = page.evaluate("document.querySelector('#attention-matrix-graph .js-plotly-plot').data[0].z")
+        page.wait_for_function(
+            "document.querySelectorAll('.dash-graph--pending').length === 0", timeout=WAIT_MS
+        )
+        matrix = page.evaluate(
+            "document.querySelector('#attention-matrix-graph .js-plotly-plot').data[0].z"
+        )
         page.evaluate(REACTS_JS)
         for layer in range(LAYERS):
             held.release(layer)
         held.finish()  # its last progress message: "done" (no worker marks the held job finished)
-        page.wait_for_function("document.querySelector('#text-status').textContent.includes('done')", timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#text-status').textContent.includes('done')", timeout=WAIT_MS
+        )
         page.wait_for_function(f"({GALLERY_JS})?.complete === true", timeout=WAIT_MS)
         page.wait_for_function(DRAWN_JS.format("hidden-tsne-graph"), timeout=WAIT_MS)
-        page.wait_for_function("document.querySelectorAll('.dash-graph--pending').length === 0", timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelectorAll('.dash-graph--pending').length === 0", timeout=WAIT_MS
+        )
         reacts = page.evaluate("window.__reacts")
-        assert reacts.get("attention-matrix-graph", 0) == 0 and reacts.get("head-view-graph", 0) == 0, reacts
+        assert (
+            reacts.get("attention-matrix-graph", 0) == 0 and reacts.get("head-view-graph", 0) == 0
+        ), reacts
         assert reacts.get("hidden-tsne-graph") == 1, reacts  # the hidden states arrived
         assert reacts.get("model-view-graph") == 1, reacts  # every head's attention arrived
-        assert page.evaluate("document.querySelector('#attention-matrix-graph .js-plotly-plot').data[0].z") == matrix
-        assert "KL standard t-SNE of X[2]" in page.inner_text("#text-kl")  # the hidden state's KL joined the line
+        assert (
+            page.evaluate(
+                "document.querySelector('#attention-matrix-graph .js-plotly-plot').data[0].z"
+            )
+            == matrix
+        )
+        assert "KL standard t-SNE of X[2]" in page.inner_text(
+            "#text-kl"
+        )  # the hidden state's KL joined the line
         assert w.problems == [], w.problems
     finally:
         w.close()

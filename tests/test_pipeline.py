@@ -13,7 +13,9 @@ from workers.errors import HeadscopeError
 from workers.models import pooled_states, run_text
 
 FAST = {"n_iter": 150, "early_exaggeration_iter": 50}
-OCCUPATIONS = "musician\ndancer\nsinger\ncomposer\nwoodworker\nfarmworker\nrancher\nlocksmith\nnurse\nsurgeon"
+OCCUPATIONS = (
+    "musician\ndancer\nsinger\ncomposer\nwoodworker\nfarmworker\nrancher\nlocksmith\nnurse\nsurgeon"
+)
 
 
 def test_hidden_tsne_reports_exact_kl_per_layer(minilm, demo_text):
@@ -62,7 +64,9 @@ def test_disturbance_replaces_the_fraction_with_tokens_of_the_text():
 
 
 def test_robustness_reports_both_conditions(minilm, demo_text):
-    res = analyze(minilm, demo_text[:300], ["robustness"], {"layer": 3, "head": 10, "repeats": 3, **FAST})
+    res = analyze(
+        minilm, demo_text[:300], ["robustness"], {"layer": 3, "head": 10, "repeats": 3, **FAST}
+    )
     rob = res["robustness"]
     assert rob["layer"] == 3 and rob["head"] == 10 and rob["repeats"] == 3
     for which in ("head_tsne", "hidden_tsne"):

@@ -27,8 +27,13 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 POLLS = 8
 TOKENS = ["[CLS]", "a", "held", "job", "[SEP]"]
-SECTIONS = {"tokens": TOKENS, "n_tokens": len(TOKENS), "n_layers": 6, "n_heads": 12,
-            "max-attention": {"max_attention": [[[0.2] * len(TOKENS)] * 12] * 6}}
+SECTIONS = {
+    "tokens": TOKENS,
+    "n_tokens": len(TOKENS),
+    "n_layers": 6,
+    "n_heads": 12,
+    "max-attention": {"max_attention": [[[0.2] * len(TOKENS)] * 12] * 6},
+}
 # every change of the page's DOM but Dash's in-flight mark (a div added and removed with each request)
 WATCH_JS = """() => {
   window.__changes = [];
@@ -47,8 +52,12 @@ MARK_DISPLAY_JS = """() => {
 
 
 def start_held_job(redis: Redis) -> str:
-    request = {"model": "minilm", "text": "a held job", "analyses": ["max-attention", "head-tsne", "hidden-tsne"],
-               "options": {"all_heads": True, "layer": 0, "head": 0, "hidden_layer": "all"}}
+    request = {
+        "model": "minilm",
+        "text": "a held job",
+        "analyses": ["max-attention", "head-tsne", "hidden-tsne"],
+        "options": {"all_heads": True, "layer": 0, "head": 0, "hidden_layer": "all"},
+    }
     return start_running_job(redis, request, sections=SECTIONS)
 
 
@@ -60,7 +69,7 @@ def wait_answers(page, answers: list, n: int) -> None:
         page.wait_for_timeout(100)
 
 
-def test_an_idle_poll_changes_nothing_and_a_change_still_shows(service, browser, tmp_path):  # noqa: F811
+def test_an_idle_poll_changes_nothing_and_a_change_still_shows(service, browser, tmp_path):
     redis = Redis.from_url(service.info()["redis_url"])
     job_id = start_held_job(redis)
     w = Watch(browser, service.url, tmp_path)
@@ -69,7 +78,9 @@ def test_an_idle_poll_changes_nothing_and_a_change_still_shows(service, browser,
     others = {"asked": 0, "answered": 0}  # every other callback of the page's server
 
     def is_poll(request) -> bool:  # the poll's callback (register_poll)
-        return json.loads(request.post_data or "{}").get("output", "").startswith("..text-job.data...")
+        return (
+            json.loads(request.post_data or "{}").get("output", "").startswith("..text-job.data...")
+        )
 
     def asked(request) -> None:
         if "_dash-update-component" in request.url and not is_poll(request):
@@ -82,24 +93,35 @@ def test_an_idle_poll_changes_nothing_and_a_change_still_shows(service, browser,
             others["answered"] += 1
             polls.clear()  # counted from the last other answer on
             return
-        body = json.loads(response.body()) if response.status == 200 else {}  # 204: nothing to update
+        body = (
+            json.loads(response.body()) if response.status == 200 else {}
+        )  # 204: nothing to update
         polls.append(sorted(body.get("response") or {}))
 
     try:
         cdp = page.context.new_cdp_session(page)
         cdp.send("Performance.enable")
-        layouts = lambda: next(m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]  # noqa: E731
-                               if m["name"] == "LayoutCount")
+        layouts = lambda: next(  # noqa: E731
+            m["value"]
+            for m in cdp.send("Performance.getMetrics")["metrics"]
+            if m["name"] == "LayoutCount"
+        )
         page.on("request", asked)
         page.on("response", answered)
         page.goto(f"{service.url}/?analysis={job_id}")
-        page.wait_for_function("document.querySelector('#text-status')?.textContent?.includes('held by the test')",
-                               timeout=WAIT_MS)
-        page.wait_for_function("document.querySelector('#max-attention-graph .js-plotly-plot')?.data?.length > 0",
-                               timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#text-status')?.textContent?.includes('held by the test')",
+            timeout=WAIT_MS,
+        )
+        page.wait_for_function(
+            "document.querySelector('#max-attention-graph .js-plotly-plot')?.data?.length > 0",
+            timeout=WAIT_MS,
+        )
         assert page.evaluate("document.querySelector('#text-progress-bar').style.width") == "20%"
         deadline = time.monotonic() + WAIT_MS / 1000
-        while others["asked"] > others["answered"] or len(polls) < 4:  # the page's first drawings are over
+        while (
+            others["asked"] > others["answered"] or len(polls) < 4
+        ):  # the page's first drawings are over
             assert time.monotonic() < deadline, (others, polls)
             page.wait_for_timeout(100)
 
@@ -107,7 +129,9 @@ def test_an_idle_poll_changes_nothing_and_a_change_still_shows(service, browser,
         # plots or resizes: a first drawing still ending during the polls was counted, in one CI run)
         settled = "document.querySelectorAll('.dash-graph--pending').length === 0"
         page.wait_for_function(settled, timeout=WAIT_MS)
-        wait_answers(page, polls, len(polls) + 2)  # a graph drawn late resizes the others: once more
+        wait_answers(
+            page, polls, len(polls) + 2
+        )  # a graph drawn late resizes the others: once more
         page.wait_for_function(settled, timeout=WAIT_MS)
         page.evaluate(WATCH_JS)
         before, polls[:], asked_before = layouts(), [], others["asked"]
@@ -123,14 +147,18 @@ def test_an_idle_poll_changes_nothing_and_a_change_still_shows(service, browser,
         job = Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER)
         job.meta.update(progress=0.6, message="moved on")
         job.save_meta()
-        page.wait_for_function("document.querySelector('#text-status').textContent.includes('moved on')",
-                               timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#text-status').textContent.includes('moved on')",
+            timeout=WAIT_MS,
+        )
         assert page.inner_text("#text-status") == "running — moved on (60%)"
         assert page.evaluate("document.querySelector('#text-progress-bar').style.width") == "60%"
         assert [p for p in polls if p] == [["text-poll-view"]], polls  # the view, once
 
         finish_running_job(redis, job_id, {**SECTIONS, "timings": {}})
-        page.wait_for_function("document.querySelector('#text-status').textContent === 'done'", timeout=WAIT_MS)
+        page.wait_for_function(
+            "document.querySelector('#text-status').textContent === 'done'", timeout=WAIT_MS
+        )
         assert page.get_attribute("#text-progress-bar", "class") == "progress-bar done"
         assert page.evaluate("document.querySelector('#text-progress-bar').style.width") == "100%"
         assert w.problems == [], w.problems

@@ -46,9 +46,13 @@ def test_a_ready_worker_skips_what_it_holds_and_still_frees_each_jobs_cycles(con
     assert gc.get_freeze_count() > frozen - 1000  # the held objects stayed frozen between jobs
     assert len(gc.get_objects()) < SETTLE_OBJECTS
 
-    q.enqueue_call("recycle_toys.hold", kwargs={"n": 2 * SETTLE_OBJECTS})  # a job that imports a lot
+    q.enqueue_call(
+        "recycle_toys.hold", kwargs={"n": 2 * SETTLE_OBJECTS}
+    )  # a job that imports a lot
     worker.work(burst=True, with_scheduler=False)
-    assert gc.get_freeze_count() > frozen + 2 * SETTLE_OBJECTS - 1000  # its survivors were frozen too
+    assert (
+        gc.get_freeze_count() > frozen + 2 * SETTLE_OBJECTS - 1000
+    )  # its survivors were frozen too
     assert len(gc.get_objects()) < SETTLE_OBJECTS
 
 

@@ -63,7 +63,9 @@ def put_corpus(store: Store) -> str:
 
 
 def request(corpus: str) -> CorpusRequest:
-    return CorpusRequest(model="tiny-bert", corpus=corpus, options={"max_tokens": 48, "dtype": "float64"})
+    return CorpusRequest(
+        model="tiny-bert", corpus=corpus, options={"max_tokens": 48, "dtype": "float64"}
+    )
 
 
 def comparable(result: dict) -> dict:
@@ -79,8 +81,11 @@ def run_in_process(conn: Redis, queue: JobQueue, req: CorpusRequest) -> dict:
     queue.store.delete_result(req.job_id())
     conn.flushdb()
     queue.submit("corpus", req.job_id(), req.normalised())
-    SimpleWorker([protocol.queue(conn, q) for q in protocol.QUEUES], connection=conn,
-                 serializer=protocol.SERIALIZER).work(burst=True)
+    SimpleWorker(
+        [protocol.queue(conn, q) for q in protocol.QUEUES],
+        connection=conn,
+        serializer=protocol.SERIALIZER,
+    ).work(burst=True)
     state = queue.lookup(req.job_id())
     assert state.status == "finished", state.error
     return json.loads(state.result_raw)
@@ -93,7 +98,9 @@ def one_worker(redis_server, tmp_path_factory, catalogue):
 
     import workers.jobs
 
-    url = redis_server.rsplit("/", 1)[0] + "/3"  # a database of its own: the cluster's workers never see it
+    url = (
+        redis_server.rsplit("/", 1)[0] + "/3"
+    )  # a database of its own: the cluster's workers never see it
     conn = Redis.from_url(url)
     settings = Settings(data_dir=tmp_path_factory.mktemp("one") / "data", redis_url=url)
     store = Store(settings)
@@ -127,7 +134,16 @@ def test_one_worker_parts_equal_one_job_and_the_same_bits_every_run(one_worker):
     one, split = one_worker.single, one_worker.split
     assert "split" not in one and split["split"]["parts"] == N_TEXTS // PART
     assert comparable(split) == comparable(one_worker.again)  # bit-identical across runs
-    for key in ("n_texts", "n_tokens", "n_kept_tokens", "truncated", "skipped", "counts", "model", "options"):
+    for key in (
+        "n_texts",
+        "n_tokens",
+        "n_kept_tokens",
+        "truncated",
+        "skipped",
+        "counts",
+        "model",
+        "options",
+    ):
         assert split[key] == one[key], key
     assert split["n_texts"] == N_TEXTS
     for stat, grid in one["statistics"].items():
@@ -137,9 +153,12 @@ def test_one_worker_parts_equal_one_job_and_the_same_bits_every_run(one_worker):
         assert hist == split["histograms"][stat], stat
     for row_a, row_b in zip(one["top_pairs"], split["top_pairs"], strict=True):
         for pa, pb in zip(row_a, row_b, strict=True):
-            assert [(p["text"], p["query"], p["key"], p["tokens"]) for p in pa] == \
-                   [(p["text"], p["query"], p["key"], p["tokens"]) for p in pb]
-            assert np.allclose([p["weight"] for p in pa], [p["weight"] for p in pb], rtol=0, atol=1e-12)
+            assert [(p["text"], p["query"], p["key"], p["tokens"]) for p in pa] == [
+                (p["text"], p["query"], p["key"], p["tokens"]) for p in pb
+            ]
+            assert np.allclose(
+                [p["weight"] for p in pa], [p["weight"] for p in pb], rtol=0, atol=1e-12
+            )
     assert np.allclose(one["head_map"]["xy"], split["head_map"]["xy"], rtol=0, atol=1e-9)
     assert not one_worker.conn.keys("hs:parts*")  # the merge cleared every slot
 
@@ -152,8 +171,11 @@ def test_a_part_failing_twice_fails_the_job_with_its_reason(one_worker, monkeypa
     w.conn.flushdb()
     w.conn.set(parts_config_key(req.job_id()), json.dumps({"fail_part": 1}))
     w.queue.submit("corpus", req.job_id(), req.normalised())
-    SimpleWorker([protocol.queue(w.conn, q) for q in protocol.QUEUES], connection=w.conn,
-                 serializer=protocol.SERIALIZER).work(burst=True)
+    SimpleWorker(
+        [protocol.queue(w.conn, q) for q in protocol.QUEUES],
+        connection=w.conn,
+        serializer=protocol.SERIALIZER,
+    ).work(burst=True)
     state = w.queue.lookup(req.job_id())
     assert state.status == "failed" and not state.user_error
     assert "part 1 failed: part 1 broke on purpose (attempt 2)" in state.error
@@ -173,19 +195,39 @@ def cluster(redis_server, tmp_path_factory, tiny_model_dirs, postgres):
     conn = Redis.from_url(redis_server)
     conn.flushdb()
     db = postgres.new_database()
-    env = service_env(base / "data", write_catalogue(base / "models.json", tiny_model_dirs),
-                      REDIS_URL=redis_server, PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}", HEADSCOPE_DATABASE_URL=db,
-                      HEADSCOPE_WORKER_TTL_S=str(WORKER_TTL_S), HEADSCOPE_WORKER_HEARTBEAT_S="0.5",
-                      HEADSCOPE_REAPER_INTERVAL_S="1", **SPLIT_ENV)
-    log = open(base / "workers.log", "ab")  # noqa: SIM115 (closed at teardown)
-    procs = [subprocess.Popen([sys.executable, "-m", "workers.main", "--preload", "tiny-bert"], cwd=ROOT, env=env,
-                              stdout=log, stderr=subprocess.STDOUT) for _ in range(2)]
+    env = service_env(
+        base / "data",
+        write_catalogue(base / "models.json", tiny_model_dirs),
+        REDIS_URL=redis_server,
+        PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}",
+        HEADSCOPE_DATABASE_URL=db,
+        HEADSCOPE_WORKER_TTL_S=str(WORKER_TTL_S),
+        HEADSCOPE_WORKER_HEARTBEAT_S="0.5",
+        HEADSCOPE_REAPER_INTERVAL_S="1",
+        **SPLIT_ENV,
+    )
+    log = open(base / "workers.log", "ab")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "workers.main", "--preload", "tiny-bert"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        for _ in range(2)
+    ]
     settings = Settings(data_dir=base / "data", redis_url=redis_server, database_url=db)
     store = Store(settings, migrate=True)  # PostgreSQL: migrated as `headscope migrate` does
     try:
         wait_ready(conn, procs, 2, base / "workers.log")
-        yield SimpleNamespace(conn=conn, store=store, queue=JobQueue(conn, store, settings), procs=procs,
-                              req=request(put_corpus(store)))
+        yield SimpleNamespace(
+            conn=conn,
+            store=store,
+            queue=JobQueue(conn, store, settings),
+            procs=procs,
+            req=request(put_corpus(store)),
+        )
     finally:
         stop_all(procs)
         log.close()
@@ -200,8 +242,13 @@ def held(monkeypatch):
 
 def submit(c, config: dict) -> str:
     job_id = c.req.job_id()
-    for key in (parts_config_key(job_id), part_log_key(job_id), held_part_key(job_id), release_key(job_id),
-                f"hs-test:part-workers:{job_id}"):
+    for key in (
+        parts_config_key(job_id),
+        part_log_key(job_id),
+        held_part_key(job_id),
+        release_key(job_id),
+        f"hs-test:part-workers:{job_id}",
+    ):
         c.conn.delete(key)
     c.conn.set(parts_config_key(job_id), json.dumps(config))
     c.queue.submit("corpus", job_id, c.req.normalised())
@@ -222,7 +269,10 @@ def attempts(c, job_id: str) -> list[dict]:
 def finished(c, job_id: str) -> dict:
     state = c.queue.wait(job_id, timeout_s=HANG_S)
     merge = protocol.fetch_job(c.conn, parts.merge_id(job_id))
-    assert state.status == "finished", (state.error, merge and (merge.get_status(), merge.return_value(), merge.meta))
+    assert state.status == "finished", (
+        state.error,
+        merge and (merge.get_status(), merge.return_value(), merge.meta),
+    )
     assert c.store.has_result(job_id)  # in PostgreSQL, like any result
     return json.loads(state.result_raw)
 
@@ -236,11 +286,17 @@ def worker_here(c, store: Store, monkeypatch) -> None:
     monkeypatch.setattr(workers.jobs, "_store", lambda: store)
     monkeypatch.setattr(workers.jobs_corpus, "_store", lambda: store)
     name = protocol.new_worker_name()
-    beat = lambda: protocol.beat(c.conn, name, ttl_s=WORKER_TTL_S, info={"pid": os.getpid(), "ready": True})  # noqa: E731
+    beat = lambda: protocol.beat(  # noqa: E731
+        c.conn, name, ttl_s=WORKER_TTL_S, info={"pid": os.getpid(), "ready": True}
+    )
     ticker = protocol.Ticker(beat, interval_s=0.5, name="test-heartbeat").start()
     try:
-        SimpleWorker([protocol.queue(c.conn, q) for q in protocol.QUEUES], connection=c.conn, name=name,
-                     serializer=protocol.SERIALIZER).work(burst=True)
+        SimpleWorker(
+            [protocol.queue(c.conn, q) for q in protocol.QUEUES],
+            connection=c.conn,
+            name=name,
+            serializer=protocol.SERIALIZER,
+        ).work(burst=True)
     finally:
         ticker.stop()
         c.conn.delete(protocol.worker_key(name))
@@ -257,14 +313,22 @@ def test_two_and_three_workers_give_the_one_worker_bits(cluster, one_worker, hel
         job_id = submit(c, {"barrier": n_workers, "until_release": n_workers == 2})
         workers_key = f"hs-test:part-workers:{job_id}"
         if n_workers == 3:  # once the parts are queued (a burst worker stops at an empty queue)
-            wait_for(lambda job_id=job_id: parts.plan(c.conn, job_id) is not None, "the parts enqueued")
+            wait_for(
+                lambda job_id=job_id: parts.plan(c.conn, job_id) is not None, "the parts enqueued"
+            )
             worker_here(c, c.store, monkeypatch)
         else:
             wait_for(lambda key=workers_key: c.conn.scard(key) == 2, "both workers hold a part")
             state = c.queue.lookup(job_id, with_partial=False)  # the status while the parts run
-            assert state.status == "running" and state.message.startswith("parts 0/3 done, 2 running; 0/300 texts, ")
-            shown = status_view({"status": state.status, "progress": state.progress, "message": state.message})[1]
-            assert shown == f"running — {state.message} (0%)"  # the browser's status line says as much
+            assert state.status == "running" and state.message.startswith(
+                "parts 0/3 done, 2 running; 0/300 texts, "
+            )
+            shown = status_view(
+                {"status": state.status, "progress": state.progress, "message": state.message}
+            )[1]
+            assert (
+                shown == f"running — {state.message} (0%)"
+            )  # the browser's status line says as much
             c.conn.set(release_key(job_id), 1)
         result = finished(c, job_id)
         assert comparable(result) == comparable(one_worker.split), n_workers
@@ -283,7 +347,9 @@ def test_cancel_in_the_middle_leaves_no_partial_rows(cluster, one_worker, held):
     state = c.queue.lookup(job_id, with_partial=False)
     assert state.status == "running" and 0 < state.progress < 1
     assert c.queue.cancel(job_id).status == "running"
-    c.conn.set(release_key(job_id), 1)  # the held part goes on: it sees the cancel at its next batch
+    c.conn.set(
+        release_key(job_id), 1
+    )  # the held part goes on: it sees the cancel at its next batch
     held_part = protocol.fetch_job(c.conn, parts.part_id(job_id, 2))
     wait_for(lambda: held_part.get_status(refresh=True) == "finished", "the held part ended")
     merge = protocol.fetch_job(c.conn, parts.merge_id(job_id))
@@ -307,6 +373,10 @@ def test_worker_killed_mid_part_loses_nothing_and_counts_nothing_twice(cluster, 
     assert result["n_texts"] == N_TEXTS
     log = attempts(c, job_id)
     retried = [a for a in log if a["part"] == 1]
-    assert retried[0]["worker"] == victim and retried[-1]["worker"] != victim and retried[-1]["attempt"] == 2
+    assert (
+        retried[0]["worker"] == victim
+        and retried[-1]["worker"] != victim
+        and retried[-1]["attempt"] == 2
+    )
     assert {a["part"] for a in log} == set(range(N_TEXTS // PART))
     assert not c.conn.keys("hs:parts*")

@@ -57,18 +57,36 @@ def test_health_models_and_docs(client):
         health = client.get("/api/health").json()
     assert set(health["devices"]) == set(health["worker_names"])
     for report in health["devices"].values():
-        assert report["device"] == "cpu" and report["tsne_engine"] == "cpu" and report["threads"] >= 1
+        assert (
+            report["device"] == "cpu" and report["tsne_engine"] == "cpu" and report["threads"] >= 1
+        )
     models = client.get("/api/models").json()
     assert models["default"] == "minilm"
     by_name = {m["name"]: m for m in models["models"]}
-    assert set(by_name) == {"gemma3-270m", "minilm", "smollm2", "tiny-bert", "tiny-gpt2", "tiny-llama"}  # builtins + catalogue
+    assert set(by_name) == {
+        "gemma3-270m",
+        "minilm",
+        "smollm2",
+        "tiny-bert",
+        "tiny-gpt2",
+        "tiny-llama",
+    }  # builtins + catalogue
     assert (by_name["minilm"]["n_layers"], by_name["minilm"]["n_heads"]) == (6, 12)
     assert by_name["tiny-bert"]["max_tokens"] == 64
-    llama = by_name["tiny-llama"]  # the picker's facts: family, layers x query heads (kv heads), limit
-    assert (llama["family"], llama["n_layers"], llama["n_heads"], llama["n_kv_heads"]) == ("llama", 2, 4, 2)
+    llama = by_name[
+        "tiny-llama"
+    ]  # the picker's facts: family, layers x query heads (kv heads), limit
+    assert (llama["family"], llama["n_layers"], llama["n_heads"], llama["n_kv_heads"]) == (
+        "llama",
+        2,
+        4,
+        2,
+    )
     assert client.get("/docs").status_code == 200
     paths = client.get("/openapi.json").json()["paths"]
-    assert {"/api/analyses", "/api/analyses/{job_id}", "/api/shares", "/api/checkpoints"} <= set(paths)
+    assert {"/api/analyses", "/api/analyses/{job_id}", "/api/shares", "/api/checkpoints"} <= set(
+        paths
+    )
 
 
 @pytest.mark.parametrize(
@@ -78,7 +96,11 @@ def test_health_models_and_docs(client):
         ({"model": "gpt-9000", "text": "hi"}, 422, ["gpt-9000", "minilm", "tiny-bert"]),
         ({"model": "/etc/passwd", "text": "hi"}, 422, ["unknown model", "/etc/passwd"]),
         ({"text": "w" * 20_001}, 422, ["20,001 characters", "20,000"]),
-        ({"text": "hi", "analyses": ["attention-rollout"]}, 422, ["unknown analysis", "attention-rollout"]),
+        (
+            {"text": "hi", "analyses": ["attention-rollout"]},
+            422,
+            ["unknown analysis", "attention-rollout"],
+        ),
         ({"text": "hi", "options": {"perplexitee": 5}}, 422, ["unknown option", "perplexitee"]),
         ({"text": "hi", "options": {"layer": 6}}, 422, ["layer 6", "0-5"]),
         ({"text": "hi", "model": "tiny-bert", "options": {"head": 4}}, 422, ["head 4", "0-3"]),
@@ -107,14 +129,22 @@ def test_over_long_text_states_the_count_the_worker_would_find(client, catalogue
     assert f"has {n} tokens" in resp.json()["detail"] and "at most 64" in resp.json()["detail"]
     with pytest.raises(Exception, match=f"has {n} tokens"):
         encode(load_model("tiny-bert", device="cpu"), text)
-    ok = client.post("/api/analyses", json={"model": "tiny-bert", "text": text, "options": {"truncate": True}})
+    ok = client.post(
+        "/api/analyses", json={"model": "tiny-bert", "text": text, "options": {"truncate": True}}
+    )
     assert ok.status_code == 202
 
 
 def test_unknown_ids_are_404(client):
-    for path in ["/api/analyses/" + "0" * 32, "/api/analyses/not-a-hash", "/api/pe-analyses/" + "1" * 32,
-                 "/api/shares/" + "A" * 32, "/api/shares/..%2F..%2Fetc%2Fpasswd", "/api/checkpoints/ck-" + "2" * 32,
-                 "/api/checkpoints/demo-nothing"]:
+    for path in [
+        "/api/analyses/" + "0" * 32,
+        "/api/analyses/not-a-hash",
+        "/api/pe-analyses/" + "1" * 32,
+        "/api/shares/" + "A" * 32,
+        "/api/shares/..%2F..%2Fetc%2Fpasswd",
+        "/api/checkpoints/ck-" + "2" * 32,
+        "/api/checkpoints/demo-nothing",
+    ]:
         resp = client.get(path)
         assert resp.status_code == 404, path
         assert "detail" in resp.json()
@@ -128,8 +158,12 @@ def test_minilm_max_attention_and_one_head_match_the_core(client, minilm, demo_t
     from workers.models import run_text
 
     text = " ".join(demo_text.split()[:60])
-    body = {"model": "minilm", "text": text, "analyses": ["head-tsne", "max-attention"],
-            "options": {"layer": 1, "head": 2}}
+    body = {
+        "model": "minilm",
+        "text": text,
+        "analyses": ["head-tsne", "max-attention"],
+        "options": {"layer": 1, "head": 2},
+    }
     done = run(client, body)
     assert done["status"] == "finished", done["error"]
     res = done["result"]
@@ -151,9 +185,15 @@ def test_every_analysis_kind_on_tiny_models(client, redis):
     from workers.analysis.pipeline import SECTIONS
 
     text = short_text(30)
-    bert = run(client, {"model": "tiny-bert", "text": text,
-                        "analyses": ["robustness", "hidden-tsne", "head-tsne", "max-attention"],
-                        "options": {**FAST, "layer": 1, "head": 3, "all_heads": True, "repeats": 2}})
+    bert = run(
+        client,
+        {
+            "model": "tiny-bert",
+            "text": text,
+            "analyses": ["robustness", "hidden-tsne", "head-tsne", "max-attention"],
+            "options": {**FAST, "layer": 1, "head": 3, "all_heads": True, "repeats": 2},
+        },
+    )
     assert bert["status"] == "finished", bert["error"]
     res, n = bert["result"], bert["result"]["n_tokens"]
     assert np.asarray(res["max-attention"]["max_attention"]).shape == (2, 4, n)
@@ -162,24 +202,49 @@ def test_every_analysis_kind_on_tiny_models(client, redis):
     assert np.asarray(res["hidden-tsne"]["embedding"]).shape == (n, 2)
     assert len(res["robustness"]["head_tsne"]["disturbed"]["kl"]) == 2
     job = protocol.fetch_job(redis, bert["id"])
-    assert job.meta["sections"] == ["max-attention", "head-tsne", "head-tsne-all", "hidden-tsne", "robustness"]
+    assert job.meta["sections"] == [
+        "max-attention",
+        "head-tsne",
+        "head-tsne-all",
+        "hidden-tsne",
+        "robustness",
+    ]
 
-    gpt = run(client, {"model": "tiny-gpt2", "text": short_text(12), "analyses": ["max-attention", "head-tsne"],
-                       "options": {**FAST, "layer": 0, "head": 1}})
+    gpt = run(
+        client,
+        {
+            "model": "tiny-gpt2",
+            "text": short_text(12),
+            "analyses": ["max-attention", "head-tsne"],
+            "options": {**FAST, "layer": 0, "head": 1},
+        },
+    )
     assert gpt["status"] == "finished", gpt["error"]
     assert gpt["result"]["family"] == "gpt2"
-    assert np.asarray(gpt["result"]["head-tsne"]["embedding"]).shape == (gpt["result"]["n_tokens"], 2)
+    assert np.asarray(gpt["result"]["head-tsne"]["embedding"]).shape == (
+        gpt["result"]["n_tokens"],
+        2,
+    )
 
     words = "\n".join(["cat", "dog", "horse", "car", "train", "bicycle", "red", "green"])
-    wt = run(client, {"model": "tiny-bert", "text": words, "analyses": ["word-tsne"],
-                      "options": {**FAST, "layer": 2, "perplexity": 2.0}})
+    wt = run(
+        client,
+        {
+            "model": "tiny-bert",
+            "text": words,
+            "analyses": ["word-tsne"],
+            "options": {**FAST, "layer": 2, "perplexity": 2.0},
+        },
+    )
     assert wt["status"] == "finished", wt["error"]
     assert np.asarray(wt["result"]["word-tsne"]["embedding"]).shape == (8, 2)
 
     few = run(client, {"model": "tiny-bert", "text": "cat\ndog", "analyses": ["word-tsne"]})
     assert few["status"] == "failed" and "at least 4 items" in few["error"]
 
-    dec = run(client, {"model": "tiny-bert", "text": text, "analyses": ["decomposition", "max-attention"]})
+    dec = run(
+        client, {"model": "tiny-bert", "text": text, "analyses": ["decomposition", "max-attention"]}
+    )
     if "decomposition" in SECTIONS:
         assert dec["status"] == "finished", dec["error"]
         assert "decomposition" in dec["result"]
@@ -189,8 +254,12 @@ def test_every_analysis_kind_on_tiny_models(client, redis):
 
 def test_identical_requests_share_one_job_and_one_result(client, redis):
     body = {"model": "tiny-bert", "text": short_text(12), "analyses": ["max-attention"]}
-    reordered = {"analyses": ["max-attention", "max-attention"], "options": {"seed": 0}, "text": body["text"],
-                 "model": "tiny-bert"}
+    reordered = {
+        "analyses": ["max-attention", "max-attention"],
+        "options": {"seed": 0},
+        "text": body["text"],
+        "model": "tiny-bert",
+    }
     first, second = post(client, body), post(client, reordered)
     assert first == second
     done = wait_done(client, f"/api/analyses/{first}")
@@ -204,8 +273,14 @@ def test_identical_requests_share_one_job_and_one_result(client, redis):
 
 def test_50_concurrent_requests_none_lost_identical_computed_once(client, redis):
     words = short_text(40).split()
-    distinct = [{"model": "tiny-bert", "text": " ".join(words[i:i + 20]) + f" ({i})", "analyses": ["max-attention"]}
-                for i in range(10)]
+    distinct = [
+        {
+            "model": "tiny-bert",
+            "text": " ".join(words[i : i + 20]) + f" ({i})",
+            "analyses": ["max-attention"],
+        }
+        for i in range(10)
+    ]
     bodies = [b for b in distinct for _ in range(5)]
     random.Random(0).shuffle(bodies)
     with ThreadPoolExecutor(max_workers=50) as pool:
@@ -225,18 +300,31 @@ def test_50_concurrent_requests_none_lost_identical_computed_once(client, redis)
 
 def test_workers_log_one_line_per_step(client, service):
     """The worker's log (a file here) gets progress as lines, never carriage-return redraws."""
-    done = run(client, {"model": "tiny-bert", "text": short_text(20), "analyses": ["robustness"],
-                        "options": {**FAST, "layer": 1, "head": 0, "repeats": 12}})
+    done = run(
+        client,
+        {
+            "model": "tiny-bert",
+            "text": short_text(20),
+            "analyses": ["robustness"],
+            "options": {**FAST, "layer": 1, "head": 0, "repeats": 12},
+        },
+    )
     assert done["status"] == "finished", done["error"]
     log = service.log.read_text(errors="replace")
-    lines = [ln for ln in log.splitlines() if "headscope.progress" in ln and f"job {done['id'][:12]}" in ln]
+    lines = [
+        ln
+        for ln in log.splitlines()
+        if "headscope.progress" in ln and f"job {done['id'][:12]}" in ln
+    ]
     assert len(lines) >= 2 and "\r" not in log  # loading, the steps, the end
     assert all(len(ln) < 300 for ln in lines)
     assert "100.0%" in lines[-1]
 
 
 def test_share_link_returns_view_inputs_and_result(client, service):
-    done = run(client, {"model": "tiny-bert", "text": short_text(15), "analyses": ["max-attention"]})
+    done = run(
+        client, {"model": "tiny-bert", "text": short_text(15), "analyses": ["max-attention"]}
+    )
     view = {"page": "attention", "layer": 1, "head": 2, "rescaled": True}
     resp = client.post("/api/shares", json={"analysis_id": done["id"], "view": view})
     assert resp.status_code == 201, resp.text
@@ -258,9 +346,17 @@ def test_bad_uploads_are_refused_and_leave_nothing_behind(client, service):
     before = leftovers()
     resp = client.post("/api/checkpoints", files={"file": ("pe.txt", b"hello", "text/plain")})
     assert resp.status_code == 415 and ".safetensors" in resp.json()["detail"]
-    resp = client.post("/api/checkpoints", files={"file": ("../../evil.npy", b"", "application/octet-stream")})
-    assert resp.status_code == 422 and "empty" in resp.json()["detail"] and ".." not in resp.json()["detail"]
+    resp = client.post(
+        "/api/checkpoints", files={"file": ("../../evil.npy", b"", "application/octet-stream")}
+    )
+    assert (
+        resp.status_code == 422
+        and "empty" in resp.json()["detail"]
+        and ".." not in resp.json()["detail"]
+    )
     big = b"\0" * (3 * 2**20)  # the fixture's limit is 2 MiB
-    resp = client.post("/api/checkpoints", files={"file": ("big.npy", big, "application/octet-stream")})
+    resp = client.post(
+        "/api/checkpoints", files={"file": ("big.npy", big, "application/octet-stream")}
+    )
     assert resp.status_code == 413 and "2,097,152" in resp.json()["detail"]
     assert leftovers() == before

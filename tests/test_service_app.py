@@ -17,7 +17,9 @@ def make_client(redis_server, tmp_path, catalogue):
 
     def make(**settings) -> TestClient:
         s = Settings(data_dir=tmp_path / "data", redis_url=redis_server, **settings)
-        return TestClient(create_app(s, redis=conn, background=False, frontend=settings.pop("frontend", False)))
+        return TestClient(
+            create_app(s, redis=conn, background=False, frontend=settings.pop("frontend", False))
+        )
 
     return make
 
@@ -38,14 +40,21 @@ def test_token_guards_writes_only(make_client):
 
 def test_cors_is_off_unless_configured(make_client):
     headers = {"Origin": "https://elsewhere.example"}
-    assert "access-control-allow-origin" not in make_client().get("/api/models", headers=headers).headers
-    allowed = make_client(cors_origins=["https://elsewhere.example"]).get("/api/models", headers=headers)
+    assert (
+        "access-control-allow-origin"
+        not in make_client().get("/api/models", headers=headers).headers
+    )
+    allowed = make_client(cors_origins=["https://elsewhere.example"]).get(
+        "/api/models", headers=headers
+    )
     assert allowed.headers["access-control-allow-origin"] == "https://elsewhere.example"
 
 
 def test_dashboard_is_mounted_after_the_api(redis_server, tmp_path, catalogue):
     s = Settings(data_dir=tmp_path / "data", redis_url=redis_server)
-    client = TestClient(create_app(s, redis=Redis.from_url(redis_server), background=False, frontend=True))
+    client = TestClient(
+        create_app(s, redis=Redis.from_url(redis_server), background=False, frontend=True)
+    )
     page = client.get("/")
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert client.get("/api/models").json()["default"] == "minilm"  # not swallowed by the mount
@@ -78,7 +87,9 @@ def test_concurrent_submits_enqueue_once_and_a_lost_job_is_enqueued_again(redis_
     queue = JobQueue(conn, Store(settings), settings)
     req = AnalysisRequest(model="tiny-bert", text="one job for many callers")
     with ThreadPoolExecutor(max_workers=20) as pool:
-        states = list(pool.map(lambda _: queue.submit("analysis", req.job_id(), req.normalised()), range(20)))
+        states = list(
+            pool.map(lambda _: queue.submit("analysis", req.job_id(), req.normalised()), range(20))
+        )
     assert {s.status for s in states} == {"queued"}
     assert queued_ids(conn) == [req.job_id()]
 

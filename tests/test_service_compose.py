@@ -15,8 +15,13 @@ def compose(*args: str) -> subprocess.CompletedProcess:
     exe = shutil.which("docker-compose")
     if exe is None:
         pytest.skip("docker-compose is not installed (make system-deps)")
-    return subprocess.run([exe, "-f", str(ROOT / "docker-compose.yml"), *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60)
+    return subprocess.run(
+        [exe, "-f", str(ROOT / "docker-compose.yml"), *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
 
 
 def test_compose_file_validates():
@@ -42,7 +47,9 @@ def test_compose_services_volumes_gpu_and_healthchecks():
     assert any(str(v).startswith("redis-data:/data") for v in services["redis"]["volumes"])
     assert any(str(v).startswith("data:/data") for v in services["api"]["volumes"])
     env = services["api"]["environment"]
-    assert env["REDIS_URL"] == worker["environment"]["REDIS_URL"] == "redis://:headscope@redis:6379/0"
+    assert (
+        env["REDIS_URL"] == worker["environment"]["REDIS_URL"] == "redis://:headscope@redis:6379/0"
+    )
     # Redis asks for the password every client's URL carries (and the healthcheck's redis-cli has)
     command = services["redis"]["command"]
     assert command[command.index("--requirepass") + 1] == "headscope"
@@ -58,10 +65,14 @@ def test_compose_runs_api_and_workers_on_one_postgres():
     cfg = yaml.safe_load(out.stdout)
     services = cfg["services"]
     pg = services["postgres"]
-    assert pg["healthcheck"]["test"] and any(str(v).startswith("postgres-data:/var/lib/postgresql/data")
-                                              for v in pg["volumes"])
+    assert pg["healthcheck"]["test"] and any(
+        str(v).startswith("postgres-data:/var/lib/postgresql/data") for v in pg["volumes"]
+    )
     assert "postgres-data" in cfg["volumes"]
-    urls = {services[name]["environment"]["HEADSCOPE_DATABASE_URL"] for name in ("api", "worker", "migrate")}
+    urls = {
+        services[name]["environment"]["HEADSCOPE_DATABASE_URL"]
+        for name in ("api", "worker", "migrate")
+    }
     assert len(urls) == 1
     url = urls.pop()
     assert url.startswith("postgresql://headscope:") and "@postgres:5432/" in url
@@ -96,6 +107,9 @@ def test_workers_on_more_machines_share_the_first_machines_redis_and_database(mo
     for name in ("worker", "worker-cpu"):
         env = services[name]["environment"]
         assert env["REDIS_URL"] == "redis://:headscope@10.0.0.5:6379/0"
-        assert env["HEADSCOPE_DATABASE_URL"] == "postgresql://headscope:headscope@10.0.0.5:5432/headscope"
+        assert (
+            env["HEADSCOPE_DATABASE_URL"]
+            == "postgresql://headscope:headscope@10.0.0.5:5432/headscope"
+        )
         assert env["HEADSCOPE_SPLIT_MIN_ITEMS"] == "2000"  # the split settings reach every worker
     assert services["api"]["environment"]["REDIS_URL"] == "redis://:headscope@redis:6379/0"

@@ -68,26 +68,48 @@ def test_injected_fault(fault, reference, tmp_path, tiny_model_dirs):
         log = serve.log.read_text()
     finally:
         assert serve.stop() == set()
-    print(fault, "health at start:", health, "\nafter the job:", after, sep="\n")  # the closing note shows them
+    print(
+        fault, "health at start:", health, "\nafter the job:", after, sep="\n"
+    )  # the closing note shows them
     assert done["status"] == "finished", (done, log[-3000:])
     tsne, ref = done["result"]["head-tsne"], reference["head-tsne"]
     assert tsne["backend"] == "cpu" and ref["backend"] == "cpu"
-    assert tsne["embedding"] == ref["embedding"] and tsne["kl"] == ref["kl"]  # the CPU engine's maps, bit for bit
-    assert {**done["result"]["max-attention"], "timings": 0} == {**reference["max-attention"], "timings": 0}
+    assert (
+        tsne["embedding"] == ref["embedding"] and tsne["kl"] == ref["kl"]
+    )  # the CPU engine's maps, bit for bit
+    assert {**done["result"]["max-attention"], "timings": 0} == {
+        **reference["max-attention"],
+        "timings": 0,
+    }
     if fault == "compile@torch":
         assert first["tsne_engine"] == "cpu: torch failed: no C compiler (injected)"
-        assert first["tsne_failed"] == {"torch": "no C compiler (injected)"} and first["tsne_engines"] == ["cpu"]
-        assert tsne["fallback"] == [] and "t-SNE engine on cpu: cpu: torch failed: no C compiler" in log
+        assert first["tsne_failed"] == {"torch": "no C compiler (injected)"} and first[
+            "tsne_engines"
+        ] == ["cpu"]
+        assert (
+            tsne["fallback"] == []
+            and "t-SNE engine on cpu: cpu: torch failed: no C compiler" in log
+        )
         assert after["device_lost"] == []
     elif fault == "launch@torch":
         assert first["tsne_engine"] == "torch" and first["tsne_engines"] == ["torch", "cpu"]
-        assert tsne["fallback"] == ["torch failed: torch launch failed: out of resources (injected by HEADSCOPE_TSNE_FAULT)"]
-        assert after["device_lost"] == [] and after["worker_names"] == health["worker_names"]  # the same worker
+        assert tsne["fallback"] == [
+            "torch failed: torch launch failed: out of resources (injected by HEADSCOPE_TSNE_FAULT)"
+        ]
+        assert (
+            after["device_lost"] == [] and after["worker_names"] == health["worker_names"]
+        )  # the same worker
     else:
         assert first["tsne_engine"] == "torch"
-        assert tsne["fallback"] == ["torch failed: CUDA error: an illegal memory access was encountered (injected by "
-                                    "HEADSCOPE_TSNE_FAULT) (the device was lost; retried by a fresh worker)"]
+        assert tsne["fallback"] == [
+            "torch failed: CUDA error: an illegal memory access was encountered (injected by "
+            "HEADSCOPE_TSNE_FAULT) (the device was lost; retried by a fresh worker)"
+        ]
         (loss,) = after["device_lost"]
-        assert loss["worker"] == health["worker_names"][0] and "illegal memory access" in loss["why"]
-        assert after["worker_names"] != health["worker_names"] and after["ready"] == 1  # a fresh worker
+        assert (
+            loss["worker"] == health["worker_names"][0] and "illegal memory access" in loss["why"]
+        )
+        assert (
+            after["worker_names"] != health["worker_names"] and after["ready"] == 1
+        )  # a fresh worker
         assert "exited with 3: restarting it" in log and len(pids) == 1

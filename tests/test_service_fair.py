@@ -55,17 +55,22 @@ def test_writes_over_the_rate_limit_get_429_with_retry_after(make_client):
     other = proxied.post("/api/analyses", json=body, headers={"X-Forwarded-For": "203.0.113.9"})
     assert other.status_code == 202  # behind a trusted proxy each address has its own allowance
 
+
 def test_uploads_are_listed_to_their_owner_only_but_open_by_id(make_client):
     client = make_client()
     mine = upload(client, GOOD_NPY, ALICE)
     assert mine.status_code == 201, mine.text
     ck = mine.json()["id"]
-    assert [c["id"] for c in client.get("/api/checkpoints", headers=ALICE).json()["checkpoints"]] == [ck]
+    assert [
+        c["id"] for c in client.get("/api/checkpoints", headers=ALICE).json()["checkpoints"]
+    ] == [ck]
     assert client.get("/api/checkpoints", headers=BOB).json()["checkpoints"] == []
     assert client.get(f"/api/checkpoints/{ck}", headers=BOB).json()["id"] == ck  # the id is the key
     again = upload(client, GOOD_NPY, BOB)  # the same bytes from Bob: now listed to him as well
     assert again.json()["id"] == ck
-    assert [c["id"] for c in client.get("/api/checkpoints", headers=BOB).json()["checkpoints"]] == [ck]
+    assert [c["id"] for c in client.get("/api/checkpoints", headers=BOB).json()["checkpoints"]] == [
+        ck
+    ]
 
 
 def test_upload_quota_per_client_is_413(make_client):
@@ -73,11 +78,15 @@ def test_upload_quota_per_client_is_413(make_client):
     assert upload(client, GOOD_NPY, ALICE).status_code == 201
     second = upload(client, npy(PE * 2), ALICE, "second.npy")
     assert second.status_code == 413 and "upload quota" in second.json()["detail"]
-    assert upload(client, npy(PE * 2), BOB, "second.npy").status_code == 201  # Bob has his own quota
+    assert (
+        upload(client, npy(PE * 2), BOB, "second.npy").status_code == 201
+    )  # Bob has his own quota
 
 
 def test_storage_quota_and_expiry_delete_the_unshared_oldest_first(tmp_path):
-    settings = Settings(data_dir=tmp_path, result_ttl_s=3600, upload_ttl_s=3600, storage_quota_bytes=0)
+    settings = Settings(
+        data_dir=tmp_path, result_ttl_s=3600, upload_ttl_s=3600, storage_quota_bytes=0
+    )
     store = Store(settings)
     old_shared, old_alone, fresh = "a" * 32, "b" * 32, "c" * 32
     ck_shared, ck_alone = "ck-" + "1" * 32, "ck-" + "2" * 32
@@ -87,16 +96,26 @@ def test_storage_quota_and_expiry_delete_the_unshared_oldest_first(tmp_path):
         store.stage_checkpoint(ck, blob, ext=".npy")
         store.commit_checkpoint(ck, {"id": ck, "owners": ["x"], "candidates": []})
     pe_request = {"checkpoints": [{"id": ck_shared, "tensor": None}]}
-    for job_id, req in ((old_shared, pe_request), (old_alone, {"text": "x"}), (fresh, {"text": "y"})):
+    for job_id, req in (
+        (old_shared, pe_request),
+        (old_alone, {"text": "x"}),
+        (fresh, {"text": "y"}),
+    ):
         store.write_result(job_id, kind="pe", request=req, result_raw='{"x": ' + "1" * 5000 + "}")
     store.create_share(kind="pe", target=old_shared, view={})
     past = time.time() - 7200  # written and last used two hours ago (the TTLs are one hour)
     with store.engine.begin() as conn:
-        conn.execute(update(results).where(results.c.id.in_([old_shared, old_alone]))
-                     .values(created_at=past, used_at=past, expires_at=past + settings.result_ttl_s))
+        conn.execute(
+            update(results)
+            .where(results.c.id.in_([old_shared, old_alone]))
+            .values(created_at=past, used_at=past, expires_at=past + settings.result_ttl_s)
+        )
         conn.execute(update(checkpoints).values(created_at=past, used_at=past))
     removed = quota.sweep(store, settings)
-    assert set(removed) == {old_alone, ck_alone}  # expired; the share keeps its result and checkpoint
+    assert set(removed) == {
+        old_alone,
+        ck_alone,
+    }  # expired; the share keeps its result and checkpoint
     assert store.has_result(old_shared) and store.checkpoint(ck_shared) and store.has_result(fresh)
     tight = settings.model_copy(update={"storage_quota_bytes": 1})
     assert quota.enforce(store, tight) == [fresh]  # over quota: the unshared go, the shared stay

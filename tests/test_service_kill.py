@@ -46,7 +46,9 @@ JOB_TIMEOUT_S = int(HANG_S)  # a released job must never race its timeout, howev
 
 def long_request(seed: int) -> AnalysisRequest:
     """Every head of tiny-bert: a real analysis, run once the test releases the held job."""
-    return AnalysisRequest(model="tiny-bert", text=short_text(38), analyses=["head-tsne"], options={"seed": seed})
+    return AnalysisRequest(
+        model="tiny-bert", text=short_text(38), analyses=["head-tsne"], options={"seed": seed}
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -64,18 +66,41 @@ def cluster(redis_server, tmp_path_factory, tiny_model_dirs):
     base = tmp_path_factory.mktemp("cluster")
     conn = Redis.from_url(redis_server)
     conn.flushdb()
-    env = service_env(base / "data", write_catalogue(base / "models.json", tiny_model_dirs),
-                      REDIS_URL=redis_server, PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}", HEADSCOPE_WORKER_TTL_S=str(WORKER_TTL_S),
-                      HEADSCOPE_WORKER_HEARTBEAT_S="0.5", HEADSCOPE_REAPER_INTERVAL_S="1")
-    log = open(base / "workers.log", "ab")  # noqa: SIM115 (closed at teardown)
-    procs = [subprocess.Popen([sys.executable, "-m", "workers.main", "--preload", "tiny-bert"], cwd=ROOT, env=env, stdout=log,
-                              stderr=subprocess.STDOUT) for _ in range(3)]
+    env = service_env(
+        base / "data",
+        write_catalogue(base / "models.json", tiny_model_dirs),
+        REDIS_URL=redis_server,
+        PYTHONPATH=f"{ROOT}:{ROOT / 'tests'}",
+        HEADSCOPE_WORKER_TTL_S=str(WORKER_TTL_S),
+        HEADSCOPE_WORKER_HEARTBEAT_S="0.5",
+        HEADSCOPE_REAPER_INTERVAL_S="1",
+    )
+    log = open(base / "workers.log", "ab")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "workers.main", "--preload", "tiny-bert"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        for _ in range(3)
+    ]
     wait_ready(conn, procs, 3, base / "workers.log")
-    settings = Settings(data_dir=base / "data", redis_url=redis_server, job_timeout_s=JOB_TIMEOUT_S,
-                        worker_ttl_s=WORKER_TTL_S)
+    settings = Settings(
+        data_dir=base / "data",
+        redis_url=redis_server,
+        job_timeout_s=JOB_TIMEOUT_S,
+        worker_ttl_s=WORKER_TTL_S,
+    )
     store = Store(settings)
-    yield SimpleNamespace(conn=conn, settings=settings, store=store, queue=JobQueue(conn, store, settings),
-                          procs=procs)
+    yield SimpleNamespace(
+        conn=conn,
+        settings=settings,
+        store=store,
+        queue=JobQueue(conn, store, settings),
+        procs=procs,
+    )
     stop_all(procs)
     log.close()
 
@@ -141,10 +166,15 @@ def test_killed_worker_job_is_retried_and_finished_while_another_worker_serves(c
     # recovered by the reaper (it sets abandoned_by), not by RQ's own job timeout + 60 s
     assert job.meta["abandoned_by"] == victim and job.worker_name != victim
     assert int(c.conn.get(attempts_key(job_id))) == 2
-    assert int(c.conn.get(protocol.computed_key(job_id))) == 1  # computed once, by the second worker
+    assert (
+        int(c.conn.get(protocol.computed_key(job_id))) == 1
+    )  # computed once, by the second worker
     result = json.loads(state.result_raw)
     n = result["n_tokens"]
-    assert len(result["head-tsne"]["embedding"]) == 2 and len(result["head-tsne"]["embedding"][0][0]) == n
+    assert (
+        len(result["head-tsne"]["embedding"]) == 2
+        and len(result["head-tsne"]["embedding"][0][0]) == n
+    )
 
 
 def test_job_whose_workers_die_twice_fails_with_a_reason(cluster):
@@ -155,7 +185,9 @@ def test_job_whose_workers_die_twice_fails_with_a_reason(cluster):
     first = wait_running(c, job_id)
     kill_worker(c, first)
     deadline = time.monotonic() + HANG_S
-    while protocol.fetch_job(c.conn, job_id).meta.get("abandoned_count", 0) < 1:  # the other worker reaps
+    while (
+        protocol.fetch_job(c.conn, job_id).meta.get("abandoned_count", 0) < 1
+    ):  # the other worker reaps
         assert time.monotonic() < deadline
         time.sleep(0.1)
     second = wait_running(c, job_id)
@@ -175,4 +207,3 @@ def test_job_whose_workers_die_twice_fails_with_a_reason(cluster):
     assert again.status == "queued"
     state = c.queue.lookup(job_id)
     assert state.status == "queued" and "no worker is running" in state.message
-

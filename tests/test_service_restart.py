@@ -19,9 +19,15 @@ pytestmark = pytest.mark.slow
 
 def test_sigterm_stops_every_child_and_shares_survive_a_full_restart(service):
     with service.client() as client:
-        resp = client.post("/api/analyses", json={"model": "tiny-bert", "text": short_text(20),
-                                                  "analyses": ["max-attention", "head-tsne"],
-                                                  "options": {"layer": 1, "head": 0, "n_iter": 100}})
+        resp = client.post(
+            "/api/analyses",
+            json={
+                "model": "tiny-bert",
+                "text": short_text(20),
+                "analyses": ["max-attention", "head-tsne"],
+                "options": {"layer": 1, "head": 0, "n_iter": 100},
+            },
+        )
         job_id = resp.json()["id"]
         done = wait_done(client, f"/api/analyses/{job_id}")
         assert done["status"] == "finished", done["error"]
@@ -41,7 +47,11 @@ def test_sigterm_stops_every_child_and_shares_survive_a_full_restart(service):
         opened = client.get(f"/api/shares/{share['id']}")
         assert opened.status_code == 200
         body = opened.json()
-        assert body["view"] == view and body["result"] == done["result"] and body["request"] == done["request"]
+        assert (
+            body["view"] == view
+            and body["result"] == done["result"]
+            and body["request"] == done["request"]
+        )
         again = client.get(f"/api/analyses/{job_id}").json()
         assert again["status"] == "finished" and again["result"] == done["result"]
         resubmit = client.post("/api/analyses", json=done["request"]).json()

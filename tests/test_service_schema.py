@@ -21,7 +21,12 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
 
 pytestmark = pytest.mark.slow
 EXAMPLES = 40  # per operation
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +41,13 @@ def exercise(op, calls: dict[str, int]) -> None:
     """Up to ``EXAMPLES`` generated requests against one operation, every check applied."""
 
     @given(case=op.as_strategy())
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     def run(case) -> None:
         calls[op.label] = calls.get(op.label, 0) + 1
         case.call_and_validate(checks=CHECKS)
@@ -50,5 +60,7 @@ def test_api_matches_its_openapi_document(bare_service):
     calls: dict[str, int] = {}
     for result in schema.get_all_operations():
         exercise(result.ok(), calls)
-    print(f"schemathesis: {sum(calls.values())} requests over {len(calls)} operations, all conforming")
+    print(
+        f"schemathesis: {sum(calls.values())} requests over {len(calls)} operations, all conforming"
+    )
     assert len(calls) >= 9 and sum(calls.values()) >= 200

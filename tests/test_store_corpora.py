@@ -51,17 +51,32 @@ def test_a_corpus_is_read_back_by_index_range_in_batches(store):
     batches = list(store.iter_corpus_texts(cid, batch=7))
     assert all(len(b) == 7 for b in batches[:-1]) and 1 <= len(batches[-1]) <= 7
     assert flat(batches) == texts
-    for start, stop in [(0, 1), (CHUNK_TEXTS - 1, CHUNK_TEXTS + 1), (1500, 2200), (2000, None), (17, 17)]:
+    for start, stop in [
+        (0, 1),
+        (CHUNK_TEXTS - 1, CHUNK_TEXTS + 1),
+        (1500, 2200),
+        (2000, None),
+        (17, 17),
+    ]:
         assert flat(store.iter_corpus_texts(cid, start, stop, batch=64)) == texts[start:stop]
     assert flat(store.iter_corpus_texts(cid, 2300, 10**9)) == texts[2300:]  # cut to the end
     assert store.corpus_texts(cid) == texts
     with store.engine.connect() as conn:
-        rows = conn.execute(select(corpus_chunks.c.first_text, corpus_chunks.c.n_texts)
-                            .where(corpus_chunks.c.corpus_id == cid).order_by(corpus_chunks.c.first_text)).all()
+        rows = conn.execute(
+            select(corpus_chunks.c.first_text, corpus_chunks.c.n_texts)
+            .where(corpus_chunks.c.corpus_id == cid)
+            .order_by(corpus_chunks.c.first_text)
+        ).all()
         stored = conn.execute(select(func.sum(func.length(corpus_chunks.c.data)))).scalar()
     assert [tuple(r) for r in rows] == [(0, 1000), (1000, 1000), (2000, 345)]
     item = next(i for i in store.stored_items() if i["kind"] == "corpus")
-    assert item == {"kind": "corpus", "id": cid, "bytes": stored, "used_at": item["used_at"], "owners": []}
+    assert item == {
+        "kind": "corpus",
+        "id": cid,
+        "bytes": stored,
+        "used_at": item["used_at"],
+        "owners": [],
+    }
     store.delete_corpus(cid)
     assert store.corpus(cid) is None and store.corpus_texts(cid) is None
     with store.engine.connect() as conn:
@@ -87,9 +102,15 @@ def test_writes_are_all_or_nothing_and_the_first_wins(store):
     with pytest.raises(OSError):
         store.put_corpus_chunks(cid, failing(), n_texts=1500, size=1, meta={"id": cid})
     assert store.corpus(cid) is None
-    assert store.put_corpus_chunks(cid, iter(chunks), n_texts=1500, size=1, meta={"id": cid, "n": 1}) is True
+    assert (
+        store.put_corpus_chunks(cid, iter(chunks), n_texts=1500, size=1, meta={"id": cid, "n": 1})
+        is True
+    )
     untouched = iter(chunks)
-    assert store.put_corpus_chunks(cid, untouched, n_texts=1500, size=1, meta={"id": cid, "n": 2}) is False
+    assert (
+        store.put_corpus_chunks(cid, untouched, n_texts=1500, size=1, meta={"id": cid, "n": 2})
+        is False
+    )
     assert next(untouched) == chunks[0]  # a corpus already stored reads none of the second upload
     assert store.corpus(cid)["n"] == 1 and store.corpus_texts(cid) == texts
 
@@ -125,7 +146,9 @@ def test_reading_in_batches_holds_one_chunk_not_the_corpus(store):
         del texts
         read, peaks[n] = _read_peak(store, cid)
         assert read == n
-    assert peaks[30_000] < 1.5 * peaks[3_000], peaks  # ten times the corpus, the same memory: one chunk
+    assert peaks[30_000] < 1.5 * peaks[3_000], (
+        peaks
+    )  # ten times the corpus, the same memory: one chunk
     assert peaks[30_000] < whole / 4, (peaks, whole)
 
 
@@ -135,7 +158,10 @@ def test_migration_0004_moves_corpora_of_0003_into_chunks(db_url, tmp_path):
     store = Store(Settings(data_dir=tmp_path / "m", database_url=db_url), migrate=False)
     with store.engine.execution_options(sqlite_immediate=True).begin() as conn:
         command.upgrade(migrate._config(conn), "0003")
-    old = sa.table("corpora", *(sa.column(c) for c in ("id", "name", "n_texts", "size", "body", "meta", "created_at")))
+    old = sa.table(
+        "corpora",
+        *(sa.column(c) for c in ("id", "name", "n_texts", "size", "body", "meta", "created_at")),
+    )
     corpora_0003 = {}
     for n in (3, 2 * 1000 + 1):
         texts = texts_of(n)
@@ -143,8 +169,17 @@ def test_migration_0004_moves_corpora_of_0003_into_chunks(db_url, tmp_path):
         raw = json.dumps(texts, ensure_ascii=False, separators=(",", ":")).encode()
         corpora_0003[cid] = texts
         with store.engine.begin() as conn:
-            conn.execute(old.insert().values(id=cid, name="old", n_texts=n, size=len(raw), body=zlib.compress(raw),
-                                             meta=json.dumps({"id": cid, "owners": ["bob"]}), created_at=1.7e9))
+            conn.execute(
+                old.insert().values(
+                    id=cid,
+                    name="old",
+                    n_texts=n,
+                    size=len(raw),
+                    body=zlib.compress(raw),
+                    meta=json.dumps({"id": cid, "owners": ["bob"]}),
+                    created_at=1.7e9,
+                )
+            )
     assert store.migrate() == ("0003", migrate.HEAD)
     for cid, texts in corpora_0003.items():
         assert store.corpus_texts(cid) == texts and store.corpus(cid)["owners"] == ["bob"]
@@ -155,4 +190,3 @@ def test_migration_0004_moves_corpora_of_0003_into_chunks(db_url, tmp_path):
         bodies = dict(conn.execute(sa.text("SELECT id, body FROM corpora")).all())
     assert {cid: json.loads(zlib.decompress(b)) for cid, b in bodies.items()} == corpora_0003
     store.close()
-

@@ -37,22 +37,35 @@ def cat(tmp_path_factory: pytest.TempPathFactory) -> Catalogue:
         c.register(ModelSpec(f"mm-{tied}", "local", str(mm)))
         c.register(ModelSpec(f"alone-{tied}", "local", str(alone)))
     for fam in ("phi3", "mistral"):
-        c.register(ModelSpec(f"window-{fam}", "local", str(build_tiny_decoder(base / fam, fam, window=TINY_WINDOW))))
+        c.register(
+            ModelSpec(
+                f"window-{fam}",
+                "local",
+                str(build_tiny_decoder(base / fam, fam, window=TINY_WINDOW)),
+            )
+        )
     return c
 
 
 def test_multimodal_checkpoint_is_listed_as_its_text_model(cat):
     cfg = cat.get("mm-True").config()
-    assert cfg["model_type"] == "gemma3" and "vision_config" in cfg  # the checkpoint really is multimodal
+    assert (
+        cfg["model_type"] == "gemma3" and "vision_config" in cfg
+    )  # the checkpoint really is multimodal
     for tied in (True, False):
         s = cat.get(f"mm-{tied}").summary()
         assert s["model_type"] == "gemma3" and s["family"] == "gemma3_text" and s["causal"]
         assert (s["n_layers"], s["n_heads"], s["n_kv_heads"], s["hidden_size"]) == (2, 4, 2, 32)
-        assert s["lm_head"] is True and s["lm_head_reason"].startswith("the unembedding is the " + (
-            "input embedding" if tied else "checkpoint's own output matrix"))
+        assert s["lm_head"] is True and s["lm_head_reason"].startswith(
+            "the unembedding is the "
+            + ("input embedding" if tied else "checkpoint's own output matrix")
+        )
     assert family_of("gemma3").name == "gemma3_text"
-    with pytest.raises(HeadscopeError, match=r"model type 'distilbert' is not supported; supported: bert, .*"
-                       r"gemma3 \(its text model\), gemma3_text"):
+    with pytest.raises(
+        HeadscopeError,
+        match=r"model type 'distilbert' is not supported; supported: bert, .*"
+        r"gemma3 \(its text model\), gemma3_text",
+    ):
         family_of("distilbert")  # other types: refused as before
 
 
@@ -70,18 +83,24 @@ def test_multimodal_text_part_is_the_multimodal_models_language_model(cat, tied)
     run = run_text(loaded, TEXT)
     n = run.encoded.n
     assert n > 2 * TINY_WINDOW
-    full = Gemma3ForConditionalGeneration.from_pretrained(cat.get(f"mm-{tied}").resolve(),
-                                                          attn_implementation="eager").eval()
+    full = Gemma3ForConditionalGeneration.from_pretrained(
+        cat.get(f"mm-{tied}").resolve(), attn_implementation="eager"
+    ).eval()
     with torch.inference_mode():
         ids = torch.tensor([run.encoded.input_ids])
         out = full(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
     np.testing.assert_array_equal(run.attentions, torch.stack(out.attentions)[:, 0].numpy())
-    assert np.abs(run.attentions[0][:, np.tril(np.ones((n, n), dtype=bool), k=-TINY_WINDOW)]).max() == 0.0
+    assert (
+        np.abs(run.attentions[0][:, np.tril(np.ones((n, n), dtype=bool), k=-TINY_WINDOW)]).max()
+        == 0.0
+    )
     enc = encode(loaded, TEXT)
     pr = predictions(loaded, enc, k=3)
     want = out.logits[0].double().log_softmax(-1)
     assert (np.asarray(pr["top_ids"])[:, 0] == want.argmax(-1).numpy()).all()
-    np.testing.assert_allclose(pr["next_logprob"], want[torch.arange(n - 1), ids[0, 1:]].numpy(), atol=1e-5)
+    np.testing.assert_allclose(
+        pr["next_logprob"], want[torch.arange(n - 1), ids[0, 1:]].numpy(), atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -112,10 +131,17 @@ def test_one_window_for_every_layer_without_layer_types(cat, fam):
     n = run.encoded.n
     beyond = np.tril(np.ones((n, n), dtype=bool), k=-TINY_WINDOW)
     assert np.abs(run.attentions[:, :, beyond]).max() == 0.0
-    assert run.attentions[:, :, np.tril(np.ones((n, n), dtype=bool), k=-(TINY_WINDOW - 1))].max() > 0.0
+    assert (
+        run.attentions[:, :, np.tril(np.ones((n, n), dtype=bool), k=-(TINY_WINDOW - 1))].max() > 0.0
+    )
     res = analyze(loaded, TEXT, ["max-attention"], {"drop_special": False})["max-attention"]
     assert res["windows"] == [TINY_WINDOW, TINY_WINDOW]
     j = 3
-    np.testing.assert_allclose(np.asarray(res["mean_attention"])[1, :, j],
-                               run.attentions[1, :, j : j + TINY_WINDOW, j].mean(-1), rtol=1e-6)
-    assert layer_windows({"model_type": "phi3", "num_hidden_layers": 3}) == []  # no window: nothing to say
+    np.testing.assert_allclose(
+        np.asarray(res["mean_attention"])[1, :, j],
+        run.attentions[1, :, j : j + TINY_WINDOW, j].mean(-1),
+        rtol=1e-6,
+    )
+    assert (
+        layer_windows({"model_type": "phi3", "num_hidden_layers": 3}) == []
+    )  # no window: nothing to say

@@ -46,13 +46,17 @@ def test_same_seed_same_map_other_seed_other_map(run):
     a = embed_affinities(p, options=opts)
     b = embed_affinities(p, options=opts)
     np.testing.assert_array_equal(a.embedding, b.embedding)
-    c = embed_affinities(p, options=TSNEOptions(init="random", seed=4, n_iter=200, early_exaggeration_iter=50))
+    c = embed_affinities(
+        p, options=TSNEOptions(init="random", seed=4, n_iter=200, early_exaggeration_iter=50)
+    )
     assert not np.allclose(a.embedding, c.embedding)
 
 
 def test_best_of_k_keeps_the_lowest_kl_and_reports_all(run):
     p = head_affinities(run.attentions[3, 10])
-    res = embed_affinities(p, options=TSNEOptions(restarts=3, n_iter=200, early_exaggeration_iter=100))
+    res = embed_affinities(
+        p, options=TSNEOptions(restarts=3, n_iter=200, early_exaggeration_iter=100)
+    )
     assert res.kl_restarts.shape == (1, 3)
     assert res.kl[0] == pytest.approx(res.kl_restarts.min())
     assert len(set(np.round(res.kl_restarts[0], 10))) == 3  # the restarts really differ
@@ -61,8 +65,13 @@ def test_best_of_k_keeps_the_lowest_kl_and_reports_all(run):
 
 def test_head_grid_shapes_and_special_tokens(run):
     keep = ~run.special
-    res = head_tsne(run.attentions, layers=[0, 5], heads=[1, 2, 3], keep=keep,
-                    options=TSNEOptions(n_iter=100, early_exaggeration_iter=50))
+    res = head_tsne(
+        run.attentions,
+        layers=[0, 5],
+        heads=[1, 2, 3],
+        keep=keep,
+        options=TSNEOptions(n_iter=100, early_exaggeration_iter=50),
+    )
     m = int(keep.sum())
     assert res.embedding.shape == (2, 3, m, 2)
     assert res.kl.shape == (2, 3) and np.all(res.kl > 0)
@@ -70,7 +79,9 @@ def test_head_grid_shapes_and_special_tokens(run):
 
 
 def test_batched_heads_do_not_interact(run):
-    p = np.stack([head_affinities(run.attentions[layer, h]) for layer, h in [(1, 1), (4, 4), (5, 0)]])
+    p = np.stack(
+        [head_affinities(run.attentions[layer, h]) for layer, h in [(1, 1), (4, 4), (5, 0)]]
+    )
     # float64 and a short run: t-SNE is chaotic, so float32 rounding differences between batch
     # sizes (BLAS blocking) would grow; what matters is that no head's P or Y enters another's
     opts = TSNEOptions(engine="batched", n_iter=40, early_exaggeration_iter=20, dtype="float64")
@@ -102,7 +113,9 @@ def test_affinities_of_states_in_threads_are_those_of_each_state_alone():
     from workers.analysis.hidden import affinities_of_states
     from workers.analysis.tsne.affinities import perplexity_affinities
 
-    x = np.random.default_rng(3).normal(size=(5, 40, 16)) * np.arange(1, 6)[:, None, None]  # [state, point, dim]
+    x = (
+        np.random.default_rng(3).normal(size=(5, 40, 16)) * np.arange(1, 6)[:, None, None]
+    )  # [state, point, dim]
     alone = np.stack([perplexity_affinities(xl, perplexity=8.0) for xl in x])
     for threads in (1, 2, 3):
         got = affinities_of_states(x, perplexity=8.0, threads=threads)

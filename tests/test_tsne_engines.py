@@ -62,7 +62,11 @@ def test_self_check_runs_every_round_and_passes_them():
 def test_self_check_rejects_a_round_that_computes_wrong(monkeypatch):
     """A round whose steps are wrong (here: half the learning rate) or not finite fails the check."""
     real = gpu_tsne.torch_round
-    monkeypatch.setattr(gpu_tsne, "torch_round", lambda st, steps, ex, mom, lr, *a, **k: real(st, steps, ex, mom, lr * 0.02, *a, **k))
+    monkeypatch.setattr(
+        gpu_tsne,
+        "torch_round",
+        lambda st, steps, ex, mom, lr, *a, **k: real(st, steps, ex, mom, lr * 0.02, *a, **k),
+    )
     report = engines.self_check(CPU, ("torch",))
     assert report.passed == [] and "over 1.02x" in report.failed["torch"], report
 
@@ -79,7 +83,10 @@ def test_self_check_rejects_a_round_that_computes_wrong(monkeypatch):
 def test_compile_fault_fails_the_check_and_health_says_why():
     report = engines.self_check(CPU, ALL, fault=Fault.parse("compile"))
     assert report.passed == ["torch"]
-    assert report.failed == {"triton-fused": "no C compiler (injected)", "triton-wide": "no C compiler (injected)"}
+    assert report.failed == {
+        "triton-fused": "no C compiler (injected)",
+        "triton-wide": "no C compiler (injected)",
+    }
     assert tsne_chain.describe(report.state()) == "torch: triton failed: no C compiler (injected)"
     report = engines.self_check(CPU, ("torch",), fault=Fault.parse("compile@torch"))
     assert tsne_chain.describe(report.state()) == "cpu: torch failed: no C compiler (injected)"
@@ -96,14 +103,19 @@ def test_fault_and_engine_settings_are_checked():
     assert Fault.parse("launch@torch") == Fault("launch", "torch") and Fault.parse("") is None
     with pytest.raises(ValueError, match="HEADSCOPE_TSNE_FAULT"):
         Fault.parse("melt")
-    assert engines.parse_candidates(None, CPU) == () and engines.parse_candidates(None, torch.device("cuda")) == ALL
+    assert (
+        engines.parse_candidates(None, CPU) == ()
+        and engines.parse_candidates(None, torch.device("cuda")) == ALL
+    )
     assert engines.parse_candidates("torch, cpu", CPU) == ("torch",)
     with pytest.raises(ValueError, match="HEADSCOPE_TSNE_ENGINES"):
         engines.parse_candidates("cuda-magic", CPU)
 
 
 def test_sticky_errors_are_fatal_others_are_not():
-    assert tsne_chain.is_fatal(RuntimeError("CUDA error: an illegal memory access was encountered"), CPU)
+    assert tsne_chain.is_fatal(
+        RuntimeError("CUDA error: an illegal memory access was encountered"), CPU
+    )
     assert not tsne_chain.is_fatal(RuntimeError("out of resources: shared memory"), CPU)
 
 
@@ -113,7 +125,9 @@ def test_sticky_errors_are_fatal_others_are_not():
 def reference_layer(a: np.ndarray, options: TSNEOptions) -> TSNEResult:
     """The layer on the torch round alone (no fault): what a fallback to torch must give, bit for bit."""
     chain("torch")
-    ref = engines.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=None, options=options)
+    ref = engines.embed_layer_on_device(
+        torch.as_tensor(a, dtype=torch.float32), keep=None, options=options
+    )
     tsne_chain.install(None)
     return ref
 
@@ -126,20 +140,34 @@ def test_a_failing_triton_round_gives_way_to_torch(fault):
     options = TSNEOptions(device="cpu", early_exaggeration_iter=60, n_iter=150)
     ref = reference_layer(a, options)
     chain("triton-fused", "triton-wide", "torch", fault=fault)
-    got = engines.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=None, options=options)
-    why = "no C compiler (injected)" if fault == "compile" else "triton launch failed: out of resources"
-    assert got.extra["backend"] == "torch" and got.extra["fallback"][0].startswith(f"triton failed: {why}")
+    got = engines.embed_layer_on_device(
+        torch.as_tensor(a, dtype=torch.float32), keep=None, options=options
+    )
+    why = (
+        "no C compiler (injected)"
+        if fault == "compile"
+        else "triton launch failed: out of resources"
+    )
+    assert got.extra["backend"] == "torch" and got.extra["fallback"][0].startswith(
+        f"triton failed: {why}"
+    )
     np.testing.assert_array_equal(got.embedding, ref.embedding)
     np.testing.assert_array_equal(got.kl, ref.kl)
-    np.testing.assert_allclose(got.kl, kl_divergence(head_affinities(a), got.embedding), rtol=1e-6)  # float32 maps
+    np.testing.assert_allclose(
+        got.kl, kl_divergence(head_affinities(a), got.embedding), rtol=1e-6
+    )  # float32 maps
 
 
 def test_every_device_round_failing_ends_on_the_cpu_engine():
     a = attention(2, 20, seed=2)
     options = TSNEOptions(device="cpu")
     chain("torch", fault="launch@torch")
-    got = engines.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=None, options=options)
-    assert got.extra["backend"] == "cpu" and got.extra["fallback"] == ["torch failed: torch launch failed: out of resources (injected by HEADSCOPE_TSNE_FAULT)"]  # noqa: E501
+    got = engines.embed_layer_on_device(
+        torch.as_tensor(a, dtype=torch.float32), keep=None, options=options
+    )
+    assert got.extra["backend"] == "cpu" and got.extra["fallback"] == [
+        "torch failed: torch launch failed: out of resources (injected by HEADSCOPE_TSNE_FAULT)"
+    ]
     tsne_chain.install(None)
     a32 = a.astype(np.float32).astype(np.float64)  # the maps the device path had
     host = embed_layer(a32, keep=None, options=options)  # the CPU engine's own path
@@ -152,15 +180,21 @@ def test_a_fatal_error_stops_the_device_and_the_retry_skips_the_engine():
     ref = reference_layer(a, options)
     chain("triton-wide", "torch", fault="fatal")
     with pytest.raises(DeviceLost) as lost:
-        engines.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=None, options=options)
+        engines.embed_layer_on_device(
+            torch.as_tensor(a, dtype=torch.float32), keep=None, options=options
+        )
     assert lost.value.engine == "triton-wide" and "illegal memory access" in lost.value.why
     assert "illegal memory access" in tsne_chain.lost() and tsne_chain.chain_for(CPU) == ["cpu"]
     assert "device lost: triton-wide: CUDA error" in tsne_chain.describe()
     # a fresh worker (same engines, same fault) retries the job without the engine that lost the device
     chain("triton-wide", "torch", fault="fatal")
     with tsne_chain.avoiding(["triton-wide"], notes=("triton-wide failed: CUDA error",)):
-        got = engines.embed_layer_on_device(torch.as_tensor(a, dtype=torch.float32), keep=None, options=options)
-    assert got.extra["backend"] == "torch" and got.extra["fallback"] == ["triton-wide failed: CUDA error"]
+        got = engines.embed_layer_on_device(
+            torch.as_tensor(a, dtype=torch.float32), keep=None, options=options
+        )
+    assert got.extra["backend"] == "torch" and got.extra["fallback"] == [
+        "triton-wide failed: CUDA error"
+    ]
     np.testing.assert_array_equal(got.embedding, ref.embedding)
     assert tsne_chain.lost() is None
 
@@ -198,7 +232,9 @@ def test_device_path_refuses_what_the_cpu_path_refuses():
     with pytest.raises(HeadscopeError, match="at least 3 points"):
         engines.embed_layer_on_device(torch.full((1, 2, 2), 0.5), keep=None, options=options)
     with pytest.raises(HeadscopeError, match="at least 3 tokens"):
-        engines.embed_layer_on_device(torch.full((1, 5, 5), 0.2), keep=np.array([1, 1, 0, 0, 0], bool), options=options)
+        engines.embed_layer_on_device(
+            torch.full((1, 5, 5), 0.2), keep=np.array([1, 1, 0, 0, 0], bool), options=options
+        )
     with pytest.raises(HeadscopeError, match="P is all zero"):
         gpu_tsne.embed_device(torch.zeros(1, 5, 5), options=options, kind="torch")
 

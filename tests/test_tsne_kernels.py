@@ -108,7 +108,9 @@ def test_ritz_pairs_are_those_of_eigh_tridiagonal(size):
     alpha, beta = rng.normal(size=(3, 150)), np.abs(rng.normal(size=(3, 150)))
     vals, vecs = _ritz(alpha, beta, size)
     for i in range(3):
-        w, v = eigh_tridiagonal(alpha[i, :size], beta[i, : size - 1], select="i", select_range=(size - 2, size - 1))
+        w, v = eigh_tridiagonal(
+            alpha[i, :size], beta[i, : size - 1], select="i", select_range=(size - 2, size - 1)
+        )
         np.testing.assert_array_equal(vals[i], w)
         np.testing.assert_array_equal(vecs[i], v)
 
@@ -129,7 +131,9 @@ def test_forces_equal_the_float64_gradient(spread):
     dx, dy = yd[0][:, None] - yd[0][None], yd[1][:, None] - yd[1][None]
     w = 1.0 / (1.0 + dx**2 + dy**2)
     np.fill_diagonal(w, 0.0)
-    want = np.stack([(p * w * dx).sum(1), (p * w * dy).sum(1), (w * w * dx).sum(1), (w * w * dy).sum(1)])
+    want = np.stack(
+        [(p * w * dx).sum(1), (p * w * dy).sum(1), (w * w * dx).sum(1), (w * w * dy).sum(1)]
+    )
     assert z == pytest.approx(w.sum(), rel=1e-6)
     scale = np.abs(want).max(axis=1, keepdims=True)
     assert (np.abs(out - want) <= 1e-5 * scale).all(), (np.abs(out - want) / scale).max(axis=1)
@@ -161,7 +165,20 @@ def test_update_is_openTSNEs_rule_with_clipping():
     want_y = y + want_u
     f32 = np.float32
     uu, gg, yy = u.copy(), g.copy(), y.copy()
-    m0, m1 = _update(*f, uu[0], uu[1], gg[0], gg[1], yy[0], yy[1], f32(ex), f32(iz), f32(mom), f32(lr), f32(max_step))
+    m0, m1 = _update(
+        *f,
+        uu[0],
+        uu[1],
+        gg[0],
+        gg[1],
+        yy[0],
+        yy[1],
+        f32(ex),
+        f32(iz),
+        f32(mom),
+        f32(lr),
+        f32(max_step),
+    )
     np.testing.assert_allclose(gg, want_g, rtol=1e-6)
     np.testing.assert_allclose(uu, want_u, rtol=1e-5, atol=1e-5 * np.abs(want_u).max())
     np.testing.assert_allclose(yy, want_y, rtol=1e-5, atol=1e-5 * np.abs(want_y).max())

@@ -87,7 +87,9 @@ def test_main_phase_has_its_own_tolerance():
     """``main_tol`` ends the main phase at a looser (or tighter) bar than the early phase's ``tol``."""
     head = [(0.999, 0.997, 1.0)]  # main phase: 1.2 % per window of 4 checks
     assert phase_ends(FULL, head)[0][1] == 125 + 650  # above 0.5 %: runs to the main cap
-    assert phase_ends(replace(FULL, main_tol=2e-2), head)[0][1] == 250  # below 2 %: ends at 125 in phase
+    assert (
+        phase_ends(replace(FULL, main_tol=2e-2), head)[0][1] == 250
+    )  # below 2 %: ends at 125 in phase
 
 
 def test_settle_rule_saves_iterations_on_real_runs_and_keeps_kl():

@@ -36,11 +36,17 @@ def test_blocks_give_what_the_full_logits_give(dtype, cap, bias, k):
     logits, lse, top_l, top_i, own, rank, has = _full(u, h, ids, k)
     seen = []
     for exact in (False, True):
-        r = read_vocab(u, h, k=k, ids=ids, chunk=251, rows=16, exact_sum=exact, progress=seen.append)
+        r = read_vocab(
+            u, h, k=k, ids=ids, chunk=251, rows=16, exact_sum=exact, progress=seen.append
+        )
         tol = 1e-6 if dtype == torch.float32 else 1e-13
         assert torch.allclose(r.lse, lse, rtol=0, atol=tol), (r.lse - lse).abs().max()
         # a block product may sum in another order than the full one: the same logits to its rounding
-        same = {"rtol": 1e-6, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-13, "atol": 1e-13}
+        same = (
+            {"rtol": 1e-6, "atol": 1e-6}
+            if dtype == torch.float32
+            else {"rtol": 1e-13, "atol": 1e-13}
+        )
         assert torch.allclose(r.top_logits, top_l, **same)
         # the ids agree but where equal logits tie (the soft-cap saturates): then the logits agree
         assert torch.allclose(logits.gather(1, r.top_ids), top_l, **same)
@@ -50,7 +56,9 @@ def test_blocks_give_what_the_full_logits_give(dtype, cap, bias, k):
         assert torch.equal(r.rank[has], rank) and (r.rank[~has] == 0).all()
         assert r.rank[1] == 1
         lp = r.logprob_own()[has]
-        assert torch.allclose(lp, torch.log_softmax(logits.double(), -1)[torch.arange(R)[has], ids[has]], atol=tol)
+        assert torch.allclose(
+            lp, torch.log_softmax(logits.double(), -1)[torch.arange(R)[has], ids[has]], atol=tol
+        )
     assert seen[-1] == 1.0 and len(seen) == 2 * 4  # 4 blocks of 251 rows each time
 
 
@@ -61,7 +69,10 @@ def test_ranks_count_other_tokens_only():
     u = Unembedding(w, None, "tied")
     h = torch.tensor([[1.0, 0.5], [1.0, 0.5]])
     r = read_vocab(u, h, ids=torch.tensor([0, 3]), chunk=1)
-    assert r.rank.tolist() == [2, 1]  # token 3 (2.0) beats both; token 1 ties with 0 and does not count
+    assert r.rank.tolist() == [
+        2,
+        1,
+    ]  # token 3 (2.0) beats both; token 1 ties with 0 and does not count
     assert r.top_ids[:, 0].tolist() == [3, 3]
 
 

@@ -24,7 +24,9 @@ def test_the_worker_can_wait_for_a_job_longer_than_a_default_redis_socket_timeou
     held = [pool.get_connection() for _ in range(3)]  # one reused, two made now
     try:
         for c in held:
-            assert c.socket_timeout is None or c.socket_timeout >= worker.connection_timeout, c.socket_timeout
+            assert c.socket_timeout is None or c.socket_timeout >= worker.connection_timeout, (
+                c.socket_timeout
+            )
     finally:
         for c in held:
             pool.release(c)

@@ -15,7 +15,9 @@ from workers.settings import WORKER_OPENMP_ENV, Settings
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_serve_starts_workers_with_passive_openmp_waits_unless_the_environment_says(monkeypatch, tmp_path):
+def test_serve_starts_workers_with_passive_openmp_waits_unless_the_environment_says(
+    monkeypatch, tmp_path
+):
     monkeypatch.setenv("HEADSCOPE_DATA_DIR", str(tmp_path))
     sup = Supervisor(settings=Settings(), redis_url="redis://127.0.0.1:1/0", n_workers=1)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)

@@ -40,8 +40,14 @@ def keep_freed_memory() -> bool:
         return False
     try:
         libc = ctypes.CDLL("libc.so.6")
-        ok = all(libc.mallopt(param, value) == 1 for param, value in (
-            (M_MMAP_THRESHOLD, MMAP_THRESHOLD), (M_TRIM_THRESHOLD, TRIM_THRESHOLD), (M_TOP_PAD, TOP_PAD)))
+        ok = all(
+            libc.mallopt(param, value) == 1
+            for param, value in (
+                (M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+                (M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+                (M_TOP_PAD, TOP_PAD),
+            )
+        )
     except (OSError, AttributeError):  # not glibc
         return False
     _done = ok

@@ -15,10 +15,19 @@ RUNTIME = GIB // 2  # Python, torch and transformers themselves (measured: ~0.45
 class MemoryBudgetError(HeadscopeError):
     code = "too_large"
 
-    def __init__(self, *, estimate: int, budget: int, parts: dict[str, int], what: str,
-                 advice: str = "use a shorter text, one layer or head, fewer views or a smaller model"):
+    def __init__(
+        self,
+        *,
+        estimate: int,
+        budget: int,
+        parts: dict[str, int],
+        what: str,
+        advice: str = "use a shorter text, one layer or head, fewer views or a smaller model",
+    ):
         self.estimate, self.budget, self.parts = estimate, budget, parts
-        top = ", ".join(f"{k} {v / GIB:.1f}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])[:4])
+        top = ", ".join(
+            f"{k} {v / GIB:.1f}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1])[:4]
+        )
         super().__init__(
             f"{what} needs about {estimate / GIB:.1f} GiB of memory ({top} GiB) but the memory budget is "
             f"{budget / GIB:.1f} GiB (HEADSCOPE_MEMORY_BUDGET_GB); {advice}"

@@ -49,7 +49,12 @@ class SplitSections:
         if kind not in ("ablation", "patching"):
             return False
         loaded, o = ctx.loaded, ctx.options
-        base = {"kind": kind, "model": loaded.name, "dtype": o.get("dtype", "float32"), "target": _target(o)}
+        base = {
+            "kind": kind,
+            "model": loaded.name,
+            "dtype": o.get("dtype", "float32"),
+            "target": _target(o),
+        }
         if kind == "ablation":
             if o["ablate"] != "each":
                 return False
@@ -66,7 +71,9 @@ class SplitSections:
             if corrupted.n != ctx.encoded.n:
                 return False  # the section itself says why not
             first = cp.first_difference(ctx.encoded.input_ids, corrupted.input_ids)
-            plan = cp.patching_plan(n_layers=loaded.n_layers, n_heads=loaded.n_heads, n=ctx.encoded.n, first=first)
+            plan = cp.patching_plan(
+                n_layers=loaded.n_layers, n_heads=loaded.n_heads, n=ctx.encoded.n, first=first
+            )
             base.update(clean=_encoded(ctx.encoded), corrupted=_encoded(corrupted))
             merge = {"n": ctx.encoded.n, "extras": _pair_texts(ctx, {}, corrupted)}
         costs = [tokens for _, tokens in plan]
@@ -75,10 +82,16 @@ class SplitSections:
         ranges = cp.group_calls(costs, part_cost=self.settings.split_part_run_tokens)
         if len(ranges) < 2:
             return False
-        runs = [sum(r for r, _ in plan[c0:c1]) for c0, c1 in ranges]  # the parts' progress counts runs
-        self.sections[kind] = {"payloads": [{**base, "calls": list(r), "runs": n} for r, n in zip(ranges, runs, strict=True)],
-                               "sizes": runs,
-                               "merge": {**merge, "n_layers": loaded.n_layers, "n_heads": loaded.n_heads}}
+        runs = [
+            sum(r for r, _ in plan[c0:c1]) for c0, c1 in ranges
+        ]  # the parts' progress counts runs
+        self.sections[kind] = {
+            "payloads": [
+                {**base, "calls": list(r), "runs": n} for r, n in zip(ranges, runs, strict=True)
+            ],
+            "sizes": runs,
+            "merge": {**merge, "n_layers": loaded.n_layers, "n_heads": loaded.n_heads},
+        }
         ctx.progress(1.0, f"{kind}: {sum(runs)} runs handed to {len(ranges)} parts")
         return True
 
@@ -91,20 +104,36 @@ class SplitSections:
         rep.conn.set(base_key(job_id), protocol.dumps(result), ex=rep.ttl_s)
         payloads, sizes, where = [], [], {}
         for kind, sec in self.sections.items():
-            where[kind] = {**sec["merge"], "parts": list(range(len(payloads), len(payloads) + len(sec["payloads"])))}
+            where[kind] = {
+                **sec["merge"],
+                "parts": list(range(len(payloads), len(payloads) + len(sec["payloads"]))),
+            }
             payloads += sec["payloads"]
             sizes += sec["sizes"]
         if rep.conn.exists(protocol.cancel_key(job_id)):
             rep.conn.delete(base_key(job_id))
             raise CancelledError("the analysis")
-        merge = parts.fan_out(rep.conn, job_id=job_id, part=PART, merge=MERGE, payloads=payloads, sizes=sizes,
-                              unit="runs", context={"job_id": job_id, "sections": where},
-                              job_timeout=self.settings.job_timeout_s, owned_keys=[base_key(job_id)])
-        if rep.conn.exists(protocol.cancel_key(job_id)):  # cancelled while fanning out: the API saw no plan
+        merge = parts.fan_out(
+            rep.conn,
+            job_id=job_id,
+            part=PART,
+            merge=MERGE,
+            payloads=payloads,
+            sizes=sizes,
+            unit="runs",
+            context={"job_id": job_id, "sections": where},
+            job_timeout=self.settings.job_timeout_s,
+            owned_keys=[base_key(job_id)],
+        )
+        if rep.conn.exists(
+            protocol.cancel_key(job_id)
+        ):  # cancelled while fanning out: the API saw no plan
             parts.cancel(rep.conn, job_id, len(payloads))
             raise CancelledError("the analysis")
         rep.progress(0.99, f"{', '.join(self.sections)} in {len(payloads)} parts")
-        logger.info("analysis job %s: %s in %d parts", job_id, ", ".join(self.sections), len(payloads))
+        logger.info(
+            "analysis job %s: %s in %d parts", job_id, ", ".join(self.sections), len(payloads)
+        )
         return parts.Split(merge.id, len(payloads))
 
 

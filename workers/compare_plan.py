@@ -51,12 +51,21 @@ class ComparePlan:
         """Raise ``MemoryBudgetError`` (a 422) when even one model at a time does not fit."""
         if self.one_at_a_time > self.budget:
             raise MemoryBudgetError(
-                estimate=self.one_at_a_time, budget=self.budget, what=what,
-                parts={("model A's word maps of every text" if self.parts == 1 else
-                        f"model A's word maps of the largest of {self.parts} parts' texts"): self.maps,
-                       "the larger model's weights": max(self.weights_a, self.weights_b),
-                       "one text's forward pass": self.forward, "runtime": RUNTIME},
-                advice="use fewer or shorter texts (max_tokens) or models with fewer heads as model A")
+                estimate=self.one_at_a_time,
+                budget=self.budget,
+                what=what,
+                parts={
+                    (
+                        "model A's word maps of every text"
+                        if self.parts == 1
+                        else f"model A's word maps of the largest of {self.parts} parts' texts"
+                    ): self.maps,
+                    "the larger model's weights": max(self.weights_a, self.weights_b),
+                    "one text's forward pass": self.forward,
+                    "runtime": RUNTIME,
+                },
+                advice="use fewer or shorter texts (max_tokens) or models with fewer heads as model A",
+            )
 
 
 def compare_ranges(n_texts: int) -> list[tuple[int, int]]:
@@ -81,21 +90,43 @@ def compare_window() -> int:
     return get_settings().split_compare_part_texts
 
 
-def plan_compare(word_counts: list[int], *, heads_a: int, heads_b: int, weights_a: int, weights_b: int,
-                 max_tokens: int, budget: int | None = None,
-                 ranges: list[tuple[int, int]] | None = None) -> ComparePlan:
+def plan_compare(
+    word_counts: list[int],
+    *,
+    heads_a: int,
+    heads_b: int,
+    weights_a: int,
+    weights_b: int,
+    max_tokens: int,
+    budget: int | None = None,
+    ranges: list[tuple[int, int]] | None = None,
+) -> ComparePlan:
     """The plan of comparing two models on texts with ``word_counts`` words each; ``ranges``: the
     parts of a split comparison (A's maps of the heaviest part's texts), default one piece."""
     words = [min(u, max_tokens) for u in word_counts]
     ranges = ranges or [(0, len(words))]
     maps = 4 * heads_a * max(sum(u * u for u in words[a:b]) for a, b in ranges)
-    forward = 8 * max(heads_a, heads_b) * max_tokens * max_tokens * 4 + 16 * max(words, default=0) ** 2 * max(heads_a, heads_b)
-    return ComparePlan(maps, weights_a, weights_b, forward, memory_budget() if budget is None else budget,
-                       parts=len(ranges))
+    forward = 8 * max(heads_a, heads_b) * max_tokens * max_tokens * 4 + 16 * max(
+        words, default=0
+    ) ** 2 * max(heads_a, heads_b)
+    return ComparePlan(
+        maps,
+        weights_a,
+        weights_b,
+        forward,
+        memory_budget() if budget is None else budget,
+        parts=len(ranges),
+    )
 
 
-def plan_of(model_a: str, model_b: str, texts: Iterable[str], *, max_tokens: int,
-            ranges: list[tuple[int, int]] | None = None) -> ComparePlan:
+def plan_of(
+    model_a: str,
+    model_b: str,
+    texts: Iterable[str],
+    *,
+    max_tokens: int,
+    ranges: list[tuple[int, int]] | None = None,
+) -> ComparePlan:
     """The plan of comparing two catalogue models on ``texts`` from their configs (no model loaded);
     ``ranges``: the parts of a split comparison (``compare_ranges``)."""
     from workers.models.catalogue import get_catalogue
@@ -103,9 +134,15 @@ def plan_of(model_a: str, model_b: str, texts: Iterable[str], *, max_tokens: int
     cat = get_catalogue()
     a, b = cat.get(model_a), cat.get(model_b)
     fa, fb = a.summary(), b.summary()
-    return plan_compare([len(t.split()) for t in texts], heads_a=int(fa["n_layers"]) * int(fa["n_heads"]),
-                        heads_b=int(fb["n_layers"]) * int(fb["n_heads"]), weights_a=weight_bytes(fa, a.config()),
-                        weights_b=weight_bytes(fb, b.config()), max_tokens=max_tokens, ranges=ranges)
+    return plan_compare(
+        [len(t.split()) for t in texts],
+        heads_a=int(fa["n_layers"]) * int(fa["n_heads"]),
+        heads_b=int(fb["n_layers"]) * int(fb["n_heads"]),
+        weights_a=weight_bytes(fa, a.config()),
+        weights_b=weight_bytes(fb, b.config()),
+        max_tokens=max_tokens,
+        ranges=ranges,
+    )
 
 
 def describe(plan: ComparePlan) -> str:

@@ -22,8 +22,19 @@ from pydantic import (
 )
 
 AnalysisKind = Literal[
-    "max-attention", "head-tsne", "hidden-tsne", "word-tsne", "robustness", "decomposition", "lasf",
-    "continue", "predictions", "logit-lens", "logit-attribution", "ablation", "patching",
+    "max-attention",
+    "head-tsne",
+    "hidden-tsne",
+    "word-tsne",
+    "robustness",
+    "decomposition",
+    "lasf",
+    "continue",
+    "predictions",
+    "logit-lens",
+    "logit-attribution",
+    "ablation",
+    "patching",
     "word-maps",  # docs/compare.md
     "information-flow",  # circuits: information-flow routes (SPEC 12, docs/circuits.md)
     "attribution-patching",  # circuits (SPEC 12, docs/results.md)
@@ -65,6 +76,8 @@ def edge_count(n_layers: int, n_heads: int, parallel: bool) -> int:
     heads = 3 * n_heads * sum(up)
     ffs = sum(u + (0 if parallel else n_heads) for u in up)
     return heads + ffs + 1 + n_layers * (n_heads + 1)
+
+
 # end edge-attribution ----------------------------------------------------------------------------
 # shipped LasF layers (docs/lasf.md); uploads are "ck-..." ids
 LASF_ABOUT: dict[str, str] = {
@@ -79,6 +92,7 @@ def is_lasf_model(name: str) -> bool:
     import re
 
     return name in LASF_MODELS or re.fullmatch(r"ck-[0-9a-f]{32}", name) is not None
+
 
 MAX_TEXT_CHARS = 20_000  # before tokenisation; the model's own token limit is checked by the worker
 MAX_WORDS = 2_000  # word-tsne: lines in the list
@@ -102,13 +116,18 @@ class AnalysisOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)  # no "yes" -> True, no true -> 1
 
-    truncate: bool = Field(False, description="cut texts longer than the model's limit instead of failing")
+    truncate: bool = Field(
+        False, description="cut texts longer than the model's limit instead of failing"
+    )
     drop_special: bool = Field(False, description="leave [CLS]/[SEP]/<s> out of t-SNE and maps")
     chat: bool = Field(
-        False, description="wrap the text in the model's chat template as a user message; the template's "
-        "tokens count as special (drop_special hides them)"
+        False,
+        description="wrap the text in the model's chat template as a user message; the template's "
+        "tokens count as special (drop_special hides them)",
     )
-    layer: LayerSel = Field("all", description="layer of head-tsne / hidden-tsne / word-tsne, or all")
+    layer: LayerSel = Field(
+        "all", description="layer of head-tsne / hidden-tsne / word-tsne, or all"
+    )
     head: LayerSel = Field("all", description="head of head-tsne, or all")
     all_heads: bool = Field(
         False,
@@ -125,42 +144,77 @@ class AnalysisOptions(BaseModel):
     early_exaggeration_iter: int = Field(250, ge=0, le=2000)
     perplexity: float = Field(20.0, gt=1.0, le=200.0, description="standard t-SNE perplexity")
     pooling: Literal["auto", "first", "last", "mean"] = "auto"
-    fraction: float = Field(0.05, gt=0.0, lt=1.0, description="robustness: share of tokens replaced")
-    repeats: int = Field(10, ge=2, le=100, description="robustness: runs with and without disturbance")
+    fraction: float = Field(
+        0.05, gt=0.0, lt=1.0, description="robustness: share of tokens replaced"
+    )
+    repeats: int = Field(
+        10, ge=2, le=100, description="robustness: runs with and without disturbance"
+    )
     dtype: Literal["float32", "float64"] = "float32"
     hidden_layer: LayerSel | None = Field(
-        None, description="state of hidden-tsne (0 = embedding output, l + 1 = output of layer l); None = layer"
+        None,
+        description="state of hidden-tsne (0 = embedding output, l + 1 = output of layer l); None = layer",
     )
     # the causal views (docs/causal.md); left out of the job id while at their defaults
-    k: int = Field(10, ge=1, le=MAX_TOP_K, description="predictions: top-k next tokens per position")
+    k: int = Field(
+        10, ge=1, le=MAX_TOP_K, description="predictions: top-k next tokens per position"
+    )
     target: TokenSel | list[TokenSel] | None = Field(
-        None, description="logit-attribution / ablation: a token (text or id), a pair [a, b] scored as "
+        None,
+        description="logit-attribution / ablation: a token (text or id), a pair [a, b] scored as "
         "l[a] - l[b], or None: the text's next token; patching: the pair (None: the two texts' top predictions)",
     )
     position: int | None = Field(
-        None, ge=0, description="the position of the layers x heads maps (attribution, ablation) and the one the "
-        "information-flow graph starts from; None = the last (information flow on an encoder: the first)"
+        None,
+        ge=0,
+        description="the position of the layers x heads maps (attribution, ablation) and the one the "
+        "information-flow graph starts from; None = the last (information flow on an encoder: the first)",
     )
     ablate: Literal["each"] | Annotated[list[HeadPair], Field(max_length=MAX_ABLATED)] = Field(
-        "each", description="ablation: 'each' head in turn (a map at position), or a set of [layer, head] ablated together"
+        "each",
+        description="ablation: 'each' head in turn (a map at position), or a set of [layer, head] ablated together",
     )
-    ablation: Literal["zero", "mean"] = Field("mean", description="ablation: replace z by zero or its mean over the text")
+    ablation: Literal["zero", "mean"] = Field(
+        "mean", description="ablation: replace z by zero or its mean over the text"
+    )
     corrupted: str | None = Field(
-        None, max_length=MAX_TEXT_CHARS, description="patching: the corrupted text (same token length as the text)"
+        None,
+        max_length=MAX_TEXT_CHARS,
+        description="patching: the corrupted text (same token length as the text)",
     )
-    continue_tokens: int = Field(16, ge=1, le=MAX_CONTINUE, description="continue: tokens to generate")
-    temperature: float = Field(0.0, ge=0.0, le=10.0, description="continue: 0 = greedy, else sampled with seed")
+    continue_tokens: int = Field(
+        16, ge=1, le=MAX_CONTINUE, description="continue: tokens to generate"
+    )
+    temperature: float = Field(
+        0.0, ge=0.0, le=10.0, description="continue: 0 = greedy, else sampled with seed"
+    )
     # information flow (docs/circuits.md); left out of the job id at its default
-    threshold: float = Field(0.04, gt=0.0, lt=1.0, description="information-flow: the edges' importance threshold τ")
-    real: bool = Field(False, description="attribution-patching: also run the real head patching and correlate")
-    # edge-attribution / attribution-patching (docs/results.md); out of the job id at their defaults
-    qk_fix: bool = Field(False, description="attribution-patching: AtP*'s query-key fix for each head's queries and keys")
-    top_edges: int = Field(200, ge=1, le=MAX_TOP_EDGES, description="edge-attribution: N, the edges of the circuit")
-    ig_steps: int = Field(5, ge=1, le=MAX_IG_STEPS, description="edge-attribution: EAP-IG's steps k (1 = EAP)")
-    curve_sizes: Annotated[list[StrictInt], Field(min_length=1, max_length=MAX_CURVE_SIZES)] | None = Field(
-        None, description="edge-attribution: edge counts of the faithfulness curve (None: 12 from 0.1 % to 20 %)"
+    threshold: float = Field(
+        0.04, gt=0.0, lt=1.0, description="information-flow: the edges' importance threshold τ"
     )
-    all_edges: bool = Field(False, description="edge-attribution: list every edge's score, not the top N only")
+    real: bool = Field(
+        False, description="attribution-patching: also run the real head patching and correlate"
+    )
+    # edge-attribution / attribution-patching (docs/results.md); out of the job id at their defaults
+    qk_fix: bool = Field(
+        False,
+        description="attribution-patching: AtP*'s query-key fix for each head's queries and keys",
+    )
+    top_edges: int = Field(
+        200, ge=1, le=MAX_TOP_EDGES, description="edge-attribution: N, the edges of the circuit"
+    )
+    ig_steps: int = Field(
+        5, ge=1, le=MAX_IG_STEPS, description="edge-attribution: EAP-IG's steps k (1 = EAP)"
+    )
+    curve_sizes: (
+        Annotated[list[StrictInt], Field(min_length=1, max_length=MAX_CURVE_SIZES)] | None
+    ) = Field(
+        None,
+        description="edge-attribution: edge counts of the faithfulness curve (None: 12 from 0.1 % to 20 %)",
+    )
+    all_edges: bool = Field(
+        False, description="edge-attribution: list every edge's score, not the top N only"
+    )
 
     @field_validator("target")
     @classmethod
@@ -198,8 +252,22 @@ class AnalysisOptions(BaseModel):
 FLOW_DEFAULTS: dict[str, Any] = {"threshold": AnalysisOptions.model_fields["threshold"].default}
 CAUSAL_DEFAULTS: dict[str, Any] = {
     name: AnalysisOptions.model_fields[name].default
-    for name in ("k", "target", "position", "ablate", "ablation", "corrupted", "continue_tokens", "temperature",
-                 "real", "qk_fix", "top_edges", "ig_steps", "curve_sizes", "all_edges")
+    for name in (
+        "k",
+        "target",
+        "position",
+        "ablate",
+        "ablation",
+        "corrupted",
+        "continue_tokens",
+        "temperature",
+        "real",
+        "qk_fix",
+        "top_edges",
+        "ig_steps",
+        "curve_sizes",
+        "all_edges",
+    )
 }
 
 
@@ -239,13 +307,19 @@ class AnalysisRequest(BaseModel):
     @model_validator(mode="after")
     def _causal(self) -> AnalysisRequest:
         if "patching" in self.analyses and not visible(self.options.corrupted or ""):
-            raise ValueError("patching needs a corrupted text (options.corrupted) of the same token length")
+            raise ValueError(
+                "patching needs a corrupted text (options.corrupted) of the same token length"
+            )
         for kind in PAIR_KINDS[1:]:
             if kind in self.analyses and not visible(self.options.corrupted or ""):
-                raise ValueError(f"{kind} needs a corrupted text (options.corrupted) of the same token length")
+                raise ValueError(
+                    f"{kind} needs a corrupted text (options.corrupted) of the same token length"
+                )
         if "continue" in self.analyses and not set(self.analyses) <= set(CAUSAL_KINDS):
-            raise ValueError("continue extends the text of the causal views only: request it with "
-                             f"{', '.join(CAUSAL_KINDS[1:])}, not with the other analyses")
+            raise ValueError(
+                "continue extends the text of the causal views only: request it with "
+                f"{', '.join(CAUSAL_KINDS[1:])}, not with the other analyses"
+            )
         return self
 
     def normalised(self) -> dict[str, Any]:
@@ -284,7 +358,9 @@ class JobStatus(BaseModel):
     progress: float = 0.0
     message: str = ""
     partial: dict[str, Any] = Field(default_factory=dict)
-    partial_keys: list[str] = Field(default_factory=list)  # every key of the partial result, sent or not
+    partial_keys: list[str] = Field(
+        default_factory=list
+    )  # every key of the partial result, sent or not
     result: dict[str, Any] | None = None
     error: str | None = None
     request: dict[str, Any] | None = None
@@ -388,20 +464,44 @@ class ShareRequest(BaseModel):
 
     @model_validator(mode="after")
     def _one_target(self) -> ShareRequest:
-        given = [x for x in (self.analysis_id, self.pe_analysis_id, self.corpus_analysis_id, self.compare_id)
-                 if x is not None]
+        given = [
+            x
+            for x in (
+                self.analysis_id,
+                self.pe_analysis_id,
+                self.corpus_analysis_id,
+                self.compare_id,
+            )
+            if x is not None
+        ]
         if len(given) != 1:
-            raise ValueError("give exactly one of analysis_id, pe_analysis_id, corpus_analysis_id and compare_id")
+            raise ValueError(
+                "give exactly one of analysis_id, pe_analysis_id, corpus_analysis_id and compare_id"
+            )
         return self
 
 
 # ------------------------------------------------------------------------ corpus (docs/corpus.md)
 
 CORPUS_STATISTICS: tuple[str, ...] = (
-    "entropy", "entropy_normalised", "sink", "previous", "self", "distance", "induction", "duplicate",
+    "entropy",
+    "entropy_normalised",
+    "sink",
+    "previous",
+    "self",
+    "distance",
+    "induction",
+    "duplicate",
 )
 CorpusStatistic = Literal[
-    "entropy", "entropy_normalised", "sink", "previous", "self", "distance", "induction", "duplicate"
+    "entropy",
+    "entropy_normalised",
+    "sink",
+    "previous",
+    "self",
+    "distance",
+    "induction",
+    "duplicate",
 ]
 CORPUS_REF_PATTERN = r"^(cp-[0-9a-f]{32}|builtin-[a-z0-9-]{1,40})$"
 
@@ -411,11 +511,20 @@ class CorpusOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    max_tokens: int = Field(128, ge=2, le=4096, description="per text, special tokens included; longer ones are cut (counted)")
+    max_tokens: int = Field(
+        128,
+        ge=2,
+        le=4096,
+        description="per text, special tokens included; longer ones are cut (counted)",
+    )
     keep_special: bool = Field(False, description="keep [CLS]/[SEP]/<s> as queries and keys")
-    statistics: list[CorpusStatistic] = Field(default_factory=lambda: list(CORPUS_STATISTICS), min_length=1)
+    statistics: list[CorpusStatistic] = Field(
+        default_factory=lambda: list(CORPUS_STATISTICS), min_length=1
+    )
     top_k: int = Field(20, ge=0, le=100, description="top (query, key) pairs kept per head")
-    exclude_sink_self: bool = Field(True, description="top pairs leave out the first kept key and the query itself")
+    exclude_sink_self: bool = Field(
+        True, description="top pairs leave out the first kept key and the query itself"
+    )
     dtype: Literal["float32", "float64"] = "float32"
 
     @field_validator("statistics")
@@ -430,7 +539,9 @@ class CorpusRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     model: str = Field("minilm", min_length=1, max_length=100)
-    corpus: str = Field(..., pattern=CORPUS_REF_PATTERN, description="cp-... (uploaded) or builtin-...")
+    corpus: str = Field(
+        ..., pattern=CORPUS_REF_PATTERN, description="cp-... (uploaded) or builtin-..."
+    )
     options: CorpusOptions = Field(default_factory=CorpusOptions)
 
     def normalised(self) -> dict[str, Any]:
@@ -451,8 +562,12 @@ class JointMapRequest(BaseModel):
     head: int = Field(..., ge=0, le=1000)
     max_tokens: int = Field(128, ge=2, le=4096)
     keep_special: bool = False
-    max_points: int = Field(10_000, ge=10, le=20_000, description="queries + keys; tokens are sampled beyond it")
-    method: Literal["pca", "tsne"] = Field("pca", description="pca: instant; tsne: minutes for 10,000 points on 2 cores")
+    max_points: int = Field(
+        10_000, ge=10, le=20_000, description="queries + keys; tokens are sampled beyond it"
+    )
+    method: Literal["pca", "tsne"] = Field(
+        "pca", description="pca: instant; tsne: minutes for 10,000 points on 2 cores"
+    )
     seed: int = Field(0, ge=0, le=2**31 - 1)
 
     def normalised(self) -> dict[str, Any]:
@@ -474,9 +589,15 @@ class CompareRequest(BaseModel):
 
     model_a: str = Field("minilm", min_length=1, max_length=100)
     model_b: str = Field("smollm2", min_length=1, max_length=100)
-    text: str | None = Field(None, max_length=MAX_TEXT_CHARS, description="one text (or give corpus)")
-    corpus: str | None = Field(None, pattern=CORPUS_REF_PATTERN, description="cp-... or builtin-... (or give text)")
-    max_tokens: int = Field(128, ge=2, le=MAX_COMPARE_TOKENS, description="per text and model; longer ones are cut")
+    text: str | None = Field(
+        None, max_length=MAX_TEXT_CHARS, description="one text (or give corpus)"
+    )
+    corpus: str | None = Field(
+        None, pattern=CORPUS_REF_PATTERN, description="cp-... or builtin-... (or give text)"
+    )
+    max_tokens: int = Field(
+        128, ge=2, le=MAX_COMPARE_TOKENS, description="per text and model; longer ones are cut"
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> CompareRequest:

@@ -32,8 +32,21 @@ from workers.store.corpora import CHUNK_BYTES, CHUNK_TEXTS, decode_chunk, encode
 
 CORPUS_ID_PREFIX = "cp-"
 FORMATS = ("txt", "jsonl", "csv", "parquet", "datasets")
-ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")  # a datasets directory, packed
-EXTENSIONS = {".txt": "txt", ".jsonl": "jsonl", ".csv": "csv", ".parquet": "parquet", **dict.fromkeys(ARCHIVES, "datasets")}
+ARCHIVES = (
+    ".zip",
+    ".tar",
+    ".tar.gz",
+    ".tgz",
+    ".tar.bz2",
+    ".tar.xz",
+)  # a datasets directory, packed
+EXTENSIONS = {
+    ".txt": "txt",
+    ".jsonl": "jsonl",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    **dict.fromkeys(ARCHIVES, "datasets"),
+}
 DATA = Path(__file__).resolve().parent / "data"
 PREVIEW = 5
 _RECORD = struct.Struct("<II")  # a spooled chunk: number of texts, bytes
@@ -41,12 +54,16 @@ _RECORD = struct.Struct("<II")  # a spooled chunk: number of texts, bytes
 # shipped corpora: id -> (file, format, field, description with its licence)
 SHIPPED: dict[str, tuple[Path, str, str | None, str]] = {
     "builtin-english": (
-        DATA / "corpora" / "english.txt", "txt", None,
+        DATA / "corpora" / "english.txt",
+        "txt",
+        None,
         "147 plain English sentences written for headscope (CC0 1.0: no rights reserved); "
         "many repeat a name or a noun, which gives the induction and duplicate scores queries",
     ),
     "builtin-lasf-heldout": (
-        DATA / "lasf_minilm" / "test_sentences.json", "json", None,
+        DATA / "lasf_minilm" / "test_sentences.json",
+        "json",
+        None,
         "560 held-out sentences of the shipped LasF layer: Python documentation and standard-library "
         "docstrings (PSF License v2)",
     ),
@@ -69,7 +86,11 @@ class Limits:
             from workers.settings import get_settings
 
             settings = get_settings()
-        size = settings.corpus_max_bytes if max_bytes is None else min(max_bytes, settings.corpus_max_bytes)
+        size = (
+            settings.corpus_max_bytes
+            if max_bytes is None
+            else min(max_bytes, settings.corpus_max_bytes)
+        )
         return cls(size, settings.corpus_max_texts, settings.corpus_max_text_chars)
 
 
@@ -159,9 +180,13 @@ class Checker:
 
     def add(self, number: int, text: str | None) -> str | None:
         self.n += 1
-        if self.n > self.limits.max_texts:  # at once: a small file may hold a hundred million short rows
-            raise BadFileError(f"{self.name} has more than {self.limits.max_texts:,} texts; a corpus may have at "
-                               f"most {self.limits.max_texts:,}")
+        if (
+            self.n > self.limits.max_texts
+        ):  # at once: a small file may hold a hundred million short rows
+            raise BadFileError(
+                f"{self.name} has more than {self.limits.max_texts:,} texts; a corpus may have at "
+                f"most {self.limits.max_texts:,}"
+            )
         if text is None or not text.strip():
             self.n_empty += 1
             if len(self.empty) < 5:
@@ -170,9 +195,13 @@ class Checker:
         if len(text) > self.limits.max_text_chars and self.long is None:
             self.long = number
         self.n_bytes += len(text.encode())
-        if self.n_bytes > self.limits.max_bytes:  # at once: a small Parquet file may unpack to gigabytes
-            raise BadFileError(f"{self.name}: its texts take more than the {self.limits.max_bytes:,}-byte limit "
-                               "for a corpus")
+        if (
+            self.n_bytes > self.limits.max_bytes
+        ):  # at once: a small Parquet file may unpack to gigabytes
+            raise BadFileError(
+                f"{self.name}: its texts take more than the {self.limits.max_bytes:,}-byte limit "
+                "for a corpus"
+            )
         return text.strip() if self.ok else None
 
     def finish(self) -> None:
@@ -182,13 +211,17 @@ class Checker:
             where = f"{self.unit} {', '.join(map(str, self.empty))}{more}"
             raise BadFileError(f"{self.name}: empty text {into} {where}; remove empty rows")
         if self.long is not None:
-            raise BadFileError(f"{self.name}: the text {into} {self.unit} {self.long} is longer than "
-                               f"{self.limits.max_text_chars:,} characters")
+            raise BadFileError(
+                f"{self.name}: the text {into} {self.unit} {self.long} is longer than "
+                f"{self.limits.max_text_chars:,} characters"
+            )
         if not self.n:
             raise BadFileError(f"{self.name} holds no text")
 
 
-def _trailing_blank_lines_dropped(found: Iterator[tuple[int, str | None]]) -> Iterator[tuple[int, str | None]]:
+def _trailing_blank_lines_dropped(
+    found: Iterator[tuple[int, str | None]],
+) -> Iterator[tuple[int, str | None]]:
     """Blank lines (text None) at the end of a text file are its final newline(s), not empty texts."""
     pending: list[tuple[int, str | None]] = []
     for row in found:
@@ -200,14 +233,19 @@ def _trailing_blank_lines_dropped(found: Iterator[tuple[int, str | None]]) -> It
         yield row
 
 
-def checked_rows(source: Path | IO[bytes], *, fmt: str, name: str, field: str | None,
-                 limits: Limits) -> Iterator[str]:
+def checked_rows(
+    source: Path | IO[bytes], *, fmt: str, name: str, field: str | None, limits: Limits
+) -> Iterator[str]:
     """The checked, stripped texts of ``source`` in order; a problem raises ``BadFileError`` (a
     row that cannot be read at once, the checks of ``Checker`` at the end)."""
     if isinstance(source, Path) and fmt != "datasets" and source.stat().st_size > limits.max_bytes:
-        raise BadFileError(f"{name} is larger than the {limits.max_bytes:,}-byte limit for a corpus")
+        raise BadFileError(
+            f"{name} is larger than the {limits.max_bytes:,}-byte limit for a corpus"
+        )
     check = Checker(name, unit(fmt), limits)
-    for number, text in _trailing_blank_lines_dropped(rows(source, fmt=fmt, name=name, field=field)):
+    for number, text in _trailing_blank_lines_dropped(
+        rows(source, fmt=fmt, name=name, field=field)
+    ):
         kept = check.add(number, text)
         if kept is not None:
             yield kept
@@ -223,8 +261,9 @@ def _bytes_source(raw: bytes | str, *, name: str, max_bytes: int) -> IO[bytes]:
     return io.BytesIO(data)
 
 
-def parse_corpus(raw: bytes | str, *, fmt: str, name: str, field: str | None = None,
-                 limits: Limits | None = None) -> Corpus:
+def parse_corpus(
+    raw: bytes | str, *, fmt: str, name: str, field: str | None = None, limits: Limits | None = None
+) -> Corpus:
     """Check and parse a small corpus held in memory (a paste, a shipped file): txt, jsonl or csv."""
     limits = limits or Limits.from_settings()
     if fmt in TABLE_FORMATS:
@@ -255,7 +294,9 @@ class StagedCorpus:
     def __len__(self) -> int:
         return self.n_texts
 
-    def batches(self, start: int = 0, stop: int | None = None, *, batch: int = 1000) -> Iterator[list[str]]:
+    def batches(
+        self, start: int = 0, stop: int | None = None, *, batch: int = 1000
+    ) -> Iterator[list[str]]:
         """The texts ``[start, stop)`` in lists of at most ``batch`` (a ``TextSource``: the CLI runs a
         corpus file from its spool, a chunk in memory at a time)."""
         stop = self.n_texts if stop is None else min(stop, self.n_texts)
@@ -279,14 +320,23 @@ class StagedCorpus:
         self.spool.unlink(missing_ok=True)
 
 
-def stage_corpus(source: Path | bytes | str, *, fmt: str, name: str, field: str | None = None,
-                 limits: Limits | None = None, spool_dir: Path | None = None) -> StagedCorpus:
+def stage_corpus(
+    source: Path | bytes | str,
+    *,
+    fmt: str,
+    name: str,
+    field: str | None = None,
+    limits: Limits | None = None,
+    spool_dir: Path | None = None,
+) -> StagedCorpus:
     """Check a corpus completely (a file path, or bytes / str of a text format) and spool its texts
     as the store's chunks; one chunk in memory at a time. Raises ``BadFileError`` naming the problem,
     leaving no spool file."""
     limits = limits or Limits.from_settings()
     if fmt == "txt" and field is not None:
-        raise BadFileError(f"{name}: field applies to .jsonl, .csv, .parquet and datasets corpora, not to .txt")
+        raise BadFileError(
+            f"{name}: field applies to .jsonl, .csv, .parquet and datasets corpora, not to .txt"
+        )
     if not isinstance(source, Path):
         if fmt in TABLE_FORMATS:
             raise BadFileError(f"{name}: a {fmt} corpus is read from a file")
@@ -295,7 +345,9 @@ def stage_corpus(source: Path | bytes | str, *, fmt: str, name: str, field: str 
         from workers.corpus_archive import unpacked
 
         with unpacked(source, name=name, max_bytes=limits.max_bytes, work_dir=spool_dir) as root:
-            return stage_corpus(root, fmt=fmt, name=name, field=field, limits=limits, spool_dir=spool_dir)
+            return stage_corpus(
+                root, fmt=fmt, name=name, field=field, limits=limits, spool_dir=spool_dir
+            )
     content = ContentId()
     preview: list[str] = []
     fd, tmp = tempfile.mkstemp(prefix="corpus-", suffix=".spool", dir=spool_dir)
@@ -345,5 +397,7 @@ def shipped_list() -> list[dict[str, object]]:
     out = []
     for cid, (_, _, _, about) in SHIPPED.items():
         corpus = shipped_corpus(cid)
-        out.append({"id": cid, "name": cid, "about": about, "n_texts": len(corpus.texts) if corpus else 0})
+        out.append(
+            {"id": cid, "name": cid, "about": about, "n_texts": len(corpus.texts) if corpus else 0}
+        )
     return out

@@ -76,8 +76,10 @@ class _Writer:
             while block := src.read(BLOCK):
                 self.n_bytes += len(block)
                 if self.n_bytes > self.max_bytes:
-                    raise BadFileError(f"{self.name} unpacks to more than the {self.max_bytes:,}-byte limit "
-                                       "for a corpus")
+                    raise BadFileError(
+                        f"{self.name} unpacks to more than the {self.max_bytes:,}-byte limit "
+                        "for a corpus"
+                    )
                 out.write(block)
 
 
@@ -103,8 +105,10 @@ def _untar(path: Path, writer: _Writer) -> None:
             if member.isdir():
                 continue
             if not member.isfile():
-                raise BadFileError(f"{writer.name}: the archive member {member.name!r} is a link or a device, "
-                                   "not a file")
+                raise BadFileError(
+                    f"{writer.name}: the archive member {member.name!r} is a link or a device, "
+                    "not a file"
+                )
             if not _kept(parts):
                 continue
             src = tf.extractfile(member)
@@ -114,10 +118,14 @@ def _untar(path: Path, writer: _Writer) -> None:
 
 
 def _dataset_root(root: Path, *, name: str) -> Path:
-    found = sorted({p.parent for marker in MARKERS for p in root.rglob(marker)},
-                   key=lambda p: (len(p.relative_to(root).parts), str(p)))
+    found = sorted(
+        {p.parent for marker in MARKERS for p in root.rglob(marker)},
+        key=lambda p: (len(p.relative_to(root).parts), str(p)),
+    )
     if not found:
-        raise BadFileError(f"{name} holds no dataset saved with save_to_disk (no state.json or dataset_dict.json)")
+        raise BadFileError(
+            f"{name} holds no dataset saved with save_to_disk (no state.json or dataset_dict.json)"
+        )
     depth = len(found[0].relative_to(root).parts)
     top = [p for p in found if len(p.relative_to(root).parts) == depth]
     if len(top) > 1:
@@ -127,7 +135,9 @@ def _dataset_root(root: Path, *, name: str) -> Path:
 
 
 @contextmanager
-def unpacked(path: Path, *, name: str, max_bytes: int, work_dir: Path | None = None) -> Iterator[Path]:
+def unpacked(
+    path: Path, *, name: str, max_bytes: int, work_dir: Path | None = None
+) -> Iterator[Path]:
     """The dataset directory inside archive ``path``, unpacked into a temporary directory that is
     removed afterwards."""
     tmp = Path(tempfile.mkdtemp(prefix="corpus-archive-", dir=work_dir))
@@ -140,8 +150,16 @@ def unpacked(path: Path, *, name: str, max_bytes: int, work_dir: Path | None = N
                 _untar(path, writer)
             else:
                 raise BadFileError(f"{name} is not a zip or tar archive")
-        except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, zlib.error, lzma.LZMAError, RuntimeError,
-                NotImplementedError) as exc:  # RuntimeError: an encrypted member; NotImplementedError: a codec
+        except (
+            zipfile.BadZipFile,
+            tarfile.TarError,
+            EOFError,
+            OSError,
+            zlib.error,
+            lzma.LZMAError,
+            RuntimeError,
+            NotImplementedError,
+        ) as exc:  # RuntimeError: an encrypted member; NotImplementedError: a codec
             raise BadFileError(f"{name} is not a readable archive ({exc})") from None
         yield _dataset_root(tmp, name=name)
     finally:

@@ -33,7 +33,9 @@ def unit(fmt: str) -> str:
     return "row" if fmt in TABLE_FORMATS else "line"
 
 
-def rows(source: Path | IO[bytes], *, fmt: str, name: str, field: str | None = None) -> Iterator[tuple[int, str | None]]:
+def rows(
+    source: Path | IO[bytes], *, fmt: str, name: str, field: str | None = None
+) -> Iterator[tuple[int, str | None]]:
     """``(number, text)`` of every row of ``source`` (a path, or a binary file for the text formats);
     text None for a blank line of a .txt or .jsonl file (an empty text, unless only blank lines follow)."""
     if fmt in TEXT_FORMATS:
@@ -50,11 +52,16 @@ def rows(source: Path | IO[bytes], *, fmt: str, name: str, field: str | None = N
         raise BadFileError(f"{name}: unsupported corpus format {fmt!r}")
 
 
-def _text_rows(fh: IO[bytes], *, fmt: str, name: str, field: str | None) -> Iterator[tuple[int, str | None]]:
+def _text_rows(
+    fh: IO[bytes], *, fmt: str, name: str, field: str | None
+) -> Iterator[tuple[int, str | None]]:
     lines = decoded_lines(fh, name=name)
     if fmt == "txt":
         number = 0
-        for _, line in lines:  # as str.splitlines() numbers them (\r, \x0b, \u2028 ... end a line too)
+        for (
+            _,
+            line,
+        ) in lines:  # as str.splitlines() numbers them (\r, \x0b, \u2028 ... end a line too)
             for piece in line.splitlines():
                 number += 1
                 yield number, piece if piece.strip() else None
@@ -74,15 +81,19 @@ def decoded_lines(fh: IO[bytes], *, name: str) -> Iterator[tuple[int, str]]:
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise BadFileError(f"{name} is not UTF-8 text (line {number}, byte {offset + exc.start}); "
-                               "save it as UTF-8") from None
+            raise BadFileError(
+                f"{name} is not UTF-8 text (line {number}, byte {offset + exc.start}); "
+                "save it as UTF-8"
+            ) from None
         if "\x00" in line:
             raise BadFileError(f"{name} has a NUL character on line {number}: is it a binary file?")
         offset += len(raw)
         yield number, line
 
 
-def _jsonl(lines: Iterator[tuple[int, str]], *, name: str, field: str) -> Iterator[tuple[int, str | None]]:
+def _jsonl(
+    lines: Iterator[tuple[int, str]], *, name: str, field: str
+) -> Iterator[tuple[int, str | None]]:
     for number, line in lines:
         if not line.strip():
             yield number, None
@@ -112,7 +123,9 @@ def _csv(lines: Iterator[tuple[int, str]], *, name: str, column: str) -> Iterato
     except csv.Error as exc:
         raise BadFileError(f"{name}: not CSV ({exc})") from None
     if column not in header:
-        raise BadFileError(f"{name} has no column {column!r} (its columns: {', '.join(header[:20]) or 'none'})")
+        raise BadFileError(
+            f"{name} has no column {column!r} (its columns: {', '.join(header[:20]) or 'none'})"
+        )
     at = header.index(column)
     try:
         for record in reader:
@@ -135,16 +148,25 @@ def _text_column(schema: Any, *, name: str, field: str) -> int:
     import pyarrow as pa
 
     if field not in schema.names:
-        raise BadFileError(f"{name} has no column {field!r} (its columns: {', '.join(schema.names[:20]) or 'none'})")
+        raise BadFileError(
+            f"{name} has no column {field!r} (its columns: {', '.join(schema.names[:20]) or 'none'})"
+        )
     typ = schema.field(field).type
-    is_text = pa.types.is_string(typ) or pa.types.is_large_string(typ) or getattr(pa.types, "is_string_view",
-                                                                                  lambda _: False)(typ)
+    is_text = (
+        pa.types.is_string(typ)
+        or pa.types.is_large_string(typ)
+        or getattr(pa.types, "is_string_view", lambda _: False)(typ)
+    )
     if not is_text:
-        raise BadFileError(f"{name}: column {field!r} holds {typ}, not text; choose a text column with field")
+        raise BadFileError(
+            f"{name}: column {field!r} holds {typ}, not text; choose a text column with field"
+        )
     return schema.get_field_index(field)
 
 
-def _batch_rows(batches: Iterator[Any], *, at: int, first: int, name: str, field: str) -> Iterator[tuple[int, str]]:
+def _batch_rows(
+    batches: Iterator[Any], *, at: int, first: int, name: str, field: str
+) -> Iterator[tuple[int, str]]:
     number = first
     for batch in batches:
         for text in batch.column(at).to_pylist():
@@ -163,7 +185,9 @@ def parquet_rows(path: Path, *, name: str, field: str) -> Iterator[tuple[int, st
         pf = pq.ParquetFile(path)
         _text_column(pf.schema_arrow, name=name, field=field)
         batches = pf.iter_batches(batch_size=ARROW_BATCH, columns=[field])
-        yield from _batch_rows(batches, at=0, first=0, name=name, field=field)  # the one column read
+        yield from _batch_rows(
+            batches, at=0, first=0, name=name, field=field
+        )  # the one column read
     except (pa.ArrowException, OSError) as exc:
         raise BadFileError(f"{name} is not a readable Parquet file ({_first_line(exc)})") from None
 
@@ -179,11 +203,15 @@ def dataset_rows(root: Path, *, name: str, field: str) -> Iterator[tuple[int, st
             with pa.memory_map(str(path)) as source:
                 reader = _open_arrow(source)
                 at = _text_column(reader.schema, name=name, field=field)
-                for n, text in _batch_rows(iter(reader), at=at, first=number, name=name, field=field):
+                for n, text in _batch_rows(
+                    iter(reader), at=at, first=number, name=name, field=field
+                ):
                     number = n + 1
                     yield n, text
         except (pa.ArrowException, OSError) as exc:
-            raise BadFileError(f"{name}: {path.name} is not a readable Arrow file ({_first_line(exc)})") from None
+            raise BadFileError(
+                f"{name}: {path.name} is not a readable Arrow file ({_first_line(exc)})"
+            ) from None
 
 
 def _open_arrow(source: Any) -> Any:
@@ -214,17 +242,24 @@ def dataset_dir(root: Path, *, name: str) -> Path:
     dict_file = root / "dataset_dict.json"
     if dict_file.is_file():
         splits = _json(dict_file, name=name).get("splits")
-        if not isinstance(splits, list) or not splits or not all(
-                isinstance(s, str) and re.fullmatch(r"[\w-][\w.-]*", s) for s in splits):
+        if (
+            not isinstance(splits, list)
+            or not splits
+            or not all(isinstance(s, str) and re.fullmatch(r"[\w-][\w.-]*", s) for s in splits)
+        ):
             raise BadFileError(f"{name}: dataset_dict.json has no valid list of splits")
         if len(splits) != 1:
-            raise BadFileError(f"{name} holds the splits {', '.join(splits)}; give one split's directory "
-                               f"(for example {splits[0]}/)")
+            raise BadFileError(
+                f"{name} holds the splits {', '.join(splits)}; give one split's directory "
+                f"(for example {splits[0]}/)"
+            )
         split = root / splits[0]
         if not (split / "state.json").is_file():
             raise BadFileError(f"{name}: its split {splits[0]} has no state.json")
         return split
-    raise BadFileError(f"{name} is not a dataset saved with save_to_disk (no state.json or dataset_dict.json)")
+    raise BadFileError(
+        f"{name} is not a dataset saved with save_to_disk (no state.json or dataset_dict.json)"
+    )
 
 
 def data_files(directory: Path, *, name: str) -> list[Path]:
@@ -237,7 +272,9 @@ def data_files(directory: Path, *, name: str) -> list[Path]:
     for entry in listed:
         fname = entry.get("filename") if isinstance(entry, dict) else None
         if not isinstance(fname, str) or not DATA_FILE.fullmatch(fname):
-            raise BadFileError(f"{name}: state.json lists a data file {fname!r} that is not a plain .arrow name")
+            raise BadFileError(
+                f"{name}: state.json lists a data file {fname!r} that is not a plain .arrow name"
+            )
         path = directory / fname
         if not path.is_file() or path.is_symlink():
             raise BadFileError(f"{name}: the data file {fname} that state.json lists is missing")

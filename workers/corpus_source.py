@@ -31,7 +31,9 @@ class StoredCorpus:
     def __len__(self) -> int:
         return self.n_texts
 
-    def batches(self, start: int = 0, stop: int | None = None, *, batch: int = 1000) -> Iterator[list[str]]:
+    def batches(
+        self, start: int = 0, stop: int | None = None, *, batch: int = 1000
+    ) -> Iterator[list[str]]:
         from workers.store.corpora import CorpusGone
 
         stop = self.n_texts if stop is None else min(stop, self.n_texts)

@@ -79,13 +79,18 @@ class Reporter:
             pipe.incr(protocol.computed_key(self.id))
             pipe.expire(protocol.computed_key(self.id), self.ttl_s)
             pipe.execute()
-        self.job.meta.update(progress=0.0, message="starting", attempt_started=time.time(), sections=[])
+        self.job.meta.update(
+            progress=0.0, message="starting", attempt_started=time.time(), sections=[]
+        )
         self.job.meta.pop("error", None)
         self.job.save_meta()
 
     def progress(self, fraction: float, message: str) -> None:
         if self._lines.due(fraction, message):  # the worker's log: one line per step
-            PROGRESS_LOG.info("%s", progress_line(f"job {self.job.id[:12]}", fraction, self._lines.elapsed(), message))
+            PROGRESS_LOG.info(
+                "%s",
+                progress_line(f"job {self.job.id[:12]}", fraction, self._lines.elapsed(), message),
+            )
         now = time.monotonic()
         if now - self._last_meta < 0.25 and fraction < 1.0:
             return  # at most four meta writes a second
@@ -126,8 +131,12 @@ class Reporter:
         from workers.store import StoreUnavailable
 
         try:
-            _store().write_result(self.id, kind=envelope.get("kind", "analysis"),
-                                  request=envelope["request"], result_raw=blob)
+            _store().write_result(
+                self.id,
+                kind=envelope.get("kind", "analysis"),
+                request=envelope["request"],
+                result_raw=blob,
+            )
         except StoreUnavailable as exc:
             logger.warning("job %s: result kept in Redis: %s", self.id, exc)
             return False
@@ -215,11 +224,19 @@ def compute_analysis(
         def on_layer(kind: str, layer: int, part: dict[str, Any], key: str = key) -> None:
             on_partial({part_key(key or kind, layer): part})
 
-        def on_section(kind: str, section: dict[str, Any], so_far: dict[str, Any], key: str = key) -> None:
+        def on_section(
+            kind: str, section: dict[str, Any], so_far: dict[str, Any], key: str = key
+        ) -> None:
             common = {k: v for k, v in so_far.items() if k not in SECTIONS}
-            fields = {**{k: v for k, v in common.items() if k not in result}, (key or kind): section}
+            fields = {
+                **{k: v for k, v in common.items() if k not in result},
+                (key or kind): section,
+            }
             result.update(fields)
-            result["timings"] = {**result.get("timings", {}), **common.get("timings", {})}  # every stage's
+            result["timings"] = {
+                **result.get("timings", {}),
+                **common.get("timings", {}),
+            }  # every stage's
             on_partial(fields)
 
         analyze(
@@ -257,8 +274,13 @@ def run_analysis(request: dict[str, Any]) -> dict[str, Any]:
         req = AnalysisRequest.model_validate(request)
         split = SplitSections(rep, request)
         with engine_retry(rep.job):
-            result = compute_analysis(req, progress=_cancellable(rep), on_partial=rep.partial, conn=rep.conn,
-                                      defer=split.defer)
+            result = compute_analysis(
+                req,
+                progress=_cancellable(rep),
+                on_partial=rep.partial,
+                conn=rep.conn,
+                defer=split.defer,
+            )
         handed = split.fan_out(result)
     except HeadscopeError as exc:
         if exc.code == "cancelled":  # nothing of a cancelled job is kept
@@ -289,7 +311,10 @@ def engine_retry(job: Job) -> Iterator[None]:
     from workers.analysis.tsne import chain as engines
 
     avoid = list(job.meta.get("tsne_avoid", []))
-    notes = tuple(f"{why} (the device was lost; retried by a fresh worker)" for why in job.meta.get("tsne_lost", []))
+    notes = tuple(
+        f"{why} (the device was lost; retried by a fresh worker)"
+        for why in job.meta.get("tsne_lost", [])
+    )
     try:
         with engines.avoiding(avoid, notes=notes):
             yield
@@ -328,7 +353,9 @@ def lasf_model(name: str, *, conn: Redis | None) -> Any:
     path = shipped_path(name)
     if path is None:
         if conn is None or not protocol.CHECKPOINT_ID.fullmatch(name):
-            raise HeadscopeError(f"unknown LasF model {name!r}; use {' or '.join(LASF_MODELS)} or an uploaded LasF checkpoint id")
+            raise HeadscopeError(
+                f"unknown LasF model {name!r}; use {' or '.join(LASF_MODELS)} or an uploaded LasF checkpoint id"
+            )
         path = checkpoint_file(name, conn=conn)[0]
     return load_lasf(path, name=name)
 
@@ -359,7 +386,12 @@ def _reference(ref: dict[str, Any], *, n: int, d: int, conn: Redis) -> Any:
         return read_tensor(checkpoint_file(spec["id"], conn=conn)[0], spec.get("tensor"))
     grid = ref.get("grid")
     return make_reference(
-        kind, n=n, d=d, grid=tuple(grid) if grid else None, sigma=float(ref["sigma"]), seed=int(ref["seed"])
+        kind,
+        n=n,
+        d=d,
+        grid=tuple(grid) if grid else None,
+        sigma=float(ref["sigma"]),
+        seed=int(ref["seed"]),
     )
 
 

@@ -35,11 +35,29 @@ def causal_part(payload: dict[str, Any], ctx: parts.PartContext) -> dict[str, An
             ctx.items(int(fraction * payload.get("runs", 0)))
 
     if payload["kind"] == "ablation":
-        out = ablation(loaded, Encoded(**payload["encoded"]), mode=payload["mode"], target=payload["target"],
-                       position=payload["position"], calls=calls, progress=progress)
-        return {"kind": "ablation", **jsonable(out), "n_layers": loaded.n_layers, "n_heads": loaded.n_heads}
-    out = patching(loaded, Encoded(**payload["clean"]), Encoded(**payload["corrupted"]), target=payload["target"],
-                   calls=calls, progress=progress)
+        out = ablation(
+            loaded,
+            Encoded(**payload["encoded"]),
+            mode=payload["mode"],
+            target=payload["target"],
+            position=payload["position"],
+            calls=calls,
+            progress=progress,
+        )
+        return {
+            "kind": "ablation",
+            **jsonable(out),
+            "n_layers": loaded.n_layers,
+            "n_heads": loaded.n_heads,
+        }
+    out = patching(
+        loaded,
+        Encoded(**payload["clean"]),
+        Encoded(**payload["corrupted"]),
+        target=payload["target"],
+        calls=calls,
+        progress=progress,
+    )
     return {"kind": "patching", **jsonable(out)}
 
 
@@ -63,8 +81,12 @@ def causal_merge(partials: parts.Partials, context: dict[str, Any]) -> dict[str,
             if kind == "ablation":
                 section = {**cp.merge_ablation(got), "each": True}
             else:
-                section = {**cp.merge_patching(got, n_layers=where["n_layers"], n_heads=where["n_heads"], n=where["n"]),
-                           **where["extras"]}
+                section = {
+                    **cp.merge_patching(
+                        got, n_layers=where["n_layers"], n_heads=where["n_heads"], n=where["n"]
+                    ),
+                    **where["extras"],
+                }
             section["timings"] = {"total_s": seconds, "parts": len(got)}
             result[kind] = section
     except HeadscopeError as exc:

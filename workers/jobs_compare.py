@@ -49,7 +49,9 @@ def _release(req: CompareRequest, together: bool) -> Callable[[], None] | None:
     return release
 
 
-def compute_compare(req: CompareRequest, *, texts: list[str], progress: Callable[[float, str], None]) -> dict[str, Any]:
+def compute_compare(
+    req: CompareRequest, *, texts: list[str], progress: Callable[[float, str], None]
+) -> dict[str, Any]:
     """The result of a comparison (docs/results.md, "compare"); no queue needed (the CLI calls it)."""
     from workers.analysis.compare import compare_models
     from workers.compare_plan import compare_window, describe, plan_of
@@ -59,17 +61,33 @@ def compute_compare(req: CompareRequest, *, texts: list[str], progress: Callable
     plan.check(what=f"comparing {req.model_a} and {req.model_b} on {len(texts)} texts")
     progress(0.0, describe(plan))
     release = _release(req, plan.together)
-    result = compare_models(lambda: load_model(req.model_a), lambda: load_model(req.model_b), texts,
-                            max_tokens=req.max_tokens, release=release, progress=progress, window=compare_window())
-    return {**result, "text": req.text, "corpus": req.corpus, "texts": texts if req.corpus is not None else None,
-            "one_at_a_time": release is not None}
+    result = compare_models(
+        lambda: load_model(req.model_a),
+        lambda: load_model(req.model_b),
+        texts,
+        max_tokens=req.max_tokens,
+        release=release,
+        progress=progress,
+        window=compare_window(),
+    )
+    return {
+        **result,
+        "text": req.text,
+        "corpus": req.corpus,
+        "texts": texts if req.corpus is not None else None,
+        "one_at_a_time": release is not None,
+    }
 
 
 def _open(corpus: str) -> Any:
-    return open_corpus(corpus, store=None if corpus.startswith("builtin-") else jobs_corpus._store())
+    return open_corpus(
+        corpus, store=None if corpus.startswith("builtin-") else jobs_corpus._store()
+    )
 
 
-def split_compare(rep: Reporter, req: CompareRequest, request: dict[str, Any], *, part: str = PART) -> parts.Split | None:
+def split_compare(
+    rep: Reporter, req: CompareRequest, request: dict[str, Any], *, part: str = PART
+) -> parts.Split | None:
     """Hand a comparison over ``split_compare_min_texts`` corpus texts or more to parts (docs/scaling.md);
     None: one job. The memory plan is checked per part, the corpus read in batches to count words."""
     from workers.compare_plan import compare_ranges, describe, plan_of
@@ -80,11 +98,16 @@ def split_compare(rep: Reporter, req: CompareRequest, request: dict[str, Any], *
     ranges = compare_ranges(len(source))
     if len(ranges) < 2:
         return None
-    texts = (t for b in source.batches(batch=1000) for t in b)  # word counts only: never whole in memory
+    texts = (
+        t for b in source.batches(batch=1000) for t in b
+    )  # word counts only: never whole in memory
     plan = plan_of(req.model_a, req.model_b, texts, max_tokens=req.max_tokens, ranges=ranges)
     plan.check(what=f"comparing {req.model_a} and {req.model_b} on {len(source)} texts")
     split = fan_out_texts(rep, request, ranges, part=part, merge=MERGE, what="the comparison")
-    rep.progress(0.0, f"split into {len(ranges)} parts of up to {ranges[0][1] - ranges[0][0]} texts; {describe(plan)}")
+    rep.progress(
+        0.0,
+        f"split into {len(ranges)} parts of up to {ranges[0][1] - ranges[0][0]} texts; {describe(plan)}",
+    )
     logger.info("compare job %s: %d texts in %d parts", rep.job.id, len(source), len(ranges))
     return split
 
@@ -120,15 +143,25 @@ def compare_part(payload: dict[str, Any], ctx: parts.PartContext) -> dict[str, A
     release = _release(req, plan.together)
     last = [0.0]
 
-    def progress(fraction: float, message: str) -> None:  # texts done of this part, both models counted
+    def progress(
+        fraction: float, message: str
+    ) -> None:  # texts done of this part, both models counted
         now = time.monotonic()
         if now - last[0] >= PART_PROGRESS_EVERY_S:
             last[0] = now
             ctx.items(int(fraction * (stop - start)))
 
-    out = compare_partial(lambda: load_model(req.model_a), lambda: load_model(req.model_b), texts, first=start,
-                          max_tokens=req.max_tokens, window=compare_window(), release=release, progress=progress,
-                          should_stop=ctx.cancelled)
+    out = compare_partial(
+        lambda: load_model(req.model_a),
+        lambda: load_model(req.model_b),
+        texts,
+        first=start,
+        max_tokens=req.max_tokens,
+        window=compare_window(),
+        release=release,
+        progress=progress,
+        should_stop=ctx.cancelled,
+    )
     return {**out, "one_at_a_time": release is not None}
 
 
@@ -147,12 +180,22 @@ def compare_merge(partials: parts.Partials, context: dict[str, Any]) -> dict[str
         for i, partial in enumerate(partials):
             merge.add(partial)
             one_at_a_time = one_at_a_time or bool(partial.get("one_at_a_time"))
-            rep.progress(0.99 + 0.01 * (i + 1) / len(partials), f"merging part {i + 1}/{len(partials)}")
+            rep.progress(
+                0.99 + 0.01 * (i + 1) / len(partials), f"merging part {i + 1}/{len(partials)}"
+            )
         seconds = time.time() - float(plan.get("started", time.time()))
-        result = {**merge.result(seconds=seconds), "text": None, "corpus": req.corpus, "texts": merge.texts,
-                  "one_at_a_time": one_at_a_time,
-                  "split": {"parts": len(partials), "part_texts": max(plan.get("sizes") or [0]),
-                            "part_seconds": round(merge.part_seconds, 3)}}
+        result = {
+            **merge.result(seconds=seconds),
+            "text": None,
+            "corpus": req.corpus,
+            "texts": merge.texts,
+            "one_at_a_time": one_at_a_time,
+            "split": {
+                "parts": len(partials),
+                "part_texts": max(plan.get("sizes") or [0]),
+                "part_seconds": round(merge.part_seconds, 3),
+            },
+        }
     except HeadscopeError as exc:
         return rep.fail(exc)
     return {"bytes": rep.finish(result)}

@@ -38,13 +38,20 @@ PART_PROGRESS_EVERY_S = 0.25
 def corpus_texts(corpus: str, *, store: Any = None) -> list[str]:
     """Every text of a shipped (``builtin-...``) or stored (``cp-...``) corpus in one list (the joint
     map and comparisons); the statistics read theirs in batches through ``open_corpus``."""
-    source = open_corpus(corpus, store=store if store is not None or corpus.startswith("builtin-") else _store())
+    source = open_corpus(
+        corpus, store=store if store is not None or corpus.startswith("builtin-") else _store()
+    )
     return [t for b in source.batches(batch=4096) for t in b]
 
 
-def compute_corpus(req: CorpusRequest, *, texts: Sequence[str] | TextSource, progress: Callable[[float, str], None],
-                   on_partial: Callable[[dict[str, Any]], None],
-                   should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+def compute_corpus(
+    req: CorpusRequest,
+    *,
+    texts: Sequence[str] | TextSource,
+    progress: Callable[[float, str], None],
+    on_partial: Callable[[dict[str, Any]], None],
+    should_stop: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
     """The result of a corpus request (docs/results.md, "corpus"); no queue needed (the CLI calls it).
     ``texts``: a list or a ``TextSource`` (``workers.corpus_source.open_corpus``), read in windows."""
     from workers.analysis.corpus import corpus_statistics
@@ -61,13 +68,19 @@ def compute_corpus(req: CorpusRequest, *, texts: Sequence[str] | TextSource, pro
             last[0] = now
             on_partial(so_far)
 
-    result = corpus_statistics(loaded, texts, options=options, progress=progress, on_batch=partial,
-                               should_stop=should_stop)
+    result = corpus_statistics(
+        loaded, texts, options=options, progress=progress, on_batch=partial, should_stop=should_stop
+    )
     return {**result, "corpus": req.corpus, "dtype": req.options.dtype}
 
 
-def compute_joint(req: JointMapRequest, *, texts: Sequence[str] | TextSource, progress: Callable[[float, str], None],
-                  should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+def compute_joint(
+    req: JointMapRequest,
+    *,
+    texts: Sequence[str] | TextSource,
+    progress: Callable[[float, str], None],
+    should_stop: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
     """The joint query–key map of one head (docs/results.md, "corpus joint map")."""
     from workers.analysis.joint_qk import joint_map
     from workers.models import load_model
@@ -75,11 +88,23 @@ def compute_joint(req: JointMapRequest, *, texts: Sequence[str] | TextSource, pr
     progress(0.0, f"loading model {req.model}")
     loaded = load_model(req.model)
     if req.layer >= loaded.n_layers or req.head >= loaded.n_heads:
-        raise HeadscopeError(f"head ({req.layer}, {req.head}) is out of range: {req.model} has "
-                             f"{loaded.n_layers} layers of {loaded.n_heads} heads")
-    out = joint_map(loaded, texts, layer=req.layer, head=req.head, max_tokens=req.max_tokens,
-                    keep_special=req.keep_special, max_points=req.max_points, method=req.method, seed=req.seed,
-                    progress=progress, should_stop=should_stop)
+        raise HeadscopeError(
+            f"head ({req.layer}, {req.head}) is out of range: {req.model} has "
+            f"{loaded.n_layers} layers of {loaded.n_heads} heads"
+        )
+    out = joint_map(
+        loaded,
+        texts,
+        layer=req.layer,
+        head=req.head,
+        max_tokens=req.max_tokens,
+        keep_special=req.keep_special,
+        max_points=req.max_points,
+        method=req.method,
+        seed=req.seed,
+        progress=progress,
+        should_stop=should_stop,
+    )
     return {**out, "model": req.model, "corpus": req.corpus}
 
 
@@ -107,37 +132,65 @@ def _options(req: CorpusRequest) -> Any:
     from workers.analysis.corpus import CorpusOptions
 
     o = req.options
-    return CorpusOptions(max_tokens=o.max_tokens, keep_special=o.keep_special, statistics=tuple(o.statistics),
-                         top_k=o.top_k, exclude_sink_self=o.exclude_sink_self).validate()
+    return CorpusOptions(
+        max_tokens=o.max_tokens,
+        keep_special=o.keep_special,
+        statistics=tuple(o.statistics),
+        top_k=o.top_k,
+        exclude_sink_self=o.exclude_sink_self,
+    ).validate()
 
 
-def split_corpus(rep: Reporter, req: CorpusRequest, request: dict[str, Any], *, n_texts: int,
-                 part: str = PART) -> parts.Split | None:
+def split_corpus(
+    rep: Reporter, req: CorpusRequest, request: dict[str, Any], *, n_texts: int, part: str = PART
+) -> parts.Split | None:
     """Hand a corpus of ``split_min_items`` texts or more to parts (docs/scaling.md); None: one job."""
     settings = _settings()
     n = n_texts
-    ranges = parts.split(n, part_items=settings.split_part_items, min_items=settings.split_min_items,
-                         max_parts=settings.split_max_parts)
+    ranges = parts.split(
+        n,
+        part_items=settings.split_part_items,
+        min_items=settings.split_min_items,
+        max_parts=settings.split_max_parts,
+    )
     if len(ranges) < 2:
         return None
     _options(req)  # a bad option fails here, once, not in every part
     split = fan_out_texts(rep, request, ranges, part=part, merge=MERGE, what="the corpus job")
-    rep.progress(0.0, f"split into {len(ranges)} parts of up to {ranges[0][1] - ranges[0][0]} texts")
+    rep.progress(
+        0.0, f"split into {len(ranges)} parts of up to {ranges[0][1] - ranges[0][0]} texts"
+    )
     logger.info("corpus job %s: %d texts in %d parts", rep.job.id, n, len(ranges))
     return split
 
 
-def fan_out_texts(rep: Reporter, request: dict[str, Any], ranges: list[tuple[int, int]], *, part: str, merge: str,
-                  what: str) -> parts.Split:
+def fan_out_texts(
+    rep: Reporter,
+    request: dict[str, Any],
+    ranges: list[tuple[int, int]],
+    *,
+    part: str,
+    merge: str,
+    what: str,
+) -> parts.Split:
     """Enqueue one part per range of texts (payload: the request, ``start``, ``stop``) and the merge
     after them (a corpus job, a comparison: docs/scaling.md); a job cancelled before or meanwhile ends."""
     if rep.conn.exists(protocol.cancel_key(rep.job.id)):
         raise CancelledError(what)
     merge_job = parts.fan_out(
-        rep.conn, job_id=rep.job.id, part=part, merge=merge,
-        payloads=[{"request": request, "start": a, "stop": b} for a, b in ranges], sizes=[b - a for a, b in ranges],
-        unit="texts", context={"job_id": rep.job.id, "request": request}, job_timeout=_settings().job_timeout_s)
-    if rep.conn.exists(protocol.cancel_key(rep.job.id)):  # cancelled while fanning out: the API saw no plan
+        rep.conn,
+        job_id=rep.job.id,
+        part=part,
+        merge=merge,
+        payloads=[{"request": request, "start": a, "stop": b} for a, b in ranges],
+        sizes=[b - a for a, b in ranges],
+        unit="texts",
+        context={"job_id": rep.job.id, "request": request},
+        job_timeout=_settings().job_timeout_s,
+    )
+    if rep.conn.exists(
+        protocol.cancel_key(rep.job.id)
+    ):  # cancelled while fanning out: the API saw no plan
         parts.cancel(rep.conn, rep.job.id, len(ranges))
     return parts.Split(merge_job.id, len(ranges))
 
@@ -150,12 +203,19 @@ def run_corpus(request: dict[str, Any], *, part: str = PART) -> dict[str, Any]:
 
     def work() -> dict[str, Any] | parts.Split:
         req = CorpusRequest.model_validate(request)
-        source = open_corpus(req.corpus, store=_store())  # read in windows, never whole (docs/scaling.md)
+        source = open_corpus(
+            req.corpus, store=_store()
+        )  # read in windows, never whole (docs/scaling.md)
         handed = split_corpus(rep, req, request, n_texts=len(source), part=part)
         if handed is not None:
             return handed
-        return compute_corpus(req, texts=source, progress=rep.progress, on_partial=rep.partial,
-                              should_stop=_stopper(rep.conn, rep.job.id))
+        return compute_corpus(
+            req,
+            texts=source,
+            progress=rep.progress,
+            on_partial=rep.partial,
+            should_stop=_stopper(rep.conn, rep.job.id),
+        )
 
     return _run(rep, work)
 
@@ -177,8 +237,15 @@ def corpus_part(payload: dict[str, Any], ctx: parts.PartContext) -> dict[str, An
             last[0] = now
             ctx.items(int(fraction * (stop - start)))
 
-    return corpus_partial(loaded, source, start=start, stop=stop, options=_options(req), progress=progress,
-                          should_stop=ctx.cancelled)
+    return corpus_partial(
+        loaded,
+        source,
+        start=start,
+        stop=stop,
+        options=_options(req),
+        progress=progress,
+        should_stop=ctx.cancelled,
+    )
 
 
 def corpus_merge(partials: parts.Partials, context: dict[str, Any]) -> dict[str, Any]:
@@ -194,11 +261,20 @@ def corpus_merge(partials: parts.Partials, context: dict[str, Any]) -> dict[str,
         merge = CorpusMerge()
         for i, partial in enumerate(partials):
             merge.add(partial)
-            rep.progress(0.99 + 0.01 * (i + 1) / len(partials), f"merging part {i + 1}/{len(partials)}")
+            rep.progress(
+                0.99 + 0.01 * (i + 1) / len(partials), f"merging part {i + 1}/{len(partials)}"
+            )
         seconds = time.time() - float(plan.get("started", time.time()))
-        result = {**merge.result(seconds=seconds), "corpus": req.corpus, "dtype": req.options.dtype,
-                  "split": {"parts": len(partials), "part_texts": max(plan.get("sizes") or [0]),
-                            "part_seconds": round(merge.part_seconds, 3)}}
+        result = {
+            **merge.result(seconds=seconds),
+            "corpus": req.corpus,
+            "dtype": req.options.dtype,
+            "split": {
+                "parts": len(partials),
+                "part_texts": max(plan.get("sizes") or [0]),
+                "part_seconds": round(merge.part_seconds, 3),
+            },
+        }
     except HeadscopeError as exc:
         return rep.fail(exc)
     return {"bytes": rep.finish(result)}
@@ -211,7 +287,11 @@ def run_corpus_joint(request: dict[str, Any]) -> dict[str, Any]:
 
     def work() -> dict[str, Any]:
         req = JointMapRequest.model_validate(request)
-        return compute_joint(req, texts=open_corpus(req.corpus, store=_store()), progress=rep.progress,
-                             should_stop=_stopper(rep.conn, rep.job.id))
+        return compute_joint(
+            req,
+            texts=open_corpus(req.corpus, store=_store()),
+            progress=rep.progress,
+            should_stop=_stopper(rep.conn, rep.job.id),
+        )
 
     return _run(rep, work)

@@ -40,7 +40,9 @@ def publish_demos(conn: Redis) -> int:
     demos: list[dict[str, Any]] = []
     for demo in demo_checkpoints():
         try:
-            cands = sorted(_jsonable(list_candidates(demo["path"])), key=lambda c: -float(c.get("score") or 0))
+            cands = sorted(
+                _jsonable(list_candidates(demo["path"])), key=lambda c: -float(c.get("score") or 0)
+            )
         except Exception:
             logger.warning("demo checkpoint %s is unreadable", demo.get("id"), exc_info=True)
             continue
@@ -58,8 +60,11 @@ def quiet_openmp_waits() -> bool:
         os.environ.setdefault(var, value)
     late = [m for m in ("torch", "numba") if m in sys.modules]
     if late:
-        logger.warning("%s loaded before the worker set %s: its OpenMP threads keep the default wait policy",
-                       " and ".join(late), ", ".join(WORKER_OPENMP_ENV))
+        logger.warning(
+            "%s loaded before the worker set %s: its OpenMP threads keep the default wait policy",
+            " and ".join(late),
+            ", ".join(WORKER_OPENMP_ENV),
+        )
     return not late
 
 
@@ -85,7 +90,10 @@ def run_worker(
     conn = Redis.from_url(redis_url)
     name = name or protocol.new_worker_name()
     info: dict[str, Any] = {
-        "pid": os.getpid(), "host": socket.gethostname(), "queues": list(queues), "started": time.time(),
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "queues": list(queues),
+        "started": time.time(),
         "ready": False,  # True once models are preloaded and jobs are taken
     }
     beats = 0
@@ -107,7 +115,9 @@ def run_worker(
 
         # check before serving: each t-SNE engine this device may use runs a small problem against
         # the CPU engine (in a child process); what fails is not used, and health says why
-        engines.start_worker_engines(default_device(), engines=settings.tsne_engines, fault=settings.tsne_fault)
+        engines.start_worker_engines(
+            default_device(), engines=settings.tsne_engines, fault=settings.tsne_fault
+        )
         info["device"] = device_report()
 
         if preload:
@@ -122,7 +132,11 @@ def run_worker(
                 try:  # the first request then runs as fast as later ones
                     logger.info("%s warmed up in %.1f s", model, warm_up_model(loaded))
                 except Exception:
-                    logger.warning("warm-up of %s failed; its first request will be slower", model, exc_info=True)
+                    logger.warning(
+                        "warm-up of %s failed; its first request will be slower",
+                        model,
+                        exc_info=True,
+                    )
         try:
             publish_demos(conn)
         except Exception:
@@ -141,8 +155,12 @@ def run_worker(
         worker.on_device_lost = device_lost
         worker.settle()  # what it holds from now on (modules, preloaded models): out of every job's collection
         logger.info("worker %s (pid %d) listening on %s", name, os.getpid(), ", ".join(queues))
-        worker.work(burst=burst, logging_level="INFO" if verbose else "WARNING", with_scheduler=False,
-                    max_jobs=settings.worker_max_jobs or None)
+        worker.work(
+            burst=burst,
+            logging_level="INFO" if verbose else "WARNING",
+            with_scheduler=False,
+            max_jobs=settings.worker_max_jobs or None,
+        )
         if chain.lost():
             return DEVICE_LOST_EXIT
     finally:
@@ -166,26 +184,39 @@ def rq_worker(redis_url: str, queues: Sequence[str], name: str) -> RecyclingWork
     timeout, quitting..."): a worker left idle for 5 s, as after a killed worker's part, was gone.
     """
     conn = Redis.from_url(redis_url)
-    return RecyclingWorker([protocol.queue(conn, q) for q in queues], connection=conn, name=name,
-                           serializer=protocol.SERIALIZER)
+    return RecyclingWorker(
+        [protocol.queue(conn, q) for q in queues],
+        connection=conn,
+        name=name,
+        serializer=protocol.SERIALIZER,
+    )
 
 
 def healthy_here(conn: Redis) -> bool:
     """A live, ready worker with this host name (a container's healthcheck)."""
     host = socket.gethostname()
-    return any(w.get("host") == host and w.get("ready") for w in protocol.live_workers(conn).values())
+    return any(
+        w.get("host") == host and w.get("ready") for w in protocol.live_workers(conn).values()
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis-url", default=None, help="default: $REDIS_URL")
     parser.add_argument("--name", default=None, help="worker name (default host.pid.random)")
-    parser.add_argument("--queues", default=",".join(protocol.QUEUES),
-                        help="comma-separated, in priority order; short-job workers: "
-                        f"{protocol.SHORT_QUEUE}")
-    parser.add_argument("--preload", action="append", default=[], help="load this catalogue model at start")
+    parser.add_argument(
+        "--queues",
+        default=",".join(protocol.QUEUES),
+        help=f"comma-separated, in priority order; short-job workers: {protocol.SHORT_QUEUE}",
+    )
+    parser.add_argument(
+        "--preload", action="append", default=[], help="load this catalogue model at start"
+    )
     parser.add_argument("--burst", action="store_true", help="exit when the queues are empty")
-    parser.add_argument("--check", action="store_true",
-                        help="healthcheck: exit 0 if a worker on this host is alive and ready, else 1")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="healthcheck: exit 0 if a worker on this host is alive and ready, else 1",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,8 +224,11 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
     return run_from_args(args)
 
 

@@ -16,13 +16,17 @@ MAX_PACKED_BYTES = 32 * 2**20  # raw bytes; a 16 x 32 LLM at 512 tokens (134 MB)
 SCALE = 255.0
 
 
-def packed_shape(layers: list[int], heads: list[int], kept: np.ndarray) -> tuple[list[int], str | None]:
+def packed_shape(
+    layers: list[int], heads: list[int], kept: np.ndarray
+) -> tuple[list[int], str | None]:
     """``([L, H, n, n], None)``, or the shape and why it is too large to pack."""
     shape = [len(layers), len(heads), int(np.asarray(kept).size), int(np.asarray(kept).size)]
     size = int(np.prod(shape))
     if size > MAX_PACKED_BYTES:
-        return shape, (f"{shape[0]} x {shape[1]} heads at {shape[2]} tokens ({size / 2**20:.0f} MiB) exceed "
-                       f"the {MAX_PACKED_BYTES // 2**20} MiB kept for the head view")
+        return shape, (
+            f"{shape[0]} x {shape[1]} heads at {shape[2]} tokens ({size / 2**20:.0f} MiB) exceed "
+            f"the {MAX_PACKED_BYTES // 2**20} MiB kept for the head view"
+        )
     return shape, None
 
 

@@ -88,7 +88,9 @@ def merge_id(job_id: str) -> str:
     return f"{job_id}-merge"
 
 
-def split(n_items: int, *, part_items: int, min_items: int, max_parts: int | None = None) -> list[tuple[int, int]]:
+def split(
+    n_items: int, *, part_items: int, min_items: int, max_parts: int | None = None
+) -> list[tuple[int, int]]:
     """Half-open ranges ``[start, stop)`` covering ``range(n_items)``; one range when ``n_items < min_items``.
     Parts hold ``part_items`` items, more when that would make over ``max_parts`` parts.
 
@@ -107,8 +109,12 @@ def _resolve(path: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), name)
 
 
-def _hset_unless_cancelled(conn: Redis, job_id: str, key: str, field: str, value: str | bytes) -> bool:
-    return bool(conn.eval(_HSET_UNLESS, 2, protocol.cancel_key(job_id), key, field, value, KEY_TTL_S))
+def _hset_unless_cancelled(
+    conn: Redis, job_id: str, key: str, field: str, value: str | bytes
+) -> bool:
+    return bool(
+        conn.eval(_HSET_UNLESS, 2, protocol.cancel_key(job_id), key, field, value, KEY_TTL_S)
+    )
 
 
 # ------------------------------------------------------------------------------------ fan out
@@ -128,9 +134,20 @@ def plan(conn: Redis, job_id: str) -> dict[str, Any] | None:
     return json.loads(raw) if raw else None
 
 
-def fan_out(conn: Redis, *, job_id: str, part: str, merge: str, payloads: list[dict[str, Any]],
-            sizes: list[int] | None = None, unit: str = "items", context: dict[str, Any] | None = None,
-            queue: str = protocol.QUEUE, job_timeout: int | None = None, owned_keys: list[str] | None = None) -> Job:
+def fan_out(
+    conn: Redis,
+    *,
+    job_id: str,
+    part: str,
+    merge: str,
+    payloads: list[dict[str, Any]],
+    sizes: list[int] | None = None,
+    unit: str = "items",
+    context: dict[str, Any] | None = None,
+    queue: str = protocol.QUEUE,
+    job_timeout: int | None = None,
+    owned_keys: list[str] | None = None,
+) -> Job:
     """Enqueue one job per payload (ids ``{job_id}-part-{i}``) and the merge job ``{job_id}-merge``
     after them all; record the plan. ``sizes``: items per part (progress); default 1 each.
     ``owned_keys``: more Redis keys of this split (the job's other sections) that go with its slots.
@@ -146,21 +163,46 @@ def fan_out(conn: Redis, *, job_id: str, part: str, merge: str, payloads: list[d
     conn.delete(parts_key(job_id), tries_key(job_id), failed_key(job_id), done_key(job_id))
     sizes = list(sizes) if sizes is not None else [1] * len(payloads)
     datas = [
-        Queue.prepare_data(run_part, kwargs={"job_id": job_id, "index": i, "part": part, "payload": p},
-                           job_id=part_id(job_id, i), retry=Retry(max=ATTEMPTS - 1), timeout=job_timeout,
-                           result_ttl=KEY_TTL_S, failure_ttl=KEY_TTL_S, description=f"part {i} of {job_id}")
+        Queue.prepare_data(
+            run_part,
+            kwargs={"job_id": job_id, "index": i, "part": part, "payload": p},
+            job_id=part_id(job_id, i),
+            retry=Retry(max=ATTEMPTS - 1),
+            timeout=job_timeout,
+            result_ttl=KEY_TTL_S,
+            failure_ttl=KEY_TTL_S,
+            description=f"part {i} of {job_id}",
+        )
         for i, p in enumerate(payloads)
     ]
     with conn.pipeline() as pipe:
         jobs = q.enqueue_many(datas, pipeline=pipe)
         pipe.execute()
-    merge_job = q.enqueue(run_merge, kwargs={"job_id": job_id, "merge": merge, "n_parts": len(payloads),
-                                             "context": context or {}},
-                          job_id=merge_id(job_id), depends_on=Dependency(jobs=jobs, allow_failure=True),
-                          retry=Retry(max=1), timeout=job_timeout, result_ttl=KEY_TTL_S, failure_ttl=KEY_TTL_S,
-                          description=f"merge of {job_id}")
-    record = {"merge": merge_id(job_id), "n_parts": len(payloads), "n_items": int(sum(sizes)), "sizes": sizes,
-              "unit": unit, "started": time.time(), "keys": list(owned_keys or [])}
+    merge_job = q.enqueue(
+        run_merge,
+        kwargs={
+            "job_id": job_id,
+            "merge": merge,
+            "n_parts": len(payloads),
+            "context": context or {},
+        },
+        job_id=merge_id(job_id),
+        depends_on=Dependency(jobs=jobs, allow_failure=True),
+        retry=Retry(max=1),
+        timeout=job_timeout,
+        result_ttl=KEY_TTL_S,
+        failure_ttl=KEY_TTL_S,
+        description=f"merge of {job_id}",
+    )
+    record = {
+        "merge": merge_id(job_id),
+        "n_parts": len(payloads),
+        "n_items": int(sum(sizes)),
+        "sizes": sizes,
+        "unit": unit,
+        "started": time.time(),
+        "keys": list(owned_keys or []),
+    }
     conn.set(split_key(job_id), protocol.dumps(record), ex=KEY_TTL_S)
     return merge_job
 
@@ -184,7 +226,9 @@ class PartContext:
 
     def items(self, done: int) -> None:
         """Items of this part done so far (the job's progress and rate); ignored once cancelled."""
-        _hset_unless_cancelled(self.conn, self.job_id, done_key(self.job_id), str(self.index), str(int(done)))
+        _hset_unless_cancelled(
+            self.conn, self.job_id, done_key(self.job_id), str(self.index), str(int(done))
+        )
 
     def cancelled(self) -> bool:
         """True once the whole job is cancelled or another part failed for good: stop now."""
@@ -264,8 +308,13 @@ def progress(conn: Redis, job_id: str, n_parts: int) -> float:
 def clear(conn: Redis, job_id: str) -> None:
     """Remove every partial of ``job_id`` (cancel, failure, or after the merge), its owned keys too."""
     p = plan(conn, job_id)
-    conn.delete(parts_key(job_id), tries_key(job_id), done_key(job_id), failed_key(job_id),
-                *((p or {}).get("keys") or []))
+    conn.delete(
+        parts_key(job_id),
+        tries_key(job_id),
+        done_key(job_id),
+        failed_key(job_id),
+        *((p or {}).get("keys") or []),
+    )
 
 
 def cancel(conn: Redis, job_id: str, n_parts: int | None = None) -> None:
@@ -280,7 +329,7 @@ def cancel(conn: Redis, job_id: str, n_parts: int | None = None) -> None:
         if job is not None and _status(job) in ("queued", "deferred", "scheduled"):
             try:
                 job.cancel()
-            except Exception:  # noqa: BLE001 - it started or ended meanwhile: it sees the cancel key
+            except Exception:
                 logger.debug("could not cancel %s", jid, exc_info=True)
     clear(conn, job_id)
 
@@ -335,8 +384,10 @@ def _missing_reason(conn: Redis, job_id: str, index: int) -> str:
     result = job.latest_result()
     exc = (getattr(result, "exc_string", None) or "").strip()
     if "AbandonedJobError" in exc or job.meta.get("abandoned_by"):
-        return (f"part {index} failed: the worker computing it stopped unexpectedly (killed, crashed or out of "
-                f"memory), {int(job.meta.get('abandoned_count', 1))} time(s)")
+        return (
+            f"part {index} failed: the worker computing it stopped unexpectedly (killed, crashed or out of "
+            f"memory), {int(job.meta.get('abandoned_count', 1))} time(s)"
+        )
     if "JobTimeoutException" in exc:
         return f"part {index} failed: it ran longer than its {job.timeout} s limit, twice"
     last = exc.splitlines()[-1] if exc else f"status {_status(job)}"
@@ -354,7 +405,9 @@ def run_merge(*, job_id: str, merge: str, n_parts: int, context: dict[str, Any])
     assert job is not None
     conn: Redis = job.connection
     try:
-        outcome = _merge_or_fail(job, conn, job_id=job_id, merge=merge, n_parts=n_parts, context=context)
+        outcome = _merge_or_fail(
+            job, conn, job_id=job_id, merge=merge, n_parts=n_parts, context=context
+        )
     except BaseException:
         if job.retries_left:  # retried: the slots stay for the next attempt
             raise
@@ -364,8 +417,9 @@ def run_merge(*, job_id: str, merge: str, n_parts: int, context: dict[str, Any])
     return outcome
 
 
-def _merge_or_fail(job: Job, conn: Redis, *, job_id: str, merge: str, n_parts: int,
-                   context: dict[str, Any]) -> dict[str, Any]:
+def _merge_or_fail(
+    job: Job, conn: Redis, *, job_id: str, merge: str, n_parts: int, context: dict[str, Any]
+) -> dict[str, Any]:
     if conn.exists(protocol.cancel_key(job_id)):
         return {"cancelled": True}
     raw = conn.get(failed_key(job_id))
@@ -373,7 +427,9 @@ def _merge_or_fail(job: Job, conn: Redis, *, job_id: str, merge: str, n_parts: i
         names = {protocol.text(k) for k in conn.hkeys(parts_key(job_id))}
         missing = [i for i in range(n_parts) if str(i) not in names]
         if missing:
-            raw = protocol.dumps({"reason": _missing_reason(conn, job_id, missing[0]), "code": None})
+            raw = protocol.dumps(
+                {"reason": _missing_reason(conn, job_id, missing[0]), "code": None}
+            )
     if raw is not None:
         failed = json.loads(raw)
         if failed.get("code"):

@@ -43,7 +43,9 @@ from rq.utils import parse_composite_key
 logger = logging.getLogger(__name__)
 
 QUEUE = "headscope"  # analyses
-SHORT_QUEUE = "headscope-short"  # short jobs (PE analyses, one head): served by short-job workers too
+SHORT_QUEUE = (
+    "headscope-short"  # short jobs (PE analyses, one head): served by short-job workers too
+)
 QUEUES = (SHORT_QUEUE, QUEUE)  # the order workers listen in
 SHORT_QUEUES = (SHORT_QUEUE,)  # what a short-job worker listens to
 SHORT_ANALYSES = {"max-attention", "head-tsne"}
@@ -58,9 +60,16 @@ def is_short(kind: str, request: dict[str, Any]) -> bool:
     kinds = set(request.get("analyses") or ())
     opts = request.get("options") or {}
     one_head = isinstance(opts.get("layer"), int) and isinstance(opts.get("head"), int)
-    return bool(kinds) and kinds <= SHORT_ANALYSES and (
-        "head-tsne" not in kinds or (one_head and not opts.get("all_heads") and int(opts.get("restarts", 1)) <= 4)
+    return (
+        bool(kinds)
+        and kinds <= SHORT_ANALYSES
+        and (
+            "head-tsne" not in kinds
+            or (one_head and not opts.get("all_heads") and int(opts.get("restarts", 1)) <= 4)
+        )
     )
+
+
 SERIALIZER = JSONSerializer
 
 
@@ -97,7 +106,9 @@ DEMOS_KEY = "hs:demos"
 DEVICE_LOST_KEY = "hs:device-lost"
 
 
-def note_device_lost(conn: Redis, name: str, why: str, *, keep: int = 20, ttl_s: int = 7 * 86400) -> None:
+def note_device_lost(
+    conn: Redis, name: str, why: str, *, keep: int = 20, ttl_s: int = 7 * 86400
+) -> None:
     """Record that worker ``name`` lost its device (``/api/health`` lists the last ones)."""
     entry = dumps({"worker": name, "host": socket.gethostname(), "at": time.time(), "why": why})
     with conn.pipeline() as pipe:
@@ -110,6 +121,8 @@ def note_device_lost(conn: Redis, name: str, why: str, *, keep: int = 20, ttl_s:
 def device_losses(conn: Redis) -> list[dict[str, Any]]:
     """The recorded device losses, newest first."""
     return [json.loads(raw) for raw in conn.lrange(DEVICE_LOST_KEY, 0, -1)]
+
+
 JOB_ID = re.compile(r"[0-9a-f]{32}")  # a request hash
 CHECKPOINT_ID = re.compile(r"ck-[0-9a-f]{32}")  # an upload's content hash
 CHECKPOINT_EXTS = (".safetensors", ".npy", ".npz", ".pt", ".pth", ".bin")
@@ -123,7 +136,9 @@ def dumps(obj: Any) -> str:
     the worker instead of 0.3; the standard library for what orjson refuses (integers beyond 64 bits)."""
     try:
         return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode()
-    except TypeError:  # orjson.JSONEncodeError: the standard library decides (and raises what it raised)
+    except (
+        TypeError
+    ):  # orjson.JSONEncodeError: the standard library decides (and raises what it raised)
         pass
     try:
         return json.dumps(obj, separators=(",", ":"), allow_nan=False)
@@ -185,7 +200,9 @@ def live_workers(conn: Redis) -> dict[str, dict[str, Any]]:
     return out
 
 
-def reap_abandoned(conn: Redis, *, queues: tuple[str, ...] = QUEUES, grace_s: float = 2.0) -> list[str]:
+def reap_abandoned(
+    conn: Redis, *, queues: tuple[str, ...] = QUEUES, grace_s: float = 2.0
+) -> list[str]:
     """Hand jobs whose worker died to RQ's abandoned-job handling; return their ids.
 
     A started job whose worker has no live heartbeat is moved to the front of its registry's expiry
@@ -229,7 +246,9 @@ def reap_abandoned(conn: Redis, *, queues: tuple[str, ...] = QUEUES, grace_s: fl
                 conn.zadd(registry.key, {member: 1})  # expired long ago: cleanup() takes it
                 expired = True
                 reaped.append(job_id)
-                logger.warning("job %s: worker %s is gone; handing it to retry/failure", job_id, owner)
+                logger.warning(
+                    "job %s: worker %s is gone; handing it to retry/failure", job_id, owner
+                )
             if expired:
                 registry.cleanup()
     finally:

@@ -12,7 +12,10 @@ from workers.errors import HeadscopeError
 
 
 def spearman_per_state(
-    importance_a: np.ndarray, importance_b: np.ndarray, *, keep: np.ndarray | list[int] | None = None
+    importance_a: np.ndarray,
+    importance_b: np.ndarray,
+    *,
+    keep: np.ndarray | list[int] | None = None,
 ) -> np.ndarray:
     """[state, term]: Spearman's rho over tokens between two [state, token, term] importance arrays.
 

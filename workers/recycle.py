@@ -103,13 +103,21 @@ class RecyclingWorker(SimpleWorker):
 
             why = lost()
             if why:  # a sticky GPU error: this process can never use its device again
-                logger.error("worker %s: device lost (%s): stopping so a fresh worker takes over", self.name, why)
+                logger.error(
+                    "worker %s: device lost (%s): stopping so a fresh worker takes over",
+                    self.name,
+                    why,
+                )
                 self._stop_requested = True
                 if self.on_device_lost is not None:
                     self.on_device_lost(why)
             self._after_job()
             rss = rss_mb()
             if self.max_rss_mb and rss > self.max_rss_mb:
-                logger.warning("worker %s: %.0f MiB resident after a job (bound %.0f): stopping to be replaced",
-                               self.name, rss, self.max_rss_mb)
+                logger.warning(
+                    "worker %s: %.0f MiB resident after a job (bound %.0f): stopping to be replaced",
+                    self.name,
+                    rss,
+                    self.max_rss_mb,
+                )
                 self._stop_requested = True

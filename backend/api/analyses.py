@@ -35,7 +35,15 @@ from workers.protocol import JOB_ID
 
 router = APIRouter(tags=["analyses"])
 
-WHOLE_TEXT_KINDS = {"max-attention", "decomposition", "head-tsne", "hidden-tsne", "robustness", "lasf", *CAUSAL_KINDS}
+WHOLE_TEXT_KINDS = {
+    "max-attention",
+    "decomposition",
+    "head-tsne",
+    "hidden-tsne",
+    "robustness",
+    "lasf",
+    *CAUSAL_KINDS,
+}
 WHOLE_TEXT_KINDS.add("information-flow")  # docs/circuits.md
 
 
@@ -74,16 +82,22 @@ def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
     if isinstance(o.layer, int) and n_layers:
         top = n_layers if kinds <= {"hidden-tsne", "word-tsne"} else n_layers - 1
         if not 0 <= o.layer <= top:
-            raise OutOfRangeError(f"layer {o.layer} is out of range: {req.model} has layers 0-{top}")
+            raise OutOfRangeError(
+                f"layer {o.layer} is out of range: {req.model} has layers 0-{top}"
+            )
     if isinstance(o.head, int) and n_heads and not 0 <= o.head < n_heads:
-        raise OutOfRangeError(f"head {o.head} is out of range: {req.model} has heads 0-{n_heads - 1}")
+        raise OutOfRangeError(
+            f"head {o.head} is out of range: {req.model} has heads 0-{n_heads - 1}"
+        )
     if isinstance(o.hidden_layer, int) and n_layers and not 0 <= o.hidden_layer <= n_layers:
         raise OutOfRangeError(
             f"hidden_layer {o.hidden_layer} is out of range: {req.model} has states 0-{n_layers} "
             f"(0 = embedding output, l + 1 = output of layer l)"
         )
     if is_blank(spec, req.text):
-        raise EmptyTextError("the text is empty after normalisation (only invisible or control characters)")
+        raise EmptyTextError(
+            "the text is empty after normalisation (only invisible or control characters)"
+        )
     if not o.truncate and kinds & WHOLE_TEXT_KINDS:
         counted = count_tokens(spec, req.text)
         if counted is not None and counted[0] > counted[1]:
@@ -100,14 +114,20 @@ def check_flow(req: AnalysisRequest, spec: ModelSpec) -> None:
     o = req.options
     counted = count_tokens(spec, req.text) if o.position is not None else None
     if o.position is not None and counted is not None and o.position >= counted[0]:
-        raise OutOfRangeError(f"position {o.position} is out of range: the text has positions 0-{counted[0] - 1}")
+        raise OutOfRangeError(
+            f"position {o.position} is out of range: the text has positions 0-{counted[0] - 1}"
+        )
 
 
 def check_causal(req: AnalysisRequest, spec: ModelSpec, facts: dict[str, Any]) -> None:
     """The causal views (docs/causal.md): a language-model head, one-token targets, a corrupted
     text of the text's token length, a position and a continuation within the text's limits."""
     if facts.get("lm_head") is False:
-        can = [n for n in get_catalogue().names_available() if model_facts(get_catalogue().get(n)).get("lm_head")]
+        can = [
+            n
+            for n in get_catalogue().names_available()
+            if model_facts(get_catalogue().get(n)).get("lm_head")
+        ]
         raise HeadscopeError(
             f"{req.model} has no language-model head, so it cannot say what comes next ({facts['lm_head_reason']}); "
             f"the causal views run on {', '.join(can) or 'decoders with a head (none in this catalogue)'}",
@@ -118,9 +138,13 @@ def check_causal(req: AnalysisRequest, spec: ModelSpec, facts: dict[str, Any]) -
         if isinstance(t, str):
             got = count_tokens(spec, t, special=False)
             if got is not None and got[0] != 1:
-                raise OutOfRangeError(f"target {t!r} is {got[0]} tokens for {req.model}; a target must be exactly one token")
+                raise OutOfRangeError(
+                    f"target {t!r} is {got[0]} tokens for {req.model}; a target must be exactly one token"
+                )
         elif isinstance(t, int) and facts.get("vocab_size") and t >= int(facts["vocab_size"]):
-            raise OutOfRangeError(f"token id {t} is out of range: {req.model} has ids 0-{int(facts['vocab_size']) - 1}")
+            raise OutOfRangeError(
+                f"token id {t} is out of range: {req.model} has ids 0-{int(facts['vocab_size']) - 1}"
+            )
     check_edges(req, facts)
     if counted is None:
         return  # the worker checks the rest
@@ -132,7 +156,9 @@ def check_causal(req: AnalysisRequest, spec: ModelSpec, facts: dict[str, Any]) -
         )  # fmt: skip
     total = n + (o.continue_tokens if "continue" in kinds else 0)
     if o.position is not None and o.position >= total:
-        raise OutOfRangeError(f"position {o.position} is out of range: the text has positions 0-{total - 1}")
+        raise OutOfRangeError(
+            f"position {o.position} is out of range: the text has positions 0-{total - 1}"
+        )
     if kinds & set(PAIR_KINDS) and o.corrupted is not None:
         other = count_tokens(spec, o.corrupted)
         if other is not None and other[0] != n:
@@ -156,12 +182,16 @@ def check_edges(req: AnalysisRequest, facts: dict[str, Any]) -> None:
         return
     o = req.options
     edges = edge_count(int(n_layers), int(n_heads), bool(facts.get("parallel_residual")))
-    if "top_edges" in o.model_fields_set and o.top_edges > edges:  # the default is cut to a small model's edges
+    if (
+        "top_edges" in o.model_fields_set and o.top_edges > edges
+    ):  # the default is cut to a small model's edges
         raise OutOfRangeError(
             f"top_edges {o.top_edges} is more than {req.model}'s {edges} edges (at most {min(edges, MAX_TOP_EDGES)})"
         )
     if o.curve_sizes and o.curve_sizes[-1] > edges:
-        raise OutOfRangeError(f"curve size {o.curve_sizes[-1]} is more than {req.model}'s {edges} edges")
+        raise OutOfRangeError(
+            f"curve size {o.curve_sizes[-1]} is more than {req.model}'s {edges} edges"
+        )
 
 
 @router.post(
@@ -179,11 +209,20 @@ def submit_analysis(req: AnalysisRequest, queue: QueueDep, store: StoreDep) -> J
 
 
 @router.get("/api/analyses/{job_id}", response_model=JobStatus, responses=error_responses(404))
-def get_analysis(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY, result: str = RESULT_QUERY):
+def get_analysis(
+    job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY, result: str = RESULT_QUERY
+):
     """Status, progress, partial sections while running (``?partial=`` picks which), the result when
     finished (``?result=none``: not even then)."""
-    return job_status(queue, job_id, kind="analysis", what="analysis", pattern=JOB_ID, partial=partial,
-                      result=result)
+    return job_status(
+        queue,
+        job_id,
+        kind="analysis",
+        what="analysis",
+        pattern=JOB_ID,
+        partial=partial,
+        result=result,
+    )
 
 
 @router.delete("/api/analyses/{job_id}", dependencies=[WriteAccess], responses=error_responses(404))
@@ -193,4 +232,8 @@ def cancel_analysis(job_id: str, queue: QueueDep) -> dict:
     state = queue.cancel(job_id) if JOB_ID.fullmatch(job_id) else None
     if state is None or state.kind != "analysis":
         raise not_found("analysis", job_id)
-    return {"id": job_id, "status": state.status, "cancelled": state.status in ("queued", "running")}
+    return {
+        "id": job_id,
+        "status": state.status,
+        "cancelled": state.status in ("queued", "running"),
+    }

@@ -77,7 +77,10 @@ def _public(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 @router.post(
-    "/api/checkpoints", status_code=201, dependencies=[WriteAccess], responses=error_responses(413, 415)
+    "/api/checkpoints",
+    status_code=201,
+    dependencies=[WriteAccess],
+    responses=error_responses(413, 415),
 )
 def upload_checkpoint(
     file: UploadFile, store: StoreDep, settings: SettingsDep, client: ClientDep,
@@ -94,7 +97,9 @@ def upload_checkpoint(
     filename = safe_filename(file.filename)
     ext = extension(filename)
     if ext is None:
-        raise UnsupportedFileError(f"{filename}: unsupported file type; upload {', '.join(protocol.CHECKPOINT_EXTS)}")
+        raise UnsupportedFileError(
+            f"{filename}: unsupported file type; upload {', '.join(protocol.CHECKPOINT_EXTS)}"
+        )
     work = store.new_upload_path()
     work.mkdir(parents=True)
     tmp = work / filename
@@ -104,7 +109,9 @@ def upload_checkpoint(
             while chunk := file.file.read(CHUNK):
                 size += len(chunk)
                 if size > settings.max_upload_bytes:
-                    raise TooLargeError(f"{filename} is larger than the {settings.max_upload_bytes:,}-byte limit")
+                    raise TooLargeError(
+                        f"{filename} is larger than the {settings.max_upload_bytes:,}-byte limit"
+                    )
                 digest.update(chunk)
                 out.write(chunk)
         if size == 0:
@@ -116,7 +123,9 @@ def upload_checkpoint(
                 raise BadFileError(_not_lasf(filename))
             return _public(existing)
         quota.check_upload(store, settings, owner=client.owner, size=size, filename=filename)
-        candidates, lasf = _inspect(tmp, filename=filename, kind=kind, max_bytes=settings.max_upload_bytes)
+        candidates, lasf = _inspect(
+            tmp, filename=filename, kind=kind, max_bytes=settings.max_upload_bytes
+        )
         store.stage_checkpoint(ck_id, tmp, ext=ext, filename=filename, owner=client.owner)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -144,7 +153,9 @@ def _not_lasf(filename: str) -> str:
     return f"{filename} is not a LasF checkpoint (a safetensors file with a lasf-ckpt-v1 config in its metadata)"
 
 
-def _inspect(path: Path, *, filename: str, kind: str, max_bytes: int) -> tuple[list[dict[str, Any]], Any]:
+def _inspect(
+    path: Path, *, filename: str, kind: str, max_bytes: int
+) -> tuple[list[dict[str, Any]], Any]:
     """(PE candidates, LasF description or None) of an upload; 422 naming the problem."""
     from workers.lasf.checkpoint import describe, is_lasf_file, read_checkpoint
 

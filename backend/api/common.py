@@ -20,7 +20,9 @@ def raw_json(parts: dict[str, Any], raw: dict[str, str], *, status_code: int = 2
     """
     items = [f"{json.dumps(k)}:{dumps(v)}" for k, v in parts.items()]
     items += [f"{json.dumps(k)}:{v}" for k, v in raw.items()]
-    return Response("{" + ",".join(items) + "}", status_code=status_code, media_type="application/json")
+    return Response(
+        "{" + ",".join(items) + "}", status_code=status_code, media_type="application/json"
+    )
 
 
 def partial_fields(spec: str | None) -> bool | tuple[str, ...]:
@@ -33,16 +35,18 @@ def partial_fields(spec: str | None) -> bool | tuple[str, ...]:
 
 
 PARTIAL_QUERY = Query(
-    "all", max_length=2000,
+    "all",
+    max_length=2000,
     description="which keys of `partial` to send: `all`, `none` (only their names, in `partial_keys`), or a "
-                "comma-separated list; a client that keeps what it has read asks only for the keys it lacks",
+    "comma-separated list; a client that keeps what it has read asks only for the keys it lacks",
 )
 
 
 RESULT_QUERY = Query(
-    "all", pattern="^(all|none)$",
+    "all",
+    pattern="^(all|none)$",
     description="`none`: leave `result` out (null) even once the job has finished; a client that read every "
-                "section from `partial` while the job ran asks only whether it has finished",
+    "section from `partial` while the job ran asks only whether it has finished",
 )
 
 
@@ -71,7 +75,13 @@ def not_found(what: str, ident: str) -> NotFoundError:
 
 
 def job_status(
-    queue: Any, job_id: str, *, kind: str, what: str, pattern: Any, partial: str | None = None,
+    queue: Any,
+    job_id: str,
+    *,
+    kind: str,
+    what: str,
+    pattern: Any,
+    partial: str | None = None,
     result: str = "all",
 ) -> Response:
     """The status response of job ``job_id`` of ``kind``; 404 for a malformed or unknown id.

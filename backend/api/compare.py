@@ -20,7 +20,9 @@ from workers.protocol import JOB_ID
 router = APIRouter(tags=["compare"])
 
 
-@router.post("/api/compare", status_code=202, dependencies=[WriteAccess], responses=error_responses(404))
+@router.post(
+    "/api/compare", status_code=202, dependencies=[WriteAccess], responses=error_responses(404)
+)
 def submit_compare(req: CompareRequest, queue: QueueDep, store: StoreDep) -> JSONResponse:
     """Queue a comparison of two models; identical requests share one job."""
     _check_model(req.model_a)
@@ -35,7 +37,8 @@ def submit_compare(req: CompareRequest, queue: QueueDep, store: StoreDep) -> JSO
         texts = store.corpus_texts(req.corpus) or []
     ranges = compare_ranges(len(texts)) if req.corpus is not None else None  # a split one: per part
     plan_of(req.model_a, req.model_b, texts, max_tokens=req.max_tokens, ranges=ranges).check(
-        what=f"comparing {req.model_a} and {req.model_b} on {len(texts)} texts")
+        what=f"comparing {req.model_a} and {req.model_b} on {len(texts)} texts"
+    )
     job_id = req.job_id()
     state = queue.submit("compare", job_id, req.normalised())
     return JSONResponse({"id": job_id, "status": state.status}, status_code=202)
@@ -44,7 +47,9 @@ def submit_compare(req: CompareRequest, queue: QueueDep, store: StoreDep) -> JSO
 @router.get("/api/compare/{job_id}", response_model=JobStatus, responses=error_responses(404))
 def get_compare(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY):
     """Status, progress and, when finished, the result (docs/results.md, "compare")."""
-    return job_status(queue, job_id, kind="compare", what="comparison", pattern=JOB_ID, partial=partial)
+    return job_status(
+        queue, job_id, kind="compare", what="comparison", pattern=JOB_ID, partial=partial
+    )
 
 
 @router.delete("/api/compare/{job_id}", dependencies=[WriteAccess], responses=error_responses(404))

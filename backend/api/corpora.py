@@ -45,16 +45,25 @@ def _public(meta: dict) -> dict:
     return {k: meta[k] for k in PUBLIC if k in meta}
 
 
-UPLOAD_TYPES = ".txt, .jsonl, .csv or .parquet, or a datasets directory (save_to_disk) as .zip or .tar.gz"
+UPLOAD_TYPES = (
+    ".txt, .jsonl, .csv or .parquet, or a datasets directory (save_to_disk) as .zip or .tar.gz"
+)
 
 
-@router.post("/api/corpora", status_code=201, dependencies=[WriteAccess], responses=error_responses(413, 415))
+@router.post(
+    "/api/corpora", status_code=201, dependencies=[WriteAccess], responses=error_responses(413, 415)
+)
 def upload_corpus(
-    store: StoreDep, settings: SettingsDep, client: ClientDep,
+    store: StoreDep,
+    settings: SettingsDep,
+    client: ClientDep,
     file: UploadFile | None = File(None, description=f"a corpus file: {UPLOAD_TYPES}"),  # noqa: B008
     text: str | None = Form(None, description="pasted texts, one per line"),
-    field: str | None = Form(None, max_length=200, description="the JSONL field or CSV, Parquet or datasets column "
-                             "(default: text)"),
+    field: str | None = Form(
+        None,
+        max_length=200,
+        description="the JSONL field or CSV, Parquet or datasets column (default: text)",
+    ),
     name: str | None = Form(None, max_length=200, description="a display name"),
 ) -> dict:
     """Check a corpus completely, then store it; ``{"id", "name", "n_texts", ...}``."""
@@ -68,8 +77,11 @@ def upload_corpus(
         if fmt is None:
             raise HTTPException(415, f"{filename}: unsupported file type; upload {UPLOAD_TYPES}")
         if fmt == "txt" and field is not None:
-            raise HTTPException(422, f"{filename}: field applies to .jsonl, .csv, .parquet and datasets corpora, "
-                                     "not to .txt")
+            raise HTTPException(
+                422,
+                f"{filename}: field applies to .jsonl, .csv, .parquet and datasets corpora, "
+                "not to .txt",
+            )
         upload = _receive(file, store=store, filename=filename, limit=limits.max_bytes)
         source: Path | str = upload
     else:
@@ -77,7 +89,9 @@ def upload_corpus(
         if field is not None:
             raise HTTPException(422, "field applies to uploaded files, not to pasted text")
     try:
-        staged = stage_corpus(source, fmt=fmt, name=filename, field=field, limits=limits, spool_dir=store.tmp_dir)
+        staged = stage_corpus(
+            source, fmt=fmt, name=filename, field=field, limits=limits, spool_dir=store.tmp_dir
+        )
     except HeadscopeError as exc:
         raise HTTPException(422, str(exc)) from None
     finally:
@@ -87,13 +101,31 @@ def upload_corpus(
         existing = store.add_corpus_owner(staged.id, client.owner)
         if existing is not None:
             return _public(existing)
-        quota.check_upload(store, settings, owner=client.owner, size=staged.stored_bytes, filename=filename)
-        meta = {"id": staged.id, "name": (name or filename)[:200], "n_texts": staged.n_texts, "size": staged.size,
-                "format": fmt, "field": (field or "text") if fmt != "txt" else None, "uploaded_at": time.time(),
-                "owners": [client.owner], "preview": staged.preview}
-        if not store.put_corpus_chunks(staged.id, staged.chunks(), n_texts=staged.n_texts, size=staged.size,
-                                       meta=meta, owner=client.owner):
-            meta = store.add_corpus_owner(staged.id, client.owner) or meta  # the same texts, stored just now
+        quota.check_upload(
+            store, settings, owner=client.owner, size=staged.stored_bytes, filename=filename
+        )
+        meta = {
+            "id": staged.id,
+            "name": (name or filename)[:200],
+            "n_texts": staged.n_texts,
+            "size": staged.size,
+            "format": fmt,
+            "field": (field or "text") if fmt != "txt" else None,
+            "uploaded_at": time.time(),
+            "owners": [client.owner],
+            "preview": staged.preview,
+        }
+        if not store.put_corpus_chunks(
+            staged.id,
+            staged.chunks(),
+            n_texts=staged.n_texts,
+            size=staged.size,
+            meta=meta,
+            owner=client.owner,
+        ):
+            meta = (
+                store.add_corpus_owner(staged.id, client.owner) or meta
+            )  # the same texts, stored just now
         return _public(meta)
     finally:
         staged.discard()
@@ -109,7 +141,9 @@ def _receive(file: UploadFile, *, store: Store, filename: str, limit: int) -> Pa
             while block := file.file.read(2**20):
                 size += len(block)
                 if size > limit:
-                    raise HTTPException(413, f"{filename} is larger than the {limit:,}-byte limit for a corpus")
+                    raise HTTPException(
+                        413, f"{filename} is larger than the {limit:,}-byte limit for a corpus"
+                    )
                 out.write(block)
     except BaseException:
         path.unlink(missing_ok=True)
@@ -155,12 +189,19 @@ def _check_model(model: str, *, layer: int | None = None, head: int | None = Non
     facts = model_facts(spec)
     n_layers, n_heads = facts.get("n_layers"), facts.get("n_heads")
     if layer is not None and n_layers and layer >= n_layers:
-        raise HTTPException(422, f"layer {layer} is out of range: {model} has layers 0-{n_layers - 1}")
+        raise HTTPException(
+            422, f"layer {layer} is out of range: {model} has layers 0-{n_layers - 1}"
+        )
     if head is not None and n_heads and head >= n_heads:
         raise HTTPException(422, f"head {head} is out of range: {model} has heads 0-{n_heads - 1}")
 
 
-@router.post("/api/corpus-analyses", status_code=202, dependencies=[WriteAccess], responses=error_responses(404))
+@router.post(
+    "/api/corpus-analyses",
+    status_code=202,
+    dependencies=[WriteAccess],
+    responses=error_responses(404),
+)
 def submit_corpus(req: CorpusRequest, queue: QueueDep, store: StoreDep) -> JSONResponse:
     """Queue the statistics of every head over a corpus; identical requests share one job."""
     _check_model(req.model)
@@ -170,29 +211,40 @@ def submit_corpus(req: CorpusRequest, queue: QueueDep, store: StoreDep) -> JSONR
     return JSONResponse({"id": job_id, "status": state.status}, status_code=202)
 
 
-@router.get("/api/corpus-analyses/{job_id}", response_model=JobStatus, responses=error_responses(404))
+@router.get(
+    "/api/corpus-analyses/{job_id}", response_model=JobStatus, responses=error_responses(404)
+)
 def get_corpus_analysis(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY):
     """Status, progress (texts/s), the statistics so far while running, the result when finished."""
-    return job_status(queue, job_id, kind="corpus", what="corpus analysis", pattern=JOB_ID, partial=partial)
+    return job_status(
+        queue, job_id, kind="corpus", what="corpus analysis", pattern=JOB_ID, partial=partial
+    )
 
 
-@router.delete("/api/corpus-analyses/{job_id}", dependencies=[WriteAccess], responses=error_responses(404))
+@router.delete(
+    "/api/corpus-analyses/{job_id}", dependencies=[WriteAccess], responses=error_responses(404)
+)
 def cancel_corpus_analysis(job_id: str, queue: QueueDep) -> dict:
     """Cancel a queued or running corpus analysis (a finished one is left as it is)."""
     return _cancel(queue, job_id, kind="corpus", what="corpus analysis")
 
 
-def _cancel(queue, job_id: str, *, kind: str, what: str) -> dict:  # noqa: ANN001
+def _cancel(queue, job_id: str, *, kind: str, what: str) -> dict:
     if not JOB_ID.fullmatch(job_id):
         raise not_found(what, job_id)
     state = queue.cancel(job_id)
     if state is None or state.kind != kind:
         raise not_found(what, job_id)
-    return {"id": job_id, "status": state.status,
-            "cancelled": state.status in ("queued", "running")}
+    return {
+        "id": job_id,
+        "status": state.status,
+        "cancelled": state.status in ("queued", "running"),
+    }
 
 
-@router.post("/api/corpus-joint", status_code=202, dependencies=[WriteAccess], responses=error_responses(404))
+@router.post(
+    "/api/corpus-joint", status_code=202, dependencies=[WriteAccess], responses=error_responses(404)
+)
 def submit_joint(req: JointMapRequest, queue: QueueDep, store: StoreDep) -> JSONResponse:
     """Queue one head's joint query–key map over a corpus (docs/corpus.md)."""
     _check_model(req.model, layer=req.layer, head=req.head)
@@ -204,9 +256,13 @@ def submit_joint(req: JointMapRequest, queue: QueueDep, store: StoreDep) -> JSON
 
 @router.get("/api/corpus-joint/{job_id}", response_model=JobStatus, responses=error_responses(404))
 def get_joint(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY):
-    return job_status(queue, job_id, kind="corpus-joint", what="joint map", pattern=JOB_ID, partial=partial)
+    return job_status(
+        queue, job_id, kind="corpus-joint", what="joint map", pattern=JOB_ID, partial=partial
+    )
 
 
-@router.delete("/api/corpus-joint/{job_id}", dependencies=[WriteAccess], responses=error_responses(404))
+@router.delete(
+    "/api/corpus-joint/{job_id}", dependencies=[WriteAccess], responses=error_responses(404)
+)
 def cancel_joint(job_id: str, queue: QueueDep) -> dict:
     return _cancel(queue, job_id, kind="corpus-joint", what="joint map")

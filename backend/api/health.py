@@ -39,7 +39,9 @@ def health(conn: RedisDep, store: StoreDep) -> dict:
         "redis": redis_ok,
         "database": database_ok,
         "workers": len(workers),
-        "ready": sum(bool(w.get("ready")) for w in workers.values()),  # models preloaded, taking jobs
+        "ready": sum(
+            bool(w.get("ready")) for w in workers.values()
+        ),  # models preloaded, taking jobs
         "worker_names": sorted(workers),
         # what each worker computes on (its models and the fast t-SNE engine that passed its start's
         # self-check, with what failed and why), from its heartbeat

@@ -18,5 +18,8 @@ def list_models() -> dict:
         summary = cat.get(name).summary()
         summary.pop("source", None)
         models.append(summary)
-    lasf = [{"name": n, "base_model": "minilm", "description": f"{about} (docs/lasf.md)"} for n, about in LASF_ABOUT.items()]
+    lasf = [
+        {"name": n, "base_model": "minilm", "description": f"{about} (docs/lasf.md)"}
+        for n, about in LASF_ABOUT.items()
+    ]
     return {"default": DEFAULT_MODEL, "models": models, "lasf_models": lasf}

@@ -16,7 +16,9 @@ from workers.protocol import JOB_ID
 router = APIRouter(tags=["positional encodings"])
 
 
-@router.post("/api/pe-analyses", status_code=202, dependencies=[WriteAccess], responses=error_responses(404))
+@router.post(
+    "/api/pe-analyses", status_code=202, dependencies=[WriteAccess], responses=error_responses(404)
+)
 def submit_pe(req: PEAnalysisRequest, queue: QueueDep, store: StoreDep) -> JSONResponse:
     """Queue a PE analysis of one or more checkpoints (docs/positional.md)."""
     refs = list(req.checkpoints)

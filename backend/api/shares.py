@@ -16,14 +16,31 @@ router = APIRouter(tags=["shares"])
 
 
 @router.post(
-    "/api/shares", status_code=201, dependencies=[WriteAccess], responses=error_responses(404, 409, 413)
+    "/api/shares",
+    status_code=201,
+    dependencies=[WriteAccess],
+    responses=error_responses(404, 409, 413),
 )
-def create_share(req: ShareRequest, queue: QueueDep, store: StoreDep, settings: SettingsDep) -> dict:
+def create_share(
+    req: ShareRequest, queue: QueueDep, store: StoreDep, settings: SettingsDep
+) -> dict:
     """A share of a finished analysis (text, PE or corpus) and the view to restore."""
-    kind, target = next((k, t) for k, t in (("analysis", req.analysis_id), ("pe", req.pe_analysis_id),
-                                              ("corpus", req.corpus_analysis_id), ("compare", req.compare_id))
-                        if t is not None)
-    what = {"analysis": "analysis", "pe": "PE analysis", "corpus": "corpus analysis", "compare": "comparison"}[kind]
+    kind, target = next(
+        (k, t)
+        for k, t in (
+            ("analysis", req.analysis_id),
+            ("pe", req.pe_analysis_id),
+            ("corpus", req.corpus_analysis_id),
+            ("compare", req.compare_id),
+        )
+        if t is not None
+    )
+    what = {
+        "analysis": "analysis",
+        "pe": "PE analysis",
+        "corpus": "corpus analysis",
+        "compare": "comparison",
+    }[kind]
     if len(dumps(req.view)) > settings.max_view_bytes:
         raise TooLargeError(f"the view is larger than {settings.max_view_bytes:,} bytes")
     if not JOB_ID.fullmatch(target):

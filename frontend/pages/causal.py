@@ -35,8 +35,14 @@ NAME = "causal"  # a share's view names its page
 PATH = "/causal"
 TITLE = "Causal"
 NAV_ORDER = 6
-GRAPHS = ["causal-surprisal-graph", "causal-lens-graph", "causal-attribution-graph", "causal-ablation-graph",
-          "causal-patch-residual-graph", "causal-patch-heads-graph"]
+GRAPHS = [
+    "causal-surprisal-graph",
+    "causal-lens-graph",
+    "causal-attribution-graph",
+    "causal-ablation-graph",
+    "causal-patch-residual-graph",
+    "causal-patch-heads-graph",
+]
 HEAD_GRAPHS = ["causal-attribution-graph", "causal-ablation-graph", "causal-patch-heads-graph"]
 POSITION_GRAPHS = ["causal-surprisal-graph", "causal-lens-graph", "causal-patch-residual-graph"]
 DEMO = "The Eiffel Tower is in the city of"
@@ -61,14 +67,26 @@ def parse_target(value: str | None) -> str | int | list[str | int] | None:
 
 
 def causal_request(
-    *, text: str, model: str, corrupted: str | None = None, k: int = 10, target: str | None = None,
-    ablation: str = "mean", position: int | None = None, continue_tokens: int = 0, temperature: float = 0.0,
+    *,
+    text: str,
+    model: str,
+    corrupted: str | None = None,
+    k: int = 10,
+    target: str | None = None,
+    ablation: str = "mean",
+    position: int | None = None,
+    continue_tokens: int = 0,
+    temperature: float = 0.0,
     dtype: str = "float32",
 ) -> dict[str, Any]:
     """The API request of the page: every causal view, patching when a corrupted text is given,
     the continuation first when ``continue_tokens`` > 0."""
     analyses = ["predictions", "logit-lens", "logit-attribution", "ablation"]
-    options: dict[str, Any] = {"k": int(k or 10), "ablation": ablation or "mean", "dtype": dtype or "float32"}
+    options: dict[str, Any] = {
+        "k": int(k or 10),
+        "ablation": ablation or "mean",
+        "dtype": dtype or "float32",
+    }
     parsed = parse_target(target)
     if parsed is not None:
         options["target"] = parsed
@@ -92,16 +110,27 @@ def _model_choices(store: ResultStore) -> tuple[list[dict[str, Any]], str, str]:
     for o in options:
         m = info.get(o["value"]) or {}
         if m.get("lm_head") is False:
-            out.append({**o, "label": f"{o['label']} (no language-model head)", "disabled": True,
-                        "title": m.get("lm_head_reason", "")})
+            out.append(
+                {
+                    **o,
+                    "label": f"{o['label']} (no language-model head)",
+                    "disabled": True,
+                    "title": m.get("lm_head_reason", ""),
+                }
+            )
         else:
             out.append(o)
-    hint = (f"The causal views need a decoder with a language-model head: {', '.join(can)}."
-            if can else "No model in this catalogue has a language-model head (the causal views need a decoder with one).")
+    hint = (
+        f"The causal views need a decoder with a language-model head: {', '.join(can)}."
+        if can
+        else "No model in this catalogue has a language-model head (the causal views need a decoder with one)."
+    )
     return out, (default if default in can else (can[0] if can else default)), hint
 
 
-def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None) -> html.Div:
+def layout(
+    store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None
+) -> html.Div:
     options, default_model, hint = _model_choices(store)
     source, request, view = restore_view(store, query, share, keys=("position", "head"))
     opts = request.get("options") or {}
@@ -110,72 +139,196 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         target = "|".join(f"#{t}" if isinstance(t, int) else str(t) for t in target)
     elif isinstance(target, int):
         target = f"#{target}"
-    row = html.Div(className="control-row", children=[
-        html.Label("model", htmlFor="causal-model"),
-        dcc.Dropdown(id="causal-model", options=options, value=request.get("model") or default_model,
-                     clearable=False, className="model-picker"),
-        html.Label("top k", htmlFor="causal-k"),
-        dcc.Input(id="causal-k", type="number", min=1, max=50, value=opts.get("k", 10), className="small-input"),
-        html.Label("target", htmlFor="causal-target"),
-        dcc.Input(id="causal-target", type="text", value=target or "", debounce=True, className="small-input",
-                  placeholder="empty: next token · e.g. ␣Paris · ␣Paris|␣Rome · #123"),
-        html.Label("ablation", htmlFor="causal-ablation"),
-        dcc.RadioItems(id="causal-ablation", options=["mean", "zero"], value=opts.get("ablation", "mean"),
-                       inline=True),
-        html.Label("continue by", htmlFor="causal-continue"),
-        dcc.Input(id="causal-continue", type="number", min=0, max=64,
-                  value=opts.get("continue_tokens", 0) if "continue" in (request.get("analyses") or []) else 0,
-                  className="small-input"),
-        html.Label("temperature", htmlFor="causal-temperature"),
-        dcc.Input(id="causal-temperature", type="number", min=0, max=10, step=0.1,
-                  value=opts.get("temperature", 0.0), className="small-input"),
-        dcc.RadioItems(id="causal-dtype", options=["float32", "float64"], value=opts.get("dtype", "float32"),
-                       inline=True),
-        html.Button("Analyze", id="causal-analyze", className="button primary"),
-    ])
-    return html.Div(className="page", id="causal-page", children=[
-        html.H2("Does this head matter? Predictions, logit lens, attribution, ablation, patching"),
-        html.Div(className="controls", children=[
-            html.Div(className="row", children=[
-                html.Div(className="col", children=[
-                    html.Label("clean text", htmlFor="causal-text"),
-                    dcc.Textarea(id="causal-text", value=request.get("text") or DEMO, className="text-input")]),
-                html.Div(className="col", children=[
-                    html.Label("corrupted text (same token length; optional, for patching)", htmlFor="causal-corrupted"),
-                    dcc.Textarea(id="causal-corrupted", value=opts.get("corrupted") if request else DEMO_CORRUPTED,
-                                 className="text-input")]),
-            ]),
-            row,
-            html.P(hint, className="hint", id="causal-models-hint"),
-            html.Div(id="causal-error", className="error"),
-            progress_block("causal", running=source is not None),
-        ]),
-        export_bar("causal", GRAPHS),
-        html.Div(className="panel", children=[graph("causal-surprisal-graph", figure=empty_figure("Press Analyze.", height=160))]),
-        html.Div(className="row", children=[
-            html.Div(className="col panel", children=[html.H4("Top predictions", id="causal-topk-title"),
-                                                        html.Div(id="causal-topk")]),
-            html.Div(className="col panel", children=[
-                html.H4("Head"), html.Div(id="causal-head-info", className="hint",
-                                          children="Click a head in a map below to open it in the text explorer."),
-                html.Div(id="causal-head-link")]),
-        ]),
-        html.Div(className="panel", children=[graph("causal-lens-graph", figure=empty_figure(""))]),
-        html.Div(className="panel", children=[
-            html.P("Direct logit attribution, exact: each part's contribution to the target's logit with the "
-                   "final norm's scale frozen at its value; the parts sum to the logit.", className="hint"),
-            graph("causal-attribution-graph", figure=empty_figure(""))]),
-        html.Div(className="panel", children=[graph("causal-ablation-graph", figure=empty_figure(""))]),
-        html.Div(className="panel", children=[
-            html.H4("Clean / corrupted"), html.Div(id="causal-pair", className="pair-table"),
-            html.Div(className="row", children=[
-                html.Div(className="col", children=graph("causal-patch-residual-graph", figure=empty_figure(""))),
-                html.Div(className="col", children=graph("causal-patch-heads-graph", figure=empty_figure(""))),
-            ])]),
-        dcc.Store(id="causal-source", data=source),
-        dcc.Store(id="causal-position", data=int_or_none(view.get("position"))),
-        dcc.Store(id="causal-head", data=_head(view.get("head"))),
-    ])
+    row = html.Div(
+        className="control-row",
+        children=[
+            html.Label("model", htmlFor="causal-model"),
+            dcc.Dropdown(
+                id="causal-model",
+                options=options,
+                value=request.get("model") or default_model,
+                clearable=False,
+                className="model-picker",
+            ),
+            html.Label("top k", htmlFor="causal-k"),
+            dcc.Input(
+                id="causal-k",
+                type="number",
+                min=1,
+                max=50,
+                value=opts.get("k", 10),
+                className="small-input",
+            ),
+            html.Label("target", htmlFor="causal-target"),
+            dcc.Input(
+                id="causal-target",
+                type="text",
+                value=target or "",
+                debounce=True,
+                className="small-input",
+                placeholder="empty: next token · e.g. ␣Paris · ␣Paris|␣Rome · #123",
+            ),
+            html.Label("ablation", htmlFor="causal-ablation"),
+            dcc.RadioItems(
+                id="causal-ablation",
+                options=["mean", "zero"],
+                value=opts.get("ablation", "mean"),
+                inline=True,
+            ),
+            html.Label("continue by", htmlFor="causal-continue"),
+            dcc.Input(
+                id="causal-continue",
+                type="number",
+                min=0,
+                max=64,
+                value=opts.get("continue_tokens", 0)
+                if "continue" in (request.get("analyses") or [])
+                else 0,
+                className="small-input",
+            ),
+            html.Label("temperature", htmlFor="causal-temperature"),
+            dcc.Input(
+                id="causal-temperature",
+                type="number",
+                min=0,
+                max=10,
+                step=0.1,
+                value=opts.get("temperature", 0.0),
+                className="small-input",
+            ),
+            dcc.RadioItems(
+                id="causal-dtype",
+                options=["float32", "float64"],
+                value=opts.get("dtype", "float32"),
+                inline=True,
+            ),
+            html.Button("Analyze", id="causal-analyze", className="button primary"),
+        ],
+    )
+    return html.Div(
+        className="page",
+        id="causal-page",
+        children=[
+            html.H2(
+                "Does this head matter? Predictions, logit lens, attribution, ablation, patching"
+            ),
+            html.Div(
+                className="controls",
+                children=[
+                    html.Div(
+                        className="row",
+                        children=[
+                            html.Div(
+                                className="col",
+                                children=[
+                                    html.Label("clean text", htmlFor="causal-text"),
+                                    dcc.Textarea(
+                                        id="causal-text",
+                                        value=request.get("text") or DEMO,
+                                        className="text-input",
+                                    ),
+                                ],
+                            ),
+                            html.Div(
+                                className="col",
+                                children=[
+                                    html.Label(
+                                        "corrupted text (same token length; optional, for patching)",
+                                        htmlFor="causal-corrupted",
+                                    ),
+                                    dcc.Textarea(
+                                        id="causal-corrupted",
+                                        value=opts.get("corrupted") if request else DEMO_CORRUPTED,
+                                        className="text-input",
+                                    ),
+                                ],
+                            ),
+                        ],
+                    ),
+                    row,
+                    html.P(hint, className="hint", id="causal-models-hint"),
+                    html.Div(id="causal-error", className="error"),
+                    progress_block("causal", running=source is not None),
+                ],
+            ),
+            export_bar("causal", GRAPHS),
+            html.Div(
+                className="panel",
+                children=[
+                    graph(
+                        "causal-surprisal-graph", figure=empty_figure("Press Analyze.", height=160)
+                    )
+                ],
+            ),
+            html.Div(
+                className="row",
+                children=[
+                    html.Div(
+                        className="col panel",
+                        children=[
+                            html.H4("Top predictions", id="causal-topk-title"),
+                            html.Div(id="causal-topk"),
+                        ],
+                    ),
+                    html.Div(
+                        className="col panel",
+                        children=[
+                            html.H4("Head"),
+                            html.Div(
+                                id="causal-head-info",
+                                className="hint",
+                                children="Click a head in a map below to open it in the text explorer.",
+                            ),
+                            html.Div(id="causal-head-link"),
+                        ],
+                    ),
+                ],
+            ),
+            html.Div(
+                className="panel", children=[graph("causal-lens-graph", figure=empty_figure(""))]
+            ),
+            html.Div(
+                className="panel",
+                children=[
+                    html.P(
+                        "Direct logit attribution, exact: each part's contribution to the target's logit with the "
+                        "final norm's scale frozen at its value; the parts sum to the logit.",
+                        className="hint",
+                    ),
+                    graph("causal-attribution-graph", figure=empty_figure("")),
+                ],
+            ),
+            html.Div(
+                className="panel",
+                children=[graph("causal-ablation-graph", figure=empty_figure(""))],
+            ),
+            html.Div(
+                className="panel",
+                children=[
+                    html.H4("Clean / corrupted"),
+                    html.Div(id="causal-pair", className="pair-table"),
+                    html.Div(
+                        className="row",
+                        children=[
+                            html.Div(
+                                className="col",
+                                children=graph(
+                                    "causal-patch-residual-graph", figure=empty_figure("")
+                                ),
+                            ),
+                            html.Div(
+                                className="col",
+                                children=graph("causal-patch-heads-graph", figure=empty_figure("")),
+                            ),
+                        ],
+                    ),
+                ],
+            ),
+            dcc.Store(id="causal-source", data=source),
+            dcc.Store(id="causal-position", data=int_or_none(view.get("position"))),
+            dcc.Store(id="causal-head", data=_head(view.get("head"))),
+        ],
+    )
 
 
 def _head(value: Any) -> list[int] | None:
@@ -193,9 +346,14 @@ def _position(result: dict[str, Any], position: int | None) -> int:
 
 def _figures(result: dict[str, Any], position: int | None, *_: Any) -> list[Any]:
     p = _position(result, position)
-    return [C.surprisal_figure(result, position=p), C.lens_figure(result, position=p),
-            C.attribution_figure(result, position=p), C.ablation_figure(result),
-            C.patching_residual_figure(result), C.patching_heads_figure(result)]
+    return [
+        C.surprisal_figure(result, position=p),
+        C.lens_figure(result, position=p),
+        C.attribution_figure(result, position=p),
+        C.ablation_figure(result),
+        C.patching_residual_figure(result),
+        C.patching_heads_figure(result),
+    ]
 
 
 def _topk_table(result: dict[str, Any], p: int) -> Any:
@@ -203,9 +361,14 @@ def _topk_table(result: dict[str, Any], p: int) -> Any:
     if not rows:
         return "No predictions yet."
     head = html.Tr([html.Th("rank"), html.Th("token"), html.Th("p")])
-    body = [html.Tr([html.Td(r["rank"]), html.Td(r["token"]), html.Td(r["probability"])],
-                    className="next-token" if r["next"] else "", title="the text's own next token" if r["next"] else "")
-            for r in rows]
+    body = [
+        html.Tr(
+            [html.Td(r["rank"]), html.Td(r["token"]), html.Td(r["probability"])],
+            className="next-token" if r["next"] else "",
+            title="the text's own next token" if r["next"] else "",
+        )
+        for r in rows
+    ]
     return html.Table([head, *body], className="topk-table", id="causal-topk-table")
 
 
@@ -213,10 +376,23 @@ def _pair_table(result: dict[str, Any]) -> Any:
     rows = C.pair_rows(result)
     if not rows:
         return html.P("Give a corrupted text of the same token length to patch.", className="hint")
-    return html.Table([
-        html.Tr([html.Th("clean"), *[html.Td(a, className="differ" if d else "") for a, _, d in rows]]),
-        html.Tr([html.Th("corrupted"), *[html.Td(b, className="differ" if d else "") for _, b, d in rows]]),
-    ], className="pair-table")
+    return html.Table(
+        [
+            html.Tr(
+                [
+                    html.Th("clean"),
+                    *[html.Td(a, className="differ" if d else "") for a, _, d in rows],
+                ]
+            ),
+            html.Tr(
+                [
+                    html.Th("corrupted"),
+                    *[html.Td(b, className="differ" if d else "") for _, b, d in rows],
+                ]
+            ),
+        ],
+        className="pair-table",
+    )
 
 
 def register(app: Dash, store: ResultStore) -> None:
@@ -228,9 +404,15 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("causal-position", "data", allow_duplicate=True),
         Output("causal-error", "children"),
         Input("causal-analyze", "n_clicks"),
-        State("causal-text", "value"), State("causal-corrupted", "value"), State("causal-model", "value"),
-        State("causal-k", "value"), State("causal-target", "value"), State("causal-ablation", "value"),
-        State("causal-continue", "value"), State("causal-temperature", "value"), State("causal-dtype", "value"),
+        State("causal-text", "value"),
+        State("causal-corrupted", "value"),
+        State("causal-model", "value"),
+        State("causal-k", "value"),
+        State("causal-target", "value"),
+        State("causal-ablation", "value"),
+        State("causal-continue", "value"),
+        State("causal-temperature", "value"),
+        State("causal-dtype", "value"),
         prevent_initial_call=True,
     )
     def _submit(_n, text, corrupted, model, k, target, ablation, cont, temperature, dtype):  # type: ignore[no-untyped-def]
@@ -243,9 +425,15 @@ def register(app: Dash, store: ResultStore) -> None:
             return no_update, no_update, str(exc)
         return src, None, ""
 
-    register_click_pick(app, target="causal-position", graph_ids=POSITION_GRAPHS, parse=C.clicked_position)
-    register_click_pick(app, target="causal-head", graph_ids=HEAD_GRAPHS,
-                        parse=lambda click: None if (cell := C.clicked_cell(click)) is None else list(cell))
+    register_click_pick(
+        app, target="causal-position", graph_ids=POSITION_GRAPHS, parse=C.clicked_position
+    )
+    register_click_pick(
+        app,
+        target="causal-head",
+        graph_ids=HEAD_GRAPHS,
+        parse=lambda click: None if (cell := C.clicked_cell(click)) is None else list(cell),
+    )
 
     @app.callback(
         *[Output(g, "figure") for g in GRAPHS],
@@ -260,7 +448,9 @@ def register(app: Dash, store: ResultStore) -> None:
         st = store.status(source)
         result = st["result"]
         if not result.get("predictions"):
-            msg = {"none": "Press Analyze.", "failed": f"failed: {st.get('error')}"}.get(st["status"], "Computing…")
+            msg = {"none": "Press Analyze.", "failed": f"failed: {st.get('error')}"}.get(
+                st["status"], "Computing…"
+            )
             blank = [empty_figure(msg, height=160)] + [empty_figure("") for _ in GRAPHS[1:]]
             return (*blank, msg if st["status"] == "failed" else "", "Top predictions", "")
         p = _position(result, position)
@@ -287,21 +477,41 @@ def register(app: Dash, store: ResultStore) -> None:
         if not text or not req.get("model"):
             return "Analyze first.", ""
         try:
-            tr = text_request(text=text, model=req["model"], drop_special=False, restarts=1, layer=layer, head=h)
+            tr = text_request(
+                text=text, model=req["model"], drop_special=False, restarts=1, layer=layer, head=h
+            )
             job = client.submit_analysis(**tr)["id"]
         except ApiError as exc:
             return f"cannot open L{layer}H{h}: {exc}", ""
         href = "/" + source_query({"kind": "analysis", "id": job}, {"layer": layer, "head": h})
-        return (f"Layer {layer}, head {h}.",
-                dcc.Link(f"Open L{layer}H{h} in the text explorer →", href=href, id="causal-open-head"))
+        return (
+            f"Layer {layer}, head {h}.",
+            dcc.Link(f"Open L{layer}H{h} in the text explorer →", href=href, id="causal-open-head"),
+        )
 
-    register_view(app, client, PageView(
-        name=NAME, prefix="causal", path=PATH, source="causal-source",
-        inputs=(("causal-position", "data"), ("causal-head", "data")),
-        view=lambda position, head: {"position": position, "head": f"{head[0]}.{head[1]}" if head else None},
-    ))
+    register_view(
+        app,
+        client,
+        PageView(
+            name=NAME,
+            prefix="causal",
+            path=PATH,
+            source="causal-source",
+            inputs=(("causal-position", "data"), ("causal-head", "data")),
+            view=lambda position, head: {
+                "position": position,
+                "head": f"{head[0]}.{head[1]}" if head else None,
+            },
+        ),
+    )
 
     register_exports(
-        app, store, "causal", source="causal-source", graphs=GRAPHS, figures=_figures,
-        view_states=[State("causal-position", "data")], title="headscope — causal views",
+        app,
+        store,
+        "causal",
+        source="causal-source",
+        graphs=GRAPHS,
+        figures=_figures,
+        view_states=[State("causal-position", "data")],
+        title="headscope — causal views",
     )

@@ -29,7 +29,12 @@ NAME = "circuits"
 PATH = "/circuits"
 TITLE = "Circuits"
 NAV_ORDER = 6  # after /causal
-GRAPHS = ["circuits-circuit-graph", "circuits-curve-graph", "circuits-atp-graph", "circuits-flow-graph"]
+GRAPHS = [
+    "circuits-circuit-graph",
+    "circuits-curve-graph",
+    "circuits-atp-graph",
+    "circuits-flow-graph",
+]
 HEAD_GRAPHS = ["circuits-circuit-graph", "circuits-atp-graph", "circuits-flow-graph"]
 DEMO = "When Mary and John went to the store, John gave a drink to"
 DEMO_CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
@@ -45,8 +50,14 @@ def edge_attribution_available() -> bool:
     return EDGE_KIND in ANALYSIS_KINDS
 
 
-def flow_request(*, text: str, model: str, threshold: float | None = None, position: int | None = None,
-                 dtype: str = "float32") -> dict[str, Any]:
+def flow_request(
+    *,
+    text: str,
+    model: str,
+    threshold: float | None = None,
+    position: int | None = None,
+    dtype: str = "float32",
+) -> dict[str, Any]:
     """The information-flow job of the clean text (defaults left out, so links keep their id)."""
     options: dict[str, Any] = {"dtype": dtype or "float32"}
     if threshold is not None and float(threshold) != 0.04:
@@ -63,12 +74,24 @@ def top_edges_for(facts: dict[str, Any]) -> int | None:
 
     if not facts.get("n_layers") or not facts.get("n_heads"):
         return None
-    return min(PAGE_TOP_EDGES, edge_count(int(facts["n_layers"]), int(facts["n_heads"]),
-                                          bool(facts.get("parallel_residual"))))
+    return min(
+        PAGE_TOP_EDGES,
+        edge_count(
+            int(facts["n_layers"]), int(facts["n_heads"]), bool(facts.get("parallel_residual"))
+        ),
+    )
 
 
-def pair_request(*, text: str, corrupted: str, model: str, target: str | None = None, real: bool = True,
-                 dtype: str = "float32", top_edges: int | None = None) -> dict[str, Any]:
+def pair_request(
+    *,
+    text: str,
+    corrupted: str,
+    model: str,
+    target: str | None = None,
+    real: bool = True,
+    dtype: str = "float32",
+    top_edges: int | None = None,
+) -> dict[str, Any]:
     """The pair job: attribution patching (with the real head patching beside it when ``real``) and,
     where the build has it, edge attribution listing ``top_edges`` edges."""
     analyses = ["attribution-patching"] + ([EDGE_KIND] if edge_attribution_available() else [])
@@ -98,10 +121,16 @@ def _number(value: Any, default: Any = None) -> Any:
         return default
 
 
-def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None) -> html.Div:
+def layout(
+    store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None
+) -> html.Div:
     options, default_model, hint = _model_choices(store)
-    all_models = [{k: v for k, v in o.items() if k != "disabled"} for o in options]  # flow: any model
-    source, request, view = restore_view(store, query, share, keys=("n", "head", "pair", "pair_share"))
+    all_models = [
+        {k: v for k, v in o.items() if k != "disabled"} for o in options
+    ]  # flow: any model
+    source, request, view = restore_view(
+        store, query, share, keys=("n", "head", "pair", "pair_share")
+    )
     pair = _pair_source(view)
     pair_req = store.status(pair).get("request") or {} if pair else {}
     opts, popts = request.get("options") or {}, pair_req.get("options") or {}
@@ -110,73 +139,178 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         target = "|".join(f"#{t}" if isinstance(t, int) else str(t) for t in target)
     elif isinstance(target, int):
         target = f"#{target}"
-    row = html.Div(className="control-row", children=[
-        html.Label("model", htmlFor="circuits-model"),
-        dcc.Dropdown(id="circuits-model", options=all_models, value=request.get("model") or default_model,
-                     clearable=False, className="model-picker"),
-        html.Label("target", htmlFor="circuits-target"),
-        dcc.Input(id="circuits-target", type="text", value=target or "", debounce=True, style={"width": "190px"},
-                  placeholder="empty: the two texts' top predictions · ␣Mary|␣John · #123|#456"),
-        dcc.Checklist(id="circuits-real", options=[{"label": "real patching beside AtP", "value": "real"}],
-                      value=["real"] if (popts.get("real") or not pair_req) else [], inline=True),
-        html.Label("flow threshold τ", htmlFor="circuits-threshold"),
-        dcc.Input(id="circuits-threshold", type="number", min=0.001, max=0.999, step="any",
-                  value=opts.get("threshold", 0.04), className="small-input"),
-        html.Label("flow from position", htmlFor="circuits-position"),
-        dcc.Input(id="circuits-position", type="number", min=0, value=opts.get("position"), className="small-input",
-                  placeholder="last"),
-        dcc.RadioItems(id="circuits-dtype", options=["float32", "float64"], value=opts.get("dtype", "float32"),
-                       inline=True),
-        html.Button("Analyze", id="circuits-analyze", className="button primary"),
-        html.Button("Cancel", id="circuits-cancel", className="button secondary"),
-    ])
-    downloads = html.Div(className="control-row", children=[
-        html.Span("graphs:", className="label"),
-        *[html.Button(label, id=f"circuits-dl-{key}", className="button secondary") for key, label in (
-            ("circuit-json", "circuit JSON"), ("circuit-graphml", "circuit GraphML"),
-            ("flow-json", "flow JSON"), ("flow-graphml", "flow GraphML"))],
-        dcc.Download(id="circuits-graph-download"),
-    ])
-    return html.Div(className="page", id="circuits-page", children=[
-        html.H2("Which components work together? Circuits, AtP and information flow"),
-        html.Div(className="controls", children=[
-            html.Div(className="row", children=[
-                html.Div(className="col", children=[
-                    html.Label("clean text", htmlFor="circuits-text"),
-                    dcc.Textarea(id="circuits-text", value=request.get("text") or DEMO, className="text-input")]),
-                html.Div(className="col", children=[
-                    html.Label("corrupted text (same token length; empty: the flow graph only)",
-                               htmlFor="circuits-corrupted"),
-                    dcc.Textarea(id="circuits-corrupted", className="text-input",
-                                 value=popts.get("corrupted") if source else DEMO_CORRUPTED)]),
-            ]),
-            row,
-            html.P(hint + " The information-flow graph runs on any model.", className="hint"),
-            html.Div(id="circuits-error", className="error"),
-            html.Div(id="circuits-cancelled", className="hint"),
-            progress_block("circuits", running=source is not None),
-        ]),
-        export_bar("circuits", GRAPHS),
-        downloads,
-        html.Div(className="panel", children=[
-            html.H4("Head"), html.Div(id="circuits-head-info", className="hint",
-                                      children="Click a head in the circuit, the scatter or the flow graph."),
-            html.Div(id="circuits-head-links")]),
-        html.Div(className="row", children=[
-            html.Div(className="col panel", children=[graph("circuits-circuit-graph", figure=empty_figure("Press Analyze."))]),
-            html.Div(className="col panel", children=[
-                graph("circuits-curve-graph", figure=empty_figure("")),
-                html.Label("circuit size N (edges)", htmlFor="circuits-n-slider"),
-                dcc.Slider(id="circuits-n-slider", min=0, max=0, step=1, value=0, marks={}, included=False,
-                           allow_direct_input=False)]),
-        ]),
-        html.Div(className="panel", children=[graph("circuits-atp-graph", figure=empty_figure(""))]),
-        html.Div(className="panel", children=[graph("circuits-flow-graph", figure=empty_figure(""))]),
-        dcc.Store(id="circuits-source", data=source),
-        dcc.Store(id="circuits-pair-source", data=pair),
-        dcc.Store(id="circuits-n", data=int(_number(view.get("n"), 0)) or None),
-        dcc.Store(id="circuits-head", data=_head(view.get("head"))),
-    ])
+    row = html.Div(
+        className="control-row",
+        children=[
+            html.Label("model", htmlFor="circuits-model"),
+            dcc.Dropdown(
+                id="circuits-model",
+                options=all_models,
+                value=request.get("model") or default_model,
+                clearable=False,
+                className="model-picker",
+            ),
+            html.Label("target", htmlFor="circuits-target"),
+            dcc.Input(
+                id="circuits-target",
+                type="text",
+                value=target or "",
+                debounce=True,
+                style={"width": "190px"},
+                placeholder="empty: the two texts' top predictions · ␣Mary|␣John · #123|#456",
+            ),
+            dcc.Checklist(
+                id="circuits-real",
+                options=[{"label": "real patching beside AtP", "value": "real"}],
+                value=["real"] if (popts.get("real") or not pair_req) else [],
+                inline=True,
+            ),
+            html.Label("flow threshold τ", htmlFor="circuits-threshold"),
+            dcc.Input(
+                id="circuits-threshold",
+                type="number",
+                min=0.001,
+                max=0.999,
+                step="any",
+                value=opts.get("threshold", 0.04),
+                className="small-input",
+            ),
+            html.Label("flow from position", htmlFor="circuits-position"),
+            dcc.Input(
+                id="circuits-position",
+                type="number",
+                min=0,
+                value=opts.get("position"),
+                className="small-input",
+                placeholder="last",
+            ),
+            dcc.RadioItems(
+                id="circuits-dtype",
+                options=["float32", "float64"],
+                value=opts.get("dtype", "float32"),
+                inline=True,
+            ),
+            html.Button("Analyze", id="circuits-analyze", className="button primary"),
+            html.Button("Cancel", id="circuits-cancel", className="button secondary"),
+        ],
+    )
+    downloads = html.Div(
+        className="control-row",
+        children=[
+            html.Span("graphs:", className="label"),
+            *[
+                html.Button(label, id=f"circuits-dl-{key}", className="button secondary")
+                for key, label in (
+                    ("circuit-json", "circuit JSON"),
+                    ("circuit-graphml", "circuit GraphML"),
+                    ("flow-json", "flow JSON"),
+                    ("flow-graphml", "flow GraphML"),
+                )
+            ],
+            dcc.Download(id="circuits-graph-download"),
+        ],
+    )
+    return html.Div(
+        className="page",
+        id="circuits-page",
+        children=[
+            html.H2("Which components work together? Circuits, AtP and information flow"),
+            html.Div(
+                className="controls",
+                children=[
+                    html.Div(
+                        className="row",
+                        children=[
+                            html.Div(
+                                className="col",
+                                children=[
+                                    html.Label("clean text", htmlFor="circuits-text"),
+                                    dcc.Textarea(
+                                        id="circuits-text",
+                                        value=request.get("text") or DEMO,
+                                        className="text-input",
+                                    ),
+                                ],
+                            ),
+                            html.Div(
+                                className="col",
+                                children=[
+                                    html.Label(
+                                        "corrupted text (same token length; empty: the flow graph only)",
+                                        htmlFor="circuits-corrupted",
+                                    ),
+                                    dcc.Textarea(
+                                        id="circuits-corrupted",
+                                        className="text-input",
+                                        value=popts.get("corrupted") if source else DEMO_CORRUPTED,
+                                    ),
+                                ],
+                            ),
+                        ],
+                    ),
+                    row,
+                    html.P(
+                        hint + " The information-flow graph runs on any model.", className="hint"
+                    ),
+                    html.Div(id="circuits-error", className="error"),
+                    html.Div(id="circuits-cancelled", className="hint"),
+                    progress_block("circuits", running=source is not None),
+                ],
+            ),
+            export_bar("circuits", GRAPHS),
+            downloads,
+            html.Div(
+                className="panel",
+                children=[
+                    html.H4("Head"),
+                    html.Div(
+                        id="circuits-head-info",
+                        className="hint",
+                        children="Click a head in the circuit, the scatter or the flow graph.",
+                    ),
+                    html.Div(id="circuits-head-links"),
+                ],
+            ),
+            html.Div(
+                className="row",
+                children=[
+                    html.Div(
+                        className="col panel",
+                        children=[
+                            graph("circuits-circuit-graph", figure=empty_figure("Press Analyze."))
+                        ],
+                    ),
+                    html.Div(
+                        className="col panel",
+                        children=[
+                            graph("circuits-curve-graph", figure=empty_figure("")),
+                            html.Label("circuit size N (edges)", htmlFor="circuits-n-slider"),
+                            dcc.Slider(
+                                id="circuits-n-slider",
+                                min=0,
+                                max=0,
+                                step=1,
+                                value=0,
+                                marks={},
+                                included=False,
+                                allow_direct_input=False,
+                            ),
+                        ],
+                    ),
+                ],
+            ),
+            html.Div(
+                className="panel", children=[graph("circuits-atp-graph", figure=empty_figure(""))]
+            ),
+            html.Div(
+                className="panel", children=[graph("circuits-flow-graph", figure=empty_figure(""))]
+            ),
+            dcc.Store(id="circuits-source", data=source),
+            dcc.Store(id="circuits-pair-source", data=pair),
+            dcc.Store(id="circuits-n", data=int(_number(view.get("n"), 0)) or None),
+            dcc.Store(id="circuits-head", data=_head(view.get("head"))),
+        ],
+    )
 
 
 def _view(pair: dict[str, Any] | None, n: int | None, head: list[int] | None) -> dict[str, Any]:
@@ -185,8 +319,12 @@ def _view(pair: dict[str, Any] | None, n: int | None, head: list[int] | None) ->
 
 
 def _figures(flow: dict[str, Any], pair: dict[str, Any], n: int | None) -> list[Any]:
-    return [F.circuit_figure(pair, n_top=n), F.faithfulness_figure(pair, n_top=n), F.atp_scatter_figure(pair),
-            F.flow_figure(flow)]
+    return [
+        F.circuit_figure(pair, n_top=n),
+        F.faithfulness_figure(pair, n_top=n),
+        F.atp_scatter_figure(pair),
+        F.flow_figure(flow),
+    ]
 
 
 def register(app: Dash, store: ResultStore) -> None:
@@ -197,36 +335,61 @@ def register(app: Dash, store: ResultStore) -> None:
     _register_exports(app, store)
 
     @app.callback(
-        Output("circuits-source", "data"), Output("circuits-pair-source", "data"), Output("circuits-n", "data"),
+        Output("circuits-source", "data"),
+        Output("circuits-pair-source", "data"),
+        Output("circuits-n", "data"),
         Output("circuits-error", "children"),
         Input("circuits-analyze", "n_clicks"),
-        State("circuits-text", "value"), State("circuits-corrupted", "value"), State("circuits-model", "value"),
-        State("circuits-target", "value"), State("circuits-real", "value"), State("circuits-threshold", "value"),
-        State("circuits-position", "value"), State("circuits-dtype", "value"),
+        State("circuits-text", "value"),
+        State("circuits-corrupted", "value"),
+        State("circuits-model", "value"),
+        State("circuits-target", "value"),
+        State("circuits-real", "value"),
+        State("circuits-threshold", "value"),
+        State("circuits-position", "value"),
+        State("circuits-dtype", "value"),
         prevent_initial_call=True,
     )
     def _submit(_n, text, corrupted, model, target, real, threshold, position, dtype):  # type: ignore[no-untyped-def]
         pos = _number(position)
         try:
-            freq = flow_request(text=text or "", model=model, threshold=_number(threshold, 0.04),
-                                position=None if pos is None else int(pos), dtype=dtype)
+            freq = flow_request(
+                text=text or "",
+                model=model,
+                threshold=_number(threshold, 0.04),
+                position=None if pos is None else int(pos),
+                dtype=dtype,
+            )
             flow = {"kind": "analysis", "id": client.submit_analysis(**freq)["id"], "request": freq}
         except ApiError as exc:
             return no_update, no_update, no_update, str(exc)
         if not (corrupted and corrupted.strip()):
             return flow, None, None, ""
         try:  # the flow graph is drawn even when the pair is refused (an encoder, other lengths)
-            facts = next((m for m in store.models().get("models") or [] if m.get("name") == model), {})
-            preq = pair_request(text=text or "", corrupted=corrupted, model=model, target=target,
-                                real="real" in (real or []), dtype=dtype, top_edges=top_edges_for(facts))
+            facts = next(
+                (m for m in store.models().get("models") or [] if m.get("name") == model), {}
+            )
+            preq = pair_request(
+                text=text or "",
+                corrupted=corrupted,
+                model=model,
+                target=target,
+                real="real" in (real or []),
+                dtype=dtype,
+                top_edges=top_edges_for(facts),
+            )
             pair = {"kind": "analysis", "id": client.submit_analysis(**preq)["id"], "request": preq}
         except ApiError as exc:
             return flow, None, None, f"the pair: {exc}"
         return flow, pair, None, ""
 
     @app.callback(
-        Output("circuits-n-slider", "max"), Output("circuits-n-slider", "marks"), Output("circuits-n-slider", "value"),
-        Input("circuits-job", "data"), State("circuits-pair-source", "data"), State("circuits-n", "data"),
+        Output("circuits-n-slider", "max"),
+        Output("circuits-n-slider", "marks"),
+        Output("circuits-n-slider", "value"),
+        Input("circuits-job", "data"),
+        State("circuits-pair-source", "data"),
+        State("circuits-n", "data"),
     )
     def _slider(_job, pair, n):  # type: ignore[no-untyped-def]
         sizes = F.circuit_sizes(store.status(pair)["result"] if pair else {})
@@ -239,7 +402,8 @@ def register(app: Dash, store: ResultStore) -> None:
 
     @app.callback(
         Output("circuits-n", "data", allow_duplicate=True),
-        Input("circuits-n-slider", "value"), State("circuits-n-slider", "marks"),
+        Input("circuits-n-slider", "value"),
+        State("circuits-n-slider", "marks"),
         prevent_initial_call=True,
     )
     def _pick_n(index, marks):  # type: ignore[no-untyped-def]
@@ -250,8 +414,10 @@ def register(app: Dash, store: ResultStore) -> None:
 
     @app.callback(
         *[Output(g, "figure") for g in GRAPHS],
-        Input("circuits-job", "data"), Input("circuits-n", "data"),
-        State("circuits-source", "data"), State("circuits-pair-source", "data"),
+        Input("circuits-job", "data"),
+        Input("circuits-n", "data"),
+        State("circuits-source", "data"),
+        State("circuits-pair-source", "data"),
     )
     def _views(_job, n, source, pair):  # type: ignore[no-untyped-def]
         flow_st, pair_st = store.status(source), store.status(pair)
@@ -262,16 +428,26 @@ def register(app: Dash, store: ResultStore) -> None:
                 figs[k] = empty_figure(msg)
         if not pair:
             why = "Give a corrupted text of the same token length<br>(on a decoder with a language-model head)"
-            figs[:3] = [empty_figure(f"{why}<br>for the circuit."), empty_figure(""),
-                        empty_figure(f"{why} for AtP against real patching.")]
+            figs[:3] = [
+                empty_figure(f"{why}<br>for the circuit."),
+                empty_figure(""),
+                empty_figure(f"{why} for AtP against real patching."),
+            ]
         return figs
 
-    register_click_pick(app, target="circuits-head", graph_ids=HEAD_GRAPHS,
-                        parse=lambda click: None if (head := F.clicked_head(click)) is None else list(head))
+    register_click_pick(
+        app,
+        target="circuits-head",
+        graph_ids=HEAD_GRAPHS,
+        parse=lambda click: None if (head := F.clicked_head(click)) is None else list(head),
+    )
 
     @app.callback(
-        Output("circuits-head-info", "children"), Output("circuits-head-links", "children"),
-        Input("circuits-head", "data"), State("circuits-source", "data"), State("circuits-pair-source", "data"),
+        Output("circuits-head-info", "children"),
+        Output("circuits-head-links", "children"),
+        Input("circuits-head", "data"),
+        State("circuits-source", "data"),
+        State("circuits-pair-source", "data"),
         prevent_initial_call=True,
     )
     def _open_head(head, source, pair):  # type: ignore[no-untyped-def]
@@ -286,27 +462,53 @@ def register(app: Dash, store: ResultStore) -> None:
             return "Analyze first.", ""
         links: list[Any] = []
         try:
-            tr = text_request(text=req["text"], model=req["model"], drop_special=False, restarts=1, layer=layer, head=h)
+            tr = text_request(
+                text=req["text"],
+                model=req["model"],
+                drop_special=False,
+                restarts=1,
+                layer=layer,
+                head=h,
+            )
             job = client.submit_analysis(**tr)["id"]
-            links.append(dcc.Link(f"Open L{layer}H{h} in the text explorer →", id="circuits-open-text",
-                                  href="/" + source_query({"kind": "analysis", "id": job}, {"layer": layer, "head": h})))
+            links.append(
+                dcc.Link(
+                    f"Open L{layer}H{h} in the text explorer →",
+                    id="circuits-open-text",
+                    href="/"
+                    + source_query({"kind": "analysis", "id": job}, {"layer": layer, "head": h}),
+                )
+            )
             if preq:
                 o = preq.get("options") or {}
                 target = o.get("target")
-                cr = causal_request(text=req["text"], model=req["model"], corrupted=o.get("corrupted"),
-                                    target="|".join(f"#{t}" if isinstance(t, int) else str(t) for t in target)
-                                    if isinstance(target, list) else None)
+                cr = causal_request(
+                    text=req["text"],
+                    model=req["model"],
+                    corrupted=o.get("corrupted"),
+                    target="|".join(f"#{t}" if isinstance(t, int) else str(t) for t in target)
+                    if isinstance(target, list)
+                    else None,
+                )
                 cjob = client.submit_analysis(**cr)["id"]
-                links += [" · ", dcc.Link(f"Open L{layer}H{h} on the causal page →", id="circuits-open-causal",
-                                          href=PATH.replace("circuits", "causal") + source_query(
-                                              {"kind": "analysis", "id": cjob}, {"head": f"{layer}.{h}"}))]
+                links += [
+                    " · ",
+                    dcc.Link(
+                        f"Open L{layer}H{h} on the causal page →",
+                        id="circuits-open-causal",
+                        href=PATH.replace("circuits", "causal")
+                        + source_query({"kind": "analysis", "id": cjob}, {"head": f"{layer}.{h}"}),
+                    ),
+                ]
         except ApiError as exc:
             return f"cannot open L{layer}H{h}: {exc}", ""
         return f"Layer {layer}, head {h}.", html.Span(links)
 
     @app.callback(
         Output("circuits-cancelled", "children"),
-        Input("circuits-cancel", "n_clicks"), State("circuits-source", "data"), State("circuits-pair-source", "data"),
+        Input("circuits-cancel", "n_clicks"),
+        State("circuits-source", "data"),
+        State("circuits-pair-source", "data"),
         prevent_initial_call=True,
     )
     def _cancel(_n, *sources):  # type: ignore[no-untyped-def]
@@ -318,12 +520,16 @@ def register(app: Dash, store: ResultStore) -> None:
                 except ApiError as exc:
                     said.append(str(exc))
                     continue
-                said.append("cancelled" if done.get("cancelled") else f"not running ({done.get('status')})")
+                said.append(
+                    "cancelled" if done.get("cancelled") else f"not running ({done.get('status')})"
+                )
         return "; ".join(said) or "nothing to cancel"
 
     @app.callback(
         Output("url", "search", allow_duplicate=True),
-        Input("circuits-source", "data"), Input("circuits-pair-source", "data"), Input("circuits-n", "data"),
+        Input("circuits-source", "data"),
+        Input("circuits-pair-source", "data"),
+        Input("circuits-n", "data"),
         Input("circuits-head", "data"),
         prevent_initial_call=True,
     )
@@ -331,21 +537,33 @@ def register(app: Dash, store: ResultStore) -> None:
         return no_update if not source else source_query(source, _view(pair, n, head))
 
     @app.callback(
-        Output("circuits-share-url", "children"), Output("circuits-share-url", "href"),
+        Output("circuits-share-url", "children"),
+        Output("circuits-share-url", "href"),
         Output("circuits-error", "children", allow_duplicate=True),
         Input("circuits-share-button", "n_clicks"),
-        State("circuits-source", "data"), State("circuits-pair-source", "data"), State("circuits-n", "data"),
+        State("circuits-source", "data"),
+        State("circuits-pair-source", "data"),
+        State("circuits-n", "data"),
         State("circuits-head", "data"),
         prevent_initial_call=True,
     )
     def _share(_n, source, pair, n, head):  # type: ignore[no-untyped-def]
         if pair and pair.get("kind") == "analysis":  # the pair's own share keeps its result too
             try:
-                pair = {"kind": "share", "id": client.create_share(view={"page": NAME}, analysis_id=pair["id"])["id"]}
+                pair = {
+                    "kind": "share",
+                    "id": client.create_share(view={"page": NAME}, analysis_id=pair["id"])["id"],
+                }
             except ApiError as exc:
-                why = "the analysis is still running: share it when it has finished" if exc.status == 409 else str(exc)
+                why = (
+                    "the analysis is still running: share it when it has finished"
+                    if exc.status == 409
+                    else str(exc)
+                )
                 return no_update, no_update, why
-        url, error = share_link(client, source, {"page": NAME, **_view(pair, n, head)}, page_path=PATH)
+        url, error = share_link(
+            client, source, {"page": NAME, **_view(pair, n, head)}, page_path=PATH
+        )
         return (url, url, "") if url else (no_update, no_update, error)
 
 
@@ -363,14 +581,18 @@ def _register_exports(app: Dash, store: ResultStore) -> None:
     app.clientside_callback(
         ClientsideFunction(namespace="headscope_export", function_name="setImageFormat"),
         Output("circuits-image-format-applied", "data"),
-        Input("circuits-image-format", "value"), State("circuits-graph-ids", "data"),
+        Input("circuits-image-format", "value"),
+        State("circuits-graph-ids", "data"),
         prevent_initial_call=True,
     )
 
     @app.callback(
         Output("circuits-download", "data"),
-        Input("circuits-export-json", "n_clicks"), Input("circuits-export-html", "n_clicks"),
-        State("circuits-source", "data"), State("circuits-pair-source", "data"), State("circuits-n", "data"),
+        Input("circuits-export-json", "n_clicks"),
+        Input("circuits-export-html", "n_clicks"),
+        State("circuits-source", "data"),
+        State("circuits-pair-source", "data"),
+        State("circuits-n", "data"),
         prevent_initial_call=True,
     )
     def _download(_j, _h, source, pair, n):  # type: ignore[no-untyped-def]
@@ -381,18 +603,32 @@ def _register_exports(app: Dash, store: ResultStore) -> None:
             return no_update
         name = f"headscope-circuits-{source['id']}"
         if ctx.triggered_id == "circuits-export-json":
-            payload = {"flow": {"request": flow.get("request"), "result": flow["result"]},
-                       "pair": {"request": pst.get("request"), "result": pst["result"]} if pair else None}
-            return {"content": json.dumps(payload), "filename": f"{name}.json", "type": "application/json"}
-        html_doc = standalone_html(_figures(flow["result"], pst["result"], n), title="headscope — circuits",
-                                   notes="Exported from headscope; figures are interactive and need no network.")
+            payload = {
+                "flow": {"request": flow.get("request"), "result": flow["result"]},
+                "pair": {"request": pst.get("request"), "result": pst["result"]} if pair else None,
+            }
+            return {
+                "content": json.dumps(payload),
+                "filename": f"{name}.json",
+                "type": "application/json",
+            }
+        html_doc = standalone_html(
+            _figures(flow["result"], pst["result"], n),
+            title="headscope — circuits",
+            notes="Exported from headscope; figures are interactive and need no network.",
+        )
         return {"content": html_doc, "filename": f"{name}.html", "type": "text/html"}
 
     @app.callback(
-        Output("circuits-graph-download", "data"), Output("circuits-error", "children", allow_duplicate=True),
-        *[Input(f"circuits-dl-{k}", "n_clicks") for k in ("circuit-json", "circuit-graphml", "flow-json",
-                                                          "flow-graphml")],
-        State("circuits-source", "data"), State("circuits-pair-source", "data"), State("circuits-n", "data"),
+        Output("circuits-graph-download", "data"),
+        Output("circuits-error", "children", allow_duplicate=True),
+        *[
+            Input(f"circuits-dl-{k}", "n_clicks")
+            for k in ("circuit-json", "circuit-graphml", "flow-json", "flow-graphml")
+        ],
+        State("circuits-source", "data"),
+        State("circuits-pair-source", "data"),
+        State("circuits-n", "data"),
         prevent_initial_call=True,
     )
     def _graph_download(_a, _b, _c, _d, source, pair, n):  # type: ignore[no-untyped-def]
@@ -403,9 +639,24 @@ def _register_exports(app: Dash, store: ResultStore) -> None:
         st = store.status(src)
         key = EDGE_KIND if which.startswith("circuit") else "information-flow"
         if st["status"] != "finished" or not st["result"].get(key):
-            return no_update, f"no {'circuit' if key == EDGE_KIND else 'flow graph'} to download yet"
-        g = F.circuit_graph(st["result"], n_top=n) if key == EDGE_KIND else F.flow_graph(st["result"])
+            return (
+                no_update,
+                f"no {'circuit' if key == EDGE_KIND else 'flow graph'} to download yet",
+            )
+        g = (
+            F.circuit_graph(st["result"], n_top=n)
+            if key == EDGE_KIND
+            else F.flow_graph(st["result"])
+        )
         stem = f"headscope-{which.split('-')[0]}-{src['id']}"
         if which.endswith("json"):
-            return {"content": json.dumps(g), "filename": f"{stem}.json", "type": "application/json"}, ""
-        return {"content": F.graphml(g), "filename": f"{stem}.graphml", "type": "application/xml"}, ""
+            return {
+                "content": json.dumps(g),
+                "filename": f"{stem}.json",
+                "type": "application/json",
+            }, ""
+        return {
+            "content": F.graphml(g),
+            "filename": f"{stem}.graphml",
+            "type": "application/xml",
+        }, ""

@@ -51,10 +51,15 @@ def licence_link(facts: dict[str, Any]) -> list[Any]:
     (``licence``, ``licence_url`` in its facts); nothing otherwise."""
     if not facts.get("licence_url"):
         return []
-    return ["weights under the ", html.A(facts.get("licence") or "licence", href=facts["licence_url"], target="_blank")]
+    return [
+        "weights under the ",
+        html.A(facts.get("licence") or "licence", href=facts["licence_url"], target="_blank"),
+    ]
 
 
-def model_options(store: ResultStore) -> tuple[list[dict[str, str]], str, dict[str, dict[str, Any]]]:
+def model_options(
+    store: ResultStore,
+) -> tuple[list[dict[str, str]], str, dict[str, dict[str, Any]]]:
     """Dropdown options from ``GET /api/models``, the default, and each model's facts by name.
 
     MiniLM alone (6 x 12) when the list cannot be had.
@@ -80,15 +85,22 @@ def shown(visible: bool) -> dict[str, str]:
     return {} if visible else {"display": "none"}
 
 
-def progress_block(prefix: str, *, running: bool, interval_ms: int = POLL_MS, sections: bool = False) -> html.Div:
+def progress_block(
+    prefix: str, *, running: bool, interval_ms: int = POLL_MS, sections: bool = False
+) -> html.Div:
     """A progress bar, a status line and the interval that polls the job; ``sections``: also the store
     ``{prefix}-job-sections`` (see ``register_poll``)."""
     return html.Div(
         className="progress-block",
         children=[
-            html.Div(className="progress", children=[
-                html.Div(id=f"{prefix}-progress-bar", className="progress-bar", style={"width": "0%"})
-            ]),
+            html.Div(
+                className="progress",
+                children=[
+                    html.Div(
+                        id=f"{prefix}-progress-bar", className="progress-bar", style={"width": "0%"}
+                    )
+                ],
+            ),
             html.Div(id=f"{prefix}-status", className="status"),
             dcc.Interval(id=f"{prefix}-poll", interval=interval_ms, disabled=not running),
             dcc.Store(id=f"{prefix}-job"),
@@ -103,14 +115,16 @@ def export_bar(prefix: str, graphs: list[str]) -> html.Div:
     return html.Div(
         className="export-bar",
         children=[
-            html.Button("Share", id=f"{prefix}-share-button",
-                        className="button"),
-            html.A(id=f"{prefix}-share-url", className="share-url",
-                   target="_blank"),
+            html.Button("Share", id=f"{prefix}-share-button", className="button"),
+            html.A(id=f"{prefix}-share-url", className="share-url", target="_blank"),
             html.Span("image format:", className="label"),
-            dcc.RadioItems(id=f"{prefix}-image-format", options=[{"label": "PNG", "value": "png"},
-                                                                 {"label": "SVG", "value": "svg"}],
-                           value="png", inline=True, className="inline-radio"),
+            dcc.RadioItems(
+                id=f"{prefix}-image-format",
+                options=[{"label": "PNG", "value": "png"}, {"label": "SVG", "value": "svg"}],
+                value="png",
+                inline=True,
+                className="inline-radio",
+            ),
             html.Span("(camera icon of each figure)", className="hint"),
             html.Button("Download JSON", id=f"{prefix}-export-json", className="button secondary"),
             html.Button("Download HTML", id=f"{prefix}-export-html", className="button secondary"),
@@ -128,12 +142,18 @@ def status_view(status: dict[str, Any]) -> tuple[dict[str, str], str]:
     if state == "failed":
         text = f"failed: {status.get('error') or status.get('message') or 'unknown error'}"
     elif state == "finished":
-        text = "done" if status.get("message") != "shared result" else "shared result (stored, not recomputed)"
+        text = (
+            "done"
+            if status.get("message") != "shared result"
+            else "shared result (stored, not recomputed)"
+        )
     elif state == "none":
         text = ""
     else:
         text = f"{state} — {status.get('message') or ''} ({pct:.0f}%)"
-    cls = {"failed": "progress-bar failed", "finished": "progress-bar done"}.get(state, "progress-bar")
+    cls = {"failed": "progress-bar failed", "finished": "progress-bar done"}.get(
+        state, "progress-bar"
+    )
     return {"width": f"{pct:.0f}%", "className": cls}, text
 
 
@@ -156,7 +176,9 @@ def poll_view(statuses: list[dict[str, Any]]) -> dict[str, Any]:
     return {"style": style, "className": cls, "text": text, "disabled": not busy}
 
 
-def register_poll(app: Dash, store: ResultStore, prefix: str, sources: list[str], *, sections: bool = False) -> None:
+def register_poll(
+    app: Dash, store: ResultStore, prefix: str, sources: list[str], *, sections: bool = False
+) -> None:
     """Poll the jobs of the page's source stores; ``{prefix}-job`` changes only when sections do
     (a section filling in layer by layer: with each layer). ``sections``: ``{prefix}-job-sections``
     changes only when a whole section arrives or the status changes, for the views that do not draw
@@ -185,8 +207,14 @@ def register_poll(app: Dash, store: ResultStore, prefix: str, sources: list[str]
         for src in srcs:
             st = store.status(src)
             statuses.append(st)
-            jobs.append({"id": (src or {}).get("id"), "status": st["status"], "sections": sections_of(st),
-                         "error": st.get("error")})
+            jobs.append(
+                {
+                    "id": (src or {}).get("id"),
+                    "status": st["status"],
+                    "sections": sections_of(st),
+                    "error": st.get("error"),
+                }
+            )
         view = poll_view(statuses)
         out = [no_update if jobs == previous else jobs]
         if sections:
@@ -260,11 +288,18 @@ def register_exports(
         name = f"headscope-{prefix}-{(src or {}).get('id', 'result')}"
         if ctx.triggered_id == f"{prefix}-export-json":
             payload = {"request": st.get("request"), "result": store.stored_result(src)}
-            return {"content": json.dumps(payload), "filename": f"{name}.json", "type": "application/json"}
+            return {
+                "content": json.dumps(payload),
+                "filename": f"{name}.json",
+                "type": "application/json",
+            }
         figs = figures(st["result"], *view)
         notes = "Exported from headscope; figures are interactive and need no network."
-        return {"content": standalone_html(figs, title=title, notes=notes), "filename": f"{name}.html",
-                "type": "text/html"}
+        return {
+            "content": standalone_html(figs, title=title, notes=notes),
+            "filename": f"{name}.html",
+            "type": "text/html",
+        }
 
 
 @dataclass(frozen=True)
@@ -339,7 +374,8 @@ def share_link(
         params = {k: v for k, v in view.items() if k != "page"}
         return absolute_url(page_path + query_string({"share": source["id"], **params})), ""
     field = {"pe": "pe_analysis_id", "corpus": "corpus_analysis_id", "compare": "compare_id"}.get(
-        source.get("kind", ""), "analysis_id")
+        source.get("kind", ""), "analysis_id"
+    )
     target = {field: source["id"]}
     try:
         path = client.create_share(view=view, **target)["url"]
@@ -362,7 +398,10 @@ def absolute_url(path: str) -> str:
 
 def highlight_stores(prefix: str, graphs: list[str]) -> list[dcc.Store]:
     """Stores the hover-highlight script reads (graph ids) and writes (the hovered token)."""
-    return [dcc.Store(id=f"{prefix}-highlight-ids", data=graphs), dcc.Store(id=f"{prefix}-highlight")]
+    return [
+        dcc.Store(id=f"{prefix}-highlight-ids", data=graphs),
+        dcc.Store(id=f"{prefix}-highlight"),
+    ]
 
 
 def register_highlight(app: Dash, prefix: str, graphs: list[str]) -> None:
@@ -399,7 +438,9 @@ def restore_view(
     return source, request, view
 
 
-def register_cancel(app: Dash, prefix: str, *, kind: str, cancel: Callable[[str], dict[str, Any]]) -> None:
+def register_cancel(
+    app: Dash, prefix: str, *, kind: str, cancel: Callable[[str], dict[str, Any]]
+) -> None:
     """The page's Cancel button (``{prefix}-cancel``): cancels the job in ``{prefix}-source`` when it is
     one of ``kind`` (``cancel(job id)`` -> ``{cancelled, status}``) and says so in ``{prefix}-error``."""
 
@@ -419,11 +460,17 @@ def register_cancel(app: Dash, prefix: str, *, kind: str, cancel: Callable[[str]
         return "cancelled" if done.get("cancelled") else f"not running ({done.get('status')})"
 
 
-def register_click_pick(app: Dash, *, target: str, graph_ids: list[str], parse: Callable[[Any], Any]) -> None:
+def register_click_pick(
+    app: Dash, *, target: str, graph_ids: list[str], parse: Callable[[Any], Any]
+) -> None:
     """A click on any of ``graph_ids`` selects: ``parse(clickData)`` (None: not a selection) goes to
     ``target``'s data."""
 
-    @app.callback(Output(target, "data"), *[Input(g, "clickData") for g in graph_ids], prevent_initial_call=True)
+    @app.callback(
+        Output(target, "data"),
+        *[Input(g, "clickData") for g in graph_ids],
+        prevent_initial_call=True,
+    )
     def _pick(*_clicks: Any) -> Any:
         from dash import ctx
 
@@ -444,8 +491,12 @@ def register_grid_pick(
     (``from_point(point)`` / ``from_row(row id)``; None: not a selection) goes to ``target``'s data.
     The grid's ``{grid_id}-csv`` button exports what it shows (sorted, filtered), every page."""
 
-    @app.callback(Output(target, "data"), Input(graph_id, "clickData"), Input(grid_id, "cellClicked"),
-                  prevent_initial_call=True)
+    @app.callback(
+        Output(target, "data"),
+        Input(graph_id, "clickData"),
+        Input(grid_id, "cellClicked"),
+        prevent_initial_call=True,
+    )
     def _select(click: dict[str, Any] | None, cell: dict[str, Any] | None) -> Any:
         from dash import ctx
 
@@ -455,6 +506,10 @@ def register_grid_pick(
             got = from_point(((click or {}).get("points") or [{}])[0])
         return no_update if got is None else got
 
-    @app.callback(Output(grid_id, "exportDataAsCsv"), Input(f"{grid_id}-csv", "n_clicks"), prevent_initial_call=True)
+    @app.callback(
+        Output(grid_id, "exportDataAsCsv"),
+        Input(f"{grid_id}-csv", "n_clicks"),
+        prevent_initial_call=True,
+    )
     def _csv(_n: int | None) -> bool:
         return True

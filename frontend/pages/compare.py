@@ -39,15 +39,34 @@ NAME = "compare"
 PATH = "/compare"
 TITLE = "Compare"
 NAV_ORDER = 7
-GRAPHS = ["compare-sim-graph", "compare-joint-graph", "compare-map-a", "compare-map-b", "compare-surprisal"]
+GRAPHS = [
+    "compare-sim-graph",
+    "compare-joint-graph",
+    "compare-map-a",
+    "compare-map-b",
+    "compare-surprisal",
+]
 MAX_PICK = 1000  # texts listed in the corpus-text picker (the first ones of a larger corpus)
-DEFAULT_TEXT = ("The old lighthouse keeper climbed the stairs every night, and every night the lamp "
-                "answered him with the same slow light.")
+DEFAULT_TEXT = (
+    "The old lighthouse keeper climbed the stairs every night, and every night the lamp "
+    "answered him with the same slow light."
+)
 
 
-def compare_request(*, model_a: str, model_b: str, source: str, text: str | None, corpus: str | None,
-                    max_tokens: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"model_a": model_a, "model_b": model_b, "max_tokens": int(max_tokens or 128)}
+def compare_request(
+    *,
+    model_a: str,
+    model_b: str,
+    source: str,
+    text: str | None,
+    corpus: str | None,
+    max_tokens: Any,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model_a": model_a,
+        "model_b": model_b,
+        "max_tokens": int(max_tokens or 128),
+    }
     if source == "corpus":
         body["corpus"] = corpus
     else:
@@ -96,107 +115,248 @@ def maps_text(result: dict[str, Any], pick: Any, typed: str | None) -> str:
 
 def text_options(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The corpus-text picker's options: ``i: the text's start`` for the first ``MAX_PICK`` texts."""
-    return [{"label": f"{i}: {t[:100]}{'…' if len(t) > 100 else ''}", "value": i}
-            for i, t in enumerate((result.get("texts") or [])[:MAX_PICK])]
+    return [
+        {"label": f"{i}: {t[:100]}{'…' if len(t) > 100 else ''}", "value": i}
+        for i, t in enumerate((result.get("texts") or [])[:MAX_PICK])
+    ]
 
 
-def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None) -> html.Div:
+def layout(
+    store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None
+) -> html.Div:
     options, default_model, _ = model_options(store)
     source, request, view = _restore(store, query, share)
     names = [o["value"] for o in options]
     second = "smollm2" if "smollm2" in names else default_model
     cell = cell_of(view.get("cell"))
-    picks = text_options(store.status(source)["result"]) if source else []  # a link's picked text: listed
+    picks = (
+        text_options(store.status(source)["result"]) if source else []
+    )  # a link's picked text: listed
     kind = "corpus" if request.get("corpus") else "text"  # the text box shows in text mode only
-    return html.Div(className="page", id="compare-page", children=[
-        html.H2("Two models side by side"),
-        html.Div(className="controls", children=[
-            html.Div(className="control-row", children=[
-                html.Label("model A", htmlFor="compare-model-a"),
-                dcc.Dropdown(id="compare-model-a", options=options, value=request.get("model_a") or default_model,
-                             clearable=False, className="model-picker"),
-                html.Label("model B", htmlFor="compare-model-b"),
-                dcc.Dropdown(id="compare-model-b", options=options, value=request.get("model_b") or second,
-                             clearable=False, className="model-picker"),
-            ]),
-            html.Div(className="control-row", children=[
-                dcc.RadioItems(id="compare-source-kind", inline=True,
-                               options=[{"label": " one text", "value": "text"}, {"label": " a corpus", "value": "corpus"}],
-                               value=kind),
-                html.Div(id="compare-corpus-box", style=shown(kind == "corpus"), children=[
-                    dcc.Dropdown(id="compare-corpus", options=_corpus_options(store),
-                                 value=request.get("corpus") or "builtin-english", clearable=False,
-                                 style={"minWidth": "22em"}),
-                ]),
-                html.Label("max tokens per text", htmlFor="compare-max-tokens"),
-                dcc.Input(id="compare-max-tokens", type="number", min=2, max=512, step=1,
-                          value=request.get("max_tokens", 128), style={"width": "9em"}),
-            ]),
-            html.Div(id="compare-text-box", style=shown(kind == "text"), children=[
-                dcc.Textarea(id="compare-text", value=request.get("text") or DEFAULT_TEXT, className="text-input",
-                             placeholder="the text to compare the two models on"),
-            ]),
-            html.Div(className="control-row", children=[
-                html.Button("Compare", id="compare-run", className="button primary"),
-                html.Button("Cancel", id="compare-cancel", className="button secondary"),
-            ]),
-            html.Div(id="compare-error", className="error"),
-            progress_block("compare", running=source is not None),
-        ]),
-        export_bar("compare", GRAPHS),
-        html.Div(className="panel", children=[
-            html.P("Similarity of two heads: the mean over texts and query words of 1 − JSD (bits) of their "
-                   "word-level attention rows (docs/compare.md). White lines: layer boundaries; dots: the "
-                   "Hungarian matching. Click a cell for the two heads' word-level maps.", className="hint"),
-            graph("compare-sim-graph", figure=empty_figure("Pick two models and a text or corpus, then Compare.")),
-        ]),
-        html.Div(className="panel", children=[
-            html.H4("Matched pairs (Hungarian method; sort by any column, click a row to select the pair)"),
-            html.Button("Export CSV", id="compare-table-csv", className="button secondary"),
-            dag.AgGrid(id="compare-table", rowData=[], getRowId="params.data.id",
-                       columnDefs=[{"field": k, "headerName": n} for k, n in F.PAIR_COLUMNS],
-                       defaultColDef={"sortable": True, "filter": True, "floatingFilter": True,
-                                      "resizable": True, "minWidth": 90, "wrapHeaderText": True,
-                                      "autoHeaderHeight": True},
-                       dashGridOptions={"pagination": True, "paginationPageSize": 12,
-                                        "paginationPageSizeSelector": [12, 50, 200], "domLayout": "autoHeight",
-                                        "animateRows": False},
-                       columnSize="responsiveSizeToFit", className="corpus-grid",
-                       csvExportParams={"fileName": "headscope-compare-pairs.csv"}),
-        ]),
-        html.Div(className="panel", children=[graph("compare-joint-graph", figure=F.joint_map_figure({}))]),
-        html.Div(className="panel", children=[
-            html.Div(id="compare-text-row", className="control-row",
-                     style=shown(bool(picks)), children=[
-                html.Label("text of the corpus (word-level maps and surprisal)", htmlFor="compare-text-pick"),
-                dcc.Dropdown(id="compare-text-pick", options=picks, value=text_index(view.get("text")),
-                             clearable=False, style={"minWidth": "40em"}),
-            ]),
-            html.Div(id="compare-cell-label", className="label"),
-            progress_block("compare-maps", running=False),
-            html.Div(className="row", children=[
-                html.Div(className="col", children=[
-                    graph("compare-map-a", figure=F.word_map_figure(None, layer=0, head=0, title="")),
-                    html.Button("A's token view", id="compare-open-a", className="button secondary")]),
-                html.Div(className="col", children=[
-                    graph("compare-map-b", figure=F.word_map_figure(None, layer=0, head=0, title="")),
-                    html.Button("B's token view", id="compare-open-b", className="button secondary")]),
-            ]),
-        ]),
-        html.Div(className="panel", children=[graph("compare-surprisal", figure=empty_figure("", height=220))]),
-        dcc.Location(id="compare-go", refresh=True),
-        dcc.Store(id="compare-source", data=source),
-        dcc.Store(id="compare-maps-a"),
-        dcc.Store(id="compare-maps-b"),
-        dcc.Store(id="compare-cell", data=list(cell) if cell else None),
-    ])
+    return html.Div(
+        className="page",
+        id="compare-page",
+        children=[
+            html.H2("Two models side by side"),
+            html.Div(
+                className="controls",
+                children=[
+                    html.Div(
+                        className="control-row",
+                        children=[
+                            html.Label("model A", htmlFor="compare-model-a"),
+                            dcc.Dropdown(
+                                id="compare-model-a",
+                                options=options,
+                                value=request.get("model_a") or default_model,
+                                clearable=False,
+                                className="model-picker",
+                            ),
+                            html.Label("model B", htmlFor="compare-model-b"),
+                            dcc.Dropdown(
+                                id="compare-model-b",
+                                options=options,
+                                value=request.get("model_b") or second,
+                                clearable=False,
+                                className="model-picker",
+                            ),
+                        ],
+                    ),
+                    html.Div(
+                        className="control-row",
+                        children=[
+                            dcc.RadioItems(
+                                id="compare-source-kind",
+                                inline=True,
+                                options=[
+                                    {"label": " one text", "value": "text"},
+                                    {"label": " a corpus", "value": "corpus"},
+                                ],
+                                value=kind,
+                            ),
+                            html.Div(
+                                id="compare-corpus-box",
+                                style=shown(kind == "corpus"),
+                                children=[
+                                    dcc.Dropdown(
+                                        id="compare-corpus",
+                                        options=_corpus_options(store),
+                                        value=request.get("corpus") or "builtin-english",
+                                        clearable=False,
+                                        style={"minWidth": "22em"},
+                                    ),
+                                ],
+                            ),
+                            html.Label("max tokens per text", htmlFor="compare-max-tokens"),
+                            dcc.Input(
+                                id="compare-max-tokens",
+                                type="number",
+                                min=2,
+                                max=512,
+                                step=1,
+                                value=request.get("max_tokens", 128),
+                                style={"width": "9em"},
+                            ),
+                        ],
+                    ),
+                    html.Div(
+                        id="compare-text-box",
+                        style=shown(kind == "text"),
+                        children=[
+                            dcc.Textarea(
+                                id="compare-text",
+                                value=request.get("text") or DEFAULT_TEXT,
+                                className="text-input",
+                                placeholder="the text to compare the two models on",
+                            ),
+                        ],
+                    ),
+                    html.Div(
+                        className="control-row",
+                        children=[
+                            html.Button("Compare", id="compare-run", className="button primary"),
+                            html.Button(
+                                "Cancel", id="compare-cancel", className="button secondary"
+                            ),
+                        ],
+                    ),
+                    html.Div(id="compare-error", className="error"),
+                    progress_block("compare", running=source is not None),
+                ],
+            ),
+            export_bar("compare", GRAPHS),
+            html.Div(
+                className="panel",
+                children=[
+                    html.P(
+                        "Similarity of two heads: the mean over texts and query words of 1 − JSD (bits) of their "
+                        "word-level attention rows (docs/compare.md). White lines: layer boundaries; dots: the "
+                        "Hungarian matching. Click a cell for the two heads' word-level maps.",
+                        className="hint",
+                    ),
+                    graph(
+                        "compare-sim-graph",
+                        figure=empty_figure("Pick two models and a text or corpus, then Compare."),
+                    ),
+                ],
+            ),
+            html.Div(
+                className="panel",
+                children=[
+                    html.H4(
+                        "Matched pairs (Hungarian method; sort by any column, click a row to select the pair)"
+                    ),
+                    html.Button("Export CSV", id="compare-table-csv", className="button secondary"),
+                    dag.AgGrid(
+                        id="compare-table",
+                        rowData=[],
+                        getRowId="params.data.id",
+                        columnDefs=[{"field": k, "headerName": n} for k, n in F.PAIR_COLUMNS],
+                        defaultColDef={
+                            "sortable": True,
+                            "filter": True,
+                            "floatingFilter": True,
+                            "resizable": True,
+                            "minWidth": 90,
+                            "wrapHeaderText": True,
+                            "autoHeaderHeight": True,
+                        },
+                        dashGridOptions={
+                            "pagination": True,
+                            "paginationPageSize": 12,
+                            "paginationPageSizeSelector": [12, 50, 200],
+                            "domLayout": "autoHeight",
+                            "animateRows": False,
+                        },
+                        columnSize="responsiveSizeToFit",
+                        className="corpus-grid",
+                        csvExportParams={"fileName": "headscope-compare-pairs.csv"},
+                    ),
+                ],
+            ),
+            html.Div(
+                className="panel",
+                children=[graph("compare-joint-graph", figure=F.joint_map_figure({}))],
+            ),
+            html.Div(
+                className="panel",
+                children=[
+                    html.Div(
+                        id="compare-text-row",
+                        className="control-row",
+                        style=shown(bool(picks)),
+                        children=[
+                            html.Label(
+                                "text of the corpus (word-level maps and surprisal)",
+                                htmlFor="compare-text-pick",
+                            ),
+                            dcc.Dropdown(
+                                id="compare-text-pick",
+                                options=picks,
+                                value=text_index(view.get("text")),
+                                clearable=False,
+                                style={"minWidth": "40em"},
+                            ),
+                        ],
+                    ),
+                    html.Div(id="compare-cell-label", className="label"),
+                    progress_block("compare-maps", running=False),
+                    html.Div(
+                        className="row",
+                        children=[
+                            html.Div(
+                                className="col",
+                                children=[
+                                    graph(
+                                        "compare-map-a",
+                                        figure=F.word_map_figure(None, layer=0, head=0, title=""),
+                                    ),
+                                    html.Button(
+                                        "A's token view",
+                                        id="compare-open-a",
+                                        className="button secondary",
+                                    ),
+                                ],
+                            ),
+                            html.Div(
+                                className="col",
+                                children=[
+                                    graph(
+                                        "compare-map-b",
+                                        figure=F.word_map_figure(None, layer=0, head=0, title=""),
+                                    ),
+                                    html.Button(
+                                        "B's token view",
+                                        id="compare-open-b",
+                                        className="button secondary",
+                                    ),
+                                ],
+                            ),
+                        ],
+                    ),
+                ],
+            ),
+            html.Div(
+                className="panel",
+                children=[graph("compare-surprisal", figure=empty_figure("", height=220))],
+            ),
+            dcc.Location(id="compare-go", refresh=True),
+            dcc.Store(id="compare-source", data=source),
+            dcc.Store(id="compare-maps-a"),
+            dcc.Store(id="compare-maps-b"),
+            dcc.Store(id="compare-cell", data=list(cell) if cell else None),
+        ],
+    )
 
 
 def _figures(result: dict[str, Any], cell: Any, pick: Any = 0) -> list[Any]:
     sel = cell_of(cell)
     n = len(result.get("words") or [None])
-    return [F.similarity_figure(result, selected=sel), F.joint_map_figure(result, selected=sel),
-            F.surprisal_figure(result, text=min(text_index(pick), n - 1))]
+    return [
+        F.similarity_figure(result, selected=sel),
+        F.joint_map_figure(result, selected=sel),
+        F.surprisal_figure(result, text=min(text_index(pick), n - 1)),
+    ]
 
 
 def _view(cell: Any, pick: Any) -> dict[str, Any]:
@@ -232,8 +392,14 @@ def register(app: Dash, store: ResultStore) -> None:
         prevent_initial_call=True,
     )
     def _submit(_n, model_a, model_b, kind, text, corpus, max_tokens):  # type: ignore[no-untyped-def]
-        req = compare_request(model_a=model_a, model_b=model_b, source=kind, text=text, corpus=corpus,
-                              max_tokens=max_tokens)
+        req = compare_request(
+            model_a=model_a,
+            model_b=model_b,
+            source=kind,
+            text=text,
+            corpus=corpus,
+            max_tokens=max_tokens,
+        )
         try:
             made = client.submit_compare(req)
         except (ApiError, ValueError) as exc:
@@ -250,9 +416,14 @@ def register(app: Dash, store: ResultStore) -> None:
         return shown(kind != "corpus"), shown(kind == "corpus")
 
     register_cancel(app, "compare", kind="compare", cancel=client.cancel_compare)
-    register_grid_pick(app, target="compare-cell", graph_id="compare-sim-graph", grid_id="compare-table",
-                       from_point=lambda point: _listed(F.clicked_cell(point)),
-                       from_row=lambda row: _listed(cell_of(row)))
+    register_grid_pick(
+        app,
+        target="compare-cell",
+        graph_id="compare-sim-graph",
+        grid_id="compare-table",
+        from_point=lambda point: _listed(F.clicked_cell(point)),
+        from_row=lambda row: _listed(cell_of(row)),
+    )
 
     @app.callback(
         Output("compare-text-pick", "options"),
@@ -281,8 +452,10 @@ def register(app: Dash, store: ResultStore) -> None:
         st = store.status(source)
         result = st["result"]
         if not result.get("similarity"):
-            msg = {"none": "Pick two models and a text or corpus, then Compare.",
-                   "failed": f"failed: {st.get('error')}"}.get(st["status"], "Comparing…")
+            msg = {
+                "none": "Pick two models and a text or corpus, then Compare.",
+                "failed": f"failed: {st.get('error')}",
+            }.get(st["status"], "Comparing…")
             return [], empty_figure(msg), F.joint_map_figure({}), empty_figure("", height=220)
         return (F.pair_rows(result), *_figures(result, cell, pick))
 
@@ -306,8 +479,9 @@ def register(app: Dash, store: ResultStore) -> None:
         for side in ("model_a", "model_b"):
             model = result[side]["name"]
             try:
-                made = client.submit_analysis(model=model, text=text, analyses=["word-maps"],
-                                              options={"truncate": True})
+                made = client.submit_analysis(
+                    model=model, text=text, analyses=["word-maps"], options={"truncate": True}
+                )
             except ApiError as exc:
                 logger.warning("word maps of %s: %s", model, exc)
                 return no_update, no_update
@@ -335,17 +509,25 @@ def register(app: Dash, store: ResultStore) -> None:
             blank = F.word_map_figure(None, layer=0, head=0, title="")
             return blank, blank, "Click a cell of the similarity matrix or a row of the table."
         figs = []
-        for idx, side, maps in ((sel[0], result["model_a"], maps_a), (sel[1], result["model_b"], maps_b)):
+        for idx, side, maps in (
+            (sel[0], result["model_a"], maps_a),
+            (sel[1], result["model_b"], maps_b),
+        ):
             h = int(side["n_heads"])
             st = store.status(maps) if maps else {"status": "none", "result": {}}
             section = (st.get("result") or {}).get("word-maps")
             title = f"{side['name']} head {F.head_label(idx, h)}: word-level map"
-            figs.append(F.word_map_figure(section, layer=idx // h, head=idx % h, title=title) if section
-                        else empty_figure(f"{title}: {st.get('error') or 'computing…'}", height=460))
+            figs.append(
+                F.word_map_figure(section, layer=idx // h, head=idx % h, title=title)
+                if section
+                else empty_figure(f"{title}: {st.get('error') or 'computing…'}", height=460)
+            )
         sim = result["similarity"][sel[0]][sel[1]]
-        label = (f"A {result['model_a']['name']} {F.head_label(sel[0], int(result['model_a']['n_heads']))} · "
-                 f"B {result['model_b']['name']} {F.head_label(sel[1], int(result['model_b']['n_heads']))}: "
-                 f"similarity {sim:.3f}")
+        label = (
+            f"A {result['model_a']['name']} {F.head_label(sel[0], int(result['model_a']['n_heads']))} · "
+            f"B {result['model_b']['name']} {F.head_label(sel[1], int(result['model_b']['n_heads']))}: "
+            f"similarity {sim:.3f}"
+        )
         if result.get("texts"):
             n = len(result["texts"])
             label += f" · word-level maps of text {min(text_index(pick), n - 1)} of {n}"
@@ -371,23 +553,44 @@ def register(app: Dash, store: ResultStore) -> None:
         result = store.status(source)["result"]
         if sel is None or not result.get("similarity"):
             return no_update, "compare, then click a cell first"
-        side, idx = ("model_a", sel[0]) if ctx.triggered_id == "compare-open-a" else ("model_b", sel[1])
+        side, idx = (
+            ("model_a", sel[0]) if ctx.triggered_id == "compare-open-a" else ("model_b", sel[1])
+        )
         h = int(result[side]["n_heads"])
-        req = text_request(text=maps_text(result, pick, typed), model=result[side]["name"], drop_special=True,
-                           restarts=1, layer=idx // h, head=idx % h)
+        req = text_request(
+            text=maps_text(result, pick, typed),
+            model=result[side]["name"],
+            drop_special=True,
+            restarts=1,
+            layer=idx // h,
+            head=idx % h,
+        )
         try:
             made = client.submit_analysis(**req)
         except ApiError as exc:
             return no_update, str(exc)
         return f"/?analysis={made['id']}", ""
 
-    register_view(app, client, PageView(
-        name=NAME, prefix="compare", path=PATH, source="compare-source",
-        inputs=(("compare-cell", "data"), ("compare-text-pick", "value")),
-        view=_view,
-    ))
+    register_view(
+        app,
+        client,
+        PageView(
+            name=NAME,
+            prefix="compare",
+            path=PATH,
+            source="compare-source",
+            inputs=(("compare-cell", "data"), ("compare-text-pick", "value")),
+            view=_view,
+        ),
+    )
 
     register_exports(
-        app, store, "compare", source="compare-source", graphs=GRAPHS, figures=_figures,
-        view_states=[State("compare-cell", "data"), State("compare-text-pick", "value")], title="headscope — two models side by side",
+        app,
+        store,
+        "compare",
+        source="compare-source",
+        graphs=GRAPHS,
+        figures=_figures,
+        view_states=[State("compare-cell", "data"), State("compare-text-pick", "value")],
+        title="headscope — two models side by side",
     )

@@ -34,8 +34,13 @@ PATH = "/pe"
 TITLE = "PE explorer"
 NAV_ORDER = 3
 GRAPHS = ["pe-distance-graph", "pe-map-graph", "pe-sweep-graph"]
-REFERENCES = [("none", "none"), ("2d-fixed", "2d-fixed (grid)"), ("1d-fixed", "1d-fixed"),
-              ("random", "random N(0, σ²)"), ("checkpoint", "another checkpoint")]
+REFERENCES = [
+    ("none", "none"),
+    ("2d-fixed", "2d-fixed (grid)"),
+    ("1d-fixed", "1d-fixed"),
+    ("random", "random N(0, σ²)"),
+    ("checkpoint", "another checkpoint"),
+]
 PARTITIONS = [("none", "none"), ("rows", "grid rows"), ("columns", "grid columns"), ("csv", "CSV")]
 
 
@@ -47,13 +52,25 @@ def _flag(view: dict[str, Any], key: str, default: bool) -> bool:
 def checkpoint_entry(info: dict[str, Any]) -> dict[str, Any]:
     """What the page keeps of a checkpoint: id, name, candidate tensors, the chosen tensor."""
     cands = [{"name": c.get("name"), "shape": c.get("shape")} for c in info.get("candidates") or []]
-    return {"id": info["id"], "name": info.get("filename") or info.get("name") or info["id"],
-            "candidates": cands, "tensor": info.get("tensor") or info.get("default")}
+    return {
+        "id": info["id"],
+        "name": info.get("filename") or info.get("name") or info["id"],
+        "candidates": cands,
+        "tensor": info.get("tensor") or info.get("default"),
+    }
 
 
 def pe_request(
-    *, checkpoints: list[dict[str, Any]], reference: str, grid: tuple[int, int], sigma: float, seed: int,
-    reference_checkpoint: str | None, partition: str, csv: str | None, metric: str,
+    *,
+    checkpoints: list[dict[str, Any]],
+    reference: str,
+    grid: tuple[int, int],
+    sigma: float,
+    seed: int,
+    reference_checkpoint: str | None,
+    partition: str,
+    csv: str | None,
+    metric: str,
 ) -> dict[str, Any]:
     """The ``POST /api/pe-analyses`` body for the page's controls."""
     ref: dict[str, Any] = {"kind": reference or "none"}
@@ -73,101 +90,246 @@ def pe_request(
         if not (csv or "").strip():
             raise ValueError("paste or upload a partition CSV (header position,label)")
         part["csv"] = csv
-    return {"checkpoints": [{"id": c["id"], "tensor": c.get("tensor")} for c in checkpoints],
-            "reference": ref, "partition": part, "metric": metric or "euclidean"}
+    return {
+        "checkpoints": [{"id": c["id"], "tensor": c.get("tensor")} for c in checkpoints],
+        "reference": ref,
+        "partition": part,
+        "metric": metric or "euclidean",
+    }
 
 
-def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None) -> html.Div:
+def layout(
+    store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None
+) -> html.Div:
     source, request, view, result = None, {}, {}, {}
     if share is not None:
         source = {"kind": "share", "id": share["id"]}
-        request, view, result = share.get("request") or {}, dict(share.get("view") or {}), share.get("result") or {}
+        request, view, result = (
+            share.get("request") or {},
+            dict(share.get("view") or {}),
+            share.get("result") or {},
+        )
     elif query.get("analysis"):
         source = {"kind": "pe", "id": query["analysis"]}
         st = store.status(source)
         request, result = st.get("request") or {}, st.get("result") or {}
-    view.update({k: v for k, v in query.items() if k in ("colour", "rescale", "reorder", "aligned", "shared")})
+    view.update(
+        {
+            k: v
+            for k, v in query.items()
+            if k in ("colour", "rescale", "reorder", "aligned", "shared")
+        }
+    )
     reports = result.get("checkpoints") or []
     entries = []
     for i, c in enumerate(request.get("checkpoints") or []):
         name = reports[i].get("name") if i < len(reports) else c["id"]
-        entries.append({"id": c["id"], "name": name or c["id"], "candidates": [], "tensor": c.get("tensor")})
+        entries.append(
+            {"id": c["id"], "name": name or c["id"], "candidates": [], "tensor": c.get("tensor")}
+        )
     ref, part = request.get("reference") or {}, request.get("partition") or {}
     grid = ref.get("grid") or part.get("grid") or [4, 4]
     colour = view.get("colour") if view.get("colour") in P.COLOUR_BY else "row"
-    return html.Div(className="page", id="pe-page", children=[
-        html.H2("Learned positional encodings"),
-        html.Div(className="controls", children=[
-            html.Div(className="control-row", children=[
-                dcc.Upload(id="pe-upload", multiple=True, className="upload", children=html.Div(
-                    "Drop checkpoints here or click to upload (.safetensors, .npy, .npz, .pt/.bin)")),
-                html.Button("Load demo checkpoints", id="pe-demo-button", className="button"),
-            ]),
-            html.Div(id="pe-upload-error", className="error"),
-            html.Div(id="pe-checkpoint-list", className="checkpoint-list"),
-            html.Div(className="control-row", children=[
-                html.Span("reference:", className="label"),
-                dcc.RadioItems(id="pe-reference", options=[{"label": lab, "value": v} for v, lab in REFERENCES],
-                               value=ref.get("kind", "2d-fixed"), inline=True, className="inline-radio"),
-            ]),
-            html.Div(className="control-row", children=[
-                html.Label("grid rows", htmlFor="pe-grid-rows"),
-                dcc.Input(id="pe-grid-rows", type="number", min=1, value=int(grid[0]), className="small-input"),
-                html.Label("columns", htmlFor="pe-grid-cols"),
-                dcc.Input(id="pe-grid-cols", type="number", min=1, value=int(grid[1]), className="small-input"),
-                html.Label("σ", htmlFor="pe-sigma"),
-                dcc.Input(id="pe-sigma", type="number", min=0, value=float(ref.get("sigma", 1.0)),
-                          className="small-input"),
-                html.Label("seed", htmlFor="pe-seed"),
-                dcc.Input(id="pe-seed", type="number", min=0, value=int(ref.get("seed", 0)), className="small-input"),
-                html.Label("reference checkpoint", htmlFor="pe-reference-checkpoint"),
-                dcc.Dropdown(id="pe-reference-checkpoint", value=(ref.get("checkpoint") or {}).get("id"),
-                             placeholder="(for 'another checkpoint')", className="model-picker"),
-            ]),
-            html.Div(className="control-row", children=[
-                html.Span("partition:", className="label"),
-                dcc.RadioItems(id="pe-partition", options=[{"label": lab, "value": v} for v, lab in PARTITIONS],
-                               value=part.get("kind", "rows"), inline=True, className="inline-radio"),
-                dcc.Upload(id="pe-partition-upload", children=html.Button("upload CSV", className="button secondary")),
-                html.Span("metric:", className="label"),
-                dcc.RadioItems(id="pe-metric", options=["euclidean", "cosine"],
-                               value=request.get("metric", "euclidean"), inline=True, className="inline-radio"),
-            ]),
-            dcc.Textarea(id="pe-partition-csv", value=part.get("csv") or "", className="text-input",
-                         placeholder="position,label\n0,a\n1,a\n…", style={"minHeight": "60px"}),
-            html.Div(className="control-row", children=[
-                html.Button("Analyze", id="pe-run-button", className="button primary")]),
-            html.Div(id="pe-error", className="error"),
-            progress_block("pe", running=source is not None),
-        ]),
-        export_bar("pe", GRAPHS),
-        html.Div(className="panel", children=[html.Div(id="pe-metrics")]),
-        html.Div(className="panel", children=[
-            html.Div(className="control-row", children=[
-                dcc.Checklist(id="pe-reorder", options=[{"label": " reorder positions by partition", "value": "on"}],
-                              value=["on"] if _flag(view, "reorder", True) else [], inline=True),
-                dcc.Checklist(id="pe-shared-scale", options=[
-                    {"label": " one colour scale for all panels (default: each its own)", "value": "shared"}],
-                    value=["shared"] if _flag(view, "shared", False) else [], inline=True),
-            ]),
-            graph("pe-distance-graph", figure=empty_figure("Load a checkpoint and press Analyze.")),
-        ]),
-        html.Div(className="panel", children=[
-            html.Div(className="control-row", children=[
-                html.Span("colour by:", className="label"),
-                dcc.RadioItems(id="pe-colour", options=list(P.COLOUR_BY), value=colour, inline=True,
-                               className="inline-radio"),
-                dcc.Checklist(id="pe-view-options", options=[
-                    {"label": " quantile-equidistant axes", "value": "rescale"},
-                    {"label": " aligned to the reference", "value": "aligned"}],
-                    value=[k for k, d in (("rescale", True), ("aligned", False)) if _flag(view, k, d)], inline=True),
-            ]),
-            graph("pe-map-graph", figure=empty_figure("")),
-        ]),
-        html.Div(className="panel", children=[graph("pe-sweep-graph", figure=empty_figure("", height=200))]),
-        dcc.Store(id="pe-source", data=source),
-        dcc.Store(id="pe-checkpoints", data=entries),
-    ])
+    return html.Div(
+        className="page",
+        id="pe-page",
+        children=[
+            html.H2("Learned positional encodings"),
+            html.Div(
+                className="controls",
+                children=[
+                    html.Div(
+                        className="control-row",
+                        children=[
+                            dcc.Upload(
+                                id="pe-upload",
+                                multiple=True,
+                                className="upload",
+                                children=html.Div(
+                                    "Drop checkpoints here or click to upload (.safetensors, .npy, .npz, .pt/.bin)"
+                                ),
+                            ),
+                            html.Button(
+                                "Load demo checkpoints", id="pe-demo-button", className="button"
+                            ),
+                        ],
+                    ),
+                    html.Div(id="pe-upload-error", className="error"),
+                    html.Div(id="pe-checkpoint-list", className="checkpoint-list"),
+                    html.Div(
+                        className="control-row",
+                        children=[
+                            html.Span("reference:", className="label"),
+                            dcc.RadioItems(
+                                id="pe-reference",
+                                options=[{"label": lab, "value": v} for v, lab in REFERENCES],
+                                value=ref.get("kind", "2d-fixed"),
+                                inline=True,
+                                className="inline-radio",
+                            ),
+                        ],
+                    ),
+                    html.Div(
+                        className="control-row",
+                        children=[
+                            html.Label("grid rows", htmlFor="pe-grid-rows"),
+                            dcc.Input(
+                                id="pe-grid-rows",
+                                type="number",
+                                min=1,
+                                value=int(grid[0]),
+                                className="small-input",
+                            ),
+                            html.Label("columns", htmlFor="pe-grid-cols"),
+                            dcc.Input(
+                                id="pe-grid-cols",
+                                type="number",
+                                min=1,
+                                value=int(grid[1]),
+                                className="small-input",
+                            ),
+                            html.Label("σ", htmlFor="pe-sigma"),
+                            dcc.Input(
+                                id="pe-sigma",
+                                type="number",
+                                min=0,
+                                value=float(ref.get("sigma", 1.0)),
+                                className="small-input",
+                            ),
+                            html.Label("seed", htmlFor="pe-seed"),
+                            dcc.Input(
+                                id="pe-seed",
+                                type="number",
+                                min=0,
+                                value=int(ref.get("seed", 0)),
+                                className="small-input",
+                            ),
+                            html.Label("reference checkpoint", htmlFor="pe-reference-checkpoint"),
+                            dcc.Dropdown(
+                                id="pe-reference-checkpoint",
+                                value=(ref.get("checkpoint") or {}).get("id"),
+                                placeholder="(for 'another checkpoint')",
+                                className="model-picker",
+                            ),
+                        ],
+                    ),
+                    html.Div(
+                        className="control-row",
+                        children=[
+                            html.Span("partition:", className="label"),
+                            dcc.RadioItems(
+                                id="pe-partition",
+                                options=[{"label": lab, "value": v} for v, lab in PARTITIONS],
+                                value=part.get("kind", "rows"),
+                                inline=True,
+                                className="inline-radio",
+                            ),
+                            dcc.Upload(
+                                id="pe-partition-upload",
+                                children=html.Button("upload CSV", className="button secondary"),
+                            ),
+                            html.Span("metric:", className="label"),
+                            dcc.RadioItems(
+                                id="pe-metric",
+                                options=["euclidean", "cosine"],
+                                value=request.get("metric", "euclidean"),
+                                inline=True,
+                                className="inline-radio",
+                            ),
+                        ],
+                    ),
+                    dcc.Textarea(
+                        id="pe-partition-csv",
+                        value=part.get("csv") or "",
+                        className="text-input",
+                        placeholder="position,label\n0,a\n1,a\n…",
+                        style={"minHeight": "60px"},
+                    ),
+                    html.Div(
+                        className="control-row",
+                        children=[
+                            html.Button("Analyze", id="pe-run-button", className="button primary")
+                        ],
+                    ),
+                    html.Div(id="pe-error", className="error"),
+                    progress_block("pe", running=source is not None),
+                ],
+            ),
+            export_bar("pe", GRAPHS),
+            html.Div(className="panel", children=[html.Div(id="pe-metrics")]),
+            html.Div(
+                className="panel",
+                children=[
+                    html.Div(
+                        className="control-row",
+                        children=[
+                            dcc.Checklist(
+                                id="pe-reorder",
+                                options=[
+                                    {"label": " reorder positions by partition", "value": "on"}
+                                ],
+                                value=["on"] if _flag(view, "reorder", True) else [],
+                                inline=True,
+                            ),
+                            dcc.Checklist(
+                                id="pe-shared-scale",
+                                options=[
+                                    {
+                                        "label": " one colour scale for all panels (default: each its own)",
+                                        "value": "shared",
+                                    }
+                                ],
+                                value=["shared"] if _flag(view, "shared", False) else [],
+                                inline=True,
+                            ),
+                        ],
+                    ),
+                    graph(
+                        "pe-distance-graph",
+                        figure=empty_figure("Load a checkpoint and press Analyze."),
+                    ),
+                ],
+            ),
+            html.Div(
+                className="panel",
+                children=[
+                    html.Div(
+                        className="control-row",
+                        children=[
+                            html.Span("colour by:", className="label"),
+                            dcc.RadioItems(
+                                id="pe-colour",
+                                options=list(P.COLOUR_BY),
+                                value=colour,
+                                inline=True,
+                                className="inline-radio",
+                            ),
+                            dcc.Checklist(
+                                id="pe-view-options",
+                                options=[
+                                    {"label": " quantile-equidistant axes", "value": "rescale"},
+                                    {"label": " aligned to the reference", "value": "aligned"},
+                                ],
+                                value=[
+                                    k
+                                    for k, d in (("rescale", True), ("aligned", False))
+                                    if _flag(view, k, d)
+                                ],
+                                inline=True,
+                            ),
+                        ],
+                    ),
+                    graph("pe-map-graph", figure=empty_figure("")),
+                ],
+            ),
+            html.Div(
+                className="panel",
+                children=[graph("pe-sweep-graph", figure=empty_figure("", height=200))],
+            ),
+            dcc.Store(id="pe-source", data=source),
+            dcc.Store(id="pe-checkpoints", data=entries),
+        ],
+    )
 
 
 def metrics_table(result: dict[str, Any]) -> html.Table | html.Div:
@@ -175,10 +337,14 @@ def metrics_table(result: dict[str, Any]) -> html.Table | html.Div:
     if not rows:
         return html.Div("No metrics yet.", className="hint")
     cols = list(rows[0])
-    return html.Table(id="pe-metrics-table", className="metrics-table", children=[
-        html.Thead(html.Tr([html.Th(c) for c in cols])),
-        html.Tbody([html.Tr([html.Td(r[c]) for c in cols]) for r in rows]),
-    ])
+    return html.Table(
+        id="pe-metrics-table",
+        className="metrics-table",
+        children=[
+            html.Thead(html.Tr([html.Th(c) for c in cols])),
+            html.Tbody([html.Tr([html.Td(r[c]) for c in cols]) for r in rows]),
+        ],
+    )
 
 
 def _grid_of(request: dict[str, Any] | None, rows: Any, cols: Any) -> tuple[int, int]:
@@ -188,14 +354,28 @@ def _grid_of(request: dict[str, Any] | None, rows: Any, cols: Any) -> tuple[int,
     return int(rows or 4), int(cols or 4)
 
 
-def _figures(result: dict[str, Any], reorder: Any, colour: Any, view_opts: Any, rows: Any, cols: Any,
-             shared: Any = None) -> list[Any]:
+def _figures(
+    result: dict[str, Any],
+    reorder: Any,
+    colour: Any,
+    view_opts: Any,
+    rows: Any,
+    cols: Any,
+    shared: Any = None,
+) -> list[Any]:
     grid = _grid_of(None, rows, cols)
     opts = view_opts or []
-    return [P.pe_distance_figure(result, reorder=bool(reorder), shared_scale=bool(shared)),
-            P.pe_map_figure(result, colour_by=colour or "row", grid=grid, rescale="rescale" in opts,
-                            aligned="aligned" in opts),
-            P.pe_sweep_figure(result)]
+    return [
+        P.pe_distance_figure(result, reorder=bool(reorder), shared_scale=bool(shared)),
+        P.pe_map_figure(
+            result,
+            colour_by=colour or "row",
+            grid=grid,
+            rescale="rescale" in opts,
+            aligned="aligned" in opts,
+        ),
+        P.pe_sweep_figure(result),
+    ]
 
 
 def register(app: Dash, store: ResultStore) -> None:
@@ -257,16 +437,32 @@ def register(app: Dash, store: ResultStore) -> None:
     def _list(entries):  # type: ignore[no-untyped-def]
         items = []
         for i, e in enumerate(entries or []):
-            opts = [{"label": f"{c['name']} {tuple(c.get('shape') or ())}", "value": c["name"]}
-                    for c in e.get("candidates") or []]
+            opts = [
+                {"label": f"{c['name']} {tuple(c.get('shape') or ())}", "value": c["name"]}
+                for c in e.get("candidates") or []
+            ]
             if e.get("tensor") and not any(o["value"] == e["tensor"] for o in opts):
                 opts.append({"label": e["tensor"], "value": e["tensor"]})
-            items.append(html.Div(className="checkpoint", children=[
-                html.Span(e["name"], className="name"),
-                dcc.Dropdown(id={"type": "pe-tensor", "index": i}, options=opts, value=e.get("tensor"),
-                             placeholder="best candidate", className="model-picker"),
-                html.Button("remove", id={"type": "pe-remove", "index": i}, className="button secondary"),
-            ]))
+            items.append(
+                html.Div(
+                    className="checkpoint",
+                    children=[
+                        html.Span(e["name"], className="name"),
+                        dcc.Dropdown(
+                            id={"type": "pe-tensor", "index": i},
+                            options=opts,
+                            value=e.get("tensor"),
+                            placeholder="best candidate",
+                            className="model-picker",
+                        ),
+                        html.Button(
+                            "remove",
+                            id={"type": "pe-remove", "index": i},
+                            className="button secondary",
+                        ),
+                    ],
+                )
+            )
         if not items:
             items = [html.Div("No checkpoint yet: upload one or load the demos.", className="hint")]
         return items, [{"label": e["name"], "value": e["id"]} for e in entries or []]
@@ -300,16 +496,26 @@ def register(app: Dash, store: ResultStore) -> None:
         State("pe-metric", "value"),
         prevent_initial_call=True,
     )
-    def _run(_n, entries, tensors, reference, rows, cols, sigma, seed, ref_ckpt, partition, csv, metric):  # type: ignore[no-untyped-def]
+    def _run(
+        _n, entries, tensors, reference, rows, cols, sigma, seed, ref_ckpt, partition, csv, metric
+    ):  # type: ignore[no-untyped-def]
         entries = [dict(e) for e in entries or []]
         for e, t in zip(entries, tensors or [], strict=False):
             e["tensor"] = t
         if not entries:
             return no_update, "Upload a checkpoint or load the demos first."
         try:
-            body = pe_request(checkpoints=entries, reference=reference, grid=(int(rows or 4), int(cols or 4)),
-                              sigma=float(sigma if sigma is not None else 1.0), seed=int(seed or 0),
-                              reference_checkpoint=ref_ckpt, partition=partition, csv=csv, metric=metric)
+            body = pe_request(
+                checkpoints=entries,
+                reference=reference,
+                grid=(int(rows or 4), int(cols or 4)),
+                sigma=float(sigma if sigma is not None else 1.0),
+                seed=int(seed or 0),
+                reference_checkpoint=ref_ckpt,
+                partition=partition,
+                csv=csv,
+                metric=metric,
+            )
             job = client.submit_pe_analysis(body)
         except (ApiError, ValueError) as exc:
             return no_update, str(exc)
@@ -333,31 +539,68 @@ def register(app: Dash, store: ResultStore) -> None:
         st = store.status(source)
         result = st["result"]
         if not result.get("checkpoints"):
-            msg = {"none": "Load a checkpoint and press Analyze.", "failed": f"failed: {st.get('error')}"}.get(
-                st["status"], "Computing…")
+            msg = {
+                "none": "Load a checkpoint and press Analyze.",
+                "failed": f"failed: {st.get('error')}",
+            }.get(st["status"], "Computing…")
             return html.Div(), empty_figure(msg), empty_figure(""), empty_figure("", height=200)
         grid = _grid_of(st.get("request"), rows, cols)
         opts = view_opts or []
-        return (metrics_table(result), P.pe_distance_figure(result, reorder=bool(reorder), shared_scale=bool(shared)),
-                P.pe_map_figure(result, colour_by=colour or "row", grid=grid, rescale="rescale" in opts,
-                                aligned="aligned" in opts),
-                P.pe_sweep_figure(result))
+        return (
+            metrics_table(result),
+            P.pe_distance_figure(result, reorder=bool(reorder), shared_scale=bool(shared)),
+            P.pe_map_figure(
+                result,
+                colour_by=colour or "row",
+                grid=grid,
+                rescale="rescale" in opts,
+                aligned="aligned" in opts,
+            ),
+            P.pe_sweep_figure(result),
+        )
 
     def _view(colour: Any, view_opts: Any, reorder: Any, shared: Any = None) -> dict[str, Any]:
         opts = view_opts or []
-        return {"colour": colour, "rescale": "rescale" in opts, "aligned": "aligned" in opts,
-                "reorder": bool(reorder), "shared": bool(shared)}
+        return {
+            "colour": colour,
+            "rescale": "rescale" in opts,
+            "aligned": "aligned" in opts,
+            "reorder": bool(reorder),
+            "shared": bool(shared),
+        }
 
-    register_view(app, client, PageView(
-        name=NAME, prefix="pe", path=PATH, source="pe-source",
-        inputs=(("pe-colour", "value"), ("pe-view-options", "value"), ("pe-reorder", "value"),
-                ("pe-shared-scale", "value")),
-        view=_view,
-    ))
+    register_view(
+        app,
+        client,
+        PageView(
+            name=NAME,
+            prefix="pe",
+            path=PATH,
+            source="pe-source",
+            inputs=(
+                ("pe-colour", "value"),
+                ("pe-view-options", "value"),
+                ("pe-reorder", "value"),
+                ("pe-shared-scale", "value"),
+            ),
+            view=_view,
+        ),
+    )
 
     register_exports(
-        app, store, "pe", source="pe-source", graphs=GRAPHS, figures=_figures,
-        view_states=[State("pe-reorder", "value"), State("pe-colour", "value"), State("pe-view-options", "value"),
-                     State("pe-grid-rows", "value"), State("pe-grid-cols", "value"), State("pe-shared-scale", "value")],
+        app,
+        store,
+        "pe",
+        source="pe-source",
+        graphs=GRAPHS,
+        figures=_figures,
+        view_states=[
+            State("pe-reorder", "value"),
+            State("pe-colour", "value"),
+            State("pe-view-options", "value"),
+            State("pe-grid-rows", "value"),
+            State("pe-grid-cols", "value"),
+            State("pe-shared-scale", "value"),
+        ],
         title="headscope — positional encodings",
     )

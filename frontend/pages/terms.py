@@ -35,16 +35,27 @@ NAME = "terms"  # a share's view names its page
 PATH = "/terms"
 TITLE = "Terms"
 NAV_ORDER = 1
-GRAPHS = ["terms-curves-graph", "terms-strip-graph", "terms-token-graph", "terms-heads-graph",
-          "terms-compare-graph"]
+GRAPHS = [
+    "terms-curves-graph",
+    "terms-strip-graph",
+    "terms-token-graph",
+    "terms-heads-graph",
+    "terms-compare-graph",
+]
 
 
 def terms_request(*, text: str, model: str, drop_special: bool, dtype: str) -> dict[str, Any]:
-    return {"model": model, "text": text, "analyses": ["decomposition"],
-            "options": {"drop_special": bool(drop_special), "dtype": dtype or "float32"}}
+    return {
+        "model": model,
+        "text": text,
+        "analyses": ["decomposition"],
+        "options": {"drop_special": bool(drop_special), "dtype": dtype or "float32"},
+    }
 
 
-def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None) -> html.Div:
+def layout(
+    store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None
+) -> html.Div:
     from workers.data import demo_text
 
     options, default_model, _ = model_options(store)
@@ -54,53 +65,130 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         source_b = {"kind": "analysis", "id": view["compare"]}
     opts = request.get("options") or {}
     model_b = (store.status(source_b).get("request") or {}).get("model") if source_b else None
-    return html.Div(className="page", id="terms-page", children=[
-        html.H2("Term importance: e = i + h + f + c"),
-        html.Div(className="controls", children=[
-            dcc.Textarea(id="terms-text", value=request.get("text") or demo_text(), className="text-input"),
-            html.Div(className="control-row", children=[
-                html.Label("model", htmlFor="terms-model"),
-                dcc.Dropdown(id="terms-model", options=options, value=request.get("model") or default_model,
-                             clearable=False, className="model-picker"),
-                html.Label("compare with", htmlFor="terms-model-b"),
-                dcc.Dropdown(id="terms-model-b", options=options, value=model_b, placeholder="no second model",
-                             className="model-picker"),
-                dcc.Checklist(id="terms-options", options=[
-                    {"label": " leave special tokens out of the means", "value": "drop_special"}],
-                    value=["drop_special"] if opts.get("drop_special") else [], inline=True),
-                dcc.RadioItems(id="terms-dtype", options=["float32", "float64"],
-                               value=opts.get("dtype", "float32"), inline=True),
-                html.Button("Analyze", id="terms-analyze", className="button primary"),
-            ]),
-            html.Div(id="terms-error", className="error"),
-            progress_block("terms", running=source is not None),
-        ]),
-        export_bar("terms", GRAPHS),
-        html.Div(className="panel", children=[
-            html.P("μ(e, t) = eᵀt / |e|² per token; the four terms sum to 1. Curves: mean ± sd over "
-                   "tokens at each state (state 0 = embedding output).", className="hint"),
-            graph("terms-curves-graph", figure=empty_figure("Press Analyze.")),
-        ]),
-        html.Div(className="panel", children=[
-            html.Div(className="control-row", children=[
-                html.Span("state:", className="label"),
-                html.Div(dcc.Slider(id="terms-state", min=0, max=6, step=1,
-                                    value=int_or_none(view.get("state"))), style={"flex": "1"}),
-            ]),
-            graph("terms-strip-graph", figure=empty_figure("", height=200)),
-            html.Div(className="row", children=[
-                html.Div(className="col", children=graph("terms-token-graph", figure=empty_figure(
-                    "Click a token above for its curves."))),
-                html.Div(className="col", children=graph("terms-heads-graph", figure=empty_figure(""))),
-            ]),
-        ]),
-        html.Div(className="panel", children=[graph("terms-compare-graph", figure=empty_figure(
-            "Pick a second model and press Analyze to compare (Spearman's ρ per state).", height=200))]),
-        dcc.Store(id="terms-source", data=source),
-        dcc.Store(id="terms-source-b", data=source_b),
-        dcc.Store(id="terms-token", data=int_or_none(view.get("token"))),
-        *highlight_stores("terms", ["terms-strip-graph"]),
-    ])
+    return html.Div(
+        className="page",
+        id="terms-page",
+        children=[
+            html.H2("Term importance: e = i + h + f + c"),
+            html.Div(
+                className="controls",
+                children=[
+                    dcc.Textarea(
+                        id="terms-text",
+                        value=request.get("text") or demo_text(),
+                        className="text-input",
+                    ),
+                    html.Div(
+                        className="control-row",
+                        children=[
+                            html.Label("model", htmlFor="terms-model"),
+                            dcc.Dropdown(
+                                id="terms-model",
+                                options=options,
+                                value=request.get("model") or default_model,
+                                clearable=False,
+                                className="model-picker",
+                            ),
+                            html.Label("compare with", htmlFor="terms-model-b"),
+                            dcc.Dropdown(
+                                id="terms-model-b",
+                                options=options,
+                                value=model_b,
+                                placeholder="no second model",
+                                className="model-picker",
+                            ),
+                            dcc.Checklist(
+                                id="terms-options",
+                                options=[
+                                    {
+                                        "label": " leave special tokens out of the means",
+                                        "value": "drop_special",
+                                    }
+                                ],
+                                value=["drop_special"] if opts.get("drop_special") else [],
+                                inline=True,
+                            ),
+                            dcc.RadioItems(
+                                id="terms-dtype",
+                                options=["float32", "float64"],
+                                value=opts.get("dtype", "float32"),
+                                inline=True,
+                            ),
+                            html.Button("Analyze", id="terms-analyze", className="button primary"),
+                        ],
+                    ),
+                    html.Div(id="terms-error", className="error"),
+                    progress_block("terms", running=source is not None),
+                ],
+            ),
+            export_bar("terms", GRAPHS),
+            html.Div(
+                className="panel",
+                children=[
+                    html.P(
+                        "μ(e, t) = eᵀt / |e|² per token; the four terms sum to 1. Curves: mean ± sd over "
+                        "tokens at each state (state 0 = embedding output).",
+                        className="hint",
+                    ),
+                    graph("terms-curves-graph", figure=empty_figure("Press Analyze.")),
+                ],
+            ),
+            html.Div(
+                className="panel",
+                children=[
+                    html.Div(
+                        className="control-row",
+                        children=[
+                            html.Span("state:", className="label"),
+                            html.Div(
+                                dcc.Slider(
+                                    id="terms-state",
+                                    min=0,
+                                    max=6,
+                                    step=1,
+                                    value=int_or_none(view.get("state")),
+                                ),
+                                style={"flex": "1"},
+                            ),
+                        ],
+                    ),
+                    graph("terms-strip-graph", figure=empty_figure("", height=200)),
+                    html.Div(
+                        className="row",
+                        children=[
+                            html.Div(
+                                className="col",
+                                children=graph(
+                                    "terms-token-graph",
+                                    figure=empty_figure("Click a token above for its curves."),
+                                ),
+                            ),
+                            html.Div(
+                                className="col",
+                                children=graph("terms-heads-graph", figure=empty_figure("")),
+                            ),
+                        ],
+                    ),
+                ],
+            ),
+            html.Div(
+                className="panel",
+                children=[
+                    graph(
+                        "terms-compare-graph",
+                        figure=empty_figure(
+                            "Pick a second model and press Analyze to compare (Spearman's ρ per state).",
+                            height=200,
+                        ),
+                    )
+                ],
+            ),
+            dcc.Store(id="terms-source", data=source),
+            dcc.Store(id="terms-source-b", data=source_b),
+            dcc.Store(id="terms-token", data=int_or_none(view.get("token"))),
+            *highlight_stores("terms", ["terms-strip-graph"]),
+        ],
+    )
 
 
 def _figures(result: dict[str, Any], token: int | None, state: int | None) -> list[Any]:
@@ -137,7 +225,11 @@ def register(app: Dash, store: ResultStore) -> None:
             b = None
             if model_b:
                 req_b = terms_request(model=model_b, **base)
-                b = {"kind": "analysis", "id": client.submit_analysis(**req_b)["id"], "request": req_b}
+                b = {
+                    "kind": "analysis",
+                    "id": client.submit_analysis(**req_b)["id"],
+                    "request": req_b,
+                }
         except ApiError as exc:
             return no_update, no_update, no_update, str(exc)
         return a, b, None, ""
@@ -158,7 +250,8 @@ def register(app: Dash, store: ResultStore) -> None:
         result = st["result"]
         if not result.get("decomposition"):
             msg = {"none": "Press Analyze.", "failed": f"failed: {st.get('error')}"}.get(
-                st["status"], "Computing the decomposition…")
+                st["status"], "Computing the decomposition…"
+            )
             return empty_figure(msg), no_update, no_update, no_update, no_update
         n_states = len(result["decomposition"]["mean"])
         marks = {i: str(i) for i in range(n_states)}
@@ -171,8 +264,10 @@ def register(app: Dash, store: ResultStore) -> None:
             else:
                 compare = empty_figure("Computing the second model…")
         else:
-            compare = empty_figure("Pick a second model and press Analyze to compare (Spearman's ρ per state).",
-                                   height=200)
+            compare = empty_figure(
+                "Pick a second model and press Analyze to compare (Spearman's ρ per state).",
+                height=200,
+            )
         value = n_states - 1 if state is None or not 0 <= state < n_states else no_update
         return T.term_curves_figure(result), compare, n_states - 1, marks, value
 
@@ -197,20 +292,46 @@ def register(app: Dash, store: ResultStore) -> None:
     def _details(_job, token, state, source):  # type: ignore[no-untyped-def]
         result = store.status(source)["result"]
         if not result.get("decomposition"):
-            return empty_figure("", height=200), empty_figure("Click a token above for its curves."), empty_figure("")
-        token_fig = (T.token_curves_figure(result, token=token) if token is not None
-                     else empty_figure("Click a token above for its curves."))
-        return (T.token_strip_figure(result, state=state), token_fig,
-                T.head_contributions_figure(result, state=state, token=token))
+            return (
+                empty_figure("", height=200),
+                empty_figure("Click a token above for its curves."),
+                empty_figure(""),
+            )
+        token_fig = (
+            T.token_curves_figure(result, token=token)
+            if token is not None
+            else empty_figure("Click a token above for its curves.")
+        )
+        return (
+            T.token_strip_figure(result, state=state),
+            token_fig,
+            T.head_contributions_figure(result, state=state, token=token),
+        )
 
-    register_view(app, client, PageView(
-        name=NAME, prefix="terms", path=PATH, source="terms-source",
-        inputs=(("terms-source-b", "data"), ("terms-token", "data"), ("terms-state", "value")),
-        view=lambda source_b, token, state: {"compare": (source_b or {}).get("id"), "token": token, "state": state},
-    ))
+    register_view(
+        app,
+        client,
+        PageView(
+            name=NAME,
+            prefix="terms",
+            path=PATH,
+            source="terms-source",
+            inputs=(("terms-source-b", "data"), ("terms-token", "data"), ("terms-state", "value")),
+            view=lambda source_b, token, state: {
+                "compare": (source_b or {}).get("id"),
+                "token": token,
+                "state": state,
+            },
+        ),
+    )
 
     register_exports(
-        app, store, "terms", source="terms-source", graphs=GRAPHS, figures=_figures,
+        app,
+        store,
+        "terms",
+        source="terms-source",
+        graphs=GRAPHS,
+        figures=_figures,
         view_states=[State("terms-token", "data"), State("terms-state", "value")],
         title="headscope — term importance",
     )

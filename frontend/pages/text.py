@@ -43,26 +43,42 @@ PATH = "/"
 TITLE = "Text explorer"
 NAV_ORDER = 0
 GRAPHS = ["max-attention-graph", "head-tsne-graph", "hidden-tsne-graph", "attention-matrix-graph"]
-EXPORTED = [*GRAPHS, *text_heads.GRAPHS]  # the gallery is not in GRAPHS: rings in 72 panels cost a hover
+EXPORTED = [
+    *GRAPHS,
+    *text_heads.GRAPHS,
+]  # the gallery is not in GRAPHS: rings in 72 panels cost a hover
 
 
 def text_request(
-    *, text: str, model: str, drop_special: bool, restarts: int, layer: int | None, head: int | None,
+    *,
+    text: str,
+    model: str,
+    drop_special: bool,
+    restarts: int,
+    layer: int | None,
+    head: int | None,
     chat: bool = False,
 ) -> dict[str, Any]:
     """The API request of the view: max attention, the selected head (layer 0, head 0 when none is)
     first, then every head (the gallery) and the hidden states of every layer. ``chat``: the text
     as a user message in the model's chat template (sent only when on, so older links keep their id)."""
-    options: dict[str, Any] = {"drop_special": bool(drop_special), "restarts": int(restarts or 1),
-                               "layer": int(layer or 0), "head": int(head or 0), "all_heads": True,
-                               "hidden_layer": "all"}
+    options: dict[str, Any] = {
+        "drop_special": bool(drop_special),
+        "restarts": int(restarts or 1),
+        "layer": int(layer or 0),
+        "head": int(head or 0),
+        "all_heads": True,
+        "hidden_layer": "all",
+    }
     if chat:
         options["chat"] = True
     analyses = ["max-attention", "head-tsne", "hidden-tsne"]
     return {"model": model, "text": text, "analyses": analyses, "options": options}
 
 
-def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None) -> html.Div:
+def layout(
+    store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None
+) -> html.Div:
     """The page, filled in from the URL (and the share, when the URL names one)."""
     from workers.data import demo_text
 
@@ -81,7 +97,16 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
         if st["status"] == "failed":
             error = st.get("error") or ""
         source["request"] = request
-    for key in ("layer", "head", "rescale", "reduction", "layers", "gpage", "hv_heads", "threshold"):
+    for key in (
+        "layer",
+        "head",
+        "rescale",
+        "reduction",
+        "layers",
+        "gpage",
+        "hv_heads",
+        "threshold",
+    ):
         if key in query:
             view[key] = query[key]
     opts = (request or {}).get("options") or {}
@@ -98,88 +123,205 @@ def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | No
     running = source is not None
     heads_state = text_heads.view_state(view, layer=layer, head=head)
 
-    controls = html.Div(className="controls", children=[
-        dcc.Textarea(id="text-input", value=text, className="text-input",
-                     placeholder="Paste a text (up to the model's token limit)"),
-        html.Div(className="control-row", children=[
-            html.Label("model", htmlFor="text-model"),
-            dcc.Dropdown(id="text-model", options=options, value=model, clearable=False, className="model-picker"),
-            html.Span(id="text-model-licence", className="hint", children=licence_link(facts)),
-            dcc.Checklist(id="text-options", options=[
-                {"label": " hide special tokens", "value": "drop_special"},
-                {"label": " chat message", "value": "chat",
-                 "title": "wrap the text in the model's chat template as a user message (decoders with a template, "
-                          "e.g. smollm2); the template's tokens count as special"}],
-                value=[k for k in ("drop_special", "chat") if opts.get(k)], inline=True),
-            html.Label("best of k restarts", htmlFor="text-restarts"),
-            dcc.Input(id="text-restarts", type="number", min=1, max=20, step=1,
-                      value=int(opts.get("restarts", 1)), className="small-input"),
-            html.Button("Analyze", id="analyze-button", className="button primary"),
-        ]),
-        html.Div(id="text-error", className="error", children=error),
-        progress_block("text", running=running, interval_ms=FAST_POLL_MS, sections=True),
-    ])
-    heatmaps = html.Div(className="panel", children=[
-        html.Div(className="control-row", children=[
-            html.Span("reduction:", className="label"),
-            dcc.RadioItems(id="text-reduction", options=[
-                {"label": "max over queries (Def. 4.2)", "value": "max"},
-                {"label": "mean over queries", "value": "mean"}], value=reduction, inline=True),
-            html.Span("layers shown:", className="label"),
-            dcc.Dropdown(id="text-layers", options=[{"label": f"layer {i}", "value": i} for i in range(n_layers)],
-                         value=layers, multi=True, placeholder="all layers", className="layers-picker"),
-        ]),
-        graph("max-attention-graph", figure=F.empty_figure("Press Analyze.")),
-    ])
+    controls = html.Div(
+        className="controls",
+        children=[
+            dcc.Textarea(
+                id="text-input",
+                value=text,
+                className="text-input",
+                placeholder="Paste a text (up to the model's token limit)",
+            ),
+            html.Div(
+                className="control-row",
+                children=[
+                    html.Label("model", htmlFor="text-model"),
+                    dcc.Dropdown(
+                        id="text-model",
+                        options=options,
+                        value=model,
+                        clearable=False,
+                        className="model-picker",
+                    ),
+                    html.Span(
+                        id="text-model-licence", className="hint", children=licence_link(facts)
+                    ),
+                    dcc.Checklist(
+                        id="text-options",
+                        options=[
+                            {"label": " hide special tokens", "value": "drop_special"},
+                            {
+                                "label": " chat message",
+                                "value": "chat",
+                                "title": "wrap the text in the model's chat template as a user message (decoders with a template, "
+                                "e.g. smollm2); the template's tokens count as special",
+                            },
+                        ],
+                        value=[k for k in ("drop_special", "chat") if opts.get(k)],
+                        inline=True,
+                    ),
+                    html.Label("best of k restarts", htmlFor="text-restarts"),
+                    dcc.Input(
+                        id="text-restarts",
+                        type="number",
+                        min=1,
+                        max=20,
+                        step=1,
+                        value=int(opts.get("restarts", 1)),
+                        className="small-input",
+                    ),
+                    html.Button("Analyze", id="analyze-button", className="button primary"),
+                ],
+            ),
+            html.Div(id="text-error", className="error", children=error),
+            progress_block("text", running=running, interval_ms=FAST_POLL_MS, sections=True),
+        ],
+    )
+    heatmaps = html.Div(
+        className="panel",
+        children=[
+            html.Div(
+                className="control-row",
+                children=[
+                    html.Span("reduction:", className="label"),
+                    dcc.RadioItems(
+                        id="text-reduction",
+                        options=[
+                            {"label": "max over queries (Def. 4.2)", "value": "max"},
+                            {"label": "mean over queries", "value": "mean"},
+                        ],
+                        value=reduction,
+                        inline=True,
+                    ),
+                    html.Span("layers shown:", className="label"),
+                    dcc.Dropdown(
+                        id="text-layers",
+                        options=[{"label": f"layer {i}", "value": i} for i in range(n_layers)],
+                        value=layers,
+                        multi=True,
+                        placeholder="all layers",
+                        className="layers-picker",
+                    ),
+                ],
+            ),
+            graph("max-attention-graph", figure=F.empty_figure("Press Analyze.")),
+        ],
+    )
     gallery = text_heads.gallery_panel(heads_state)
-    head_view = html.Div(className="panel", children=[
-        html.Div(className="control-row", children=[
-            html.Span("head view:", className="label"),
-            dcc.Dropdown(id="text-layer", options=[{"label": f"layer {i}", "value": i} for i in range(n_layers)],
-                         value=layer, placeholder="layer", className="small-picker"),
-            dcc.Dropdown(id="text-head", options=[{"label": f"head {i}", "value": i} for i in range(n_heads)],
-                         value=head, placeholder="head", className="small-picker"),
-            dcc.Checklist(id="text-view-options", options=[
-                {"label": " quantile-equidistant axes (ticks in original units)", "value": "rescale"}],
-                value=["rescale"] if rescale else [], inline=True),
-        ]),
-        html.Div(id="text-kl", className="kl"),
-        html.Div(className="row", children=[
-            html.Div(className="col", children=graph("head-tsne-graph", figure=F.empty_figure(
-                "Click a panel of the gallery or a cell of the heatmaps to open that head."))),
-            html.Div(className="col", children=graph("hidden-tsne-graph", figure=F.empty_figure(
-                "The standard t-SNE of the same layer's hidden states appears here."))),
-        ]),
-        graph("attention-matrix-graph", figure=F.empty_figure("The head's attention matrix appears here.")),
-    ])
-    return html.Div(className="page", id="text-page", children=[
-        html.H2(TITLE),
-        controls,
-        export_bar("text", EXPORTED),
-        heatmaps,
-        gallery,
-        head_view,
-        text_heads.lines_panel(heads_state, n_heads),
-        dcc.Store(id="text-source", data=source),
-        dcc.Store(id="text-heatmap-key"),
-        dcc.Store(id="text-head-view-key"),
-        *highlight_stores("text", GRAPHS),
-    ])
+    head_view = html.Div(
+        className="panel",
+        children=[
+            html.Div(
+                className="control-row",
+                children=[
+                    html.Span("head view:", className="label"),
+                    dcc.Dropdown(
+                        id="text-layer",
+                        options=[{"label": f"layer {i}", "value": i} for i in range(n_layers)],
+                        value=layer,
+                        placeholder="layer",
+                        className="small-picker",
+                    ),
+                    dcc.Dropdown(
+                        id="text-head",
+                        options=[{"label": f"head {i}", "value": i} for i in range(n_heads)],
+                        value=head,
+                        placeholder="head",
+                        className="small-picker",
+                    ),
+                    dcc.Checklist(
+                        id="text-view-options",
+                        options=[
+                            {
+                                "label": " quantile-equidistant axes (ticks in original units)",
+                                "value": "rescale",
+                            }
+                        ],
+                        value=["rescale"] if rescale else [],
+                        inline=True,
+                    ),
+                ],
+            ),
+            html.Div(id="text-kl", className="kl"),
+            html.Div(
+                className="row",
+                children=[
+                    html.Div(
+                        className="col",
+                        children=graph(
+                            "head-tsne-graph",
+                            figure=F.empty_figure(
+                                "Click a panel of the gallery or a cell of the heatmaps to open that head."
+                            ),
+                        ),
+                    ),
+                    html.Div(
+                        className="col",
+                        children=graph(
+                            "hidden-tsne-graph",
+                            figure=F.empty_figure(
+                                "The standard t-SNE of the same layer's hidden states appears here."
+                            ),
+                        ),
+                    ),
+                ],
+            ),
+            graph(
+                "attention-matrix-graph",
+                figure=F.empty_figure("The head's attention matrix appears here."),
+            ),
+        ],
+    )
+    return html.Div(
+        className="page",
+        id="text-page",
+        children=[
+            html.H2(TITLE),
+            controls,
+            export_bar("text", EXPORTED),
+            heatmaps,
+            gallery,
+            head_view,
+            text_heads.lines_panel(heads_state, n_heads),
+            dcc.Store(id="text-source", data=source),
+            dcc.Store(id="text-heatmap-key"),
+            dcc.Store(id="text-head-view-key"),
+            *highlight_stores("text", GRAPHS),
+        ],
+    )
 
 
-def _figures(result: dict[str, Any], layer: int | None, head: int | None, view_opts: list[str] | None,
-             reduction: str | None, layers: list[int] | None, gpage: Any = 0, hv_heads: Any = None,
-             threshold: Any = text_heads.DEFAULT_THRESHOLD) -> list[Any]:
+def _figures(
+    result: dict[str, Any],
+    layer: int | None,
+    head: int | None,
+    view_opts: list[str] | None,
+    reduction: str | None,
+    layers: list[int] | None,
+    gpage: Any = 0,
+    hv_heads: Any = None,
+    threshold: Any = text_heads.DEFAULT_THRESHOLD,
+) -> list[Any]:
     figs = [F.max_attention_figure(result, reduction=reduction or "max", layers=layers or None)]
     if layer is not None and head is not None:
         rescale = "rescale" in (view_opts or [])
-        figs += [F.head_tsne_figure(result, layer=layer, head=head, rescale=rescale),
-                 F.hidden_tsne_figure(result, state=layer + 1, rescale=rescale),
-                 F.attention_matrix_figure(result, layer=layer, head=head)]
-    state = text_heads.view_state({"gpage": gpage, "hv_heads": hv_heads, "threshold": threshold},
-                                  layer=layer, head=head)
-    return figs + text_heads.figures(result, layer=layer, head=head, layers=layers, gpage=state["gpage"],
-                                     hv_heads=state["hv_heads"], threshold=state["threshold"])
+        figs += [
+            F.head_tsne_figure(result, layer=layer, head=head, rescale=rescale),
+            F.hidden_tsne_figure(result, state=layer + 1, rescale=rescale),
+            F.attention_matrix_figure(result, layer=layer, head=head),
+        ]
+    state = text_heads.view_state(
+        {"gpage": gpage, "hv_heads": hv_heads, "threshold": threshold}, layer=layer, head=head
+    )
+    return figs + text_heads.figures(
+        result,
+        layer=layer,
+        head=head,
+        layers=layers,
+        gpage=state["gpage"],
+        hv_heads=state["hv_heads"],
+        threshold=state["threshold"],
+    )
 
 
 def register(app: Dash, store: ResultStore) -> None:
@@ -209,18 +351,33 @@ def register(app: Dash, store: ResultStore) -> None:
         if trig != "analyze-button":
             st = store.status(source)
             # the head is in the result (or will be: the gallery is still computing): nothing to ask
-            if layer is None or head is None or has_head(st["result"], layer, head) or (
+            if (
+                layer is None
+                or head is None
+                or has_head(st["result"], layer, head)
+                or (
                     st["status"] not in ("finished", "failed", "none")
-                    and ((previous or {}).get("options") or {}).get("all_heads")):
+                    and ((previous or {}).get("options") or {}).get("all_heads")
+                )
+            ):
                 return no_update, ""
         if trig == "analyze-button" or previous is None:
-            base = {"text": text or "", "model": model, "drop_special": "drop_special" in (flags or []),
-                    "restarts": restarts or 1, "chat": "chat" in (flags or [])}
+            base = {
+                "text": text or "",
+                "model": model,
+                "drop_special": "drop_special" in (flags or []),
+                "restarts": restarts or 1,
+                "chat": "chat" in (flags or []),
+            }
         else:
             o = previous.get("options") or {}
-            base = {"text": previous["text"], "model": previous["model"],
-                    "drop_special": bool(o.get("drop_special")), "restarts": o.get("restarts", 1),
-                    "chat": bool(o.get("chat"))}
+            base = {
+                "text": previous["text"],
+                "model": previous["model"],
+                "drop_special": bool(o.get("drop_special")),
+                "restarts": o.get("restarts", 1),
+                "chat": bool(o.get("chat")),
+            }
         req = text_request(layer=layer, head=head, **base)  # an older result without this head
         try:
             job = client.submit_analysis(**req)
@@ -240,7 +397,12 @@ def register(app: Dash, store: ResultStore) -> None:
         facts = model_options(store)[2].get(model) or {}
         n_layers, n_heads = int(facts.get("n_layers") or 6), int(facts.get("n_heads") or 12)
         layers = [{"label": f"layer {i}", "value": i} for i in range(n_layers)]
-        return layers, [{"label": f"head {i}", "value": i} for i in range(n_heads)], layers, licence_link(facts)
+        return (
+            layers,
+            [{"label": f"head {i}", "value": i} for i in range(n_heads)],
+            layers,
+            licence_link(facts),
+        )
 
     @app.callback(
         Output("max-attention-graph", "figure"),
@@ -255,13 +417,23 @@ def register(app: Dash, store: ResultStore) -> None:
         st = store.status(source, seen=job)
         result = st["result"]
         if not result.get("max-attention"):
-            msg = {"none": "Press Analyze.", "failed": "No result."}.get(st["status"], "Computing maximum attention…")
+            msg = {"none": "Press Analyze.", "failed": "No result."}.get(
+                st["status"], "Computing maximum attention…"
+            )
             return F.empty_figure(msg), None
         req = st.get("request") or {}
-        key = [req.get("model"), req.get("text"), (req.get("options") or {}).get("drop_special"),
-               (req.get("options") or {}).get("chat"),
-               result.get("tokens") is not None, reduction, layers]
-        if key == shown_key and req:  # same heatmaps as already drawn (e.g. a new head of the same text)
+        key = [
+            req.get("model"),
+            req.get("text"),
+            (req.get("options") or {}).get("drop_special"),
+            (req.get("options") or {}).get("chat"),
+            result.get("tokens") is not None,
+            reduction,
+            layers,
+        ]
+        if (
+            key == shown_key and req
+        ):  # same heatmaps as already drawn (e.g. a new head of the same text)
             return no_update, no_update
         fig = heatmaps.get(json.dumps([source.get("kind"), source.get("id"), key]), lambda: F.typed_arrays(
             F.max_attention_spec(result, reduction=reduction or "max", layers=layers or None)))  # fmt: skip
@@ -285,15 +457,30 @@ def register(app: Dash, store: ResultStore) -> None:
         st = store.status(source, seen=job) if layer is not None and head is not None else none
         result = st["result"]
         matrix = head_view_key(source, st, layer=layer, head=head, options=[])
-        keys = {"matrix": matrix, "hidden": [*matrix, rescale, *section_layers(result.get("hidden-tsne"))]}
+        keys = {
+            "matrix": matrix,
+            "hidden": [*matrix, rescale, *section_layers(result.get("hidden-tsne"))],
+        }
         shown = shown or {}
-        if keys == shown:  # a section the view does not show arrived: nothing re-sent, nothing redrawn
+        if (
+            keys == shown
+        ):  # a section the view does not show arrived: nothing re-sent, nothing redrawn
             return no_update, no_update, no_update, no_update
         hidden, matrix, kl = no_update, no_update, no_update  # only what changed is built and sent
-        new_hidden, new_matrix = keys["hidden"] != shown.get("hidden"), keys["matrix"] != shown.get("matrix")
+        new_hidden, new_matrix = (
+            keys["hidden"] != shown.get("hidden"),
+            keys["matrix"] != shown.get("matrix"),
+        )
         if layer is None or head is None or not result.get("head-tsne"):
-            msg = "" if layer is None or head is None else (
-                "Computing the head's t-SNE…" if st["status"] not in ("failed", "none") else "No result.")
+            msg = (
+                ""
+                if layer is None or head is None
+                else (
+                    "Computing the head's t-SNE…"
+                    if st["status"] not in ("failed", "none")
+                    else "No result."
+                )
+            )
             if new_hidden:
                 hidden, kl = F.empty_figure(msg), ""
             if new_matrix:
@@ -307,7 +494,13 @@ def register(app: Dash, store: ResultStore) -> None:
         return hidden, matrix, kl, keys
 
     view = PageView(
-        name="text", prefix="text", path=PATH, source="text-source", inputs=VIEW_INPUTS, view=_view, url="browser"
+        name="text",
+        prefix="text",
+        path=PATH,
+        source="text-source",
+        inputs=VIEW_INPUTS,
+        view=_view,
+        url="browser",
     )
     # the URL is written in the browser (heads.js: viewUrl, the keys of _view): a click's head is
     # in it at once, and no slower server answer can put an older view back
@@ -321,20 +514,46 @@ def register(app: Dash, store: ResultStore) -> None:
     register_view(app, client, view)
 
     register_exports(
-        app, store, "text", source="text-source", graphs=EXPORTED,
+        app,
+        store,
+        "text",
+        source="text-source",
+        graphs=EXPORTED,
         figures=_figures,
         view_states=view.states,
         title="headscope — text explorer",
     )
 
 
-VIEW_INPUTS = (("text-layer", "value"), ("text-head", "value"), ("text-view-options", "value"),
-               ("text-reduction", "value"), ("text-layers", "value"), ("text-gallery-page", "value"),
-               ("text-hv-heads", "value"), ("text-hv-threshold", "value"))
+VIEW_INPUTS = (
+    ("text-layer", "value"),
+    ("text-head", "value"),
+    ("text-view-options", "value"),
+    ("text-reduction", "value"),
+    ("text-layers", "value"),
+    ("text-gallery-page", "value"),
+    ("text-hv-heads", "value"),
+    ("text-hv-threshold", "value"),
+)
 
 
-def _view(layer: Any, head: Any, view_opts: Any, reduction: Any, layers: Any, gpage: Any = None,
-          hv_heads: Any = None, threshold: Any = None) -> dict[str, Any]:
-    return {"layer": layer, "head": head, "rescale": "rescale" in (view_opts or []),
-            "reduction": reduction, "layers": list(layers) if layers else None, "gpage": gpage or None,
-            "hv_heads": list(hv_heads) if hv_heads else None, "threshold": threshold}
+def _view(
+    layer: Any,
+    head: Any,
+    view_opts: Any,
+    reduction: Any,
+    layers: Any,
+    gpage: Any = None,
+    hv_heads: Any = None,
+    threshold: Any = None,
+) -> dict[str, Any]:
+    return {
+        "layer": layer,
+        "head": head,
+        "rescale": "rescale" in (view_opts or []),
+        "reduction": reduction,
+        "layers": list(layers) if layers else None,
+        "gpage": gpage or None,
+        "hv_heads": list(hv_heads) if hv_heads else None,
+        "threshold": threshold,
+    }

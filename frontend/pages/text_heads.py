@@ -33,58 +33,127 @@ def view_state(view: dict[str, Any], *, layer: int | None, head: int | None) -> 
         threshold = DEFAULT_THRESHOLD
     extra = view.get("hv_heads")
     extra = int_list(extra) if isinstance(extra, str) else extra
-    return {"selected": {"layer": layer, "head": head} if layer is not None and head is not None else None,
-            "gpage": int_or_none(view.get("gpage")) or 0,
-            "hv_heads": [int(h) for h in extra or []],
-            "threshold": min(1.0, max(0.001, threshold))}
+    return {
+        "selected": {"layer": layer, "head": head}
+        if layer is not None and head is not None
+        else None,
+        "gpage": int_or_none(view.get("gpage")) or 0,
+        "hv_heads": [int(h) for h in extra or []],
+        "threshold": min(1.0, max(0.001, threshold)),
+    }
 
 
 def gallery_panel(state: dict[str, Any]) -> html.Div:
-    return html.Div(className="panel", children=[
-        html.Div(className="control-row", children=[
-            html.Span("every head:", className="label"),
-            dcc.Dropdown(id="text-gallery-page", options=[], value=state["gpage"], clearable=False,
-                         placeholder="layers", className="small-picker"),
-            html.Span("(the layers chosen above; click a panel to open that head below)", className="hint"),
-        ]),
-        graph("head-gallery", figure=empty_figure("The gallery of every head appears here after Analyze.",
-                                                  height=200)),
-        dcc.Store(id="text-pick"),
-        dcc.Store(id="text-selected", data=state["selected"]),
-        dcc.Store(id="text-head-maps"),
-        dcc.Store(id="text-gallery-key"),
-        dcc.Store(id="text-gallery-tick"),  # assets/gallery.js asks for an update here, one at a time
-        dcc.Store(id="text-gallery-gate"),
-    ])
+    return html.Div(
+        className="panel",
+        children=[
+            html.Div(
+                className="control-row",
+                children=[
+                    html.Span("every head:", className="label"),
+                    dcc.Dropdown(
+                        id="text-gallery-page",
+                        options=[],
+                        value=state["gpage"],
+                        clearable=False,
+                        placeholder="layers",
+                        className="small-picker",
+                    ),
+                    html.Span(
+                        "(the layers chosen above; click a panel to open that head below)",
+                        className="hint",
+                    ),
+                ],
+            ),
+            graph(
+                "head-gallery",
+                figure=empty_figure(
+                    "The gallery of every head appears here after Analyze.", height=200
+                ),
+            ),
+            dcc.Store(id="text-pick"),
+            dcc.Store(id="text-selected", data=state["selected"]),
+            dcc.Store(id="text-head-maps"),
+            dcc.Store(id="text-gallery-key"),
+            dcc.Store(
+                id="text-gallery-tick"
+            ),  # assets/gallery.js asks for an update here, one at a time
+            dcc.Store(id="text-gallery-gate"),
+        ],
+    )
 
 
 def lines_panel(state: dict[str, Any], n_heads: int) -> html.Div:
-    return html.Div(className="panel", children=[
-        html.Div(className="control-row", children=[
-            html.Span("head view:", className="label"),
-            html.Label("also show heads", htmlFor="text-hv-heads"),
-            dcc.Dropdown(id="text-hv-heads", options=[{"label": f"head {h}", "value": h} for h in range(n_heads)],
-                         value=state["hv_heads"], multi=True, placeholder="other heads of the layer",
-                         className="layers-picker"),
-            html.Label("weights ≥", htmlFor="text-hv-threshold"),
-            dcc.Input(id="text-hv-threshold", type="number", min=0.001, max=1, step="any",
-                      value=state["threshold"], className="small-input", debounce=True),
-            html.Span("queries left, keys right, opacity = weight; hover a token to keep only its lines",
-                      className="hint"),
-        ]),
-        html.Div(className="row", children=[
-            html.Div(className="col", children=graph("head-view-graph", figure=empty_figure(
-                "The selected head's attention as lines appears here."), clear_on_unhover=True)),
-            html.Div(className="col", children=graph("model-view-graph", figure=empty_figure(
-                "Every head's attention pattern appears here."))),
-        ]),
-        dcc.Store(id="text-hv-focus"),
-        dcc.Store(id="text-lines-key"),  # what the head and model views show (heads.head_view_key)
-    ])
+    return html.Div(
+        className="panel",
+        children=[
+            html.Div(
+                className="control-row",
+                children=[
+                    html.Span("head view:", className="label"),
+                    html.Label("also show heads", htmlFor="text-hv-heads"),
+                    dcc.Dropdown(
+                        id="text-hv-heads",
+                        options=[{"label": f"head {h}", "value": h} for h in range(n_heads)],
+                        value=state["hv_heads"],
+                        multi=True,
+                        placeholder="other heads of the layer",
+                        className="layers-picker",
+                    ),
+                    html.Label("weights ≥", htmlFor="text-hv-threshold"),
+                    dcc.Input(
+                        id="text-hv-threshold",
+                        type="number",
+                        min=0.001,
+                        max=1,
+                        step="any",
+                        value=state["threshold"],
+                        className="small-input",
+                        debounce=True,
+                    ),
+                    html.Span(
+                        "queries left, keys right, opacity = weight; hover a token to keep only its lines",
+                        className="hint",
+                    ),
+                ],
+            ),
+            html.Div(
+                className="row",
+                children=[
+                    html.Div(
+                        className="col",
+                        children=graph(
+                            "head-view-graph",
+                            figure=empty_figure(
+                                "The selected head's attention as lines appears here."
+                            ),
+                            clear_on_unhover=True,
+                        ),
+                    ),
+                    html.Div(
+                        className="col",
+                        children=graph(
+                            "model-view-graph",
+                            figure=empty_figure("Every head's attention pattern appears here."),
+                        ),
+                    ),
+                ],
+            ),
+            dcc.Store(id="text-hv-focus"),
+            dcc.Store(
+                id="text-lines-key"
+            ),  # what the head and model views show (heads.head_view_key)
+        ],
+    )
 
 
-def gallery_outputs(st: dict[str, Any], source: dict[str, Any] | None, layers: list[int] | None, page: Any,
-                    shown: dict[str, Any] | None) -> tuple[Any, ...]:
+def gallery_outputs(
+    st: dict[str, Any],
+    source: dict[str, Any] | None,
+    layers: list[int] | None,
+    page: Any,
+    shown: dict[str, Any] | None,
+) -> tuple[Any, ...]:
     """(gallery figure, page options, page, what is drawn, head maps) for a job's status.
 
     ``shown`` (the store ``text-gallery-key``) says what the browser has: the source, the page's
@@ -102,24 +171,54 @@ def gallery_outputs(st: dict[str, Any], source: dict[str, Any] | None, layers: l
     maps, maps_state = _maps(result, shown.get("maps"), message)
     sec = gallery_section(result)
     if sec is None and busy and (req.get("options") or {}).get("all_heads"):
-        sec = G.skeleton_section(result)  # the rows wait in their places while the first layer is embedded
-    gp = G.gallery_page(result, layers=layers, page=page or 0, section=sec) if sec is not None else None
+        sec = G.skeleton_section(
+            result
+        )  # the rows wait in their places while the first layer is embedded
+    gp = (
+        G.gallery_page(result, layers=layers, page=page or 0, section=sec)
+        if sec is not None
+        else None
+    )
     state = {"source": ident, "maps": maps_state}
     if not isinstance(gp, G.GalleryPage):
-        msg = gp or ("Computing every head's map…" if busy and (req.get("options") or {}).get("all_heads")
-                     else "The gallery of every head appears here after Analyze.")
+        msg = gp or (
+            "Computing every head's map…"
+            if busy and (req.get("options") or {}).get("all_heads")
+            else "The gallery of every head appears here after Analyze."
+        )
         state["empty"] = msg
         same = shown.get("empty") == msg
-        return (no_update if same else empty_figure(msg, height=200), no_update if same else [], no_update,
-                state, maps)
+        return (
+            no_update if same else empty_figure(msg, height=200),
+            no_update if same else [],
+            no_update,
+            state,
+            maps,
+        )
     options = G.gallery_page_options(result, layers, section=sec)
-    state.update(shape=gp.shape, layers=layers, drawn=gp.done, complete=gp.complete, title=G.gallery_title(gp),
-                 options=options)
+    state.update(
+        shape=gp.shape,
+        layers=layers,
+        drawn=gp.done,
+        complete=gp.complete,
+        title=G.gallery_title(gp),
+        options=options,
+    )
     page_value = gp.page if gp.page != page else no_update
     options_out = options if options != shown.get("options") else no_update
     if shown.get("shape") != gp.shape or shown.get("layers") != layers:  # another page: drawn anew
-        return G.gallery_figure(result, layers=layers, page=gp.page, section=sec), options_out, page_value, state, maps
-    if (shown.get("drawn"), shown.get("complete"), shown.get("title")) == (gp.done, gp.complete, state["title"]):
+        return (
+            G.gallery_figure(result, layers=layers, page=gp.page, section=sec),
+            options_out,
+            page_value,
+            state,
+            maps,
+        )
+    if (shown.get("drawn"), shown.get("complete"), shown.get("title")) == (
+        gp.done,
+        gp.complete,
+        state["title"],
+    ):
         return no_update, options_out, page_value, state, maps
     upd = G.gallery_update(result, gp, shown.get("drawn") or [])
     fig = Patch()
@@ -134,7 +233,9 @@ def gallery_outputs(st: dict[str, Any], source: dict[str, Any] | None, layers: l
     return fig, options_out, page_value, state, maps
 
 
-def _maps(result: dict[str, Any], had: dict[str, Any] | None, message: str) -> tuple[Any, dict[str, Any]]:
+def _maps(
+    result: dict[str, Any], had: dict[str, Any] | None, message: str
+) -> tuple[Any, dict[str, Any]]:
     """(the store ``text-head-maps``: whole, a partial update adding the new layers' heads, or
     unchanged, and what it then holds)."""
     one = result.get("head-tsne")
@@ -142,8 +243,13 @@ def _maps(result: dict[str, Any], had: dict[str, Any] | None, message: str) -> t
     grid = gallery_section(result)
     layers = list((grid or {}).get("layers") or [])
     state = {"one": one_key, "layers": layers, "message": message, "any": bool(one or layers)}
-    if had is None or had.get("one") != one_key or not had.get("any") and state["any"] \
-            or not set(had.get("layers") or []) <= set(layers):
+    if (
+        had is None
+        or had.get("one") != one_key
+        or not had.get("any")
+        and state["any"]
+        or not set(had.get("layers") or []) <= set(layers)
+    ):
         return {**G.head_maps(result), "message": message}, state
     new = [la for la in layers if la not in set(had.get("layers") or [])]
     if not new and had.get("message") == message:
@@ -155,12 +261,24 @@ def _maps(result: dict[str, Any], had: dict[str, Any] | None, message: str) -> t
     return maps, state
 
 
-def figures(result: dict[str, Any], *, layer: int | None, head: int | None, layers: list[int] | None,
-            gpage: int, hv_heads: list[int] | None, threshold: float) -> list[Any]:
+def figures(
+    result: dict[str, Any],
+    *,
+    layer: int | None,
+    head: int | None,
+    layers: list[int] | None,
+    gpage: int,
+    hv_heads: list[int] | None,
+    threshold: float,
+) -> list[Any]:
     """The every-head figures of the view, as exported (gallery page, head view, model view)."""
     figs = [G.gallery_figure(result, layers=layers, page=gpage or 0)]
     if layer is not None and head is not None:
-        figs.append(HV.head_view_figure(result, layer=layer, heads=_heads(head, hv_heads), threshold=threshold))
+        figs.append(
+            HV.head_view_figure(
+                result, layer=layer, heads=_heads(head, hv_heads), threshold=threshold
+            )
+        )
     figs.append(HV.model_view_figure(result, layer=layer, head=head))
     return figs
 
@@ -263,14 +381,33 @@ def register(app: Dash, store: ResultStore) -> None:
             t = min(1.0, max(0.001, float(threshold)))
         except (TypeError, ValueError):
             t = DEFAULT_THRESHOLD
-        keys = {"lines": head_view_key(source, st, layer=layer, head=head, options=[list(extra or []), t]),
-                "model": [(source or {}).get("id"), layer, head, *section_layers(gallery_section(result))]}
+        keys = {
+            "lines": head_view_key(
+                source, st, layer=layer, head=head, options=[list(extra or []), t]
+            ),
+            "model": [
+                (source or {}).get("id"),
+                layer,
+                head,
+                *section_layers(gallery_section(result)),
+            ],
+        }
         shown = shown or {}
-        if keys == shown:  # a section these views do not show arrived: nothing re-sent, nothing redrawn
+        if (
+            keys == shown
+        ):  # a section these views do not show arrived: nothing re-sent, nothing redrawn
             return no_update, no_update, no_update
-        model = no_update if keys["model"] == shown.get("model") else HV.model_view_figure(result, layer=layer, head=head)
+        model = (
+            no_update
+            if keys["model"] == shown.get("model")
+            else HV.model_view_figure(result, layer=layer, head=head)
+        )
         if keys["lines"] == shown.get("lines"):
             return no_update, model, keys
         if layer is None or head is None:
             return empty_figure("Select a head to see its attention as lines."), model, keys
-        return HV.head_view_figure(result, layer=layer, heads=_heads(head, extra), threshold=t), model, keys
+        return (
+            HV.head_view_figure(result, layer=layer, heads=_heads(head, extra), threshold=t),
+            model,
+            keys,
+        )

@@ -63,48 +63,96 @@ def words_request(*, text: str, model: str) -> dict[str, Any]:
     return {"model": model, "text": text, "analyses": ["word-tsne"], "options": {"layer": "all"}}
 
 
-def layout(store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None) -> html.Div:
+def layout(
+    store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None
+) -> html.Div:
     options, default_model, info = model_options(store)
     source, request, view = restore_view(store, query, share, keys=("state", "rescale"))
     model = request.get("model") or default_model
     n_states = int((info.get(model) or {}).get("n_layers") or 6) + 1
     state = int_or_none(view.get("state"))
     rescale = str(view.get("rescale", "1")) not in ("0", "false", "False")
-    return html.Div(className="page", id="words-page", children=[
-        html.H2("Word lists: t-SNE of multi-token embeddings"),
-        html.Div(className="controls", children=[
-            html.P("One item per line (or one comma-separated line). Each item's embedding is the "
-                   "[CLS] / first-token state (last token for GPT-2) at each state.", className="hint"),
-            dcc.Textarea(id="words-input", value=request.get("text") or DEMO_WORDS, className="text-input",
-                         style={"minHeight": "160px"}),
-            html.Div(className="control-row", children=[
-                html.Label("model", htmlFor="words-model"),
-                dcc.Dropdown(id="words-model", options=options, value=model, clearable=False,
-                             className="model-picker"),
-                html.Button("Analyze", id="words-analyze", className="button primary"),
-            ]),
-            html.Div(id="words-error", className="error"),
-            progress_block("words", running=source is not None),
-        ]),
-        export_bar("words", GRAPHS),
-        html.Div(className="panel", children=[
-            html.Div(className="control-row", children=[
-                html.Span("state:", className="label"),
-                html.Div(dcc.Slider(id="words-state", min=0, max=n_states - 1, step=1,
+    return html.Div(
+        className="page",
+        id="words-page",
+        children=[
+            html.H2("Word lists: t-SNE of multi-token embeddings"),
+            html.Div(
+                className="controls",
+                children=[
+                    html.P(
+                        "One item per line (or one comma-separated line). Each item's embedding is the "
+                        "[CLS] / first-token state (last token for GPT-2) at each state.",
+                        className="hint",
+                    ),
+                    dcc.Textarea(
+                        id="words-input",
+                        value=request.get("text") or DEMO_WORDS,
+                        className="text-input",
+                        style={"minHeight": "160px"},
+                    ),
+                    html.Div(
+                        className="control-row",
+                        children=[
+                            html.Label("model", htmlFor="words-model"),
+                            dcc.Dropdown(
+                                id="words-model",
+                                options=options,
+                                value=model,
+                                clearable=False,
+                                className="model-picker",
+                            ),
+                            html.Button("Analyze", id="words-analyze", className="button primary"),
+                        ],
+                    ),
+                    html.Div(id="words-error", className="error"),
+                    progress_block("words", running=source is not None),
+                ],
+            ),
+            export_bar("words", GRAPHS),
+            html.Div(
+                className="panel",
+                children=[
+                    html.Div(
+                        className="control-row",
+                        children=[
+                            html.Span("state:", className="label"),
+                            html.Div(
+                                dcc.Slider(
+                                    id="words-state",
+                                    min=0,
+                                    max=n_states - 1,
+                                    step=1,
                                     value=n_states - 1 if state is None else state,
-                                    marks={i: str(i) for i in range(n_states)}), style={"flex": "1"}),
-                dcc.Checklist(id="words-view-options", options=[
-                    {"label": " quantile-equidistant axes (ticks in original units)", "value": "rescale"}],
-                    value=["rescale"] if rescale else [], inline=True),
-            ]),
-            graph("words-tsne-graph", figure=F.empty_figure("Press Analyze.")),
-        ]),
-        dcc.Store(id="words-source", data=source),
-    ])
+                                    marks={i: str(i) for i in range(n_states)},
+                                ),
+                                style={"flex": "1"},
+                            ),
+                            dcc.Checklist(
+                                id="words-view-options",
+                                options=[
+                                    {
+                                        "label": " quantile-equidistant axes (ticks in original units)",
+                                        "value": "rescale",
+                                    }
+                                ],
+                                value=["rescale"] if rescale else [],
+                                inline=True,
+                            ),
+                        ],
+                    ),
+                    graph("words-tsne-graph", figure=F.empty_figure("Press Analyze.")),
+                ],
+            ),
+            dcc.Store(id="words-source", data=source),
+        ],
+    )
 
 
 def _figures(result: dict[str, Any], state: int | None, view_opts: list[str] | None) -> list[Any]:
-    return [F.words_tsne_figure(result, state=int(state or 0), rescale="rescale" in (view_opts or []))]
+    return [
+        F.words_tsne_figure(result, state=int(state or 0), rescale="rescale" in (view_opts or []))
+    ]
 
 
 def register(app: Dash, store: ResultStore) -> None:
@@ -141,21 +189,37 @@ def register(app: Dash, store: ResultStore) -> None:
         sec = st["result"].get("word-tsne")
         if not sec:
             msg = {"none": "Press Analyze.", "failed": f"failed: {st.get('error')}"}.get(
-                st["status"], "Computing the word-list t-SNE…")
+                st["status"], "Computing the word-list t-SNE…"
+            )
             return F.empty_figure(msg), no_update, no_update
         states = list(sec.get("layers") or [0])
         state = state if state in states else states[-1]
         fig = F.words_tsne_figure(st["result"], state=state, rescale="rescale" in (view_opts or []))
         return fig, max(states), {i: str(i) for i in states}
 
-    register_view(app, client, PageView(
-        name=NAME, prefix="words", path=PATH, source="words-source",
-        inputs=(("words-state", "value"), ("words-view-options", "value")),
-        view=lambda state, view_opts: {"state": state, "rescale": "rescale" in (view_opts or [])},
-    ))
+    register_view(
+        app,
+        client,
+        PageView(
+            name=NAME,
+            prefix="words",
+            path=PATH,
+            source="words-source",
+            inputs=(("words-state", "value"), ("words-view-options", "value")),
+            view=lambda state, view_opts: {
+                "state": state,
+                "rescale": "rescale" in (view_opts or []),
+            },
+        ),
+    )
 
     register_exports(
-        app, store, "words", source="words-source", graphs=GRAPHS, figures=_figures,
+        app,
+        store,
+        "words",
+        source="words-source",
+        graphs=GRAPHS,
+        figures=_figures,
         view_states=[State("words-state", "value"), State("words-view-options", "value")],
         title="headscope — word list t-SNE",
     )

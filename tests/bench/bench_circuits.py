@@ -45,7 +45,9 @@ def _timed(job: Callable[[], object], times: int = 3) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--tokens", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
@@ -64,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     loaded = load_model(args.model, dtype="float32", device="cpu")
     _, enc = _text_of(loaded, args.tokens)
     ids = list(enc.input_ids)
-    swap = next(i for i in range(len(ids)) if not enc.special[i])  # every position from the first token differs
+    swap = next(
+        i for i in range(len(ids)) if not enc.special[i]
+    )  # every position from the first token differs
     ids[swap] = (ids[swap] + 1) % loaded.unembed.vocab_size
     corrupted = Encoded(ids, enc.tokens, enc.offsets, enc.special)
     target = [int(ids[-1]), int(ids[-2])]
@@ -87,10 +91,18 @@ def main(argv: list[str] | None = None) -> int:
         f1 = _timed(forward)
         f_wall, f_cpu = (f0[0] + f1[0]) / 2, (f0[1] + f1[1]) / 2
         t = out["timings"]
-        rounds.append({"eap": (t["runs_s"] + t["scores_s"]) / f_wall, "curve": t["circuits_s"] / f_wall,
-                       "runs": t["runs_s"] / f_wall, "scores": t["scores_s"] / f_wall, "cpu": cpu / f_cpu,
-                       "wall": wall / f_wall, "eap_cpu": (t["runs_cpu_s"] + t["scores_cpu_s"]) / f_cpu,
-                       "curve_cpu": t["circuits_cpu_s"] / f_cpu})
+        rounds.append(
+            {
+                "eap": (t["runs_s"] + t["scores_s"]) / f_wall,
+                "curve": t["circuits_s"] / f_wall,
+                "runs": t["runs_s"] / f_wall,
+                "scores": t["scores_s"] / f_wall,
+                "cpu": cpu / f_cpu,
+                "wall": wall / f_wall,
+                "eap_cpu": (t["runs_cpu_s"] + t["scores_cpu_s"]) / f_cpu,
+                "curve_cpu": t["circuits_cpu_s"] / f_cpu,
+            }
+        )
         last.update(out)
 
     jobs = {
@@ -109,22 +121,36 @@ def main(argv: list[str] | None = None) -> int:
 
     eap, curve = ratio("eap"), ratio("curve")
     L, H = loaded.n_layers, loaded.n_heads
-    print(f"model {args.model}: {L} layers x {H} heads, n = {enc.n}, torch threads {torch.get_num_threads()}")
+    print(
+        f"model {args.model}: {L} layers x {H} heads, n = {enc.n}, torch threads {torch.get_num_threads()}"
+    )
     for name, s in med.items():
-        if name != "edge-attribution":  # its round also times six forwards; its own figures are below
+        if (
+            name != "edge-attribution"
+        ):  # its round also times six forwards; its own figures are below
             print(f"  {name:<22} {s * 1000:9.1f} ms  {s / fwd:7.1f}x forward")
-    print(f"  AtP: {med['attribution-patching'] / fwd:.1f} forward-equivalents (target <= 4) for {L * H} heads, "
-          f"{L} feed-forwards, {(L + 1) * enc.n} residual positions"
-          + ("" if args.no_patching else f"; real patching {med['patching'] / fwd:.0f}"))
+    print(
+        f"  AtP: {med['attribution-patching'] / fwd:.1f} forward-equivalents (target <= 4) for {L * H} heads, "
+        f"{L} feed-forwards, {(L + 1) * enc.n} residual positions"
+        + ("" if args.no_patching else f"; real patching {med['patching'] / fwd:.0f}")
+    )
     n_curve = len(last["curve"])
-    print(f"  EAP-IG (k = {args.ig_steps}) on {last['n_edges']:,} edges: {eap:.1f} forward-equivalents "
-          f"(target <= 30; clean/corrupted runs {ratio('runs'):.1f}, gradient runs {ratio('scores'):.1f})")
-    print(f"  faithfulness curve: {n_curve} sizes + the circuit of N = {last['top_edges']}: {curve:.1f} "
-          f"forward-equivalents (target <= 15 for 12 sizes)")
-    print(f"  in CPU time: EAP-IG {ratio('eap_cpu'):.1f}, curve {ratio('curve_cpu'):.1f}; the whole run "
-          f"{ratio('cpu'):.1f} (wall {ratio('wall'):.1f}); per round wall (EAP-IG, curve): "
-          + ", ".join(f"({r['eap']:.1f}, {r['curve']:.1f})" for r in rounds))
-    print(f"  edge scores: {last['scores_bytes']:,} bytes ({last['scores_dtype']}, {last['n_edges']:,} edges)")
+    print(
+        f"  EAP-IG (k = {args.ig_steps}) on {last['n_edges']:,} edges: {eap:.1f} forward-equivalents "
+        f"(target <= 30; clean/corrupted runs {ratio('runs'):.1f}, gradient runs {ratio('scores'):.1f})"
+    )
+    print(
+        f"  faithfulness curve: {n_curve} sizes + the circuit of N = {last['top_edges']}: {curve:.1f} "
+        f"forward-equivalents (target <= 15 for 12 sizes)"
+    )
+    print(
+        f"  in CPU time: EAP-IG {ratio('eap_cpu'):.1f}, curve {ratio('curve_cpu'):.1f}; the whole run "
+        f"{ratio('cpu'):.1f} (wall {ratio('wall'):.1f}); per round wall (EAP-IG, curve): "
+        + ", ".join(f"({r['eap']:.1f}, {r['curve']:.1f})" for r in rounds)
+    )
+    print(
+        f"  edge scores: {last['scores_bytes']:,} bytes ({last['scores_dtype']}, {last['n_edges']:,} edges)"
+    )
     return 0
 
 
@@ -153,11 +179,15 @@ def bench_flow(model: str, *, tokens: int, repeats: int) -> float:
 
     med = median_seconds({"forward": forward, "information-flow": flow}, repeats=repeats)
     ratio = med["information-flow"] / med["forward"]
-    print(f"model {model}: {loaded.n_layers} layers x {loaded.n_heads} heads, n = {enc.n}, "
-          f"torch threads {torch.get_num_threads()}")
+    print(
+        f"model {model}: {loaded.n_layers} layers x {loaded.n_heads} heads, n = {enc.n}, "
+        f"torch threads {torch.get_num_threads()}"
+    )
     for name, s in med.items():
         print(f"  {name:<22} {s * 1000:9.1f} ms  {s / med['forward']:7.1f}x forward")
-    print(f"  information flow: {ratio:.2f} forward-equivalents (target <= 3), {got['edges']} edges at tau = 0.04")
+    print(
+        f"  information flow: {ratio:.2f} forward-equivalents (target <= 3), {got['edges']} edges at tau = 0.04"
+    )
     return ratio
 
 
@@ -169,8 +199,11 @@ def flow_main(argv: list[str]) -> int:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--every-query", action="store_true",
-                        help="the path of texts whose layers would not fit KEEP_BYTES: every query in the forward")
+    parser.add_argument(
+        "--every-query",
+        action="store_true",
+        help="the path of texts whose layers would not fit KEEP_BYTES: every query in the forward",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.every_query:

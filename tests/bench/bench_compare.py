@@ -36,7 +36,9 @@ def main() -> None:
     p.add_argument("--model-b", default="smollm2")
     p.add_argument("--corpus", default="builtin-english")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    p.add_argument(
+        "--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)"
+    )
     args = p.parse_args()
 
     import torch
@@ -58,8 +60,13 @@ def main() -> None:
 
     maps: dict[str, dict[int, dict]] = {"a": {}, "b": {}}
     for key, m in (("a", a), ("b", b)):
-        tap = WordMapTap(m, texts, max_tokens=128, surprisal=False,
-                         per_text=lambda i, part, k=key: maps[k].__setitem__(i, part))
+        tap = WordMapTap(
+            m,
+            texts,
+            max_tokens=128,
+            surprisal=False,
+            per_text=lambda i, part, k=key: maps[k].__setitem__(i, part),
+        )
         corpus_statistics(m, texts, options=opts, tap=tap)
     causal = a.causal or b.causal
 
@@ -68,37 +75,49 @@ def main() -> None:
         for i, pa in maps["a"].items():
             pb = maps["b"].get(i)
             if pb is not None:
-                acc.add(pa["maps"], pb["maps"], valid=covered(pa["member"]) & covered(pb["member"]), causal=causal)
+                acc.add(
+                    pa["maps"],
+                    pb["maps"],
+                    valid=covered(pa["member"]) & covered(pb["member"]),
+                    causal=causal,
+                )
         acc.sums()
 
     rounds = []
     loads = []
     for _ in range(args.repeats):
         loads.append(os.getloadavg()[0])
-        rounds.append({
-            "plain_a": timed(lambda: corpus_statistics(a, texts, options=opts)),
-            "plain_b": timed(lambda: corpus_statistics(b, texts, options=opts)),
-            "compare": timed(lambda: compare_models(lambda: a, lambda: b, texts)),
-            "pairs": timed(all_pairs),
-        })
+        rounds.append(
+            {
+                "plain_a": timed(lambda: corpus_statistics(a, texts, options=opts)),
+                "plain_b": timed(lambda: corpus_statistics(b, texts, options=opts)),
+                "compare": timed(lambda: compare_models(lambda: a, lambda: b, texts)),
+                "pairs": timed(all_pairs),
+            }
+        )
 
     def best(key: str, k: int) -> float:
         return min(r[key][k] for r in rounds)
 
     out: dict[str, object] = {
-        "models": [args.model_a, args.model_b], "texts": len(texts),
-        "heads": [a.n_layers * a.n_heads, b.n_layers * b.n_heads], "cores": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(), "load_average_1min": loads,
+        "models": [args.model_a, args.model_b],
+        "texts": len(texts),
+        "heads": [a.n_layers * a.n_heads, b.n_layers * b.n_heads],
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_average_1min": loads,
     }
     for k, clock in ((0, "wall"), (1, "cpu")):
         plain = best("plain_a", k) + best("plain_b", k)
         out[clock] = {
-            "plain_corpus_runs_s": round(plain, 2), "compare_s": round(best("compare", k), 2),
+            "plain_corpus_runs_s": round(plain, 2),
+            "compare_s": round(best("compare", k), 2),
             "compare_over_plain": round(best("compare", k) / plain, 2),
             "similarity_all_pairs_s": round(best("pairs", k), 2),
             "similarity_over_plain_b": round(best("pairs", k) / best("plain_b", k), 3),
-            "per_round_compare_over_plain": [round(r["compare"][k] / (r["plain_a"][k] + r["plain_b"][k]), 2)
-                                             for r in rounds],
+            "per_round_compare_over_plain": [
+                round(r["compare"][k] / (r["plain_a"][k] + r["plain_b"][k]), 2) for r in rounds
+            ],
         }
     print(json.dumps(out))
 

@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_scale import ROOT, Bench, cpu_s, load  # noqa: E402
+from bench_scale import ROOT, Bench, cpu_s, load
 
 
 class CompareBench(Bench):
@@ -33,18 +33,43 @@ class CompareBench(Bench):
 
         from workers import protocol
 
-        env = service_env(self.base / "data", self.base / "none.json", REDIS_URL=self.url,
-                          HEADSCOPE_SPLIT_COMPARE_MIN_TEXTS=str(2 * part if split else 10**9),
-                          HEADSCOPE_SPLIT_COMPARE_PART_TEXTS=str(part), HEADSCOPE_JOB_TIMEOUT_S=str(24 * 3600),
-                          HEADSCOPE_DEVICE="cpu")
+        env = service_env(
+            self.base / "data",
+            self.base / "none.json",
+            REDIS_URL=self.url,
+            HEADSCOPE_SPLIT_COMPARE_MIN_TEXTS=str(2 * part if split else 10**9),
+            HEADSCOPE_SPLIT_COMPARE_PART_TEXTS=str(part),
+            HEADSCOPE_JOB_TIMEOUT_S=str(24 * 3600),
+            HEADSCOPE_DEVICE="cpu",
+        )
         env.pop("HEADSCOPE_MODELS")
-        env.setdefault("HEADSCOPE_MODEL_CACHE_DIR", str(Path.home() / ".cache" / "headscope" / "models"))
+        env.setdefault(
+            "HEADSCOPE_MODEL_CACHE_DIR", str(Path.home() / ".cache" / "headscope" / "models")
+        )
         before = len(self.procs)
         for _ in range(n):
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "workers.main", "--preload", models[0], "--preload", models[1],
-                 "--queues", protocol.QUEUE], cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT))
-        while sum(w.get("ready", False) for w in protocol.live_workers(self.conn).values()) < len(self.procs):
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "workers.main",
+                        "--preload",
+                        models[0],
+                        "--preload",
+                        models[1],
+                        "--queues",
+                        protocol.QUEUE,
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=self.log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        while sum(w.get("ready", False) for w in protocol.live_workers(self.conn).values()) < len(
+            self.procs
+        ):
             if any(p.poll() is not None for p in self.procs):
                 raise RuntimeError(f"a worker exited; see {self.base / 'workers.log'}")
             time.sleep(0.2)
@@ -60,7 +85,10 @@ class CompareBench(Bench):
         self.conn.delete(f"hs:result:{job_id}")
         t0 = time.perf_counter()
         self.queue.submit("compare", job_id, req.normalised())
-        while (state := self.queue.lookup(job_id, with_partial=False)).status not in ("finished", "failed"):
+        while (state := self.queue.lookup(job_id, with_partial=False)).status not in (
+            "finished",
+            "failed",
+        ):
             time.sleep(0.02)
         seconds = time.perf_counter() - t0
         if state.status != "finished":
@@ -77,7 +105,9 @@ def max_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
     import numpy as np
 
     def num(x: Any) -> np.ndarray:
-        return np.array([np.nan if v is None else v for v in np.ravel(np.array(x, dtype=object))], dtype=float)
+        return np.array(
+            [np.nan if v is None else v for v in np.ravel(np.array(x, dtype=object))], dtype=float
+        )
 
     pairs = [num(r["similarity"]) for r in (a, b)]
     pairs += [num([p["similarity"] for p in r["matching"]["pairs"]]) for r in (a, b)]
@@ -85,7 +115,10 @@ def max_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
         for stat in a["profiles"]["statistics"]:
             pairs += [num(r["profiles"][key][stat]) for r in (a, b)]
     pairs += [num(r["profiles"]["xy_a"] + r["profiles"]["xy_b"]) for r in (a, b)]
-    return max(float(np.nanmax(np.abs(x - y), initial=0.0)) for x, y in zip(pairs[::2], pairs[1::2], strict=True))
+    return max(
+        float(np.nanmax(np.abs(x - y), initial=0.0))
+        for x, y in zip(pairs[::2], pairs[1::2], strict=True)
+    )
 
 
 def main() -> int:
@@ -96,22 +129,37 @@ def main() -> int:
     ap.add_argument("--model-b", default="smollm2")
     ap.add_argument("--runs", default="one,split1,split2")
     args = ap.parse_args()
-    runs, models, n, part = set(args.runs.split(",")), (args.model_a, args.model_b), args.texts, args.part_texts
+    runs, models, n, part = (
+        set(args.runs.split(",")),
+        (args.model_a, args.model_b),
+        args.texts,
+        args.part_texts,
+    )
     out: dict[str, Any] = {"models": models, "texts": n, "part_texts": part}
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         bench = CompareBench(Path(tmp))
         try:
             corpus = bench.corpus(n)
-            for name, workers, split in (("one", 1, False), ("split1", 1, True), ("split2", 2, True)):
+            for name, workers, split in (
+                ("one", 1, False),
+                ("split1", 1, True),
+                ("split2", 2, True),
+            ):
                 if name not in runs:
                     continue
                 pids = bench.start_both(workers, models, part=part, split=split)
                 l0, c0 = load(), cpu_s(pids)
                 t, results[name] = bench.compare(corpus, models)
-                out[name] = {"s": round(t, 1), "texts_per_s": round(n / t, 2), "cpu_s": round(cpu_s(pids) - c0, 1),
-                             "load": (round(l0, 1), round(load(), 1))}
-                print(name, json.dumps(out[name]), flush=True)  # as it goes: a run can take many minutes
+                out[name] = {
+                    "s": round(t, 1),
+                    "texts_per_s": round(n / t, 2),
+                    "cpu_s": round(cpu_s(pids) - c0, 1),
+                    "load": (round(l0, 1), round(load(), 1)),
+                }
+                print(
+                    name, json.dumps(out[name]), flush=True
+                )  # as it goes: a run can take many minutes
                 bench.stop()
         finally:
             bench.close()
@@ -122,7 +170,9 @@ def main() -> int:
         out["max_abs_diff_split_vs_one_job"] = max_diff(results["split1"], results["one"])
     if "split1" in out and "split2" in out:
         out["speedup_2_workers"] = round(out["split1"]["s"] / out["split2"]["s"], 3)
-        out["two_workers_equal_one"] = comparable(results["split1"]) == comparable(results["split2"])
+        out["two_workers_equal_one"] = comparable(results["split1"]) == comparable(
+            results["split2"]
+        )
     print(json.dumps(out, indent=1))
     return 0
 

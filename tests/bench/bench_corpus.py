@@ -43,8 +43,12 @@ def plain_forward(loaded, texts: list[str], *, max_tokens: int) -> float:
     enc = encode_corpus(loaded, texts, max_tokens=max_tokens)
     keep = [[not s for s in row] for row in enc.special]
     run = [i for i, k in enumerate(keep) if any(k)]
-    plan = [[run[j] for j in b] for b in batches([len(enc.ids[i]) for i in run], batch_tokens=opts.batch_tokens,
-                                                 max_batch=opts.max_batch)]
+    plan = [
+        [run[j] for j in b]
+        for b in batches(
+            [len(enc.ids[i]) for i in run], batch_tokens=opts.batch_tokens, max_batch=opts.max_batch
+        )
+    ]
     t0 = time.perf_counter()
     with torch.inference_mode():
         for b in plan:
@@ -52,7 +56,9 @@ def plain_forward(loaded, texts: list[str], *, max_tokens: int) -> float:
     return time.perf_counter() - t0
 
 
-def bench(model: str, n: int, *, max_tokens: int, joint_points: int, repeats: int, method: str) -> dict:
+def bench(
+    model: str, n: int, *, max_tokens: int, joint_points: int, repeats: int, method: str
+) -> dict:
     import torch
 
     from workers.analysis.corpus import CorpusOptions, corpus_statistics
@@ -68,13 +74,32 @@ def bench(model: str, n: int, *, max_tokens: int, joint_points: int, repeats: in
         t0 = time.perf_counter()
         res = corpus_statistics(loaded, texts, options=CorpusOptions(max_tokens=max_tokens))
         stats.append(time.perf_counter() - t0)
-    out = {"model": model, "threads": torch.get_num_threads(), "sentences": n, "tokens": res["n_tokens"],
-           "heads": loaded.n_layers * loaded.n_heads, "plain_s": min(plain), "statistics_s": min(stats),
-           "ratio": min(stats) / min(plain), "texts_per_s": n / min(stats)}
+    out = {
+        "model": model,
+        "threads": torch.get_num_threads(),
+        "sentences": n,
+        "tokens": res["n_tokens"],
+        "heads": loaded.n_layers * loaded.n_heads,
+        "plain_s": min(plain),
+        "statistics_s": min(stats),
+        "ratio": min(stats) / min(plain),
+        "texts_per_s": n / min(stats),
+    }
     if joint_points:
         t0 = time.perf_counter()
-        jm = joint_map(loaded, texts, layer=loaded.n_layers // 2, head=0, max_points=joint_points, method=method)
-        out.update(joint_points=jm["n_points"], joint_sampled=jm["sampled"], joint_s=time.perf_counter() - t0)
+        jm = joint_map(
+            loaded,
+            texts,
+            layer=loaded.n_layers // 2,
+            head=0,
+            max_points=joint_points,
+            method=method,
+        )
+        out.update(
+            joint_points=jm["n_points"],
+            joint_sampled=jm["sampled"],
+            joint_s=time.perf_counter() - t0,
+        )
     return out
 
 
@@ -92,38 +117,66 @@ def peak_rss(model: str, n: int, max_tokens: int) -> dict:
     )
     out = {}
     for mode in ("load", "run"):
-        proc = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, check=True,
-                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+        proc = subprocess.run(
+            [sys.executable, "-c", code, mode],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONPATH": os.getcwd()},
+        )
         out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {"sentences": n, "peak_rss_load_mb": round(out["load"]["rss_mb"]), "peak_rss_run_mb": round(out["run"]["rss_mb"]),
-            "corpus_mb": round(out["run"]["rss_mb"] - out["load"]["rss_mb"]), "seconds": round(out["run"]["s"], 1)}
+    return {
+        "sentences": n,
+        "peak_rss_load_mb": round(out["load"]["rss_mb"]),
+        "peak_rss_run_mb": round(out["run"]["rss_mb"]),
+        "corpus_mb": round(out["run"]["rss_mb"] - out["load"]["rss_mb"]),
+        "seconds": round(out["run"]["s"], 1),
+    }
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--model", default="minilm")
-    p.add_argument("--model-dir", help="register --model as this local model directory (e.g. a converted SmolLM2)")
+    p.add_argument(
+        "--model-dir",
+        help="register --model as this local model directory (e.g. a converted SmolLM2)",
+    )
     p.add_argument("--sentences", type=int, default=1000)
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--joint-points", type=int, default=10_000, help="0: no joint map")
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--method", choices=["pca", "tsne"], default="pca", help="embedding of the joint map")
-    p.add_argument("--memory", default="", help="comma-separated corpus sizes for the peak-memory runs")
+    p.add_argument(
+        "--method", choices=["pca", "tsne"], default="pca", help="embedding of the joint map"
+    )
+    p.add_argument(
+        "--memory", default="", help="comma-separated corpus sizes for the peak-memory runs"
+    )
     args = p.parse_args()
     os.environ.setdefault("HEADSCOPE_DEVICE", "cpu")
     if args.model_dir:
         from workers.models import Catalogue, ModelSpec, set_catalogue
 
         cat = Catalogue()
-        cat.register(ModelSpec(args.model, "local", args.model_dir, f"{args.model} (local directory)"))
+        cat.register(
+            ModelSpec(args.model, "local", args.model_dir, f"{args.model} (local directory)")
+        )
         set_catalogue(cat)
     if args.memory:
         for n in (int(x) for x in args.memory.split(",")):
             print(json.dumps(peak_rss(args.model, n, args.max_tokens)), flush=True)
         return
-    r = bench(args.model, args.sentences, max_tokens=args.max_tokens, joint_points=args.joint_points,
-              repeats=args.repeats, method=args.method)
-    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}), flush=True)
+    r = bench(
+        args.model,
+        args.sentences,
+        max_tokens=args.max_tokens,
+        joint_points=args.joint_points,
+        repeats=args.repeats,
+        method=args.method,
+    )
+    print(
+        json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}),
+        flush=True,
+    )
     _ = resource  # (peak memory: --memory)
 
 

@@ -46,7 +46,9 @@ def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child(mode: str, *, data: Path, url: str | None, parquet: Path, model: str, max_tokens: int) -> dict:
+def child(
+    mode: str, *, data: Path, url: str | None, parquet: Path, model: str, max_tokens: int
+) -> dict:
     """One measurement in this (fresh) process (``upload`` imports no torch, as the API)."""
     from backend.config import Settings
     from backend.store import Store
@@ -58,11 +60,21 @@ def child(mode: str, *, data: Path, url: str | None, parquet: Path, model: str, 
         from workers.corpora import stage_corpus
 
         staged = stage_corpus(parquet, fmt="parquet", name=parquet.name, spool_dir=store.tmp_dir)
-        store.put_corpus_chunks(staged.id, staged.chunks(), n_texts=staged.n_texts, size=staged.size,
-                                meta={"id": staged.id, "name": parquet.name, "n_texts": staged.n_texts})
+        store.put_corpus_chunks(
+            staged.id,
+            staged.chunks(),
+            n_texts=staged.n_texts,
+            size=staged.size,
+            meta={"id": staged.id, "name": parquet.name, "n_texts": staged.n_texts},
+        )
         staged.discard()
-        return {"mode": mode, "corpus": staged.id, "n": staged.n_texts, "peak_mb": _peak_mb(),
-                "seconds": time.perf_counter() - t0}
+        return {
+            "mode": mode,
+            "corpus": staged.id,
+            "n": staged.n_texts,
+            "peak_mb": _peak_mb(),
+            "seconds": time.perf_counter() - t0,
+        }
     import torch
 
     from workers.analysis.corpus import CorpusOptions, corpus_statistics
@@ -78,13 +90,24 @@ def child(mode: str, *, data: Path, url: str | None, parquet: Path, model: str, 
     t0 = time.perf_counter()
     if mode == "job":
         req = CorpusRequest(model=model, corpus=corpus, options={"max_tokens": max_tokens})
-        res = compute_corpus(req, texts=open_corpus(corpus, store=store), progress=lambda f, m: None,
-                             on_partial=lambda _: None)
+        res = compute_corpus(
+            req,
+            texts=open_corpus(corpus, store=store),
+            progress=lambda f, m: None,
+            on_partial=lambda _: None,
+        )
     else:  # whole: the list in memory, one window
         texts = store.corpus_texts(corpus)
-        res = corpus_statistics(loaded, texts, options=CorpusOptions(max_tokens=max_tokens), window=len(texts))
-    return {"mode": mode, "n": res["n_texts"], "base_mb": base, "peak_mb": _peak_mb(),
-            "seconds": time.perf_counter() - t0}
+        res = corpus_statistics(
+            loaded, texts, options=CorpusOptions(max_tokens=max_tokens), window=len(texts)
+        )
+    return {
+        "mode": mode,
+        "n": res["n_texts"],
+        "base_mb": base,
+        "peak_mb": _peak_mb(),
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 def run_child(mode: str, *, env: dict[str, str], **kw: str) -> dict:
@@ -109,8 +132,18 @@ def main() -> int:
     ap.add_argument("--modes", default="upload,job,whole")
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, data=Path(args.data), url=args.database_url, parquet=Path(args.parquet),
-                               model=args.model, max_tokens=args.max_tokens)))
+        print(
+            json.dumps(
+                child(
+                    args.child,
+                    data=Path(args.data),
+                    url=args.database_url,
+                    parquet=Path(args.parquet),
+                    model=args.model,
+                    max_tokens=args.max_tokens,
+                )
+            )
+        )
         return 0
 
     from bench.synthetic_corpus import synthetic_texts, write
@@ -118,37 +151,57 @@ def main() -> int:
     from tiny_models import build_tiny_bert
 
     base = Path(tempfile.mkdtemp(prefix="bench-corpus-memory-"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
     if args.model == "tiny-bert":
-        env["HEADSCOPE_MODELS"] = str(write_catalogue(base / "models.json", {"tiny-bert": build_tiny_bert(base / "tb")}))
+        env["HEADSCOPE_MODELS"] = str(
+            write_catalogue(base / "models.json", {"tiny-bert": build_tiny_bert(base / "tb")})
+        )
     rows = []
     for n in (int(s) for s in args.sizes.split(",")):
         data = base / f"data-{n}"
         data.mkdir()
         parquet = write(base / f"corpus-{n}.parquet", synthetic_texts(n))
         url = args.database_url
-        kw = {"data": data, "parquet": parquet, "model": args.model, "max_tokens": args.max_tokens,
-              **({"database_url": url} if url else {})}
+        kw = {
+            "data": data,
+            "parquet": parquet,
+            "model": args.model,
+            "max_tokens": args.max_tokens,
+            **({"database_url": url} if url else {}),
+        }
         up = run_child("upload", env=env, **kw)
         (data / "corpus.json").write_text(json.dumps({"id": up["corpus"]}))
         for mode in args.modes.split(","):
             got = up if mode == "upload" else run_child(mode, env=env, **kw)
             got.update(n=n, load=os.getloadavg()[0])
             rows.append(got)
-            print(json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in got.items()}), flush=True)
+            print(
+                json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in got.items()}),
+                flush=True,
+            )
     print("\nmode    texts    peak RSS MB  base MB  peak-base MB  seconds  load")
     for r in rows:
         extra = r["peak_mb"] - r["base_mb"] if "base_mb" in r else float("nan")
-        print(f"{r['mode']:<7} {r['n']:>7,}  {r['peak_mb']:>11.0f}  {r.get('base_mb', float('nan')):>7.0f}  "
-              f"{extra:>12.0f}  {r['seconds']:>7.1f}  {r['load']:.1f}")
+        print(
+            f"{r['mode']:<7} {r['n']:>7,}  {r['peak_mb']:>11.0f}  {r.get('base_mb', float('nan')):>7.0f}  "
+            f"{extra:>12.0f}  {r['seconds']:>7.1f}  {r['load']:.1f}"
+        )
     by = {(r["mode"], r["n"]): r for r in rows}
     sizes = sorted({r["n"] for r in rows})
     if len(sizes) >= 2:
         lo, hi = sizes[0], sizes[-1]
         for mode in args.modes.split(","):
             if (mode, lo) in by and (mode, hi) in by:
-                print(f"{mode}: peak at {hi:,} texts / at {lo:,} = {by[(mode, hi)]['peak_mb'] / by[(mode, lo)]['peak_mb']:.2f}x")
+                print(
+                    f"{mode}: peak at {hi:,} texts / at {lo:,} = {by[(mode, hi)]['peak_mb'] / by[(mode, lo)]['peak_mb']:.2f}x"
+                )
     return 0
 
 

@@ -36,7 +36,10 @@ from pathlib import Path
 
 from workers.settings import WORKER_OPENMP_ENV
 
-for _var, _value in WORKER_OPENMP_ENV.items():  # before torch is imported: the workers' policy for the reference
+for (
+    _var,
+    _value,
+) in WORKER_OPENMP_ENV.items():  # before torch is imported: the workers' policy for the reference
     os.environ.setdefault(_var, _value)
 
 import httpx  # noqa: E402
@@ -45,8 +48,15 @@ from tests.bench.bench_service import start_serve  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--enable-unsafe-swiftshader", "--use-angle=swiftshader",
-        "--no-first-run", "--disable-background-networking"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--enable-unsafe-swiftshader",
+    "--use-angle=swiftshader",
+    "--no-first-run",
+    "--disable-background-networking",
+]
 RECORD_JS = """() => {
   window.__bench = {};
   window.addEventListener('click', (e) => { if (e.target.closest('#analyze-button')) window.__bench.click = performance.now(); }, true);
@@ -137,8 +147,13 @@ def plain_forward_s(loaded, text: str, *, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
-PARTS = (("worker", "workers.main --preload"), ("short-queue worker", "workers.main --queues"),
-         ("web server", "backend.cli serve"), ("browser", "chromium"), ("playwright", "playwright"))
+PARTS = (
+    ("worker", "workers.main --preload"),
+    ("short-queue worker", "workers.main --queues"),
+    ("web server", "backend.cli serve"),
+    ("browser", "chromium"),
+    ("playwright", "playwright"),
+)
 
 
 def cpu_by_part() -> dict[str, float]:
@@ -154,7 +169,9 @@ def cpu_by_part() -> dict[str, float]:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:  # gone meanwhile
             continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (name) ": state, ppid, ... utime, stime
+        fields = stat[
+            stat.rindex(")") + 2 :
+        ].split()  # after "pid (name) ": state, ppid, ... utime, stime
         procs[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, cmd)
     mine = {os.getpid()}
     for _ in range(8):  # a few generations: serve -> workers, playwright -> chromium -> its helpers
@@ -183,7 +200,9 @@ def one(page, url: str, text: str, model: str) -> dict:
 
     page.on("response", answered)
     cpu_before = cpu_by_part()
-    samples: list[tuple[float, dict[str, float]]] = []  # (seconds after the click, CPU s so far by part)
+    samples: list[
+        tuple[float, dict[str, float]]
+    ] = []  # (seconds after the click, CPU s so far by part)
     sampling = threading.Event()
 
     def sample() -> None:
@@ -196,8 +215,11 @@ def one(page, url: str, text: str, model: str) -> dict:
     page.click("#analyze-button")
     # polled every 200 ms, not at every animation frame (playwright's default): that forced Chromium to
     # draw a frame 60 times a second, ~0.05 CPU s/s of its own at 452 tokens; the marks are the page's
-    page.wait_for_function("window.__bench.gallery !== undefined && window.__bench.done !== undefined",
-                           polling=200, timeout=600_000)
+    page.wait_for_function(
+        "window.__bench.gallery !== undefined && window.__bench.done !== undefined",
+        polling=200,
+        timeout=600_000,
+    )
     sampling.set()
     sampler.join()
     cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_by_part().items()}
@@ -208,18 +230,28 @@ def one(page, url: str, text: str, model: str) -> dict:
     for response in answers:
         try:
             size = len(response.body())
-        except Exception:  # noqa: BLE001 - an answer the page dropped (a newer call replaced it)
+        except Exception:
             continue
         sizes.append(size)
-        timing = response.request.timing  # ms: startTime since the epoch, the others since startTime
+        timing = (
+            response.request.timing
+        )  # ms: startTime since the epoch, the others since startTime
         outputs = json.loads(response.request.post_data or "{}").get("output", "")
-        calls.append(((timing["startTime"] - origin - marks["click"]) / 1000, timing["responseEnd"] / 1000, size,
-                      outputs.strip(".").split(".")[0]))
+        calls.append(
+            (
+                (timing["startTime"] - origin - marks["click"]) / 1000,
+                timing["responseEnd"] / 1000,
+                size,
+                outputs.strip(".").split(".")[0],
+            )
+        )
     analysis = page.url.split("analysis=")[1].split("&")[0]
     body = httpx.get(f"{url}/api/analyses/{analysis}", timeout=30).json()
     result = body.get("result") or {}
     sent = (body.get("request") or {}).get("text")
-    assert sent == text and body["request"]["model"] == model, f"the page sent another request: {sent[:200]!r}"
+    assert sent == text and body["request"]["model"] == model, (
+        f"the page sent another request: {sent[:200]!r}"
+    )
     since = lambda key: (marks[key] - marks["click"]) / 1000  # noqa: E731
     timings = result.get("timings") or {}
     return {
@@ -228,7 +260,9 @@ def one(page, url: str, text: str, model: str) -> dict:
         "first_panel_s": since("first"),
         "gallery_s": since("gallery"),
         "page_s": max(since("done"), since("gallery"), since("heatmaps")),  # everything drawn
-        "tsne_all_heads_s": ((result.get("head-tsne-all") or {}).get("timings") or {}).get("tsne_s"),
+        "tsne_all_heads_s": ((result.get("head-tsne-all") or {}).get("timings") or {}).get(
+            "tsne_s"
+        ),
         "job_forward_s": timings.get("forward_s"),
         "job_replay_s": timings.get("replay_s"),
         "result_mb": len(json.dumps(result)) / 2**20,
@@ -236,24 +270,47 @@ def one(page, url: str, text: str, model: str) -> dict:
         "marks": {k: since(k) for k in ("heatmaps", "first", "gallery", "done") if k in marks},
         "calls": calls,
         "cpu": cpu,
-        "cpu_samples": [(t, {k: v - cpu_before.get(k, 0.0) for k, v in c.items()}) for t, c in samples],
+        "cpu_samples": [
+            (t, {k: v - cpu_before.get(k, 0.0) for k, v in c.items()}) for t, c in samples
+        ],
     }
 
 
-KEYS = ("heatmaps_s", "first_panel_s", "gallery_s", "page_s", "tsne_all_heads_s", "result_mb", "page_mb", "forward_s")
+KEYS = (
+    "heatmaps_s",
+    "first_panel_s",
+    "gallery_s",
+    "page_s",
+    "tsne_all_heads_s",
+    "result_mb",
+    "page_mb",
+    "forward_s",
+)
 
 
 def print_timeline(run: dict) -> None:
     """The browser's marks and every Dash callback answered, in order of their start after Analyze."""
     rows = [(t, f"browser: {name}") for name, t in run["marks"].items()]
     polls = [c for c in run["calls"] if c[3] == "text-job"]
-    rows += [(t, f"callback {what} (first output): {took:.2f} s, {size / 1024:.0f} KiB") for t, took, size, what
-             in run["calls"] if what != "text-job" or size > 2048]  # a poll that brought no new section: left out
+    rows += [
+        (t, f"callback {what} (first output): {took:.2f} s, {size / 1024:.0f} KiB")
+        for t, took, size, what in run["calls"]
+        if what != "text-job" or size > 2048
+    ]  # a poll that brought no new section: left out
     rows.append((polls[-1][0] if polls else 0.0, f"({len(polls)} polls in all)"))
     last: dict[str, float] = {}
     for t, c in run.get("cpu_samples", [])[1::2]:  # each second: CPU seconds in it by part
-        rows.append((t, "CPU s in the last second: " + ", ".join(
-            f"{k} {v - last.get(k, 0.0):.2f}" for k, v in sorted(c.items()) if v - last.get(k, 0.0) >= 0.05)))
+        rows.append(
+            (
+                t,
+                "CPU s in the last second: "
+                + ", ".join(
+                    f"{k} {v - last.get(k, 0.0):.2f}"
+                    for k, v in sorted(c.items())
+                    if v - last.get(k, 0.0) >= 0.05
+                ),
+            )
+        )
         last = c
     for t, what in sorted(rows):
         print(f"  {t:7.2f} s  {what}")
@@ -265,12 +322,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", default=None, help="comma-separated n (default: by model)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--job", action="store_true",
-                    help="also run each n's job in this process (tests.bench.bench_gallery_job) and print the page's "
-                         "time beyond it")
-    ap.add_argument("--log", type=Path, default=None, help="copy the service's log (its worker's progress lines) here")
-    ap.add_argument("--timeline", action="store_true",
-                    help="also print each Dash callback of the last run per n: start after Analyze, duration, size")
+    ap.add_argument(
+        "--job",
+        action="store_true",
+        help="also run each n's job in this process (tests.bench.bench_gallery_job) and print the page's "
+        "time beyond it",
+    )
+    ap.add_argument(
+        "--log",
+        type=Path,
+        default=None,
+        help="copy the service's log (its worker's progress lines) here",
+    )
+    ap.add_argument(
+        "--timeline",
+        action="store_true",
+        help="also print each Dash callback of the last run per n: start after Analyze, duration, size",
+    )
     args = ap.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
@@ -278,13 +346,20 @@ def main(argv: list[str] | None = None) -> int:
     from workers.models import load_model
 
     sizes = [int(x) for x in (args.tokens or MODELS[args.model]).split(",")]
-    loaded = load_model(args.model, device="cpu")  # the reference's model, and the texts' token counts
-    make = (lambda n, seed: text_of(n, seed=seed)) if args.model == "minilm" else (
-        lambda n, seed: readme_text(loaded, n, seed=seed))
+    loaded = load_model(
+        args.model, device="cpu"
+    )  # the reference's model, and the texts' token counts
+    make = (
+        (lambda n, seed: text_of(n, seed=seed))
+        if args.model == "minilm"
+        else (lambda n, seed: readme_text(loaded, n, seed=seed))
+    )
     rows = []
     print(f"load average before: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start_serve(Path(tmp), workers=1, model=args.model, threads=None)  # `headscope serve` defaults
+        proc, url = start_serve(
+            Path(tmp), workers=1, model=args.model, threads=None
+        )  # `headscope serve` defaults
         try:
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -294,37 +369,53 @@ def main(argv: list[str] | None = None) -> int:
                     runs = []
                     for r in range(args.repeats):
                         text = make(n, 100 * n + r if r else 100 * n)
-                        runs.append({**one(page, url, text, args.model), "forward_s": plain_forward_s(loaded, text)})
+                        runs.append(
+                            {
+                                **one(page, url, text, args.model),
+                                "forward_s": plain_forward_s(loaded, text),
+                            }
+                        )
                     assert all(r["n_tokens"] == n for r in runs), runs
                     row = {"n": n, "runs": runs, "load": os.getloadavg()}
                     for key in KEYS:
                         row[key] = statistics.median(r[key] for r in runs if r[key] is not None)
                     rows.append(row)
                     f = row["forward_s"]
-                    print(f"n = {n:4d}: plain forward {f:.2f} s; Analyze -> heatmaps {row['heatmaps_s']:.2f} s "
-                          f"({row['heatmaps_s'] / f:.1f}x), first gallery panel {row['first_panel_s']:.2f} s "
-                          f"({row['first_panel_s'] / f:.1f}x), complete gallery {row['gallery_s']:.2f} s "
-                          f"({row['gallery_s'] / f:.1f}x), page done {row['page_s']:.2f} s ({row['page_s'] / f:.1f}x); "
-                          f"t-SNE of every head in the job {row['tsne_all_heads_s']:.2f} s; result "
-                          f"{row['result_mb']:.1f} MB, the page's server sent its browser {row['page_mb']:.1f} MB; "
-                          f"load {row['load'][0]:.2f}",
-                          flush=True)
+                    print(
+                        f"n = {n:4d}: plain forward {f:.2f} s; Analyze -> heatmaps {row['heatmaps_s']:.2f} s "
+                        f"({row['heatmaps_s'] / f:.1f}x), first gallery panel {row['first_panel_s']:.2f} s "
+                        f"({row['first_panel_s'] / f:.1f}x), complete gallery {row['gallery_s']:.2f} s "
+                        f"({row['gallery_s'] / f:.1f}x), page done {row['page_s']:.2f} s ({row['page_s'] / f:.1f}x); "
+                        f"t-SNE of every head in the job {row['tsne_all_heads_s']:.2f} s; result "
+                        f"{row['result_mb']:.1f} MB, the page's server sent its browser {row['page_mb']:.1f} MB; "
+                        f"load {row['load'][0]:.2f}",
+                        flush=True,
+                    )
                     cpu = runs[-1]["cpu"]
-                    print(f"  CPU seconds from Analyze to done: {sum(cpu.values()):.1f} in all, "
-                          + ", ".join(f"{k} {v:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])),
-                          flush=True)
+                    print(
+                        f"  CPU seconds from Analyze to done: {sum(cpu.values()):.1f} in all, "
+                        + ", ".join(
+                            f"{k} {v:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])
+                        ),
+                        flush=True,
+                    )
                     if args.timeline:
                         print_timeline(runs[-1])
-                    if args.job:  # the same job in this process, the service idle: what is left is the page's
+                    if (
+                        args.job
+                    ):  # the same job in this process, the service idle: what is left is the page's
                         from tests.bench.bench_gallery_job import run_job
 
                         job = run_job(args.model, text, shared=True)  # the last run's text
                         last = runs[-1]
-                        print(f"  the job alone (in this process, same text): first gallery layer "
-                              f"{job['first layer']:.2f} s, gallery {job['head-tsne-all']:.2f} s, done {job['done']:.2f} s;"
-                              f" the page after it: first panel +{last['first_panel_s'] - job['first layer']:.2f} s, "
-                              f"complete +{last['gallery_s'] - job['head-tsne-all']:.2f} s, "
-                              f"done +{last['page_s'] - job['done']:.2f} s; load {os.getloadavg()[0]:.2f}", flush=True)
+                        print(
+                            f"  the job alone (in this process, same text): first gallery layer "
+                            f"{job['first layer']:.2f} s, gallery {job['head-tsne-all']:.2f} s, done {job['done']:.2f} s;"
+                            f" the page after it: first panel +{last['first_panel_s'] - job['first layer']:.2f} s, "
+                            f"complete +{last['gallery_s'] - job['head-tsne-all']:.2f} s, "
+                            f"done +{last['page_s'] - job['done']:.2f} s; load {os.getloadavg()[0]:.2f}",
+                            flush=True,
+                        )
                 browser.close()
         finally:
             stop(proc, grace_s=20)

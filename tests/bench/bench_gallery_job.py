@@ -56,7 +56,9 @@ def run_job(model: str, text: str, *, shared: bool) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--tokens", default="128,256,452")
     ap.add_argument("--threads", type=int, default=2)

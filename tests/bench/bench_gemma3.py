@@ -82,10 +82,14 @@ def main() -> None:
     states = gemma.n_layers + 1
     unembed = gemma.unembed
     assert unembed is not None
-    print(f"Gemma 3 270M, n = {enc.n} tokens, torch threads {torch.get_num_threads()}, load {load_s:.1f} s")
+    print(
+        f"Gemma 3 270M, n = {enc.n} tokens, torch threads {torch.get_num_threads()}, load {load_s:.1f} s"
+    )
     warm_kernels()
     warm_model(gemma)
-    if args.threads:  # numba's OpenMP layer (the t-SNE kernels' warm-up) resets the shared OpenMP pool
+    if (
+        args.threads
+    ):  # numba's OpenMP layer (the t-SNE kernels' warm-up) resets the shared OpenMP pool
         torch.set_num_threads(args.threads)
     inputs = model_inputs(gemma, enc)
 
@@ -110,22 +114,32 @@ def main() -> None:
             one @ unembed.weight.T
 
     rows = {}
-    for name, fn in [("plain forward (no logits)", plain), ("forward + logits, every position", lm_every),
-                     ("forward + logits, last position", lm_last), ("one state's [n x 262144] product", gemm)]:
+    for name, fn in [
+        ("plain forward (no logits)", plain),
+        ("forward + logits, every position", lm_every),
+        ("forward + logits, last position", lm_last),
+        ("one state's [n x 262144] product", gemm),
+    ]:
         fn()
         rows[name] = _timed2(fn, args.repeats)
     fwd_w, fwd_c, _ = rows["plain forward (no logits)"]
     every_w, every_c, _ = rows["forward + logits, every position"]
     for name, (w, c, all_w) in rows.items():
-        print(f"{name:34s} {w:.3f} s wall {[round(t, 3) for t in all_w]}, {c:.3f} s CPU  "
-              f"({w / fwd_w:.2f}x / {c / fwd_c:.2f}x the plain forward)")
+        print(
+            f"{name:34s} {w:.3f} s wall {[round(t, 3) for t in all_w]}, {c:.3f} s CPU  "
+            f"({w / fwd_w:.2f}x / {c / fwd_c:.2f}x the plain forward)"
+        )
     gw, gc, _ = rows["one state's [n x 262144] product"]
-    print(f"  the lens's products alone, per 8 states: {gw * 8 / fwd_w:.2f}x wall, {gc * 8 / fwd_c:.2f}x CPU")
+    print(
+        f"  the lens's products alone, per 8 states: {gw * 8 / fwd_w:.2f}x wall, {gc * 8 / fwd_c:.2f}x CPU"
+    )
 
     analyze(gemma, text, ["max-attention"])
     ma_w, ma_c, ma_all = _timed2(lambda: analyze(gemma, text, ["max-attention"]), args.repeats)
-    print(f"max-attention analysis             {ma_w:.3f} s wall {[round(t, 3) for t in ma_all]}, {ma_c:.3f} s CPU; "
-          f"ratio {ma_w / fwd_w:.2f}x wall, {ma_c / fwd_c:.2f}x CPU (target <= 1.2x)")
+    print(
+        f"max-attention analysis             {ma_w:.3f} s wall {[round(t, 3) for t in ma_all]}, {ma_c:.3f} s CPU; "
+        f"ratio {ma_w / fwd_w:.2f}x wall, {ma_c / fwd_c:.2f}x CPU (target <= 1.2x)"
+    )
 
     _reset_peak()
     base, _ = _rss_mb()
@@ -133,31 +147,43 @@ def main() -> None:
     _, lens_peak = _rss_mb()
     lw, lc, l_all = _timed2(lambda: logit_lens(gemma, enc, run=run), args.repeats)
     pw, pc = lw * 8 / states, lc * 8 / states
-    print(f"logit lens, {states} states            {lw:.3f} s wall {[round(t, 3) for t in l_all]}, {lc:.3f} s CPU; "
-          f"per 8 states {pw:.3f} s wall, {pc:.3f} s CPU")
-    print(f"  per 8 states: {pw / fwd_w:.2f}x wall, {pc / fwd_c:.2f}x CPU the plain forward (target <= 2x); "
-          f"{pw / every_w:.2f}x wall, {pc / every_c:.2f}x CPU the forward with every position's logits")
-    print(f"  peak resident memory during the lens: {lens_peak:.0f} MB ({lens_peak - base:+.0f} MB over {base:.0f} MB)")
+    print(
+        f"logit lens, {states} states            {lw:.3f} s wall {[round(t, 3) for t in l_all]}, {lc:.3f} s CPU; "
+        f"per 8 states {pw:.3f} s wall, {pc:.3f} s CPU"
+    )
+    print(
+        f"  per 8 states: {pw / fwd_w:.2f}x wall, {pc / fwd_c:.2f}x CPU the plain forward (target <= 2x); "
+        f"{pw / every_w:.2f}x wall, {pc / every_c:.2f}x CPU the forward with every position's logits"
+    )
+    print(
+        f"  peak resident memory during the lens: {lens_peak:.0f} MB ({lens_peak - base:+.0f} MB over {base:.0f} MB)"
+    )
     # a state read as one residual vector (one position of X[l]): the lens of the last position, its 19 states
     last = [enc.n - 1]
     logit_lens(gemma, enc, run=run, positions=last)
     vw, vc, v_all = _timed2(lambda: logit_lens(gemma, enc, run=run, positions=last), args.repeats)
-    print(f"logit lens of one position, {states} states (residual vectors) {vw:.3f} s wall {[round(t, 3) for t in v_all]}, "
-          f"{vc:.3f} s CPU; per 8 states {vw * 8 / states / fwd_w:.2f}x wall, {vc * 8 / states / fwd_c:.2f}x CPU "
-          f"the plain forward (target <= 2x)")
+    print(
+        f"logit lens of one position, {states} states (residual vectors) {vw:.3f} s wall {[round(t, 3) for t in v_all]}, "
+        f"{vc:.3f} s CPU; per 8 states {vw * 8 / states / fwd_w:.2f}x wall, {vc * 8 / states / fwd_c:.2f}x CPU "
+        f"the plain forward (target <= 2x)"
+    )
 
     def copy64() -> None:
         unembed.weight.double()
 
     copy64()
     cw, cc, _ = _timed2(copy64, args.repeats)
-    print(f"  for scale: one float64 copy of W_U [262144 x 640] (which the lens never makes) {cw:.3f} s wall, "
-          f"{cw / fwd_w:.2f}x the plain forward")
+    print(
+        f"  for scale: one float64 copy of W_U [262144 x 640] (which the lens never makes) {cw:.3f} s wall, "
+        f"{cw / fwd_w:.2f}x the plain forward"
+    )
     _reset_peak()
     base, _ = _rss_mb()
     predictions(gemma, enc, k=10, run=run)
     _, pred_peak = _rss_mb()
-    print(f"  peak resident memory during predictions (k = 10): {pred_peak:.0f} MB ({pred_peak - base:+.0f} MB)")
+    print(
+        f"  peak resident memory during predictions (k = 10): {pred_peak:.0f} MB ({pred_peak - base:+.0f} MB)"
+    )
 
     if not args.skip_tsne:
         tsne, total = [], []
@@ -168,11 +194,15 @@ def main() -> None:
             total.append(time.perf_counter() - s)
             tsne.append(float(res["head-tsne"]["timings"].get("tsne_s", float("nan"))))
         _, gal_peak = _rss_mb()
-        print(f"all {res['n_layers'] * res['n_heads']} heads' t-SNE (the gallery): t-SNE {statistics.median(tsne):.2f} s "
-              f"{[round(t, 2) for t in tsne]}; whole analysis {statistics.median(total):.2f} s; peak {gal_peak:.0f} MB")
+        print(
+            f"all {res['n_layers'] * res['n_heads']} heads' t-SNE (the gallery): t-SNE {statistics.median(tsne):.2f} s "
+            f"{[round(t, 2) for t in tsne]}; whole analysis {statistics.median(total):.2f} s; peak {gal_peak:.0f} MB"
+        )
     rss, hwm = _rss_mb()
-    print(f"resident memory: after loading {rss_loaded:.0f} MB; after the runs {rss:.0f} MB; "
-          f"the embedding alone {gemma.model.embed_tokens.weight.numel() / 1e6:.0f} M parameters")
+    print(
+        f"resident memory: after loading {rss_loaded:.0f} MB; after the runs {rss:.0f} MB; "
+        f"the embedding alone {gemma.model.embed_tokens.weight.numel() / 1e6:.0f} M parameters"
+    )
 
 
 if __name__ == "__main__":

@@ -90,10 +90,15 @@ def compare(p_host, p_dev, label: str, args, report: dict, *, cpu_heads: int | N
     combos = variants(args, p_dev.device)
     timings = {}
     for graphs, lay in combos:
-        device_run(p_dev[: min(batch, 2)], graphs=graphs, layout=lay)  # compile, warm the allocator: not timed
+        device_run(
+            p_dev[: min(batch, 2)], graphs=graphs, layout=lay
+        )  # compile, warm the allocator: not timed
         timings[(graphs, lay)] = device_run(p_dev, graphs=graphs, layout=lay)
     row["device"] = timings[combos[0]]
-    row["variants_s"] = {f"graphs={'on' if g else 'off'} layout={lay}": t["seconds"] for (g, lay), t in timings.items()}
+    row["variants_s"] = {
+        f"graphs={'on' if g else 'off'} layout={lay}": t["seconds"]
+        for (g, lay), t in timings.items()
+    }
     dev = row["device"]
     cpu_idx = np.arange(batch) if cpu_heads is None else sample(batch, cpu_heads)
     ots_idx = sample(batch, args.opentsne_heads)
@@ -113,12 +118,18 @@ def compare(p_host, p_dev, label: str, args, report: dict, *, cpu_heads: int | N
     )  # fmt: skip
     row.pop("device", None)
     cpu_note = "" if cpu_heads is None else f" ({len(cpu_idx)} heads)"
-    print(f"{label:<26} | device {row['device_s']:8.3f} s | cpu fast {row['cpu_fast_s']:8.2f} s{cpu_note}"
-          f" = {row['x_vs_cpu_fast']:6.1f}x per head | openTSNE {per_ots:7.2f} s/head ({len(ots_idx)} heads) "
-          f"= {row['x_vs_opentsne_per_head']:7.1f}x per head | KL/openTSNE mean {row['kl_vs_opentsne_mean']:.3f} "
-          f"worst {row['kl_vs_opentsne_worst']:.2f} | KL/cpu fast {row['kl_vs_cpu_fast_mean']:.3f}", flush=True)
+    print(
+        f"{label:<26} | device {row['device_s']:8.3f} s | cpu fast {row['cpu_fast_s']:8.2f} s{cpu_note}"
+        f" = {row['x_vs_cpu_fast']:6.1f}x per head | openTSNE {per_ots:7.2f} s/head ({len(ots_idx)} heads) "
+        f"= {row['x_vs_opentsne_per_head']:7.1f}x per head | KL/openTSNE mean {row['kl_vs_opentsne_mean']:.3f} "
+        f"worst {row['kl_vs_opentsne_worst']:.2f} | KL/cpu fast {row['kl_vs_cpu_fast_mean']:.3f}",
+        flush=True,
+    )
     if len(row["variants_s"]) > 1:
-        print(" " * 27 + "| " + ", ".join(f"{k} {v:.4f} s" for k, v in row["variants_s"].items()), flush=True)
+        print(
+            " " * 27 + "| " + ", ".join(f"{k} {v:.4f} s" for k, v in row["variants_s"].items()),
+            flush=True,
+        )
     report["rows"][label] = row
 
 
@@ -134,7 +145,9 @@ def attention_like(heads, n: int, device):
     out = torch.empty(len(heads), n, n, dtype=torch.float32, device=device)
     for k, h in enumerate(heads):
         g = torch.Generator(device=device).manual_seed(int(h))
-        logits = band * (0.2 + (int(h) % 8) / 8) + torch.randn(n, n, generator=g, device=device) * 2.0
+        logits = (
+            band * (0.2 + (int(h) % 8) / 8) + torch.randn(n, n, generator=g, device=device) * 2.0
+        )
         peaks = torch.rand(n, n, generator=g, device=device) < 4.0 / n
         out[k] = torch.softmax((logits + peaks * 6.0).masked_fill(~causal, -torch.inf), dim=-1)
     return out
@@ -154,19 +167,36 @@ def big_p(heads: int, n: int, device, chunk: int = 16):
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--sizes", default="128,256,512", help="token counts of the 72-head rows")
     ap.add_argument("--device", default=None, help="default: cuda when available, else cpu")
-    ap.add_argument("--opentsne-heads", type=int, default=8, help="heads openTSNE embeds per row (sampled)")
+    ap.add_argument(
+        "--opentsne-heads", type=int, default=8, help="heads openTSNE embeds per row (sampled)"
+    )
     ap.add_argument("--n-jobs", type=int, default=None, help="openTSNE threads (default: all CPUs)")
     ap.add_argument("--repeats", type=int, default=5, help="timings of the one-head row (median)")
     ap.add_argument("--big", action="store_true", help="also 512 heads at n = 2048")
     ap.add_argument("--big-heads", type=int, default=512)
-    ap.add_argument("--big-n", type=int, default=2048, help="tokens of the big row (smaller: a smoke run on CPU)")
-    ap.add_argument("--big-cpu-heads", type=int, default=16, help="heads of the big row the CPU engine embeds")
-    ap.add_argument("--graphs", choices=("on", "off", "both"), default="both", help="CUDA graphs (CUDA only)")
-    ap.add_argument("--layouts", choices=("auto", "fused", "wide", "all"), default="all",
-                    help="Triton kernel layouts to time (CUDA only; the first variant is the 'device' column)")
+    ap.add_argument(
+        "--big-n",
+        type=int,
+        default=2048,
+        help="tokens of the big row (smaller: a smoke run on CPU)",
+    )
+    ap.add_argument(
+        "--big-cpu-heads", type=int, default=16, help="heads of the big row the CPU engine embeds"
+    )
+    ap.add_argument(
+        "--graphs", choices=("on", "off", "both"), default="both", help="CUDA graphs (CUDA only)"
+    )
+    ap.add_argument(
+        "--layouts",
+        choices=("auto", "fused", "wide", "all"),
+        default="all",
+        help="Triton kernel layouts to time (CUDA only; the first variant is the 'device' column)",
+    )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     args.n_jobs = args.n_jobs or os.cpu_count() or 1
@@ -183,22 +213,30 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     kind = "triton" if device.type == "cuda" and triton_available() else "torch"
-    print(f"# headscope GPU t-SNE benchmark: device {device} ({name}), round: {kind}, torch {torch.__version__}, "
-          f"{os.cpu_count()} CPUs, openTSNE threads {args.n_jobs}, load {os.getloadavg()[0]:.2f}")
+    print(
+        f"# headscope GPU t-SNE benchmark: device {device} ({name}), round: {kind}, torch {torch.__version__}, "
+        f"{os.cpu_count()} CPUs, openTSNE threads {args.n_jobs}, load {os.getloadavg()[0]:.2f}"
+    )
     if device.type != "cuda":
-        print("# no CUDA device: the device column is the device-side schedule with torch rounds on this CPU;"
-              " the GPU figures are unmeasured")
+        print(
+            "# no CUDA device: the device column is the device-side schedule with torch rounds on this CPU;"
+            " the GPU figures are unmeasured"
+        )
     print(f"# CPU fast engine warm-up: {warm_up():.2f} s")
     report: dict = {"device": str(device), "device_name": name, "round": kind, "rows": {}}
     sizes = [int(s) for s in args.sizes.split(",") if s]
     loaded = load_model("minilm", device=str(device))
     texts = texts_by_size(loaded, sizes)
     for n in sizes:
-        attn = torch.as_tensor(np.asarray(run_text(loaded, texts[n]).attentions)).to(device)  # [L, H, n, n]
+        attn = torch.as_tensor(np.asarray(run_text(loaded, texts[n]).attentions)).to(
+            device
+        )  # [L, H, n, n]
         p_dev = head_affinities_device(attn.reshape(-1, n, n))
 
         def p_host(idx, attn=attn, n=n):
-            return head_affinities(attn.reshape(-1, n, n)[torch.as_tensor(idx, device=device)].cpu().numpy())
+            return head_affinities(
+                attn.reshape(-1, n, n)[torch.as_tensor(idx, device=device)].cpu().numpy()
+            )
 
         compare(p_host, p_dev, f"72 MiniLM heads, n={n}", args, report)
         if n == max(sizes):
@@ -218,15 +256,21 @@ def main(argv: list[str] | None = None) -> int:
             for graphs, lay in variants(args, device):
                 device_run(one, graphs=graphs, layout=lay)
                 per_variant[f"graphs={'on' if graphs else 'off'} layout={lay}"] = statistics.median(
-                    device_run(one, graphs=graphs, layout=lay)["seconds"] for _ in range(args.repeats))
+                    device_run(one, graphs=graphs, layout=lay)["seconds"]
+                    for _ in range(args.repeats)
+                )
             dev_s = next(iter(per_variant.values()))
             one_host = p_host([p_dev.shape[0] // 2])
-            cpu_s = statistics.median(cpu_run(one_host, "fast", n_jobs=1)["seconds"] for _ in range(args.repeats))
+            cpu_s = statistics.median(
+                cpu_run(one_host, "fast", n_jobs=1)["seconds"] for _ in range(args.repeats)
+            )
             ots_s = cpu_run(one_host, "opentsne", n_jobs=args.n_jobs)["seconds"]
             report["rows"][f"one head, n={n}"] = {"device_s": dev_s, "cpu_fast_s": cpu_s, "opentsne_s": ots_s,
                                                   "variants_s": per_variant}  # fmt: skip
-            print(f"{'one head on demand, n=' + str(n):<26} | device {dev_s:8.4f} s | cpu fast {cpu_s:8.4f} s = "
-                  f"{cpu_s / dev_s:6.1f}x | openTSNE {ots_s:7.2f} s = {ots_s / dev_s:7.1f}x (medians of {args.repeats})")
+            print(
+                f"{'one head on demand, n=' + str(n):<26} | device {dev_s:8.4f} s | cpu fast {cpu_s:8.4f} s = "
+                f"{cpu_s / dev_s:6.1f}x | openTSNE {ots_s:7.2f} s = {ots_s / dev_s:7.1f}x (medians of {args.repeats})"
+            )
             if len(per_variant) > 1:
                 print(" " * 27 + "| " + ", ".join(f"{k} {v:.4f} s" for k, v in per_variant.items()))
     if args.big:
@@ -236,7 +280,14 @@ def main(argv: list[str] | None = None) -> int:
         def p_big(idx):
             return head_affinities(attention_like(idx, n, device).cpu().numpy())
 
-        compare(p_big, p_dev, f"{heads} heads, n={n} (random)", args, report, cpu_heads=args.big_cpu_heads)
+        compare(
+            p_big,
+            p_dev,
+            f"{heads} heads, n={n} (random)",
+            args,
+            report,
+            cpu_heads=args.big_cpu_heads,
+        )
     report["load_end"] = os.getloadavg()[0]
     print(f"# load average at the end: {report['load_end']:.2f}")
     if args.json:

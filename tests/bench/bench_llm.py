@@ -33,9 +33,19 @@ from typing import Any
 import torch
 
 LLAMA_1B = dict(
-    vocab_size=128_256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-    num_attention_heads=32, num_key_value_heads=8, head_dim=64, max_position_embeddings=131_072,
-    rms_norm_eps=1e-5, rope_theta=500_000.0, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
+    vocab_size=128_256,
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_hidden_layers=16,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=64,
+    max_position_embeddings=131_072,
+    rms_norm_eps=1e-5,
+    rope_theta=500_000.0,
+    tie_word_embeddings=True,
+    bos_token_id=1,
+    eos_token_id=2,
 )
 VIEWS = ("forward", "max-attention", "decomposition", "head-tsne-all")
 
@@ -82,10 +92,18 @@ def build(device: str):
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator([demo_text()], trainer=trainers.BpeTrainer(
-        vocab_size=2000, special_tokens=["<pad>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    bpe.train_from_iterator(
+        [demo_text()],
+        trainer=trainers.BpeTrainer(
+            vocab_size=2000,
+            special_tokens=["<pad>", "<s>", "</s>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     bpe.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
-    tok = PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
     cfg = LlamaConfig(**LLAMA_1B)
     cfg._attn_implementation = "eager"
     torch.manual_seed(0)
@@ -94,9 +112,21 @@ def build(device: str):
         model = LlamaModel(cfg).eval()
     built_s = time.perf_counter() - start
     spec = ModelSpec("llama-1b-shaped", "local", "(random)", "Llama-3.2-1B shape, random weights")
-    loaded = LoadedModel(name=spec.name, spec=spec, model=model, tokenizer=tok, family="llama",
-                         device=torch.device(device), dtype=torch.float32, config=cfg.to_dict(),
-                         n_layers=16, n_heads=32, max_length=131_072, arch=family_of("llama"), n_kv_heads=8)
+    loaded = LoadedModel(
+        name=spec.name,
+        spec=spec,
+        model=model,
+        tokenizer=tok,
+        family="llama",
+        device=torch.device(device),
+        dtype=torch.float32,
+        config=cfg.to_dict(),
+        n_layers=16,
+        n_heads=32,
+        max_length=131_072,
+        arch=family_of("llama"),
+        n_kv_heads=8,
+    )
     return loaded, built_s
 
 
@@ -129,12 +159,20 @@ def measure(fn: Callable[[], object]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--n", type=int, nargs="+", default=[512, 1024, 2048])
     parser.add_argument("--views", nargs="+", default=list(VIEWS), choices=VIEWS)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--tsne-iter", type=int, nargs=2, default=[250, 750], metavar=("EARLY", "MAIN"),
-                        help="t-SNE iteration caps (early exaggeration, main); openTSNE's 250 750 by default")
+    parser.add_argument(
+        "--tsne-iter",
+        type=int,
+        nargs=2,
+        default=[250, 750],
+        metavar=("EARLY", "MAIN"),
+        help="t-SNE iteration caps (early exaggeration, main); openTSNE's 250 750 by default",
+    )
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
 
@@ -143,10 +181,17 @@ def main(argv: list[str] | None = None) -> int:
     from workers.models.adapters import encode, forward_streamed
 
     loaded, built_s = build(args.device)
-    print(f"built the 1B-shaped Llama ({loaded.n_params / 1e9:.2f} B parameters) in {built_s:.0f} s; "
-          f"resident {rss_bytes() / 2**30:.1f} GiB; torch threads {torch.get_num_threads()}", flush=True)
+    print(
+        f"built the 1B-shaped Llama ({loaded.n_params / 1e9:.2f} B parameters) in {built_s:.0f} s; "
+        f"resident {rss_bytes() / 2**30:.1f} GiB; torch threads {torch.get_num_threads()}",
+        flush=True,
+    )
     facts = ModelFacts.of(loaded)
-    tsne = {"early_exaggeration_iter": args.tsne_iter[0], "n_iter": args.tsne_iter[1], "engine": "fast"}
+    tsne = {
+        "early_exaggeration_iter": args.tsne_iter[0],
+        "n_iter": args.tsne_iter[1],
+        "engine": "fast",
+    }
     jobs: dict[str, tuple[list[str], dict[str, Any]]] = {
         "max-attention": (["max-attention"], {}),
         "decomposition": (["decomposition"], {"dtype": "float32"}),
@@ -168,18 +213,27 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 kinds, opts = jobs[view]
                 opts = {**opts, "truncate": True}
-                r = measure(lambda kinds=kinds, opts=opts, text=text: analyze(loaded, text, kinds, opts))
+                r = measure(
+                    lambda kinds=kinds, opts=opts, text=text: analyze(loaded, text, kinds, opts)
+                )
                 est = estimate_text_request(facts, n, kinds, {**opts, "dtype": "float32"})
             r["estimate_gib"] = est.total / 2**30
             ref = forward_s.get(n)
             ratio = f"{r['s'] / ref:7.1f}x" if ref else "    n/a"
-            print(f"n={n:5d} {view:14s} {r['s']:9.2f} s {ratio}  peak RSS {r['peak_rss_gib']:5.2f} GiB "
-                  f"(+{r['delta_gib']:5.2f})  estimate {r['estimate_gib']:5.2f} GiB", flush=True)
-            rows.append({"n": n, "view": view, **r, "ratio_to_forward": (r["s"] / ref) if ref else None})
+            print(
+                f"n={n:5d} {view:14s} {r['s']:9.2f} s {ratio}  peak RSS {r['peak_rss_gib']:5.2f} GiB "
+                f"(+{r['delta_gib']:5.2f})  estimate {r['estimate_gib']:5.2f} GiB",
+                flush=True,
+            )
+            rows.append(
+                {"n": n, "view": view, **r, "ratio_to_forward": (r["s"] / ref) if ref else None}
+            )
             gc.collect()
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": args.device, "tsne_iter": args.tsne_iter, "rows": rows}, f, indent=1)
+            json.dump(
+                {"device": args.device, "tsne_iter": args.tsne_iter, "rows": rows}, f, indent=1
+            )
     return 0
 
 

@@ -30,8 +30,12 @@ def notebook_outputs(*, layers: int, heads: int, tokens: int) -> list[tuple[str,
     attention = tuple(torch.softmax(scores[i], dim=-1) for i in range(layers))
     words = [f"w{i}" for i in range(tokens)]
     result = hs.attention(attention, words, options={"n_iter": 100, "early_exaggeration_iter": 50})
-    views = [("gallery", hs.gallery(result)), ("heatmaps", hs.heatmaps(result)),
-             ("head_map", hs.head_map(result, layer=1, head=2)), ("head_view", hs.head_view(result, layer=1))]
+    views = [
+        ("gallery", hs.gallery(result)),
+        ("heatmaps", hs.heatmaps(result)),
+        ("head_map", hs.head_map(result, layer=1, head=2)),
+        ("head_view", hs.head_view(result, layer=1)),
+    ]
     return [(name, view._repr_html_()) for name, view in views]
 
 
@@ -57,15 +61,21 @@ def main() -> None:
     args = ap.parse_args()
     bundle = len(plotly.offline.get_plotlyjs().encode())
     outputs = notebook_outputs(layers=args.layers, heads=args.heads, tokens=args.tokens)
-    print(f"{args.layers} layers x {args.heads} heads, {args.tokens} tokens; plotly.js itself: {bundle / 1e3:,.0f} KB")
+    print(
+        f"{args.layers} layers x {args.heads} heads, {args.tokens} tokens; plotly.js itself: {bundle / 1e3:,.0f} KB"
+    )
     for name, page in outputs:
         size = len(page.encode())
         own = size - (bundle if "plotly.js v" in page else 0)
-        print(f"  {name:10s} output: {size / 1e3:9,.1f} KB ({size / bundle:.3f} x plotly.js; "
-              f"{'with' if own < size else 'without'} the bundle, {own / 1e3:,.1f} KB of its own)")
+        print(
+            f"  {name:10s} output: {size / 1e3:9,.1f} KB ({size / bundle:.3f} x plotly.js; "
+            f"{'with' if own < size else 'without'} the bundle, {own / 1e3:,.1f} KB of its own)"
+        )
     ipynb, html = nbconvert_page(outputs)
-    print(f"  notebook (.ipynb): {ipynb / 1e3:,.0f} KB ({ipynb / bundle:.2f} x plotly.js); "
-          f"as HTML (nbconvert): {html / 1e3:,.0f} KB ({html / bundle:.2f} x plotly.js)")
+    print(
+        f"  notebook (.ipynb): {ipynb / 1e3:,.0f} KB ({ipynb / bundle:.2f} x plotly.js); "
+        f"as HTML (nbconvert): {html / 1e3:,.0f} KB ({html / bundle:.2f} x plotly.js)"
+    )
 
 
 if __name__ == "__main__":

@@ -62,11 +62,13 @@ class Bench:
         self.base = base
         self.redis_proc, self.url = start_redis(base / "redis")
         self.conn = Redis.from_url(self.url)
-        self.settings = Settings(data_dir=base / "data", redis_url=self.url, job_timeout_s=24 * 3600)
+        self.settings = Settings(
+            data_dir=base / "data", redis_url=self.url, job_timeout_s=24 * 3600
+        )
         self.store = Store(self.settings)
         self.queue = JobQueue(self.conn, self.store, self.settings)
         self.procs: list[subprocess.Popen] = []
-        self.log = open(base / "workers.log", "ab")  # noqa: SIM115 (closed in close())
+        self.log = open(base / "workers.log", "ab")
         self.catalogue: Path | None = None  # the tiny models', once one is asked for
 
     def tiny(self) -> None:
@@ -75,7 +77,9 @@ class Bench:
         from tiny_models import build_tiny_bert
 
         if self.catalogue is None:
-            self.catalogue = write_catalogue(self.base / "models.json", {"tiny-bert": build_tiny_bert(self.base / "tiny-bert")})
+            self.catalogue = write_catalogue(
+                self.base / "models.json", {"tiny-bert": build_tiny_bert(self.base / "tiny-bert")}
+            )
 
     def corpus(self, n: int) -> str:
         from synthetic_corpus import synthetic_texts
@@ -95,19 +99,42 @@ class Bench:
 
         if model.startswith("tiny-"):
             self.tiny()
-        env = service_env(self.base / "data", self.catalogue or self.base / "none.json", REDIS_URL=self.url,
-                          HEADSCOPE_SPLIT_MIN_ITEMS=str(2 * PART if split else 10**9),
-                          HEADSCOPE_SPLIT_PART_ITEMS=str(PART), HEADSCOPE_JOB_TIMEOUT_S=str(24 * 3600),
-                          HEADSCOPE_DEVICE="cpu")
+        env = service_env(
+            self.base / "data",
+            self.catalogue or self.base / "none.json",
+            REDIS_URL=self.url,
+            HEADSCOPE_SPLIT_MIN_ITEMS=str(2 * PART if split else 10**9),
+            HEADSCOPE_SPLIT_PART_ITEMS=str(PART),
+            HEADSCOPE_JOB_TIMEOUT_S=str(24 * 3600),
+            HEADSCOPE_DEVICE="cpu",
+        )
         if self.catalogue is None:
             env.pop("HEADSCOPE_MODELS")
-        env.setdefault("HEADSCOPE_MODEL_CACHE_DIR", str(Path.home() / ".cache" / "headscope" / "models"))
+        env.setdefault(
+            "HEADSCOPE_MODEL_CACHE_DIR", str(Path.home() / ".cache" / "headscope" / "models")
+        )
         before = len(self.procs)
         for _ in range(n):
-            self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "workers.main", "--preload", model, "--queues", protocol.QUEUE],
-                cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT))
-        while sum(w.get("ready", False) for w in protocol.live_workers(self.conn).values()) < len(self.procs):
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "workers.main",
+                        "--preload",
+                        model,
+                        "--queues",
+                        protocol.QUEUE,
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=self.log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        while sum(w.get("ready", False) for w in protocol.live_workers(self.conn).values()) < len(
+            self.procs
+        ):
             if any(p.poll() is not None for p in self.procs):
                 raise RuntimeError(f"a worker exited; see {self.base / 'workers.log'}")
             time.sleep(0.2)
@@ -130,7 +157,9 @@ class Bench:
 
         req = CorpusRequest(model=model, corpus=corpus, options={"max_tokens": 64})
         job_id = req.job_id()
-        self.store.delete_result(job_id)  # the same request again: submit() sees it expired and reruns it
+        self.store.delete_result(
+            job_id
+        )  # the same request again: submit() sees it expired and reruns it
         self.conn.delete(f"hs:result:{job_id}")
         t0 = time.perf_counter()
         self.queue.submit("corpus", job_id, req.normalised())
@@ -202,25 +231,43 @@ def job_seconds(bench: Bench, job_id: str, n_parts: int) -> dict[str, float]:
     if n_parts:
         spans = [span(parts.part_id(job_id, i)) for i in range(n_parts)]
         merge = span(parts.merge_id(job_id))
-        out.update(parts_jobs_s=round(sum(b - a for a, b in spans), 3), merge_job_s=round(merge[1] - merge[0], 3),
-                   first_part_after_coordinator_s=round(min(a for a, _ in spans) - coord[1], 3),
-                   merge_after_last_part_s=round(merge[0] - max(b for _, b in spans), 3),
-                   parts_per_worker=sorted(workers.values()),
-                   part_spans=[(round(a - coord[0], 2), round(b - coord[0], 2)) for a, b in spans])
+        out.update(
+            parts_jobs_s=round(sum(b - a for a, b in spans), 3),
+            merge_job_s=round(merge[1] - merge[0], 3),
+            first_part_after_coordinator_s=round(min(a for a, _ in spans) - coord[1], 3),
+            merge_after_last_part_s=round(merge[0] - max(b for _, b in spans), 3),
+            parts_per_worker=sorted(workers.values()),
+            part_spans=[(round(a - coord[0], 2), round(b - coord[0], 2)) for a, b in spans],
+        )
     return out
 
 
-def timed(bench: Bench, corpus: str, model: str, pids: list[int], name: str, n: int) -> tuple[dict[str, Any], float, float, dict[str, Any]]:
+def timed(
+    bench: Bench, corpus: str, model: str, pids: list[int], name: str, n: int
+) -> tuple[dict[str, Any], float, float, dict[str, Any]]:
     """Run the corpus job once on the workers ``pids``: (its figures under ``name``, seconds, CPU seconds, result)."""
     from workers.contracts import CorpusRequest
 
     l0, c0 = load(), cpu_s(pids)
     t, result = bench.run(corpus, model)
     cpu = cpu_s(pids) - c0
-    jobs = job_seconds(bench, CorpusRequest(model=model, corpus=corpus, options={"max_tokens": 64}).job_id(),
-                       int((result.get("split") or {}).get("parts", 0)))
-    return ({f"{name}_s": round(t, 2), f"{name}_texts_per_s": round(n / t, 2), f"{name}_cpu_s": round(cpu, 2),
-             f"load_{name}": (l0, load()), f"{name}_jobs": jobs}, t, cpu, result)
+    jobs = job_seconds(
+        bench,
+        CorpusRequest(model=model, corpus=corpus, options={"max_tokens": 64}).job_id(),
+        int((result.get("split") or {}).get("parts", 0)),
+    )
+    return (
+        {
+            f"{name}_s": round(t, 2),
+            f"{name}_texts_per_s": round(n / t, 2),
+            f"{name}_cpu_s": round(cpu, 2),
+            f"load_{name}": (l0, load()),
+            f"{name}_jobs": jobs,
+        },
+        t,
+        cpu,
+        result,
+    )
 
 
 def speed(bench: Bench, model: str, n: int, runs: set[str]) -> dict[str, Any]:
@@ -228,20 +275,31 @@ def speed(bench: Bench, model: str, n: int, runs: set[str]) -> dict[str, Any]:
     corpus = bench.corpus(n)
     out: dict[str, Any] = {"model": model, "texts": n, "part_texts": PART}
     if "one" in runs:
-        figures, t_one, cpu_one, one = timed(bench, corpus, model, bench.start(1, model, split=False), "one_job", n)
+        figures, t_one, cpu_one, one = timed(
+            bench, corpus, model, bench.start(1, model, split=False), "one_job", n
+        )
         out.update(figures)
         bench.stop()
     pids = bench.start(1, model, split=True)
     figures, t1, cpu_1, split1 = timed(bench, corpus, model, pids, "split1", n)
-    out.update(figures, parts=split1["split"]["parts"], part_seconds_sum=split1["split"]["part_seconds"])
+    out.update(
+        figures, parts=split1["split"]["parts"], part_seconds_sum=split1["split"]["part_seconds"]
+    )
     if "split2" in runs:
         pids += bench.start(1, model, split=True)  # a second worker
         figures, t2, _, split2 = timed(bench, corpus, model, pids, "split2", n)
-        out.update(figures, speedup_2_workers=round(t1 / t2, 3), two_workers_equal_one=max_diff(split1, split2) == 0.0)
+        out.update(
+            figures,
+            speedup_2_workers=round(t1 / t2, 3),
+            two_workers_equal_one=max_diff(split1, split2) == 0.0,
+        )
     bench.stop()
     if "one" in runs:
-        out.update(overhead=round(t1 / t_one - 1, 4), overhead_cpu=round(cpu_1 / cpu_one - 1, 4),
-                   max_abs_diff_split_vs_one_job=max_diff(one, split1))
+        out.update(
+            overhead=round(t1 / t_one - 1, 4),
+            overhead_cpu=round(cpu_1 / cpu_one - 1, 4),
+            max_abs_diff_split_vs_one_job=max_diff(one, split1),
+        )
     return out
 
 
@@ -252,8 +310,16 @@ def memory(bench: Bench, model: str, sizes: list[int]) -> list[dict[str, Any]]:
         pids = bench.start(2, model, split=True)
         l0 = load()
         t, _ = bench.run(corpus, model)
-        rows.append({"model": model, "texts": n, "seconds": round(t, 1), "texts_per_s": round(n / t, 1),
-                     "worker_peak_mib": [round(peak_mib(p), 1) for p in pids], "load": (l0, load())})
+        rows.append(
+            {
+                "model": model,
+                "texts": n,
+                "seconds": round(t, 1),
+                "texts_per_s": round(n / t, 1),
+                "worker_peak_mib": [round(peak_mib(p), 1) for p in pids],
+                "load": (l0, load()),
+            }
+        )
         bench.stop()
     return rows
 
@@ -262,12 +328,21 @@ def main() -> int:
     global PART
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="minilm,smollm2")
-    ap.add_argument("--texts", default="minilm=10000,smollm2=1000", help="texts per model for the speed runs")
+    ap.add_argument(
+        "--texts", default="minilm=10000,smollm2=1000", help="texts per model for the speed runs"
+    )
     ap.add_argument("--memory-texts", default="10000,100000")
-    ap.add_argument("--memory-model", default="minilm", help="minilm, smollm2 or tiny-bert (random, 2 layers)")
-    ap.add_argument("--part-texts", type=int, default=PART, help="HEADSCOPE_SPLIT_PART_ITEMS (the default 500)")
-    ap.add_argument("--runs", default="one,split1,split2",
-                    help="which speed runs: one (one job), split1 (1 worker, always run), split2 (2 workers)")
+    ap.add_argument(
+        "--memory-model", default="minilm", help="minilm, smollm2 or tiny-bert (random, 2 layers)"
+    )
+    ap.add_argument(
+        "--part-texts", type=int, default=PART, help="HEADSCOPE_SPLIT_PART_ITEMS (the default 500)"
+    )
+    ap.add_argument(
+        "--runs",
+        default="one,split1,split2",
+        help="which speed runs: one (one job), split1 (1 worker, always run), split2 (2 workers)",
+    )
     args = ap.parse_args()
     PART = args.part_texts
     texts = {k: int(v) for k, v in (kv.split("=") for kv in args.texts.split(","))}
@@ -276,7 +351,10 @@ def main() -> int:
     try:
         print(json.dumps({"cpus": os.cpu_count(), "load_at_start": os.getloadavg()}), flush=True)
         for model in [m for m in args.models.split(",") if m]:
-            print(json.dumps(speed(bench, model, texts.get(model, 1000), set(args.runs.split(",")))), flush=True)
+            print(
+                json.dumps(speed(bench, model, texts.get(model, 1000), set(args.runs.split(",")))),
+                flush=True,
+            )
         sizes = [int(n) for n in args.memory_texts.split(",") if n]
         for row in memory(bench, args.memory_model, sizes) if sizes else []:
             print(json.dumps(row), flush=True)

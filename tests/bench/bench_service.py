@@ -45,7 +45,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
 
 
-def start_serve(data: Path, *, workers: int, model: str, threads: int | None = 1) -> tuple[subprocess.Popen, str]:
+def start_serve(
+    data: Path, *, workers: int, model: str, threads: int | None = 1
+) -> tuple[subprocess.Popen, str]:
     """``headscope serve`` on a free port; ``threads``: OMP_NUM_THREADS of the whole service (None: serve's
     own default, the cores shared among the workers)."""
     port = free_port()
@@ -54,9 +56,21 @@ def start_serve(data: Path, *, workers: int, model: str, threads: int | None = 1
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     env.pop("REDIS_URL", None)
-    cmd = [sys.executable, "-m", "backend.cli", "serve", "--port", str(port), "--workers", str(workers),
-           "--preload", model]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(data / "serve.log", "wb"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "backend.cli",
+        "serve",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--preload",
+        model,
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=open(data / "serve.log", "wb")
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -80,8 +94,18 @@ def texts(n_distinct: int, *, words: int, seed: int) -> list[str]:
     return [" ".join(rng.choice(vocab) for _ in range(words)) + f" #{i}" for i in range(n_distinct)]
 
 
-def run_load(url: str, data: Path, *, requests: int, duplicates: float, model: str, analysis: str, words: int,
-             timeout_s: float, seed: int) -> dict:
+def run_load(
+    url: str,
+    data: Path,
+    *,
+    requests: int,
+    duplicates: float,
+    model: str,
+    analysis: str,
+    words: int,
+    timeout_s: float,
+    seed: int,
+) -> dict:
     n_distinct = max(1, round(requests * (1 - duplicates)))
     distinct = texts(n_distinct, words=words, seed=seed)
     rng = random.Random(seed + 1)
@@ -107,6 +131,7 @@ def run_load(url: str, data: Path, *, requests: int, duplicates: float, model: s
     for start, _end, job_id in submitted:
         if job_id is not None:
             started[job_id] = min(start, started.get(job_id, start))
+
     def poll(job_id: str) -> str:
         for _ in range(3):  # a GET is safe to repeat when a pooled connection was closed under it
             try:
@@ -137,8 +162,12 @@ def run_load(url: str, data: Path, *, requests: int, duplicates: float, model: s
     computed = sum(int(conn.get(f"hs:computed:{j}") or 0) for j in started)
     client.close()
     return {
-        "requests": requests, "distinct": len(started), "computed": computed, "lost": lost,
-        "post_p50_ms": 1000 * statistics.median(post_latency), "post_p95_ms": 1000 * percentile(post_latency, 95),
+        "requests": requests,
+        "distinct": len(started),
+        "computed": computed,
+        "lost": lost,
+        "post_p50_ms": 1000 * statistics.median(post_latency),
+        "post_p95_ms": 1000 * percentile(post_latency, 95),
         "done_p50_s": statistics.median(per_request) if per_request else float("nan"),
         "done_p95_s": percentile(per_request, 95) if per_request else float("nan"),
         "jobs_per_min": 60 * len(finished) / span if finished else 0.0,
@@ -148,7 +177,9 @@ def run_load(url: str, data: Path, *, requests: int, duplicates: float, model: s
 
 def share_open_ms(url: str, job_id: str, *, repeats: int = 50) -> tuple[float, int]:
     with httpx.Client(base_url=url, timeout=30) as client:
-        share = client.post("/api/shares", json={"analysis_id": job_id, "view": {"page": "bench"}}).json()
+        share = client.post(
+            "/api/shares", json={"analysis_id": job_id, "view": {"page": "bench"}}
+        ).json()
         times, size = [], 0
         for _ in range(repeats):
             start = time.perf_counter()
@@ -159,10 +190,16 @@ def share_open_ms(url: str, job_id: str, *, repeats: int = 50) -> tuple[float, i
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--requests", type=int, default=200)
-    parser.add_argument("--workers", default="1,2", help="worker counts to compare, comma-separated")
-    parser.add_argument("--duplicates", type=float, default=0.2, help="share of requests repeating another")
+    parser.add_argument(
+        "--workers", default="1,2", help="worker counts to compare, comma-separated"
+    )
+    parser.add_argument(
+        "--duplicates", type=float, default=0.2, help="share of requests repeating another"
+    )
     parser.add_argument("--model", default="minilm")
     parser.add_argument("--analysis", default="max-attention")
     parser.add_argument("--words", type=int, default=60, help="words per text")
@@ -175,24 +212,39 @@ def main(argv: list[str] | None = None) -> int:
             data = Path(tmp)
             proc, url = start_serve(data, workers=n, model=args.model)
             try:
-                row = run_load(url, data, requests=args.requests, duplicates=args.duplicates, model=args.model,
-                               analysis=args.analysis, words=args.words, timeout_s=args.timeout, seed=n)
+                row = run_load(
+                    url,
+                    data,
+                    requests=args.requests,
+                    duplicates=args.duplicates,
+                    model=args.model,
+                    analysis=args.analysis,
+                    words=args.words,
+                    timeout_s=args.timeout,
+                    seed=n,
+                )
                 if row["finished_ids"]:
-                    row["share_open_ms"], row["share_bytes"] = share_open_ms(url, row["finished_ids"][0])
+                    row["share_open_ms"], row["share_bytes"] = share_open_ms(
+                        url, row["finished_ids"][0]
+                    )
             finally:
                 proc.terminate()
                 proc.wait(60)
         rows[n] = row
-        print(f"{n} worker(s): {row['requests']} requests, {row['distinct']} distinct, computed "
-              f"{row['computed']}, lost {row['lost']}; POST p50 {row['post_p50_ms']:.0f} ms p95 "
-              f"{row['post_p95_ms']:.0f} ms; submit->finished p50 {row['done_p50_s']:.2f} s p95 "
-              f"{row['done_p95_s']:.2f} s; {row['jobs_per_min']:.0f} jobs/min; share open "
-              f"{row.get('share_open_ms', float('nan')):.1f} ms ({row.get('share_bytes', 0) / 1024:.0f} KiB)",
-              flush=True)
+        print(
+            f"{n} worker(s): {row['requests']} requests, {row['distinct']} distinct, computed "
+            f"{row['computed']}, lost {row['lost']}; POST p50 {row['post_p50_ms']:.0f} ms p95 "
+            f"{row['post_p95_ms']:.0f} ms; submit->finished p50 {row['done_p50_s']:.2f} s p95 "
+            f"{row['done_p95_s']:.2f} s; {row['jobs_per_min']:.0f} jobs/min; share open "
+            f"{row.get('share_open_ms', float('nan')):.1f} ms ({row.get('share_bytes', 0) / 1024:.0f} KiB)",
+            flush=True,
+        )
     counts = sorted(rows)
     if len(counts) >= 2:
         a, b = counts[0], counts[-1]
-        print(f"jobs/min ratio {b} vs {a} worker(s): {rows[b]['jobs_per_min'] / rows[a]['jobs_per_min']:.2f}")
+        print(
+            f"jobs/min ratio {b} vs {a} worker(s): {rows[b]['jobs_per_min'] / rows[a]['jobs_per_min']:.2f}"
+        )
     return 0
 
 

@@ -33,8 +33,10 @@ def measure(short_workers: int, *, cap_s: float) -> dict:
                 time.sleep(0.2)
             text = (ROOT / "tests" / "bench" / "bench_text.txt").read_text()
             words = " ".join(text.split()[:250])
-            long = c.post("/api/analyses", json={"model": "minilm", "text": words,
-                                                 "analyses": ["head-tsne", "robustness"]}).json()["id"]
+            long = c.post(
+                "/api/analyses",
+                json={"model": "minilm", "text": words, "analyses": ["head-tsne", "robustness"]},
+            ).json()["id"]
             while c.get(f"/api/analyses/{long}").json()["status"] == "queued":
                 time.sleep(0.05)
             demos = []
@@ -57,12 +59,19 @@ def measure(short_workers: int, *, cap_s: float) -> dict:
             long_state = c.get(f"/api/analyses/{long}").json()["status"]
     finally:
         serve.stop()
-    return {"short_workers": short_workers, "wait_s": started, "done_s": finished, "long_then": long_state}
+    return {
+        "short_workers": short_workers,
+        "wait_s": started,
+        "done_s": finished,
+        "long_then": long_state,
+    }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cap", type=float, default=300.0, help="give up waiting after this many seconds")
+    ap.add_argument(
+        "--cap", type=float, default=300.0, help="give up waiting after this many seconds"
+    )
     args = ap.parse_args()
     rows = [measure(k, cap_s=args.cap) for k in (0, 1)]
     print(f"{'short workers':>13} {'PE waits s':>11} {'PE done s':>10}  long job when the PE ended")

@@ -29,7 +29,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rss_mb() -> tuple[float, float]:
-    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":" in line)
+    fields = dict(
+        line.split(":", 1)
+        for line in Path("/proc/self/status").read_text().splitlines()
+        if ":" in line
+    )
     return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
@@ -46,7 +50,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--cold", action="store_true", help="skip the worker's warm-up before the first request")
+    parser.add_argument(
+        "--cold", action="store_true", help="skip the worker's warm-up before the first request"
+    )
     args = parser.parse_args()
 
     import torch
@@ -67,7 +73,9 @@ def main() -> None:
         ids = ids + ids
     text = tok.decode(ids[: args.tokens])
     enc = encode(smol, text)
-    print(f"SmolLM2-135M-Instruct, n = {enc.n} tokens, torch threads {torch.get_num_threads()}, load {load_s:.1f} s")
+    print(
+        f"SmolLM2-135M-Instruct, n = {enc.n} tokens, torch threads {torch.get_num_threads()}, load {load_s:.1f} s"
+    )
 
     def first_request(t: str) -> float:
         s = time.perf_counter()
@@ -82,9 +90,13 @@ def main() -> None:
         warm_model(smol)
         warm_s = time.perf_counter() - s
     first = first_request(text.replace(".", ";", 1))
-    later = statistics.median(first_request(text.replace(".", ",", k + 1)) for k in range(args.repeats))
-    print(f"{'cold' if args.cold else f'after the warm-up ({warm_s:.1f} s)'}: first request {first:.2f} s, "
-          f"later requests {later:.2f} s (max-attention + one head's t-SNE, as the text explorer asks first)")
+    later = statistics.median(
+        first_request(text.replace(".", ",", k + 1)) for k in range(args.repeats)
+    )
+    print(
+        f"{'cold' if args.cold else f'after the warm-up ({warm_s:.1f} s)'}: first request {first:.2f} s, "
+        f"later requests {later:.2f} s (max-attention + one head's t-SNE, as the text explorer asks first)"
+    )
 
     inputs = model_inputs(smol, enc)
 
@@ -96,7 +108,9 @@ def main() -> None:
     fwd, fwd_all = _timed(plain, args.repeats)
     ma, ma_all = _timed(lambda: analyze(smol, text, ["max-attention"]), args.repeats)
     print(f"plain eager forward      {fwd:.3f} s  {[round(t, 3) for t in fwd_all]}")
-    print(f"max-attention analysis   {ma:.3f} s  {[round(t, 3) for t in ma_all]}  ratio {ma / fwd:.2f}x (target <= 1.2x)")
+    print(
+        f"max-attention analysis   {ma:.3f} s  {[round(t, 3) for t in ma_all]}  ratio {ma / fwd:.2f}x (target <= 1.2x)"
+    )
 
     tsne, total = [], []
     for k in range(args.repeats):
@@ -105,14 +119,18 @@ def main() -> None:
         total.append(time.perf_counter() - s)
         tsne.append(float(res["head-tsne"]["timings"].get("tsne_s", float("nan"))))
     shape = (res["n_layers"], res["n_heads"])
-    print(f"all {shape[0] * shape[1]} heads' t-SNE: t-SNE {statistics.median(tsne):.2f} s "
-          f"{[round(t, 2) for t in tsne]} (target <= 5 s); whole analysis {statistics.median(total):.2f} s")
+    print(
+        f"all {shape[0] * shape[1]} heads' t-SNE: t-SNE {statistics.median(tsne):.2f} s "
+        f"{[round(t, 2) for t in tsne]} (target <= 5 s); whole analysis {statistics.median(total):.2f} s"
+    )
 
     rss_one, _ = _rss_mb()
     minilm = load_model("minilm", device="cpu")
     warm_model(minilm)
     rss, hwm = _rss_mb()
-    print(f"resident memory: SmolLM2 alone {rss_one:.0f} MB; with MiniLM too {rss:.0f} MB (peak {hwm:.0f} MB)")
+    print(
+        f"resident memory: SmolLM2 alone {rss_one:.0f} MB; with MiniLM too {rss:.0f} MB (peak {hwm:.0f} MB)"
+    )
 
 
 if __name__ == "__main__":

@@ -55,8 +55,14 @@ def fake_result(kb: int, seed: int) -> str:
     """A result-shaped JSON document of about ``kb`` KiB (nested lists of floats)."""
     rng = random.Random(seed)
     rows = max(1, kb * 1024 // (64 * 12))
-    return json.dumps({"max-attention": {"values": [[round(rng.random(), 6) for _ in range(64)]
-                                                     for _ in range(rows)]}, "tokens": ["tok"] * 64})
+    return json.dumps(
+        {
+            "max-attention": {
+                "values": [[round(rng.random(), 6) for _ in range(64)] for _ in range(rows)]
+            },
+            "tokens": ["tok"] * 64,
+        }
+    )
 
 
 class FileStore:
@@ -69,9 +75,20 @@ class FileStore:
 
     def write(self, job_id: str, raw: str, share_id: str) -> None:
         (self.root / "results" / f"{job_id}.result.json").write_text(raw)
-        meta = {"id": job_id, "kind": "analysis", "request": {"text": job_id}, "finished_at": time.time()}
+        meta = {
+            "id": job_id,
+            "kind": "analysis",
+            "request": {"text": job_id},
+            "finished_at": time.time(),
+        }
         (self.root / "results" / f"{job_id}.meta.json").write_text(json.dumps(meta))
-        share = {"id": share_id, "kind": "analysis", "target": job_id, "view": {}, "created_at": time.time()}
+        share = {
+            "id": share_id,
+            "kind": "analysis",
+            "target": job_id,
+            "view": {},
+            "created_at": time.time(),
+        }
         (self.root / "shares" / f"{share_id}.json").write_text(json.dumps(share))
 
     def read_result(self, job_id: str) -> tuple[dict, str]:
@@ -91,7 +108,9 @@ def timed(fn: Callable[[], object], n: int) -> tuple[float, float]:
     return 1000 * statistics.median(times), 1000 * percentile(times, 99)
 
 
-def latency(stores: dict[str, object], *, reads: int, result_kb: int, n_items: int = 100) -> dict[str, dict]:
+def latency(
+    stores: dict[str, object], *, reads: int, result_kb: int, n_items: int = 100
+) -> dict[str, dict]:
     """p50/p99 (ms) of share opens and result reads per store, over the same items."""
     job_ids = [f"{i:032x}" for i in range(n_items)]
     raws = [fake_result(result_kb, i) for i in range(n_items)]
@@ -122,12 +141,22 @@ def latency(stores: dict[str, object], *, reads: int, result_kb: int, n_items: i
         rows[name] = {"share": timed(open_share, reads), "result": timed(read_result, reads)}
     bodies = [zlib.compress(raw.encode(), COMPRESSION_LEVEL) for raw in raws]
     rng = random.Random(0)
-    rows["zlib alone"] = {"decompress": timed(lambda: zlib.decompress(rng.choice(bodies)).decode(), reads)}
+    rows["zlib alone"] = {
+        "decompress": timed(lambda: zlib.decompress(rng.choice(bodies)).decode(), reads)
+    }
     return rows
 
 
-def two_replicas(pg: PostgresServer, *, requests: int, duplicates: float, reads: int, model: str,
-                 words: int, timeout_s: float) -> dict:
+def two_replicas(
+    pg: PostgresServer,
+    *,
+    requests: int,
+    duplicates: float,
+    reads: int,
+    model: str,
+    words: int,
+    timeout_s: float,
+) -> dict:
     from redis import Redis
 
     from backend.serve import start_redis, stop
@@ -145,19 +174,32 @@ def two_replicas(pg: PostgresServer, *, requests: int, duplicates: float, reads:
             env = {"REDIS_URL": redis_url, "HEADSCOPE_DATABASE_URL": db_url}
             replicas.append(ServeProcess.for_tests(base / name, {}, workers=1, **env))
         replicas[0].env["HEADSCOPE_MODELS"] = replicas[1].env["HEADSCOPE_MODELS"] = str(cat)
-        subprocess.run([sys.executable, "-m", "backend.cli", "migrate"], cwd=ROOT, env=replicas[0].env, check=True,
-                       capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "backend.cli", "migrate"],
+            cwd=ROOT,
+            env=replicas[0].env,
+            check=True,
+            capture_output=True,
+        )
         for r in replicas:
             r.start()
         vocab = demo_text().split()
         rng = random.Random(1)
         n_distinct = max(1, round(requests * (1 - duplicates)))
-        bodies = [{"model": model, "text": " ".join(rng.choice(vocab) for _ in range(words)) + f" #{i}",
-                   "analyses": ["max-attention"]} for i in range(n_distinct)]
+        bodies = [
+            {
+                "model": model,
+                "text": " ".join(rng.choice(vocab) for _ in range(words)) + f" #{i}",
+                "analyses": ["max-attention"],
+            }
+            for i in range(n_distinct)
+        ]
         bodies += [rng.choice(bodies) for _ in range(requests - n_distinct)]
         rng.shuffle(bodies)
-        clients = [httpx.Client(base_url=r.url, timeout=60, limits=httpx.Limits(max_connections=requests))
-                   for r in replicas]
+        clients = [
+            httpx.Client(base_url=r.url, timeout=60, limits=httpx.Limits(max_connections=requests))
+            for r in replicas
+        ]
 
         def submit(item: tuple[int, dict]) -> tuple[int, str | None]:
             i, body = item
@@ -186,17 +228,25 @@ def two_replicas(pg: PostgresServer, *, requests: int, duplicates: float, reads:
         store = replicas[0].store()
         enqueued = {j: (store.fingerprint(j) or {}).get("submissions", 0) for j in other}
         finished = [j for j, s in done.items() if s == "finished"]
-        share = clients[0].post("/api/shares", json={"analysis_id": finished[0], "view": {}}).json()["id"]
+        share = (
+            clients[0]
+            .post("/api/shares", json={"analysis_id": finished[0], "view": {}})
+            .json()["id"]
+        )
         clients[1].get(f"/api/shares/{share}")
         http = timed(lambda: clients[1].get(f"/api/shares/{share}").raise_for_status(), reads)
         for c in clients:
             c.close()
         store.close()
         return {
-            "requests": requests, "distinct": len(other),
+            "requests": requests,
+            "distinct": len(other),
             "lost": sum(1 for _v, j in submitted if j is None or done.get(j) != "finished"),
-            "computed_total": sum(computed.values()), "computed_max": max(computed.values()),
-            "enqueued_max": max(enqueued.values()), "seconds": span, "share_http": http,
+            "computed_total": sum(computed.values()),
+            "computed_max": max(computed.values()),
+            "enqueued_max": max(enqueued.values()),
+            "seconds": span,
+            "share_http": http,
         }
     finally:
         for r in replicas:
@@ -206,9 +256,13 @@ def two_replicas(pg: PostgresServer, *, requests: int, duplicates: float, reads:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--reads", type=int, default=1000)
-    parser.add_argument("--result-kb", type=int, default=256, help="size of each stored result (JSON)")
+    parser.add_argument(
+        "--result-kb", type=int, default=256, help="size of each stored result (JSON)"
+    )
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--duplicates", type=float, default=0.2)
     parser.add_argument("--model", default="minilm")
@@ -224,30 +278,47 @@ def main(argv: list[str] | None = None) -> int:
             stores = {
                 "files": FileStore(root / "files"),
                 "sqlite": Store(Settings(data_dir=root / "sqlite")),
-                "postgresql": Store(Settings(data_dir=root / "pg", database_url=pg.new_database()), migrate=True),
+                "postgresql": Store(
+                    Settings(data_dir=root / "pg", database_url=pg.new_database()), migrate=True
+                ),
             }
             rows = latency(stores, reads=args.reads, result_kb=args.result_kb)
             ref = rows["files"]
             d50, d99 = rows.pop("zlib alone")["decompress"]
             for name, row in rows.items():
                 (s50, s99), (r50, r99) = row["share"], row["result"]
-                print(f"{name:10s} share open p50 {s50:.2f} ms p99 {s99:.2f} ms "
-                      f"({s50 / ref['share'][0]:.2f}x files); result read p50 {r50:.2f} ms p99 {r99:.2f} ms "
-                      f"({r50 / ref['result'][0]:.2f}x files)  [{args.reads} reads, {args.result_kb} KiB results]",
-                      flush=True)
-            print(f"(of which decompressing one result: p50 {d50:.2f} ms p99 {d99:.2f} ms)", flush=True)
+                print(
+                    f"{name:10s} share open p50 {s50:.2f} ms p99 {s99:.2f} ms "
+                    f"({s50 / ref['share'][0]:.2f}x files); result read p50 {r50:.2f} ms p99 {r99:.2f} ms "
+                    f"({r50 / ref['result'][0]:.2f}x files)  [{args.reads} reads, {args.result_kb} KiB results]",
+                    flush=True,
+                )
+            print(
+                f"(of which decompressing one result: p50 {d50:.2f} ms p99 {d99:.2f} ms)",
+                flush=True,
+            )
             for store in stores.values():
                 if isinstance(store, Store):
                     store.close()
         if not args.skip_replicas:
-            row = two_replicas(pg, requests=args.requests, duplicates=args.duplicates, reads=args.reads,
-                               model=args.model, words=args.words, timeout_s=args.timeout)
+            row = two_replicas(
+                pg,
+                requests=args.requests,
+                duplicates=args.duplicates,
+                reads=args.reads,
+                model=args.model,
+                words=args.words,
+                timeout_s=args.timeout,
+            )
             p50, p99 = row["share_http"]
-            print(f"two replicas (one Redis, one PostgreSQL): {row['requests']} concurrent requests, "
-                  f"{row['distinct']} distinct, lost {row['lost']}, computed {row['computed_total']} "
-                  f"(at most {row['computed_max']} per request), enqueued at most {row['enqueued_max']} per "
-                  f"request, all done in {row['seconds']:.1f} s; share made on A opened on B over HTTP: "
-                  f"p50 {p50:.2f} ms p99 {p99:.2f} ms", flush=True)
+            print(
+                f"two replicas (one Redis, one PostgreSQL): {row['requests']} concurrent requests, "
+                f"{row['distinct']} distinct, lost {row['lost']}, computed {row['computed_total']} "
+                f"(at most {row['computed_max']} per request), enqueued at most {row['enqueued_max']} per "
+                f"request, all done in {row['seconds']:.1f} s; share made on A opened on B over HTTP: "
+                f"p50 {p50:.2f} ms p99 {p99:.2f} ms",
+                flush=True,
+            )
     finally:
         pg.cleanup()
     return 0

@@ -90,7 +90,12 @@ def fast_parts(p: np.ndarray) -> dict[str, float]:
     t2 = time.perf_counter()
     kl_divergence(p, emb)
     t3 = time.perf_counter()
-    return {"start_s": t1 - t0, "optimise_s": t2 - t1, "kl_s": t3 - t2, "mean_iterations": float(used.mean())}
+    return {
+        "start_s": t1 - t0,
+        "optimise_s": t2 - t1,
+        "kl_s": t3 - t2,
+        "mean_iterations": float(used.mean()),
+    }
 
 
 def warm_up() -> float:
@@ -108,11 +113,15 @@ def warm_up() -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--sizes", default="128,256,512", help="token counts, comma-separated")
     ap.add_argument("--quick", action="store_true", help="only the first 12 heads (layer 0)")
     ap.add_argument("--heads", type=int, default=None, help="only the first N heads (layer-major)")
-    ap.add_argument("--engines", default=",".join(ENGINES), help="engines to run (openTSNE is the reference)")
+    ap.add_argument(
+        "--engines", default=",".join(ENGINES), help="engines to run (openTSNE is the reference)"
+    )
     ap.add_argument("--n-jobs", type=int, default=2, help="openTSNE threads (default 2)")
     ap.add_argument("--repeats", type=int, default=5, help="timings of the one-head run (median)")
     ap.add_argument("--json", type=Path, default=None, help="also write every number here")
@@ -129,20 +138,30 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s]
     engines = [e for e in args.engines.split(",") if e]
     limit = 12 if args.quick else args.heads
-    print(f"# headscope t-SNE benchmark: torch {torch.__version__}, {torch.get_num_threads()} torch threads, "
-          f"{os.cpu_count()} CPUs, numba {'yes' if numba_available() else 'no'}, load {os.getloadavg()[0]:.2f}")
+    print(
+        f"# headscope t-SNE benchmark: torch {torch.__version__}, {torch.get_num_threads()} torch threads, "
+        f"{os.cpu_count()} CPUs, numba {'yes' if numba_available() else 'no'}, load {os.getloadavg()[0]:.2f}"
+    )
     if os.getloadavg()[0] > 0.5 * (os.cpu_count() or 1):
-        print("# warning: the machine is busy; openTSNE with n_jobs=2 slows down far more than the "
-              "other engines when its threads share cores (10-30x measured): compare with --n-jobs 1 "
-              "or rerun on a quiet machine")
+        print(
+            "# warning: the machine is busy; openTSNE with n_jobs=2 slows down far more than the "
+            "other engines when its threads share cores (10-30x measured): compare with --n-jobs 1 "
+            "or rerun on a quiet machine"
+        )
     print(f"# fast engine warm-up (numba compile or cache load): {warm_up():.2f} s")
     loaded = load_model("minilm", device="cpu")
     texts = texts_by_size(loaded, sizes)
     report: dict = {"sizes": {}, "load_start": os.getloadavg()[0]}
-    header = (f"{'n':>4} {'heads':>5} | " + " ".join(f"{e + ' s':>11}" for e in engines)
-              + " | " + " ".join(f"{'x ' + e:>10}" for e in engines if e != "opentsne")
-              + " | " + " ".join(f"{'KL ' + e:>18}" for e in engines if e != "opentsne")
-              + " | peak MiB " + "/".join(engines))
+    header = (
+        f"{'n':>4} {'heads':>5} | "
+        + " ".join(f"{e + ' s':>11}" for e in engines)
+        + " | "
+        + " ".join(f"{'x ' + e:>10}" for e in engines if e != "opentsne")
+        + " | "
+        + " ".join(f"{'KL ' + e:>18}" for e in engines if e != "opentsne")
+        + " | peak MiB "
+        + "/".join(engines)
+    )
     print(header)
     p_last = None
     for n in sizes:
@@ -152,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
             p = p[:limit]
         p_last = p
         res = {e: timed_run(p, e, n_jobs=args.n_jobs) for e in engines}
-        row = f"{n:>4} {p.shape[0]:>5} | " + " ".join(f"{res[e]['seconds']:>11.2f}" for e in engines)
+        row = f"{n:>4} {p.shape[0]:>5} | " + " ".join(
+            f"{res[e]['seconds']:>11.2f}" for e in engines
+        )
         if "opentsne" in res:
             ref = res["opentsne"]
             kl_ref = np.asarray(ref["kl"])
@@ -164,24 +185,32 @@ def main(argv: list[str] | None = None) -> int:
                 res[e]["kl_mean_ratio"] = float(kl.mean() / kl_ref.mean())
                 res[e]["kl_worst_ratio"] = float((kl / kl_ref).max())
                 res[e]["kl_median_ratio"] = float(np.median(kl / kl_ref))
-            row += " | " + " ".join(f"{res[e]['speedup']:>9.1f}x" for e in engines if e != "opentsne")
+            row += " | " + " ".join(
+                f"{res[e]['speedup']:>9.1f}x" for e in engines if e != "opentsne"
+            )
             row += " | " + " ".join(
                 f"mean {res[e]['kl_mean_ratio']:.3f} max {res[e]['kl_worst_ratio']:.2f}".rjust(18)
-                for e in engines if e != "opentsne"
+                for e in engines
+                if e != "opentsne"
             )
         row += " | " + "/".join(f"{res[e]['peak_mib']:.0f}" for e in engines)
         print(row, flush=True)
         if "fast" in engines:
             res["fast"]["parts"] = fast_parts(p)
-            print("       fast engine parts: " + ", ".join(
-                f"{k} {v:.2f}" for k, v in res["fast"]["parts"].items()), flush=True)
+            print(
+                "       fast engine parts: "
+                + ", ".join(f"{k} {v:.2f}" for k, v in res["fast"]["parts"].items()),
+                flush=True,
+            )
         report["sizes"][n] = res
 
     # one head on demand at the largest size: the head with the highest openTSNE cost is as good as any
     if p_last is not None and "fast" in engines:
         n = p_last.shape[-1]
         one = p_last[p_last.shape[0] // 2]
-        fast_s = statistics.median(timed_run(one, "fast", n_jobs=1)["seconds"] for _ in range(args.repeats))
+        fast_s = statistics.median(
+            timed_run(one, "fast", n_jobs=1)["seconds"] for _ in range(args.repeats)
+        )
         line = f"# one head on demand at n={n}: fast {fast_s:.3f} s (median of {args.repeats})"
         report["one_head"] = {"n": n, "fast_s": fast_s}
         if "opentsne" in engines:

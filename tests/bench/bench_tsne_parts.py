@@ -93,7 +93,9 @@ def main() -> None:
     iters, worst = [], 0.0
     with torch_threads_kept():
         warm = head_affinities(att[0, :2, :40, :40].astype(np.float64))  # load the compiled kernels
-        kl_divergence(warm, fast_optimize(warm, fast_spectral_init(warm), options=TSNEOptions(n_iter=30))[0])
+        kl_divergence(
+            warm, fast_optimize(warm, fast_spectral_init(warm), options=TSNEOptions(n_iter=30))[0]
+        )
         for layer in range(att.shape[0]):
             p = timed("affinities", head_affinities, att[layer].astype(np.float64))
             y0 = timed("spectral start", fast_spectral_init, p, seed=0)

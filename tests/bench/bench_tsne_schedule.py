@@ -46,14 +46,44 @@ VARIANTS: dict[str, dict] = {
     # the early phase as in base (its minimum 125 = when base's window first fills), the later ones shorter
     "E+settle1e-3": {"partial_window": True, "min_early": 125, "settle_tol": 1e-3},
     "E+main1e-2": {"partial_window": True, "min_early": 125, "main_tol": 1e-2},
-    "E+main1e-2+settle1e-3": {"partial_window": True, "min_early": 125, "main_tol": 1e-2, "settle_tol": 1e-3},
-    "E+main2e-2+settle1e-3": {"partial_window": True, "min_early": 125, "main_tol": 2e-2, "settle_tol": 1e-3},
-    "E+main1e-2+settle2e-3": {"partial_window": True, "min_early": 125, "main_tol": 1e-2, "settle_tol": 2e-3},
-    "E+main1e-2+min75+settle1e-3": {"partial_window": True, "min_early": 125, "main_tol": 1e-2, "min_main": 75,
-                                    "settle_tol": 1e-3},
+    "E+main1e-2+settle1e-3": {
+        "partial_window": True,
+        "min_early": 125,
+        "main_tol": 1e-2,
+        "settle_tol": 1e-3,
+    },
+    "E+main2e-2+settle1e-3": {
+        "partial_window": True,
+        "min_early": 125,
+        "main_tol": 2e-2,
+        "settle_tol": 1e-3,
+    },
+    "E+main1e-2+settle2e-3": {
+        "partial_window": True,
+        "min_early": 125,
+        "main_tol": 1e-2,
+        "settle_tol": 2e-3,
+    },
+    "E+main1e-2+min75+settle1e-3": {
+        "partial_window": True,
+        "min_early": 125,
+        "main_tol": 1e-2,
+        "min_main": 75,
+        "settle_tol": 1e-3,
+    },
     # the early phase shorter too
-    "E100+main1e-2+settle1e-3": {"partial_window": True, "min_early": 100, "main_tol": 1e-2, "settle_tol": 1e-3},
-    "E75+main1e-2+settle1e-3": {"partial_window": True, "min_early": 75, "main_tol": 1e-2, "settle_tol": 1e-3},
+    "E100+main1e-2+settle1e-3": {
+        "partial_window": True,
+        "min_early": 100,
+        "main_tol": 1e-2,
+        "settle_tol": 1e-3,
+    },
+    "E75+main1e-2+settle1e-3": {
+        "partial_window": True,
+        "min_early": 75,
+        "main_tol": 1e-2,
+        "settle_tol": 1e-3,
+    },
     "window50+settle1e-3": {"window": 50, "settle_tol": 1e-3},
     "window50+main1e-2+settle1e-3": {"window": 50, "main_tol": 1e-2, "settle_tol": 1e-3},
 }
@@ -109,8 +139,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--seeds", default="0,1")
-    parser.add_argument("--noise-seeds", default="1,2", help="base with these seeds against base with seed 0")
-    parser.add_argument("--refresh", action="store_true", help="recompute P (else read the cached P)")
+    parser.add_argument(
+        "--noise-seeds", default="1,2", help="base with these seeds against base with seed 0"
+    )
+    parser.add_argument(
+        "--refresh", action="store_true", help="recompute P (else read the cached P)"
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
@@ -126,9 +160,14 @@ def main() -> None:
     with torch_threads_kept():
         sets = load_sets(args.refresh)
         warm = sets["minilm-128"][0][:2]
-        fast_optimize(warm, fast_spectral_init(warm), options=TSNEOptions(n_iter=30))  # compile / load
+        fast_optimize(
+            warm, fast_spectral_init(warm), options=TSNEOptions(n_iter=30)
+        )  # compile / load
         all_seeds = sorted({*seeds, *noise_seeds, 0})
-        starts = {s: {k: [fast_spectral_init(p, seed=s) for p in ps] for k, ps in sets.items()} for s in all_seeds}
+        starts = {
+            s: {k: [fast_spectral_init(p, seed=s) for p in ps] for k, ps in sets.items()}
+            for s in all_seeds
+        }
         load0 = os.getloadavg()[0]
         results: dict = {}
         for seed in all_seeds:
@@ -167,7 +206,11 @@ def main() -> None:
                   f"{row['iters_x']:8.3f} {row['cpu_x']:7.3f} {kl_r.mean():10.4f} {kl_r.min():7.3f} {kl_r.max():7.3f}")  # fmt: skip
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"rows": rows, "load": load0, "variants": {n: VARIANTS[n] for n in names}}, fh, indent=1)
+            json.dump(
+                {"rows": rows, "load": load0, "variants": {n: VARIANTS[n] for n in names}},
+                fh,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -43,9 +43,15 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="hs-mem-"))
     model = build_tiny_bert(base / "tiny-bert")
     redis_proc, url = start_redis(base)
-    env = service_env(base / "data", write_catalogue(base / "models.json", {"tiny-bert": model}),
-                      REDIS_URL=url, HEADSCOPE_WORKER_MAX_JOBS=str(args.max_jobs))
-    worker = subprocess.Popen([sys.executable, "-m", "workers.main", "--preload", "tiny-bert"], cwd=ROOT, env=env)
+    env = service_env(
+        base / "data",
+        write_catalogue(base / "models.json", {"tiny-bert": model}),
+        REDIS_URL=url,
+        HEADSCOPE_WORKER_MAX_JOBS=str(args.max_jobs),
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "workers.main", "--preload", "tiny-bert"], cwd=ROOT, env=env
+    )
     conn = Redis.from_url(url)
     try:
         while not any(w.get("ready") for w in protocol.live_workers(conn).values()):
@@ -57,9 +63,18 @@ def main() -> int:
         first = None
         t0 = time.perf_counter()
         for i in range(args.jobs):
-            text = " ".join(words[i % 200: i % 200 + 25]) + f" ({i})"
-            req = AnalysisRequest(model="tiny-bert", text=text, analyses=["max-attention", "head-tsne"],
-                                  options={"layer": i % 2, "head": i % 4, "n_iter": 100, "early_exaggeration_iter": 50})
+            text = " ".join(words[i % 200 : i % 200 + 25]) + f" ({i})"
+            req = AnalysisRequest(
+                model="tiny-bert",
+                text=text,
+                analyses=["max-attention", "head-tsne"],
+                options={
+                    "layer": i % 2,
+                    "head": i % 4,
+                    "n_iter": 100,
+                    "early_exaggeration_iter": 50,
+                },
+            )
             queue.submit("analysis", req.job_id(), req.normalised())
             state = queue.wait(req.job_id(), timeout_s=120)
             assert state is not None and state.status == "finished", state

@@ -27,17 +27,33 @@ from pathlib import Path
 
 from tests.bench import bench_gallery as BG
 
-TYPES = (("renderer", "--type=renderer"), ("gpu process", "--type=gpu-process"), ("utility", "--type=utility"),
-         ("zygote", "--type=zygote"), ("browser process", "chromium"))
-CATEGORIES = ["devtools.timeline", "disabled-by-default-devtools.timeline", "toplevel", "v8.execute", "blink",
-              "cc", "gpu", "viz", "disabled-by-default-devtools.timeline.frame"]
+TYPES = (
+    ("renderer", "--type=renderer"),
+    ("gpu process", "--type=gpu-process"),
+    ("utility", "--type=utility"),
+    ("zygote", "--type=zygote"),
+    ("browser process", "chromium"),
+)
+CATEGORIES = [
+    "devtools.timeline",
+    "disabled-by-default-devtools.timeline",
+    "toplevel",
+    "v8.execute",
+    "blink",
+    "cc",
+    "gpu",
+    "viz",
+    "disabled-by-default-devtools.timeline.frame",
+]
 
 
 def cpu_split(run: dict) -> str:
     return ", ".join(f"{k} {v:.2f}" for k, v in sorted(run["cpu"].items(), key=lambda kv: -kv[1]))
 
 
-def profiled(browser, page, url: str, text: str, model: str, top: int, trace_out: Path | None) -> None:
+def profiled(
+    browser, page, url: str, text: str, model: str, top: int, trace_out: Path | None
+) -> None:
     page.goto(url + "/")
     page.wait_for_selector("#head-gallery .js-plotly-plot")
     if model != "minilm":
@@ -53,17 +69,32 @@ def profiled(browser, page, url: str, text: str, model: str, top: int, trace_out
     browser.start_tracing(page=None, categories=CATEGORIES)
     cdp.send("Profiler.start")
     page.click("#analyze-button")
-    page.wait_for_function("window.__bench.gallery !== undefined && window.__bench.done !== undefined",
-                           polling=200, timeout=600_000)
+    page.wait_for_function(
+        "window.__bench.gallery !== undefined && window.__bench.done !== undefined",
+        polling=200,
+        timeout=600_000,
+    )
     profile = cdp.send("Profiler.stop")["profile"]
     trace = json.loads(browser.stop_tracing())
     after = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
     marks = page.evaluate("window.__bench")
-    print("  marks (s after Analyze): " + ", ".join(f"{k} {(v - marks['click']) / 1000:.2f}"
-                                                     for k, v in marks.items() if k != "click"))
+    print(
+        "  marks (s after Analyze): "
+        + ", ".join(
+            f"{k} {(v - marks['click']) / 1000:.2f}" for k, v in marks.items() if k != "click"
+        )
+    )
     print("  renderer Performance.getMetrics, change from Analyze to done:")
-    for key in ("TaskDuration", "ScriptDuration", "LayoutDuration", "RecalcStyleDuration", "LayoutCount",
-                "RecalcStyleCount", "JSHeapUsedSize", "Nodes"):
+    for key in (
+        "TaskDuration",
+        "ScriptDuration",
+        "LayoutDuration",
+        "RecalcStyleDuration",
+        "LayoutCount",
+        "RecalcStyleCount",
+        "JSHeapUsedSize",
+        "Nodes",
+    ):
         print(f"    {key}: {after.get(key, 0) - before.get(key, 0):.3f}")
     js_profile(profile, top)
     if trace_out:
@@ -89,13 +120,17 @@ def js_profile(profile: dict, top: int) -> None:
         up = nid  # native time (JSON.parse, getBoundingClientRect, ...) counts for the script that called it
         while up in parent and not nodes[up]["callFrame"]["url"]:
             up = parent[up]
-        caller = nodes[up]["callFrame"]["url"].rsplit("/", 1)[-1].split("?")[0] or cf["functionName"]
+        caller = (
+            nodes[up]["callFrame"]["url"].rsplit("/", 1)[-1].split("?")[0] or cf["functionName"]
+        )
         by_url[caller] += us
     total = sum(self_us.values())
     print(f"  JS sampling profile: {total / 1e6:.2f} s sampled; self time by script:")
     for name, us in by_url.most_common(top):
         print(f"    {us / 1e6:7.3f} s  {name}")
-    print("  self time by function:")  # native functions' time also counts for their callers' script above
+    print(
+        "  self time by function:"
+    )  # native functions' time also counts for their callers' script above
     for name, us in by_fn.most_common(top):
         print(f"    {us / 1e6:7.3f} s  {name}")
 
@@ -128,7 +163,9 @@ def trace_summary(trace: dict | list, top: int) -> None:
                 end = e["ts"] + e["dur"]
     print("  trace: busy (wall) / thread CPU seconds in top-level events, per process and thread:")
     for key, us in busy.most_common(top):
-        print(f"    {us / 1e6:7.3f} / {cpu[key] / 1e6:7.3f} s  {pnames.get(key[0], key[0])} / {names.get(key, key[1])}")
+        print(
+            f"    {us / 1e6:7.3f} / {cpu[key] / 1e6:7.3f} s  {pnames.get(key[0], key[0])} / {names.get(key, key[1])}"
+        )
     main = [k for k in by_thread if names.get(k) == "CrRendererMain"]
     for key in main:
         self_t: collections.Counter = collections.Counter()
@@ -143,7 +180,9 @@ def trace_summary(trace: dict | list, top: int) -> None:
         frames = sum(e["name"] == "ProxyMain::BeginMainFrame" for e in by_thread[key])
         if not frames:
             continue  # another renderer (an extension's, DevTools')
-        print(f"  renderer main thread {key}: {frames} frames (BeginMainFrame); self time per event (s)")
+        print(
+            f"  renderer main thread {key}: {frames} frames (BeginMainFrame); self time per event (s)"
+        )
         for name, us in self_t.most_common(top):
             print(f"    {us / 1e6:7.3f}  {name}")
 
@@ -174,8 +213,11 @@ def main(argv: list[str] | None = None) -> int:
 
     BG.PARTS = BG.PARTS[:3] + TYPES + BG.PARTS[4:]  # Chromium by process type
     loaded = load_model(args.model, device="cpu")
-    make = (lambda n, seed: BG.text_of(n, seed=seed)) if args.model == "minilm" else (
-        lambda n, seed: BG.readme_text(loaded, n, seed=seed))
+    make = (
+        (lambda n, seed: BG.text_of(n, seed=seed))
+        if args.model == "minilm"
+        else (lambda n, seed: BG.readme_text(loaded, n, seed=seed))
+    )
     print(f"load average before: {os.getloadavg()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = BG.start_serve(Path(tmp), workers=1, model=args.model, threads=None)
@@ -185,19 +227,33 @@ def main(argv: list[str] | None = None) -> int:
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 BG.one(page, url, make(16, 999), args.model)
                 run = BG.one(page, url, make(args.tokens, 100 * args.tokens), args.model)
-                print(f"measured run (n = {args.tokens}): page done {run['page_s']:.2f} s, gallery {run['gallery_s']:.2f} s,"
-                      f" sent {run['page_mb']:.1f} MB; CPU s from Analyze to done: {cpu_split(run)}; "
-                      f"load {os.getloadavg()[0]:.2f}", flush=True)
+                print(
+                    f"measured run (n = {args.tokens}): page done {run['page_s']:.2f} s, gallery {run['gallery_s']:.2f} s,"
+                    f" sent {run['page_mb']:.1f} MB; CPU s from Analyze to done: {cpu_split(run)}; "
+                    f"load {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
                 calls = collections.Counter(c[3] for c in run["calls"])
                 size = collections.Counter()
                 for c in run["calls"]:
                     size[c[3]] += c[2]
-                print("  answers by callback (first output): " + ", ".join(
-                    f"{k} x{v} {size[k] / 2**20:.2f} MB" for k, v in calls.most_common()))
+                print(
+                    "  answers by callback (first output): "
+                    + ", ".join(
+                        f"{k} x{v} {size[k] / 2**20:.2f} MB" for k, v in calls.most_common()
+                    )
+                )
                 if not args.no_profile:
                     print("profiled run (another text of the same length):", flush=True)
-                    profiled(browser, page, url, make(args.tokens, 100 * args.tokens + 1), args.model, args.top,
-                             args.trace)
+                    profiled(
+                        browser,
+                        page,
+                        url,
+                        make(args.tokens, 100 * args.tokens + 1),
+                        args.model,
+                        args.top,
+                        args.trace,
+                    )
                 browser.close()
         finally:
             stop(proc, grace_s=20)

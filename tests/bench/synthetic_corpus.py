@@ -18,10 +18,50 @@ from pathlib import Path
 import numpy as np
 
 NAMES = ["Mary", "John", "Alice", "Bob", "Ada", "Alan", "Grace", "Linus", "Edsger", "Barbara"]
-NOUNS = ["book", "cat", "river", "engine", "letter", "garden", "model", "window", "bridge", "song", "table",
-         "lamp", "train", "cloud", "paper", "stone"]
-VERBS = ["gave", "found", "painted", "carried", "read", "watched", "fixed", "opened", "sold", "wrote"]
-SMALL = ["the", "a", "to", "and", "of", "with", "near", "after", "because", "then", "again", "quietly"]
+NOUNS = [
+    "book",
+    "cat",
+    "river",
+    "engine",
+    "letter",
+    "garden",
+    "model",
+    "window",
+    "bridge",
+    "song",
+    "table",
+    "lamp",
+    "train",
+    "cloud",
+    "paper",
+    "stone",
+]
+VERBS = [
+    "gave",
+    "found",
+    "painted",
+    "carried",
+    "read",
+    "watched",
+    "fixed",
+    "opened",
+    "sold",
+    "wrote",
+]
+SMALL = [
+    "the",
+    "a",
+    "to",
+    "and",
+    "of",
+    "with",
+    "near",
+    "after",
+    "because",
+    "then",
+    "again",
+    "quietly",
+]
 
 
 def synthetic_texts(n: int, *, seed: int = 0) -> list[str]:
@@ -53,7 +93,9 @@ def write(path: Path, texts: list[str], *, field: str = "text") -> Path:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        pq.write_table(pa.table({"id": np.arange(len(texts)), field: texts}), path, row_group_size=20_000)
+        pq.write_table(
+            pa.table({"id": np.arange(len(texts)), field: texts}), path, row_group_size=20_000
+        )
     elif path.suffix == ".jsonl":
         with open(path, "w", encoding="utf-8") as fh:
             for i, t in enumerate(texts):

@@ -10,7 +10,11 @@ REDUCTIONS = ("max", "mean")
 
 
 def attention_reduce(
-    attentions: np.ndarray, *, reduce: str = "max", keep: np.ndarray | None = None, causal: bool = False
+    attentions: np.ndarray,
+    *,
+    reduce: str = "max",
+    keep: np.ndarray | None = None,
+    causal: bool = False,
 ) -> np.ndarray:
     """Per layer and head, how much attention each key token receives.
 
@@ -26,7 +30,9 @@ def attention_reduce(
         [layer, head, key] array (keys restricted to ``keep``).
     """
     if attentions.ndim != 4 or attentions.shape[2] != attentions.shape[3]:
-        raise HeadscopeError(f"attentions must be [layer, head, n, n], got shape {attentions.shape}")
+        raise HeadscopeError(
+            f"attentions must be [layer, head, n, n], got shape {attentions.shape}"
+        )
     a = attentions
     if keep is not None:
         idx = np.flatnonzero(np.asarray(keep, dtype=bool))

@@ -66,8 +66,14 @@ def capture(loaded: LoadedModel, encoded: Encoded, *, grad: bool) -> Run:
     handles = [
         loaded.model.get_input_embeddings().register_forward_hook(leaf),
         final_norm(loaded).register_forward_pre_hook(lambda m, a: keep.__setitem__("last", a[0])),
-        *[la.context_module.register_forward_pre_hook(lambda m, a: keep["ctx"].append(a[0])) for la in arch.layers],
-        *[la.ff_module.register_forward_hook(lambda m, a, out: keep["ff"].append(_first(out))) for la in arch.layers],
+        *[
+            la.context_module.register_forward_pre_hook(lambda m, a: keep["ctx"].append(a[0]))
+            for la in arch.layers
+        ],
+        *[
+            la.ff_module.register_forward_hook(lambda m, a, out: keep["ff"].append(_first(out)))
+            for la in arch.layers
+        ],
     ]
     try:
         with torch.enable_grad() if grad else torch.inference_mode():
@@ -79,7 +85,9 @@ def capture(loaded: LoadedModel, encoded: Encoded, *, grad: bool) -> Run:
     return Run([*out.hidden_states[:-1], keep["last"]], keep["ctx"], keep["ff"], logits)
 
 
-def node_grads(metric: torch.Tensor, run: Run, extra: list[torch.Tensor] | None = None) -> tuple[Run, list[torch.Tensor]]:
+def node_grads(
+    metric: torch.Tensor, run: Run, extra: list[torch.Tensor] | None = None
+) -> tuple[Run, list[torch.Tensor]]:
     """``∂metric/∂node`` for every node of ``run`` (zeros where the metric does not depend on it) and for
     the ``extra`` tensors of the same graph; ``autograd.grad`` on these only, so no weight gradient is
     computed."""
@@ -145,15 +153,28 @@ def attribution_patching(
     progress(0.8, "attribution patching: backward done")
     scale = m_c - m_k
 
-    def effect(c: torch.Tensor, k: torch.Tensor, g: torch.Tensor) -> torch.Tensor:  # [1, n, d] -> [n, d]
+    def effect(
+        c: torch.Tensor, k: torch.Tensor, g: torch.Tensor
+    ) -> torch.Tensor:  # [1, n, d] -> [n, d]
         return (c[0].double() - k.detach()[0].double()) * g[0].double()
 
     with torch.no_grad():
-        residual = torch.stack([effect(*t).sum(-1) for t in zip(rc.states, rk.states, gk.states, strict=True)])
-        ff = torch.stack([effect(*t).sum(-1) for t in zip(rc.feedforward, rk.feedforward, gk.feedforward, strict=True)])
+        residual = torch.stack(
+            [effect(*t).sum(-1) for t in zip(rc.states, rk.states, gk.states, strict=True)]
+        )
+        ff = torch.stack(
+            [
+                effect(*t).sum(-1)
+                for t in zip(rc.feedforward, rk.feedforward, gk.feedforward, strict=True)
+            ]
+        )
         dh = rk.contexts[0].shape[-1] // H
-        by_pos = torch.stack([effect(*t).reshape(n, H, dh).sum(-1).T
-                              for t in zip(rc.contexts, rk.contexts, gk.contexts, strict=True)])  # [L, H, n]
+        by_pos = torch.stack(
+            [
+                effect(*t).reshape(n, H, dh).sum(-1).T
+                for t in zip(rc.contexts, rk.contexts, gk.contexts, strict=True)
+            ]
+        )  # [L, H, n]
     by_pos_np = by_pos.cpu().numpy() / scale
     out: dict[str, Any] = {
         "heads": by_pos_np.sum(-1),
@@ -168,7 +189,9 @@ def attribution_patching(
         out.update(qk_section(attn[0], attn[1], g_attn, scale))
     assert out["heads"].shape == (L, H) and out["residual"].shape == (L + 1, n)
     if real:
-        pat = patching(loaded, clean, corrupted, target=[ia, ib], progress=scaled(progress, 0.8, 1.0))
+        pat = patching(
+            loaded, clean, corrupted, target=[ia, ib], progress=scaled(progress, 0.8, 1.0)
+        )
         out["real"] = {"heads": pat["heads"], "residual": pat["residual"]}
         out["pearson"], out["spearman"] = _correlations(out["heads"], pat["heads"])
         r_p, r_s = _correlations(out["residual"], pat["residual"])

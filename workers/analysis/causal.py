@@ -84,7 +84,9 @@ def token_id(loaded: LoadedModel, token: str | int) -> int:
     vocab = head_of(loaded).vocab_size
     if isinstance(token, int) and not isinstance(token, bool):
         if not 0 <= token < vocab:
-            raise HeadscopeError(f"token id {token} is out of range: the vocabulary has ids 0-{vocab - 1}")
+            raise HeadscopeError(
+                f"token id {token} is out of range: the vocabulary has ids 0-{vocab - 1}"
+            )
         return token
     ids = loaded.tokenizer(str(token), add_special_tokens=False)["input_ids"]
     if len(ids) != 1:
@@ -101,7 +103,9 @@ class Stream:
 
     states: torch.Tensor  # [state, token, dim]: X[0..L], X[L] before the final norm
     normed: torch.Tensor  # [token, dim]: the model's own final norm output N(X[L])
-    contexts: list[torch.Tensor]  # per layer [token, head*head_dim]: each head's output z (before W_O)
+    contexts: list[
+        torch.Tensor
+    ]  # per layer [token, head*head_dim]: each head's output z (before W_O)
     unembed: Unembedding
 
     @functools.cached_property
@@ -121,7 +125,10 @@ def stream(loaded: LoadedModel, encoded: Encoded) -> Stream:
     keep: dict[str, Any] = {"ctx": []}
     handles = [
         final_norm(loaded).register_forward_pre_hook(lambda m, a: keep.__setitem__("last", a[0])),
-        *[la.context_module.register_forward_pre_hook(lambda m, a: keep["ctx"].append(a[0])) for la in arch.layers],
+        *[
+            la.context_module.register_forward_pre_hook(lambda m, a: keep["ctx"].append(a[0]))
+            for la in arch.layers
+        ],
     ]
     try:
         out = loaded.model(**batch_inputs(loaded, [encoded]), output_hidden_states=True)
@@ -166,7 +173,9 @@ def predictions(
     run = run or stream(loaded, encoded)
     unembed = head_of(loaded)
     k = min(int(k), unembed.vocab_size)
-    nxt = torch.tensor([*encoded.input_ids[1:], -1], device=run.normed.device)  # the last position has none
+    nxt = torch.tensor(
+        [*encoded.input_ids[1:], -1], device=run.normed.device
+    )  # the last position has none
     read = read_vocab(unembed, run.normed, k=k, ids=nxt, exact_sum=True)
     out: dict[str, Any] = {
         "top_ids": read.top_ids.cpu().numpy(),
@@ -210,13 +219,19 @@ def logit_lens(
         cols = [int(t) for t in positions]
         bad = [t for t in cols if not 0 <= t < n]
         if bad or not cols:
-            raise HeadscopeError(f"logit lens positions {bad or cols} are outside the text's 0..{n - 1}")
+            raise HeadscopeError(
+                f"logit lens positions {bad or cols} are outside the text's 0..{n - 1}"
+            )
         states = run.states[:, cols]
     p = len(cols)
     normed = norm(states).reshape(n_states * p, -1)  # [state * p, d]: each state's own statistics
     nxt = torch.tensor([following[t] for t in cols], device=normed.device)
-    read = read_vocab(unembed, normed, ids=nxt.repeat(n_states),
-                      progress=lambda f: progress(f, f"logit lens: {n_states} states, vocabulary {f:.0%}"))
+    read = read_vocab(
+        unembed,
+        normed,
+        ids=nxt.repeat(n_states),
+        progress=lambda f: progress(f, f"logit lens: {n_states} states, vocabulary {f:.0%}"),
+    )
     shape = (n_states, p)
     keep = slice(None, -1) if positions is None else slice(None)
     out: dict[str, Any] = {
@@ -253,9 +268,13 @@ def logit_attribution(
     progress = progress or no_progress
     unembed = head_of(loaded)
     seen: dict[str, torch.Tensor] = {}  # transformers' own final norm output, from the same pass
-    hook = final_norm(loaded).register_forward_hook(lambda m, a, out: seen.__setitem__("normed", out))
+    hook = final_norm(loaded).register_forward_hook(
+        lambda m, a, out: seen.__setitem__("normed", out)
+    )
     try:
-        dec = decompose_encoded(loaded, [encoded], [text], keep_components=True, progress=progress)[0]
+        dec = decompose_encoded(loaded, [encoded], [text], keep_components=True, progress=progress)[
+            0
+        ]
     finally:
         hook.remove()
     assert dec.head_outputs is not None and dec.ff_outputs is not None
@@ -268,13 +287,20 @@ def logit_attribution(
     if b is not None:
         u = u - w_u[torch.as_tensor(b, device=w_u.device)]
     u_np = u.cpu().numpy().astype(dec.states.dtype)
-    heads = np.stack([
-        np.einsum("htd,td->ht", dec.head_outputs[layer], u_np * dec._scale(dec.head_entry[layer], L))
-        for layer in range(L)
-    ])  # [L, H, n]
-    ff = np.stack([
-        np.einsum("td,td->t", dec.ff_outputs[layer], u_np * dec._scale(dec.ff_entry[layer], L)) for layer in range(L)
-    ])  # [L, n]
+    heads = np.stack(
+        [
+            np.einsum(
+                "htd,td->ht", dec.head_outputs[layer], u_np * dec._scale(dec.head_entry[layer], L)
+            )
+            for layer in range(L)
+        ]
+    )  # [L, H, n]
+    ff = np.stack(
+        [
+            np.einsum("td,td->t", dec.ff_outputs[layer], u_np * dec._scale(dec.ff_entry[layer], L))
+            for layer in range(L)
+        ]
+    )  # [L, n]
     terms = dec.terms[L]  # [term, n, d], the last state's terms with the final norm carried
     inp = np.einsum("td,td->t", terms[0], u_np)
     bias = np.einsum("td,td->t", terms[3], u_np)
@@ -308,7 +334,13 @@ def logit_attribution(
 
 @torch.inference_mode()
 def continue_text(
-    loaded: LoadedModel, encoded: Encoded, text: str, *, n_tokens: int, temperature: float = 0.0, seed: int = 0,
+    loaded: LoadedModel,
+    encoded: Encoded,
+    text: str,
+    *,
+    n_tokens: int,
+    temperature: float = 0.0,
+    seed: int = 0,
     progress: Progress | None = None,
 ) -> tuple[Encoded, str, list[float]]:
     """docs/causal.md: continuation: ``n_tokens`` tokens appended greedily (``temperature`` 0) or sampled at
@@ -341,7 +373,9 @@ def continue_text(
         progress((step + 1) / n_tokens, f"continuation: token {step + 1}/{n_tokens}")
         if eos is not None and nxt == eos:
             break
-        out = loaded.model(input_ids=torch.tensor([[nxt]], device=loaded.device), use_cache=True, **{key: past})
+        out = loaded.model(
+            input_ids=torch.tensor([[nxt]], device=loaded.device), use_cache=True, **{key: past}
+        )
         past = cache_out(out)
     pieces, before = [], ""
     for i in range(len(new)):  # each token's text: the growth of the decoded continuation

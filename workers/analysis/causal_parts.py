@@ -24,7 +24,10 @@ from workers.analysis.interventions import rows_per_call
 
 
 def _calls(n_runs: int, size: int, width: int) -> list[tuple[int, int]]:
-    return [(min(size, n_runs - start), min(size, n_runs - start) * width) for start in range(0, n_runs, size)]
+    return [
+        (min(size, n_runs - start), min(size, n_runs - start) * width)
+        for start in range(0, n_runs, size)
+    ]
 
 
 def ablation_plan(*, n_layers: int, n_heads: int, position: int) -> list[tuple[int, int]]:
@@ -45,7 +48,10 @@ def patching_plan(*, n_layers: int, n_heads: int, n: int, first: int) -> list[tu
 
 def first_difference(clean_ids: list[int], corrupted_ids: list[int]) -> int:
     """The first position where the two texts' tokens differ (their length if none)."""
-    return next((i for i, (x, y) in enumerate(zip(clean_ids, corrupted_ids, strict=True)) if x != y), len(clean_ids))
+    return next(
+        (i for i, (x, y) in enumerate(zip(clean_ids, corrupted_ids, strict=True)) if x != y),
+        len(clean_ids),
+    )
 
 
 def group_calls(costs: list[int], *, part_cost: int) -> list[tuple[int, int]]:
@@ -69,7 +75,9 @@ def merge_ablation(partials: list[dict[str, Any]]) -> dict[str, Any]:
     each head's score minus the base run's, as in one piece. The other keys are the first part's."""
     scores = np.concatenate([np.asarray(p["scores"], dtype=np.float64) for p in partials])
     first = partials[0]
-    if first["rows"][0] != 0 or any(a["rows"][1] != b["rows"][0] for a, b in zip(partials, partials[1:], strict=False)):
+    if first["rows"][0] != 0 or any(
+        a["rows"][1] != b["rows"][0] for a, b in zip(partials, partials[1:], strict=False)
+    ):
         raise ValueError("ablation parts do not cover the runs in order")
     n_layers, n_heads = first["n_layers"], first["n_heads"]
     if len(scores) != 1 + n_layers * n_heads:
@@ -79,7 +87,9 @@ def merge_ablation(partials: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def merge_patching(partials: list[dict[str, Any]], *, n_layers: int, n_heads: int, n: int) -> dict[str, Any]:
+def merge_patching(
+    partials: list[dict[str, Any]], *, n_layers: int, n_heads: int, n: int
+) -> dict[str, Any]:
     """Patching's grids from its parts' cells (``patching(..., calls=)``); zero where nothing was run
     (positions before the first difference), as in one piece. The other keys are the first part's."""
     grids = {"residual": np.zeros((n_layers + 1, n)), "heads": np.zeros((n_layers, n_heads))}

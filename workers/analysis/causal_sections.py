@@ -111,7 +111,9 @@ def _position(ctx: Any) -> int:
 
 
 def _attribution(ctx: Any) -> dict[str, Any]:
-    out = logit_attribution(ctx.loaded, ctx.encoded, target=_target(ctx.options), text=ctx.text, progress=ctx.progress)
+    out = logit_attribution(
+        ctx.loaded, ctx.encoded, target=_target(ctx.options), text=ctx.text, progress=ctx.progress
+    )
     out["position"] = _position(ctx)
     out["scale"] = FROZEN
     return jsonable(out)
@@ -130,7 +132,9 @@ def _ablation(ctx: Any) -> dict[str, Any]:
 
 def _corrupted(ctx: Any) -> Encoded:
     """The corrupted text encoded; after ``continue`` the same generated tokens follow it."""
-    corrupted = encode(ctx.loaded, ctx.options["corrupted"] or "", truncate=bool(ctx.options["truncate"]))
+    corrupted = encode(
+        ctx.loaded, ctx.options["corrupted"] or "", truncate=bool(ctx.options["truncate"])
+    )
     if ctx.continuation is not None:
         k = ctx.continuation["n_generated"]
         gen = ctx.encoded
@@ -154,15 +158,23 @@ def _pair_texts(ctx: Any, out: dict[str, Any], corrupted: Encoded) -> dict[str, 
 
 def _patching(ctx: Any) -> dict[str, Any]:
     corrupted = _corrupted(ctx)
-    out = patching(ctx.loaded, ctx.encoded, corrupted, target=_target(ctx.options), progress=ctx.progress)
+    out = patching(
+        ctx.loaded, ctx.encoded, corrupted, target=_target(ctx.options), progress=ctx.progress
+    )
     return _pair_texts(ctx, out, corrupted)
 
 
 def _attribution_patching(ctx: Any) -> dict[str, Any]:
     corrupted = _corrupted(ctx)
-    out = attribution_patching(ctx.loaded, ctx.encoded, corrupted, target=_target(ctx.options),
-                               real=bool(ctx.options["real"]), qk_fix=bool(ctx.options["qk_fix"]),
-                               progress=ctx.progress)
+    out = attribution_patching(
+        ctx.loaded,
+        ctx.encoded,
+        corrupted,
+        target=_target(ctx.options),
+        real=bool(ctx.options["real"]),
+        qk_fix=bool(ctx.options["qk_fix"]),
+        progress=ctx.progress,
+    )
     return _pair_texts(ctx, out, corrupted)
 
 

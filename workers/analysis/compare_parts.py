@@ -38,10 +38,18 @@ if TYPE_CHECKING:
     from workers.models.loader import LoadedModel
 
 
-def compare_partial(load_a: Callable[[], LoadedModel], load_b: Callable[[], LoadedModel], texts: list[str], *,
-                    first: int, max_tokens: int = 128, window: int = WINDOW_TEXTS,
-                    release: Callable[[], None] | None = None, progress: Progress | None = None,
-                    should_stop: Callable[[], bool] | None = None) -> dict[str, Any]:
+def compare_partial(
+    load_a: Callable[[], LoadedModel],
+    load_b: Callable[[], LoadedModel],
+    texts: list[str],
+    *,
+    first: int,
+    max_tokens: int = 128,
+    window: int = WINDOW_TEXTS,
+    release: Callable[[], None] | None = None,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> dict[str, Any]:
     """The partial comparison of ``texts``, the corpus' texts ``[first, first + len(texts))`` (JSON-ready).
     ``first`` must be a multiple of ``window`` for the merge to equal one job's comparison."""
     t0 = time.perf_counter()
@@ -49,19 +57,46 @@ def compare_partial(load_a: Callable[[], LoadedModel], load_b: Callable[[], Load
     options = CorpusOptions(max_tokens=max_tokens, top_k=0)
 
     def run_side(loaded: LoadedModel, tap: WordMapTap, side_progress: Progress) -> dict[str, Any]:
-        out = corpus_partial(loaded, texts, start=0, stop=len(texts), options=options, progress=side_progress,
-                             should_stop=should_stop, tap=tap, window=window)
+        out = corpus_partial(
+            loaded,
+            texts,
+            start=0,
+            stop=len(texts),
+            options=options,
+            progress=side_progress,
+            should_stop=should_stop,
+            tap=tap,
+            window=window,
+        )
         return {**out, "first_text": first, "skipped": [first + i for i in out["skipped"]]}
 
-    both = run_both(load_a, load_b, texts, max_tokens=max_tokens, window=window, run_side=run_side,
-                    release=release, report=progress or no_progress)
+    both = run_both(
+        load_a,
+        load_b,
+        texts,
+        max_tokens=max_tokens,
+        window=window,
+        run_side=run_side,
+        release=release,
+        report=progress or no_progress,
+    )
     words = None
     if both.facts_a["has_lm_head"] or both.facts_b["has_lm_head"]:
         words = [{"a": both.words_a.get(i), "b": both.words_b.get(i)} for i in range(len(texts))]
-    return {"first_text": first, "n_given": len(texts), "texts": texts, "max_tokens": max_tokens,
-            "model_a": both.facts_a, "model_b": both.facts_b, "causal": both.causal, "a": both.run_a,
-            "b": both.run_b, "similarity": both.acc.state(), "words": words,
-            "seconds": time.perf_counter() - t0}
+    return {
+        "first_text": first,
+        "n_given": len(texts),
+        "texts": texts,
+        "max_tokens": max_tokens,
+        "model_a": both.facts_a,
+        "model_b": both.facts_b,
+        "causal": both.causal,
+        "a": both.run_a,
+        "b": both.run_b,
+        "similarity": both.acc.state(),
+        "words": words,
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 class CompareMerge:
@@ -80,17 +115,23 @@ class CompareMerge:
     def add(self, partial: dict[str, Any]) -> None:
         """Fold in the next part's partial (in part order, each exactly once)."""
         if partial["first_text"] != len(self.texts):
-            raise ValueError(f"part starting at text {partial['first_text']} came after {len(self.texts)} texts")
+            raise ValueError(
+                f"part starting at text {partial['first_text']} came after {len(self.texts)} texts"
+            )
         facts = {k: partial[k] for k in ("model_a", "model_b", "causal", "max_tokens")}
         if self.acc is None:
             self.facts = facts
             n_a = facts["model_a"]["n_layers"] * facts["model_a"]["n_heads"]
-            self.acc = SimilarityAccumulator(n_a, facts["model_b"]["n_layers"] * facts["model_b"]["n_heads"])
+            self.acc = SimilarityAccumulator(
+                n_a, facts["model_b"]["n_layers"] * facts["model_b"]["n_heads"]
+            )
         elif facts != self.facts:
             raise ValueError("parts of one comparison ran different models or options")
         self.a.add(partial["a"])
         self.b.add(partial["b"])
-        self.acc.add_state(partial["similarity"])  # float64, in part order: the same bits whoever ran what
+        self.acc.add_state(
+            partial["similarity"]
+        )  # float64, in part order: the same bits whoever ran what
         for j, w in enumerate(partial["words"] or []):
             i = partial["first_text"] + j
             if w["a"] is not None:
@@ -107,6 +148,16 @@ class CompareMerge:
         check_texts(self.texts)
         stats_a, stats_b = self.a.result()["statistics"], self.b.result()["statistics"]
         f = self.facts
-        return finish_compare(f["model_a"], f["model_b"], stats_a=stats_a, stats_b=stats_b, acc=self.acc,
-                              causal=f["causal"], texts=self.texts, words_a=self.words_a, words_b=self.words_b,
-                              max_tokens=f["max_tokens"], seconds=self.part_seconds if seconds is None else seconds)
+        return finish_compare(
+            f["model_a"],
+            f["model_b"],
+            stats_a=stats_a,
+            stats_b=stats_b,
+            acc=self.acc,
+            causal=f["causal"],
+            texts=self.texts,
+            words_a=self.words_a,
+            words_b=self.words_b,
+            max_tokens=f["max_tokens"],
+            seconds=self.part_seconds if seconds is None else seconds,
+        )

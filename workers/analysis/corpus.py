@@ -76,7 +76,9 @@ class EncodedCorpus:
     skipped: list[int] = field(default_factory=list)  # texts with no kept token (not run)
 
 
-def encode_corpus(loaded: LoadedModel, texts: list[str], *, max_tokens: int, chunk: int = 256) -> EncodedCorpus:
+def encode_corpus(
+    loaded: LoadedModel, texts: list[str], *, max_tokens: int, chunk: int = 256
+) -> EncodedCorpus:
     """Tokenise every text as the model's tokenizer does, cut to ``max_tokens`` (and the model's limit)."""
     tok = loaded.tokenizer
     limit = min(max_tokens, loaded.max_length)
@@ -89,7 +91,9 @@ def encode_corpus(loaded: LoadedModel, texts: list[str], *, max_tokens: int, chu
         long = [i for i, row in enumerate(full) if len(row) > limit]
         cut = {}
         if long:
-            enc = tok([part[i] for i in long], add_special_tokens=True, truncation=True, max_length=limit)
+            enc = tok(
+                [part[i] for i in long], add_special_tokens=True, truncation=True, max_length=limit
+            )
             cut = dict(zip(long, enc["input_ids"], strict=True))
         truncated += len(long)
         for i, row in enumerate(full):
@@ -141,12 +145,21 @@ def head_map(means: dict[str, np.ndarray]) -> dict[str, Any]:
         explained = (s[:2] ** 2 / max(float((s**2).sum()), 1e-300)).tolist()
         loadings = {stat: axes[:, i].tolist() for i, stat in enumerate(stats)}
     else:
-        xy, explained, loadings = np.zeros((z.shape[0], 2)), [0.0, 0.0], {s: [0.0, 0.0] for s in stats}
+        xy, explained, loadings = (
+            np.zeros((z.shape[0], 2)),
+            [0.0, 0.0],
+            {s: [0.0, 0.0] for s in stats},
+        )
     if xy.shape[1] < 2:
         xy = np.pad(xy, ((0, 0), (0, 2 - xy.shape[1])))
         explained = [*explained, 0.0][:2]
-    return {"method": "pca", "statistics": stats, "xy": xy.reshape(n_layers, n_heads, 2).tolist(),
-            "explained": explained, "loadings": loadings}
+    return {
+        "method": "pca",
+        "statistics": stats,
+        "xy": xy.reshape(n_layers, n_heads, 2).tolist(),
+        "explained": explained,
+        "loadings": loadings,
+    }
 
 
 def _context(tokens: list[str], q: int, k: int) -> dict[str, Any]:
@@ -179,7 +192,11 @@ class PairContexts:
         for t, q, k in live:
             if first <= t < first + len(enc.ids) and (t, q, k) not in self.by_pair:
                 tokens = enc.tokens[t - first]
-                self.by_pair[(t, q, k)] = {"query_token": tokens[q], "key_token": tokens[k], **_context(tokens, q, k)}
+                self.by_pair[(t, q, k)] = {
+                    "query_token": tokens[q],
+                    "key_token": tokens[k],
+                    **_context(tokens, q, k),
+                }
         self.by_pair = {key: v for key, v in self.by_pair.items() if key in live}
 
     def top_pairs(self, acc: LayerAccumulator) -> list[list[list[dict[str, Any]]]]:
@@ -188,11 +205,20 @@ class PairContexts:
             row = []
             for head in range(acc.top_w.shape[1]):
                 pairs = []
-                for w, (t, q, k) in zip(acc.top_w[layer, head], acc.top_at[layer, head], strict=True):
+                for w, (t, q, k) in zip(
+                    acc.top_w[layer, head], acc.top_at[layer, head], strict=True
+                ):
                     if w < 0:
                         continue
-                    pairs.append({"weight": float(w), "text": int(t), "query": int(q), "key": int(k),
-                                  **self.by_pair[(int(t), int(q), int(k))]})
+                    pairs.append(
+                        {
+                            "weight": float(w),
+                            "text": int(t),
+                            "query": int(q),
+                            "key": int(k),
+                            **self.by_pair[(int(t), int(q), int(k))],
+                        }
+                    )
                 row.append(pairs)
             out.append(row)
         return out
@@ -203,8 +229,15 @@ def _none_for_nan(x: np.ndarray) -> list[Any]:
     return [[float(v) if np.isfinite(v) else None for v in row] for row in x]
 
 
-def summarise(acc: LayerAccumulator, *, contexts: PairContexts | None, n_texts: int, n_tokens: int,
-              n_kept: int, pairs: list[list[list[dict[str, Any]]]] | None = None) -> dict[str, Any]:
+def summarise(
+    acc: LayerAccumulator,
+    *,
+    contexts: PairContexts | None,
+    n_texts: int,
+    n_tokens: int,
+    n_kept: int,
+    pairs: list[list[list[dict[str, Any]]]] | None = None,
+) -> dict[str, Any]:
     """The result so far over ``n_texts`` texts (``contexts`` and ``pairs`` None: without top pairs,
     histograms and map, for partial results; ``pairs``: top pairs merged from the parts of a split
     job, ``workers.analysis.corpus_merge``)."""
@@ -212,15 +245,20 @@ def summarise(acc: LayerAccumulator, *, contexts: PairContexts | None, n_texts: 
     n_layers, n_heads = acc.top_w.shape[:2]
     out: dict[str, Any] = {
         "statistics": {s: _none_for_nan(v) for s, v in means.items()},
-        "counts": {s: np.repeat(acc.counts[s][:, None], n_heads, axis=1).tolist() for s in acc.statistics},
+        "counts": {
+            s: np.repeat(acc.counts[s][:, None], n_heads, axis=1).tolist() for s in acc.statistics
+        },
         "n_texts": n_texts,
         "n_tokens": n_tokens,
         "n_kept_tokens": n_kept,
     }
     if contexts is not None or pairs is not None:
         out["histograms"] = {
-            s: {"range": list(hist_range(s, max_tokens=acc.max_tokens)), "bins": HIST_BINS,
-                "counts": acc.hist[s].tolist()}
+            s: {
+                "range": list(hist_range(s, max_tokens=acc.max_tokens)),
+                "bins": HIST_BINS,
+                "counts": acc.hist[s].tolist(),
+            }
             for s in acc.statistics
         }
         out["top_pairs"] = pairs if pairs is not None else contexts.top_pairs(acc)  # type: ignore[union-attr]
@@ -257,24 +295,42 @@ def corpus_statistics(
     if len(source) == 0:
         raise HeadscopeError("the corpus has no texts")
     t0 = time.perf_counter()
-    run = accumulate(loaded, source, opts=opts, progress=progress, on_batch=on_batch, should_stop=should_stop,
-                     tap=tap, window=window)
+    run = accumulate(
+        loaded,
+        source,
+        opts=opts,
+        progress=progress,
+        on_batch=on_batch,
+        should_stop=should_stop,
+        tap=tap,
+        window=window,
+    )
     if run.done == 0:
         raise HeadscopeError("no text of the corpus has a token left (only special tokens)")
     seconds = time.perf_counter() - t0
-    result = summarise(run.acc, contexts=run.contexts, n_texts=run.done, n_tokens=run.n_tokens, n_kept=run.n_kept)
+    result = summarise(
+        run.acc, contexts=run.contexts, n_texts=run.done, n_tokens=run.n_tokens, n_kept=run.n_kept
+    )
     result.update(
-        model_facts(loaded), truncated=run.truncated, skipped=run.skipped,
+        model_facts(loaded),
+        truncated=run.truncated,
+        skipped=run.skipped,
         options={**asdict(opts), "statistics": list(opts.statistics)},
-        seconds=round(seconds, 3), texts_per_s=round(run.done / max(seconds, 1e-9), 2),
+        seconds=round(seconds, 3),
+        texts_per_s=round(run.done / max(seconds, 1e-9), 2),
     )
     return result
 
 
 def model_facts(loaded: LoadedModel) -> dict[str, Any]:
     """The model keys of a corpus result."""
-    return {"model": loaded.name, "family": loaded.family, "causal": loaded.causal, "n_layers": loaded.n_layers,
-            "n_heads": loaded.n_heads}
+    return {
+        "model": loaded.name,
+        "family": loaded.family,
+        "causal": loaded.causal,
+        "n_layers": loaded.n_layers,
+        "n_heads": loaded.n_heads,
+    }
 
 
 @dataclass
@@ -310,32 +366,47 @@ def accumulate(
     stop = len(source) if stop is None else min(stop, len(source))
     n = max(stop - start, 1)
     t0 = time.perf_counter()
-    acc = LayerAccumulator(n_layers=loaded.n_layers, n_heads=loaded.n_heads, statistics=tuple(opts.statistics),
-                           causal=loaded.causal, max_tokens=min(opts.max_tokens, loaded.max_length),
-                           top_k=opts.top_k, exclude_sink_self=opts.exclude_sink_self)
+    acc = LayerAccumulator(
+        n_layers=loaded.n_layers,
+        n_heads=loaded.n_heads,
+        statistics=tuple(opts.statistics),
+        causal=loaded.causal,
+        max_tokens=min(opts.max_tokens, loaded.max_length),
+        top_k=opts.top_k,
+        exclude_sink_self=opts.exclude_sink_self,
+    )
     contexts = PairContexts()
     truncated, skipped = 0, []
     done = n_tokens = n_kept = 0
     firsts = list(range(start, stop, window))
     report(0.0, f"{stop - start} texts")
-    sink = acc.update if tap is None else (lambda layer, w: (acc.update(layer, w), tap.layer(layer, w)))
+    sink = (
+        acc.update
+        if tap is None
+        else (lambda layer, w: (acc.update(layer, w), tap.layer(layer, w)))
+    )
     with watch_attention(loaded, sink), torch.inference_mode():
         for wi, first in enumerate(firsts):
-            win = [t for b in source.batches(first, min(first + window, stop), batch=window) for t in b]
+            win = [
+                t for b in source.batches(first, min(first + window, stop), batch=window) for t in b
+            ]
             enc = encode_corpus(loaded, win, max_tokens=opts.max_tokens)
             truncated += enc.truncated
             keep = [[opts.keep_special or not s for s in row] for row in enc.special]
             runnable = [i for i, row in enumerate(keep) if any(row)]
             skipped += [first + i for i, row in enumerate(keep) if not any(row)]
             lengths = [len(enc.ids[i]) for i in runnable]
-            plan = [[runnable[j] for j in b]
-                    for b in batches(lengths, batch_tokens=opts.batch_tokens, max_batch=opts.max_batch)]
+            plan = [
+                [runnable[j] for j in b]
+                for b in batches(lengths, batch_tokens=opts.batch_tokens, max_batch=opts.max_batch)
+            ]
             for bi, batch in enumerate(plan):
                 if should_stop is not None and should_stop():
                     raise CancelledError("the corpus job")
                 ids = [enc.ids[i] for i in batch]
-                acc.kept = KeptBatch.build(ids, [keep[i] for i in batch], [first + i for i in batch],
-                                           device=loaded.device)
+                acc.kept = KeptBatch.build(
+                    ids, [keep[i] for i in batch], [first + i for i in batch], device=loaded.device
+                )
                 encs = [Encoded(enc.ids[i], enc.tokens[i], [], enc.special[i]) for i in batch]
                 if tap is not None:
                     tap.start([first + i for i in batch], ids)
@@ -346,11 +417,17 @@ def accumulate(
                 n_tokens += sum(len(row) for row in ids)
                 n_kept += sum(sum(keep[i]) for i in batch)
                 rate = done / max(time.perf_counter() - t0, 1e-9)
-                report((first - start + len(win) * (bi + 1) / len(plan)) / n,
-                       f"{done}/{stop - start} texts, {rate:.1f} texts/s")
+                report(
+                    (first - start + len(win) * (bi + 1) / len(plan)) / n,
+                    f"{done}/{stop - start} texts, {rate:.1f} texts/s",
+                )
                 last = wi + 1 == len(firsts) and bi + 1 == len(plan)
                 if on_batch is not None and not last:
-                    on_batch(summarise(acc, contexts=None, n_texts=done, n_tokens=n_tokens, n_kept=n_kept))
+                    on_batch(
+                        summarise(
+                            acc, contexts=None, n_texts=done, n_tokens=n_tokens, n_kept=n_kept
+                        )
+                    )
             contexts.add_window(acc, enc, first)
             del win, enc, keep
     acc.kept = None

@@ -57,15 +57,32 @@ def corpus_partial(
     source = as_source(texts)
     stop = min(stop, len(source))
     t0 = time.perf_counter()
-    run = accumulate(loaded, source, opts=opts, start=start, stop=stop, progress=progress, should_stop=should_stop,
-                     tap=tap, window=window)
+    run = accumulate(
+        loaded,
+        source,
+        opts=opts,
+        start=start,
+        stop=stop,
+        progress=progress,
+        should_stop=should_stop,
+        tap=tap,
+        window=window,
+    )
     out: dict[str, Any] = {
-        **model_facts(loaded), "first_text": start, "n_given": stop - start,
-        "max_tokens": min(opts.max_tokens, loaded.max_length), "options": _options(opts),
-        "n_texts": run.done, "n_tokens": run.n_tokens, "n_kept_tokens": run.n_kept, "truncated": run.truncated,
+        **model_facts(loaded),
+        "first_text": start,
+        "n_given": stop - start,
+        "max_tokens": min(opts.max_tokens, loaded.max_length),
+        "options": _options(opts),
+        "n_texts": run.done,
+        "n_tokens": run.n_tokens,
+        "n_kept_tokens": run.n_kept,
+        "truncated": run.truncated,
         "skipped": run.skipped,
     }
-    if run.done:  # else every text of this part has only special tokens: it adds nothing but its skips
+    if (
+        run.done
+    ):  # else every text of this part has only special tokens: it adds nothing but its skips
         acc = run.acc
         out.update(
             sums={s: acc.sums[s].tolist() for s in acc.statistics},
@@ -92,22 +109,31 @@ class CorpusMerge:
         self.facts: dict[str, Any] = {}
         self.options: dict[str, Any] = {}
         self.pairs: list[list[list[dict[str, Any]]]] = []
-        self.n_parts = self.n_given = self.n_texts = self.n_tokens = self.n_kept = self.truncated = 0
+        self.n_parts = self.n_given = self.n_texts = self.n_tokens = self.n_kept = (
+            self.truncated
+        ) = 0
         self.skipped: list[int] = []
         self.part_seconds = 0.0
 
     def add(self, partial: dict[str, Any]) -> None:
         """Fold in the next part's partial (they must come in part order, each exactly once)."""
         if partial["first_text"] != self.n_given:
-            raise ValueError(f"part starting at text {partial['first_text']} came after {self.n_given} texts")
+            raise ValueError(
+                f"part starting at text {partial['first_text']} came after {self.n_given} texts"
+            )
         facts = {k: partial[k] for k in ("model", "family", "causal", "n_layers", "n_heads")}
         if not self.n_parts:
             self.facts, self.options = facts, partial["options"]
             o = partial["options"]
             self.acc = LayerAccumulator(
-                n_layers=facts["n_layers"], n_heads=facts["n_heads"], statistics=tuple(o["statistics"]),
-                causal=facts["causal"], max_tokens=partial["max_tokens"], top_k=o["top_k"],
-                exclude_sink_self=o["exclude_sink_self"])
+                n_layers=facts["n_layers"],
+                n_heads=facts["n_heads"],
+                statistics=tuple(o["statistics"]),
+                causal=facts["causal"],
+                max_tokens=partial["max_tokens"],
+                top_k=o["top_k"],
+                exclude_sink_self=o["exclude_sink_self"],
+            )
             self.pairs = [[[] for _ in range(facts["n_heads"])] for _ in range(facts["n_layers"])]
         elif facts != self.facts or partial["options"] != self.options:
             raise ValueError("parts of one corpus job ran different models or options")
@@ -139,9 +165,21 @@ class CorpusMerge:
             if self.acc is None and not self.n_given:
                 raise HeadscopeError("the corpus has no texts")
             raise HeadscopeError("no text of the corpus has a token left (only special tokens)")
-        out = summarise(self.acc, contexts=None, n_texts=self.n_texts, n_tokens=self.n_tokens, n_kept=self.n_kept,
-                        pairs=self.pairs)
+        out = summarise(
+            self.acc,
+            contexts=None,
+            n_texts=self.n_texts,
+            n_tokens=self.n_tokens,
+            n_kept=self.n_kept,
+            pairs=self.pairs,
+        )
         wall = self.part_seconds if seconds is None else seconds
-        out.update(self.facts, truncated=self.truncated, skipped=self.skipped, options=self.options,
-                   seconds=round(wall, 3), texts_per_s=round(self.n_texts / max(wall, 1e-9), 2))
+        out.update(
+            self.facts,
+            truncated=self.truncated,
+            skipped=self.skipped,
+            options=self.options,
+            seconds=round(wall, 3),
+            texts_per_s=round(self.n_texts / max(wall, 1e-9), 2),
+        )
         return out

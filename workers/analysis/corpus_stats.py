@@ -19,7 +19,14 @@ import numpy as np
 import torch
 
 STATISTICS: tuple[str, ...] = (
-    "entropy", "entropy_normalised", "sink", "previous", "self", "distance", "induction", "duplicate",
+    "entropy",
+    "entropy_normalised",
+    "sink",
+    "previous",
+    "self",
+    "distance",
+    "induction",
+    "duplicate",
 )
 HIST_BINS = 20
 
@@ -69,8 +76,14 @@ class KeptBatch:
     dropped: bool  # some real token of some row is not kept: rows are renormalised over kept keys
 
     @classmethod
-    def build(cls, ids: list[list[int]], keep: list[list[bool]], text_ids: list[int], *,
-              device: torch.device) -> KeptBatch:
+    def build(
+        cls,
+        ids: list[list[int]],
+        keep: list[list[bool]],
+        text_ids: list[int],
+        *,
+        device: torch.device,
+    ) -> KeptBatch:
         kept_pos = [[p for p, k in enumerate(row) if k] for row in keep]
         m = max(1, max(len(p) for p in kept_pos))
         idx = np.zeros((len(ids), m), dtype=np.int64)
@@ -87,7 +100,15 @@ class KeptBatch:
         offset = next(iter(starts)) if contiguous and len(starts) == 1 else None
         dropped = any(not all(row) for row in keep)
         t = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
-        return cls(t(idx), t(valid), t(dup), t(ind), t(np.asarray(text_ids, dtype=np.int64)), offset, dropped)
+        return cls(
+            t(idx),
+            t(valid),
+            t(dup),
+            t(ind),
+            t(np.asarray(text_ids, dtype=np.int64)),
+            offset,
+            dropped,
+        )
 
     def n_keys(self, *, causal: bool) -> torch.Tensor:
         """[batch, query]: how many kept keys each kept query sees (0 for padding)."""
@@ -117,8 +138,9 @@ def kept_maps(weights: torch.Tensor, kept: KeptBatch) -> tuple[torch.Tensor, tor
     return a, a.sum(-1)
 
 
-def query_statistics(a: torch.Tensor, total: torch.Tensor | None, kept: KeptBatch, *,
-                     causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def query_statistics(
+    a: torch.Tensor, total: torch.Tensor | None, kept: KeptBatch, *, causal: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Every statistic of every query, from ``kept_maps``' maps and row totals (each value is of the
     row renormalised to sum to 1): values [statistic, batch, head, kept query] in ``STATISTICS``
     order, and the queries each applies to [statistic, batch, kept query]."""
@@ -146,8 +168,18 @@ def query_statistics(a: torch.Tensor, total: torch.Tensor | None, kept: KeptBatc
     ent_norm = ent / torch.log(n_keys.clamp_min(2).to(a.dtype))[:, None]
     values = torch.cat([ent[None], ent_norm[None], linear])  # STATISTICS order
     later = valid & (pos >= 1)[None]
-    applies = torch.stack([valid, n_keys >= 2, later, later, valid, valid, valid & (kept.ind >= 0),
-                           valid & (kept.dup >= 0)])
+    applies = torch.stack(
+        [
+            valid,
+            n_keys >= 2,
+            later,
+            later,
+            valid,
+            valid,
+            valid & (kept.ind >= 0),
+            valid & (kept.dup >= 0),
+        ]
+    )
     return values, applies
 
 
@@ -159,8 +191,17 @@ class LayerAccumulator:
     weights and (text, query position, key position).
     """
 
-    def __init__(self, *, n_layers: int, n_heads: int, statistics: tuple[str, ...], causal: bool,
-                 max_tokens: int, top_k: int = 20, exclude_sink_self: bool = True):
+    def __init__(
+        self,
+        *,
+        n_layers: int,
+        n_heads: int,
+        statistics: tuple[str, ...],
+        causal: bool,
+        max_tokens: int,
+        top_k: int = 20,
+        exclude_sink_self: bool = True,
+    ):
         self.statistics = statistics
         self.causal = causal
         self.max_tokens = max_tokens
@@ -168,7 +209,9 @@ class LayerAccumulator:
         self.exclude_sink_self = exclude_sink_self
         self.sums = {s: np.zeros((n_layers, n_heads)) for s in statistics}
         self.counts = {s: np.zeros(n_layers, dtype=np.int64) for s in statistics}
-        self.hist = {s: np.zeros((n_layers, n_heads, HIST_BINS), dtype=np.int64) for s in statistics}
+        self.hist = {
+            s: np.zeros((n_layers, n_heads, HIST_BINS), dtype=np.int64) for s in statistics
+        }
         self.top_w = np.full((n_layers, n_heads, top_k), -1.0)
         self.top_at = np.full((n_layers, n_heads, top_k, 3), -1, dtype=np.int64)  # text, query, key
         self.kept: KeptBatch | None = None
@@ -181,7 +224,9 @@ class LayerAccumulator:
         values, applies = query_statistics(a, total, kept, causal=self.causal)
         pick = [STATISTICS.index(s) for s in self.statistics]
         values, applies = values[pick], applies[pick]
-        text_sum = (values * applies[:, :, None].to(values.dtype)).sum(-1).double().cpu().numpy()  # [stat, batch, head]
+        text_sum = (
+            (values * applies[:, :, None].to(values.dtype)).sum(-1).double().cpu().numpy()
+        )  # [stat, batch, head]
         text_n = applies.sum(-1).cpu().numpy()  # [stat, batch]
         for si, stat in enumerate(self.statistics):
             self.sums[stat][layer] += text_sum[si].sum(0)
@@ -199,9 +244,13 @@ class LayerAccumulator:
         bins = np.clip(((means - lo) / (hi - lo) * HIST_BINS).astype(np.int64), 0, HIST_BINS - 1)
         n_heads = bins.shape[1]
         flat = (np.arange(n_heads)[None] * HIST_BINS + bins).reshape(-1)
-        self.hist[stat][layer] += np.bincount(flat, minlength=n_heads * HIST_BINS).reshape(n_heads, HIST_BINS)
+        self.hist[stat][layer] += np.bincount(flat, minlength=n_heads * HIST_BINS).reshape(
+            n_heads, HIST_BINS
+        )
 
-    def _top_pairs(self, layer: int, a: torch.Tensor, total: torch.Tensor | None, kept: KeptBatch) -> None:
+    def _top_pairs(
+        self, layer: int, a: torch.Tensor, total: torch.Tensor | None, kept: KeptBatch
+    ) -> None:
         b, h, m, _ = a.shape
         n_keys = kept.n_keys(causal=self.causal)
         # a query with one key says nothing (its weight is 1); padding rows are not queries
@@ -226,7 +275,9 @@ class LayerAccumulator:
         all_w = np.concatenate([self.top_w[layer], np.where(w > 0, w, -1.0)], axis=1)
         all_at = np.concatenate([self.top_at[layer], at], axis=1)
         for head in range(h):  # weight descending, then text, query, key ascending
-            order = np.lexsort((all_at[head, :, 2], all_at[head, :, 1], all_at[head, :, 0], -all_w[head]))
+            order = np.lexsort(
+                (all_at[head, :, 2], all_at[head, :, 1], all_at[head, :, 0], -all_w[head])
+            )
             keep = order[: self.top_k]
             self.top_w[layer, head] = all_w[head, keep]
             self.top_at[layer, head] = all_at[head, keep]

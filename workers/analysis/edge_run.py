@@ -46,8 +46,17 @@ if TYPE_CHECKING:
     from workers.models.loader import LoadedModel
 
 INPUTS = ("q", "k", "v")
-_DROPPED = {"hidden_states", "cache", "layer_past", "past_key_values", "use_cache", "encoder_hidden_states",
-            "encoder_attention_mask", "output_attentions", "self"}
+_DROPPED = {
+    "hidden_states",
+    "cache",
+    "layer_past",
+    "past_key_values",
+    "use_cache",
+    "encoder_hidden_states",
+    "encoder_attention_mask",
+    "output_attentions",
+    "self",
+}
 
 
 @dataclass
@@ -94,12 +103,17 @@ class Graph:
     def n_edges(self) -> int:
         return self.starts[3]
 
-    def blocks(self, flat: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+    def blocks(
+        self, flat: torch.Tensor
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
         """Views of ``flat`` [..., n_edges]: per layer the heads' [..., 3, H, up] and the feed-forward's
         [..., up]; the logits' [..., writers]."""
         heads, ffs, logits, _ = self.starts
         lead = flat.shape[:-1]
-        h = [flat[..., heads[i] : ffs[i]].reshape(*lead, 3, self.n_heads, self.up_heads(i)) for i in range(self.n_layers)]
+        h = [
+            flat[..., heads[i] : ffs[i]].reshape(*lead, 3, self.n_heads, self.up_heads(i))
+            for i in range(self.n_layers)
+        ]
         f = [flat[..., ffs[i] : ffs[i] + self.up_ff(i)] for i in range(self.n_layers)]
         return h, f, flat[..., logits:]
 
@@ -113,7 +127,10 @@ class Graph:
         """Every node in forward order (docs/results.md, ``edge-attribution``)."""
         out: list[dict[str, Any]] = [{"id": "input", "kind": "input", "layer": -1, "head": None}]
         for layer in range(self.n_layers):
-            out += [{"id": f"L{layer}H{h}", "kind": "head", "layer": layer, "head": h} for h in range(self.n_heads)]
+            out += [
+                {"id": f"L{layer}H{h}", "kind": "head", "layer": layer, "head": h}
+                for h in range(self.n_heads)
+            ]
             out.append({"id": f"FF{layer}", "kind": "feedforward", "layer": layer, "head": None})
         return [*out, {"id": "logits", "kind": "logits", "layer": self.n_layers, "head": None}]
 
@@ -143,8 +160,13 @@ class Graph:
 
     def counts(self) -> dict[str, int]:
         per_head = sum(self.n_heads * self.up_heads(i) for i in range(self.n_layers))
-        return {"q": per_head, "k": per_head, "v": per_head,
-                "feedforward": sum(self.up_ff(i) for i in range(self.n_layers)), "logits": self.n_writers}
+        return {
+            "q": per_head,
+            "k": per_head,
+            "v": per_head,
+            "feedforward": sum(self.up_ff(i) for i in range(self.n_layers)),
+            "logits": self.n_writers,
+        }
 
 
 class _Stub(torch.nn.Module):
@@ -199,7 +221,9 @@ class Parts:
     bv: torch.Tensor
     wo: torch.Tensor  # [H, dh, d]
     bo: torch.Tensor  # [d]
-    stubs: dict[str, str] = field(default_factory=dict)  # projection attribute -> how its output is laid out
+    stubs: dict[str, str] = field(
+        default_factory=dict
+    )  # projection attribute -> how its output is laid out
 
 
 def _bias(module: torch.nn.Module, rows: int, like: torch.Tensor) -> torch.Tensor:
@@ -249,15 +273,35 @@ def _parts(loaded: LoadedModel, layer: torch.nn.Module) -> Parts:
             bs = [_bias(m, m.weight.shape[0], m.weight) for m in mods]
             stubs = {"q_proj": "q", "k_proj": "k", "v_proj": "v"}
         group = H // kv
-        qkv = [ws[0].reshape(H, dh, d)] + [x.reshape(kv, dh, d).repeat_interleave(group, 0) for x in ws[1:]]
-        bqkv = [bs[0].reshape(H, dh)] + [x.reshape(kv, dh).repeat_interleave(group, 0) for x in bs[1:]]
+        qkv = [ws[0].reshape(H, dh, d)] + [
+            x.reshape(kv, dh, d).repeat_interleave(group, 0) for x in ws[1:]
+        ]
+        bqkv = [bs[0].reshape(H, dh)] + [
+            x.reshape(kv, dh).repeat_interleave(group, 0) for x in bs[1:]
+        ]
         wo = out.weight.T.reshape(H, dh, d)
         sandwich = fam.post_norms is not None
         ff_norm = layer.pre_feedforward_layernorm if sandwich else layer.post_attention_layernorm
-        post = (layer.post_attention_layernorm, layer.post_feedforward_layernorm) if sandwich else (None, None)
+        post = (
+            (layer.post_attention_layernorm, layer.post_feedforward_layernorm)
+            if sandwich
+            else (None, None)
+        )
         norms = (layer.input_layernorm, ff_norm, layer.mlp, *post)
     stubs[fam.out_proj.rpartition(".")[2]] = "out"
-    return Parts(attn, norms[0], norms[1], norms[2], norms[3], norms[4], *qkv, *bqkv, wo, _bias(out, d, wo), stubs)
+    return Parts(
+        attn,
+        norms[0],
+        norms[1],
+        norms[2],
+        norms[3],
+        norms[4],
+        *qkv,
+        *bqkv,
+        wo,
+        _bias(out, d, wo),
+        stubs,
+    )
 
 
 @dataclass
@@ -281,12 +325,16 @@ class SplitModel:
     def __init__(self, loaded: LoadedModel):
         fam = loaded.arch
         if fam is None or not fam.causal:
-            raise HeadscopeError(f"edge attribution needs a decoder; {loaded.name} is a {loaded.family} encoder")
+            raise HeadscopeError(
+                f"edge attribution needs a decoder; {loaded.name} is a {loaded.family} encoder"
+            )
         self.loaded = loaded
         self.unembed = head_of(loaded)
         self.norm = final_norm(loaded)
         layers = list(resolve(loaded.model, fam.layers))
-        parallel = fam.layout == "gpt_neox" and bool(loaded.config.get("use_parallel_residual", True))
+        parallel = fam.layout == "gpt_neox" and bool(
+            loaded.config.get("use_parallel_residual", True)
+        )
         self.graph = Graph(loaded.n_layers, loaded.n_heads, parallel)
         self.parts = [_parts(loaded, layer) for layer in layers]
         self.layout = fam.layout
@@ -313,8 +361,10 @@ class SplitModel:
         p = self.parts[layer]
         B, _, H, n, d = xs.shape
         normed = p.ln_attn(xs)
-        q, k, v = (torch.einsum("bhnd,hed->bnhe", normed[:, i], w) + b
-                   for i, (w, b) in enumerate(((p.wq, p.bq), (p.wk, p.bk), (p.wv, p.bv))))
+        q, k, v = (
+            torch.einsum("bhnd,hed->bnhe", normed[:, i], w) + b
+            for i, (w, b) in enumerate(((p.wq, p.bq), (p.wk, p.bk), (p.wv, p.bv)))
+        )
         dh = q.shape[-1]
         flat = [t.reshape(B, n, H * dh) for t in (q, k, v)]
         stubs: dict[str, _Stub] = {}
@@ -334,7 +384,9 @@ class SplitModel:
         z = stubs[out_name].seen  # [B, n, H*dh]
         assert z is not None
         writes = torch.einsum("bnhe,hed->bhnd", z.reshape(B, n, H, dh), p.wo) + p.bo / H
-        if p.post_attn is not None:  # the branch's norm, its scale this run's own: the writes add up to it
+        if (
+            p.post_attn is not None
+        ):  # the branch's norm, its scale this run's own: the writes add up to it
             scale, _, _ = ln_stats(p.post_attn, writes.sum(1))
             writes = writes * scale[:, None]
         return writes
@@ -351,7 +403,9 @@ class SplitModel:
         return self.unembed.logits(self.norm(x_last[:, None])[:, 0])
 
     # ------------------------------------------------------------------ the two runs
-    def plain(self, x0: torch.Tensor, kwargs: list[dict[str, Any]], *, hooks: Hooks | None = None) -> Plain:
+    def plain(
+        self, x0: torch.Tensor, kwargs: list[dict[str, Any]], *, hooks: Hooks | None = None
+    ) -> Plain:
         """The ordinary forward of rows ``x0`` [B, n, d]; with ``hooks`` (and ``x0`` requiring grad) each
         reader group's input is its own tensor whose gradient is handed to ``hooks(kind, layer, grad)``:
         ``heads`` [B, 3, H, n, d], ``ff`` [B, n, d], ``logits`` [B, d] (the last position)."""
@@ -383,12 +437,23 @@ class SplitModel:
             last.register_hook(lambda grad: hooks("logits", g.n_layers, grad))
         logits = self.logits(last)
         det = [t.detach() for t in writers]
-        return Plain(torch.stack(det, 1), torch.stack([t.detach() for t in resid], 1),
-                     torch.stack([t.detach() for t in mid], 1), logits)
+        return Plain(
+            torch.stack(det, 1),
+            torch.stack([t.detach() for t in resid], 1),
+            torch.stack([t.detach() for t in mid], 1),
+            logits,
+        )
 
     @torch.inference_mode()
-    def patched(self, base: Plain, x0: torch.Tensor, masks: torch.Tensor, kwargs: list[dict[str, Any]], *,
-                on_layer: Callable[[int], None] | None = None) -> torch.Tensor:
+    def patched(
+        self,
+        base: Plain,
+        x0: torch.Tensor,
+        masks: torch.Tensor,
+        kwargs: list[dict[str, Any]],
+        *,
+        on_layer: Callable[[int], None] | None = None,
+    ) -> torch.Tensor:
         """Logits [R, vocabulary] at the last position of R edge-patched runs: ``base`` the corrupted
         run (one row), ``x0`` [n, d] the clean input, ``masks`` [R, n_edges] (1: the edge is in that
         run's circuit). Every reader's input is ``x_v^K + sum_u mask(u -> v) (u* - u_K)``.
@@ -409,7 +474,9 @@ class SplitModel:
             h0 = g.head(layer, 0)
             delta[:, h0 : h0 + H] = w - wk[h0 : h0 + H]
             upf = g.up_ff(layer)
-            x_ff = mk[layer] + torch.bmm(mf[layer][:, None], delta[:, :upf].reshape(R, upf, n * d)).reshape(R, n, d)
+            x_ff = mk[layer] + torch.bmm(
+                mf[layer][:, None], delta[:, :upf].reshape(R, upf, n * d)
+            ).reshape(R, n, d)
             delta[:, g.ff(layer)] = self.ff(layer, x_ff) - wk[g.ff(layer)]
             if on_layer is not None:
                 on_layer(layer)
@@ -418,7 +485,9 @@ class SplitModel:
 
 
 @contextmanager
-def _swapped(module: torch.nn.Module, stubs: dict[str, torch.nn.Module], attrs: dict[str, Any]) -> Iterator[None]:
+def _swapped(
+    module: torch.nn.Module, stubs: dict[str, torch.nn.Module], attrs: dict[str, Any]
+) -> Iterator[None]:
     """Within the block ``module``'s submodules ``stubs`` and the attributes ``attrs`` it has are replaced."""
     saved_mods = {name: getattr(module, name) for name in stubs}
     saved_attrs = {name: getattr(module, name) for name in attrs if hasattr(module, name)}

@@ -44,8 +44,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-
-def default_sizes(n_edges: int, count: int = 12, low: float = 0.001, high: float = 0.2) -> list[int]:
+def default_sizes(
+    n_edges: int, count: int = 12, low: float = 0.001, high: float = 0.2
+) -> list[int]:
     """``count`` edge counts log-spaced from ``low`` to ``high`` of ``n_edges`` (distinct, at least 1)."""
     raw = np.geomspace(low * n_edges, high * n_edges, count)
     return sorted({max(1, int(round(x))) for x in raw})
@@ -132,15 +133,24 @@ def eap_scores(
             raise CancelledError("edge attribution")
         at["chunk"] = start // per
         end = min(steps, start + per)
-        at["label"] = (f"EAP-IG: steps {start + 1}-{end} of {steps}" if end > start + 1 else
-                       f"EAP-IG: step {end} of {steps}") if steps > 1 else "EAP"
+        at["label"] = (
+            (
+                f"EAP-IG: steps {start + 1}-{end} of {steps}"
+                if end > start + 1
+                else f"EAP-IG: step {end} of {steps}"
+            )
+            if steps > 1
+            else "EAP"
+        )
         a = torch.as_tensor(alphas[start : start + per], dtype=x0_k.dtype, device=x0_k.device)
         x0 = (x0_k[None] + a[:, None, None] * (x0_c - x0_k)[None]).requires_grad_(True)
         with torch.enable_grad(), frozen(model.loaded.model):
             run = model.plain(x0, kwargs, hooks=hook)
             # the gradient of the input only: the hooks see every reader's on the way, no weight gets one
             torch.autograd.grad(metric(run.logits).sum(), [x0])
-        progress(end / steps, f"EAP-IG: {end}/{steps} steps done" if steps > 1 else "EAP: gradient done")
+        progress(
+            end / steps, f"EAP-IG: {end}/{steps} steps done" if steps > 1 else "EAP: gradient done"
+        )
     return scores / steps
 
 
@@ -177,7 +187,9 @@ def edge_attribution(
     top_edges = min(top_edges, g.n_edges)  # a small model has fewer edges than the default N
     sizes = sorted(set(curve_sizes)) if curve_sizes else default_sizes(g.n_edges)
     if sizes[-1] > g.n_edges or sizes[0] < 1:
-        raise HeadscopeError(f"curve sizes must be 1-{g.n_edges} edges ({loaded.name} has {g.n_edges})")
+        raise HeadscopeError(
+            f"curve sizes must be 1-{g.n_edges} edges ({loaded.name} has {g.n_edges})"
+        )
 
     x0_c, kwargs = model.capture(clean)
     x0_k, _ = model.capture(corrupted)
@@ -194,8 +206,18 @@ def edge_attribution(
         return logits[:, ia] - logits[:, ib]
 
     delta = both.writers[1] - both.writers[0]  # [W, n, d]
-    raw = eap_scores(model, x0_k, x0_c, kwargs, delta, metric, steps=ig_steps, rows=ig_rows,
-                     progress=lambda f, m: progress(0.05 + 0.55 * f, m), should_stop=should_stop)
+    raw = eap_scores(
+        model,
+        x0_k,
+        x0_c,
+        kwargs,
+        delta,
+        metric,
+        steps=ig_steps,
+        rows=ig_rows,
+        progress=lambda f, m: progress(0.05 + 0.55 * f, m),
+        should_stop=should_stop,
+    )
     scores = raw / (m_c - m_k)
     t_scores, c_scores = time.perf_counter(), time.process_time()
     score_dtype = loaded.dtype
@@ -226,7 +248,10 @@ def edge_attribution(
 
         def on_layer(layer: int, start: int = start, end: int = end) -> None:
             part = (start + (end - start) * (layer + 1) / g.n_layers) / total
-            progress(0.6 + 0.4 * part, f"faithfulness: circuits {start + 1}-{end} of {total}, layer {layer}")
+            progress(
+                0.6 + 0.4 * part,
+                f"faithfulness: circuits {start + 1}-{end} of {total}, layer {layer}",
+            )
 
         logits = model.patched(base, x0_c, masks[start:end], kwargs, on_layer=on_layer)
         faith[start:end] = (metric(logits).double().cpu().numpy() - m_k) / (m_c - m_k)
@@ -236,8 +261,17 @@ def edge_attribution(
     listed = order if all_edges else order[:top_edges]
     src, tgt, inp = g.edges_of(listed)
     ids = [g.writer_id(w) for w in range(g.n_writers)] + ["logits"]
-    edges = [{"source": ids[s], "target": ids[t], "input": INPUTS[i] if i >= 0 else None, "score": float(values[e])}
-             for s, t, i, e in zip(src.tolist(), tgt.tolist(), inp.tolist(), listed.tolist(), strict=True)]
+    edges = [
+        {
+            "source": ids[s],
+            "target": ids[t],
+            "input": INPUTS[i] if i >= 0 else None,
+            "score": float(values[e]),
+        }
+        for s, t, i, e in zip(
+            src.tolist(), tgt.tolist(), inp.tolist(), listed.tolist(), strict=True
+        )
+    ]
     position = {int(e): i for i, e in enumerate(order[:top_edges].tolist())}
     in_circuit = sorted(position[int(e)] for e in kept[0])
     c_src, c_tgt, _ = g.edges_of(kept[0])
@@ -253,7 +287,12 @@ def edge_attribution(
         "edges": edges,
         "all_edges": bool(all_edges),
         "top_edges": top_edges,
-        "circuit": {"n_top": top_edges, "n_edges": len(in_circuit), "edges": in_circuit, "nodes": [ids[v] for v in on]},
+        "circuit": {
+            "n_top": top_edges,
+            "n_edges": len(in_circuit),
+            "edges": in_circuit,
+            "nodes": [ids[v] for v in on],
+        },
         "faithfulness": float(faith[0]),
         "curve": [[n, float(f)] for n, f in zip(sizes, faith[1:], strict=True)],
         "curve_kept": [len(k) for k in kept[1:]],
@@ -263,8 +302,13 @@ def edge_attribution(
         "seconds": round(time.perf_counter() - t0, 3),
         # the clean and corrupted runs; EAP(-IG)'s gradient runs; the circuits' edge-patched runs (wall and
         # this process' CPU seconds)
-        "timings": {"runs_s": t_runs - t0, "scores_s": t_scores - t_runs, "circuits_s": t_circuits - t_scores,
-                    "runs_cpu_s": c_runs - c0, "scores_cpu_s": c_scores - c_runs,
-                    "circuits_cpu_s": c_circuits - c_scores},
+        "timings": {
+            "runs_s": t_runs - t0,
+            "scores_s": t_scores - t_runs,
+            "circuits_s": t_circuits - t_scores,
+            "runs_cpu_s": c_runs - c0,
+            "scores_cpu_s": c_scores - c_runs,
+            "circuits_cpu_s": c_circuits - c_scores,
+        },
         **pair_keys(loaded, corrupted, ia, ib, m_c, m_k),
     }

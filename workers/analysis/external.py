@@ -40,7 +40,9 @@ from workers.analysis.tsne import TSNEOptions, select_indices
 from workers.errors import HeadscopeError
 
 KINDS = ("max-attention", "head-tsne")
-SPECIAL = re.compile(r"^(\[[A-Z]+\]|<\|[^<>|]*\|>|</?s>|<(pad|unk|mask|bos|eos|cls|sep)>)$", re.IGNORECASE)
+SPECIAL = re.compile(
+    r"^(\[[A-Z]+\]|<\|[^<>|]*\|>|</?s>|<(pad|unk|mask|bos|eos|cls|sep)>)$", re.IGNORECASE
+)
 TOLERANCE = 1e-3  # how far outside [0, 1] a float16/bfloat16 weight may round
 
 
@@ -65,7 +67,11 @@ def attention_layers(attentions: Any, *, batch_index: int | None = None) -> list
                 "with output_attentions=True, or one stacked [layer, batch, heads, n, n] tensor"
             )
         attentions = list(attentions)
-    if not isinstance(attentions, Sequence) or len(attentions) == 0 or any(a is None for a in attentions):
+    if (
+        not isinstance(attentions, Sequence)
+        or len(attentions) == 0
+        or any(a is None for a in attentions)
+    ):
         raise HeadscopeError(
             "no attention maps: pass the tuple of [batch, heads, n, n] tensors of output_attentions=True "
             "(an empty tuple or None means the model ran with attn_implementation='sdpa' or 'flash': "
@@ -80,21 +86,29 @@ def attention_layers(attentions: Any, *, batch_index: int | None = None) -> list
                 "[batch, heads, n, n], as transformers returns with output_attentions=True"
             )
         if t.shape[-1] != t.shape[-2]:
-            raise HeadscopeError(f"the attention of layer {i} is not square: {list(t.shape)} (queries != keys)")
+            raise HeadscopeError(
+                f"the attention of layer {i} is not square: {list(t.shape)} (queries != keys)"
+            )
         if layers and t.shape[1:] != layers[0].shape[1:]:
             raise HeadscopeError(
                 f"the attention of layer {i} has shape {list(t.shape)} but layer 0 has {list(layers[0].shape)}"
             )
         if not t.is_floating_point():
-            raise HeadscopeError(f"the attention of layer {i} holds {t.dtype}, not floating-point weights")
+            raise HeadscopeError(
+                f"the attention of layer {i} holds {t.dtype}, not floating-point weights"
+            )
         layers.append(t)
     batch = layers[0].shape[0]
     if batch_index is None:
         if batch != 1:
-            raise HeadscopeError(f"the attention holds a batch of {batch} texts; pick one with batch_index=")
+            raise HeadscopeError(
+                f"the attention holds a batch of {batch} texts; pick one with batch_index="
+            )
         batch_index = 0
     if not 0 <= batch_index < batch:
-        raise HeadscopeError(f"batch_index {batch_index} is out of range: the batch holds {batch} texts")
+        raise HeadscopeError(
+            f"batch_index {batch_index} is out of range: the batch holds {batch} texts"
+        )
     out = []
     for i, t in enumerate(layers):
         one = t[batch_index : batch_index + 1]
@@ -103,7 +117,9 @@ def attention_layers(attentions: Any, *, batch_index: int | None = None) -> list
         bad = ~torch.isfinite(one)
         if bool(bad.any()):
             head = int(torch.nonzero(bad)[0][1])
-            raise HeadscopeError(f"the attention of layer {i}, head {head} holds NaN or infinite weights")
+            raise HeadscopeError(
+                f"the attention of layer {i}, head {head} holds NaN or infinite weights"
+            )
         lo, hi = float(one.min()), float(one.max())
         if lo < -TOLERANCE or hi > 1 + TOLERANCE:
             raise HeadscopeError(
@@ -154,7 +170,9 @@ def attention_result(
     """
     unknown = [k for k in analyses if k not in KINDS]
     if unknown or not analyses:
-        raise HeadscopeError(f"unknown analysis {unknown[0] if unknown else None!r}; use {' and/or '.join(KINDS)}")
+        raise HeadscopeError(
+            f"unknown analysis {unknown[0] if unknown else None!r}; use {' and/or '.join(KINDS)}"
+        )
     maps = attention_layers(attentions, batch_index=batch_index)
     n_layers, n_heads, n = len(maps), maps[0].shape[1], maps[0].shape[-1]
     tokens = [str(t) for t in tokens]
@@ -174,13 +192,20 @@ def attention_result(
     if "max-attention" in analyses:
         consumers["max-attention"] = AttentionStats(n_layers, n_heads, keep=keep, causal=causal)
     if "head-tsne" in analyses:
-        consumers["head-tsne"] = LayerHeadTSNE(n_layers, n_heads, layers=layers, heads=heads, keep=keep,
-                                               options=options)
-        pairs = [(la, h) for la in select_indices(layers, n_layers, "layer") for h in select_indices(heads, n_heads, "head")]
+        consumers["head-tsne"] = LayerHeadTSNE(
+            n_layers, n_heads, layers=layers, heads=heads, keep=keep, options=options
+        )
+        pairs = [
+            (la, h)
+            for la in select_indices(layers, n_layers, "layer")
+            for h in select_indices(heads, n_heads, "head")
+        ]
         if len(pairs) == 1:  # one head: its exact matrix, as the pipeline keeps for one head
             consumers["one"] = HeadKeeper(pairs)
         else:
-            consumers["packed"] = PackedAttention(n_layers, n_heads, layers=layers, heads=heads, keep=keep)
+            consumers["packed"] = PackedAttention(
+                n_layers, n_heads, layers=layers, heads=heads, keep=keep
+            )
     for layer, weights in enumerate(maps):  # the same consumers the streamed forward pass feeds
         for consume in consumers.values():
             consume(layer, weights)
@@ -190,12 +215,16 @@ def attention_result(
         "truncated_from": None,
     }  # fmt: skip
     if "max-attention" in consumers:
-        result["max-attention"] = max_attention_section(consumers["max-attention"], kept, causal=causal)
+        result["max-attention"] = max_attention_section(
+            consumers["max-attention"], kept, causal=causal
+        )
     if "head-tsne" in consumers:
         if "one" in consumers:
             a = next(iter(consumers["one"].maps.values()))[np.ix_(kept, kept)]  # [query, key]
             extra, single = {"attention": np.round(a, 6).tolist()}, True
         else:
             extra, single = consumers["packed"].fields(), False
-        result["head-tsne"] = head_tsne_section(consumers["head-tsne"], kept, single=single, extra=extra)
+        result["head-tsne"] = head_tsne_section(
+            consumers["head-tsne"], kept, single=single, extra=extra
+        )
     return result

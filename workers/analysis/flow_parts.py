@@ -98,12 +98,20 @@ def attention_step(rec: LayerRecord, la: LayerParts, n_heads: int) -> Step:
     u = torch.bmm(rec.value.contiguous(), w_o.contiguous())  # [H, n, d]
     n = rec.x.shape[0]
     bias = la.b_o.detach().to(u.dtype).expand(n, d)
-    if la.ln_attn is not None:  # BERT: LN(x + o) = P(x) + Σ P(z) + P(b_O) + b, P(t) = g ⊙ (t - mean t) / s
+    if (
+        la.ln_attn is not None
+    ):  # BERT: LN(x + o) = P(x) + Σ P(z) + P(b_O) + b, P(t) = g ⊙ (t - mean t) / s
         assert rec.ln_attn_in is not None
         scale = _scale(la.ln_attn, rec.ln_attn_in)
-        ln_b = la.ln_attn.bias.detach() if la.ln_attn.bias is not None else torch.zeros_like(bias[0])
-        return Step(scale * _centre(rec.x), scale * _centre(bias) + ln_b, _centre(u), rec.weights, scale)
-    if la.post_attn is not None:  # Gemma 2/3: RMS-norm of the attention output alone, g / rms(o) frozen
+        ln_b = (
+            la.ln_attn.bias.detach() if la.ln_attn.bias is not None else torch.zeros_like(bias[0])
+        )
+        return Step(
+            scale * _centre(rec.x), scale * _centre(bias) + ln_b, _centre(u), rec.weights, scale
+        )
+    if (
+        la.post_attn is not None
+    ):  # Gemma 2/3: RMS-norm of the attention output alone, g / rms(o) frozen
         scale = _scale(la.post_attn, rec.o)
         return Step(rec.x, scale * bias, u, rec.weights, scale)
     return Step(rec.x, bias, u, rec.weights, None)
@@ -120,8 +128,15 @@ def ff_step(rec: LayerRecord, la: LayerParts) -> Step:
     return Step(rec.out - rec.ff, torch.zeros_like(rec.ff), ff=rec.ff)
 
 
-def _capturing(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               attention_mask: torch.Tensor | None, *args: Any, **kwargs: Any) -> Any:
+def _capturing(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
     """The attention function while recording: the module's own, its values and weights handed on."""
     out = module._hs_flow_inner(module, query, key, value, attention_mask, *args, **kwargs)
     sink = getattr(module, "_hs_flow_sink", None)
@@ -157,7 +172,9 @@ def _recording(loaded: LoadedModel, records: list[LayerRecord]) -> Iterator[None
     def in_hook(k: Callable[[torch.Tensor], None]) -> Callable[..., None]:
         return lambda m, a: k(a[0])
 
-    def sink(kv: Callable[[torch.Tensor], None], kw: Callable[[torch.Tensor], None]) -> Callable[..., None]:
+    def sink(
+        kv: Callable[[torch.Tensor], None], kw: Callable[[torch.Tensor], None]
+    ) -> Callable[..., None]:
         return lambda v, w: (kv(v), kw(w))
 
     def layer_in(k: Callable[[torch.Tensor], None]) -> Callable[..., None]:
@@ -193,12 +210,15 @@ def _first(out: Any) -> torch.Tensor:
     return out[0] if isinstance(out, tuple) else out
 
 
-def run_layers(loaded: LoadedModel, encoded: Encoded, on_layer: Callable[[int, LayerRecord], None]) -> None:
+def run_layers(
+    loaded: LoadedModel, encoded: Encoded, on_layer: Callable[[int, LayerRecord], None]
+) -> None:
     """One forward of ``encoded``; ``on_layer(l, record)`` as each layer finishes (the record is then
     dropped, so one layer's tensors are alive at a time)."""
     records = [LayerRecord() for _ in range(loaded.n_layers)]
     handles = []
     for layer, block in enumerate(_layers(loaded)[2]):
+
         def done(m: Any, a: Any, out: Any, layer: int = layer) -> None:
             records[layer].out = _first(out)[0]
             on_layer(layer, records[layer])
@@ -221,15 +241,26 @@ def layer_steps(loaded: LoadedModel, encoded: Encoded) -> list[dict[str, Any]]:
     steps: list[dict[str, Any]] = []
 
     def on_layer(layer: int, rec: LayerRecord) -> None:
-        att, ffs = attention_step(rec, arch.layers[layer], loaded.n_heads), ff_step(rec, arch.layers[layer])
+        att, ffs = (
+            attention_step(rec, arch.layers[layer], loaded.n_heads),
+            ff_step(rec, arch.layers[layer]),
+        )
         n = att.resid.shape[0]
-        i, j = (t.reshape(-1) for t in torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij"))
+        i, j = (
+            t.reshape(-1) for t in torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+        )
         assert rec.out is not None and rec.ff is not None
         mid = rec.mid if rec.mid is not None else rec.out - rec.ff
-        steps.append({"attention": att, "feedforward": ffs, "tokens": att.tokens(torch.arange(n), n).transpose(0, 1),
-                      "heads": att.heads(i, j).reshape(n, n, loaded.n_heads, -1), "mid": mid, "out": rec.out})
+        steps.append(
+            {
+                "attention": att,
+                "feedforward": ffs,
+                "tokens": att.tokens(torch.arange(n), n).transpose(0, 1),
+                "heads": att.heads(i, j).reshape(n, n, loaded.n_heads, -1),
+                "mid": mid,
+                "out": rec.out,
+            }
+        )
 
     run_layers(loaded, encoded, on_layer)
     return steps
-
-

@@ -110,7 +110,9 @@ class SimilarityAccumulator:
         self.threads = threads or torch.get_num_threads()
         self.rows = 0  # counted (text, query word) pairs
         self._pair = torch.zeros(n_a, n_b, dtype=torch.float64)  # Σ_e x ln x, x = p + q
-        self._side = [torch.zeros(n, dtype=torch.float64) for n in (n_a, n_b)]  # Σ_e p ln p, Σ_e q ln q
+        self._side = [
+            torch.zeros(n, dtype=torch.float64) for n in (n_a, n_b)
+        ]  # Σ_e p ln p, Σ_e q ln q
         self._mass = [torch.zeros(n, dtype=torch.float64) for n in (n_a, n_b)]  # Σ_e p, Σ_e q
         self._held: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._n_held = 0
@@ -148,8 +150,12 @@ class SimilarityAccumulator:
     def state(self) -> dict[str, Any]:
         """The float64 sums so far (flushed), JSON-ready: what a part of a split comparison keeps."""
         self.flush()
-        return {"rows": self.rows, "pair": self._pair.tolist(), "side": [x.tolist() for x in self._side],
-                "mass": [x.tolist() for x in self._mass]}
+        return {
+            "rows": self.rows,
+            "pair": self._pair.tolist(),
+            "side": [x.tolist() for x in self._side],
+            "mass": [x.tolist() for x in self._mass],
+        }
 
     def add_state(self, state: dict[str, Any]) -> None:
         """Add another accumulator's ``state()`` (float64; added in the caller's order)."""
@@ -165,11 +171,15 @@ class SimilarityAccumulator:
         self.flush()
         (sp, sq), (mp, mq) = self._side, self._mass
         mix = self._pair / (2 * LN2) - 0.5 * (mp[:, None] + mq[None])  # Σ_e m log2 m
-        out = self.rows + mix - (sp[:, None] + sq[None]) / (2 * LN2)  # + ½ Σ_r H(p_r) + ½ Σ_r H(q_r)
+        out = (
+            self.rows + mix - (sp[:, None] + sq[None]) / (2 * LN2)
+        )  # + ½ Σ_r H(p_r) + ½ Σ_r H(q_r)
         return out.clamp(0.0, float(self.rows)).numpy()
 
 
-def similarity_sums(wa: np.ndarray, wb: np.ndarray, *, valid: np.ndarray, causal: bool) -> tuple[np.ndarray, int]:
+def similarity_sums(
+    wa: np.ndarray, wb: np.ndarray, *, valid: np.ndarray, causal: bool
+) -> tuple[np.ndarray, int]:
     """Summed ``1 − JSD`` (bits) over the query words of one text, for every pair of heads:
     ([heads of A, heads of B] sums, the number of query words counted)."""
     acc = SimilarityAccumulator(wa.shape[0], wb.shape[0])

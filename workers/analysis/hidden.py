@@ -28,7 +28,9 @@ class HiddenTSNEResult:
     engine: str
 
 
-def affinities_of_states(x: np.ndarray, *, perplexity: float, threads: int | None = None) -> np.ndarray:
+def affinities_of_states(
+    x: np.ndarray, *, perplexity: float, threads: int | None = None
+) -> np.ndarray:
     """``perplexity_affinities`` of each point set ``x[l]`` ([L, m, d] -> [L, m, m]), ``threads`` sets at
     once (default: torch's thread count). Each set's P is computed by the same code on one thread, so
     the result does not depend on ``threads``; numpy's ``exp`` and sums release the GIL, so on two cores
@@ -41,7 +43,9 @@ def affinities_of_states(x: np.ndarray, *, perplexity: float, threads: int | Non
     one = partial(perplexity_affinities, perplexity=perplexity)
     if threads <= 1 or len(x) <= 1:
         return np.stack([one(xl) for xl in x])
-    with ThreadPoolExecutor(max_workers=min(threads, len(x)), thread_name_prefix="affinities") as pool:
+    with ThreadPoolExecutor(
+        max_workers=min(threads, len(x)), thread_name_prefix="affinities"
+    ) as pool:
         return np.stack(list(pool.map(one, x)))
 
 
@@ -62,7 +66,9 @@ def states_tsne(
         keep: boolean mask [point]; False points are left out.
     """
     ls = select_indices(layers, states.shape[0], "layer")
-    kept = np.arange(states.shape[1]) if keep is None else np.flatnonzero(np.asarray(keep, dtype=bool))
+    kept = (
+        np.arange(states.shape[1]) if keep is None else np.flatnonzero(np.asarray(keep, dtype=bool))
+    )
     x = states[ls][:, kept].astype(np.float64)  # [L, m, d]
     p = affinities_of_states(x, perplexity=perplexity)
     opts = options or TSNEOptions()
@@ -74,7 +80,9 @@ def states_tsne(
         klr = np.concatenate([r.kl_restarts for r in parts])
         secs, engine = sum(r.tsne_s for r in parts), opts.engine
     else:
-        res = embed_affinities(p, options=opts, x=x[0] if opts.init == "pca" else None, progress=progress)
+        res = embed_affinities(
+            p, options=opts, x=x[0] if opts.init == "pca" else None, progress=progress
+        )
         emb, kl, klr, secs, engine = res.embedding, res.kl, res.kl_restarts, res.tsne_s, res.engine
     n = len(kept)
     return HiddenTSNEResult(

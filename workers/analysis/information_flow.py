@@ -90,7 +90,9 @@ def _chunk(keys: int, d: int, itemsize: int) -> int:
     return max(1, CHUNK_BYTES // max(1, keys * d * itemsize))
 
 
-def attention_rows(att: Step, rows: list[int], *, threshold: float, causal: bool) -> dict[int, AttnRow]:
+def attention_rows(
+    att: Step, rows: list[int], *, threshold: float, causal: bool
+) -> dict[int, AttnRow]:
     """The attention update's importances for the queries ``rows`` (the token parts ≥ ``threshold``)."""
     out: dict[int, AttnRow] = {}
     n, d = att.resid.shape
@@ -111,12 +113,18 @@ def attention_rows(att: Step, rows: list[int], *, threshold: float, causal: bool
         total = torch.where(total > 0, total, torch.ones_like(total))
         imp = p_tok / total[:, None]
         qi, kj = torch.nonzero(imp >= threshold, as_tuple=True)
-        shares = torch.zeros(0, att.weights.shape[0]) if att.weights is not None else torch.zeros(0, 0)
+        shares = (
+            torch.zeros(0, att.weights.shape[0]) if att.weights is not None else torch.zeros(0, 0)
+        )
         if len(qi):
             zh = att.heads(idx[qi], kj)  # [edge, H, d]
             ph = proximity(y[qi][:, None], zh)  # [edge, H]
             ph = torch.where(ph.sum(1, keepdim=True) > 0, ph, zh.abs().sum(-1))
-            shares = imp[qi, kj][:, None] * ph / ph.sum(1, keepdim=True).clamp(min=torch.finfo(ph.dtype).tiny)
+            shares = (
+                imp[qi, kj][:, None]
+                * ph
+                / ph.sum(1, keepdim=True).clamp(min=torch.finfo(ph.dtype).tiny)
+            )
         res, bias = (p_res / total).tolist(), (p_bias / total).tolist()
         for q, i in enumerate(chunk):
             out[i] = AttnRow(res[q], bias[q], [], [], [])
@@ -128,7 +136,9 @@ def attention_rows(att: Step, rows: list[int], *, threshold: float, causal: bool
     return out
 
 
-def ff_importances(rec: LayerRecord, la: LayerParts) -> tuple[list[float], list[float], list[float]]:
+def ff_importances(
+    rec: LayerRecord, la: LayerParts
+) -> tuple[list[float], list[float], list[float]]:
     """The feed-forward update's importances per query: (feed-forward, residual, bias)."""
     ffs = ff_step(rec, la)
     assert ffs.ff is not None
@@ -138,15 +148,26 @@ def ff_importances(rec: LayerRecord, la: LayerParts) -> tuple[list[float], list[
     return p[:, 1].tolist(), p[:, 0].tolist(), p[:, 2].tolist()
 
 
-def layer_flow(rec: LayerRecord, la: LayerParts, n_heads: int, *, threshold: float, causal: bool,
-               rows: list[int] | None = None) -> LayerFlow:
+def layer_flow(
+    rec: LayerRecord,
+    la: LayerParts,
+    n_heads: int,
+    *,
+    threshold: float,
+    causal: bool,
+    rows: list[int] | None = None,
+) -> LayerFlow:
     """One layer's importances: the feed-forward update for every query, the attention update for
     ``rows`` (None: every query)."""
     assert rec.x is not None
     flow = LayerFlow(*ff_importances(rec, la))
     att = attention_step(rec, la, n_heads)
-    flow.attn = attention_rows(att, list(range(rec.x.shape[0])) if rows is None else rows,
-                               threshold=threshold, causal=causal)
+    flow.attn = attention_rows(
+        att,
+        list(range(rec.x.shape[0])) if rows is None else rows,
+        threshold=threshold,
+        causal=causal,
+    )
     return flow
 
 
@@ -154,12 +175,22 @@ def layer_flow(rec: LayerRecord, la: LayerParts, n_heads: int, *, threshold: flo
 
 
 def _parallel(loaded: LoadedModel) -> bool:
-    return loaded.arch is not None and loaded.arch.layout == "gpt_neox" and bool(
-        loaded.config.get("use_parallel_residual", True))
+    return (
+        loaded.arch is not None
+        and loaded.arch.layout == "gpt_neox"
+        and bool(loaded.config.get("use_parallel_residual", True))
+    )
 
 
-def _graph(flows: list[LayerFlow], position: int, threshold: float, *, parallel: bool,
-           fill: Callable[[int, list[int]], None], progress: Progress) -> tuple[list, list]:
+def _graph(
+    flows: list[LayerFlow],
+    position: int,
+    threshold: float,
+    *,
+    parallel: bool,
+    fill: Callable[[int, list[int]], None],
+    progress: Progress,
+) -> tuple[list, list]:
     """Nodes and edges ≥ ``threshold`` on a path down from ``X[L]_position`` (module docstring);
     ``fill(layer, queries)`` computes a layer's attention rows the graph reaches."""
     L = len(flows)
@@ -168,13 +199,32 @@ def _graph(flows: list[LayerFlow], position: int, threshold: float, *, parallel:
 
     def node(kind: str, layer: int, pos: int) -> str:
         nid = f"{kind}{layer}_{pos}"
-        nodes.setdefault(nid, {"id": nid, "kind": {"X": "state", "A": "attention", "M": "feedforward"}[kind],
-                               "layer": layer, "position": pos})
+        nodes.setdefault(
+            nid,
+            {
+                "id": nid,
+                "kind": {"X": "state", "A": "attention", "M": "feedforward"}[kind],
+                "layer": layer,
+                "position": pos,
+            },
+        )
         return nid
 
-    def edge(kind: str, layer: int, src: str, dst: str, frm: int, to: int, w: float, **extra: Any) -> None:
-        edges.append({"source": src, "target": dst, "kind": kind, "layer": layer, "from": frm, "to": to,
-                      "importance": float(w), **extra})
+    def edge(
+        kind: str, layer: int, src: str, dst: str, frm: int, to: int, w: float, **extra: Any
+    ) -> None:
+        edges.append(
+            {
+                "source": src,
+                "target": dst,
+                "kind": kind,
+                "layer": layer,
+                "from": frm,
+                "to": to,
+                "importance": float(w),
+                **extra,
+            }
+        )
 
     node("X", L, position)
     states = {position}
@@ -249,12 +299,16 @@ def information_flow(
     share = 0.6 if top_down else 0.9
 
     def on_layer(layer: int, rec: LayerRecord) -> None:
-        with one_torch_thread():  # the importances by query chunks: small products, as in the graph below
+        with (
+            one_torch_thread()
+        ):  # the importances by query chunks: small products, as in the graph below
             if top_down:
                 flows.append(LayerFlow(*ff_importances(rec, arch.layers[layer])))
                 records.append(rec)
             else:
-                flows.append(layer_flow(rec, arch.layers[layer], H, threshold=threshold, causal=causal))
+                flows.append(
+                    layer_flow(rec, arch.layers[layer], H, threshold=threshold, causal=causal)
+                )
         progress(share * (layer + 1) / L, f"information flow: layer {layer + 1}/{L}")
 
     def fill(layer: int, rows: list[int]) -> None:
@@ -266,10 +320,18 @@ def information_flow(
 
     run_layers(loaded, encoded, on_layer)
     forward_s = time.perf_counter() - start
-    with one_torch_thread():  # the reached queries' parts come in small chunks: OpenMP's barriers cost more
+    with (
+        one_torch_thread()
+    ):  # the reached queries' parts come in small chunks: OpenMP's barriers cost more
         # than a second thread gives (SmolLM2, n = 128, load 9 on 2 cores: 3.4 s on 2 threads, 0.3 s on 1)
-        nodes, edges = _graph(flows, p, threshold, parallel=_parallel(loaded), fill=fill,
-                              progress=lambda f, m: progress(share + (1 - share) * f, m))
+        nodes, edges = _graph(
+            flows,
+            p,
+            threshold,
+            parallel=_parallel(loaded),
+            fill=fill,
+            progress=lambda f, m: progress(share + (1 - share) * f, m),
+        )
     return {
         "position": p,
         "threshold": threshold,
@@ -284,5 +346,10 @@ def information_flow(
 def flow_section(ctx: Any) -> dict[str, Any]:
     """The pipeline's ``information-flow`` section (options ``position``, ``threshold``)."""
     o = ctx.options
-    return information_flow(ctx.loaded, ctx.encoded, position=o.get("position"),
-                            threshold=float(o.get("threshold", DEFAULT_THRESHOLD)), progress=ctx.progress)
+    return information_flow(
+        ctx.loaded,
+        ctx.encoded,
+        position=o.get("position"),
+        threshold=float(o.get("threshold", DEFAULT_THRESHOLD)),
+        progress=ctx.progress,
+    )

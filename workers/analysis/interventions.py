@@ -51,7 +51,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ROW_TOKENS = 4096  # one call of intervened runs: rows x (prefix + query) tokens at its widest layer
-HeadValues = dict[int, list[tuple[int, int, torch.Tensor]]]  # layer -> [(batch row, head, value [n|1, dh])]
+HeadValues = dict[
+    int, list[tuple[int, int, torch.Tensor]]
+]  # layer -> [(batch row, head, value [n|1, dh])]
 
 
 @dataclass
@@ -81,9 +83,13 @@ def prefix_of(loaded: LoadedModel, encoded: Encoded) -> Prefix:
     the config keeps only a sliding-window layer's last window, Gemma 2/3)."""
     from transformers import DynamicCache
 
-    out = loaded.model(**batch_inputs(loaded, [encoded]), use_cache=True, **{cache_kwarg(loaded): DynamicCache()})
+    out = loaded.model(
+        **batch_inputs(loaded, [encoded]), use_cache=True, **{cache_kwarg(loaded): DynamicCache()}
+    )
     cache = cache_out(out)
-    cache = getattr(cache, "self_attention_cache", cache)  # an encoder-decoder wrapper (GPT-2 may use one)
+    cache = getattr(
+        cache, "self_attention_cache", cache
+    )  # an encoder-decoder wrapper (GPT-2 may use one)
     return Prefix([layer.keys for layer in cache.layers], [layer.values for layer in cache.layers])
 
 
@@ -114,12 +120,16 @@ def from_layer(loaded: LoadedModel, start: int) -> Iterator[None]:
     parent, attr, full = _layers(loaded)
     setattr(parent, attr, torch.nn.ModuleList(list(full)[start:]))
     config = loaded.model.config
-    types = getattr(config, "layer_types", None)  # Gemma 2/3: the forward picks mask and rotary by index
+    types = getattr(
+        config, "layer_types", None
+    )  # Gemma 2/3: the forward picks mask and rotary by index
     if types is not None:
         config.layer_types = list(types)[start:]
     handles = []
     if loaded.arch is not None and loaded.arch.layout == "gpt2":
-        handles.append(loaded.model.wpe.register_forward_hook(lambda m, a, out: torch.zeros_like(out)))
+        handles.append(
+            loaded.model.wpe.register_forward_hook(lambda m, a, out: torch.zeros_like(out))
+        )
     try:
         yield
     finally:
@@ -141,7 +151,9 @@ def replace_heads(loaded: LoadedModel, values: HeadValues) -> Iterator[None]:
         if not items:
             continue
 
-        def hook(module: torch.nn.Module, args: tuple[Any, ...], items: list[Any] = items) -> tuple[Any, ...]:
+        def hook(
+            module: torch.nn.Module, args: tuple[Any, ...], items: list[Any] = items
+        ) -> tuple[Any, ...]:
             z = args[0].clone()  # [b, n, head*head_dim]
             for row, head, value in items:
                 z[row, :, head * dh : (head + 1) * dh] = value[: z.shape[1]]
@@ -160,8 +172,12 @@ def _join_rows(loaded: LoadedModel, joins: dict[int, torch.Tensor]) -> Iterator[
     handles = []
     for layer, rows in joins.items():
 
-        def hook(module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-                 rows: torch.Tensor = rows) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        def hook(
+            module: torch.nn.Module,
+            args: tuple[Any, ...],
+            kwargs: dict[str, Any],
+            rows: torch.Tensor = rows,
+        ) -> tuple[tuple[Any, ...], dict[str, Any]]:
             if args:
                 return (torch.cat([args[0], rows]), *args[1:]), kwargs
             return args, {**kwargs, "hidden_states": torch.cat([kwargs["hidden_states"], rows])}
@@ -195,8 +211,9 @@ def _last_feedforward_at(loaded: LoadedModel, read: torch.Tensor) -> Iterator[No
         yield
 
 
-def _causal_mask(q: int, offset: int, dtype: torch.dtype, device: torch.device,
-                 window: int | None = None) -> torch.Tensor:
+def _causal_mask(
+    q: int, offset: int, dtype: torch.dtype, device: torch.device, window: int | None = None
+) -> torch.Tensor:
     """Additive mask [1, 1, q, offset + q]: query i (position offset + i) sees keys 0..offset + i
     (``window``: only the last ``window`` of them, a sliding-window layer's view)."""
     keys = torch.arange(offset + q, device=device)
@@ -209,7 +226,9 @@ def _causal_mask(q: int, offset: int, dtype: torch.dtype, device: torch.device,
     return mask[None, None]
 
 
-def _masks(loaded: LoadedModel, q: int, offset: int, dtype: torch.dtype, device: torch.device) -> Any:
+def _masks(
+    loaded: LoadedModel, q: int, offset: int, dtype: torch.dtype, device: torch.device
+) -> Any:
     """The attention mask the forward takes: one causal mask, or (Gemma 2/3, layers of two types) one
     per layer type, the sliding-window layers' limited to their window."""
     full = _causal_mask(q, offset, dtype, device)
@@ -217,7 +236,10 @@ def _masks(loaded: LoadedModel, q: int, offset: int, dtype: torch.dtype, device:
     window = loaded.config.get("sliding_window")
     if "sliding_attention" not in types or not window:
         return full
-    return {"full_attention": full, "sliding_attention": _causal_mask(q, offset, dtype, device, int(window))}
+    return {
+        "full_attention": full,
+        "sliding_attention": _causal_mask(q, offset, dtype, device, int(window)),
+    }
 
 
 @torch.inference_mode()
@@ -254,12 +276,16 @@ def run_rows(
         active = [0] * L  # rows in the batch at each layer's input
         for index, row in enumerate(inner):
             if row.x.shape[0] != q:
-                raise ValueError(f"rows of one call have the same query length ({q}), not {row.x.shape[0]}")
+                raise ValueError(
+                    f"rows of one call have the same query length ({q}), not {row.x.shape[0]}"
+                )
             if row.start > first:
                 joins.setdefault(row.start, []).append(row.x)
             for layer, h, value in row.heads:
                 if layer < row.start:
-                    raise ValueError(f"row starting at layer {row.start} replaces a head of layer {layer}")
+                    raise ValueError(
+                        f"row starting at layer {row.start} replaces a head of layer {layer}"
+                    )
                 values.setdefault(layer, []).append((index, h, value))
             for layer in range(row.start, L):
                 active[layer] += 1
@@ -274,12 +300,17 @@ def run_rows(
                 raise ValueError("an offset needs the prefix run's keys and values")
             from transformers import DynamicCache
 
-            kwargs[cache_kwarg(loaded)] = DynamicCache(ddp_cache_data=[
-                (None, None) if layer < first else (
-                    prefix.keys[layer][:, :, :offset].expand(active[layer], -1, -1, -1),
-                    prefix.values[layer][:, :, :offset].expand(active[layer], -1, -1, -1))
-                for layer in range(L)
-            ])
+            kwargs[cache_kwarg(loaded)] = DynamicCache(
+                ddp_cache_data=[
+                    (None, None)
+                    if layer < first
+                    else (
+                        prefix.keys[layer][:, :, :offset].expand(active[layer], -1, -1, -1),
+                        prefix.values[layer][:, :, :offset].expand(active[layer], -1, -1, -1),
+                    )
+                    for layer in range(L)
+                ]
+            )
             kwargs["use_cache"] = True
         with (
             replace_heads(loaded, values),  # heads located on the whole layer list
@@ -300,7 +331,11 @@ def run_rows(
 
 
 def run_from(
-    loaded: LoadedModel, start: int, x: torch.Tensor, values: HeadValues | None = None, read: list[int] | None = None
+    loaded: LoadedModel,
+    start: int,
+    x: torch.Tensor,
+    values: HeadValues | None = None,
+    read: list[int] | None = None,
 ) -> torch.Tensor:
     """Logits [b, n (or len(read)), vocabulary] of the stream ``x`` [b, n, d] at ``X[start]`` run to
     the end, with the head outputs ``values`` replaced (layer indices are the model's own)."""
@@ -308,7 +343,9 @@ def run_from(
     for layer, items in (values or {}).items():
         for row, h, value in items:
             heads[row].append((layer, h, value))
-    return run_rows(loaded, [Row(start, x[i], tuple(heads[i])) for i in range(x.shape[0])], read=read)
+    return run_rows(
+        loaded, [Row(start, x[i], tuple(heads[i])) for i in range(x.shape[0])], read=read
+    )
 
 
 def rows_per_call(width: int) -> int:
@@ -327,7 +364,9 @@ def _head_slice(run: Stream, layer: int, head: int, dh: int) -> torch.Tensor:
     return run.contexts[layer][:, head * dh : (head + 1) * dh]  # [n, dh]
 
 
-def _score(logits: torch.Tensor, a: np.ndarray, b: np.ndarray | None, positions: np.ndarray) -> torch.Tensor:
+def _score(
+    logits: torch.Tensor, a: np.ndarray, b: np.ndarray | None, positions: np.ndarray
+) -> torch.Tensor:
     """``log p(a)`` (or ``l[a] - l[b]`` for a pair) at ``positions`` of logits [rows, n, vocabulary]."""
     pos = torch.as_tensor(positions, device=logits.device)
     ta = torch.as_tensor(a[positions], device=logits.device)
@@ -373,18 +412,31 @@ def ablation(
         return torch.zeros_like(z[:1]) if mode == "zero" else z.mean(dim=0, keepdim=True)
 
     base_all = _score(run.logits[None], a, b, np.arange(n))[0]  # [n]
-    out: dict[str, Any] = {"mode": mode, "target": a, "target_b": b,
-                           "target_tokens": [token_str(loaded, i) for i in a],
-                           "target_b_tokens": None if b is None else [token_str(loaded, i) for i in b],
-                           "base": base_all.cpu().numpy()}
+    out: dict[str, Any] = {
+        "mode": mode,
+        "target": a,
+        "target_b": b,
+        "target_tokens": [token_str(loaded, i) for i in a],
+        "target_b_tokens": None if b is None else [token_str(loaded, i) for i in b],
+        "base": base_all.cpu().numpy(),
+    }
     if heads is not None:
         for layer, head in heads:
             if not (0 <= layer < L and 0 <= head < H):
-                raise HeadscopeError(f"head L{layer}H{head} is out of range: {loaded.name} has layers 0-{L - 1}, heads 0-{H - 1}")
+                raise HeadscopeError(
+                    f"head L{layer}H{head} is out of range: {loaded.name} has layers 0-{L - 1}, heads 0-{H - 1}"
+                )
         start = min((layer for layer, _ in heads), default=0)
-        row = Row(start, run.states[start], tuple((layer, head, value(layer, head)) for layer, head in heads))
+        row = Row(
+            start,
+            run.states[start],
+            tuple((layer, head, value(layer, head)) for layer, head in heads),
+        )
         logits = run_rows(loaded, [row])
-        out.update(heads=[list(h) for h in heads], effect=(_score(logits, a, b, np.arange(n))[0] - base_all).cpu().numpy())
+        out.update(
+            heads=[list(h) for h in heads],
+            effect=(_score(logits, a, b, np.arange(n))[0] - base_all).cpu().numpy(),
+        )
         progress(1.0, "ablation done")
         return out
     p = n - 1 if position is None else int(position)
@@ -393,7 +445,9 @@ def ablation(
     # a causal decoder's position p sees tokens 0..p only: run that much, and read p only. The base
     # (nothing ablated) goes the same way, so ablating nothing gives exactly 0.
     rows = [Row(0, run.states[0][: p + 1])] + [
-        Row(layer, run.states[layer][: p + 1], ((layer, h, value(layer, h)),)) for layer in range(L) for h in range(H)
+        Row(layer, run.states[layer][: p + 1], ((layer, h, value(layer, h)),))
+        for layer in range(L)
+        for h in range(H)
     ]
     size = rows_per_call(p + 1)
     lo, hi = (0, len(rows)) if calls is None else (calls[0] * size, min(calls[1] * size, len(rows)))
@@ -401,8 +455,11 @@ def ablation(
     done = 0
     for batch in _batches(rows[lo:hi], p + 1):
         logits = run_rows(loaded, batch, read=[p])
-        scores[done : done + len(batch)] = _score(logits, a[p : p + 1], None if b is None else b[p : p + 1],
-                                                  np.asarray([0]))[:, 0].cpu().numpy()
+        scores[done : done + len(batch)] = (
+            _score(logits, a[p : p + 1], None if b is None else b[p : p + 1], np.asarray([0]))[:, 0]
+            .cpu()
+            .numpy()
+        )
         done += len(batch)
         progress(done / (hi - lo), f"ablation: {lo + done - 1}/{L * H} heads, each in turn")
     if calls is not None:
@@ -412,8 +469,9 @@ def ablation(
     return out
 
 
-def pair_target(loaded: LoadedModel, clean_last: torch.Tensor, corrupted_last: torch.Tensor,
-                target: TargetSpec) -> tuple[int, int]:
+def pair_target(
+    loaded: LoadedModel, clean_last: torch.Tensor, corrupted_last: torch.Tensor, target: TargetSpec
+) -> tuple[int, int]:
     """The patching metric's pair ``(a, b)``: ``target`` [a, b], or none: the clean and the corrupted
     runs' top predictions at the last position (logits ``clean_last``/``corrupted_last`` [vocabulary])."""
     if target is None:
@@ -426,7 +484,9 @@ def pair_target(loaded: LoadedModel, clean_last: torch.Tensor, corrupted_last: t
         return ia, ib
     if isinstance(target, list | tuple) and len(target) == 2:
         return token_id(loaded, target[0]), token_id(loaded, target[1])
-    raise HeadscopeError("patching needs a target pair [a, b] (or none: the two texts' top predictions)")
+    raise HeadscopeError(
+        "patching needs a target pair [a, b] (or none: the two texts' top predictions)"
+    )
 
 
 @torch.inference_mode()
@@ -467,7 +527,14 @@ def patching(
     # before the first token that differs both runs are the same: patching there changes nothing, and
     # a patched run recomputes only the positions from the patched one on (the rest is the corrupted
     # run's, whose keys and values are reused)
-    first = next((i for i, (x, y) in enumerate(zip(clean.input_ids, corrupted.input_ids, strict=True)) if x != y), n)
+    first = next(
+        (
+            i
+            for i, (x, y) in enumerate(zip(clean.input_ids, corrupted.input_ids, strict=True))
+            if x != y
+        ),
+        n,
+    )
     prefix = prefix_of(loaded, corrupted)
     grids = {"residual": np.zeros((L + 1, n)), "heads": np.zeros((L, H))}
     # one forward call per batch: (offset, [(run, (grid, i, j) where its fraction goes)])
@@ -479,14 +546,30 @@ def patching(
             x[0] = rc.states[layer][t]
             items.append((Row(layer, x), ("residual", layer, t)))
         plan += [(t, batch) for batch in _batches(items, n)]
-    plan += [(first, batch) for batch in _batches([
-        (Row(layer, rk.states[layer][first:], ((layer, h, _head_slice(rc, layer, h, dh)[first:]),)), ("heads", layer, h))
-        for layer in range(L) for h in range(H)
-    ], n)]
+    plan += [
+        (first, batch)
+        for batch in _batches(
+            [
+                (
+                    Row(
+                        layer,
+                        rk.states[layer][first:],
+                        ((layer, h, _head_slice(rc, layer, h, dh)[first:]),),
+                    ),
+                    ("heads", layer, h),
+                )
+                for layer in range(L)
+                for h in range(H)
+            ],
+            n,
+        )
+    ]
     chosen = plan if calls is None else plan[calls[0] : calls[1]]
     total, done, cells = sum(len(batch) for _, batch in chosen), 0, []
     for offset, batch in chosen:
-        logits = run_rows(loaded, [row for row, _ in batch], prefix=prefix, offset=offset, read=[n - 1 - offset])
+        logits = run_rows(
+            loaded, [row for row, _ in batch], prefix=prefix, offset=offset, read=[n - 1 - offset]
+        )
         fractions = (metric(logits) - m_k) / (m_c - m_k)
         for (_, (grid, i, j)), f in zip(batch, fractions, strict=True):
             grids[grid][i, j] = f
@@ -498,7 +581,9 @@ def patching(
     return {"cells": cells, "first": first, **keys} if calls is not None else {**grids, **keys}
 
 
-def pair_keys(loaded: LoadedModel, corrupted: Encoded, ia: int, ib: int, m_c: float, m_k: float) -> dict[str, Any]:
+def pair_keys(
+    loaded: LoadedModel, corrupted: Encoded, ia: int, ib: int, m_c: float, m_k: float
+) -> dict[str, Any]:
     """The keys every clean/corrupted analysis reports about its metric and its corrupted text."""
     return {
         "metric_clean": m_c,

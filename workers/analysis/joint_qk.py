@@ -47,8 +47,15 @@ class _Enough(Exception):
     """Raised by the capture once the wanted layer is seen: the rest of the forward is not needed."""
 
 
-def _capturing(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               attention_mask: torch.Tensor | None, *args: Any, **kwargs: Any) -> Any:
+def _capturing(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
     """The attention function while capturing: hand (scaled q, q-head keys) to the sink, then run the
     module's own attention function."""
     sink = getattr(module, "_hs_sink", None)
@@ -71,7 +78,9 @@ def _register() -> None:
 
 
 @contextmanager
-def capture_qk(loaded: LoadedModel, layer: int, sink: QKSink, *, stop: bool = True) -> Iterator[None]:
+def capture_qk(
+    loaded: LoadedModel, layer: int, sink: QKSink, *, stop: bool = True
+) -> Iterator[None]:
     """Within the block, each forward hands ``sink`` layer ``layer``'s scaled queries and keys per
     query head; ``stop``: end the forward there (``run_capture`` catches it)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -81,7 +90,9 @@ def capture_qk(loaded: LoadedModel, layer: int, sink: QKSink, *, stop: bool = Tr
     before = config._attn_implementation
     modules = attention_modules(loaded)
     if not 0 <= layer < len(modules):
-        raise HeadscopeError(f"layer {layer} is out of range: {loaded.name} has layers 0-{len(modules) - 1}")
+        raise HeadscopeError(
+            f"layer {layer} is out of range: {loaded.name} has layers 0-{len(modules) - 1}"
+        )
     for module in modules:
         own = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
         module._hs_inner = ALL_ATTENTION_FUNCTIONS.get_interface(before, own)
@@ -104,7 +115,9 @@ def capture_qk(loaded: LoadedModel, layer: int, sink: QKSink, *, stop: bool = Tr
 
 
 @torch.inference_mode()
-def run_capture(loaded: LoadedModel, inputs: dict[str, torch.Tensor], layer: int, sink: QKSink) -> None:
+def run_capture(
+    loaded: LoadedModel, inputs: dict[str, torch.Tensor], layer: int, sink: QKSink
+) -> None:
     """One forward of ``inputs`` up to layer ``layer``, its queries and keys handed to ``sink``."""
     with capture_qk(loaded, layer, sink):
         try:
@@ -136,8 +149,15 @@ def embed_2d(x: np.ndarray, *, method: str = "pca", seed: int = 0) -> np.ndarray
     from openTSNE import TSNE
 
     n = len(x)
-    tsne = TSNE(n_components=2, perplexity=min(30.0, (n - 1) / 3), random_state=seed, n_jobs=-1,
-                negative_gradient_method="fft" if n > 5000 else "bh", initialization="pca", verbose=False)
+    tsne = TSNE(
+        n_components=2,
+        perplexity=min(30.0, (n - 1) / 3),
+        random_state=seed,
+        n_jobs=-1,
+        negative_gradient_method="fft" if n > 5000 else "bh",
+        initialization="pca",
+        verbose=False,
+    )
     return np.asarray(tsne.fit(x.astype(np.float64)))
 
 
@@ -153,9 +173,19 @@ class HeadVectors:
 
 
 def head_vectors(
-    loaded: LoadedModel, texts: Sequence[str] | TextSource, *, layer: int, head: int, max_tokens: int = 128,
-    keep_special: bool = False, max_points: int = 10_000, seed: int = 0, batch_tokens: int = 4096,
-    window: int = WINDOW_TEXTS, progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
+    loaded: LoadedModel,
+    texts: Sequence[str] | TextSource,
+    *,
+    layer: int,
+    head: int,
+    max_tokens: int = 128,
+    keep_special: bool = False,
+    max_points: int = 10_000,
+    seed: int = 0,
+    batch_tokens: int = 4096,
+    window: int = WINDOW_TEXTS,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> tuple[HeadVectors, list[str], list[str]]:
     """The head's q and k for every kept token (a seeded uniform sample of ``max_points // 2`` tokens
     when there are more), with each point's token and its context (4 tokens each side).
@@ -164,7 +194,9 @@ def head_vectors(
     text's kept tokens (the sample is drawn over all of them, as from one flat list), a second runs the
     windows that hold sampled tokens. A corpus of one window is tokenised once."""
     if not 0 <= head < loaded.n_heads:
-        raise HeadscopeError(f"head {head} is out of range: {loaded.name} has heads 0-{loaded.n_heads - 1}")
+        raise HeadscopeError(
+            f"head {head} is out of range: {loaded.name} has heads 0-{loaded.n_heads - 1}"
+        )
     report = progress or no_progress
     source = as_source(texts)
     n = len(source)
@@ -192,7 +224,9 @@ def head_vectors(
         pick = np.sort(np.random.default_rng(seed).choice(total, size=limit, replace=False))
         starts = np.cumsum(counts) - counts  # flat index of each text's first kept token
         chosen = {}
-        for f, t in zip(pick.tolist(), (np.searchsorted(starts, pick, side="right") - 1).tolist(), strict=True):
+        for f, t in zip(
+            pick.tolist(), (np.searchsorted(starts, pick, side="right") - 1).tolist(), strict=True
+        ):
             chosen.setdefault(t, []).append(f - int(starts[t]))
     needed = None if chosen is None else {t // window for t in chosen}
     qs, ks, where_t, where_p, tokens, context = [], [], [], [], [], []
@@ -200,11 +234,18 @@ def head_vectors(
         if needed is not None and wi not in needed:
             continue
         enc, kept = only if only is not None else encoded(first)
-        wanted = {i: ([row[j] for j in chosen[first + i]] if chosen is not None else row)
-                  for i, row in enumerate(kept) if row and (chosen is None or first + i in chosen)}
+        wanted = {
+            i: ([row[j] for j in chosen[first + i]] if chosen is not None else row)
+            for i, row in enumerate(kept)
+            if row and (chosen is None or first + i in chosen)
+        }
         todo = sorted(wanted)
-        plan = [[todo[j] for j in b] for b in batches([len(enc.ids[i]) for i in todo], batch_tokens=batch_tokens,
-                                                       max_batch=64)]
+        plan = [
+            [todo[j] for j in b]
+            for b in batches(
+                [len(enc.ids[i]) for i in todo], batch_tokens=batch_tokens, max_batch=64
+            )
+        ]
         for bi, batch in enumerate(plan):
             if should_stop is not None and should_stop():
                 raise CancelledError("the joint query-key map")
@@ -224,34 +265,66 @@ def head_vectors(
                 tokens += [enc.tokens[i][p] for p in pos]
                 context += [" ".join(enc.tokens[i][max(0, p - 4) : p + 5]) for p in pos]
             done = (wi + (bi + 1) / len(plan)) / len(firsts)
-            report(0.1 + 0.9 * done if len(firsts) > 1 else done, f"queries and keys: batch {bi + 1}/{len(plan)}"
-                   + (f" of window {wi + 1}/{len(firsts)}" if len(firsts) > 1 else ""))
+            report(
+                0.1 + 0.9 * done if len(firsts) > 1 else done,
+                f"queries and keys: batch {bi + 1}/{len(plan)}"
+                + (f" of window {wi + 1}/{len(firsts)}" if len(firsts) > 1 else ""),
+            )
         del enc, kept
-    vec = HeadVectors(np.concatenate(qs), np.concatenate(ks), np.asarray(where_t), np.asarray(where_p), total)
+    vec = HeadVectors(
+        np.concatenate(qs), np.concatenate(ks), np.asarray(where_t), np.asarray(where_p), total
+    )
     return vec, tokens, context
 
 
 def joint_map(
-    loaded: LoadedModel, texts: Sequence[str] | TextSource, *, layer: int, head: int, max_tokens: int = 128,
-    keep_special: bool = False, max_points: int = 10_000, method: str = "pca", seed: int = 0,
-    progress: Progress | None = None, should_stop: Callable[[], bool] | None = None,
+    loaded: LoadedModel,
+    texts: Sequence[str] | TextSource,
+    *,
+    layer: int,
+    head: int,
+    max_tokens: int = 128,
+    keep_special: bool = False,
+    max_points: int = 10_000,
+    method: str = "pca",
+    seed: int = 0,
+    progress: Progress | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """The joint query–key map of head (``layer``, ``head``): keys docs/results.md, "corpus"."""
     report = progress or no_progress
     t0 = time.perf_counter()
-    vec, tokens, context = head_vectors(loaded, texts, layer=layer, head=head, max_tokens=max_tokens,
-                                        keep_special=keep_special, max_points=max_points, seed=seed,
-                                        progress=lambda f, m: report(0.5 * f, m), should_stop=should_stop)
+    vec, tokens, context = head_vectors(
+        loaded,
+        texts,
+        layer=layer,
+        head=head,
+        max_tokens=max_tokens,
+        keep_special=keep_special,
+        max_points=max_points,
+        seed=seed,
+        progress=lambda f, m: report(0.5 * f, m),
+        should_stop=should_stop,
+    )
     q, k, info = align(vec.q.astype(np.float64), vec.k.astype(np.float64))
     report(0.5, f"embedding {2 * len(q)} points ({method})")
     xy = embed_2d(np.concatenate([q, k]), method=method, seed=seed)
     n = len(q)
     report(1.0, "done")
     return {
-        "layer": layer, "head": head, "method": method, "n_points": 2 * n, "n_tokens": vec.total,
-        "sampled": n < vec.total, "max_points": max_points, **info,
+        "layer": layer,
+        "head": head,
+        "method": method,
+        "n_points": 2 * n,
+        "n_tokens": vec.total,
+        "sampled": n < vec.total,
+        "max_points": max_points,
+        **info,
         "xy": np.round(xy, 4).tolist(),  # queries first (n), then keys (n), token by token
-        "text": vec.text.tolist(), "position": vec.position.tolist(), "token": tokens, "context": context,
+        "text": vec.text.tolist(),
+        "position": vec.position.tolist(),
+        "token": tokens,
+        "context": context,
         "q_norm": np.round(np.linalg.norm(q, axis=1), 4).tolist(),
         "k_norm": np.round(np.linalg.norm(k, axis=1), 4).tolist(),
         "seconds": round(time.perf_counter() - t0, 3),

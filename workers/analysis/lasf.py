@@ -71,7 +71,9 @@ def _ranks_offdiag(mats: np.ndarray) -> np.ndarray:
     return np.divide(r, norm, out=np.zeros_like(r), where=norm > 0)
 
 
-def field_affinities(weights: np.ndarray, psi: np.ndarray, *, mode: str, perplexity: float) -> np.ndarray:
+def field_affinities(
+    weights: np.ndarray, psi: np.ndarray, *, mode: str, perplexity: float
+) -> np.ndarray:
     """t-SNE P per field [N_s, m, m]: stable mode from the weights exactly as docs/analyses.md#attention-head-t-sne does for a
     head; paper mode from the distances Psi by perplexity calibration (the Gaussian rule of docs/analyses.md#t-sne-of-hidden-states with
     Psi as the distance)."""
@@ -114,7 +116,9 @@ def lasf_section(
             scale[f] = 0.0
             ya = lasf.module.internals(x, field_scale=scale)["y"][0].double().numpy()
             ablated.append(_r2(ya[kept], y_true[kept]))
-        per_field = (it["O"][0].double() @ lasf.module.L_Y.detach().double()).norm(dim=-1).numpy()  # [N_s, n]
+        per_field = (
+            (it["O"][0].double() @ lasf.module.L_Y.detach().double()).norm(dim=-1).numpy()
+        )  # [N_s, n]
     progress(0.2, "fields computed")
     psi = it["psi"][0].double().numpy()[(slice(None), *ix)]  # [N_s, m, m]
     weights = it["weights"][0].double().numpy()[(slice(None), *ix)]
@@ -130,7 +134,9 @@ def lasf_section(
     fvh = _ranks_offdiag(weights) @ _ranks_offdiag(att).T  # Spearman's rho [field, head]
     start = time.perf_counter()
     P = field_affinities(weights, psi, mode=cfg["mode"], perplexity=perplexity)
-    res = embed_affinities(P, options=tsne, progress=lambda f, msg: progress(0.2 + 0.6 * f, f"field t-SNE: {msg}"))
+    res = embed_affinities(
+        P, options=tsne, progress=lambda f, msg: progress(0.2 + 0.6 * f, f"field t-SNE: {msg}")
+    )
     tsne_s = time.perf_counter() - start
     r = lambda a: np.round(a, 6).tolist()  # noqa: E731
     return {
@@ -150,7 +156,9 @@ def lasf_section(
             "embedding": r(res.embedding),  # [field][token][2]
             "kl": r(res.kl),
             "engine": res.engine,
-            "p_rule": "weights, as head t-SNE (docs/analyses.md#attention-head-t-sne)" if cfg["mode"] == "stable" else f"Psi as distances, perplexity {perplexity:g}",
+            "p_rule": "weights, as head t-SNE (docs/analyses.md#attention-head-t-sne)"
+            if cfg["mode"] == "stable"
+            else f"Psi as distances, perplexity {perplexity:g}",
         },
         "contribution": r(share),  # [field][token], each field's share of the output norm
         "ablation": r(r2_full - np.asarray(ablated)),  # [field]: R^2 lost when the field is zeroed
@@ -162,7 +170,9 @@ def lasf_section(
     }
 
 
-def specialisation(loaded: Any, lasf: LasFModel, *, n_sentences: int = 120, n_perm: int = 1000, seed: int = 0) -> dict[str, Any]:
+def specialisation(
+    loaded: Any, lasf: LasFModel, *, n_sentences: int = 120, n_perm: int = 1000, seed: int = 0
+) -> dict[str, Any]:
     """The specialisation table of ``lasf`` on the generated probe set (cached per model)."""
     from workers.lasf.specialisation import permutation_test, probe_sentences, token_relations
 
@@ -172,11 +182,15 @@ def specialisation(loaded: Any, lasf: LasFModel, *, n_sentences: int = 120, n_pe
     start = time.perf_counter()
     sents = probe_sentences(n_sentences, seed=seed)
     tok = loaded.tokenizer
-    enc = tok([s.text for s in sents], padding=True, return_offsets_mapping=True, return_tensors="pt")
+    enc = tok(
+        [s.text for s in sents], padding=True, return_offsets_mapping=True, return_tensors="pt"
+    )
     offsets = enc.pop("offset_mapping").tolist()
     layer = int(lasf.config["replaced_layer"])
     with torch.no_grad():
-        hs = loaded.model(**{k: v.to(loaded.device) for k, v in enc.items()}, output_hidden_states=True).hidden_states
+        hs = loaded.model(
+            **{k: v.to(loaded.device) for k, v in enc.items()}, output_hidden_states=True
+        ).hidden_states
         it = lasf.module.internals(hs[layer].float().cpu(), enc["attention_mask"].bool())
     weights, relations, real = [], [], []
     for b, sent in enumerate(sents):
@@ -188,7 +202,9 @@ def specialisation(loaded: Any, lasf: LasFModel, *, n_sentences: int = 120, n_pe
                 word_of.append(None)  # [CLS], [SEP]
                 continue
             w = int(np.searchsorted(starts, a, side="right") - 1)
-            word_of.append(w if w < len(sent.words) and a < starts[w] + len(sent.words[w]) else None)
+            word_of.append(
+                w if w < len(sent.words) and a < starts[w] + len(sent.words[w]) else None
+            )
         weights.append(it["weights"][b, :, :n, :n].double().numpy())
         relations.append(token_relations(sent, word_of))
         real.append(np.array([w is not None for w in word_of]))

@@ -16,13 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # the budget and its error live below the analysis core, torch-free, for the API (workers/budget.py)
-from workers.budget import GIB, RUNTIME, MemoryBudgetError, memory_budget  # noqa: F401
+from workers.budget import GIB, RUNTIME, MemoryBudgetError, memory_budget
 
 logger = logging.getLogger(__name__)
 
 F8 = 8  # float64 bytes (P matrices, t-SNE, host copies)
 # the block the causal views read the vocabulary in (workers/analysis/vocab.py): [rows, vocabulary rows]
-VOCAB_ROWS, VOCAB_CHUNK = 512, 4096  # float32 logits of a block: 8 MB; the W_U block: 10 MB at d = 640
+VOCAB_ROWS, VOCAB_CHUNK = (
+    512,
+    4096,
+)  # float32 logits of a block: 8 MB; the W_U block: 10 MB at d = 640
 
 
 @dataclass
@@ -44,8 +47,16 @@ class ModelFacts:
         hidden = int(cfg.get("hidden_size") or cfg.get("n_embd"))
         inter = int(cfg.get("intermediate_size") or cfg.get("n_inner") or 4 * hidden)
         head_dim = int(cfg.get("head_dim") or hidden // loaded.n_heads)
-        return cls(loaded.n_layers, loaded.n_heads, hidden, inter, loaded.n_params,
-                   loaded.dtype.itemsize, head_dim, int(cfg.get("vocab_size") or 0))
+        return cls(
+            loaded.n_layers,
+            loaded.n_heads,
+            hidden,
+            inter,
+            loaded.n_params,
+            loaded.dtype.itemsize,
+            head_dim,
+            int(cfg.get("vocab_size") or 0),
+        )
 
 
 @dataclass
@@ -66,7 +77,13 @@ def _count(sel: Any, size: int) -> int:
 
 
 def _causal_stages(
-    facts: ModelFacts, n: int, analyses: list[str], options: dict[str, Any], *, forward: int, hidden_states: int
+    facts: ModelFacts,
+    n: int,
+    analyses: list[str],
+    options: dict[str, Any],
+    *,
+    forward: int,
+    hidden_states: int,
 ) -> dict[str, int]:
     """The causal views (docs/causal.md): logits [n, vocabulary] in the model's dtype and float64,
     the attribution's per-head outputs, the batched runs of ablation and patching."""
@@ -74,28 +91,42 @@ def _causal_stages(
     n = n + int(options.get("continue_tokens", 16)) if "continue" in analyses else n
     logits = n * V * (b + 3 * F8)  # the logits, their float64 log-softmax and its top-k copy
     out: dict[str, int] = {}
-    if {"predictions", "logit-lens"} & set(analyses):  # the vocabulary read in blocks (analysis/vocab.py)
-        blocks = VOCAB_ROWS * VOCAB_CHUNK * (b + 2 * F8 + 1)  # a block's logits, its float64 exponentials, a comparison
-        lens = 2 * (L + 1) * n * d * b if "logit-lens" in analyses else 0  # every state through the final norm
+    if {"predictions", "logit-lens"} & set(
+        analyses
+    ):  # the vocabulary read in blocks (analysis/vocab.py)
+        blocks = (
+            VOCAB_ROWS * VOCAB_CHUNK * (b + 2 * F8 + 1)
+        )  # a block's logits, its float64 exponentials, a comparison
+        lens = (
+            2 * (L + 1) * n * d * b if "logit-lens" in analyses else 0
+        )  # every state through the final norm
         out["predictions"] = forward + hidden_states + blocks + lens
     if "logit-attribution" in analyses:
         db = 8 if options.get("dtype") == "float64" else b
-        out["logit-attribution"] = forward + logits + 2 * (L + 1) * 4 * n * d * db + 2 * L * H * n * d * db
+        out["logit-attribution"] = (
+            forward + logits + 2 * (L + 1) * 4 * n * d * db + 2 * L * H * n * d * db
+        )
     rows = {"ablation": H, "patching": max(H, min(n, max(1, 4096 // max(n, 1))))}
     for kind, r in rows.items():
         if kind in analyses:
             out[kind] = (r + 2) * forward + hidden_states * 2 + logits
-    if "attribution-patching" in analyses:  # the corrupted run's graph keeps every layer's activations
+    if (
+        "attribution-patching" in analyses
+    ):  # the corrupted run's graph keeps every layer's activations
         out["attribution-patching"] = (L + 2) * forward + hidden_states * 4 + logits
         if options.get("real"):
-            out["attribution-patching"] = max(out["attribution-patching"], (rows["patching"] + 2) * forward
-                                              + hidden_states * 2 + logits)
+            out["attribution-patching"] = max(
+                out["attribution-patching"],
+                (rows["patching"] + 2) * forward + hidden_states * 2 + logits,
+            )
     if "edge-attribution" in analyses:
         out["edge-attribution"] = _edge_stage(facts, n, options, forward=forward)
     return out
 
 
-EDGE_BATCH_BYTES = 768 * 2**20  # a batch of EAP-IG rows or of edge-patched rows holds about this much
+EDGE_BATCH_BYTES = (
+    768 * 2**20
+)  # a batch of EAP-IG rows or of edge-patched rows holds about this much
 
 
 def edge_rows(facts: ModelFacts, n: int) -> tuple[int, int, int, int]:
@@ -144,7 +175,11 @@ def estimate_text_request(
         streamed["robustness"] = nn * F8 * 2
         stages["robustness"] = forward + 4 * repeats * nn * F8 + 3 * nn * F8
     if "hidden-tsne" in analyses:
-        states = L + 1 if options.get("hidden_layer", options.get("layer", "all")) in (None, "all") else 1
+        states = (
+            L + 1
+            if options.get("hidden_layer", options.get("layer", "all")) in (None, "all")
+            else 1
+        )
         stages["hidden-tsne"] = hidden_states + states * nn * F8 * 3 + nn * F8 * 3
     if "decomposition" in analyses:
         db = 8 if options.get("dtype") == "float64" else 4
@@ -153,22 +188,35 @@ def estimate_text_request(
         dec = (
             2 * S * 4 * n * d * db  # terms of every state, and their stacked copy
             + 4 * S * n * d * db  # hidden states (HF's, stacked, re-normed) and importance weights
-            + 2 * L * n * (ctx + d) * db  # context vectors and feed-forward outputs, recorded and unbiased
+            + 2
+            * L
+            * n
+            * (ctx + d)
+            * db  # context vectors and feed-forward outputs, recorded and unbiased
             + S * L * H * n * db  # head importances
             + S * n * (d + 2 * ctx) * db  # one layer's [state, n, .] importance products
         )
         extra = facts.n_params * (db - b) if db > b else 0  # the model again in float64
         stages["decomposition"] = forward + dec + extra
-    if "information-flow" in analyses:  # docs/circuits.md: each layer's record kept (up to 1 GiB) + one chunk
+    if (
+        "information-flow" in analyses
+    ):  # docs/circuits.md: each layer's record kept (up to 1 GiB) + one chunk
         kept = L * (H * nn + 10 * n * d) * b
-        stages["information-flow"] = forward + (kept if kept <= GIB else 2 * H * nn * b + 10 * n * d * b) + 3 * 2**25
-    causal = _causal_stages(facts, n, analyses, options, forward=forward, hidden_states=hidden_states)
+        stages["information-flow"] = (
+            forward + (kept if kept <= GIB else 2 * H * nn * b + 10 * n * d * b) + 3 * 2**25
+        )
+    causal = _causal_stages(
+        facts, n, analyses, options, forward=forward, hidden_states=hidden_states
+    )
     stages.update(causal)
     if len(streamed) > 1 or not stages:
         stages["forward"] = sum(streamed.values())
     peak_name = max(stages, key=lambda k: stages[k])
-    parts = {"weights": weights, **{k: v for k, v in streamed.items()}, **{
-        k: v for k, v in stages.items() if k not in streamed and k != "forward"}}
+    parts = {
+        "weights": weights,
+        **{k: v for k, v in streamed.items()},
+        **{k: v for k, v in stages.items() if k not in streamed and k != "forward"},
+    }
     parts["runtime"] = RUNTIME
     logger.debug("memory estimate at n=%d: peak stage %s", n, peak_name)
     return Estimate(RUNTIME + weights + stages[peak_name], parts)

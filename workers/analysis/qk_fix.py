@@ -36,7 +36,9 @@ if TYPE_CHECKING:
     from workers.models.loader import LoadedModel
 
 RECORD = "headscope_record_qk"
-Edit = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+Edit = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+]
 
 
 @dataclass
@@ -63,8 +65,15 @@ def _scale_of(module: torch.nn.Module, kwargs: dict[str, Any], dh: int) -> float
     return scale
 
 
-def _recording(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               attention_mask: torch.Tensor | None, *args: Any, **kwargs: Any) -> Any:
+def _recording(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
     """The attention function while recording: the module's own, then (q, k, ...) to the module's sink."""
     edit = getattr(module, "_hs_edit", None)
     if edit is not None:
@@ -73,14 +82,28 @@ def _recording(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
     groups = query.shape[1] // key.shape[1]
     keys = key.repeat_interleave(groups, dim=1) if groups > 1 else key
     n = query.shape[2]
-    mask = attention_mask[0, 0, :, -keys.shape[2]:] if attention_mask is not None else query.new_zeros(n, n)
-    module._hs_sink.append(Attn(query[0], keys[0], _scale_of(module, kwargs, query.shape[-1]),
-                                kwargs.get("softcap"), mask.to(query.dtype), out[1]))
+    mask = (
+        attention_mask[0, 0, :, -keys.shape[2] :]
+        if attention_mask is not None
+        else query.new_zeros(n, n)
+    )
+    module._hs_sink.append(
+        Attn(
+            query[0],
+            keys[0],
+            _scale_of(module, kwargs, query.shape[-1]),
+            kwargs.get("softcap"),
+            mask.to(query.dtype),
+            out[1],
+        )
+    )
     return out
 
 
 @contextmanager
-def record_attention(loaded: LoadedModel, sink: list[Attn], edit: dict[int, Edit] | None = None) -> Iterator[None]:
+def record_attention(
+    loaded: LoadedModel, sink: list[Attn], edit: dict[int, Edit] | None = None
+) -> Iterator[None]:
     """Within the block each forward (one text) appends every layer's ``Attn`` to ``sink``; ``edit[layer]``
     may change that layer's (query, key, value) first (tests: a shifted key; real query/key patching)."""
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
@@ -119,14 +142,18 @@ def check(a: Attn, layer: int) -> None:
     err = float((again - a.weights.detach()[0].double()).abs().max())
     tol = 1e-9 if a.q.dtype == torch.float64 else 1e-4
     if not math.isfinite(err) or err > tol:
-        raise HeadscopeError(f"the query-key fix cannot model layer {layer}'s attention (pattern off by {err:.2g})")
+        raise HeadscopeError(
+            f"the query-key fix cannot model layer {layer}'s attention (pattern off by {err:.2g})"
+        )
 
 
 def _visible(a: Attn) -> torch.Tensor:
     return a.mask > torch.finfo(a.mask.dtype).min / 2  # [n, n]
 
 
-def linear(a: Attn, g: torch.Tensor, q_c: torch.Tensor, k_c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def linear(
+    a: Attn, g: torch.Tensor, q_c: torch.Tensor, k_c: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Plain AtP of every query and key [H, n]: ``Δ · ∂m/∂node`` through the softmax's Jacobian (float64)."""
     A, G = a.weights.detach()[0].double(), g[0].double()
     x = torch.einsum("hsd,htd->hst", a.q.double(), a.k.double()) * a.scale
@@ -136,10 +163,14 @@ def linear(a: Attn, g: torch.Tensor, q_c: torch.Tensor, k_c: torch.Tensor) -> tu
     dlogit = dlogit * a.scale * _visible(a)
     dq = torch.einsum("hst,htd->hsd", dlogit, a.k.double())
     dk = torch.einsum("hst,hsd->htd", dlogit, a.q.double())
-    return ((q_c.double() - a.q.double()) * dq).sum(-1), ((k_c.double() - a.k.double()) * dk).sum(-1)
+    return ((q_c.double() - a.q.double()) * dq).sum(-1), ((k_c.double() - a.k.double()) * dk).sum(
+        -1
+    )
 
 
-def fixed(a: Attn, g: torch.Tensor, q_c: torch.Tensor, k_c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def fixed(
+    a: Attn, g: torch.Tensor, q_c: torch.Tensor, k_c: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """AtP* of every query and key [H, n] (module docstring), float64."""
     A, G = a.weights.detach()[0].double(), g[0].double()
     vis = _visible(a)
@@ -166,13 +197,20 @@ def fixed(a: Attn, g: torch.Tensor, q_c: torch.Tensor, k_c: torch.Tensor) -> tup
 
 
 @torch.no_grad()
-def qk_section(clean: list[Attn], corrupted: list[Attn], grads: list[torch.Tensor], scale: float) -> dict[str, Any]:
+def qk_section(
+    clean: list[Attn], corrupted: list[Attn], grads: list[torch.Tensor], scale: float
+) -> dict[str, Any]:
     """The result keys of the fix (docs/results.md, ``attribution-patching`` with ``qk_fix``): AtP* and
     plain AtP of every head's queries and keys, as fractions of ``m_C - m_K`` (``scale``), and where the
     fix changes the ranking."""
     from scipy import stats
 
-    est: dict[str, list[torch.Tensor]] = {"queries": [], "keys": [], "queries_linear": [], "keys_linear": []}
+    est: dict[str, list[torch.Tensor]] = {
+        "queries": [],
+        "keys": [],
+        "queries_linear": [],
+        "keys_linear": [],
+    }
     for layer, (c, k, g) in enumerate(zip(clean, corrupted, grads, strict=True)):
         check(k, layer)
         q_fix, k_fix = fixed(k, g, c.q, c.k)
@@ -196,9 +234,19 @@ def qk_section(clean: list[Attn], corrupted: list[Attn], grads: list[torch.Tenso
         for i in abs(fix).argsort()[::-1][:10]:
             layer, rest = divmod(int(i), H * n)
             kind = {"queries": "query", "keys": "key"}[name]
-            rows.append({"node": f"L{layer}H{rest // n} {kind} {rest % n}", "kind": kind, "layer": layer,
-                         "head": rest // n, "position": rest % n, "atp_star": float(fix[i]), "atp": float(lin[i]),
-                         "rank_star": int(rank_fix[i]), "rank_atp": int(rank_lin[i])})
+            rows.append(
+                {
+                    "node": f"L{layer}H{rest // n} {kind} {rest % n}",
+                    "kind": kind,
+                    "layer": layer,
+                    "head": rest // n,
+                    "position": rest % n,
+                    "atp_star": float(fix[i]),
+                    "atp": float(lin[i]),
+                    "rank_star": int(rank_fix[i]),
+                    "rank_atp": int(rank_lin[i]),
+                }
+            )
         rho = stats.spearmanr(abs(fix), abs(lin))[0] if fix.std() > 0 and lin.std() > 0 else None
         out[f"{name}_rank_spearman"] = None if rho is None else float(rho)
     out["qk_top"] = sorted(rows, key=lambda r: -abs(r["atp_star"]))

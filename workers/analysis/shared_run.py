@@ -28,7 +28,9 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-KEEP_MAX_BYTES = 1024**3  # at most 1 GiB of float32 maps (SmolLM2 at 452 tokens: 0.21 GiB; at 2048: 4.2)
+KEEP_MAX_BYTES = (
+    1024**3
+)  # at most 1 GiB of float32 maps (SmolLM2 at 452 tokens: 0.21 GiB; at 2048: 4.2)
 GIB = 1024**3
 
 
@@ -68,8 +70,10 @@ class SharedRun:
         except Exception:  # pragma: no cover - settings unavailable in a bare notebook
             pass
         if size > budget:
-            self.why_again = (f"{n_layers} x {n_heads} maps at {n} tokens, {size / GIB:.1f} GiB, are more than the "
-                              f"{budget / GIB:.1f} GiB kept between stages")
+            self.why_again = (
+                f"{n_layers} x {n_heads} maps at {n} tokens, {size / GIB:.1f} GiB, are more than the "
+                f"{budget / GIB:.1f} GiB kept between stages"
+            )
             return None
         self.maps.clear()
 

@@ -63,8 +63,15 @@ class AttentionStats:
     Reduced on the model's device; only [layer, head, key] comes back.
     """
 
-    def __init__(self, n_layers: int, n_heads: int, *, keep: np.ndarray | None = None, causal: bool = False,
-                 windows: list[int | None] | None = None):
+    def __init__(
+        self,
+        n_layers: int,
+        n_heads: int,
+        *,
+        keep: np.ndarray | None = None,
+        causal: bool = False,
+        windows: list[int | None] | None = None,
+    ):
         self.keep = keep
         self.causal = causal
         self.windows = windows or []
@@ -131,21 +138,32 @@ class LayerHeadTSNE:
             return
         from workers.analysis.tsne.chain import device_path
 
-        if self.options.engine == "fast" and device_path(weights.device):  # a GPU worker: P stays there
+        if self.options.engine == "fast" and device_path(
+            weights.device
+        ):  # a GPU worker: P stays there
             from workers.analysis.tsne.engines import embed_layer_on_device
 
-            self.results[layer] = embed_layer_on_device(weights[0, self.heads], keep=self.keep, options=self.options)
+            self.results[layer] = embed_layer_on_device(
+                weights[0, self.heads], keep=self.keep, options=self.options
+            )
         else:
             a = weights[0, self.heads].double().cpu().numpy()  # [head, n, n]
             self.results[layer] = embed_layer(a, keep=self.keep, options=self.options)
         done = len(self.results)
-        self.progress(done / len(self.layers), f"head t-SNE: layer {layer} ({done}/{len(self.layers)} layers)")
+        self.progress(
+            done / len(self.layers), f"head t-SNE: layer {layer} ({done}/{len(self.layers)} layers)"
+        )
 
     def backends(self) -> dict[str, object]:
         """Which fast engine embedded the layers (``"cpu"``, ``"triton-wide"``, or several joined by
         ``+`` in layer order) and every fallback note, for the result."""
         ran = [self.results[lay].extra.get("backend") for lay in self.layers if lay in self.results]
-        notes = [n for lay in self.layers if lay in self.results for n in self.results[lay].extra.get("fallback", [])]
+        notes = [
+            n
+            for lay in self.layers
+            if lay in self.results
+            for n in self.results[lay].extra.get("fallback", [])
+        ]
         names = list(dict.fromkeys(r for r in ran if r))
         return {"backend": "+".join(names) or None, "fallback": list(dict.fromkeys(notes))}
 

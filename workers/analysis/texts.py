@@ -21,7 +21,9 @@ class TextSource(Protocol):
 
     def __len__(self) -> int: ...
 
-    def batches(self, start: int = 0, stop: int | None = None, *, batch: int = 1000) -> Iterator[list[str]]:
+    def batches(
+        self, start: int = 0, stop: int | None = None, *, batch: int = 1000
+    ) -> Iterator[list[str]]:
         """The texts ``[start, stop)`` (``stop`` None: to the end) as lists of at most ``batch``."""
         ...
 
@@ -35,7 +37,9 @@ class ListSource:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def batches(self, start: int = 0, stop: int | None = None, *, batch: int = 1000) -> Iterator[list[str]]:
+    def batches(
+        self, start: int = 0, stop: int | None = None, *, batch: int = 1000
+    ) -> Iterator[list[str]]:
         stop = len(self.texts) if stop is None else min(stop, len(self.texts))
         for at in range(start, stop, batch):
             yield list(self.texts[at : min(at + batch, stop)])

@@ -57,7 +57,11 @@ class VocabRead:
 
 
 def _cap(unembed: Unembedding, logits: torch.Tensor) -> torch.Tensor:
-    return logits if unembed.softcap is None else (logits / unembed.softcap).tanh_().mul_(unembed.softcap)
+    return (
+        logits
+        if unembed.softcap is None
+        else (logits / unembed.softcap).tanh_().mul_(unembed.softcap)
+    )
 
 
 @torch.inference_mode()
@@ -81,7 +85,9 @@ def read_vocab(
     k = min(int(k), V)
     dev, dt = normed.device, normed.dtype
     own = rank = None
-    if ids is not None:  # the reference the ranks count against (NaN > x is False: rows without a token)
+    if (
+        ids is not None
+    ):  # the reference the ranks count against (NaN > x is False: rows without a token)
         own = _cap(unembed, unembed.logit_of(normed, ids.clamp(min=0)))
         own = torch.where(ids >= 0, own, torch.nan)
     top_l = torch.full((R, k), -torch.inf, dtype=dt, device=dev)
@@ -103,7 +109,9 @@ def read_vocab(
             lg = _cap(unembed, lg)
             if k == 1:
                 c_max, c_arg = lg.max(dim=-1, keepdim=True)
-                better = c_max > top_l[r0:r1]  # strict: the first of equal logits stays, as max keeps it
+                better = (
+                    c_max > top_l[r0:r1]
+                )  # strict: the first of equal logits stays, as max keeps it
                 top_l[r0:r1] = torch.where(better, c_max, top_l[r0:r1])
                 top_i[r0:r1] = torch.where(better, c_arg + s, top_i[r0:r1])
                 c_max = c_max[:, 0]
@@ -129,7 +137,9 @@ def read_vocab(
             else:  # the model's dtype within the block (torch's pairwise sum), float64 across blocks
                 c_sum = torch.exp(lg - c_max[:, None]).sum(-1).double()
             new_max = torch.maximum(run_max[r0:r1], c_max64)
-            run_sum[r0:r1] = run_sum[r0:r1] * torch.exp(run_max[r0:r1] - new_max) + c_sum * torch.exp(c_max64 - new_max)
+            run_sum[r0:r1] = run_sum[r0:r1] * torch.exp(
+                run_max[r0:r1] - new_max
+            ) + c_sum * torch.exp(c_max64 - new_max)
             run_max[r0:r1] = new_max
         if progress is not None:
             progress(e / V)

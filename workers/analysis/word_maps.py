@@ -37,7 +37,9 @@ def word_spans(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in WORD.finditer(text)]
 
 
-def token_words(offsets: list[tuple[int, int]], special: list[bool], spans: list[tuple[int, int]]) -> np.ndarray:
+def token_words(
+    offsets: list[tuple[int, int]], special: list[bool], spans: list[tuple[int, int]]
+) -> np.ndarray:
     """Membership [token, word] (float64 0/1): token t belongs to word w when their spans overlap."""
     m = np.zeros((len(offsets), len(spans)))
     if not spans:
@@ -68,7 +70,9 @@ class WordMapper:
 
     def __init__(self, n_layers: int, n_heads: int, member: np.ndarray):
         self.member = member
-        self.maps = np.zeros((n_layers, n_heads, member.shape[1], member.shape[1]), dtype=np.float32)
+        self.maps = np.zeros(
+            (n_layers, n_heads, member.shape[1], member.shape[1]), dtype=np.float32
+        )
 
     def __call__(self, layer: int, weights: torch.Tensor) -> None:
         import torch
@@ -87,8 +91,14 @@ def covered(member: np.ndarray) -> np.ndarray:
     return member.sum(axis=0) > 0
 
 
-def word_maps_section(*, text: str, offsets: list[tuple[int, int]], special: list[bool], maps: np.ndarray,
-                      member: np.ndarray) -> dict[str, Any]:
+def word_maps_section(
+    *,
+    text: str,
+    offsets: list[tuple[int, int]],
+    special: list[bool],
+    maps: np.ndarray,
+    member: np.ndarray,
+) -> dict[str, Any]:
     """The ``word-maps`` section (docs/results.md): the words each tokenizer reached, their spans and
     tokens, and the maps [layer][head][word][word] over those words (rounded to 1e-5)."""
     keep = np.flatnonzero(covered(member))
@@ -121,4 +131,6 @@ def text_word_maps(loaded: LoadedModel, text: str, *, truncate: bool = False) ->
     member = token_words(enc.offsets, enc.special, spans)
     mapper = WordMapper(loaded.n_layers, loaded.n_heads, member)
     forward_streamed(loaded, enc, mapper)
-    return word_maps_section(text=text, offsets=enc.offsets, special=enc.special, maps=mapper.maps, member=member)
+    return word_maps_section(
+        text=text, offsets=enc.offsets, special=enc.special, maps=mapper.maps, member=member
+    )

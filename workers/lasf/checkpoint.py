@@ -30,7 +30,10 @@ META_KEY = "lasf_config"
 BASES: dict[str, dict[str, int]] = {"minilm": {"d_model": 384, "n_layers": 6}}
 LIMITS = {"n_fields": 64, "d_q": 256, "d_s": 1024}
 _DATA = Path(__file__).resolve().parent.parent / "data"
-SHIPPED = {"lasf-minilm": _DATA / "lasf_minilm", "lasf-minilm-paper": _DATA / "lasf_minilm_paper"}  # = contracts.LASF_MODELS
+SHIPPED = {
+    "lasf-minilm": _DATA / "lasf_minilm",
+    "lasf-minilm-paper": _DATA / "lasf_minilm_paper",
+}  # = contracts.LASF_MODELS
 
 
 class LasFCheckpointError(BadFileError):
@@ -70,10 +73,14 @@ def validate_config(cfg: Any, *, where: str) -> dict[str, Any]:
         raise bad(f'its config lacks format "{FORMAT}"')
     base = cfg.get("base_model")
     if base not in BASES:
-        raise bad(f"base model {base!r} is not one headscope has a LasF layer for ({', '.join(BASES)})")
+        raise bad(
+            f"base model {base!r} is not one headscope has a LasF layer for ({', '.join(BASES)})"
+        )
     facts = BASES[base]
     if cfg.get("replaced_layer") != facts["n_layers"] - 1:
-        raise bad(f"replaced layer {cfg.get('replaced_layer')!r}; LasF replaces {base}'s last layer ({facts['n_layers'] - 1})")
+        raise bad(
+            f"replaced layer {cfg.get('replaced_layer')!r}; LasF replaces {base}'s last layer ({facts['n_layers'] - 1})"
+        )
     sizes = cfg.get("sizes")
     if not isinstance(sizes, dict):
         raise bad("its config has no sizes")
@@ -82,8 +89,13 @@ def validate_config(cfg: Any, *, where: str) -> dict[str, Any]:
         if not isinstance(v, int) or isinstance(v, bool) or v < 1 or v > LIMITS.get(key, 4096):
             raise bad(f"size {key}={v!r} is not an integer in 1..{LIMITS.get(key, 4096)}")
     if sizes["d_in"] != facts["d_model"] or sizes["d_out"] != facts["d_model"]:
-        raise bad(f"d_in/d_out {sizes['d_in']}/{sizes['d_out']} do not match {base}'s hidden size {facts['d_model']}")
-    if cfg.get("mode") not in ("paper", "stable") or cfg.get("kernel") not in ("identity", "gaussian"):
+        raise bad(
+            f"d_in/d_out {sizes['d_in']}/{sizes['d_out']} do not match {base}'s hidden size {facts['d_model']}"
+        )
+    if cfg.get("mode") not in ("paper", "stable") or cfg.get("kernel") not in (
+        "identity",
+        "gaussian",
+    ):
         raise bad(f"mode {cfg.get('mode')!r} / kernel {cfg.get('kernel')!r} unknown")
     if cfg.get("residual", "none") not in ("none", "identity", "linear") or (
         cfg["mode"] == "paper" and cfg.get("residual", "none") != "none"
@@ -141,12 +153,16 @@ def read_checkpoint(path: str | Path) -> LasFCheckpoint:
     missing = sorted(set(want) - set(entries))
     extra = sorted(set(entries) - set(want))
     if missing or extra:
-        raise LasFCheckpointError(f"{name}: tensors do not match the config: missing {missing}, unexpected {extra}")
+        raise LasFCheckpointError(
+            f"{name}: tensors do not match the config: missing {missing}, unexpected {extra}"
+        )
     tensors = {}
     for key, shape in want.items():
         e = entries[key]
         if tuple(e.shape) != shape:
-            raise LasFCheckpointError(f"{name}: tensor {key} has shape {list(e.shape)}, the config needs {list(shape)}")
+            raise LasFCheckpointError(
+                f"{name}: tensor {key} has shape {list(e.shape)}, the config needs {list(shape)}"
+            )
         if e.dtype not in ("float32", "float64", "float16", "bfloat16"):
             raise LasFCheckpointError(f"{name}: tensor {key} is {e.dtype}; expected floating point")
         arr = _guard(path, e.load)
@@ -159,7 +175,17 @@ def read_checkpoint(path: str | Path) -> LasFCheckpoint:
 def describe(ck: LasFCheckpoint) -> dict[str, Any]:
     """What the API stores about an uploaded LasF checkpoint (no tensors)."""
     c = ck.config
-    keys = ("format", "base_model", "replaced_layer", "sizes", "mode", "kernel", "residual", "seed", "parameters")
+    keys = (
+        "format",
+        "base_model",
+        "replaced_layer",
+        "sizes",
+        "mode",
+        "kernel",
+        "residual",
+        "seed",
+        "parameters",
+    )
     return {k: c[k] for k in keys if k in c}
 
 

@@ -18,7 +18,16 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-SKIP_DIRS = {"test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packages", "__pycache__", "turtledemo"}
+SKIP_DIRS = {
+    "test",
+    "tests",
+    "idlelib",
+    "lib2to3",
+    "site-packages",
+    "dist-packages",
+    "__pycache__",
+    "turtledemo",
+}
 _SENT_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 _WORD = re.compile(r"[A-Za-z]{2,}")
 
@@ -84,7 +93,10 @@ def split_sentences(text: str, *, min_words: int = 5, max_words: int = 40) -> li
 
 
 def build_corpus(
-    *, seed: int = 0, max_sentences: int | None = 12_000, fractions: tuple[float, float] = (0.1, 0.1)
+    *,
+    seed: int = 0,
+    max_sentences: int | None = 12_000,
+    fractions: tuple[float, float] = (0.1, 0.1),
 ) -> Corpus:
     """Unique sentences from pydoc topics and stdlib docstrings, shuffled with ``seed`` and split.
 
@@ -105,7 +117,11 @@ def build_corpus(
     n = len(sentences)
     n_val, n_test = int(n * fractions[0]), int(n * fractions[1])
     corpus = Corpus(
-        train=sentences[n_val + n_test :], val=sentences[:n_val], test=sentences[n_val : n_val + n_test]
+        train=sentences[n_val + n_test :],
+        val=sentences[:n_val],
+        test=sentences[n_val : n_val + n_test],
     )
-    logger.info("corpus: %d sentences (%d train, %d val, %d test)", n, len(corpus.train), n_val, n_test)
+    logger.info(
+        "corpus: %d sentences (%d train, %d val, %d test)", n, len(corpus.train), n_val, n_test
+    )
     return corpus

@@ -45,13 +45,19 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _features(loaded: Any, corpus: Any, config: TrainConfig, cache_dir: Path | None, progress: Progress) -> dict[str, list[Batch]]:
+def _features(
+    loaded: Any, corpus: Any, config: TrainConfig, cache_dir: Path | None, progress: Progress
+) -> dict[str, list[Batch]]:
     key = f"lasf-features-{corpus.fingerprint}-{config.max_tokens}-{config.batch_size}.pt"
     if cache_dir is not None and (cache_dir / key).exists():
         raw = torch.load(cache_dir / key, weights_only=True)  # our own file: tensors only
         return {split: [Batch(*b) for b in batches] for split, batches in raw.items()}
     out = {}
-    splits = [("train", corpus.train, True, config.batch_size), ("val", corpus.val, False, EVAL_BATCH), ("test", corpus.test, False, EVAL_BATCH)]
+    splits = [
+        ("train", corpus.train, True, config.batch_size),
+        ("val", corpus.val, False, EVAL_BATCH),
+        ("test", corpus.test, False, EVAL_BATCH),
+    ]
     for i, (name, sentences, sort, bs) in enumerate(splits):
         out[name] = extract_batches(
             loaded, sentences, layer=config.replaced_layer, batch_size=bs, max_tokens=config.max_tokens,
@@ -74,15 +80,21 @@ def distil(
     set_threads(threads)
     wall0, cpu0 = time.perf_counter(), cpu_seconds()
     progress(0.0, "building the corpus")
-    corpus = build_corpus(seed=config.corpus_seed, max_sentences=config.max_sentences, fractions=CORPUS_FRACTIONS)
+    corpus = build_corpus(
+        seed=config.corpus_seed, max_sentences=config.max_sentences, fractions=CORPUS_FRACTIONS
+    )
     loaded = load_model(config.base_model, device="cpu")
-    feats = _features(loaded, corpus, config, Path(cache_dir) if cache_dir else None, scaled(progress, 0.0, 0.15))
+    feats = _features(
+        loaded, corpus, config, Path(cache_dir) if cache_dir else None, scaled(progress, 0.0, 0.15)
+    )
     features_s = time.perf_counter() - wall0
     d = loaded.config["hidden_size"]
     lasf = build_lasf(config, d)
     models = {"lasf": lasf, **baselines(d, config.seed)}
     init_output_norms(models, feats["train"])
-    history = train_models(models, config, feats["train"], feats["val"], progress=scaled(progress, 0.15, 0.97))
+    history = train_models(
+        models, config, feats["train"], feats["val"], progress=scaled(progress, 0.15, 0.97)
+    )
     progress(0.97, "held-out metrics")
     test = {k: evaluate(m, feats["test"]) for k, m in models.items()}
     subset = {k: evaluate(m, feats["test"][:SUBSET_BATCHES]) for k, m in models.items()}

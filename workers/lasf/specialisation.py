@@ -24,7 +24,18 @@ RELATIONS = ("same-pos", "dependency", "same-entity", "adjacent")
 _LEX = {
     "DET": ["the", "a", "this", "every"],
     "ADJ": ["small", "old", "green", "quiet", "bright", "heavy", "young", "strange"],
-    "NOUN": ["dog", "teacher", "river", "house", "letter", "farmer", "window", "song", "car", "child"],
+    "NOUN": [
+        "dog",
+        "teacher",
+        "river",
+        "house",
+        "letter",
+        "farmer",
+        "window",
+        "song",
+        "car",
+        "child",
+    ],
     "VERB": ["saw", "found", "painted", "carried", "wrote", "liked", "watched", "built"],
     "PREP": ["near", "under", "behind", "with", "beside"],
     "FIRST": ["Alice", "John", "Maria", "Peter", "Laura", "David"],
@@ -47,7 +58,13 @@ class ProbeSentence:
         return " ".join(self.words) + "."
 
 
-def _np(rng: random.Random, words: list[str], tags: list[str], deps: list[tuple[int, int]], ents: list[list[int]]) -> int:
+def _np(
+    rng: random.Random,
+    words: list[str],
+    tags: list[str],
+    deps: list[tuple[int, int]],
+    ents: list[list[int]],
+) -> int:
     """Append a noun phrase (maybe a person's name) and return its head word's index."""
     if rng.random() < 0.3:
         start = len(words)

@@ -66,10 +66,14 @@ class TrainConfig:
             if getattr(self, name) < 1:
                 raise HeadscopeError(f"{name} must be at least 1, got {getattr(self, name)}")
         if not 0.0 < self.warmup < 1.0:
-            raise HeadscopeError(f"warmup is a share of the steps, between 0 and 1 (exclusive), got {self.warmup}")
+            raise HeadscopeError(
+                f"warmup is a share of the steps, between 0 and 1 (exclusive), got {self.warmup}"
+            )
         for name in ("weight_decay", "baseline_weight_decay"):
             if not getattr(self, name) >= 0:  # NaN fails too
-                raise HeadscopeError(f"{name.replace('_', ' ')} must be at least 0, got {getattr(self, name)}")
+                raise HeadscopeError(
+                    f"{name.replace('_', ' ')} must be at least 0, got {getattr(self, name)}"
+                )
         if self.clip is not None and self.clip <= 0:
             raise HeadscopeError(f"clip must be positive, got {self.clip}")
 
@@ -93,16 +97,28 @@ def extract_batches(
     (held-out sets: the top-1 metric is defined on consecutive batches of ``EVAL_BATCH``).
     """
     model, tok = loaded.model, loaded.tokenizer
-    order = sorted(range(len(sentences)), key=lambda i: len(sentences[i])) if sort else list(range(len(sentences)))
+    order = (
+        sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+        if sort
+        else list(range(len(sentences)))
+    )
     out = []
     n_batches = math.ceil(len(order) / batch_size)
     with torch.no_grad():
         for b in range(n_batches):
             chunk = [sentences[i] for i in order[b * batch_size : (b + 1) * batch_size]]
-            enc = tok(chunk, padding=True, truncation=True, max_length=max_tokens, return_tensors="pt")
+            enc = tok(
+                chunk, padding=True, truncation=True, max_length=max_tokens, return_tensors="pt"
+            )
             enc = {k: v.to(loaded.device) for k, v in enc.items()}
             hs = model(**enc, output_hidden_states=True).hidden_states
-            out.append(Batch(hs[layer].float().cpu(), hs[-1].float().cpu(), enc["attention_mask"].bool().cpu()))
+            out.append(
+                Batch(
+                    hs[layer].float().cpu(),
+                    hs[-1].float().cpu(),
+                    enc["attention_mask"].bool().cpu(),
+                )
+            )
             progress((b + 1) / n_batches, f"features {b + 1}/{n_batches}")
     return out
 
@@ -175,7 +191,8 @@ def train_models(
     rng = np.random.default_rng(config.seed)
     opts = {
         k: torch.optim.AdamW(
-            m.parameters(), lr=config.lr if k == "lasf" else config.baseline_lr,
+            m.parameters(),
+            lr=config.lr if k == "lasf" else config.baseline_lr,
             weight_decay=config.weight_decay if k == "lasf" else config.baseline_weight_decay,
         )
         for k, m in models.items()
@@ -203,7 +220,10 @@ def train_models(
                 scheds[k].step()
                 losses[k] += float(loss.detach()) / len(train)
             step += 1
-            progress(step / steps, f"epoch {epoch + 1}/{config.epochs} loss {losses['lasf'] * len(train) / max(1, step - epoch * len(train)):.4f}")
+            progress(
+                step / steps,
+                f"epoch {epoch + 1}/{config.epochs} loss {losses['lasf'] * len(train) / max(1, step - epoch * len(train)):.4f}",
+            )
         row: dict[str, Any] = {"epoch": epoch + 1, "seconds": time.perf_counter() - start}
         for k, m in models.items():
             row[k] = {"train_loss": losses[k], **evaluate(m, val)}

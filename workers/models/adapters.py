@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 AttentionSink = Callable[[int, torch.Tensor], None]  # (layer, weights [batch, head, query, key])
 
+
 @dataclass
 class Encoded:
     """One tokenised text."""
@@ -39,7 +40,9 @@ class Encoded:
     offsets: list[tuple[int, int]]  # character span of each token in the text ((0, 0) for specials)
     special: list[bool]  # True for [CLS], [SEP], <s>, </s>, padding, and a chat template's tokens
     truncated_from: int | None = None  # the original token count when truncation happened
-    texts: list[str] | None = None  # each token's span of the string tokenised (chat: the template's too)
+    texts: list[str] | None = (
+        None  # each token's span of the string tokenised (chat: the template's too)
+    )
 
     @property
     def n(self) -> int:
@@ -94,23 +97,31 @@ def chat_frame(loaded: LoadedModel) -> tuple[str, str]:
     """
     tok = loaded.tokenizer
     if not getattr(tok, "chat_template", None):
-        raise HeadscopeError(f"model {loaded.name!r} has no chat template; turn the chat message option off")
+        raise HeadscopeError(
+            f"model {loaded.name!r} has no chat template; turn the chat message option off"
+        )
     rendered = tok.apply_chat_template([{"role": "user", "content": CHAT_SENTINEL}], tokenize=False,
                                        add_generation_prompt=True)  # fmt: skip
     before, found, after = str(rendered).partition(CHAT_SENTINEL)
     if not found:
-        raise HeadscopeError(f"the chat template of {loaded.name!r} does not show the user's message as is")
+        raise HeadscopeError(
+            f"the chat template of {loaded.name!r} does not show the user's message as is"
+        )
     return before, after
 
 
-def _tokenize(tok: Any, text: str, *, add_special_tokens: bool, **kw: Any) -> tuple[list[int], list[tuple[int, int]], list[bool]]:
+def _tokenize(
+    tok: Any, text: str, *, add_special_tokens: bool, **kw: Any
+) -> tuple[list[int], list[tuple[int, int]], list[bool]]:
     enc = tok(text, return_offsets_mapping=True, return_special_tokens_mask=True,
               add_special_tokens=add_special_tokens, verbose=False, **kw)  # fmt: skip
     return (list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]],
             [bool(s) for s in enc["special_tokens_mask"]])  # fmt: skip
 
 
-def encode(loaded: LoadedModel, text: str, *, truncate: bool = False, chat: bool = False) -> Encoded:
+def encode(
+    loaded: LoadedModel, text: str, *, truncate: bool = False, chat: bool = False
+) -> Encoded:
     """Tokenise ``text`` as the model's own tokenizer does.
 
     ``chat``: wrap the text in the model's chat template as a user message (``chat_frame``); every
@@ -131,7 +142,10 @@ def encode(loaded: LoadedModel, text: str, *, truncate: bool = False, chat: bool
         ids, spans, _ = _tokenize(tok, source, add_special_tokens=False, truncation=False)
         inside = [a < end and b > start for a, b in spans]  # the token overlaps the user's message
         special = [not k for k in inside]
-        offsets = [(max(a, start) - start, min(b, end) - start) if k else (0, 0) for (a, b), k in zip(spans, inside, strict=True)]
+        offsets = [
+            (max(a, start) - start, min(b, end) - start) if k else (0, 0)
+            for (a, b), k in zip(spans, inside, strict=True)
+        ]
         texts = [source[a:b] for a, b in spans]
     else:
         ids, offsets, special = _tokenize(tok, text, add_special_tokens=True, truncation=False)
@@ -143,9 +157,16 @@ def encode(loaded: LoadedModel, text: str, *, truncate: bool = False, chat: bool
             raise TextTooLongError(count=len(ids), limit=limit, model=loaded.name)
         truncated_from = len(ids)
         if chat:  # keep the start of the template and of the message
-            ids, offsets, special, texts = ids[:limit], offsets[:limit], special[:limit], texts[:limit]  # type: ignore[index]
+            ids, offsets, special, texts = (
+                ids[:limit],
+                offsets[:limit],
+                special[:limit],
+                texts[:limit],
+            )  # type: ignore[index]
         else:
-            ids, offsets, special = _tokenize(tok, text, add_special_tokens=True, truncation=True, max_length=limit)
+            ids, offsets, special = _tokenize(
+                tok, text, add_special_tokens=True, truncation=True, max_length=limit
+            )
     if not any(not s for s in special):
         raise EmptyTextError()
     tokens = tok.convert_ids_to_tokens(ids)
@@ -166,7 +187,11 @@ def cache_kwarg(loaded: LoadedModel) -> str:
     on ``past_key_values``), ``past_key_values`` before."""
     import inspect
 
-    return "cache" if "cache" in inspect.signature(loaded.model.forward).parameters else "past_key_values"
+    return (
+        "cache"
+        if "cache" in inspect.signature(loaded.model.forward).parameters
+        else "past_key_values"
+    )
 
 
 def cache_out(out: Any) -> Any:
@@ -190,7 +215,9 @@ def watch_attention(loaded: LoadedModel, sink: AttentionSink) -> Iterator[None]:
         def hook(module: torch.nn.Module, args: Any, output: Any, layer: int = i) -> None:
             weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
             if weights is None:
-                raise RuntimeError("the model returned no attentions; load it with attn_implementation='eager'")
+                raise RuntimeError(
+                    "the model returned no attentions; load it with attn_implementation='eager'"
+                )
             sink(layer, weights)
 
         handles.append(module.register_forward_hook(hook))
@@ -212,7 +239,11 @@ def forward_streamed(
     """Run one text, handing each layer's attention ``[1, head, query, key]`` (on the model's
     device) to ``sink`` as the forward reaches it; keep none. Returns hidden states [layer+1, token, dim].
     """
-    enc = encoded if ids is None else Encoded(ids, encoded.tokens, encoded.offsets, encoded.special, texts=encoded.texts)
+    enc = (
+        encoded
+        if ids is None
+        else Encoded(ids, encoded.tokens, encoded.offsets, encoded.special, texts=encoded.texts)
+    )
     with watch_attention(loaded, sink):
         out = loaded.model(**model_inputs(loaded, enc), output_hidden_states=True)
     return _to_np(torch.stack(out.hidden_states)[:, 0])  # [layer+1, token, dim]

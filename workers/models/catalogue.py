@@ -93,10 +93,14 @@ class ModelSpec:
             "description": self.description,
             "source": self.source,
             "model_type": cfg.get("model_type"),
-            **config_facts(cfg),  # family, n_layers, n_heads (query heads), n_kv_heads, max_tokens, ...
+            **config_facts(
+                cfg
+            ),  # family, n_layers, n_heads (query heads), n_kv_heads, max_tokens, ...
             "lm_head": head.has,  # the causal views run on it (None: known once a worker loads it)
             "lm_head_reason": head.reason,
-            **({"licence": self.licence[0], "licence_url": self.licence[1]} if self.licence else {}),
+            **(
+                {"licence": self.licence[0], "licence_url": self.licence[1]} if self.licence else {}
+            ),
         }
 
 
@@ -114,9 +118,15 @@ BUILTIN: dict[str, ModelSpec] = {
         description="SmolLM2-135M-Instruct (Llama family, 30 layers x 9 heads, 3 kv heads, 576 dims), "
         "a trained chat decoder, bundled offline (docs/models.md)",
         config_hint={
-            "model_type": "llama", "num_hidden_layers": 30, "num_attention_heads": 9,
-            "num_key_value_heads": 3, "hidden_size": 576, "intermediate_size": 1536,
-            "vocab_size": 49152, "max_position_embeddings": 8192, "tie_word_embeddings": True,
+            "model_type": "llama",
+            "num_hidden_layers": 30,
+            "num_attention_heads": 9,
+            "num_key_value_heads": 3,
+            "hidden_size": 576,
+            "intermediate_size": 1536,
+            "vocab_size": 49152,
+            "max_position_embeddings": 8192,
+            "tie_word_embeddings": True,
         },  # fmt: skip
     ),
     "gemma3-270m": ModelSpec(
@@ -126,9 +136,16 @@ BUILTIN: dict[str, ModelSpec] = {
         description="Gemma 3 270M (Gemma 3 family, 18 layers x 4 heads, 1 kv head, 640 dims, local 512-token "
         "window in 5 of every 6 layers), a trained base decoder, bundled offline; Gemma Terms of Use apply",
         config_hint={
-            "model_type": "gemma3_text", "num_hidden_layers": 18, "num_attention_heads": 4,
-            "num_key_value_heads": 1, "hidden_size": 640, "intermediate_size": 2048, "head_dim": 256,
-            "vocab_size": 262144, "max_position_embeddings": 32768, "tie_word_embeddings": True,
+            "model_type": "gemma3_text",
+            "num_hidden_layers": 18,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 1,
+            "hidden_size": 640,
+            "intermediate_size": 2048,
+            "head_dim": 256,
+            "vocab_size": 262144,
+            "max_position_embeddings": 32768,
+            "tie_word_embeddings": True,
             "sliding_window": 512,
             "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 3,
         },  # fmt: skip

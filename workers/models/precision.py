@@ -56,7 +56,9 @@ def eager_attention(
         weights = torch.tanh(weights / softcap) * softcap
     if attention_mask is not None:
         weights = weights + attention_mask
-    weights = torch.nn.functional.softmax(weights, dim=-1, dtype=_compute_dtype(query.dtype)).to(query.dtype)
+    weights = torch.nn.functional.softmax(weights, dim=-1, dtype=_compute_dtype(query.dtype)).to(
+        query.dtype
+    )
     weights = torch.nn.functional.dropout(weights, p=dropout, training=module.training)
     output = torch.matmul(weights, value).transpose(1, 2).contiguous()
     return output, weights
@@ -105,7 +107,9 @@ def _is_gemma_norm(module: torch.nn.Module) -> bool:
     return name.startswith("Gemma") and name.endswith("RMSNorm") and hasattr(module, "eps")
 
 
-def _typed_rotary_forward(self: torch.nn.Module, x: torch.Tensor, position_ids: torch.Tensor, layer_type: str):
+def _typed_rotary_forward(
+    self: torch.nn.Module, x: torch.Tensor, position_ids: torch.Tensor, layer_type: str
+):
     """Gemma 3's rotary (one frequency table per layer type): as ``_rotary_forward``."""
     original = type(self).forward
     if x.dtype != torch.float64 or self.rope_type.get(layer_type, "default") not in _STATIC_ROPE:
@@ -124,7 +128,9 @@ def _rotary_forward(self: torch.nn.Module, x: torch.Tensor, position_ids: torch.
     if x.dtype != torch.float64 or getattr(self, "rope_type", "default") not in _STATIC_ROPE:
         return type(self).forward(self, x, position_ids)
     with torch.no_grad():
-        freqs = position_ids[..., None].to(torch.float64) * self.inv_freq.to(device=x.device, dtype=torch.float64)
+        freqs = position_ids[..., None].to(torch.float64) * self.inv_freq.to(
+            device=x.device, dtype=torch.float64
+        )
         emb = torch.cat((freqs, freqs), dim=-1)
         scale = getattr(self, "attention_scaling", 1.0)
         return emb.cos() * scale, emb.sin() * scale
@@ -140,13 +146,19 @@ def keep_dtype(model: torch.nn.Module) -> list[str]:
     patched: set[str] = set()
     for module in model.modules():
         name = type(module).__name__
-        if name.endswith("RMSNorm") and hasattr(module, "variance_epsilon") and hasattr(module, "weight"):
+        if (
+            name.endswith("RMSNorm")
+            and hasattr(module, "variance_epsilon")
+            and hasattr(module, "weight")
+        ):
             module.forward = types.MethodType(_rms_norm_forward, module)
             patched.add(name)
         elif _is_gemma_norm(module) and hasattr(module, "weight"):
             module.forward = types.MethodType(_gemma_norm_forward, module)
             patched.add(name)
-        elif name.endswith("RotaryEmbedding") and isinstance(getattr(module, "rope_type", None), dict):
+        elif name.endswith("RotaryEmbedding") and isinstance(
+            getattr(module, "rope_type", None), dict
+        ):
             module.forward = types.MethodType(_typed_rotary_forward, module)
             patched.add(name)
         elif name.endswith("RotaryEmbedding") and hasattr(module, "inv_freq"):

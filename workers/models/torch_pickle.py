@@ -139,7 +139,9 @@ def scan_torch_zip(path: Path, zf: zipfile.ZipFile, pkl_name: str) -> list[_Entr
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError,
             KeyError, RecursionError, MemoryError, OSError, zlib.error, zipfile.BadZipFile) as exc:  # fmt: skip
         logger.info("%s: unreadable pickle: %r", path.name, exc)
-        raise BadFileError(f"{path.name}: corrupt PyTorch checkpoint (its pickle cannot be read)") from None
+        raise BadFileError(
+            f"{path.name}: corrupt PyTorch checkpoint (its pickle cannot be read)"
+        ) from None
     found: list[tuple[str, _TensorRef]] = []
     _collect(obj, "", found)
     if not found:
@@ -180,7 +182,9 @@ def _torch_reader(path: Path, member: str, ref: _TensorRef, order: str) -> Calla
                 raw = fp.read(st.numel * st.itemsize)
         except (OSError, zlib.error, zipfile.BadZipFile) as exc:
             logger.info("%s: unreadable tensor data: %r", path.name, exc)
-            raise BadFileError(f"{path.name}: cannot read the data of a tensor (corrupt archive)") from None
+            raise BadFileError(
+                f"{path.name}: cannot read the data of a tensor (corrupt archive)"
+            ) from None
         flat = _decode(raw, st.dtype, order)
         view = np.lib.stride_tricks.as_strided(
             flat[ref.offset :], shape=ref.shape, strides=[s * flat.itemsize for s in ref.stride]

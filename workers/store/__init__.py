@@ -8,5 +8,12 @@ from workers.store.core import SHARE_ID, Store
 from workers.store.engine import SchemaOutOfDate, StoreUnavailable, database_url, describe
 from workers.store.files import atomic_write
 
-__all__ = ["SHARE_ID", "SchemaOutOfDate", "Store", "StoreUnavailable", "atomic_write", "database_url",
-           "describe"]
+__all__ = [
+    "SHARE_ID",
+    "SchemaOutOfDate",
+    "Store",
+    "StoreUnavailable",
+    "atomic_write",
+    "database_url",
+    "describe",
+]

@@ -63,19 +63,30 @@ class CheckpointStore:
         if not CHECKPOINT_ID.fullmatch(checkpoint_id):
             return None
         with self._conn() as conn:
-            raw = conn.execute(select(checkpoints.c.meta).where(
-                (checkpoints.c.id == checkpoint_id) & (checkpoints.c.state == "ready"))).scalar()
+            raw = conn.execute(
+                select(checkpoints.c.meta).where(
+                    (checkpoints.c.id == checkpoint_id) & (checkpoints.c.state == "ready")
+                )
+            ).scalar()
         return json.loads(raw) if raw else None
 
     def list_checkpoints(self) -> list[dict[str, Any]]:
         """Every committed checkpoint's meta, oldest first."""
         with self._conn() as conn:
-            rows = conn.execute(select(checkpoints.c.meta).where(checkpoints.c.state == "ready")
-                                .order_by(checkpoints.c.created_at, checkpoints.c.id)).scalars()
+            rows = conn.execute(
+                select(checkpoints.c.meta)
+                .where(checkpoints.c.state == "ready")
+                .order_by(checkpoints.c.created_at, checkpoints.c.id)
+            ).scalars()
             return [json.loads(raw) for raw in rows]
 
     def stage_checkpoint(
-        self, checkpoint_id: str, upload: Path, *, ext: str, filename: str | None = None,
+        self,
+        checkpoint_id: str,
+        upload: Path,
+        *,
+        ext: str,
+        filename: str | None = None,
         owner: str | None = None,
     ) -> Path:
         """Store an upload's bytes under its (content) id, not listed until ``commit_checkpoint``.
@@ -87,8 +98,16 @@ class CheckpointStore:
         if ext not in CHECKPOINT_EXTS:
             raise ValueError(f"unsupported checkpoint type {ext!r}")
         size, digest = upload.stat().st_size, sha256_file(upload)
-        row = {"id": checkpoint_id, "filename": filename or checkpoint_id, "ext": ext, "size": size,
-               "sha256": digest, "state": "staged", "owner": owner, "created_at": time.time()}
+        row = {
+            "id": checkpoint_id,
+            "filename": filename or checkpoint_id,
+            "ext": ext,
+            "size": size,
+            "sha256": digest,
+            "state": "staged",
+            "owner": owner,
+            "created_at": time.time(),
+        }
         if self.blob_dir is not None:
             name = f"{checkpoint_id}{ext}"
             target = self.blob_dir / name
@@ -104,8 +123,11 @@ class CheckpointStore:
                 with open(upload, "rb") as fh:
                     seq = 0
                     while block := fh.read(CHUNK):
-                        conn.execute(checkpoint_chunks.insert().values(checkpoint_id=checkpoint_id, seq=seq,
-                                                                       data=block))
+                        conn.execute(
+                            checkpoint_chunks.insert().values(
+                                checkpoint_id=checkpoint_id, seq=seq, data=block
+                            )
+                        )
                         seq += 1
         local = self.cache_dir / f"{checkpoint_id}{ext}"
         if local.exists():
@@ -122,7 +144,9 @@ class CheckpointStore:
         if meta.get("filename"):
             values["filename"] = str(meta["filename"])[:255]
         with self._conn(write=True) as conn:
-            done = conn.execute(update(checkpoints).where(checkpoints.c.id == checkpoint_id).values(**values))
+            done = conn.execute(
+                update(checkpoints).where(checkpoints.c.id == checkpoint_id).values(**values)
+            )
         if done.rowcount != 1:
             raise KeyError(f"checkpoint {checkpoint_id} was not staged")
 
@@ -134,7 +158,9 @@ class CheckpointStore:
             row = conn.execute(select(checkpoints.c.blob_path).where(staged)).first()
             if row is None:
                 return
-            conn.execute(delete(checkpoint_chunks).where(checkpoint_chunks.c.checkpoint_id == checkpoint_id))
+            conn.execute(
+                delete(checkpoint_chunks).where(checkpoint_chunks.c.checkpoint_id == checkpoint_id)
+            )
             conn.execute(delete(checkpoints).where(staged))
         self._forget_files(checkpoint_id, row.blob_path)
 
@@ -151,8 +177,11 @@ class CheckpointStore:
             owners.append(owner)
         meta = {**meta, "owners": owners}
         with self._conn(write=True) as conn:
-            conn.execute(update(checkpoints).where(checkpoints.c.id == checkpoint_id)
-                         .values(meta=dumps(meta), used_at=time.time()))
+            conn.execute(
+                update(checkpoints)
+                .where(checkpoints.c.id == checkpoint_id)
+                .values(meta=dumps(meta), used_at=time.time())
+            )
         return meta
 
     def touch_checkpoint(self, checkpoint_id: str) -> None:
@@ -160,16 +189,24 @@ class CheckpointStore:
         if not CHECKPOINT_ID.fullmatch(checkpoint_id):
             return
         with self._conn(write=True) as conn:
-            conn.execute(update(checkpoints).where(checkpoints.c.id == checkpoint_id).values(used_at=time.time()))
+            conn.execute(
+                update(checkpoints)
+                .where(checkpoints.c.id == checkpoint_id)
+                .values(used_at=time.time())
+            )
 
     def delete_checkpoint(self, checkpoint_id: str) -> None:
         """Remove a checkpoint, committed or not, with its bytes."""
         self._check_id(checkpoint_id)
         with self._conn(write=True) as conn:
-            row = conn.execute(select(checkpoints.c.blob_path).where(checkpoints.c.id == checkpoint_id)).first()
+            row = conn.execute(
+                select(checkpoints.c.blob_path).where(checkpoints.c.id == checkpoint_id)
+            ).first()
             if row is None:
                 return
-            conn.execute(delete(checkpoint_chunks).where(checkpoint_chunks.c.checkpoint_id == checkpoint_id))
+            conn.execute(
+                delete(checkpoint_chunks).where(checkpoint_chunks.c.checkpoint_id == checkpoint_id)
+            )
             conn.execute(delete(checkpoints).where(checkpoints.c.id == checkpoint_id))
         self._forget_files(checkpoint_id, row.blob_path)
 
@@ -183,7 +220,12 @@ class CheckpointStore:
         """(a local file with the bytes, the display name) of a staged or committed checkpoint."""
         if not CHECKPOINT_ID.fullmatch(checkpoint_id):
             return None
-        cols = (checkpoints.c.filename, checkpoints.c.ext, checkpoints.c.sha256, checkpoints.c.blob_path)
+        cols = (
+            checkpoints.c.filename,
+            checkpoints.c.ext,
+            checkpoints.c.sha256,
+            checkpoints.c.blob_path,
+        )
         with self._conn() as conn:
             row = conn.execute(select(*cols).where(checkpoints.c.id == checkpoint_id)).first()
         if row is None:
@@ -191,7 +233,8 @@ class CheckpointStore:
         if row.blob_path:
             if self.blob_dir is None:
                 raise FileNotFoundError(
-                    f"checkpoint {checkpoint_id} is in HEADSCOPE_BLOB_DIR, which is not set in this process")
+                    f"checkpoint {checkpoint_id} is in HEADSCOPE_BLOB_DIR, which is not set in this process"
+                )
             return self.blob_dir / row.blob_path, row.filename
         local = self.cache_dir / f"{checkpoint_id}{row.ext}"
         if not local.exists():
@@ -207,15 +250,24 @@ class CheckpointStore:
         """Copy the chunks into ``local`` (one chunk in memory at a time), checking the hash."""
         tmp = temp_beside(local)
         digest = hashlib.sha256()
-        query = (select(checkpoint_chunks.c.data).where(checkpoint_chunks.c.checkpoint_id == checkpoint_id)
-                 .order_by(checkpoint_chunks.c.seq))
+        query = (
+            select(checkpoint_chunks.c.data)
+            .where(checkpoint_chunks.c.checkpoint_id == checkpoint_id)
+            .order_by(checkpoint_chunks.c.seq)
+        )
         try:
             with self._conn() as conn, open(tmp, "wb") as out:
-                for block in conn.execution_options(stream_results=True, yield_per=1).execute(query).scalars():
+                for block in (
+                    conn.execution_options(stream_results=True, yield_per=1)
+                    .execute(query)
+                    .scalars()
+                ):
                     digest.update(block)
                     out.write(block)
             if digest.hexdigest() != sha256:
-                raise OSError(f"checkpoint {checkpoint_id}: the stored bytes do not match their hash")
+                raise OSError(
+                    f"checkpoint {checkpoint_id}: the stored bytes do not match their hash"
+                )
             os.replace(tmp, local)
         finally:
             tmp.unlink(missing_ok=True)

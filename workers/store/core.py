@@ -79,7 +79,7 @@ class Store(CheckpointStore, CorpusStore):
     def _conn(self, *, write: bool = False) -> Iterator[Connection]:
         """A connection in a transaction (committed on success); unreachable -> StoreUnavailable."""
         try:
-            with (self._writer.begin() if write else self.engine.connect()) as conn:
+            with self._writer.begin() if write else self.engine.connect() as conn:
                 yield conn
         except (OperationalError, InterfaceError, PoolTimeout) as exc:
             reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()
@@ -90,7 +90,12 @@ class Store(CheckpointStore, CorpusStore):
     def _insert_ignore(self, conn: Connection, table: Any, values: dict[str, Any]) -> bool:
         """INSERT unless the key exists; True if this call inserted the row."""
         insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
-        stmt = insert(table).values(**values).on_conflict_do_nothing().returning(*table.primary_key.columns)
+        stmt = (
+            insert(table)
+            .values(**values)
+            .on_conflict_do_nothing()
+            .returning(*table.primary_key.columns)
+        )
         return conn.execute(stmt).first() is not None
 
     def migrate(self) -> tuple[str | None, str]:
@@ -98,7 +103,9 @@ class Store(CheckpointStore, CorpusStore):
         try:
             return migrations.upgrade(self.engine)
         except (OperationalError, InterfaceError) as exc:
-            raise StoreUnavailable(f"cannot migrate the database ({self.where}): {exc.orig or exc}") from exc
+            raise StoreUnavailable(
+                f"cannot migrate the database ({self.where}): {exc.orig or exc}"
+            ) from exc
 
     def prepare(self) -> None:
         """At service start: SQLite is migrated; PostgreSQL must already be at head."""
@@ -108,7 +115,9 @@ class Store(CheckpointStore, CorpusStore):
         try:
             migrations.check(self.engine)
         except (OperationalError, InterfaceError) as exc:
-            raise StoreUnavailable(f"cannot reach the database ({self.where}): {exc.orig or exc}") from exc
+            raise StoreUnavailable(
+                f"cannot reach the database ({self.where}): {exc.orig or exc}"
+            ) from exc
 
     def ping(self) -> None:
         """Raise ``StoreUnavailable`` unless the database answers."""
@@ -138,12 +147,23 @@ class Store(CheckpointStore, CorpusStore):
             row = conn.execute(select(*cols).where(results.c.id == job_id)).first()
         if row is None:
             return None
-        meta = {"id": job_id, "kind": row.kind, "request": json.loads(row.request), "finished_at": row.created_at}
+        meta = {
+            "id": job_id,
+            "kind": row.kind,
+            "request": json.loads(row.request),
+            "finished_at": row.created_at,
+        }
         return meta, zlib.decompress(row.body).decode()
 
     def write_result(
-        self, job_id: str, *, kind: str, request: dict[str, Any], result_raw: str,
-        owner: str | None = None, expires_at: float | None = None,
+        self,
+        job_id: str,
+        *,
+        kind: str,
+        request: dict[str, Any],
+        result_raw: str,
+        owner: str | None = None,
+        expires_at: float | None = None,
     ) -> bool:
         """Store a finished result (compressed); the first write of an id wins. True if stored now.
 
@@ -153,10 +173,17 @@ class Store(CheckpointStore, CorpusStore):
         raw = result_raw.encode()
         now = time.time()
         values = {
-            "id": job_id, "kind": kind, "request": dumps(request),
-            "body": zlib.compress(raw, COMPRESSION_LEVEL), "encoding": "zlib", "size": len(raw),
-            "owner": owner, "created_at": now,
-            "expires_at": expires_at if expires_at is not None else now + self.settings.result_ttl_s,
+            "id": job_id,
+            "kind": kind,
+            "request": dumps(request),
+            "body": zlib.compress(raw, COMPRESSION_LEVEL),
+            "encoding": "zlib",
+            "size": len(raw),
+            "owner": owner,
+            "created_at": now,
+            "expires_at": expires_at
+            if expires_at is not None
+            else now + self.settings.result_ttl_s,
         }
         with self._conn(write=True) as conn:
             return self._insert_ignore(conn, results, values)
@@ -166,8 +193,11 @@ class Store(CheckpointStore, CorpusStore):
         self._check_job_id(job_id)
         with self._conn(write=True) as conn:
             now = time.time()
-            conn.execute(update(results).where(results.c.id == job_id)
-                         .values(expires_at=now + self.settings.result_ttl_s, used_at=now))
+            conn.execute(
+                update(results)
+                .where(results.c.id == job_id)
+                .values(expires_at=now + self.settings.result_ttl_s, used_at=now)
+            )
 
     def result_request(self, job_id: str) -> dict[str, Any] | None:
         """The stored request of a persisted result, or None."""
@@ -190,35 +220,74 @@ class Store(CheckpointStore, CorpusStore):
         ck_used = func.coalesce(checkpoints.c.used_at, checkpoints.c.created_at)
         with self._conn() as conn:
             rows = conn.execute(select(results.c.id, func.length(results.c.body), res_used)).all()
-            cks = conn.execute(select(checkpoints.c.id, checkpoints.c.size, ck_used, checkpoints.c.meta)
-                               .where(checkpoints.c.state == "ready")).all()
-            stored = (select(corpus_chunks.c.corpus_id, func.sum(func.length(corpus_chunks.c.data)).label("bytes"))
-                      .group_by(corpus_chunks.c.corpus_id).subquery())
-            cps = conn.execute(select(corpora.c.id, stored.c.bytes,
-                                      func.coalesce(corpora.c.used_at, corpora.c.created_at), corpora.c.meta)
-                               .outerjoin(stored, stored.c.corpus_id == corpora.c.id)).all()
+            cks = conn.execute(
+                select(checkpoints.c.id, checkpoints.c.size, ck_used, checkpoints.c.meta).where(
+                    checkpoints.c.state == "ready"
+                )
+            ).all()
+            stored = (
+                select(
+                    corpus_chunks.c.corpus_id,
+                    func.sum(func.length(corpus_chunks.c.data)).label("bytes"),
+                )
+                .group_by(corpus_chunks.c.corpus_id)
+                .subquery()
+            )
+            cps = conn.execute(
+                select(
+                    corpora.c.id,
+                    stored.c.bytes,
+                    func.coalesce(corpora.c.used_at, corpora.c.created_at),
+                    corpora.c.meta,
+                ).outerjoin(stored, stored.c.corpus_id == corpora.c.id)
+            ).all()
         items: list[dict[str, Any]] = [
-            {"kind": "result", "id": rid, "bytes": int(size or 0), "used_at": float(used)} for rid, size, used in rows
+            {"kind": "result", "id": rid, "bytes": int(size or 0), "used_at": float(used)}
+            for rid, size, used in rows
         ]
         for cid, size, used, meta in cks:
             owners = list(json.loads(meta).get("owners", [])) if meta else []
-            items.append({"kind": "checkpoint", "id": cid, "bytes": int(size), "used_at": float(used),
-                          "owners": owners})
+            items.append(
+                {
+                    "kind": "checkpoint",
+                    "id": cid,
+                    "bytes": int(size),
+                    "used_at": float(used),
+                    "owners": owners,
+                }
+            )
         for cid, size, used, meta in cps:
-            items.append({"kind": "corpus", "id": cid, "bytes": int(size or 0), "used_at": float(used),
-                          "owners": list(json.loads(meta).get("owners", []))})
+            items.append(
+                {
+                    "kind": "corpus",
+                    "id": cid,
+                    "bytes": int(size or 0),
+                    "used_at": float(used),
+                    "owners": list(json.loads(meta).get("owners", [])),
+                }
+            )
         return items
 
     # ------------------------------------------------------------------------------- shares
 
     def create_share(
-        self, *, kind: str, target: str, view: dict[str, Any], owner: str | None = None,
+        self,
+        *,
+        kind: str,
+        target: str,
+        view: dict[str, Any],
+        owner: str | None = None,
         expires_at: float | None = None,
     ) -> dict[str, Any]:
         """A new share of a stored result; the id carries 192 random bits (primary key: unique)."""
         for _ in range(3):
-            share = {"id": secrets.token_urlsafe(SHARE_ID_BYTES), "kind": kind, "target": target,
-                     "view": view, "created_at": time.time()}
+            share = {
+                "id": secrets.token_urlsafe(SHARE_ID_BYTES),
+                "kind": kind,
+                "target": target,
+                "view": view,
+                "created_at": time.time(),
+            }
             row = {**share, "view": dumps(view), "owner": owner, "expires_at": expires_at}
             try:
                 with self._conn(write=True) as conn:
@@ -232,13 +301,24 @@ class Store(CheckpointStore, CorpusStore):
         """The share ``{id, kind, target, view, created_at}``, or None (unknown or expired)."""
         if not SHARE_ID.fullmatch(share_id):
             return None
-        cols = (shares.c.kind, shares.c.target, shares.c.view, shares.c.created_at, shares.c.expires_at)
+        cols = (
+            shares.c.kind,
+            shares.c.target,
+            shares.c.view,
+            shares.c.created_at,
+            shares.c.expires_at,
+        )
         with self._conn() as conn:
             row = conn.execute(select(*cols).where(shares.c.id == share_id)).first()
         if row is None or (row.expires_at is not None and row.expires_at < time.time()):
             return None
-        return {"id": share_id, "kind": row.kind, "target": row.target, "view": json.loads(row.view),
-                "created_at": row.created_at}
+        return {
+            "id": share_id,
+            "kind": row.kind,
+            "target": row.target,
+            "view": json.loads(row.view),
+            "created_at": row.created_at,
+        }
 
     def shared_targets(self) -> set[str]:
         with self._conn() as conn:
@@ -246,16 +326,28 @@ class Store(CheckpointStore, CorpusStore):
 
     # ------------------------------------------------------------------------- fingerprints
 
-    def record_request(self, job_id: str, *, kind: str, request: dict[str, Any], owner: str | None = None) -> bool:
+    def record_request(
+        self, job_id: str, *, kind: str, request: dict[str, Any], owner: str | None = None
+    ) -> bool:
         """Count one enqueue of request ``job_id``; True if it was never seen before."""
         now = time.time()
-        values = {"id": job_id, "kind": kind, "request": dumps(request), "owner": owner, "created_at": now,
-                  "submissions": 1, "expires_at": now + self.settings.result_ttl_s}
+        values = {
+            "id": job_id,
+            "kind": kind,
+            "request": dumps(request),
+            "owner": owner,
+            "created_at": now,
+            "submissions": 1,
+            "expires_at": now + self.settings.result_ttl_s,
+        }
         with self._conn(write=True) as conn:
             if self._insert_ignore(conn, fingerprints, values):
                 return True
-            conn.execute(update(fingerprints).where(fingerprints.c.id == job_id)
-                         .values(submissions=fingerprints.c.submissions + 1, expires_at=values["expires_at"]))
+            conn.execute(
+                update(fingerprints)
+                .where(fingerprints.c.id == job_id)
+                .values(submissions=fingerprints.c.submissions + 1, expires_at=values["expires_at"])
+            )
             return False
 
     def fingerprint(self, job_id: str) -> dict[str, Any] | None:
@@ -264,19 +356,36 @@ class Store(CheckpointStore, CorpusStore):
             row = conn.execute(select(fingerprints).where(fingerprints.c.id == job_id)).first()
         if row is None:
             return None
-        return {"id": row.id, "kind": row.kind, "request": json.loads(row.request),
-                "submissions": row.submissions, "owner": row.owner, "created_at": row.created_at}
+        return {
+            "id": row.id,
+            "kind": row.kind,
+            "request": json.loads(row.request),
+            "submissions": row.submissions,
+            "owner": row.owner,
+            "created_at": row.created_at,
+        }
 
     def usage(self, owner: str) -> dict[str, int]:
         """What ``owner`` holds (for quotas): counts and uncompressed bytes."""
         with self._conn() as conn:
-            n_res, res_bytes = conn.execute(select(func.count(), func.coalesce(func.sum(results.c.size), 0))
-                                            .where(results.c.owner == owner)).one()
-            n_ck, ck_bytes = conn.execute(select(func.count(), func.coalesce(func.sum(checkpoints.c.size), 0))
-                                          .where(checkpoints.c.owner == owner)).one()
+            n_res, res_bytes = conn.execute(
+                select(func.count(), func.coalesce(func.sum(results.c.size), 0)).where(
+                    results.c.owner == owner
+                )
+            ).one()
+            n_ck, ck_bytes = conn.execute(
+                select(func.count(), func.coalesce(func.sum(checkpoints.c.size), 0)).where(
+                    checkpoints.c.owner == owner
+                )
+            ).one()
             n_sh = conn.execute(select(func.count()).where(shares.c.owner == owner)).scalar_one()
-        return {"results": n_res, "result_bytes": int(res_bytes), "shares": n_sh, "checkpoints": n_ck,
-                "checkpoint_bytes": int(ck_bytes)}
+        return {
+            "results": n_res,
+            "result_bytes": int(res_bytes),
+            "shares": n_sh,
+            "checkpoints": n_ck,
+            "checkpoint_bytes": int(ck_bytes),
+        }
 
     # -------------------------------------------------------------------------------- sweep
 
@@ -292,8 +401,12 @@ class Store(CheckpointStore, CorpusStore):
             conn.execute(delete(shares).where(shares.c.expires_at < now))
             conn.execute(delete(fingerprints).where(fingerprints.c.expires_at < now))
             gone = (checkpoints.c.expires_at < now) | (
-                (checkpoints.c.state == "staged") & (checkpoints.c.created_at < now - STALE_UPLOAD_S))
-            dropped = list(conn.execute(select(checkpoints.c.id, checkpoints.c.blob_path).where(gone)))
+                (checkpoints.c.state == "staged")
+                & (checkpoints.c.created_at < now - STALE_UPLOAD_S)
+            )
+            dropped = list(
+                conn.execute(select(checkpoints.c.id, checkpoints.c.blob_path).where(gone))
+            )
             conn.execute(delete(checkpoints).where(gone))
             old_corpora = select(corpora.c.id).where(corpora.c.expires_at < now)
             conn.execute(delete(corpus_chunks).where(corpus_chunks.c.corpus_id.in_(old_corpora)))
@@ -303,7 +416,9 @@ class Store(CheckpointStore, CorpusStore):
         for tmp in self.tmp_dir.iterdir():
             try:
                 if now - tmp.stat().st_mtime > STALE_UPLOAD_S:
-                    if tmp.is_dir():  # an upload in flight may be a directory (backend/api/checkpoints.py)
+                    if (
+                        tmp.is_dir()
+                    ):  # an upload in flight may be a directory (backend/api/checkpoints.py)
                         shutil.rmtree(tmp, ignore_errors=True)
                     else:
                         tmp.unlink(missing_ok=True)

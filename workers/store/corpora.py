@@ -28,7 +28,9 @@ from workers.store.schema import corpora, corpus_chunks
 CORPUS_ID = re.compile(r"cp-[0-9a-f]{32}")
 CHUNK_TEXTS = 1000  # texts per stored chunk (fewer when they pass CHUNK_BYTES)
 CHUNK_BYTES = 2**20  # uncompressed JSON bytes after which a chunk is closed early
-COMPRESSION_LEVEL = 1  # texts compress ~2.5x at 1, ~3x at 6 for 3x the time (1M texts are uploaded whole)
+COMPRESSION_LEVEL = (
+    1  # texts compress ~2.5x at 1, ~3x at 6 for 3x the time (1M texts are uploaded whole)
+)
 
 
 class CorpusGone(KeyError):
@@ -40,7 +42,9 @@ class CorpusGone(KeyError):
 
 def encode_chunk(texts: list[str]) -> bytes:
     """A chunk as stored: the texts as a compact JSON list, zlib-compressed."""
-    return zlib.compress(json.dumps(texts, ensure_ascii=False, separators=(",", ":")).encode(), COMPRESSION_LEVEL)
+    return zlib.compress(
+        json.dumps(texts, ensure_ascii=False, separators=(",", ":")).encode(), COMPRESSION_LEVEL
+    )
 
 
 def encode_items(items: list[bytes]) -> bytes:
@@ -70,14 +74,25 @@ def chunk_texts(texts: Iterable[str]) -> Iterator[tuple[int, bytes]]:
 class CorpusStore:
     """The corpus half of ``Store`` (a mixin: it uses the store's connection helpers)."""
 
-    def put_corpus(self, corpus_id: str, texts: list[str], *, meta: dict[str, Any], owner: str | None = None) -> bool:
+    def put_corpus(
+        self, corpus_id: str, texts: list[str], *, meta: dict[str, Any], owner: str | None = None
+    ) -> bool:
         """Store a checked corpus held in memory (small ones); see ``put_corpus_chunks``."""
         size = len(json.dumps(texts, ensure_ascii=False, separators=(",", ":")).encode())
-        return self.put_corpus_chunks(corpus_id, chunk_texts(texts), n_texts=len(texts), size=size, meta=meta,
-                                      owner=owner)
+        return self.put_corpus_chunks(
+            corpus_id, chunk_texts(texts), n_texts=len(texts), size=size, meta=meta, owner=owner
+        )
 
-    def put_corpus_chunks(self, corpus_id: str, chunks: Iterable[tuple[int, bytes]], *, n_texts: int, size: int,
-                          meta: dict[str, Any], owner: str | None = None) -> bool:
+    def put_corpus_chunks(
+        self,
+        corpus_id: str,
+        chunks: Iterable[tuple[int, bytes]],
+        *,
+        n_texts: int,
+        size: int,
+        meta: dict[str, Any],
+        owner: str | None = None,
+    ) -> bool:
         """Store a checked corpus from its chunks ``(number of texts, encode_chunk(texts))`` in order,
         one chunk in memory at a time; True if stored now (the first write of an id wins, and a
         corpus already stored consumes no chunk). One transaction: the row and every chunk, or
@@ -85,18 +100,30 @@ class CorpusStore:
         ``size``: bytes of the texts as one JSON list (what the quota counts)."""
         if not CORPUS_ID.fullmatch(corpus_id):
             raise ValueError(f"malformed corpus id {corpus_id!r}")
-        row = {"id": corpus_id, "name": str(meta.get("name") or corpus_id)[:255], "n_texts": n_texts,
-               "size": size, "meta": dumps(meta), "owner": owner, "created_at": time.time()}
+        row = {
+            "id": corpus_id,
+            "name": str(meta.get("name") or corpus_id)[:255],
+            "n_texts": n_texts,
+            "size": size,
+            "meta": dumps(meta),
+            "owner": owner,
+            "created_at": time.time(),
+        }
         with self._conn(write=True) as conn:  # type: ignore[attr-defined]
             if not self._insert_ignore(conn, corpora, row):  # type: ignore[attr-defined]
                 return False
             first = 0
             for n, data in chunks:
-                conn.execute(corpus_chunks.insert().values(corpus_id=corpus_id, first_text=first, n_texts=n,
-                                                           data=data))
+                conn.execute(
+                    corpus_chunks.insert().values(
+                        corpus_id=corpus_id, first_text=first, n_texts=n, data=data
+                    )
+                )
                 first += n
             if first != n_texts:
-                raise ValueError(f"corpus {corpus_id}: its chunks hold {first} texts, not {n_texts}")
+                raise ValueError(
+                    f"corpus {corpus_id}: its chunks hold {first} texts, not {n_texts}"
+                )
         return True
 
     def corpus(self, corpus_id: str) -> dict[str, Any] | None:
@@ -114,8 +141,9 @@ class CorpusStore:
         with self._conn() as conn:  # type: ignore[attr-defined]
             return conn.execute(select(corpora.c.n_texts).where(corpora.c.id == corpus_id)).scalar()
 
-    def iter_corpus_texts(self, corpus_id: str, start: int = 0, stop: int | None = None, *,
-                          batch: int = CHUNK_TEXTS) -> Iterator[list[str]]:
+    def iter_corpus_texts(
+        self, corpus_id: str, start: int = 0, stop: int | None = None, *, batch: int = CHUNK_TEXTS
+    ) -> Iterator[list[str]]:
         """The texts ``[start, stop)`` of a stored corpus in order, as lists of at most ``batch`` texts.
 
         The streaming reader: at most one stored chunk (``CHUNK_TEXTS`` texts) plus one batch in
@@ -133,20 +161,27 @@ class CorpusStore:
         stop = n if stop is None else min(stop, n)
         return self._corpus_batches(corpus_id, start, stop, batch)
 
-    def _corpus_batches(self, corpus_id: str, start: int, stop: int, batch: int) -> Iterator[list[str]]:
+    def _corpus_batches(
+        self, corpus_id: str, start: int, stop: int, batch: int
+    ) -> Iterator[list[str]]:
         c = corpus_chunks.c
         pos = start
         out: list[str] = []
         while pos < stop:
-            query = (select(c.first_text, c.n_texts, c.data)
-                     .where(c.corpus_id == corpus_id, c.first_text <= pos)
-                     .order_by(c.first_text.desc()).limit(1))
+            query = (
+                select(c.first_text, c.n_texts, c.data)
+                .where(c.corpus_id == corpus_id, c.first_text <= pos)
+                .order_by(c.first_text.desc())
+                .limit(1)
+            )
             with self._conn() as conn:  # type: ignore[attr-defined]
                 row = conn.execute(query).first()
             if row is None or row.first_text + row.n_texts <= pos:
                 raise CorpusGone(f"corpus {corpus_id} was deleted while it was being read")
             texts = decode_chunk(row.data)
-            take = texts[pos - row.first_text : min(stop, row.first_text + row.n_texts) - row.first_text]
+            take = texts[
+                pos - row.first_text : min(stop, row.first_text + row.n_texts) - row.first_text
+            ]
             del texts
             pos += len(take)
             i = 0
@@ -171,7 +206,9 @@ class CorpusStore:
     def list_corpora(self) -> list[dict[str, Any]]:
         """Every stored corpus' meta, oldest first."""
         with self._conn() as conn:  # type: ignore[attr-defined]
-            rows = conn.execute(select(corpora.c.meta).order_by(corpora.c.created_at, corpora.c.id)).scalars()
+            rows = conn.execute(
+                select(corpora.c.meta).order_by(corpora.c.created_at, corpora.c.id)
+            ).scalars()
             return [json.loads(raw) for raw in rows]
 
     def add_corpus_owner(self, corpus_id: str, owner: str) -> dict[str, Any] | None:
@@ -184,14 +221,20 @@ class CorpusStore:
             owners.append(owner)
         meta = {**meta, "owners": owners}
         with self._conn(write=True) as conn:  # type: ignore[attr-defined]
-            conn.execute(update(corpora).where(corpora.c.id == corpus_id).values(meta=dumps(meta), used_at=time.time()))
+            conn.execute(
+                update(corpora)
+                .where(corpora.c.id == corpus_id)
+                .values(meta=dumps(meta), used_at=time.time())
+            )
         return meta
 
     def touch_corpus(self, corpus_id: str) -> None:
         """Restart a corpus' expiry clock (an analysis uses it)."""
         if CORPUS_ID.fullmatch(corpus_id):
             with self._conn(write=True) as conn:  # type: ignore[attr-defined]
-                conn.execute(update(corpora).where(corpora.c.id == corpus_id).values(used_at=time.time()))
+                conn.execute(
+                    update(corpora).where(corpora.c.id == corpus_id).values(used_at=time.time())
+                )
 
     def delete_corpus(self, corpus_id: str) -> None:
         """Remove a corpus and its texts (one transaction)."""

@@ -41,7 +41,7 @@ def database_url(settings: Any) -> str:
 def normalise(url: str) -> URL:
     """``postgresql://`` and ``postgres://`` mean psycopg 3 (not SQLAlchemy's default psycopg2)."""
     if url.startswith("postgres://"):
-        url = "postgresql://" + url[len("postgres://"):]
+        url = "postgresql://" + url[len("postgres://") :]
     parsed = make_url(url)
     if parsed.drivername == "postgresql":
         parsed = parsed.set(drivername="postgresql+psycopg")
@@ -55,9 +55,9 @@ def normalise(url: str) -> URL:
 
 def describe(url: str | URL) -> str:
     """The URL without its password, for messages and logs."""
-    return normalise(str(url) if isinstance(url, str) else url.render_as_string(False)).render_as_string(
-        hide_password=True
-    )
+    return normalise(
+        str(url) if isinstance(url, str) else url.render_as_string(False)
+    ).render_as_string(hide_password=True)
 
 
 def make_engine(url: str, **kw: Any) -> Engine:
@@ -67,13 +67,21 @@ def make_engine(url: str, **kw: Any) -> Engine:
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         # a file: no server to go away, so no pre-ping round trip on every checkout
-        engine = create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_MS / 1000, "check_same_thread": False},
-                               **kw)
+        engine = create_engine(
+            parsed,
+            connect_args={"timeout": SQLITE_BUSY_MS / 1000, "check_same_thread": False},
+            **kw,
+        )
         _sqlite_pragmas(engine)
         return engine
     return create_engine(
-        parsed, pool_pre_ping=True, pool_size=10, max_overflow=20, pool_timeout=10,
-        connect_args={"connect_timeout": CONNECT_TIMEOUT_S}, **kw,
+        parsed,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=20,
+        pool_timeout=10,
+        connect_args={"connect_timeout": CONNECT_TIMEOUT_S},
+        **kw,
     )
 
 

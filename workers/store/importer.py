@@ -32,7 +32,9 @@ def import_file_store(store: Store, source: Path) -> dict[str, Any]:
     source = Path(source)
     if not source.is_dir():
         raise FileNotFoundError(f"{source} is not a directory")
-    report: dict[str, Any] = {k: {"imported": 0, "present": 0} for k in ("results", "shares", "checkpoints")}
+    report: dict[str, Any] = {
+        k: {"imported": 0, "present": 0} for k in ("results", "shares", "checkpoints")
+    }
     problems: list[str] = []
     for meta_path in sorted((source / "results").glob("*.meta.json")):
         job_id = meta_path.name.split(".", 1)[0]
@@ -46,16 +48,28 @@ def import_file_store(store: Store, source: Path) -> dict[str, Any]:
             problems.append(f"result {meta_path.name}: {exc}")
             continue
         expires = meta_path.stat().st_mtime + store.settings.result_ttl_s
-        done = store.write_result(job_id, kind=str(meta.get("kind", "analysis")), request=meta.get("request") or {},
-                                  result_raw=raw, expires_at=expires)
+        done = store.write_result(
+            job_id,
+            kind=str(meta.get("kind", "analysis")),
+            request=meta.get("request") or {},
+            result_raw=raw,
+            expires_at=expires,
+        )
         report["results"]["imported" if done else "present"] += 1
     for path in sorted((source / "shares").glob("*.json")):
         try:
             share = json.loads(path.read_text())
-            if not SHARE_ID.fullmatch(str(share["id"])) or not JOB_ID.fullmatch(str(share["target"])):
+            if not SHARE_ID.fullmatch(str(share["id"])) or not JOB_ID.fullmatch(
+                str(share["target"])
+            ):
                 raise ValueError("malformed share")
-            row = {"id": share["id"], "kind": str(share["kind"]), "target": share["target"],
-                   "view": dumps(share.get("view") or {}), "created_at": float(share.get("created_at") or time.time())}
+            row = {
+                "id": share["id"],
+                "kind": str(share["kind"]),
+                "target": share["target"],
+                "view": dumps(share.get("view") or {}),
+                "created_at": float(share.get("created_at") or time.time()),
+            }
         except (OSError, ValueError, KeyError, TypeError) as exc:
             problems.append(f"share {path.name}: {exc}")
             continue
@@ -77,7 +91,9 @@ def import_file_store(store: Store, source: Path) -> dict[str, Any]:
             continue
         copy = store.new_upload_path()
         shutil.copyfile(blobs[0], copy)  # staging consumes its input: the source stays untouched
-        store.stage_checkpoint(ck_dir.name, copy, ext=blobs[0].suffix, filename=meta.get("filename"))
+        store.stage_checkpoint(
+            ck_dir.name, copy, ext=blobs[0].suffix, filename=meta.get("filename")
+        )
         store.commit_checkpoint(ck_dir.name, meta)
         report["checkpoints"]["imported"] += 1
     report["problems"] = problems

@@ -66,7 +66,9 @@ checkpoints = Table(
     Column("sha256", String(64), nullable=False),
     Column("state", String(16), nullable=False),  # staged (being inspected) | ready
     Column("meta", Text, nullable=True),  # JSON: candidates, default, ... (set when ready)
-    Column("blob_path", String(512), nullable=True),  # file name in HEADSCOPE_BLOB_DIR; NULL: chunks
+    Column(
+        "blob_path", String(512), nullable=True
+    ),  # file name in HEADSCOPE_BLOB_DIR; NULL: chunks
     Column("owner", String(128), nullable=True, index=True),
     Column("created_at", Float, nullable=False),
     Column("expires_at", Float, nullable=True),
@@ -77,7 +79,10 @@ checkpoint_chunks = Table(
     "checkpoint_chunks",
     metadata,
     Column(
-        "checkpoint_id", String(64), ForeignKey("checkpoints.id", ondelete="CASCADE"), primary_key=True
+        "checkpoint_id",
+        String(64),
+        ForeignKey("checkpoints.id", ondelete="CASCADE"),
+        primary_key=True,
     ),
     Column("seq", Integer, primary_key=True),
     Column("data", LargeBinary, nullable=False),
@@ -98,7 +103,9 @@ fingerprints = Table(
 corpora = Table(
     "corpora",
     metadata,
-    Column("id", String(64), primary_key=True),  # cp- + the first 32 hex digits of the SHA-256 of the texts
+    Column(
+        "id", String(64), primary_key=True
+    ),  # cp- + the first 32 hex digits of the SHA-256 of the texts
     Column("name", String(255), nullable=False),  # display only
     Column("n_texts", Integer, nullable=False),
     Column("size", BigInteger, nullable=False),  # bytes of the uncompressed JSON list of texts
@@ -106,7 +113,9 @@ corpora = Table(
     Column("owner", String(128), nullable=True, index=True),  # the first uploader
     Column("created_at", Float, nullable=False),
     Column("expires_at", Float, nullable=True),
-    Column("used_at", Float, nullable=True),  # last use (an analysis, a new owner); NULL: created_at
+    Column(
+        "used_at", Float, nullable=True
+    ),  # last use (an analysis, a new owner); NULL: created_at
 )
 
 corpus_chunks = Table(

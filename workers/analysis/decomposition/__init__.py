@@ -27,6 +27,17 @@ from workers.analysis.decomposition.terms import (
     decompose_encoded,
 )
 
-__all__ = ["CONVENTION", "TERM_LABELS", "Decomposition", "ImportanceCurves", "decompose", "decompose_batch",
-           "decompose_encoded", "decomposition_section", "importance_curves", "importance_spearman",
-           "kept_tokens", "spearman_per_state"]
+__all__ = [
+    "CONVENTION",
+    "TERM_LABELS",
+    "Decomposition",
+    "ImportanceCurves",
+    "decompose",
+    "decompose_batch",
+    "decompose_encoded",
+    "decomposition_section",
+    "importance_curves",
+    "importance_spearman",
+    "kept_tokens",
+    "spearman_per_state",
+]

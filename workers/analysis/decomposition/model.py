@@ -196,6 +196,10 @@ def batch_inputs(loaded: LoadedModel, encs: list[Encoded]) -> dict[str, torch.Te
         ids[row, : e.n] = torch.tensor(e.input_ids, device=loaded.device)
         mask[row, : e.n] = 1
     inputs = {"input_ids": ids, "attention_mask": mask}
-    if loaded.arch is not None and loaded.arch.layout == "bert" and loaded.config.get("type_vocab_size", 0) > 0:
+    if (
+        loaded.arch is not None
+        and loaded.arch.layout == "bert"
+        and loaded.config.get("type_vocab_size", 0) > 0
+    ):
         inputs["token_type_ids"] = torch.zeros_like(ids)
     return inputs

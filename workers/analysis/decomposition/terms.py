@@ -242,7 +242,11 @@ def decompose_encoded(
         terms[3].add_(shift)
         scales.append(scale)
         stds.append(std)
-        gains.append(norm_gain(ln) if getattr(ln, "weight", None) is not None else torch.ones_like(scale[0, 0]))
+        gains.append(
+            norm_gain(ln)
+            if getattr(ln, "weight", None) is not None
+            else torch.ones_like(scale[0, 0])
+        )
         return x * scale + shift  # the norm's output, in the model's dtype
 
     def branch(ln: torch.nn.Module | None) -> torch.Tensor | None:
@@ -260,7 +264,9 @@ def decompose_encoded(
         ctx = rec.context[layer]  # [b, n, head*head_dim]
         dh = ctx.shape[-1] // n_heads
         # value bias times each query's attention row sum (1 up to the softmax's own rounding)
-        vb = rec.row_sums[layer].to(ctx.dtype).repeat_interleave(dh, dim=-1) * la.b_v  # [b, n, head*head_dim]
+        vb = (
+            rec.row_sums[layer].to(ctx.dtype).repeat_interleave(dh, dim=-1) * la.b_v
+        )  # [b, n, head*head_dim]
         unbiased = ctx - vb
         contexts.append(unbiased)
         head_entry.append(len(scales))
@@ -285,24 +291,40 @@ def decompose_encoded(
             hidden = torch.cat([hidden[:-1], own[None]])
         state_terms.append(terms.clone())
         applied.append(len(scales))
-        progress(0.5 + 0.25 * (layer + 1) / n_layers, f"decomposition: layer {layer + 1}/{n_layers}")
+        progress(
+            0.5 + 0.25 * (layer + 1) / n_layers, f"decomposition: layer {layer + 1}/{n_layers}"
+        )
 
     # importances: mu(e, t) = e.t / |e|^2 for each head's and each feed-forward's carried output
     norm2 = (hidden * hidden).sum(-1, keepdim=True)
     w = hidden / torch.where(norm2 > 0, norm2, torch.ones_like(norm2))  # [state, b, n, d]
-    head_imp = torch.zeros((n_states, n_layers, b, n_heads, n), dtype=hidden.dtype, device=hidden.device)
+    head_imp = torch.zeros(
+        (n_states, n_layers, b, n_heads, n), dtype=hidden.dtype, device=hidden.device
+    )
     ff_imp = torch.zeros((n_states, n_layers, b, n), dtype=hidden.dtype, device=hidden.device)
     for layer, la in enumerate(arch.layers):
         later = range(layer + 1, n_states)
-        wh = torch.stack([_weighted(_weighted(w[s], _carry(scales, head_entry[layer], applied[s])),
-                                    branch_scales[layer]) for s in later])
+        wh = torch.stack(
+            [
+                _weighted(
+                    _weighted(w[s], _carry(scales, head_entry[layer], applied[s])),
+                    branch_scales[layer],
+                )
+                for s in later
+            ]
+        )
         v = wh @ la.w_o.T  # [state', b, n, head*head_dim]
         ctx = contexts[layer]
         prod = (ctx[None] * v).view(len(later), b, n, n_heads, -1).sum(-1)  # [state', b, n, head]
         head_imp[layer + 1 :, layer] = prod.transpose(-1, -2)
         for s in later:
-            ff_imp[s, layer] = (ffs[layer] * _weighted(w[s], _carry(scales, ff_entry[layer], applied[s]))).sum(-1)
-        progress(0.75 + 0.25 * (layer + 1) / n_layers, f"decomposition: importances {layer + 1}/{n_layers}")
+            ff_imp[s, layer] = (
+                ffs[layer] * _weighted(w[s], _carry(scales, ff_entry[layer], applied[s]))
+            ).sum(-1)
+        progress(
+            0.75 + 0.25 * (layer + 1) / n_layers,
+            f"decomposition: importances {layer + 1}/{n_layers}",
+        )
 
     def np_(t: torch.Tensor) -> np.ndarray:
         return t.detach().cpu().numpy()
@@ -330,8 +352,13 @@ def decompose_encoded(
         )
         if keep_components:
             heads = [
-                _weighted(torch.matmul(c[row, :k].view(k, n_heads, -1).transpose(0, 1), la.w_o.reshape(n_heads, -1, d)),
-                          None if post is None else post[row, :k])
+                _weighted(
+                    torch.matmul(
+                        c[row, :k].view(k, n_heads, -1).transpose(0, 1),
+                        la.w_o.reshape(n_heads, -1, d),
+                    ),
+                    None if post is None else post[row, :k],
+                )
                 for c, la, post in zip(contexts, arch.layers, branch_scales, strict=True)
             ]  # per layer [head, token, d], after the branch's post-norm
             dec.head_outputs = np_(torch.stack(heads))

@@ -25,8 +25,18 @@ from workers.analysis.tsne.options import (
 from workers.analysis.tsne.reference import _batched, _opentsne
 from workers.errors import HeadscopeError
 
-__all__ = ["ENGINES", "INITS", "HeadTSNEResult", "TSNEOptions", "TSNEResult", "embed_affinities", "embed_layer",
-           "head_tsne", "select_indices", "with_overrides"]
+__all__ = [
+    "ENGINES",
+    "INITS",
+    "HeadTSNEResult",
+    "TSNEOptions",
+    "TSNEResult",
+    "embed_affinities",
+    "embed_layer",
+    "head_tsne",
+    "select_indices",
+    "with_overrides",
+]
 
 
 def _fast(
@@ -34,6 +44,7 @@ def _fast(
 ) -> tuple[np.ndarray, np.ndarray, dict[str, object]]:
 
     return run_fast(p, options=options, x=x, progress=progress)
+
 
 def embed_affinities(
     p: np.ndarray,
@@ -59,7 +70,9 @@ def embed_affinities(
     run = {"batched": _batched, "opentsne": _opentsne, "fast": _fast}[options.engine]
     out = run(np.ascontiguousarray(pb, dtype=np.float64), options=options, x=x, progress=progress)
     emb, kls = out[0], out[1]
-    extra = out[2] if len(out) > 2 else {}  # the fast engine: which of its engines ran, and fallbacks
+    extra = (
+        out[2] if len(out) > 2 else {}
+    )  # the fast engine: which of its engines ran, and fallbacks
     best = kls.argmin(axis=0)  # [B]
     embedding = emb[best, np.arange(pb.shape[0])]
     kl = kls[best, np.arange(pb.shape[0])]
@@ -68,6 +81,7 @@ def embed_affinities(
     if single:
         res.embedding, res.kl, res.kl_restarts = embedding[0], kl[0:1], res.kl_restarts[0:1]
     return res
+
 
 def head_tsne(
     attentions: np.ndarray,
@@ -94,7 +108,14 @@ def head_tsne(
     parts = []
     for i, layer in enumerate(ls):  # layer by layer, as the streamed pipeline does (same numbers)
         a = np.asarray(attentions[layer][hs], dtype=np.float64)  # [Hs, n, n]
-        parts.append(embed_layer(a, keep=keep, options=opts, progress=scaled(progress, i / len(ls), (i + 1) / len(ls))))
+        parts.append(
+            embed_layer(
+                a,
+                keep=keep,
+                options=opts,
+                progress=scaled(progress, i / len(ls), (i + 1) / len(ls)),
+            )
+        )
     m = parts[0].embedding.shape[-2]
     return HeadTSNEResult(
         layers=ls,
@@ -107,8 +128,13 @@ def head_tsne(
         engine=parts[0].engine,
     )
 
+
 def embed_layer(
-    a: np.ndarray, *, keep: np.ndarray | None, options: TSNEOptions, progress: Progress | None = None
+    a: np.ndarray,
+    *,
+    keep: np.ndarray | None,
+    options: TSNEOptions,
+    progress: Progress | None = None,
 ) -> TSNEResult:
     """t-SNE of one layer's heads: ``a`` [head, n, n] -> embedding [head, m, 2], best restart each.
 

@@ -39,10 +39,15 @@ def head_affinities(attention: np.ndarray, *, keep: np.ndarray | None = None) ->
     p[..., np.arange(n), np.arange(n)] = 0.0
     total = p.sum(axis=(-2, -1), keepdims=True)
     if np.any(total <= 0):
-        raise HeadscopeError("the attention matrix puts all its weight on the diagonal; P is undefined")
+        raise HeadscopeError(
+            "the attention matrix puts all its weight on the diagonal; P is undefined"
+        )
     return p / total
 
-def conditional_probabilities(x: np.ndarray, *, perplexity: float = 20.0, tol: float = 1e-5) -> np.ndarray:
+
+def conditional_probabilities(
+    x: np.ndarray, *, perplexity: float = 20.0, tol: float = 1e-5
+) -> np.ndarray:
     """Rows ``p_{j|i}`` of Gaussian kernels whose σ_i gives ``2^{H(P_i)} = perplexity``.
 
     σ_i is found on β_i = 1/(2σ_i²) (``conditional_from_distances``); the perplexity is capped at (n - 1) / 3, as
@@ -58,7 +63,10 @@ def conditional_probabilities(x: np.ndarray, *, perplexity: float = 20.0, tol: f
     d2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * x @ x.T, 0.0)
     return conditional_from_distances(d2, perplexity=perplexity, tol=tol)
 
-def conditional_from_distances(d2: np.ndarray, *, perplexity: float = 20.0, tol: float = 1e-5) -> np.ndarray:
+
+def conditional_from_distances(
+    d2: np.ndarray, *, perplexity: float = 20.0, tol: float = 1e-5
+) -> np.ndarray:
     """``conditional_probabilities`` from squared distances d2 [n, n] instead of points.
 
     Each row's β (= 1/(2σ²)) is found by Newton's method on log β, kept inside a bracket that every
@@ -74,14 +82,18 @@ def conditional_from_distances(d2: np.ndarray, *, perplexity: float = 20.0, tol:
     perp = min(float(perplexity), (n - 1) / 3.0)
     np.fill_diagonal(d2, np.inf)
     d2 -= d2.min(axis=1, keepdims=True)  # shift per row: same conditional P, no underflow
-    np.fill_diagonal(d2, 0.0)  # the diagonal's weight, e^0 = 1, is taken out of each row's sum below
+    np.fill_diagonal(
+        d2, 0.0
+    )  # the diagonal's weight, e^0 = 1, is taken out of each row's sum below
     target = np.log(perp)  # entropy in nats
     pc = np.zeros((n, n))
     # a row with k >= perplexity points at its nearest distance (duplicates: a repeated token's
     # first hidden state) never gets its entropy down to log(perplexity): its limit, β -> ∞, is
     # uniform over those k (where bisection ended too, after its 200 passes)
     scale = d2.sum(axis=1) / (n - 1)  # a row's mean distance
-    ties = d2 <= 1e-9 * scale[:, None]  # at the nearest distance, up to the rounding of |x|² + |y|² - 2x·y
+    ties = (
+        d2 <= 1e-9 * scale[:, None]
+    )  # at the nearest distance, up to the rounding of |x|² + |y|² - 2x·y
     np.fill_diagonal(ties, False)
     k = ties.sum(axis=1)
     tied = np.log(k) >= target - tol
@@ -114,17 +126,25 @@ def conditional_from_distances(d2: np.ndarray, *, perplexity: float = 20.0, tol:
         lo[rows[up]] = log_beta[rows[up]]
         hi[rows[~up]] = log_beta[rows[~up]]
         slope = beta * beta * var  # -dH/dlog β
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # at most x e^2 per step
+        with np.errstate(
+            divide="ignore", invalid="ignore", over="ignore"
+        ):  # at most x e^2 per step
             newton = log_beta[rows] + np.where(slope > 0, np.clip(diff / slope, -2.0, 2.0), np.inf)
         below, above = lo[rows], hi[rows]
-        halve = np.where(np.isfinite(below) & np.isfinite(above), (below + above) / 2,
-                         np.where(np.isfinite(below), below + np.log(2.0), above - np.log(2.0)))
+        halve = np.where(
+            np.isfinite(below) & np.isfinite(above),
+            (below + above) / 2,
+            np.where(np.isfinite(below), below + np.log(2.0), above - np.log(2.0)),
+        )
         inside = np.isfinite(newton) & (newton > below) & (newton < above)
         log_beta[rows] = np.where(inside, newton, halve)
         rows = rows[~done]
     return pc
 
-def perplexity_affinities(x: np.ndarray, *, perplexity: float = 20.0, tol: float = 1e-5) -> np.ndarray:
+
+def perplexity_affinities(
+    x: np.ndarray, *, perplexity: float = 20.0, tol: float = 1e-5
+) -> np.ndarray:
     """Symmetric Gaussian t-SNE probabilities ``(p_j|i + p_i|j) / 2n`` (docs/analyses.md#t-sne-of-hidden-states).
 
     Args:
@@ -137,6 +157,7 @@ def perplexity_affinities(x: np.ndarray, *, perplexity: float = 20.0, tol: float
     p = (pc + pc.T) / (2.0 * n)
     np.fill_diagonal(p, 0.0)
     return p / p.sum()
+
 
 def kl_divergence(p: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor) -> np.ndarray:
     """Exact ``KL(P || Q)`` (nats) for one or a batch of embeddings, in float64.
@@ -212,6 +233,7 @@ def entropies(p: np.ndarray) -> np.ndarray:
         pb = np.asarray(p[b], dtype=np.float64)
         out[b] = xlogy(pb, pb).sum()
     return out
+
 
 def kernel_p(p: np.ndarray) -> np.ndarray:
     """The float32 copy of P the kernels read, entries below ``P_FLUSH`` zeroed (their forces are

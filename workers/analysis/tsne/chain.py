@@ -30,12 +30,14 @@ FAULTS = ("compile", "launch", "fatal")
 STICKY = ("illegal memory access", "illegal address", "unspecified launch failure", "device-side assert",
           "misaligned address", "illegal instruction", "CUDA_ERROR_ILLEGAL")  # fmt: skip
 
+
 class DeviceLost(RuntimeError):
     """The device is unusable in this process: the job must be retried by a fresh worker."""
 
     def __init__(self, engine: str, why: str):
         self.engine, self.why = engine, why
         super().__init__(f"t-SNE on {engine} left the device unusable: {why}")
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -69,10 +71,15 @@ class Fault:
         if _checking.get():  # launch and fatal faults hit jobs only
             return
         if self.kind == "launch":
-            raise RuntimeError(f"{kind} launch failed: out of resources (injected by HEADSCOPE_TSNE_FAULT)")
+            raise RuntimeError(
+                f"{kind} launch failed: out of resources (injected by HEADSCOPE_TSNE_FAULT)"
+            )
         state = _state()
         state.lost = f"{kind}: CUDA error: an illegal memory access was encountered (injected)"
-        raise RuntimeError("CUDA error: an illegal memory access was encountered (injected by HEADSCOPE_TSNE_FAULT)")
+        raise RuntimeError(
+            "CUDA error: an illegal memory access was encountered (injected by HEADSCOPE_TSNE_FAULT)"
+        )
+
 
 @dataclass
 class EngineState:
@@ -84,13 +91,19 @@ class EngineState:
     fault: Fault | None = None
     lost: str | None = None  # why the device became unusable, once it has
 
+
 _STATE: EngineState | None = None
 
 _checking: contextvars.ContextVar[bool] = contextvars.ContextVar("tsne_self_check", default=False)
 
-_avoid: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("tsne_avoid", default=frozenset())
+_avoid: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "tsne_avoid", default=frozenset()
+)
 
-_avoid_notes: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("tsne_avoid_notes", default=())
+_avoid_notes: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "tsne_avoid_notes", default=()
+)
+
 
 def default_chain(device: torch.device, candidates: tuple[str, ...] | None = None) -> list[str]:
     """Engines a process may use on ``device`` before any check: every round kind on CUDA (Triton's
@@ -98,8 +111,11 @@ def default_chain(device: torch.device, candidates: tuple[str, ...] | None = Non
 
     if candidates is None:
         candidates = ROUND_KINDS if device.type == "cuda" else ()
-    kinds = [k for k in candidates if k != "cpu" and (not k.startswith("triton") or triton_available())]
+    kinds = [
+        k for k in candidates if k != "cpu" and (not k.startswith("triton") or triton_available())
+    ]
     return [*kinds, "cpu"]
+
 
 def _same(a: torch.device, b: torch.device) -> bool:
     """``cuda`` and ``cuda:0`` are one device when 0 is the current one."""
@@ -108,7 +124,10 @@ def _same(a: torch.device, b: torch.device) -> bool:
     if a.type != "cuda" or a.index == b.index:
         return True
     current = torch.cuda.current_device()
-    return (a.index if a.index is not None else current) == (b.index if b.index is not None else current)
+    return (a.index if a.index is not None else current) == (
+        b.index if b.index is not None else current
+    )
+
 
 def _state(device: torch.device | None = None) -> EngineState:
     """The installed state when ``device`` is its device (or None); a device with nothing installed
@@ -122,9 +141,11 @@ def _state(device: torch.device | None = None) -> EngineState:
         _STATE = state
     return state
 
+
 def current(device: torch.device | None = None) -> EngineState:
     """The engines of ``device`` in this process (the installed ones, or its defaults)."""
     return _state(device)
+
 
 def install(state: EngineState | None) -> EngineState | None:
     """Make ``state`` this process' engines (None: back to the defaults); returns the previous one."""
@@ -132,12 +153,16 @@ def install(state: EngineState | None) -> EngineState | None:
     before, _STATE = _STATE, state
     return before
 
+
 def lost() -> str | None:
     """Why the device became unusable in this process, or None."""
     return _STATE.lost if _STATE is not None else None
 
+
 @contextlib.contextmanager
-def avoiding(engines: list[str] | tuple[str, ...] | frozenset[str], *, notes: tuple[str, ...] = ()) -> Iterator[None]:
+def avoiding(
+    engines: list[str] | tuple[str, ...] | frozenset[str], *, notes: tuple[str, ...] = ()
+) -> Iterator[None]:
     """Within the block, skip ``engines`` (a retried job skips the engine that lost the device);
     ``notes`` say why, in every result's fallback list."""
     token, token_notes = _avoid.set(frozenset(engines)), _avoid_notes.set(tuple(notes))
@@ -147,9 +172,11 @@ def avoiding(engines: list[str] | tuple[str, ...] | frozenset[str], *, notes: tu
         _avoid.reset(token)
         _avoid_notes.reset(token_notes)
 
+
 def avoided_notes() -> list[str]:
     """Why engines are avoided in this context (a retried job's note), for its results."""
     return list(_avoid_notes.get())
+
 
 def chain_for(device: torch.device) -> list[str]:
     """The engines to try on ``device``, in order: the installed chain minus the avoided ones."""
@@ -157,16 +184,23 @@ def chain_for(device: torch.device) -> list[str]:
     if state.lost:  # nothing runs on the device any more
         return ["cpu"]
     avoid = _avoid.get()
-    return [e for e in state.chain if e == "cpu" or not (e in avoid or ("triton" in avoid and e.startswith("triton")))]
+    return [
+        e
+        for e in state.chain
+        if e == "cpu" or not (e in avoid or ("triton" in avoid and e.startswith("triton")))
+    ]
+
 
 def attempts(device: torch.device) -> list[str]:
     """``chain_for`` as attempts: both Triton layouts usable -> one ``triton`` attempt (the layout
     is picked per batch), then the rest."""
     return attempts_of(chain_for(device))
 
+
 def device_path(device: torch.device) -> bool:
     """True when the first engine for ``device`` is a device round (P should stay on the device)."""
     return attempts(device)[0] != "cpu"
+
 
 def describe(state: EngineState | None = None) -> str:
     """The engine as health shows it: ``triton``, ``triton-wide (triton-fused failed: ...)``,
@@ -178,7 +212,9 @@ def describe(state: EngineState | None = None) -> str:
         reasons.setdefault(why, []).append(engine)
     parts = []
     for why, engines in reasons.items():
-        name = "triton" if sorted(engines) == ["triton-fused", "triton-wide"] else ", ".join(engines)
+        name = (
+            "triton" if sorted(engines) == ["triton-fused", "triton-wide"] else ", ".join(engines)
+        )
         parts.append(f"{name} failed: {why}")
     if state.lost:
         parts.append(f"device lost: {state.lost}")
@@ -186,10 +222,12 @@ def describe(state: EngineState | None = None) -> str:
         return first
     return f"{first}: {'; '.join(parts)}"
 
+
 def attempts_of(chain: list[str]) -> list[str]:
     """A chain as attempts (see ``attempts``)."""
     both = "triton-fused" in chain and "triton-wide" in chain
     return list(dict.fromkeys("triton" if both and e.startswith("triton") else e for e in chain))
+
 
 def why(exc: BaseException) -> str:
     """A one-line reason for health and logs."""
@@ -197,6 +235,7 @@ def why(exc: BaseException) -> str:
     if "Failed to find C compiler" in text:
         return "no C compiler" + (" (injected)" if "injected" in str(exc) else "")
     return text[:160]
+
 
 def device_usable(device: torch.device) -> bool:
     """A tiny computation on ``device`` succeeds (False once a sticky error or an injected fatal
@@ -212,8 +251,10 @@ def device_usable(device: torch.device) -> bool:
     except Exception:
         return False
 
+
 def is_fatal(exc: BaseException, device: torch.device) -> bool:
     return any(s in str(exc) for s in STICKY) or not device_usable(device)
+
 
 def round_hook(kind: str) -> None:
     """Called before every device round of ``kind``: the injected fault, if any."""

@@ -199,7 +199,9 @@ def _cross_entropy(p, y0, y1, sym):  # pragma: no cover - compiled
 
 
 @njit(parallel=True, cache=True)
-def run_round(p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, kl, sym):  # pragma: no cover
+def run_round(
+    p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, kl, sym
+):  # pragma: no cover
     """Advance each head in ``heads`` by ``steps`` iterations, then estimate its KL; heads run
     in parallel threads.
 
@@ -220,7 +222,9 @@ def run_round(p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, kl, sym)
 
 
 @njit(cache=True)
-def run_round_serial(p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, kl, sym):  # pragma: no cover
+def run_round_serial(
+    p, y, u, g, heads, steps, ex, mom, lr, max_step, entropy, kl, sym
+):  # pragma: no cover
     """``run_round`` on the calling thread: for a single head, idle threads that spin while
     waiting only take CPU from the one that works."""
     n = y.shape[2]

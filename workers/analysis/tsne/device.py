@@ -50,16 +50,21 @@ def graphs_enabled(device: torch.device) -> bool:
 
     return device.type == "cuda" and get_settings().cuda_graphs
 
+
 class DeviceState:
     """Every head's P, positions, updates, gains and KL as tensors on one device.
 
     p [B, N, N] float32 zero-padded; y, u, g [B, 2, N] float32 axis-major; lengths [B] int32.
     """
 
-    def __init__(self, p: torch.Tensor, y0: torch.Tensor, lengths: torch.Tensor, entropy: torch.Tensor):
+    def __init__(
+        self, p: torch.Tensor, y0: torch.Tensor, lengths: torch.Tensor, entropy: torch.Tensor
+    ):
         self.device = p.device
         self.batch, self.n_max = p.shape[0], p.shape[-1]
-        self.p = torch.where(p < P_FLUSH, 0.0, p).to(torch.float32).contiguous()  # a copy: P is the caller's
+        self.p = (
+            torch.where(p < P_FLUSH, 0.0, p).to(torch.float32).contiguous()
+        )  # a copy: P is the caller's
         self.lengths = lengths.to(device=self.device, dtype=torch.int32).contiguous()
         self.y = y0.to(device=self.device, dtype=torch.float32).transpose(1, 2).contiguous()
         self.y *= self.valid[:, None, :]
@@ -74,6 +79,7 @@ class DeviceState:
         """[B, N] bool: the points of each head."""
         return torch.arange(self.n_max, device=self.device)[None, :] < self.lengths[:, None]
 
+
 def torch_round(state: DeviceState, steps: torch.Tensor, ex: torch.Tensor, mom: torch.Tensor,
                 lr: torch.Tensor, max_step: float, *, check_every: int) -> None:  # fmt: skip
     """``gpu_kernels``' round as batched torch ops: ``check_every`` masked iterations of every head
@@ -87,7 +93,9 @@ def torch_round(state: DeviceState, steps: torch.Tensor, ex: torch.Tensor, mom: 
         heads = heads[steps > 0]
         loops = int(steps.max()) if len(heads) else 0
     n = state.n_max
-    chunk = max(1, (1 << 25) // (n * n)) if state.device.type == "cpu" else max(1, (1 << 28) // (n * n))
+    chunk = (
+        max(1, (1 << 25) // (n * n)) if state.device.type == "cpu" else max(1, (1 << 28) // (n * n))
+    )
     eye = torch.eye(n, dtype=torch.bool, device=state.device)
     for s in range(0, len(heads), chunk):
         idx = heads[s : s + chunk]
@@ -95,7 +103,12 @@ def torch_round(state: DeviceState, steps: torch.Tensor, ex: torch.Tensor, mom: 
         pair = (valid[:, :, None] & valid[:, None, :]) & ~eye
         p = state.p[idx]
         y, u, g = state.y[idx], state.u[idx], state.g[idx]  # [h, 2, N]
-        st, e, m, r = steps[idx][:, None, None], ex[idx][:, None, None], mom[idx][:, None, None], lr[idx][:, None, None]
+        st, e, m, r = (
+            steps[idx][:, None, None],
+            ex[idx][:, None, None],
+            mom[idx][:, None, None],
+            lr[idx][:, None, None],
+        )
         count = valid.sum(-1, keepdim=True)[:, None, :].to(y.dtype)  # [h, 1, 1]
         for it in range(loops):
             w = _student(y, pair)
@@ -110,7 +123,11 @@ def torch_round(state: DeviceState, steps: torch.Tensor, ex: torch.Tensor, mom: 
             y_new = (y + u_new) * valid[:, None, :]
             y_new = (y_new - y_new.sum(-1, keepdim=True) / count) * valid[:, None, :]
             moving = (it < st) & valid[:, None, :]  # padded points never move
-            y, u, g = torch.where(moving, y_new, y), torch.where(moving, u_new, u), torch.where(moving, g_new, g)
+            y, u, g = (
+                torch.where(moving, y_new, y),
+                torch.where(moving, u_new, u),
+                torch.where(moving, g_new, g),
+            )
         state.y[idx], state.u[idx], state.g[idx] = y, u, g
         w = _student(y, pair)
         logd = -torch.log(torch.where(pair, w, 1.0))
@@ -119,15 +136,18 @@ def torch_round(state: DeviceState, steps: torch.Tensor, ex: torch.Tensor, mom: 
         kl = state.entropy[idx] + cross + torch.log(z)
         state.kl[idx] = torch.where(steps[idx] > 0, kl, state.kl[idx])
 
+
 def _student(y: torch.Tensor, pair: torch.Tensor) -> torch.Tensor:
     """``w_ij = 1 / (1 + |y_i - y_j|^2)`` of axis-major ``y`` [h, 2, N], zero off ``pair``."""
     dx = y[:, 0, :, None] - y[:, 0, None, :]
     dy = y[:, 1, :, None] - y[:, 1, None, :]
     return torch.where(pair, 1.0 / (1.0 + dx * dx + dy * dy), 0.0)
 
+
 Round = Callable[..., None]
 
 ROUNDS = ("triton", "triton-fused", "triton-wide", "torch")
+
 
 def round_function(kind: str, device: torch.device) -> Round:
     """``triton`` (the kernel, its layout picked per batch; interpreted on CPU), ``triton-fused`` /
@@ -143,7 +163,9 @@ def round_function(kind: str, device: torch.device) -> Round:
 
         def run(state, steps, ex, mom, lr, max_step, *, check_every):
             round_hook(kind)
-            gpu_kernels.launch(state, steps, ex, mom, lr, max_step, check_every=check_every, which=which)
+            gpu_kernels.launch(
+                state, steps, ex, mom, lr, max_step, check_every=check_every, which=which
+            )
 
         return run
 
@@ -153,6 +175,7 @@ def round_function(kind: str, device: torch.device) -> Round:
 
     return run_torch
 
+
 def ran_as(kind: str, batch: int, n_max: int, device: torch.device) -> str:
     """The engine name a round ``kind`` runs as for this batch (``triton`` -> its layout)."""
     if kind != "triton":
@@ -161,12 +184,14 @@ def ran_as(kind: str, batch: int, n_max: int, device: torch.device) -> str:
 
     return f"triton-{gpu_kernels.layout(batch, n_max, device)}"
 
+
 def on_device(device: torch.device):
     """``torch.cuda.device(device)`` on CUDA (Triton launches and graph capture use the current
     device: ``HEADSCOPE_DEVICE=cuda:1`` must run there), else nothing."""
     import contextlib
 
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
+
 
 @dataclass
 class DevicePlan:
@@ -187,7 +212,9 @@ class DevicePlan:
     check_every: int
 
     @classmethod
-    def make(cls, state: DeviceState, *, options: TSNEOptions, schedule: FastSchedule) -> DevicePlan:
+    def make(
+        cls, state: DeviceState, *, options: TSNEOptions, schedule: FastSchedule
+    ) -> DevicePlan:
         dev, batch = state.device, state.batch
         early = max(0, options.early_exaggeration_iter)
         settle = min(schedule.settle_iter, max(0, options.n_iter))
@@ -200,10 +227,18 @@ class DevicePlan:
         params = torch.zeros(batch, 4, 3, dtype=torch.float32, device=dev)
         params[:, 0, 0], params[:, 0, 1], params[:, 0, 2] = ex, options.initial_momentum, lr_early
         params[:, 1, 0], params[:, 1, 1], params[:, 1, 2] = 1.0, options.final_momentum, lr_main
-        params[:, 2, 0], params[:, 2, 1], params[:, 2, 2] = 1.0, options.final_momentum, lr_main * schedule.settle_lr
+        params[:, 2, 0], params[:, 2, 1], params[:, 2, 2] = (
+            1.0,
+            options.final_momentum,
+            lr_main * schedule.settle_lr,
+        )
         params[:, 3, 0] = 1.0
         lag = max(1, schedule.window // schedule.check_every)
-        mins = (min(schedule.min_early, early), min(schedule.min_main, main), min(schedule.min_settle, settle))
+        mins = (
+            min(schedule.min_early, early),
+            min(schedule.min_main, main),
+            min(schedule.min_settle, settle),
+        )
         plan = cls(
             caps=(early, main, settle),
             cap=torch.tensor([early, main, settle, 0], device=dev),
@@ -267,6 +302,7 @@ class DevicePlan:
         """No head needs more rounds than this (each round advances an active head >= 1 step)."""
         return sum(-(-c // self.check_every) for c in self.caps) + 1
 
+
 def optimize_device(
     p: torch.Tensor,
     y0: torch.Tensor,
@@ -293,6 +329,7 @@ def optimize_device(
     with on_device(p.device):
         return _optimize(p, y0, lengths, entropy, options=options, schedule=schedule, kind=kind,
                          rounds_per_sync=rounds_per_sync, progress=progress)  # fmt: skip
+
 
 def _optimize(p, y0, lengths, entropy, *, options, schedule, kind, rounds_per_sync, progress):
     from workers.analysis.tsne.options import FastSchedule
@@ -322,11 +359,15 @@ def _optimize(p, y0, lengths, entropy, *, options, schedule, kind, rounds_per_sy
                 one_round()
         done_rounds += rounds_per_sync
         active = int((plan.phase < 3).sum())  # the one host read per rounds_per_sync rounds
-        progress(min(1.0, float(plan.used.double().mean()) / total), f"fast t-SNE: {active} of {state.batch} heads still moving")
+        progress(
+            min(1.0, float(plan.used.double().mean()) / total),
+            f"fast t-SNE: {active} of {state.batch} heads still moving",
+        )
         if not active:
             break
     best = plan.best_y.transpose(1, 2).double()
     return best, plan.used
+
 
 def _graphed(one_round: Callable[[], None], rounds: int) -> Callable[[], None]:
     """``rounds`` rounds as one CUDA graph. The first round runs eagerly (it compiles the kernel
@@ -352,7 +393,10 @@ def _graphed(one_round: Callable[[], None], rounds: int) -> Callable[[], None]:
         return eager
     return graph.replay
 
-def head_affinities_device(attention: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+
+def head_affinities_device(
+    attention: torch.Tensor, keep: torch.Tensor | None = None
+) -> torch.Tensor:
     """``affinities.head_affinities`` on the attention's device, float64: [..., n, n] -> [..., m, m]."""
 
     a = attention.to(torch.float64)
@@ -365,8 +409,11 @@ def head_affinities_device(attention: torch.Tensor, keep: torch.Tensor | None = 
     p.diagonal(dim1=-2, dim2=-1).zero_()
     total = p.sum(dim=(-2, -1), keepdim=True)
     if bool((total <= 0).any()):  # one host read: the CPU path's check (else 0 / 0 = NaN P)
-        raise HeadscopeError("the attention matrix puts all its weight on the diagonal; P is undefined")
+        raise HeadscopeError(
+            "the attention matrix puts all its weight on the diagonal; P is undefined"
+        )
     return p / total
+
 
 def entropy_device(p: torch.Tensor) -> torch.Tensor:
     """``sum p log p`` per head in float64: [B, N, N] -> [B] (float32 P a head at a time, so no
@@ -374,6 +421,7 @@ def entropy_device(p: torch.Tensor) -> torch.Tensor:
     if p.dtype == torch.float64:
         return torch.special.xlogy(p, p).sum(dim=(-2, -1))
     return torch.stack([torch.special.xlogy(h.double(), h.double()).sum() for h in p])
+
 
 def kl_masked(p: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """``affinities.kl_divergence`` of each head over its own points (heads grouped by length):
@@ -385,6 +433,7 @@ def kl_masked(p: torch.Tensor, y: torch.Tensor, lengths: torch.Tensor) -> torch.
         out[heads] = torch.as_tensor(kl_divergence(p[heads, :n, :n], y[heads, :n]), device=p.device)
     return out
 
+
 def pad(ps: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Heads of different lengths into one zero-padded batch: ([B, N, N], lengths [B])."""
     n_max = max(int(q.shape[-1]) for q in ps)
@@ -392,6 +441,7 @@ def pad(ps: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     for b, q in enumerate(ps):
         out[b, : q.shape[-1], : q.shape[-1]] = q
     return out, torch.tensor([q.shape[-1] for q in ps], device=ps[0].device)
+
 
 def starts(p: torch.Tensor, lengths: torch.Tensor, *, options: TSNEOptions, restart: int,
            x: np.ndarray | None = None) -> torch.Tensor:  # fmt: skip
@@ -411,6 +461,7 @@ def starts(p: torch.Tensor, lengths: torch.Tensor, *, options: TSNEOptions, rest
                                seed=options.seed, restart=restart, x=x if n == p.shape[-1] else None)  # fmt: skip
         out[heads, :n] = torch.as_tensor(y0, device=p.device)
     return out
+
 
 def embed_device(
     p: torch.Tensor,
@@ -438,7 +489,9 @@ def embed_device(
     if batch and int(lengths.min()) < 3:
         raise HeadscopeError(f"t-SNE needs at least 3 points, got {int(lengths.min())}")
     if batch and bool((p.sum(dim=(-2, -1)) <= 0).any()):
-        raise HeadscopeError("P is all zero (the attention puts all its weight on the diagonal); P is undefined")
+        raise HeadscopeError(
+            "P is all zero (the attention puts all its weight on the diagonal); P is undefined"
+        )
     kind = kind or ("triton" if p.device.type == "cuda" and triton_available() else "torch")
     ent = entropy_device(p)
     emb = torch.zeros(options.restarts, batch, n, 2, dtype=torch.float64, device=p.device)
@@ -450,15 +503,18 @@ def embed_device(
         kls[r] = kl_masked(p, emb[r], lengths)
     return emb, kls
 
+
 def best_restart(emb: torch.Tensor, kls: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Each head's best restart: ([B, N, 2], [B])."""
     best = kls.argmin(dim=0)
     heads = torch.arange(kls.shape[1], device=kls.device)
     return emb[best, heads], kls[best, heads]
 
+
 # n where a Triton specialisation changes: the fused tile (16 / 32 / 64), the wide layout's column
 # tile and row-block count (powers of two), N's alignment to 16
 WARM_SIZES = (15, 16, 17, 32, 33, 64, 65, 128, 129, 256, 257, 512, 513)
+
 
 def warm_up_kernels(device: torch.device, *, layouts: tuple[str, ...] = ("fused", "wide"),
                     sizes: tuple[int, ...] = WARM_SIZES) -> int:  # fmt: skip
@@ -474,7 +530,12 @@ def warm_up_kernels(device: torch.device, *, layouts: tuple[str, ...] = ("fused"
         for n in sizes:
             p = torch.full((2, n, n), 1.0 / (n * (n - 1)), device=device)
             p.diagonal(dim1=-2, dim2=-1).zero_()
-            y0 = torch.randn(2, n, 2, device=device, generator=torch.Generator(device=device).manual_seed(0)) * 1e-4
+            y0 = (
+                torch.randn(
+                    2, n, 2, device=device, generator=torch.Generator(device=device).manual_seed(0)
+                )
+                * 1e-4
+            )
             state = DeviceState(p, y0, torch.full((2,), n, device=device), entropy_device(p))
             one = torch.ones(2, dtype=torch.int32, device=device)
             knob = torch.ones(2, dtype=torch.float32, device=device)

@@ -85,7 +85,10 @@ def run_chain(
         try:
             emb_t, kls_t = embed_device(p, options=options, kind=engine, x=x, progress=progress)
             ran = ran_as(engine, p.shape[0], p.shape[-1], device)
-            emb, kls = emb_t.cpu().numpy(), kls_t.cpu().numpy()  # a device error surfaces here at the latest
+            emb, kls = (
+                emb_t.cpu().numpy(),
+                kls_t.cpu().numpy(),
+            )  # a device error surfaces here at the latest
             if not (np.isfinite(emb).all() and np.isfinite(kls).all()):
                 raise FloatingPointError("non-finite positions")
             return emb, kls, {"backend": ran, "fallback": notes}
@@ -95,18 +98,32 @@ def run_chain(
             if is_fatal(exc, device):
                 state = _state(device)
                 state.lost = state.lost or f"{engine}: {why(exc)}"
-                logger.error("t-SNE on %s left %s unusable (%s): this worker must be replaced", engine, device, why(exc))
+                logger.error(
+                    "t-SNE on %s left %s unusable (%s): this worker must be replaced",
+                    engine,
+                    device,
+                    why(exc),
+                )
                 raise DeviceLost(engine, why(exc)) from exc
-            logger.warning("t-SNE on %s failed (%s): running it with the next engine", engine, why(exc), exc_info=True)
+            logger.warning(
+                "t-SNE on %s failed (%s): running it with the next engine",
+                engine,
+                why(exc),
+                exc_info=True,
+            )
             notes.append(f"{engine} failed: {why(exc)}")
     raise AssertionError("the chain always ends with cpu")  # pragma: no cover
+
 
 def _cpu(p: torch.Tensor, *, options: TSNEOptions, x: np.ndarray | None, progress: Progress | None):
     from workers.analysis.progress import no_progress
     from workers.analysis.tsne.fast import run_fast_host
 
     host = p.detach().to("cpu", torch.float64).numpy()
-    return run_fast_host(host, options=replace(options, device="cpu"), x=x, progress=progress or no_progress)
+    return run_fast_host(
+        host, options=replace(options, device="cpu"), x=x, progress=progress or no_progress
+    )
+
 
 @dataclass
 class CheckReport:
@@ -119,11 +136,14 @@ class CheckReport:
     lost: str | None = None
 
     def state(self, *, fault: Fault | None = None) -> EngineState:
-        return EngineState(torch.device(self.device), [*self.passed, "cpu"], dict(self.failed), fault, self.lost)
+        return EngineState(
+            torch.device(self.device), [*self.passed, "cpu"], dict(self.failed), fault, self.lost
+        )
 
     def line(self) -> str:
         """The one log line of a worker's start."""
         return f"t-SNE engine on {self.device}: {describe(self.state())} (self-check {self.seconds:.1f} s)"
+
 
 def check_problem() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The fixed problem: two attention-like heads of 20 and 13 points padded into one batch:
@@ -143,7 +163,9 @@ def check_problem() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         y0[b, : len(y)] = torch.as_tensor(y)
     return p, lengths, y0
 
+
 CHECK_OPTIONS = dict(early_exaggeration_iter=40, n_iter=80)
+
 
 def self_check(device: torch.device | str, candidates: tuple[str, ...] = ROUND_KINDS, *,
                fault: Fault | None = None) -> CheckReport:  # fmt: skip
@@ -154,11 +176,15 @@ def self_check(device: torch.device | str, candidates: tuple[str, ...] = ROUND_K
     device = torch.device(device)
     start = time.perf_counter()
     p, lengths, y0 = check_problem()
-    schedule = FastSchedule(check_every=20, window=20, tol=-1.0, min_early=0, min_main=0, settle_iter=20)
+    schedule = FastSchedule(
+        check_every=20, window=20, tol=-1.0, min_early=0, min_main=0, settle_iter=20
+    )
     ref = []
     for b, n in enumerate(lengths.tolist()):
         pb, yb = p[b : b + 1, :n, :n].numpy(), y0[b : b + 1, :n].numpy()
-        got, _ = fast_optimize(pb, yb, options=TSNEOptions(device="cpu", **CHECK_OPTIONS), schedule=schedule)
+        got, _ = fast_optimize(
+            pb, yb, options=TSNEOptions(device="cpu", **CHECK_OPTIONS), schedule=schedule
+        )
         ref.append(float(kl_divergence(pb, got)[0]))
     passed: list[str] = []
     failed: dict[str, str] = {}
@@ -188,17 +214,23 @@ def self_check(device: torch.device | str, candidates: tuple[str, ...] = ROUND_K
                 if is_fatal(exc, device):
                     lost_why = f"{kind}: {why(exc)}"
                 continue
-            kls = [float(kl_divergence(p[b, :n, :n].numpy(), emb[b, :n])) for b, n in enumerate(lengths.tolist())]
+            kls = [
+                float(kl_divergence(p[b, :n, :n].numpy(), emb[b, :n]))
+                for b, n in enumerate(lengths.tolist())
+            ]
             if not np.isfinite(emb).all():
                 failed[kind] = "non-finite positions"
             elif any(k > 1.02 * r + 1e-9 for k, r in zip(kls, ref, strict=True)):
-                failed[kind] = f"KL {max(kls):.4g} against the CPU engine's {max(ref):.4g} (over 1.02x)"
+                failed[kind] = (
+                    f"KL {max(kls):.4g} against the CPU engine's {max(ref):.4g} (over 1.02x)"
+                )
             else:
                 passed.append(kind)
     finally:
         _checking.reset(token)
         install(previous)
     return CheckReport(str(device), passed, failed, time.perf_counter() - start, lost_why)
+
 
 def parse_candidates(text: str | None, device: torch.device) -> tuple[str, ...]:
     """HEADSCOPE_TSNE_ENGINES as round kinds (``cpu`` dropped: always last); unset: every round
@@ -208,8 +240,11 @@ def parse_candidates(text: str | None, device: torch.device) -> tuple[str, ...]:
     names = tuple(e.strip() for e in text.split(",") if e.strip())
     bad = [e for e in names if e not in ENGINES]
     if bad:
-        raise ValueError(f"HEADSCOPE_TSNE_ENGINES: unknown engine {bad[0]!r}; use {', '.join(ENGINES)}")
+        raise ValueError(
+            f"HEADSCOPE_TSNE_ENGINES: unknown engine {bad[0]!r}; use {', '.join(ENGINES)}"
+        )
     return tuple(e for e in names if e != "cpu")
+
 
 def check_in_subprocess(device: torch.device, candidates: tuple[str, ...], *, fault: str | None,
                         timeout_s: float = 600.0) -> CheckReport:  # fmt: skip
@@ -223,14 +258,19 @@ def check_in_subprocess(device: torch.device, candidates: tuple[str, ...], *, fa
            "--candidates", ",".join(candidates), "--fault", fault or ""]  # fmt: skip
     start = time.perf_counter()
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL
+        )
         if out.returncode == 0:
             return CheckReport(**json.loads(out.stdout.strip().splitlines()[-1]))
         tail = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
         reason = f"self-check process failed: {tail[:160]}"
     except subprocess.TimeoutExpired:
         reason = f"self-check process hung for {timeout_s:.0f} s"
-    return CheckReport(str(device), [], dict.fromkeys(candidates, reason), time.perf_counter() - start)
+    return CheckReport(
+        str(device), [], dict.fromkeys(candidates, reason), time.perf_counter() - start
+    )
+
 
 def start_worker_engines(device: torch.device, *, engines: str | None, fault: str | None,
                          in_subprocess: bool = True) -> EngineState:  # fmt: skip
@@ -249,6 +289,7 @@ def start_worker_engines(device: torch.device, *, engines: str | None, fault: st
         state = EngineState(device, ["cpu"], fault=injected)
     install(state)
     return state
+
 
 def device_report() -> dict[str, object]:
     """What this process computes on, for the worker's heartbeat and ``/api/health``: the models'
@@ -269,6 +310,7 @@ def device_report() -> dict[str, object]:
         out.update(name="cpu", threads=torch.get_num_threads())
     return out
 
+
 def _main(argv: list[str] | None = None) -> int:
     """``python -m workers.analysis.tsne.engines --device D --candidates a,b --fault F``: one JSON line."""
     import argparse
@@ -281,7 +323,9 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fault", default="")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
-    report = self_check(device, parse_candidates(args.candidates, device) or (), fault=Fault.parse(args.fault))
+    report = self_check(
+        device, parse_candidates(args.candidates, device) or (), fault=Fault.parse(args.fault)
+    )
     print(json.dumps(asdict(report)))
     return 0
 
@@ -332,7 +376,11 @@ def warm_up() -> float:
 
 
 def embed_layer_on_device(
-    a: torch.Tensor, *, keep: np.ndarray | None, options: TSNEOptions, progress: Progress | None = None
+    a: torch.Tensor,
+    *,
+    keep: np.ndarray | None,
+    options: TSNEOptions,
+    progress: Progress | None = None,
 ) -> TSNEResult:
     """``tsne.embed_layer`` for one layer's maps already on the device, ``a`` [head, n, n]: P is built
     there and only the embeddings and KLs ([head, m, 2], [head]) come back to the host. The engine
@@ -346,7 +394,9 @@ def embed_layer_on_device(
     start = time.perf_counter()
     if a.shape[-1] < 3:
         raise HeadscopeError(f"t-SNE needs at least 3 points, got {a.shape[-1]}")
-    keep_t = None if keep is None else torch.as_tensor(np.asarray(keep, dtype=bool), device=a.device)
+    keep_t = (
+        None if keep is None else torch.as_tensor(np.asarray(keep, dtype=bool), device=a.device)
+    )
     p = head_affinities_device(a, keep_t)
     emb, kls, ran = run_chain(p, options=options.validate(), progress=progress)
     best = kls.argmin(axis=0)

@@ -48,7 +48,9 @@ def pick_backend(backend: str, device: torch.device) -> str:
     else ``torch``. ``torch`` and ``triton`` run the schedule on the device (``device``); ``triton``
     on a CPU device runs the same kernel through Triton's interpreter (slow: for tests)."""
     if backend not in BACKENDS:
-        raise ValueError(f"unknown fast t-SNE backend {backend!r}; use one of {', '.join(BACKENDS)}")
+        raise ValueError(
+            f"unknown fast t-SNE backend {backend!r}; use one of {', '.join(BACKENDS)}"
+        )
     if backend == "auto":
         if device.type == "cpu":
             return "numba" if numba_available() else "torch"
@@ -56,6 +58,7 @@ def pick_backend(backend: str, device: torch.device) -> str:
 
         return "triton" if triton_available() else "torch"
     return backend
+
 
 class _NumbaState:
     """Head states for the compiled kernels: axis-major float32 arrays on the host."""
@@ -84,6 +87,7 @@ class _NumbaState:
     def positions(self, heads: np.ndarray) -> np.ndarray:
         return np.swapaxes(self.y[heads], 1, 2).astype(np.float64)  # [h, n, 2]
 
+
 def _optimize_on_device(kind: str, device: torch.device, p: np.ndarray, y0: np.ndarray, ent: np.ndarray, *,
                         options: TSNEOptions, schedule: FastSchedule, progress: Progress) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """The device-side schedule (``device``) behind ``fast_optimize``'s numpy interface."""
@@ -94,6 +98,7 @@ def _optimize_on_device(kind: str, device: torch.device, p: np.ndarray, y0: np.n
         torch.as_tensor(ent, device=device), options=options, schedule=schedule, kind=kind, progress=progress,
     )  # fmt: skip
     return best.cpu().numpy(), used.cpu().numpy()
+
 
 def fast_optimize(
     p: np.ndarray,
@@ -146,9 +151,13 @@ def fast_optimize(
                 best[group[better]] = state.positions(group[better])
                 best_kl[group[better]] = kl[better]
             plan.advance(group, int(k), kl)
-        progress(min(1.0, float(plan.used.mean()) / total), f"fast t-SNE: {len(plan.active)} of {batch} heads still moving")
+        progress(
+            min(1.0, float(plan.used.mean()) / total),
+            f"fast t-SNE: {len(plan.active)} of {batch} heads still moving",
+        )
     logger.debug("fast t-SNE (%s): iterations per head %s", chosen, plan.used.tolist())
     return best, plan.used
+
 
 @contextmanager
 def torch_threads_kept() -> Iterator[int]:
@@ -192,7 +201,10 @@ def _run_fast_host(
         else:
             y0 = initial_embedding(p, init=options.init, seed=options.seed, restart=r, x=x)
         emb[r], _ = fast_optimize(
-            p, y0, options=options, progress=scaled(progress, r / options.restarts, (r + 1) / options.restarts)
+            p,
+            y0,
+            options=options,
+            progress=scaled(progress, r / options.restarts, (r + 1) / options.restarts),
         )
         kls[r] = kl_divergence(p, emb[r])
     if not math.isfinite(float(kls.sum())):

@@ -57,7 +57,9 @@ def _tile(pb, yb, ri, mi, yi0, yi1, j0, n, N, BJ: tl.constexpr):  # pragma: no c
 
 
 @triton.jit
-def _row_forces(pb, yb, i0, n, N, BI: tl.constexpr, BJ: tl.constexpr):  # pragma: no cover - compiled
+def _row_forces(
+    pb, yb, i0, n, N, BI: tl.constexpr, BJ: tl.constexpr
+):  # pragma: no cover - compiled
     """Attraction, unnormalised repulsion and row sums of w for rows ``i0 .. i0 + BI`` of a head."""
     ri, mi, yi0, yi1 = _rows(yb, i0, n, N, BI)
     ax = tl.zeros([BI], dtype=tl.float32)
@@ -97,7 +99,9 @@ def _sign(x):  # pragma: no cover - compiled
 
 
 @triton.jit
-def _move(yb, ub, gb, fb, n, N, iz, ex, mom, lr, max_step, BI: tl.constexpr):  # pragma: no cover - compiled
+def _move(
+    yb, ub, gb, fb, n, N, iz, ex, mom, lr, max_step, BI: tl.constexpr
+):  # pragma: no cover - compiled
     """The update of every point of a head from its forces in ``fb``, then the re-centring.
 
     A block of ``BI`` points is held by more threads than it has points (replicas). Each block is
@@ -109,8 +113,14 @@ def _move(yb, ub, gb, fb, n, N, iz, ex, mom, lr, max_step, BI: tl.constexpr):  #
     for i0 in range(0, n, BI):
         ri = i0 + tl.arange(0, BI)
         mi = ri < n
-        gc0 = ex * tl.load(fb + ri, mask=mi, other=0.0) - tl.load(fb + 2 * N + ri, mask=mi, other=0.0) * iz
-        gc1 = ex * tl.load(fb + N + ri, mask=mi, other=0.0) - tl.load(fb + 3 * N + ri, mask=mi, other=0.0) * iz
+        gc0 = (
+            ex * tl.load(fb + ri, mask=mi, other=0.0)
+            - tl.load(fb + 2 * N + ri, mask=mi, other=0.0) * iz
+        )
+        gc1 = (
+            ex * tl.load(fb + N + ri, mask=mi, other=0.0)
+            - tl.load(fb + 3 * N + ri, mask=mi, other=0.0) * iz
+        )
         u0 = tl.load(ub + ri, mask=mi, other=0.0)
         u1 = tl.load(ub + N + ri, mask=mi, other=0.0)
         g0 = tl.load(gb + ri, mask=mi, other=1.0)
@@ -200,7 +210,9 @@ def _fused_round(
 
 
 @triton.jit(do_not_specialize=["it"])
-def _wide_forces(P, Y, BUF, ZPART, LEN, STEPS, it, N, NB, BI: tl.constexpr, BJ: tl.constexpr):  # pragma: no cover
+def _wide_forces(
+    P, Y, BUF, ZPART, LEN, STEPS, it, N, NB, BI: tl.constexpr, BJ: tl.constexpr
+):  # pragma: no cover
     """Iteration ``it``: forces of row block ``program_id(1)`` of head ``program_id(0)`` into BUF,
     its partial Z into ZPART [B, NB] (float64); heads past their steps do nothing."""
     b = tl.program_id(0).to(tl.int64)
@@ -232,7 +244,9 @@ def _wide_move(Y, U, G, BUF, ZPART, LEN, STEPS, EX, MOM, LR, it, max_step, N, NB
 
 
 @triton.jit
-def _wide_kl(P, Y, SPART, ZPART, LEN, STEPS, N, NB, BI: tl.constexpr, BJ: tl.constexpr):  # pragma: no cover
+def _wide_kl(
+    P, Y, SPART, ZPART, LEN, STEPS, N, NB, BI: tl.constexpr, BJ: tl.constexpr
+):  # pragma: no cover
     """Partial sums of the KL estimate of row block ``program_id(1)`` into SPART, ZPART [B, NB]."""
     b = tl.program_id(0).to(tl.int64)
     i0 = tl.program_id(1) * BI
@@ -273,7 +287,11 @@ def layout(batch: int, n_max: int, device: torch.device) -> str:
     wanted = get_settings().tsne_layout  # validated by the settings (fused / wide / auto)
     if wanted != "auto":
         return wanted
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
+    sms = (
+        torch.cuda.get_device_properties(device).multi_processor_count
+        if device.type == "cuda"
+        else 132
+    )
     return "fused" if batch >= 2 * sms else "wide"
 
 
@@ -354,7 +372,11 @@ def compile_for(capability: int = 90, block: int = 64) -> dict[str, object]:
 
     return {
         "fused": build(_fused_round, SIGNATURE, {"BI": block, "BJ": block}, warps(block)),
-        "wide_forces": build(_wide_forces, WIDE_SIGNATURES["forces"], {"BI": WIDE_BI, "BJ": WIDE_BJ}, 4),
-        "wide_move": build(_wide_move, WIDE_SIGNATURES["move"], {"BI": 64, "RB": WIDE_BI, "NBP": 128}, 4),
+        "wide_forces": build(
+            _wide_forces, WIDE_SIGNATURES["forces"], {"BI": WIDE_BI, "BJ": WIDE_BJ}, 4
+        ),
+        "wide_move": build(
+            _wide_move, WIDE_SIGNATURES["move"], {"BI": 64, "RB": WIDE_BI, "NBP": 128}, 4
+        ),
         "wide_kl": build(_wide_kl, WIDE_SIGNATURES["kl"], {"BI": WIDE_BI, "BJ": WIDE_BJ}, 4),
     }

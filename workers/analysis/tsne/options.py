@@ -37,6 +37,7 @@ ENGINES = ("fast", "batched", "opentsne")
 
 INITS = ("spectral", "random", "pca")
 
+
 @dataclass(frozen=True)
 class TSNEOptions:
     """Knobs of one t-SNE run; defaults are openTSNE's (250 + 750 iterations).
@@ -62,7 +63,9 @@ class TSNEOptions:
 
     def validate(self) -> TSNEOptions:
         if self.engine not in ENGINES:
-            raise HeadscopeError(f"unknown t-SNE engine {self.engine!r}; use one of {', '.join(ENGINES)}")
+            raise HeadscopeError(
+                f"unknown t-SNE engine {self.engine!r}; use one of {', '.join(ENGINES)}"
+            )
         if self.init not in INITS:
             raise HeadscopeError(f"unknown init {self.init!r}; use one of {', '.join(INITS)}")
         if not 1 <= self.restarts <= 100:
@@ -70,6 +73,7 @@ class TSNEOptions:
         if not 0 <= self.n_iter <= 10000 or not 0 <= self.early_exaggeration_iter <= 10000:
             raise OutOfRangeError("iteration counts must be between 0 and 10000")
         return self
+
 
 @dataclass
 class TSNEResult:
@@ -81,6 +85,7 @@ class TSNEResult:
     tsne_s: float  # seconds in t-SNE alone (init + optimisation + KL)
     engine: str
     extra: dict = field(default_factory=dict)
+
 
 @dataclass
 class HeadTSNEResult:
@@ -95,6 +100,7 @@ class HeadTSNEResult:
     tsne_s: float
     engine: str
 
+
 def select_indices(value: int | str | list[int] | None, size: int, what: str) -> list[int]:
     """``all``/None -> every index; an int or list -> checked indices (a clear error out of range)."""
     if value is None or value == "all":
@@ -107,9 +113,12 @@ def select_indices(value: int | str | list[int] | None, size: int, what: str) ->
         except (TypeError, ValueError):
             raise HeadscopeError(f"{what} must be an integer or 'all', got {item!r}") from None
         if not 0 <= i < size:
-            raise OutOfRangeError(f"{what} {i} is out of range: the model has {size} {what}s (0-{size - 1})")
+            raise OutOfRangeError(
+                f"{what} {i} is out of range: the model has {size} {what}s (0-{size - 1})"
+            )
         out.append(i)
     return out
+
 
 def with_overrides(options: TSNEOptions, **changes: object) -> TSNEOptions:
     """A copy of ``options`` with the non-None ``changes`` applied."""
@@ -122,6 +131,7 @@ KL_FLOOR = 1e-2  # below this KL, changes are judged in absolute terms (a map th
 
 P_FLUSH = 1e-20  # smaller P entries are zeroed for the float32 forces: denormal products cost ~100x
 
+
 @dataclass(frozen=True)
 class FastSchedule:
     """Knobs of the adaptive schedule; iteration caps come from ``TSNEOptions``.
@@ -133,19 +143,26 @@ class FastSchedule:
     """
 
     check_every: int = 25  # iterations between KL checks
-    window: int = 100  # a phase ends when KL improved by less than ``tol`` over this many iterations
+    window: int = (
+        100  # a phase ends when KL improved by less than ``tol`` over this many iterations
+    )
     tol: float = 5e-3
     main_tol: float | None = 1e-2  # the main phase's tolerance (None: ``tol``)
     min_early: int = 125  # early exaggeration lasts at least this long (if the cap allows)
     min_main: int = 100  # the main phase lasts at least this long (if the cap allows)
     settle_iter: int = 100  # final iterations at a lower learning rate
     settle_lr: float = 0.125  # their learning rate, as a fraction of the main phase's
-    settle_tol: float | None = 1e-3  # None: the settle phase always runs ``settle_iter``; else it ends
+    settle_tol: float | None = (
+        1e-3  # None: the settle phase always runs ``settle_iter``; else it ends
+    )
     # early, once past ``min_settle``, when KL improved by less than this over the window
     min_settle: int = 25
-    partial_window: bool = True  # before a phase has ``window`` iterations of checks, compare with its
+    partial_window: bool = (
+        True  # before a phase has ``window`` iterations of checks, compare with its
+    )
     # oldest check, the tolerance scaled by the iterations between them (False: wait for a full window)
     max_step: float = 5.0  # openTSNE's max_step_norm
+
 
 def numba_available() -> bool:
     """True when the compiled CPU kernels can be used."""

@@ -50,7 +50,9 @@ def optimize_batched(
         for _ in range(steps):
             sq = (y * y).sum(-1)
             # 1 + |y_i - y_j|^2 in one fused pass, then the Student-t kernel in place
-            w = torch.baddbmm(sq[..., :, None] + sq[..., None, :], y, y.transpose(-1, -2), alpha=-2.0)
+            w = torch.baddbmm(
+                sq[..., :, None] + sq[..., None, :], y, y.transpose(-1, -2), alpha=-2.0
+            )
             w.clamp_min_(0.0).add_(1.0).reciprocal_()
             w.diagonal(dim1=-2, dim2=-1).zero_()  # [B, n, n]
             z = w.sum(dim=(-2, -1), keepdim=True)
@@ -68,6 +70,7 @@ def optimize_batched(
             if done % 50 == 0:
                 progress(done / total, f"t-SNE iteration {done}/{total}")
     return y
+
 
 def _batched(
     p: np.ndarray, *, options: TSNEOptions, x: np.ndarray | None, progress: Progress
@@ -96,6 +99,7 @@ def _batched(
         kls[r] = kl_divergence(p, emb[r])
     return emb, kls
 
+
 def _opentsne(
     p: np.ndarray, *, options: TSNEOptions, x: np.ndarray | None, progress: Progress
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -114,7 +118,9 @@ def _opentsne(
                 n_iter=options.n_iter,
                 early_exaggeration_iter=options.early_exaggeration_iter,
                 early_exaggeration=options.early_exaggeration,
-                learning_rate=options.learning_rate if options.learning_rate is not None else "auto",
+                learning_rate=options.learning_rate
+                if options.learning_rate is not None
+                else "auto",
                 initial_momentum=options.initial_momentum,
                 final_momentum=options.final_momentum,
                 negative_gradient_method="bh",
@@ -126,6 +132,8 @@ def _opentsne(
             )
             aff = PrecomputedAffinities(sp.csr_matrix(p[b]), normalize=False)
             emb[r, b] = np.asarray(tsne.fit(affinities=aff, initialization=y0[b].copy()))
-            progress((r * batch + b + 1) / (options.restarts * batch), f"openTSNE head {b + 1}/{batch}")
+            progress(
+                (r * batch + b + 1) / (options.restarts * batch), f"openTSNE head {b + 1}/{batch}"
+            )
         kls[r] = kl_divergence(p, emb[r])
     return emb, kls

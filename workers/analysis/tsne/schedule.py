@@ -49,7 +49,11 @@ class _Plan:
         lag = max(1, schedule.window // schedule.check_every)
         plan = cls(
             caps=(early, main, settle),
-            mins=(min(schedule.min_early, early), min(schedule.min_main, main), min(schedule.min_settle, settle)),
+            mins=(
+                min(schedule.min_early, early),
+                min(schedule.min_main, main),
+                min(schedule.min_settle, settle),
+            ),
             tols=phase_tols(schedule),
             params=params,
             lag=lag,
@@ -90,7 +94,9 @@ class _Plan:
         low = np.array([*self.mins, 0])[ph]
         tol = np.array([*self.tols, -np.inf])[ph]
         then = self.history[heads, 0]
-        if self.partial:  # the oldest check of the phase so far, and the tolerance for that many checks
+        if (
+            self.partial
+        ):  # the oldest check of the phase so far, and the tolerance for that many checks
             have = np.isfinite(self.history[heads]).sum(axis=1)
             then = self.history[heads, np.maximum(self.lag - have, 0) % self.lag]
             tol = tol * np.maximum(have, 1) / self.lag

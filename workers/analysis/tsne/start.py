@@ -20,9 +20,11 @@ def _rescale(y: np.ndarray, target_std: float = 1e-4) -> np.ndarray:
     std = y[..., :, :1].std(axis=-2, keepdims=True)
     return y / np.where(std > 0, std, 1.0) * target_std
 
+
 def spectral_init(p: np.ndarray, *, seed: int = 0) -> np.ndarray:
     """openTSNE's spectral start (diffusion map of P), batched: [..., n, n] -> [..., n, 2]."""
     return finish_spectral(spectral_vectors(p), seed=seed)
+
 
 def spectral_vectors(p: np.ndarray) -> np.ndarray:
     """The diffusion-map coordinates behind ``spectral_init``, before sign and scale."""
@@ -34,6 +36,7 @@ def spectral_vectors(p: np.ndarray) -> np.ndarray:
     vals = evals[..., -3:].flip(-1)  # the 3 largest, decreasing
     vecs = (evecs[..., -3:].flip(-1) * dis[..., :, None]) * vals[..., None, :]
     return vecs[..., :, 1:3].cpu().numpy()
+
 
 def finish_spectral(y: np.ndarray, *, seed: int, index: np.ndarray | None = None) -> np.ndarray:
     """Sign, scale and jitter of a spectral start ``[..., n, 2]`` (shared by every engine).
@@ -49,19 +52,23 @@ def finish_spectral(y: np.ndarray, *, seed: int, index: np.ndarray | None = None
     jitter = np.stack([_normal(seed, b, flat.shape[-2:]) for b in heads])
     return y + 1e-6 * jitter.reshape(y.shape)  # 1 % of the std, so coinciding points separate
 
+
 def _normal(seed: int, index: int, shape: tuple[int, ...]) -> np.ndarray:
     """Standard normal draws for batch element ``index``: independent of the batch's size."""
     return np.random.default_rng([seed, index]).normal(0.0, 1.0, size=shape)
 
+
 def random_init(batch: int, n: int, *, seed: int) -> np.ndarray:
     """Isotropic Gaussian start with std 1e-4: [batch, n, 2]."""
     return _rescale(np.stack([_normal(seed, b, (n, 2)) for b in range(batch)]))
+
 
 def pca_init(x: np.ndarray) -> np.ndarray:
     """First two principal components of the data, scaled to std 1e-4: [n, 2]."""
     xc = np.asarray(x, dtype=np.float64) - np.mean(x, axis=0)
     u, s, _ = np.linalg.svd(xc, full_matrices=False)
     return _rescale(u[:, :2] * s[:2])
+
 
 def initial_embedding(
     p: np.ndarray, *, init: str, seed: int, restart: int, x: np.ndarray | None = None
@@ -72,7 +79,9 @@ def initial_embedding(
         return random_init(batch, n, seed=seed + restart)
     if init == "pca":
         if x is None:
-            raise HeadscopeError("pca initialisation needs the data points; use spectral for attention")
+            raise HeadscopeError(
+                "pca initialisation needs the data points; use spectral for attention"
+            )
         return np.broadcast_to(pca_init(x), (batch, n, 2)).copy()
     return spectral_init(p, seed=seed)
 
@@ -132,6 +141,7 @@ def fast_spectral_init(
         out[heads] = basis * dis[heads, :, None] * vals[:, None, ::-1]
     return finish_spectral(out, seed=seed)
 
+
 def _ritz(alpha: np.ndarray, beta: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     """The two largest eigenpairs of each Lanczos tridiagonal matrix ``[h, size, size]``:
     ([h, 2] ascending, [h, size, 2]). LAPACK's tridiagonal solver, one head at a time: no BLAS
@@ -146,13 +156,16 @@ def _ritz(alpha: np.ndarray, beta: np.ndarray, size: int) -> tuple[np.ndarray, n
         d, e = np.ascontiguousarray(alpha[i, :size]), np.ascontiguousarray(beta[i, : size - 1])
         m, w, iblock, isplit, info = dstebz(d, e, 2, 0.0, 1.0, size - 1, size, 0.0, "B")
         if info != 0 or m != 2:
-            raise np.linalg.LinAlgError(f"stebz failed on a Lanczos matrix (info {info}, {m} values)")
+            raise np.linalg.LinAlgError(
+                f"stebz failed on a Lanczos matrix (info {info}, {m} values)"
+            )
         v, info = dstein(d, e, w[:2], iblock, isplit)
         if info != 0:
             raise np.linalg.LinAlgError(f"stein failed on a Lanczos matrix (info {info})")
         order = np.argsort(w[:2])
         vals[i], vecs[i] = w[:2][order], v[:, order]
     return vals, vecs
+
 
 def device_spectral_init(
     p: torch.Tensor,
@@ -183,10 +196,22 @@ def device_spectral_init(
 
     batch, size = p.shape[0], p.shape[-1]
     dev, f64 = p.device, torch.float64
-    lens = np.full(batch, size, np.int64) if lengths is None else torch.as_tensor(lengths).cpu().numpy()
+    lens = (
+        np.full(batch, size, np.int64)
+        if lengths is None
+        else torch.as_tensor(lengths).cpu().numpy()
+    )
     lens = lens.astype(np.int64)
-    if p.ndim != 3 or p.shape[1] != size or lens.shape != (batch,) or (lens < 0).any() or (lens > size).any():
-        raise ValueError(f"P must be [B, N, N] with lengths [B] in 0..N, got {tuple(p.shape)}, {lens}")
+    if (
+        p.ndim != 3
+        or p.shape[1] != size
+        or lens.shape != (batch,)
+        or (lens < 0).any()
+        or (lens > size).any()
+    ):
+        raise ValueError(
+            f"P must be [B, N, N] with lengths [B] in 0..N, got {tuple(p.shape)}, {lens}"
+        )
     inside = torch.arange(size, device=dev) < torch.as_tensor(lens, device=dev)[:, None]  # [B, N]
     d = torch.where(inside, p.sum(-1, dtype=f64), 0.0)  # padded rows of P are zero anyway
     # d = 0 (padding, or a point without weight): 1 / sqrt(d) would overflow float32 to inf and
@@ -203,7 +228,10 @@ def device_spectral_init(
     start = start - (start * v1).sum(-1, keepdim=True) * v1
     q = torch.zeros(batch, k + 1, size, dtype=f64, device=dev)
     q[:, 0] = start / start.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-    alpha, beta = torch.zeros(batch, k, dtype=f64, device=dev), torch.zeros(batch, k, dtype=f64, device=dev)
+    alpha, beta = (
+        torch.zeros(batch, k, dtype=f64, device=dev),
+        torch.zeros(batch, k, dtype=f64, device=dev),
+    )
     alpha_h, beta_h = np.zeros((batch, k)), np.zeros((batch, k))  # host copies for the checks
     used = np.zeros(batch, dtype=np.int64)
     kb_d = torch.as_tensor(kb, device=dev)
@@ -223,7 +251,11 @@ def device_spectral_init(
             taken = _device_steps(*pick, j0, j1)
             for full, part in zip((q, alpha, beta), sub, strict=True):
                 full[idx] = part
-        got = torch.cat([alpha[idx, j0:j1], beta[idx, j0:j1], taken[:, None].to(f64)], 1).cpu().numpy()
+        got = (
+            torch.cat([alpha[idx, j0:j1], beta[idx, j0:j1], taken[:, None].to(f64)], 1)
+            .cpu()
+            .numpy()
+        )
         alpha_h[active, j0:j1], beta_h[active, j0:j1] = got[:, : j1 - j0], got[:, j1 - j0 : -1]
         steps = got[:, -1].astype(np.int64)
         used[active] += steps
@@ -255,9 +287,18 @@ def device_spectral_init(
         final[heads, :n] = finish_spectral(raw[heads, :n], seed=seed, index=heads)
     return torch.as_tensor(final, device=dev)
 
+
 def _device_steps(
-    p: torch.Tensor, dis: torch.Tensor, v1: torch.Tensor, q: torch.Tensor, alpha: torch.Tensor,
-    beta: torch.Tensor, kb: torch.Tensor, live: torch.Tensor, j0: int, j1: int,
+    p: torch.Tensor,
+    dis: torch.Tensor,
+    v1: torch.Tensor,
+    q: torch.Tensor,
+    alpha: torch.Tensor,
+    beta: torch.Tensor,
+    kb: torch.Tensor,
+    live: torch.Tensor,
+    j0: int,
+    j1: int,
 ) -> torch.Tensor:
     """Lanczos steps j0..j1-1 of every head in ``live`` (``_lanczos_head`` batched): ``P x`` (P is
     symmetric) in P's dtype, the rest in float64, full reorthogonalisation twice (classical

@@ -68,8 +68,12 @@ def upgrade() -> None:
         sa.Column("checkpoint_id", sa.String(64), nullable=False),
         sa.Column("seq", sa.Integer, nullable=False),
         sa.Column("data", sa.LargeBinary, nullable=False),
-        sa.ForeignKeyConstraint(["checkpoint_id"], ["checkpoints.id"], ondelete="CASCADE",
-                                name="fk_checkpoint_chunks_checkpoint_id_checkpoints"),
+        sa.ForeignKeyConstraint(
+            ["checkpoint_id"],
+            ["checkpoints.id"],
+            ondelete="CASCADE",
+            name="fk_checkpoint_chunks_checkpoint_id_checkpoints",
+        ),
         sa.PrimaryKeyConstraint("checkpoint_id", "seq", name="pk_checkpoint_chunks"),
     )
     op.create_table(

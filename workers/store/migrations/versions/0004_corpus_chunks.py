@@ -23,8 +23,13 @@ depends_on = None
 CHUNK_TEXTS = 1000  # as workers.store.corpora.CHUNK_TEXTS when written (a migration is frozen)
 
 _corpora = sa.table("corpora", sa.column("id", sa.String), sa.column("body", sa.LargeBinary))
-_chunks = sa.table("corpus_chunks", sa.column("corpus_id", sa.String), sa.column("first_text", sa.Integer),
-                   sa.column("n_texts", sa.Integer), sa.column("data", sa.LargeBinary))
+_chunks = sa.table(
+    "corpus_chunks",
+    sa.column("corpus_id", sa.String),
+    sa.column("first_text", sa.Integer),
+    sa.column("n_texts", sa.Integer),
+    sa.column("data", sa.LargeBinary),
+)
 
 
 def upgrade() -> None:
@@ -43,8 +48,14 @@ def upgrade() -> None:
         texts = json.loads(zlib.decompress(body))
         for first in range(0, len(texts), CHUNK_TEXTS):
             part = texts[first : first + CHUNK_TEXTS]
-            data = zlib.compress(json.dumps(part, ensure_ascii=False, separators=(",", ":")).encode(), 6)
-            bind.execute(_chunks.insert().values(corpus_id=cid, first_text=first, n_texts=len(part), data=data))
+            data = zlib.compress(
+                json.dumps(part, ensure_ascii=False, separators=(",", ":")).encode(), 6
+            )
+            bind.execute(
+                _chunks.insert().values(
+                    corpus_id=cid, first_text=first, n_texts=len(part), data=data
+                )
+            )
     with op.batch_alter_table("corpora") as batch:
         batch.drop_column("body")
 
@@ -55,10 +66,15 @@ def downgrade() -> None:
     bind = op.get_bind()
     for cid in list(bind.execute(sa.select(_corpora.c.id)).scalars()):
         texts: list[str] = []
-        rows = bind.execute(sa.select(_chunks.c.data).where(_chunks.c.corpus_id == cid)
-                            .order_by(_chunks.c.first_text)).scalars()
+        rows = bind.execute(
+            sa.select(_chunks.c.data)
+            .where(_chunks.c.corpus_id == cid)
+            .order_by(_chunks.c.first_text)
+        ).scalars()
         for data in rows:
             texts.extend(json.loads(zlib.decompress(data)))
-        body = zlib.compress(json.dumps(texts, ensure_ascii=False, separators=(",", ":")).encode(), 6)
+        body = zlib.compress(
+            json.dumps(texts, ensure_ascii=False, separators=(",", ":")).encode(), 6
+        )
         bind.execute(_corpora.update().where(_corpora.c.id == cid).values(body=body))
     op.drop_table("corpus_chunks")
