@@ -19,8 +19,8 @@ from backend.api import compare as compare_api
 from backend.config import Settings, get_settings
 from backend.queue import JobQueue
 from backend.store import SchemaOutOfDate, Store, StoreUnavailable
-from workers import protocol
-from workers.errors import TooLargeError
+from workers.core.errors import TooLargeError
+from workers.queue import keys as protocol
 
 logger = logging.getLogger(__name__)
 

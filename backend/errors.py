@@ -6,7 +6,7 @@ OpenAPI document declares exactly these shapes (``error_responses``), so a clien
 it, or schemathesis, sees what the server sends. Messages are the project's own words: a library's
 exception text never reaches a client (unexpected errors are logged and answered with a fixed 500).
 
-Routers raise the domain errors of ``workers/errors.py`` (each knows its status: 422 for input,
+Routers raise the domain errors of ``workers/core/errors.py`` (each knows its status: 422 for input,
 404 not found, 409 not ready, 410 gone, 413 too large, 415 unsupported file); Redis or the database
 out of reach answers 503. HTTP-level refusals (401 token, 429 rate limit) stay HTTPExceptions in
 their dependencies.
@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from workers.errors import HeadscopeError
+from workers.core.errors import HeadscopeError
 from workers.store.engine import StoreUnavailable
 
 logger = logging.getLogger(__name__)

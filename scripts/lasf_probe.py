@@ -22,8 +22,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from workers.lasf.distil import cpu_seconds
-from workers.lasf.train import Batch, TrainConfig, build_lasf, evaluate, masked_mse, set_threads
+from workers.analyses.lasf.distil import cpu_seconds
+from workers.analyses.lasf.train import (
+    Batch,
+    TrainConfig,
+    build_lasf,
+    evaluate,
+    masked_mse,
+    set_threads,
+)
 
 p = argparse.ArgumentParser()
 p.add_argument("--name", required=True)

@@ -40,8 +40,8 @@ ARTIFACTS = ROOT / "test-artifacts"
 @pytest.fixture
 def setting(monkeypatch):
     """``setting("HEADSCOPE_X", "value")``: set an environment variable and re-read the settings
-    (``workers.settings.get_settings`` reads them once per process); put back after the test."""
-    from workers.settings import get_settings
+    (``workers.core.settings.get_settings`` reads them once per process); put back after the test."""
+    from workers.core.settings import get_settings
 
     def set_(name: str, value: str) -> None:
         monkeypatch.setenv(name, value)

@@ -16,7 +16,8 @@ from typing import Any
 from rq import get_current_job
 from rq.job import Job, JobStatus
 
-from workers import jobs, protocol
+from workers.queue import jobs
+from workers.queue import keys as protocol
 
 
 def release_key(job_id: str) -> str:
@@ -49,7 +50,7 @@ def start_running_job(
     message: str = "held by the test",
 ) -> str:
     """An analysis job made running by hand: an RQ job in the started state with its request and
-    ``sections`` as partial result (what ``workers.jobs.Reporter`` writes); no worker runs it, so
+    ``sections`` as partial result (what ``workers.queue.jobs.Reporter`` writes); no worker runs it, so
     nothing new arrives until the caller writes it. Returns the job id."""
     job_id = uuid.uuid4().hex
     redis.set(
@@ -103,9 +104,9 @@ def hold_after_layers(
     publish: Callable[[dict[str, Any]], None], conn: Any, job_id: str
 ) -> Callable[[dict[str, Any]], None]:
     """``publish`` (``Reporter.partial``) that, after writing a layer of a grid section
-    (``workers.layer_parts``), holds until the test sets ``layer_release_key``: the test sees the
+    (``workers.core.partials``), holds until the test sets ``layer_release_key``: the test sees the
     gallery with exactly the layers it let through, on any machine."""
-    from workers.layer_parts import parse_part_key
+    from workers.core.partials import parse_part_key
 
     def held(fields: dict[str, Any]) -> None:
         publish(fields)
@@ -118,7 +119,7 @@ def hold_after_layers(
     return held
 
 
-# ------------------------------------------------------------------ parts of a split job (workers.parts)
+# ------------------------------------------------------------------ parts of a split job (workers.queue.parts)
 
 
 def parts_config_key(job_id: str) -> str:
@@ -141,7 +142,7 @@ def held_part_key(job_id: str) -> str:
 
 def held_corpus(request: dict[str, Any]) -> dict[str, Any]:
     """``run_corpus`` whose parts run ``held_corpus_part``."""
-    from workers import jobs_corpus
+    from workers.queue import jobs_corpus
 
     return jobs_corpus.run_corpus(request, part="held_jobs.held_corpus_part")
 
@@ -190,7 +191,7 @@ def _log_and_wait(ctx: Any) -> tuple[dict[str, Any], str]:
 
 def held_compare(request: dict[str, Any]) -> dict[str, Any]:
     """``run_compare`` whose parts run ``held_compare_part``."""
-    from workers import jobs_compare
+    from workers.queue import jobs_compare
 
     return jobs_compare.run_compare(request, part="held_jobs.held_compare_part")
 
@@ -198,7 +199,7 @@ def held_compare(request: dict[str, Any]) -> dict[str, Any]:
 def held_compare_part(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
     """``compare_part`` after the test's hooks: log the attempt, wait at the barrier, fail or hold where
     the test says (``hold_part``: before that part's second batch, model A's texts run, B's not)."""
-    from workers import jobs_compare
+    from workers.queue import jobs_compare
 
     config, worker = _log_and_wait(ctx)
     if config.get("fail_part") == ctx.index:
@@ -210,7 +211,7 @@ def held_compare_part(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
 def held_corpus_part(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
     """``corpus_part`` with the test's hooks (``parts_config_key``): log the attempt, wait at the
     barrier, hold or fail where the test says."""
-    from workers import jobs_corpus
+    from workers.queue import jobs_corpus
 
     config, worker = _log_and_wait(ctx)
     index = ctx.index

@@ -32,7 +32,7 @@ def sum_merge(partials: list[dict[str, Any]], context: dict[str, Any]) -> dict[s
 
 def user_error_part(payload: dict[str, Any], ctx: Any) -> dict[str, Any]:
     """Fails on the input (a ``HeadscopeError``) where ``bad`` names this start; counts its calls."""
-    from workers.errors import HeadscopeError
+    from workers.core.errors import HeadscopeError
 
     ctx.conn.incr(f"hs-test:calls:{ctx.job_id}:{ctx.index}")
     if payload.get("bad") == payload["start"]:

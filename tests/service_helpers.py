@@ -229,7 +229,7 @@ def short_text(words: int = 30) -> str:
 
 def numbered_texts(n: int) -> list[str]:
     """``n`` distinct texts of different lengths: the shipped English sentences, numbered."""
-    from workers.corpora import shipped_corpus
+    from workers.inputs.corpora import shipped_corpus
 
     base = shipped_corpus("builtin-english").texts
     return [f"{base[i % len(base)]} That was number {i}." for i in range(n)]
@@ -237,7 +237,7 @@ def numbered_texts(n: int) -> list[str]:
 
 def put_numbered_corpus(store: Any, n: int) -> str:
     """Store ``numbered_texts(n)`` as a corpus named "numbered"; its id."""
-    from workers.corpora import corpus_id
+    from workers.inputs.corpora import corpus_id
 
     texts = numbered_texts(n)
     cid = corpus_id(texts)
@@ -248,7 +248,8 @@ def put_numbered_corpus(store: Any, n: int) -> str:
 def assert_cancelled_and_gone(conn: Any, queue: Any, store: Any, job_id: str) -> None:
     """A cancelled split job: failed as ``cancelled`` (not the user's fault), and none of its parts'
     keys, partials, result or stored result left behind."""
-    from workers import parts, protocol
+    from workers.queue import keys as protocol
+    from workers.queue import parts
 
     state = queue.lookup(job_id)
     assert state.status == "failed" and state.error_code == "cancelled" and not state.user_error
@@ -267,7 +268,7 @@ def wait_ready(
     conn: Any, procs: list[subprocess.Popen], n: int, log: Path, *, timeout_s: float = HANG_S
 ) -> None:
     """Wait until ``n`` workers on ``conn`` are ready (models preloaded, taking jobs)."""
-    from workers import protocol
+    from workers.queue import keys as protocol
 
     deadline = time.monotonic() + timeout_s
     while sum(w["ready"] for w in protocol.live_workers(conn).values()) < n:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.analysis import head_affinities, kl_divergence, max_attention, mean_attention
-from workers.analysis.tsne.affinities import conditional_probabilities, perplexity_affinities
-from workers.errors import HeadscopeError
+from workers import head_affinities, kl_divergence, max_attention, mean_attention
+from workers.analyses.tsne.affinities import conditional_probabilities, perplexity_affinities
+from workers.core.errors import HeadscopeError
 from workers.models import run_text
 
 

@@ -256,7 +256,7 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         with page.expect_download() as dl:
             page.click("#text-export-json")
         exported = json.loads(Path(dl.value.path()).read_text())
-        from frontend.figures import readable_tokens
+        from frontend.figures.text import readable_tokens
 
         assert (
             readable_tokens(exported["result"]) == tokens
@@ -461,7 +461,7 @@ def _click_to_map_ms(page, x: float, y: float, want: str) -> float:
 
 
 def test_gallery_switches_heads_in_the_browser(server, browser, tmp_path):
-    from frontend.heads import head_attention
+    from frontend.kit.heads import head_attention
 
     w = Watch(browser, server, tmp_path)
     page = w.page

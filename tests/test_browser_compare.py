@@ -169,7 +169,7 @@ def test_corpus_compare_matrix_click_text_pick_and_share_link(server, browser, t
     """Corpus mode: a click on a cell of the similarity matrix selects that pair; the word-level maps
     are of a text of the corpus, picked in the page (and the surprisal follows it); the share link
     opens the same pair and text in a fresh browser context."""
-    from workers.corpora import shipped_corpus
+    from workers.inputs.corpora import shipped_corpus
 
     texts = shipped_corpus("builtin-english").texts
     pick = next(

@@ -12,7 +12,15 @@ import pytest
 import torch
 from tiny_models import DECODER_FAMILIES, build_tiny_decoder, build_tiny_gpt2
 
-from workers.analysis.causal import (
+from workers.analyses.causal.interventions import (
+    Row,
+    ablation,
+    patching,
+    prefix_of,
+    run_from,
+    run_rows,
+)
+from workers.analyses.causal.views import (
     NoLMHeadError,
     continue_text,
     logit_attribution,
@@ -20,8 +28,7 @@ from workers.analysis.causal import (
     predictions,
     stream,
 )
-from workers.analysis.interventions import Row, ablation, patching, prefix_of, run_from, run_rows
-from workers.errors import HeadscopeError
+from workers.core.errors import HeadscopeError
 from workers.models import Catalogue, ModelSpec, load_model
 from workers.models.adapters import encode
 from workers.models.families import resolve
@@ -249,7 +256,7 @@ def test_patching(heads, fam, monkeypatch):
         m = float(logits[0, -1, target[0]] - logits[0, -1, target[1]])
         assert abs(m - pat["metric_corrupted"]) < 1e-9
     if fam == "llama":  # patched runs in batches of 7 rows: the same fractions
-        import workers.analysis.interventions as iv
+        import workers.analyses.causal.interventions as iv
 
         monkeypatch.setattr(iv, "ROW_TOKENS", 7 * n)
         again = patching(loaded, c, k, target=target)
@@ -303,13 +310,13 @@ def test_intervened_runs_share_a_forward_and_reuse_the_prefix(heads, fam):
 
 
 def test_keep_freed_memory_is_glibc_mallopt_once(tmp_path):
-    """The heap setting workers and the CLI make (workers/allocator.py): glibc takes it, once per
+    """The heap setting workers and the CLI make (workers/models/allocator.py): glibc takes it, once per
     process; HEADSCOPE_KEEP_FREED_MEMORY=0 leaves the defaults."""
     import os
     import subprocess
     import sys
 
-    code = "from workers.allocator import keep_freed_memory as k; print(k(), k())"
+    code = "from workers.models.allocator import keep_freed_memory as k; print(k(), k())"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True

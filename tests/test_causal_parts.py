@@ -1,5 +1,5 @@
-"""Ablation of every head and activation patching in parts (workers/analysis/causal_parts.py,
-workers/causal_split.py, workers/jobs_causal.py): ranges of forward calls merge to the one-piece view bit for bit, in the core
+"""Ablation of every head and activation patching in parts (workers/analyses/causal/parts.py,
+workers/queue/causal_split.py, workers/queue/jobs_causal.py): ranges of forward calls merge to the one-piece view bit for bit, in the core
 and through the queue (an analysis job on a real Redis whose ablation and patching go to parts that an
 RQ worker runs, merged into the stored result).
 
@@ -18,11 +18,12 @@ from rq import SimpleWorker
 from backend.config import Settings
 from backend.queue import JobQueue
 from backend.store import Store
-from workers import parts, protocol
-from workers.analysis import causal_parts as cp
-from workers.analysis import interventions
-from workers.analysis.causal_sections import jsonable
-from workers.contracts import AnalysisRequest
+from workers.analyses.causal import interventions
+from workers.analyses.causal import parts as cp
+from workers.analyses.causal.section import jsonable
+from workers.core.contracts import AnalysisRequest
+from workers.queue import keys as protocol
+from workers.queue import parts
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -46,13 +47,13 @@ def gpt2(catalogue):
 def split_service(redis_server, tmp_path, catalogue, setting, small_calls, monkeypatch):
     """A real Redis, a store the jobs write to, every ablation/patching split into parts of ~30 run
     tokens, and an in-process RQ worker to run them: (conn, store, queue, worker)."""
-    import workers.jobs
+    import workers.queue.jobs
 
     conn = Redis.from_url(redis_server)
     conn.flushdb()
     settings = Settings(data_dir=tmp_path / "data", redis_url=redis_server)
     store = Store(settings)
-    monkeypatch.setattr(workers.jobs, "_store", lambda: store)
+    monkeypatch.setattr(workers.queue.jobs, "_store", lambda: store)
     setting("HEADSCOPE_SPLIT_MIN_RUN_TOKENS", "1")
     setting("HEADSCOPE_SPLIT_PART_RUN_TOKENS", "30")
     worker = SimpleWorker(
@@ -113,7 +114,7 @@ def test_parts_of_ablation_and_patching_merge_to_the_same_bits(gpt2, small_calls
 
 
 def test_an_analysis_job_hands_ablation_and_patching_to_parts(split_service):
-    from workers.jobs import compute_analysis
+    from workers.queue.jobs import compute_analysis
 
     conn, store, queue, worker = split_service
     req = AnalysisRequest(
@@ -172,7 +173,7 @@ def test_an_analysis_job_hands_ablation_and_patching_to_parts(split_service):
 
 
 def test_cancelling_an_analysis_whose_patching_runs_in_parts_keeps_nothing(split_service):
-    from workers.causal_split import base_key
+    from workers.queue.causal_split import base_key
 
     conn, store, queue, worker = split_service
     req = AnalysisRequest(

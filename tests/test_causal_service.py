@@ -17,8 +17,8 @@ from redis import Redis
 from backend.app import create_app
 from backend.cli import main
 from backend.config import Settings
-from workers.contracts import AnalysisRequest
-from workers.jobs import compute_analysis
+from workers.core.contracts import AnalysisRequest
+from workers.queue.jobs import compute_analysis
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

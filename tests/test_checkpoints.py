@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from workers.errors import BadFileError
+from workers.core.errors import BadFileError
 from workers.models import checkpoints as ck
 from workers.models.checkpoints import list_candidates, read_tensor
 

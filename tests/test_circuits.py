@@ -11,12 +11,12 @@ import pytest
 import torch
 from tiny_models import DECODER_FAMILIES, build_tiny_decoder, build_tiny_gpt2
 
-from workers.analysis.attribution_patching import attribution_patching, capture
-from workers.analysis.decomposition.model import batch_inputs, locate
-from workers.analysis.interventions import _layers
-from workers.errors import HeadscopeError
+from workers.analyses.causal.interventions import _layers
+from workers.analyses.circuits.attribution_patching import attribution_patching, capture
+from workers.core.errors import HeadscopeError
 from workers.models import Catalogue, ModelSpec, load_model
 from workers.models.adapters import encode
+from workers.models.sublayers import batch_inputs, locate
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -156,7 +156,7 @@ def test_atp_refuses_different_lengths(lms):
 def _attn(seed: int, *, saturated: bool):
     """A random head pair (H = 2, n = 6) with a causal mask and, ``saturated``, scores large enough that
     rows put nearly all their weight on one key."""
-    from workers.analysis.qk_fix import Attn
+    from workers.analyses.circuits.qk_fix import Attn
 
     gen = torch.Generator().manual_seed(seed)
     H, n, dh = 2, 6, 4
@@ -180,7 +180,7 @@ def _attn(seed: int, *, saturated: bool):
 def test_qk_fix_recomputes_the_softmax():
     """AtP*'s closed form equals the softmax recomputed by brute force (one key or one query changed at a
     time); for a patch shrunk by eps it equals plain AtP to first order."""
-    from workers.analysis.qk_fix import fixed, linear
+    from workers.analyses.circuits.qk_fix import fixed, linear
 
     for seed, saturated in ((0, False), (1, True)):
         a, g, dq, dk = _attn(seed, saturated=saturated)
@@ -222,7 +222,7 @@ def test_qk_fix_recomputes_the_softmax():
 def test_qk_fix_keys_and_queries_are_first_order(lms, fam):
     """With the fix the result carries every head's queries and keys; their plain AtP equals a finite
     difference of the metric with the query (or the key/value head's key) shifted along C - K."""
-    from workers.analysis.qk_fix import record_attention
+    from workers.analyses.circuits.qk_fix import record_attention
 
     loaded = _load(lms, fam)
     c, k = encode(loaded, CLEAN), encode(loaded, CORRUPTED)

@@ -13,11 +13,11 @@ import test_circuits
 import torch
 from tiny_models import DECODER_FAMILIES
 
-from workers.analysis.attribution_patching import capture
-from workers.analysis.edge_run import Graph, Plain, SplitModel
-from workers.analysis.edges import default_sizes, edge_attribution, prune
-from workers.analysis.interventions import patching
-from workers.errors import HeadscopeError
+from workers.analyses.causal.interventions import patching
+from workers.analyses.circuits.attribution_patching import capture
+from workers.analyses.circuits.edges import default_sizes, edge_attribution, prune
+from workers.analyses.circuits.graph import Graph, Plain, SplitModel
+from workers.core.errors import HeadscopeError
 from workers.models import Catalogue, load_model
 from workers.models.adapters import encode
 

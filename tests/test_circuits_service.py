@@ -14,8 +14,8 @@ from redis import Redis
 from backend.app import create_app
 from backend.cli import main
 from backend.config import Settings
-from workers.contracts import AnalysisRequest
-from workers.jobs import compute_analysis
+from workers.core.contracts import AnalysisRequest
+from workers.queue.jobs import compute_analysis
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 app, run_jobs = (
@@ -119,7 +119,7 @@ def test_cli_attribution_patching(tmp_path, catalogue):
 
 
 def test_memory_estimate_counts_the_gradient_run():
-    from workers.analysis.memory import ModelFacts, estimate_text_request
+    from workers.engine.memory import ModelFacts, estimate_text_request
 
     facts = ModelFacts(
         n_layers=30,
@@ -158,7 +158,7 @@ def test_qk_fix_is_an_option_of_attribution_patching(catalogue):
 
 
 def test_job_computes_edge_attribution(catalogue):
-    from workers.contracts import edge_count
+    from workers.core.contracts import edge_count
 
     req = AnalysisRequest.model_validate({
         "model": "tiny-gpt2", "text": CLEAN, "analyses": ["edge-attribution", "patching"],
@@ -231,8 +231,8 @@ def test_cli_edge_attribution(tmp_path, catalogue):
 def test_edge_attribution_job_can_be_cancelled_while_running(app, monkeypatch):
     """DELETE /api/analyses/{id} while the job runs EAP-IG: it stops at its next step, keeps nothing, and
     never reaches the circuits; submitted again it runs to the end."""
-    import workers.jobs
-    from workers import protocol
+    import workers.queue.jobs
+    from workers.queue import keys as protocol
 
     client, store, conn = app
     req = {
@@ -243,7 +243,7 @@ def test_edge_attribution_job_can_be_cancelled_while_running(app, monkeypatch):
     }
     job_id = client.post("/api/analyses", json=req).json()["id"]
     seen: list[str] = []
-    real = workers.jobs.Reporter.progress
+    real = workers.queue.jobs.Reporter.progress
 
     def spy(self, fraction, message):
         seen.append(message)
@@ -251,13 +251,13 @@ def test_edge_attribution_job_can_be_cancelled_while_running(app, monkeypatch):
             client.delete(f"/api/analyses/{job_id}")
         real(self, fraction, message)
 
-    monkeypatch.setattr(workers.jobs.Reporter, "progress", spy)
+    monkeypatch.setattr(workers.queue.jobs.Reporter, "progress", spy)
     run_jobs(conn)
     state = client.get(f"/api/analyses/{job_id}").json()
     assert state["status"] == "failed" and "cancelled" in state["error"], state
     assert any(m.startswith("EAP-IG") for m in seen) and not any("faithfulness" in m for m in seen)
     assert not conn.exists(protocol.partial_key(job_id)) and not store.has_result(job_id)
-    monkeypatch.setattr(workers.jobs.Reporter, "progress", real)
+    monkeypatch.setattr(workers.queue.jobs.Reporter, "progress", real)
     assert (
         client.post("/api/analyses", json=req).json()["status"] == "queued"
     )  # submitted again, it runs
@@ -268,7 +268,7 @@ def test_edge_attribution_job_can_be_cancelled_while_running(app, monkeypatch):
 
 
 def test_memory_estimate_of_edge_attribution():
-    from workers.analysis.memory import ModelFacts, edge_rows, estimate_text_request
+    from workers.engine.memory import ModelFacts, edge_rows, estimate_text_request
 
     facts = ModelFacts(
         n_layers=30,

@@ -180,7 +180,7 @@ def test_progress_in_a_log_file_is_one_line_per_step(tmp_path, text_file):
 
 
 def test_progress_lines_write_each_step_once_and_repeat_slowly():
-    from workers.progress_lines import ProgressLines, step_of
+    from workers.core.progress_lines import ProgressLines, step_of
 
     now = [0.0]
     lines = ProgressLines(every_s=5.0, clock=lambda: now[0])

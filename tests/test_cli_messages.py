@@ -61,13 +61,13 @@ def test_joint_head_outside_the_model_is_refused_before_the_corpus_runs(
 ):
     """``--joint`` names a head the model lacks: refused from the model's shape (MiniLM: 6 x 12) before
     a single text is run (the corpus run would fail this test), one clean line, exit 2, no output."""
-    import workers.jobs_corpus
+    import workers.queue.jobs_corpus
 
     def _no_run(*_a, **_k):
         raise AssertionError("the corpus ran before the head was checked")
 
-    monkeypatch.setattr(workers.jobs_corpus, "compute_corpus", _no_run)
-    monkeypatch.setattr(workers.jobs_corpus, "compute_joint", _no_run)
+    monkeypatch.setattr(workers.queue.jobs_corpus, "compute_corpus", _no_run)
+    monkeypatch.setattr(workers.queue.jobs_corpus, "compute_joint", _no_run)
     out = tmp_path / "out.json"
     assert main(["corpus", "--corpus", "builtin-english", "--joint", joint, "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.analysis.compare import compare_models, matching
-from workers.analysis.head_similarity import similarity_sums
-from workers.analysis.word_maps import text_word_maps, token_words, word_level, word_spans
-from workers.errors import HeadscopeError
+from workers.analyses.compare.comparison import compare_models, matching
+from workers.analyses.compare.head_similarity import similarity_sums
+from workers.analyses.compare.word_maps import text_word_maps, token_words, word_level, word_spans
+from workers.core.errors import HeadscopeError
 from workers.models import load_model, run_text
 
 TEXTS = [
@@ -135,7 +135,7 @@ def test_encoder_against_decoder_different_tokenizers(catalogue):
 
 
 def test_word_maps_analysis_in_the_pipeline_equals_the_notebook_call(catalogue):
-    from workers.analysis import analyze
+    from workers import analyze
 
     loaded = load_model("tiny-gpt2", device="cpu")
     res = analyze(loaded, TEXTS[1], ["word-maps", "max-attention"])
@@ -148,8 +148,8 @@ def test_word_maps_analysis_in_the_pipeline_equals_the_notebook_call(catalogue):
 
 @pytest.mark.parametrize("name", ["tiny-bert", "tiny-llama"])
 def test_word_maps_of_padded_batches_equal_one_text_at_a_time(catalogue, name):
-    from workers.analysis.compare import WordMapTap
-    from workers.analysis.corpus import CorpusOptions, corpus_statistics
+    from workers.analyses.compare.comparison import WordMapTap
+    from workers.analyses.corpus.run import CorpusOptions, corpus_statistics
 
     loaded = load_model(name, device="cpu")
     got: dict[int, np.ndarray] = {}
@@ -168,7 +168,7 @@ def test_word_maps_of_padded_batches_equal_one_text_at_a_time(catalogue, name):
 
 
 def test_similarity_figure_marks_layer_boundaries_and_a_click_selects_a_pair(catalogue):
-    from frontend import figures_compare as F
+    from frontend.figures import compare as F
 
     res = compare_models(
         lambda: load_model("tiny-bert", device="cpu"),
@@ -191,8 +191,8 @@ def test_surprisal_of_padded_batches_equals_each_text_alone(catalogue):
     the sum over its tokens of -log2 softmax of the text's own logits, computed alone."""
     import torch
 
-    from workers.analysis import compare as C
-    from workers.analysis.corpus import CorpusOptions, corpus_statistics
+    from workers.analyses.compare import comparison as C
+    from workers.analyses.corpus.run import CorpusOptions, corpus_statistics
 
     loaded = load_model("tiny-gpt2", device="cpu")  # a decoder with a head
     got: dict[int, dict] = {}
@@ -235,7 +235,7 @@ def test_similarity_does_not_depend_on_threads_or_inference_mode():
     folded in under torch.inference_mode (as the corpus run does) and blocks cross texts."""
     import torch
 
-    from workers.analysis import head_similarity as S
+    from workers.analyses.compare import head_similarity as S
 
     rng = np.random.default_rng(1)
 

@@ -1,5 +1,5 @@
-"""The comparison of two models split into parts of texts (workers/jobs_compare.py,
-workers/analysis/compare_parts.py, docs/scaling.md), for real: a real Redis, real RQ workers (one in
+"""The comparison of two models split into parts of texts (workers/queue/jobs_compare.py,
+workers/analyses/compare/parts.py, docs/scaling.md), for real: a real Redis, real RQ workers (one in
 this process; two in processes of their own), a stored corpus, tiny random models from configs.
 
 A split comparison equals the one-job comparison (float64 sums to 1e-12) and shows its parts in the
@@ -28,8 +28,9 @@ from backend import queue as queue_module
 from backend.config import Settings
 from backend.queue import JobQueue
 from backend.store import Store
-from workers import parts, protocol
-from workers.contracts import CompareRequest
+from workers.core.contracts import CompareRequest
+from workers.queue import keys as protocol
+from workers.queue import parts
 
 N_TEXTS, PART = 30, 10
 SPLIT_ENV = {
@@ -69,10 +70,10 @@ def service(redis_server, tmp_path_factory, catalogue):
     one-job comparison computed in this process: (conn, store, queue, req, single, mp)."""
     import torch
 
-    import workers.jobs
-    import workers.jobs_corpus
-    from workers.jobs_compare import compute_compare, request_texts
-    from workers.settings import get_settings
+    import workers.queue.jobs
+    import workers.queue.jobs_corpus
+    from workers.core.settings import get_settings
+    from workers.queue.jobs_compare import compute_compare, request_texts
 
     url = redis_server.rsplit("/", 1)[0] + "/4"
     conn = Redis.from_url(url)
@@ -83,8 +84,8 @@ def service(redis_server, tmp_path_factory, catalogue):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the subprocess workers (OMP_NUM_THREADS=1)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(workers.jobs, "_store", lambda: store)
-        mp.setattr(workers.jobs_corpus, "_store", lambda: store)
+        mp.setattr(workers.queue.jobs, "_store", lambda: store)
+        mp.setattr(workers.queue.jobs_corpus, "_store", lambda: store)
         for name, value in SPLIT_ENV.items():
             mp.setenv(name, value)
         get_settings.cache_clear()
@@ -249,7 +250,7 @@ def test_a_part_failing_twice_fails_the_comparison_with_its_reason(service, monk
 
 
 def test_the_memory_plan_of_a_split_comparison_is_its_heaviest_part(service):
-    from workers.compare_plan import compare_ranges, plan_of
+    from workers.analyses.compare.plan import compare_ranges, plan_of
 
     texts = corpus_texts()
     ranges = compare_ranges(len(texts))
@@ -262,7 +263,7 @@ def test_the_memory_plan_of_a_split_comparison_is_its_heaviest_part(service):
 
 def fork_worker(s) -> int:
     """An RQ worker in a process of its own, forked from this one (models and settings as here, no
-    start-up: ``workers.main`` processes are tested by tests/test_scale_parts.py), run until the
+    start-up: ``workers.queue.worker`` processes are tested by tests/test_scale_parts.py), run until the
     queues are empty; its pid."""
     pid = os.fork()
     if pid == 0:  # the child: a fresh Redis connection and store connections, one RQ worker

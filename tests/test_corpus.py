@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.analysis.corpus import CorpusOptions, batches, corpus_statistics, head_map
-from workers.analysis.corpus_stats import STATISTICS, repeat_keys
-from workers.errors import CancelledError, HeadscopeError
+from workers.analyses.corpus.run import CorpusOptions, batches, corpus_statistics, head_map
+from workers.analyses.corpus.statistics import STATISTICS, repeat_keys
+from workers.core.errors import CancelledError, HeadscopeError
 from workers.models import load_model
 from workers.models.adapters import encode, forward
 
@@ -192,7 +192,7 @@ def test_gathered_kept_maps_equal_the_sliced_ones(catalogue):
 
     import torch
 
-    from workers.analysis.corpus_stats import KeptBatch, kept_maps, query_statistics
+    from workers.analyses.corpus.statistics import KeptBatch, kept_maps, query_statistics
 
     loaded = load_model("tiny-bert", device="cpu")
     encs = [encode(loaded, t) for t in TEXTS[:3]]

@@ -25,8 +25,8 @@ from service_helpers import ServeProcess, wait_done
 from backend.app import create_app
 from backend.config import Settings
 from backend.store import Store
-from workers.corpora import Limits, corpus_id, stage_corpus
-from workers.errors import BadFileError
+from workers.core.errors import BadFileError
+from workers.inputs.corpora import Limits, corpus_id, stage_corpus
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -125,13 +125,13 @@ def run_jobs_on(served, monkeypatch) -> None:
     """Run what the service queued with an RQ worker in this process, on the service's Redis and store."""
     from rq import SimpleWorker
 
-    import workers.jobs
-    import workers.jobs_corpus
-    from workers import protocol
+    import workers.queue.jobs
+    import workers.queue.jobs_corpus
+    from workers.queue import keys as protocol
 
     store = served.store()
-    monkeypatch.setattr(workers.jobs, "_store", lambda: store)
-    monkeypatch.setattr(workers.jobs_corpus, "_store", lambda: store)
+    monkeypatch.setattr(workers.queue.jobs, "_store", lambda: store)
+    monkeypatch.setattr(workers.queue.jobs_corpus, "_store", lambda: store)
     conn = Redis.from_url(served.info()["redis_url"])
     SimpleWorker(
         [protocol.queue(conn, q) for q in protocol.QUEUES],

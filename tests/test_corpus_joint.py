@@ -10,10 +10,10 @@ import pytest
 import torch
 from tiny_models import DECODER_FAMILIES, build_tiny_decoder
 
-from workers.analysis.decomposition.model import batch_inputs
-from workers.analysis.joint_qk import align, joint_map, run_capture
+from workers.analyses.corpus.joint_map import align, joint_map, run_capture
 from workers.models import Catalogue, ModelSpec, load_model
 from workers.models.adapters import attention_modules, encode, forward
+from workers.models.sublayers import batch_inputs
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -13,7 +13,7 @@ from redis import Redis
 
 from backend.app import create_app
 from backend.config import Settings
-from workers import protocol
+from workers.queue import keys as protocol
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -25,11 +25,11 @@ def app(redis_server, tmp_path, catalogue, monkeypatch):
     settings = Settings(data_dir=tmp_path / "data", redis_url=redis_server)
     application = create_app(settings, redis=conn, background=False, frontend=False)
     store = application.state.store
-    import workers.jobs
-    import workers.jobs_corpus
+    import workers.queue.jobs
+    import workers.queue.jobs_corpus
 
-    monkeypatch.setattr(workers.jobs, "_store", lambda: store)
-    monkeypatch.setattr(workers.jobs_corpus, "_store", lambda: store)
+    monkeypatch.setattr(workers.queue.jobs, "_store", lambda: store)
+    monkeypatch.setattr(workers.queue.jobs_corpus, "_store", lambda: store)
     return TestClient(application), store, conn
 
 
@@ -147,7 +147,7 @@ def test_upload_formats_are_content_addressed_and_owned(app):
 
 def test_corpus_job_runs_to_the_store_and_cancel_keeps_nothing(app, monkeypatch):
     client, store, conn = app
-    import workers.jobs_corpus
+    import workers.queue.jobs_corpus
 
     req = {"corpus": "builtin-english", "model": "tiny-bert", "options": {"max_tokens": 16}}
     # cancelled while queued: never runs; submitting again runs it
@@ -161,17 +161,19 @@ def test_corpus_job_runs_to_the_store_and_cancel_keeps_nothing(app, monkeypatch)
         and not store.has_result(job_id)
     )
     # cancelled while running (after two batches wrote partial statistics): nothing kept
-    monkeypatch.setattr(workers.jobs_corpus, "PARTIAL_EVERY_S", 0.0)
+    monkeypatch.setattr(workers.queue.jobs_corpus, "PARTIAL_EVERY_S", 0.0)
     seen: list[int] = []
-    real_partial = workers.jobs.Reporter.partial
+    real_partial = workers.queue.jobs.Reporter.partial
 
     def spy(self, fields):
         seen.append(fields["n_texts"])
         real_partial(self, fields)
 
-    monkeypatch.setattr(workers.jobs.Reporter, "partial", spy)
+    monkeypatch.setattr(workers.queue.jobs.Reporter, "partial", spy)
     calls = iter(range(1000))
-    monkeypatch.setattr(workers.jobs_corpus, "_stopper", lambda conn, jid: lambda: next(calls) >= 2)
+    monkeypatch.setattr(
+        workers.queue.jobs_corpus, "_stopper", lambda conn, jid: lambda: next(calls) >= 2
+    )
     assert client.post("/api/corpus-analyses", json=req).json()["status"] == "queued"
     run_jobs(conn)
     assert seen and seen[0] > 0  # partial statistics were written as batches finished ...
@@ -181,7 +183,7 @@ def test_corpus_job_runs_to_the_store_and_cancel_keeps_nothing(app, monkeypatch)
         job_id
     )  # ... and removed
     # and a plain run finishes into the store with the documented keys
-    monkeypatch.setattr(workers.jobs_corpus, "_stopper", lambda conn, jid: lambda: False)
+    monkeypatch.setattr(workers.queue.jobs_corpus, "_stopper", lambda conn, jid: lambda: False)
     client.post("/api/corpus-analyses", json=req)
     run_jobs(conn)
     done = client.get(f"/api/corpus-analyses/{job_id}").json()

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.analysis.corpus import CorpusOptions, corpus_statistics
-from workers.analysis.corpus_stats import STATISTICS
-from workers.analysis.texts import ListSource, as_source
+from workers.analyses.corpus.run import CorpusOptions, corpus_statistics
+from workers.analyses.corpus.statistics import STATISTICS
+from workers.inputs.texts import ListSource, as_source
 from workers.models import load_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -82,11 +82,11 @@ def test_the_corpus_job_reads_a_stored_corpus_in_batches(
     from redis import Redis
     from rq import SimpleWorker
 
-    import workers.jobs
-    import workers.jobs_corpus
+    import workers.queue.jobs
+    import workers.queue.jobs_corpus
     from backend.app import create_app
     from backend.config import Settings
-    from workers import protocol
+    from workers.queue import keys as protocol
 
     conn = Redis.from_url(redis_server)
     conn.flushdb()
@@ -97,8 +97,8 @@ def test_the_corpus_job_reads_a_stored_corpus_in_batches(
         frontend=False,
     )
     store = app.state.store
-    monkeypatch.setattr(workers.jobs, "_store", lambda: store)
-    monkeypatch.setattr(workers.jobs_corpus, "_store", lambda: store)
+    monkeypatch.setattr(workers.queue.jobs, "_store", lambda: store)
+    monkeypatch.setattr(workers.queue.jobs_corpus, "_store", lambda: store)
     client = TestClient(app)
     texts = [f"{TEXTS[i % 23]} {i}" for i in range(1234)]
     cid = client.post(
@@ -133,7 +133,7 @@ def test_the_corpus_job_reads_a_stored_corpus_in_batches(
 
 @pytest.mark.parametrize("max_points", [10_000, 30])
 def test_the_joint_map_streams_windows_and_samples_as_from_one_list(catalogue, max_points):
-    from workers.analysis.joint_qk import head_vectors
+    from workers.analyses.corpus.joint_map import head_vectors
 
     loaded = load_model("tiny-llama", device="cpu")
     whole, w_tokens, w_context = head_vectors(loaded, TEXTS, layer=1, head=2, max_points=max_points)

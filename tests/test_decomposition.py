@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from workers.analysis.decomposition import TERM_LABELS, decompose, decompose_batch
-from workers.analysis.decomposition.stats import (
+from workers.analyses.decomposition import TERM_LABELS, decompose, decompose_batch
+from workers.analyses.decomposition.stats import (
     importance_curves,
     importance_spearman,
     spearman_per_state,
 )
-from workers.errors import EmptyTextError, HeadscopeError
+from workers.core.errors import EmptyTextError, HeadscopeError
 from workers.models import load_model, run_text
 
 TEXT = "The quick brown fox jumps over the lazy dog, and the dog does not mind at all."
@@ -254,7 +254,7 @@ def test_cli_writes_the_section(catalogue, tmp_path):
 
 
 def test_pipeline_dtype_option_and_state(catalogue):
-    from workers.analysis.pipeline import analyze
+    from workers.engine.pipeline import analyze
 
     loaded = _tiny("tiny-gpt2", "float32")
     res = analyze(loaded, TEXT, ["decomposition"], {"dtype": "float64", "layer": 1})

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from workers.analysis.tsne import options as fast_tsne
-from workers.analysis.tsne import start
-from workers.analysis.tsne.affinities import head_affinities
-from workers.analysis.tsne.start import device_spectral_init, fast_spectral_init
+from workers.analyses.tsne import options as fast_tsne
+from workers.analyses.tsne import start
+from workers.analyses.tsne.affinities import head_affinities
+from workers.analyses.tsne.initialization import device_spectral_init, fast_spectral_init
 
 STD = 1e-4  # every spectral start is scaled to this std
 

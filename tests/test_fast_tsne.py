@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from workers.analysis.tsne import TSNEOptions, embed_affinities, start
-from workers.analysis.tsne import fast as fast_tsne
-from workers.analysis.tsne.affinities import head_affinities, kl_divergence, perplexity_affinities
-from workers.analysis.tsne.fast import fast_optimize
-from workers.analysis.tsne.options import FastSchedule
-from workers.analysis.tsne.start import fast_spectral_init, spectral_init
-from workers.errors import HeadscopeError
+from workers.analyses.tsne import TSNEOptions, embed_affinities, start
+from workers.analyses.tsne import fast as fast_tsne
+from workers.analyses.tsne.affinities import head_affinities, kl_divergence, perplexity_affinities
+from workers.analyses.tsne.host_engine import fast_optimize
+from workers.analyses.tsne.initialization import fast_spectral_init, spectral_init
+from workers.analyses.tsne.options import FastSchedule
+from workers.core.errors import HeadscopeError
 
 
 def random_p(batch: int, n: int, *, seed: int = 0, sharp: float = 4.0) -> np.ndarray:
@@ -196,7 +196,7 @@ def test_fast_handles_perplexity_p(minilm, demo_text):
 def test_service_uses_fast_by_default(catalogue):
     """The pipeline (CLI and queue jobs) runs the fast engine unless told otherwise, for
     attention heads and hidden states alike, and its KL is the exact KL of the returned map."""
-    from workers.analysis.pipeline import DEFAULT_ENGINE, analyze
+    from workers.engine.pipeline import DEFAULT_ENGINE, analyze
     from workers.models import load_model
 
     loaded = load_model("tiny-bert", device="cpu")
@@ -217,7 +217,7 @@ def test_service_uses_fast_by_default(catalogue):
 def test_a_cpu_run_keeps_torch_threads_and_gives_numba_no_more(threads):
     """numba's OpenMP layer shares libgomp with torch: a parallel numba run once left torch at numba's
     thread count (a one-thread worker went on at two). The run keeps torch's count, numba at most it."""
-    from workers.analysis.tsne.options import numba_available
+    from workers.analyses.tsne.options import numba_available
 
     if not numba_available():
         pytest.skip("numba not installed: the torch path has nothing to keep")

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from frontend import figures as F
-from frontend.rescale import fit_axis
+from frontend.figures import text as F
+from frontend.figures.rescale import fit_axis
 
 TEXT = "The cat sat on the mat because the cat was tired."
 
@@ -16,7 +16,7 @@ TEXT = "The cat sat on the mat because the cat was tired."
 @pytest.fixture(scope="module")
 def head_result(minilm):
     """The text explorer's head-view request: max attention, head (1, 2), state 2."""
-    from workers.analysis.pipeline import analyze
+    from workers.engine.pipeline import analyze
 
     opts = {"layer": 1, "head": 2, "hidden_layer": 2, "restarts": 2}
     return json.loads(
@@ -26,7 +26,7 @@ def head_result(minilm):
 
 @pytest.fixture(scope="module")
 def dropped_result(minilm):
-    from workers.analysis.pipeline import analyze
+    from workers.engine.pipeline import analyze
 
     opts = {"layer": 0, "head": 0, "hidden_layer": 1, "drop_special": True}
     return json.loads(
@@ -186,7 +186,7 @@ def test_attention_matrix_is_the_heads_own(head_result, dropped_result):
 
 
 def test_grid_form_of_head_tsne_is_read_too(minilm):
-    from workers.analysis.pipeline import analyze
+    from workers.engine.pipeline import analyze
 
     res = analyze(
         minilm, "tiny text here", ["head-tsne"], {"layer": "all", "head": "all", "n_iter": 50}
@@ -200,7 +200,7 @@ def test_grid_form_of_head_tsne_is_read_too(minilm):
 
 
 def test_words_tsne_labels_are_the_items(minilm):
-    from workers.analysis.pipeline import analyze
+    from workers.engine.pipeline import analyze
 
     words = "cat\ndog\nNew York\nBuenos Aires\nred\nblue"
     res = analyze(minilm, words, ["word-tsne"], {"layer": "all", "n_iter": 100})

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from frontend import figures_causal as C
+from frontend.figures import causal as C
 from frontend.pages.causal import causal_request, parse_target
-from workers.contracts import AnalysisRequest
-from workers.jobs import compute_analysis
+from workers.core.contracts import AnalysisRequest
+from workers.queue.jobs import compute_analysis
 
 CLEAN = "The head of the model is in the text and the word is of the token"
 CORRUPTED = "The head of the model is in the text and a word is of the token"

@@ -11,10 +11,10 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 
-from frontend import figures_circuits as F
+from frontend.figures import circuits as F
 from frontend.pages.circuits import flow_request, pair_request, top_edges_for
-from workers.contracts import AnalysisRequest, edge_count
-from workers.jobs import compute_analysis
+from workers.core.contracts import AnalysisRequest, edge_count
+from workers.queue.jobs import compute_analysis
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

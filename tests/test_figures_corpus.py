@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from frontend import figures_corpus as C
-from workers.analysis.corpus import corpus_statistics
-from workers.analysis.joint_qk import joint_map
+from frontend.figures import corpus as C
+from workers.analyses.corpus.joint_map import joint_map
+from workers.analyses.corpus.run import corpus_statistics
 from workers.models import load_model
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -8,13 +8,13 @@ import json
 import numpy as np
 import pytest
 
-from frontend import figures as F
-from frontend import figures_gallery as G
-from frontend import figures_headview as HV
-from frontend import thumbnails as T
-from frontend.figures_pe import pe_distance_figure
-from frontend.heads import grid_attention, head_attention
-from workers.packing import MAX_PACKED_BYTES, pack_attention, unpack_attention
+from frontend.figures import gallery as G
+from frontend.figures import headview as HV
+from frontend.figures import text as F
+from frontend.figures import thumbnails as T
+from frontend.figures.positional import pe_distance_figure
+from frontend.kit.heads import grid_attention, head_attention
+from workers.core.packing import MAX_PACKED_BYTES, pack_attention, unpack_attention
 
 TEXT = "The cat sat on the mat because the dog was tired."
 LAYER, HEAD = 1, 2  # the requested head; every other head comes from the gallery section
@@ -24,8 +24,8 @@ LAYER, HEAD = 1, 2  # the requested head; every other head comes from the galler
 def page_result(minilm):
     """What the text explorer's Analyze asks for, computed as the queue job computes it."""
     from frontend.pages.text import text_request
-    from workers.contracts import AnalysisRequest
-    from workers.jobs import compute_analysis
+    from workers.core.contracts import AnalysisRequest
+    from workers.queue.jobs import compute_analysis
 
     req = text_request(
         text=TEXT, model="minilm", drop_special=False, restarts=1, layer=LAYER, head=HEAD

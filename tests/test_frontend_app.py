@@ -8,8 +8,8 @@ import socket
 import httpx
 import pytest
 
-from frontend.api_client import ApiClient, ApiError, _detail
-from frontend.data import int_list, parse_query, query_string
+from frontend.kit.api_client import ApiClient, ApiError, _detail
+from frontend.kit.data import int_list, parse_query, query_string
 
 REQUIRED_IDS = [
     "text-input",
@@ -197,7 +197,7 @@ def test_text_request_holds_the_whole_head_view():
         "all_heads": True,
         "hidden_layer": "all",
     }
-    from workers.contracts import AnalysisRequest
+    from workers.core.contracts import AnalysisRequest
 
     AnalysisRequest(**head)  # valid against the API contract
 

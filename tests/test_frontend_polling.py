@@ -1,7 +1,7 @@
 """The dashboard's polling of a running job through the real server: each partial section is downloaded once.
 
 The job is made running by hand in the service's Redis (an RQ job in the started state, its request and
-its partial result, as ``workers.jobs.Reporter`` writes them): the test decides when each section
+its partial result, as ``workers.queue.jobs.Reporter`` writes them): the test decides when each section
 arrives, on any machine. The dashboard's ``ResultStore`` talks to ``headscope serve`` over HTTP through
 a transport that keeps every response body, as its callbacks do on every poll.
 """
@@ -18,9 +18,9 @@ import pytest
 from held_jobs import finish_running_job, remove_running_job, start_running_job
 from redis import Redis
 
-from frontend.api_client import ApiClient
-from frontend.data import ResultStore
-from workers import protocol
+from frontend.kit.api_client import ApiClient
+from frontend.kit.data import ResultStore
+from workers.queue import keys as protocol
 
 pytestmark = pytest.mark.slow
 
@@ -136,8 +136,8 @@ def test_a_job_followed_to_its_end_is_not_read_again_whole(service, redis):
     a download (Download JSON) still gets the stored result."""
     import numpy as np
 
-    from workers.layer_parts import part_fields, part_key
-    from workers.packing import encode_packed
+    from workers.core.packing import encode_packed
+    from workers.core.partials import part_fields, part_key
 
     request = {
         "model": "minilm",
@@ -239,7 +239,7 @@ def test_a_job_followed_to_its_end_is_not_read_again_whole(service, redis):
 def test_callbacks_set_off_by_a_poll_read_what_the_poll_read(service, redis):
     """A callback that a poll's change set off (``status(seen=...)``, what the poll saw of its jobs) gets
     the status the poll has just read, with no request of its own; one whose poll saw more asks."""
-    from frontend.data import sections_of, seen_job
+    from frontend.kit.data import sections_of, seen_job
 
     request = {
         "model": "minilm",

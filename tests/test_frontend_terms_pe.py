@@ -7,15 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from frontend import figures as F
-from frontend import figures_pe as P
-from frontend import figures_terms as T
+from frontend.figures import positional as P
+from frontend.figures import terms as T
+from frontend.figures import text as F
 
 TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
 
 
 def _decomposition(loaded, text: str = TEXT, **options):
-    from workers.analysis.pipeline import analyze
+    from workers.engine.pipeline import analyze
 
     return json.loads(json.dumps(analyze(loaded, text, ["decomposition"], options)))
 
@@ -110,7 +110,7 @@ def _grid_pe(sigma: float, seed: int) -> np.ndarray:
 def _report(name: str, E: np.ndarray, labels: list[str] | None) -> dict:
     """A PE report as the service returns it; uses the real core when it is there."""
     try:
-        from workers.analysis.positional import pe_report
+        from workers.analyses.positional.encodings import pe_report
     except ImportError:
         d = np.linalg.norm(E[:, None] - E[None], axis=-1)
         centred = E - E.mean(axis=0)

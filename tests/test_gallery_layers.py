@@ -19,13 +19,13 @@ import pytest
 from held_jobs import hold_after_layers, layer_release_key
 from test_browser import browser  # noqa: F401 - fixture
 
-from frontend import figures_gallery as G
+from frontend.figures import gallery as G
 from frontend.pages.text import text_request
-from workers import protocol
-from workers.analysis import pipeline
-from workers.contracts import AnalysisRequest
-from workers.jobs import compute_analysis
-from workers.layer_parts import fold, parse_part_key, part_key
+from workers.core.contracts import AnalysisRequest
+from workers.core.partials import fold, parse_part_key, part_key
+from workers.engine import pipeline
+from workers.queue import keys as protocol
+from workers.queue.jobs import compute_analysis
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -65,7 +65,7 @@ def run(model: str, monkeypatch, *, shared: bool = True) -> tuple[dict, list[str
 
     monkeypatch.setattr(pipeline, "forward_streamed", counted)
     if not shared:
-        monkeypatch.setattr("workers.jobs.shared_run", lambda stages: None)
+        monkeypatch.setattr("workers.queue.jobs.shared_run", lambda stages: None)
     keys: list[str] = []
     messages: list[str] = []
     parts: dict = {}
@@ -114,7 +114,7 @@ def test_one_pass_gives_what_separate_passes_give(deep_llama, monkeypatch):
 def test_maps_too_large_to_keep_are_computed_again_and_the_progress_says_why(
     deep_llama, monkeypatch
 ):
-    monkeypatch.setattr("workers.analysis.shared_run.KEEP_MAX_BYTES", 16)
+    monkeypatch.setattr("workers.engine.shared_run.KEEP_MAX_BYTES", 16)
     res, _, messages, forwards = run(deep_llama, monkeypatch)
     assert forwards == 2  # the gallery's own pass; the hidden states still come from the first
     again = [m for m in messages if "again" in m]
@@ -188,7 +188,7 @@ class HeldJob:
         from redis import Redis
         from rq.job import Job, JobStatus
 
-        from workers.jobs import Reporter
+        from workers.queue.jobs import Reporter
 
         self.redis = Redis.from_url(service.info()["redis_url"])
         self.req = page_request(model)
@@ -234,8 +234,8 @@ def test_held_job_publishes_the_gallery_layer_by_layer_through_the_server(
     service, deep_llama, monkeypatch
 ):
     """The dashboard's ResultStore reads the running (held) job over HTTP and folds what it has."""
-    from frontend.api_client import ApiClient
-    from frontend.data import ResultStore, sections_of
+    from frontend.kit.api_client import ApiClient
+    from frontend.kit.data import ResultStore, sections_of
 
     held = HeldJob(service, deep_llama)
     store = ResultStore(ApiClient(service.url))
@@ -335,7 +335,7 @@ def wait_for(store, source: dict, section: str, *, timeout_s: float = 600) -> di
     """Poll as the page does until ``section`` (``name:layers``) is among the status' sections."""
     import time
 
-    from frontend.data import sections_of
+    from frontend.kit.data import sections_of
 
     deadline = time.monotonic() + timeout_s
     while True:
@@ -492,7 +492,7 @@ def result_layer(row: int) -> int:
 
 
 def test_the_dashboard_reads_a_gallery_by_its_layers_or_whole_never_both():
-    from frontend.data import wanted_keys
+    from frontend.kit.data import wanted_keys
 
     parts = {part_key("g", la): {"of_layers": [0, 1, 2]} for la in range(3)}
     names = ["max-attention", *parts, "g"]
@@ -520,8 +520,8 @@ def test_layer_parts_fold_into_the_bytes_of_the_whole_section(heads, n):
     decoding) and as bytes when padded; either way the section holds the bytes of every layer in order."""
     import base64
 
-    from workers.layer_parts import part_fields
-    from workers.packing import encode_packed
+    from workers.core.packing import encode_packed
+    from workers.core.partials import part_fields
 
     rng = np.random.default_rng(heads)
     layers = [0, 1, 2]
@@ -550,8 +550,8 @@ def test_layer_parts_fold_into_the_bytes_of_the_whole_section(heads, n):
 def test_whole_section_views_do_not_follow_every_layer(deep_llama, monkeypatch):
     """The poll's ``text-job`` changes with every gallery layer (the gallery follows it);
     ``text-job-sections`` (heatmaps, head view, model view) only when a whole section arrives."""
-    from frontend.data import sections_of
-    from frontend.pages.common import whole_sections
+    from frontend.kit.data import sections_of
+    from frontend.kit.page import whole_sections
 
     res, *_ = run(deep_llama, monkeypatch)
     parts = res.pop("_parts")

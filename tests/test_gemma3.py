@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from workers.errors import HeadscopeError
+from workers.core.errors import HeadscopeError
 from workers.models import gguf
 from workers.models.catalogue import BUILTIN, Catalogue
 
@@ -28,7 +28,7 @@ SHORT = "The Eiffel Tower is in Paris. The Colosseum is in Rome."
 
 
 def test_catalogue_lists_gemma3_with_its_facts_and_licence():
-    from frontend.pages.common import licence_link, model_label
+    from frontend.kit.page import licence_link, model_label
 
     cat = Catalogue()
     assert cat.names_available() == ["gemma3-270m", "minilm", "smollm2"]
@@ -151,7 +151,7 @@ def test_maps_equal_the_eager_weights(gemma3):
 
 def test_greedy_decoding_answers_a_factual_prompt(gemma3):
     """Measured: greedy decoding of this prompt continues with `` Paris``."""
-    from workers.analysis.causal import continue_text
+    from workers.analyses.causal.views import continue_text
     from workers.models.adapters import encode
 
     prompt = "The Eiffel Tower is located in the city of"
@@ -182,8 +182,8 @@ def test_sliding_window_layers_are_zero_beyond_512_keys(gemma3, demo_text):
 
 
 def test_decomposition_and_attribution_are_exact_in_float64():
-    from workers.analysis.causal import logit_attribution
-    from workers.analysis.decomposition import decompose
+    from workers.analyses.causal.views import logit_attribution
+    from workers.analyses.decomposition import decompose
     from workers.models import load_model
     from workers.models.adapters import encode
 
@@ -208,7 +208,7 @@ def test_logit_lens_reads_the_whole_vocabulary(gemma3):
     """The lens reads 262,144 tokens in blocks (docs/causal.md, *Cost*): on the real weights it gives
     what every state's full logits give. A block product may sum in another order than the full one
     (~1e-7 relative), so a top token or rank may differ only between logits that close."""
-    from workers.analysis.causal import final_norm, logit_lens, predictions, stream
+    from workers.analyses.causal.views import final_norm, logit_lens, predictions, stream
     from workers.models.adapters import encode
 
     enc = encode(gemma3, SHORT)

@@ -11,12 +11,12 @@ import pytest
 import torch
 from test_fast_tsne import random_p
 
-from workers.analysis.tsne import TSNEOptions
-from workers.analysis.tsne import device as gpu_tsne
-from workers.analysis.tsne.options import FastSchedule
+from workers.analyses.tsne import TSNEOptions
+from workers.analyses.tsne import device as gpu_tsne
+from workers.analyses.tsne.options import FastSchedule
 
 pytest.importorskip("triton", reason="the gpu extra (Triton) is not installed")
-from workers.analysis.tsne import gpu_kernels
+from workers.analyses.tsne import gpu_kernels
 
 CUDA = torch.cuda.is_available()
 if not (CUDA or gpu_kernels.interpreted()):

@@ -9,17 +9,17 @@ import pytest
 import torch
 from test_fast_tsne import random_p, reference_steps
 
-from workers.analysis.tsne import TSNEOptions, chain, embed_affinities, engines
-from workers.analysis.tsne import device as gpu_tsne
-from workers.analysis.tsne import fast as fast_tsne
-from workers.analysis.tsne.affinities import head_affinities, kl_divergence
-from workers.analysis.tsne.fast import fast_optimize
-from workers.analysis.tsne.options import FastSchedule
-from workers.analysis.tsne.schedule import _Plan
-from workers.analysis.tsne.start import spectral_init
+from workers.analyses.tsne import TSNEOptions, chain, embed_affinities, engines
+from workers.analyses.tsne import device as gpu_tsne
+from workers.analyses.tsne import fast as fast_tsne
+from workers.analyses.tsne.affinities import head_affinities, kl_divergence
+from workers.analyses.tsne.host_engine import fast_optimize
+from workers.analyses.tsne.initialization import spectral_init
+from workers.analyses.tsne.options import FastSchedule
+from workers.analyses.tsne.schedule import _Plan
 
 triton = pytest.importorskip("triton", reason="the gpu extra (Triton) is not installed")
-from workers.analysis.tsne import gpu_kernels  # noqa: E402
+from workers.analyses.tsne import gpu_kernels  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 needs_kernel = pytest.mark.skipif(not (CUDA or gpu_kernels.interpreted()),
@@ -66,7 +66,7 @@ def test_kernel_round_equals_torch_round_and_reports_kl(layout):
     """One round of 10 iterations, mixed lengths and per-head steps (one head idle): each kernel
     layout and the torch round agree on positions, updates, gains, and the KL they report is the
     exact KL of the positions."""
-    from workers.analysis.tsne import gpu_kernels
+    from workers.analyses.tsne import gpu_kernels
 
     ps = [torch.as_tensor(random_p(1, n, seed=n)[0]) for n in (40, 33, 17)]
     pp, lengths = gpu_tsne.pad(ps)
@@ -112,7 +112,7 @@ def test_kernel_compiles_for_the_h100():
     import sys
 
     code = (
-        "from workers.analysis.tsne.gpu_kernels import compile_for\n"
+        "from workers.analyses.tsne.gpu_kernels import compile_for\n"
         "for block in (16, 32, 64):\n"
         "    for name, k in compile_for(90, block).items():\n"
         "        ptx = k.asm['ptx']\n"
@@ -234,7 +234,7 @@ def test_mixed_lengths_share_a_launch():
 def test_layer_on_device_is_the_host_layer():
     """The streamed pipeline's device path for one layer (P built from the maps where they are, the
     spectral start by Lanczos there) gives maps as good as the host path, and the exact KL."""
-    from workers.analysis.tsne import embed_layer
+    from workers.analyses.tsne import embed_layer
 
     rng = np.random.default_rng(7)
     logits = rng.normal(size=(3, 40, 40)) * 3
@@ -292,7 +292,7 @@ def test_cuda_p_built_on_the_device():
 @needs_cuda
 def test_cuda_streamed_layer_never_builds_p_on_the_host(monkeypatch):
     """A GPU worker's head t-SNE: the layer's maps stay on the device (the host path would fail)."""
-    from workers.analysis import streaming
+    from workers.engine import streaming
 
     monkeypatch.setattr(
         streaming, "embed_layer", lambda *a, **k: pytest.fail("P was built on the host")

@@ -9,13 +9,13 @@ import pytest
 import torch
 from tiny_models import DECODER_FAMILIES, build_tiny_bert, build_tiny_decoder, build_tiny_gpt2
 
-from workers.analysis import information_flow as flow_mod
-from workers.analysis.decomposition.model import locate
-from workers.analysis.flow_parts import layer_steps, run_layers
-from workers.analysis.information_flow import information_flow, layer_flow, proximity
-from workers.errors import HeadscopeError, OutOfRangeError
+from workers.analyses.circuits import information_flow as flow_mod
+from workers.analyses.circuits.flow_terms import layer_steps, run_layers
+from workers.analyses.circuits.information_flow import information_flow, layer_flow, proximity
+from workers.core.errors import HeadscopeError, OutOfRangeError
 from workers.models import Catalogue, ModelSpec, load_model
 from workers.models.adapters import encode
+from workers.models.sublayers import locate
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

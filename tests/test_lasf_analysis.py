@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from workers.lasf.checkpoint import (
+from workers.analyses.lasf.checkpoint import (
     FORMAT,
     LasFCheckpointError,
     read_checkpoint,
     save_checkpoint,
     shipped_path,
 )
-from workers.lasf.module import LasF
-from workers.lasf.specialisation import permutation_test, probe_sentences, token_relations
+from workers.analyses.lasf.module import LasF
+from workers.analyses.lasf.specialisation import permutation_test, probe_sentences, token_relations
 
 
 def tiny_config(**over) -> dict:
@@ -103,8 +103,8 @@ def test_malformed_lasf_checkpoints_are_refused_with_a_reason(tiny_ckpt, tmp_pat
 def test_trainer_lowers_the_loss_on_a_tiny_corpus(catalogue):
     from pydoc_data.topics import topics
 
-    from workers.lasf.corpus import split_sentences
-    from workers.lasf.train import (
+    from workers.analyses.lasf.corpus import split_sentences
+    from workers.analyses.lasf.train import (
         TrainConfig,
         baselines,
         build_lasf,
@@ -163,8 +163,8 @@ def test_specialisation_finds_a_planted_field_and_nothing_on_shuffled_labels():
 
 
 def test_lasf_analysis_fields_on_real_minilm(minilm, tiny_ckpt):
-    from workers.analysis.lasf import load_lasf
-    from workers.analysis.pipeline import analyze
+    from workers.analyses.lasf.fields import load_lasf
+    from workers.engine.pipeline import analyze
 
     lasf = load_lasf(tiny_ckpt, name="tiny-lasf")
     text = "The old farmer wrote a letter to Alice Smith in Paris."
@@ -195,8 +195,8 @@ def test_lasf_analysis_fields_on_real_minilm(minilm, tiny_ckpt):
 
 def test_shipped_names_are_the_contracts_lasf_models_and_the_pickers_entries():
     from frontend.pages.lasf import lasf_models
-    from workers.contracts import LASF_MODELS
-    from workers.lasf.checkpoint import SHIPPED
+    from workers.analyses.lasf.checkpoint import SHIPPED
+    from workers.core.contracts import LASF_MODELS
 
     assert (
         tuple(SHIPPED) == LASF_MODELS == ("lasf-minilm", "lasf-minilm-paper")
@@ -216,9 +216,9 @@ def test_shipped_names_are_the_contracts_lasf_models_and_the_pickers_entries():
     [("lasf-minilm", "stable", 0.7), ("lasf-minilm-paper", "paper", 0.45)],
 )
 def test_shipped_checkpoint_reproduces_its_stored_test_metrics(minilm, name, mode, least_r2):
-    from workers.analysis.lasf import load_lasf
-    from workers.lasf.distil import TEST_SENTENCES_FILE
-    from workers.lasf.train import EVAL_BATCH, evaluate, extract_batches
+    from workers.analyses.lasf.distil import TEST_SENTENCES_FILE
+    from workers.analyses.lasf.fields import load_lasf
+    from workers.analyses.lasf.train import EVAL_BATCH, evaluate, extract_batches
 
     path = shipped_path(name)
     if not (path / "lasf.safetensors").exists():
@@ -247,9 +247,9 @@ def test_shipped_checkpoint_reproduces_its_stored_test_metrics(minilm, name, mod
 
 
 def test_lasf_figures_from_a_result(minilm, tiny_ckpt):
-    from frontend import figures_lasf as F
-    from workers.analysis.lasf import load_lasf
-    from workers.analysis.pipeline import analyze
+    from frontend.figures import lasf as F
+    from workers.analyses.lasf.fields import load_lasf
+    from workers.engine.pipeline import analyze
 
     lasf = load_lasf(tiny_ckpt, name="tiny-lasf")
     res = analyze(

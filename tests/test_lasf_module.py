@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from workers.lasf.module import LasF
+from workers.analyses.lasf.module import LasF
 
 
 def _tiny(mode: str = "paper", kernel: str = "identity", seed: int = 0, **kw) -> LasF:

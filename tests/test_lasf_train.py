@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from workers.errors import HeadscopeError
-from workers.lasf.train import Batch, TrainConfig, baselines, build_lasf, train_models
+from workers.analyses.lasf.train import Batch, TrainConfig, baselines, build_lasf, train_models
+from workers.core.errors import HeadscopeError
 
 
 def _batches(n: int = 4, d: int = 16) -> list[Batch]:
@@ -151,7 +151,7 @@ def test_cli_refuses_bad_warmup_or_clip_before_any_work(flag, words, tmp_path, c
 )  # fmt: skip
 def test_cli_defaults_per_mode(argv, want, tmp_path, monkeypatch):
     """Paper mode defaults to the recipe of docs/lasf.md's sweep (lasf-minilm-paper); the stable defaults are lasf-minilm's."""
-    import workers.lasf.distil as distil_mod
+    import workers.analyses.lasf.distil as distil_mod
     from backend.cli import main
 
     seen = {}

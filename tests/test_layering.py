@@ -1,9 +1,9 @@
 """The layers stay apart: each check imports modules in a fresh interpreter and reads sys.modules.
 
-- the analysis core (every module under workers.analysis and workers.models) imports no web or
+- the analysis core (every module under workers.analyses and workers.models) imports no web or
   queue library (FastAPI, Starlette, Dash, Flask, Redis, RQ, uvicorn);
 - the backend (the app with all its routers, the CLI) imports no torch;
-- workers.contracts imports only pydantic, numpy and the standard library;
+- workers.core.contracts imports only pydantic, numpy and the standard library;
 - the store (workers.store), which the API and the workers share, imports no torch and no backend;
 - frontend.notebook imports no web or queue library and no backend.
 """
@@ -59,20 +59,20 @@ WEB_AND_QUEUE = {
 
 @pytest.mark.slow
 def test_analysis_core_imports_no_web_or_queue_library():
-    mods = imported(["workers.analysis", "workers.models"], walk=True)
+    mods = imported(["workers.analyses", "workers.models"], walk=True)
     assert "torch" in mods  # the probe really imported the core
     assert mods & WEB_AND_QUEUE == set()
 
 
 def test_backend_app_imports_no_torch():
-    extra = "from backend.app import create_app\nimport backend.cli, backend.serve, workers.jobs, workers.main"
+    extra = "from backend.app import create_app\nimport backend.cli, backend.serve, workers.queue.jobs, workers.queue.worker"
     mods = imported(["backend.app"], extra=extra)
     assert {"fastapi", "redis", "rq"} <= mods  # the probe really imported the app
     assert mods & {"torch", "transformers", "openTSNE", "scipy", "sklearn"} == set()
 
 
 def test_contracts_import_only_pydantic_numpy_and_stdlib():
-    mods = imported(["workers.contracts"])
+    mods = imported(["workers.core.contracts"])
     allowed = set(sys.stdlib_module_names) | {
         "workers",
         "pydantic",
@@ -93,7 +93,7 @@ def test_store_imports_neither_torch_nor_the_backend():
 
 
 def test_worker_process_and_jobs_import_nothing_from_the_backend():
-    mods = imported(["workers.jobs", "workers.main", "workers.settings"])
+    mods = imported(["workers.queue.jobs", "workers.queue.worker", "workers.core.settings"])
     assert "rq" in mods  # the probe really imported the worker side
     assert "backend" not in mods
 
@@ -138,18 +138,19 @@ TSNE_ORDER = [
     {"cpu_kernels", "gpu_kernels"},
     {"options"},
     {"affinities"},
-    {"start"},
+    {"initialization"},
     {"schedule"},
     {"chain"},
-    {"device"},
-    {"fast", "reference"},
+    {"gpu_engine"},
+    {"host_engine", "reference"},
     {"engines"},
     {"__init__"},
+    {"hidden", "robustness"},
 ]
 
 
 def test_tsne_engine_modules_import_downward_only():
-    imports = _package_imports(ROOT / "workers" / "analysis" / "tsne", "workers.analysis.tsne")
+    imports = _package_imports(ROOT / "workers" / "analyses" / "tsne", "workers.analyses.tsne")
     rank = {m: i for i, rung in enumerate(TSNE_ORDER) for m in rung}
     assert set(imports) == set(rank), "every module of the engine has a rung in TSNE_ORDER"
     upward = [(m, t) for m, targets in imports.items() for t in targets if rank[t] >= rank[m]]
@@ -159,12 +160,12 @@ def test_tsne_engine_modules_import_downward_only():
 
 def test_decomposition_modules_import_downward_only():
     imports = _package_imports(
-        ROOT / "workers" / "analysis" / "decomposition", "workers.analysis.decomposition"
+        ROOT / "workers" / "analyses" / "decomposition", "workers.analyses.decomposition"
     )
     assert imports == {
-        "model": set(),
-        "terms": {"model"},
-        "stats": {"terms"},
+        "rank_stats": set(),
+        "terms": set(),
+        "stats": {"terms", "rank_stats"},
         "__init__": {"terms", "stats"},
     }
 
@@ -267,7 +268,7 @@ def _environment_reads(tree) -> list[str]:
 
 
 def test_settings_are_read_only_in_workers_settings():
-    """workers/settings.py is the one place ``HEADSCOPE_*`` settings are read (CONVENTIONS): no other
+    """workers/core/settings.py is the one place ``HEADSCOPE_*`` settings are read (CONVENTIONS): no other
     module of the service reads one from the environment itself."""
     import ast
 
@@ -282,4 +283,4 @@ def test_settings_are_read_only_in_workers_settings():
         for p in files
         if (r := _environment_reads(ast.parse(p.read_text())))
     }
-    assert reads == {}, f"read these in workers/settings.py instead: {reads}"
+    assert reads == {}, f"read these in workers/core/settings.py instead: {reads}"

@@ -10,10 +10,10 @@ import pytest
 import torch
 from tiny_models import DECODER_FAMILIES, build_tiny_decoder
 
-from workers.analysis import head_tsne, max_attention, mean_attention
-from workers.analysis.decomposition import decompose, decompose_batch
-from workers.analysis.memory import MemoryBudgetError, ModelFacts, estimate_text_request
-from workers.analysis.pipeline import analyze
+from workers import head_tsne, max_attention, mean_attention
+from workers.analyses.decomposition import decompose, decompose_batch
+from workers.engine.memory import MemoryBudgetError, ModelFacts, estimate_text_request
+from workers.engine.pipeline import analyze
 from workers.models import Catalogue, ModelSpec, load_model, run_text
 
 TEXT = "The cat sat on the mat. The dog, who was tired, did not mind the cat at all."
@@ -96,8 +96,8 @@ def test_decomposition_of_a_padded_batch_matches_single_texts(families, fam):
 
 @pytest.mark.parametrize("fam", DECODER_FAMILIES)
 def test_float64_maps_of_a_padded_batch_match_single_texts(families, fam):
-    from workers.analysis.decomposition.model import batch_inputs
     from workers.models.adapters import encode, watch_attention
+    from workers.models.sublayers import batch_inputs
 
     loaded = _load(families, fam, "float64")
     encs = [encode(loaded, t) for t in (SHORT, TEXT)]
@@ -168,7 +168,7 @@ def test_streamed_pass_equals_all_at_once(families, fam):
         mean_attention(run.attentions, keep=keep, causal=True),
         rtol=1e-6,
     )
-    from workers.analysis.tsne import TSNEOptions
+    from workers.analyses.tsne import TSNEOptions
 
     whole = head_tsne(run.attentions, keep=keep, options=TSNEOptions(**FAST))
     ht = res["head-tsne"]
@@ -248,7 +248,7 @@ def test_catalogue_lists_family_heads_and_limit(families):
     summary = families.get("tiny-qwen2").summary()
     assert summary["family"] == "qwen2" and summary["n_layers"] == 2
     assert summary["n_heads"] == 4 and summary["n_kv_heads"] == 2 and summary["max_tokens"] == 64
-    from frontend.pages.common import model_label
+    from frontend.kit.page import model_label
 
     assert (
         model_label({"name": "tiny-qwen2", **summary})
@@ -311,7 +311,7 @@ def test_sliding_window_layers_see_only_their_window(families, fam):
     each key, and the heatmap's title says the layer is local."""
     from tiny_models import TINY_WINDOW
 
-    from frontend.figures import max_attention_figure
+    from frontend.figures.text import max_attention_figure
     from workers.models.families import layer_windows
 
     loaded = _load(families, fam)

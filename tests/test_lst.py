@@ -11,10 +11,17 @@ import pytest
 import torch
 
 from backend.cli import main
-from workers.analysis.positional import attention_agreement, make_reference
-from workers.errors import HeadscopeError
-from workers.lst import puzzles as P
-from workers.lst.train import LSTConfig, attention_maps, build_model, evaluate, load_run, train_lst
+from workers.analyses.positional.encodings import attention_agreement, make_reference
+from workers.analyses.positional.lst import puzzles as P
+from workers.analyses.positional.lst.train import (
+    LSTConfig,
+    attention_maps,
+    build_model,
+    evaluate,
+    load_run,
+    train_lst,
+)
+from workers.core.errors import HeadscopeError
 from workers.models.checkpoints import list_candidates, read_tensor
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from workers.errors import EmptyTextError, HeadscopeError, TextTooLongError, UnknownModelError
+from workers.core.errors import EmptyTextError, HeadscopeError, TextTooLongError, UnknownModelError
 from workers.models import Catalogue, ModelSpec, encode, load_model, run_text
 
 

@@ -1,4 +1,4 @@
-"""headscope in a notebook (frontend/notebook.py, docs/notebook.ipynb).
+"""headscope in a notebook (frontend/notebook/__init__.py, docs/notebook.ipynb).
 
 - the bring-your-own path (transformers' ``output_attentions`` tuple + tokens) gives the same
   heatmaps, head maps and packed attention as headscope's own pipeline on MiniLM;
@@ -29,7 +29,7 @@ import torch
 from conftest import ARTIFACTS, ROOT
 
 from frontend import notebook as hs
-from workers.errors import HeadscopeError
+from workers.core.errors import HeadscopeError
 
 TEXT = "The cat sat on the mat because it was tired."
 FAST = {
@@ -152,7 +152,7 @@ def test_inline_html_is_offline_with_plotly_js_once(own, byo):
 def test_plotly_js_goes_with_the_first_cell_and_comes_back_when_it_runs_again(monkeypatch, own):
     """Which output carries plotly.js: the first of the kernel; again when that cell runs again (its
     old output is replaced); never twice in one execution, never in another cell."""
-    from frontend.notebook_page import PAGE
+    from frontend.notebook.page import PAGE
 
     view = hs.heatmaps(own)
     hs.new_page()
@@ -224,7 +224,7 @@ def test_causal_maps_are_read_off_a_decoder(minilm_attention):
 
 
 def test_lasf_and_pe_views_from_headscope_results(tmp_path):
-    from workers.analysis.positional import grid_partition, make_reference, pe_sweep
+    from workers.analyses.positional.encodings import grid_partition, make_reference, pe_sweep
     from workers.data import pe_demo
     from workers.models.checkpoints import read_tensor
 

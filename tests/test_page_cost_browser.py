@@ -26,7 +26,7 @@ from test_gallery_layers import (  # noqa: F401
     deep_llama,
 )
 
-from workers import protocol
+from workers.queue import keys as protocol
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -1,4 +1,4 @@
-"""workers/parts.py on a real Redis with real RQ workers: split, fan-out/join, retry, failure, cancel."""
+"""workers/queue/parts.py on a real Redis with real RQ workers: split, fan-out/join, retry, failure, cancel."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from redis import Redis
 from rq import Queue, SimpleWorker
 from rq.job import Job, JobStatus
 
-from workers import parts, protocol
+from workers.queue import keys as protocol
+from workers.queue import parts
 
 
 @pytest.fixture

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.analysis.hidden import states_tsne
-from workers.analysis.pipeline import analyze, word_list
-from workers.analysis.robustness import disturb_ids
-from workers.analysis.tsne.affinities import perplexity_affinities
-from workers.errors import HeadscopeError
+from workers.analyses.tsne.affinities import perplexity_affinities
+from workers.analyses.tsne.hidden import states_tsne
+from workers.analyses.tsne.robustness import disturb_ids
+from workers.core.errors import HeadscopeError
+from workers.engine.pipeline import analyze, word_list
 from workers.models import pooled_states, run_text
 
 FAST = {"n_iter": 150, "early_exaggeration_iter": 50}
@@ -23,7 +23,7 @@ def test_hidden_tsne_reports_exact_kl_per_layer(minilm, demo_text):
     res = states_tsne(run.hidden_states, layers=[0, 6], perplexity=10)
     n = len(run.tokens)
     assert res.embedding.shape == (2, n, 2)
-    from workers.analysis import kl_divergence
+    from workers import kl_divergence
 
     for i, layer in enumerate([0, 6]):
         p = perplexity_affinities(run.hidden_states[layer], perplexity=10)

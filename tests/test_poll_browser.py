@@ -21,7 +21,7 @@ from redis import Redis
 from rq.job import Job
 from test_browser import WAIT_MS, Watch, browser  # noqa: F401 - fixture
 
-from workers import protocol
+from workers.queue import keys as protocol
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

@@ -10,8 +10,8 @@ from scipy.spatial import procrustes as scipy_procrustes
 from scipy.spatial.distance import jensenshannon, pdist, squareform
 from scipy.stats import ortho_group
 
-from workers.analysis import positional as P
-from workers.errors import HeadscopeError
+from workers.analyses.positional import encodings as P
+from workers.core.errors import HeadscopeError
 
 
 def test_1d_fixed_is_vaswani_with_positions_from_one() -> None:

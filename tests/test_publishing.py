@@ -1,4 +1,4 @@
-"""The JSON of a job's sections and result (``workers.protocol.dumps``: orjson, issue 34) and of
+"""The JSON of a job's sections and result (``workers.queue.keys.dumps``: orjson, issue 34) and of
 Dash's answers (plotly's standard engine): what they write, and which engine the page server uses."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from workers import protocol
+from workers.queue import keys as protocol
 
 
 def test_json_of_results_keeps_its_meaning():

@@ -1,4 +1,4 @@
-"""workers/recycle.py: a worker's heap frozen once it is ready, so each job's collection skips what the
+"""workers/queue/recycle.py: a worker's heap frozen once it is ready, so each job's collection skips what the
 worker holds for good (docs/scaling.md: ~0.3 s a job, with torch and MiniLM), and still frees what a job
 leaves behind; a model released is freed though it was frozen. In-process RQ worker, real Redis."""
 
@@ -11,9 +11,9 @@ import pytest
 import recycle_toys
 from redis import Redis
 
-from workers import protocol
 from workers.models.loader import load_model, release_model
-from workers.recycle import SETTLE_OBJECTS, RecyclingWorker, settle
+from workers.queue import keys as protocol
+from workers.queue.recycle import SETTLE_OBJECTS, RecyclingWorker, settle
 
 QUEUE = "hs-test-recycle-gc"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from frontend.rescale import fit_axis, quantile_rescale, ticks
+from frontend.figures.rescale import fit_axis, quantile_rescale, ticks
 
 
 @pytest.fixture

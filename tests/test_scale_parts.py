@@ -1,5 +1,5 @@
-"""A corpus job split into parts (workers/parts.py, docs/scaling.md), for real: a real Redis, real RQ
-workers (two ``workers.main`` subprocesses, and an RQ worker in this process), the default SQLite
+"""A corpus job split into parts (workers/queue/parts.py, docs/scaling.md), for real: a real Redis, real RQ
+workers (two ``workers.queue.worker`` subprocesses, and an RQ worker in this process), the default SQLite
 store and a real PostgreSQL store.
 
 One worker running every part gives the one-job result to 1e-12 in float64, and the same bits on
@@ -41,8 +41,9 @@ from backend import queue as queue_module
 from backend.config import Settings
 from backend.queue import JobQueue
 from backend.store import Store
-from workers import parts, protocol
-from workers.contracts import CorpusRequest
+from workers.core.contracts import CorpusRequest
+from workers.queue import keys as protocol
+from workers.queue import parts
 
 pytestmark = pytest.mark.slow
 
@@ -96,7 +97,7 @@ def one_worker(redis_server, tmp_path_factory, catalogue):
     """The one-worker results on the default (SQLite) store: one job, the split job, the split job again."""
     import torch
 
-    import workers.jobs
+    import workers.queue.jobs
 
     url = (
         redis_server.rsplit("/", 1)[0] + "/3"
@@ -108,14 +109,14 @@ def one_worker(redis_server, tmp_path_factory, catalogue):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the subprocess workers (OMP_NUM_THREADS=1)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(workers.jobs, "_store", lambda: store)
-        import workers.jobs_corpus
+        mp.setattr(workers.queue.jobs, "_store", lambda: store)
+        import workers.queue.jobs_corpus
 
-        mp.setattr(workers.jobs_corpus, "_store", lambda: store)
+        mp.setattr(workers.queue.jobs_corpus, "_store", lambda: store)
         req = request(put_corpus(store))
         out = SimpleNamespace(conn=conn, queue=queue, req=req, store=store, mp=mp)
         mp.setenv("HEADSCOPE_SPLIT_MIN_ITEMS", str(10**6))
-        from workers.settings import get_settings
+        from workers.core.settings import get_settings
 
         get_settings.cache_clear()
         out.single = run_in_process(conn, queue, req)
@@ -189,7 +190,7 @@ def test_a_part_failing_twice_fails_the_job_with_its_reason(one_worker, monkeypa
 
 @pytest.fixture(scope="module")
 def cluster(redis_server, tmp_path_factory, tiny_model_dirs, postgres):
-    """Two ``workers.main`` processes on a real Redis and a real PostgreSQL store (a third worker,
+    """Two ``workers.queue.worker`` processes on a real Redis and a real PostgreSQL store (a third worker,
     when a test wants one, runs in this process: ``worker_here``)."""
     base = tmp_path_factory.mktemp("cluster")
     conn = Redis.from_url(redis_server)
@@ -209,7 +210,7 @@ def cluster(redis_server, tmp_path_factory, tiny_model_dirs, postgres):
     log = open(base / "workers.log", "ab")
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "workers.main", "--preload", "tiny-bert"],
+            [sys.executable, "-m", "workers.queue.worker", "--preload", "tiny-bert"],
             cwd=ROOT,
             env=env,
             stdout=log,
@@ -279,12 +280,12 @@ def finished(c, job_id: str) -> dict:
 
 def worker_here(c, store: Store, monkeypatch) -> None:
     """A third worker: an RQ worker in this process (burst: it stops when the queues are empty), with
-    a heartbeat as ``workers.main`` keeps, on the cluster's store."""
-    import workers.jobs
-    import workers.jobs_corpus
+    a heartbeat as ``workers.queue.worker`` keeps, on the cluster's store."""
+    import workers.queue.jobs
+    import workers.queue.jobs_corpus
 
-    monkeypatch.setattr(workers.jobs, "_store", lambda: store)
-    monkeypatch.setattr(workers.jobs_corpus, "_store", lambda: store)
+    monkeypatch.setattr(workers.queue.jobs, "_store", lambda: store)
+    monkeypatch.setattr(workers.queue.jobs_corpus, "_store", lambda: store)
     name = protocol.new_worker_name()
     beat = lambda: protocol.beat(  # noqa: E731
         c.conn, name, ttl_s=WORKER_TTL_S, info={"pid": os.getpid(), "ready": True}
@@ -304,7 +305,7 @@ def worker_here(c, store: Store, monkeypatch) -> None:
 
 def test_two_and_three_workers_give_the_one_worker_bits(cluster, one_worker, held, monkeypatch):
     c = cluster
-    from frontend.pages.common import status_view
+    from frontend.kit.page import status_view
 
     for n_workers in (2, 3):
         c.store.delete_result(c.req.job_id())

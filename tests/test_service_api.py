@@ -15,7 +15,7 @@ import pytest
 from redis import Redis
 from service_helpers import HANG_S, short_text, wait_done
 
-from workers import protocol
+from workers.queue import keys as protocol
 
 pytestmark = pytest.mark.slow
 
@@ -154,7 +154,7 @@ def test_unknown_ids_are_404(client):
 
 def test_minilm_max_attention_and_one_head_match_the_core(client, minilm, demo_text):
     """The real MiniLM through the service equals the analysis core run here."""
-    from workers.analysis import head_affinities, kl_divergence, max_attention
+    from workers import head_affinities, kl_divergence, max_attention
     from workers.models import run_text
 
     text = " ".join(demo_text.split()[:60])
@@ -182,7 +182,7 @@ def test_minilm_max_attention_and_one_head_match_the_core(client, minilm, demo_t
 
 def test_every_analysis_kind_on_tiny_models(client, redis):
     """Each kind's section arrives, cheap first, with the shapes docs/results.md gives."""
-    from workers.analysis.pipeline import SECTIONS
+    from workers.engine.pipeline import SECTIONS
 
     text = short_text(30)
     bert = run(

@@ -69,7 +69,7 @@ def test_upload_limit_refuses_by_content_length(make_client):
 
 def queued_ids(conn: Redis) -> list[str]:
     """Job ids waiting on every queue (a max-attention request is a short job, for instance)."""
-    from workers import protocol
+    from workers.queue import keys as protocol
 
     return [i for name in protocol.QUEUES for i in protocol.queue(conn, name).job_ids]
 
@@ -78,8 +78,8 @@ def test_concurrent_submits_enqueue_once_and_a_lost_job_is_enqueued_again(redis_
     from concurrent.futures import ThreadPoolExecutor
 
     from backend.queue import JobQueue
-    from workers import protocol
-    from workers.contracts import AnalysisRequest
+    from workers.core.contracts import AnalysisRequest
+    from workers.queue import keys as protocol
 
     conn = Redis.from_url(redis_server, db=3)
     conn.flushdb()

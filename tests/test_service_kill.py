@@ -35,8 +35,8 @@ from backend import queue as queue_module
 from backend.config import Settings
 from backend.queue import JobQueue
 from backend.store import Store
-from workers import protocol
-from workers.contracts import AnalysisRequest
+from workers.core.contracts import AnalysisRequest
+from workers.queue import keys as protocol
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +78,7 @@ def cluster(redis_server, tmp_path_factory, tiny_model_dirs):
     log = open(base / "workers.log", "ab")
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "workers.main", "--preload", "tiny-bert"],
+            [sys.executable, "-m", "workers.queue.worker", "--preload", "tiny-bert"],
             cwd=ROOT,
             env=env,
             stdout=log,
@@ -126,7 +126,7 @@ def kill_worker(c, name: str) -> None:
 
 def test_worker_healthcheck_sees_live_workers_on_this_host(cluster, redis_server):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    check = [sys.executable, "-m", "workers.main", "--check", "--redis-url"]
+    check = [sys.executable, "-m", "workers.queue.worker", "--check", "--redis-url"]
     assert subprocess.run([*check, redis_server], env=env, cwd=ROOT, timeout=60).returncode == 0
     empty = redis_server.rsplit("/", 1)[0] + "/5"  # another database: no worker there
     assert subprocess.run([*check, empty], env=env, cwd=ROOT, timeout=60).returncode == 1

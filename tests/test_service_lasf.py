@@ -9,8 +9,8 @@ import pytest
 import torch
 from service_helpers import wait_done
 
-from workers.lasf.checkpoint import FORMAT, save_checkpoint
-from workers.lasf.module import LasF
+from workers.analyses.lasf.checkpoint import FORMAT, save_checkpoint
+from workers.analyses.lasf.module import LasF
 
 pytestmark = pytest.mark.slow
 TEXT = "The old farmer wrote a letter to Alice Smith in Paris."

@@ -1,6 +1,6 @@
 """Checkpoint uploads and PE analyses through ``headscope serve`` (real HTTP, Redis, workers).
 
-Needs the PE core (``workers.models.checkpoints``, ``workers.analysis.positional``); skipped
+Needs the PE core (``workers.models.checkpoints``, ``workers.analyses.positional.encodings``); skipped
 without it.
 """
 
@@ -15,7 +15,7 @@ import pytest
 from service_helpers import wait_done
 
 pytest.importorskip("workers.models.checkpoints")
-pytest.importorskip("workers.analysis.positional")
+pytest.importorskip("workers.analyses.positional.encodings")
 
 pytestmark = pytest.mark.slow
 

@@ -21,8 +21,8 @@ from backend import queue as queue_module
 from backend.config import Settings
 from backend.queue import JobQueue
 from backend.store import Store
-from workers import protocol
-from workers.contracts import AnalysisRequest
+from workers.core.contracts import AnalysisRequest
+from workers.queue import keys as protocol
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,11 @@ def workers(redis_server, tmp_path_factory, tiny_model_dirs):
         HEADSCOPE_WORKER_MAX_JOBS="0",
     )
     log = open(base / "workers.log", "ab")
-    cmd = [sys.executable, "-m", "workers.main"]  # no --preload: the first job loads tiny-bert
+    cmd = [
+        sys.executable,
+        "-m",
+        "workers.queue.worker",
+    ]  # no --preload: the first job loads tiny-bert
     procs = [
         subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT),
         subprocess.Popen(
@@ -118,7 +122,7 @@ def test_a_worker_stops_after_its_job_bound_and_leaves_the_rest_queued(workers):
         q.enqueue_call("held_jobs.noop")
     env = {**c.env, "HEADSCOPE_WORKER_MAX_JOBS": "2"}
     proc = subprocess.run(
-        [sys.executable, "-m", "workers.main", "--queues", "hs-test-recycle"],
+        [sys.executable, "-m", "workers.queue.worker", "--queues", "hs-test-recycle"],
         cwd=ROOT,
         env=env,
         stdout=c.log,

@@ -12,7 +12,7 @@ import pytest
 from redis import Redis
 from service_helpers import alive, descendants, short_text, wait_done
 
-from workers import protocol
+from workers.queue import keys as protocol
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from workers.errors import HeadscopeError
+from workers.core.errors import HeadscopeError
 from workers.models import gguf
 from workers.models.catalogue import BUILTIN, Catalogue
 
@@ -28,7 +28,7 @@ SHORT = "The cat sat on the mat. The cat was tired, so the cat slept."
 
 
 def test_catalogue_lists_smollm2_beside_the_default_minilm():
-    from frontend.pages.common import model_label
+    from frontend.kit.page import model_label
 
     cat = Catalogue()
     assert cat.names_available() == ["gemma3-270m", "minilm", "smollm2"]
@@ -203,7 +203,7 @@ def test_real_decoder_behaviour_sink_and_previous_token_head(smollm2, demo_text)
 
 
 def test_decomposition_is_exact_in_float64(demo_text):
-    from workers.analysis.decomposition import decompose
+    from workers.analyses.decomposition import decompose
     from workers.models import load_model
 
     dec = decompose(load_model("smollm2", dtype="float64", device="cpu"), SHORT)
@@ -213,8 +213,8 @@ def test_decomposition_is_exact_in_float64(demo_text):
 
 
 def test_chat_message_marks_the_template_special(smollm2):
-    from frontend.figures import readable_tokens
-    from workers.analysis.pipeline import analyze
+    from frontend.figures.text import readable_tokens
+    from workers.engine.pipeline import analyze
     from workers.models.adapters import encode
 
     enc = encode(smollm2, "What is the capital of France?", chat=True)
@@ -243,8 +243,8 @@ def test_chat_message_needs_a_template(minilm):
 
 
 def test_labels_are_the_text_never_byte_pieces(smollm2):
-    from frontend.figures import readable_tokens
-    from workers.analysis.pipeline import analyze
+    from frontend.figures.text import readable_tokens
+    from workers.engine.pipeline import analyze
 
     text = "It’s  a naïve café.\nNext line"
     res = analyze(smollm2, text, ["max-attention"])
@@ -267,7 +267,7 @@ def test_word_lists_pool_the_last_token(smollm2):
 
 
 def test_robustness_runs_on_the_previous_token_head(smollm2):
-    from workers.analysis.pipeline import analyze
+    from workers.engine.pipeline import analyze
 
     opts = {
         "layer": 16,

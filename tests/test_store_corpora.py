@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 
 from backend.config import Settings
 from backend.store import Store
-from workers.corpora import corpus_id
+from workers.inputs.corpora import corpus_id
 from workers.store import migrate
 from workers.store.corpora import CHUNK_TEXTS, CorpusGone, chunk_texts
 from workers.store.schema import corpus_chunks

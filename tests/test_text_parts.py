@@ -16,10 +16,10 @@ import pytest
 import torch
 from tiny_models import TINY_WINDOW, build_tiny_decoder, build_tiny_gemma3_multimodal
 
-from workers.analysis.causal import logit_attribution, logit_lens, predictions
-from workers.analysis.decomposition import decompose
-from workers.analysis.pipeline import analyze
-from workers.errors import HeadscopeError
+from workers.analyses.causal.views import logit_attribution, logit_lens, predictions
+from workers.analyses.decomposition import decompose
+from workers.core.errors import HeadscopeError
+from workers.engine.pipeline import analyze
 from workers.models import Catalogue, ModelSpec, load_model, run_text
 from workers.models.adapters import encode
 from workers.models.families import family_of, layer_windows

@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.analysis import (
+from workers import (
     TSNEOptions,
     embed_affinities,
     head_affinities,
     head_tsne,
     kl_divergence,
 )
-from workers.analysis.tsne.start import spectral_init
-from workers.errors import HeadscopeError, OutOfRangeError
+from workers.analyses.tsne.initialization import spectral_init
+from workers.core.errors import HeadscopeError, OutOfRangeError
 from workers.models import run_text
 
 HEADS = [(0, 3), (1, 2), (2, 5), (3, 10), (4, 1), (5, 7)]
@@ -110,8 +110,8 @@ def test_spectral_init_is_small_and_deterministic(run):
 
 def test_affinities_of_states_in_threads_are_those_of_each_state_alone():
     """The hidden-state P of several states at once (threads) equals each state's own, bit for bit."""
-    from workers.analysis.hidden import affinities_of_states
-    from workers.analysis.tsne.affinities import perplexity_affinities
+    from workers.analyses.tsne.affinities import perplexity_affinities
+    from workers.analyses.tsne.hidden import affinities_of_states
 
     x = (
         np.random.default_rng(3).normal(size=(5, 40, 16)) * np.arange(1, 6)[:, None, None]

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from workers.analysis.tsne import TSNEOptions, TSNEResult, embed_affinities, embed_layer, engines
-from workers.analysis.tsne import chain as tsne_chain
-from workers.analysis.tsne import device as gpu_tsne
-from workers.analysis.tsne.affinities import head_affinities, kl_divergence
-from workers.analysis.tsne.chain import DeviceLost, EngineState, Fault
-from workers.errors import HeadscopeError
+from workers.analyses.tsne import TSNEOptions, TSNEResult, embed_affinities, embed_layer, engines
+from workers.analyses.tsne import chain as tsne_chain
+from workers.analyses.tsne import device as gpu_tsne
+from workers.analyses.tsne.affinities import head_affinities, kl_divergence
+from workers.analyses.tsne.chain import DeviceLost, EngineState, Fault
+from workers.core.errors import HeadscopeError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 CPU = torch.device("cpu")
@@ -49,7 +49,7 @@ def attention(heads: int, n: int, *, seed: int) -> np.ndarray:
 
 def test_self_check_runs_every_round_and_passes_them():
     pytest.importorskip("triton")
-    from workers.analysis.tsne import gpu_kernels
+    from workers.analyses.tsne import gpu_kernels
 
     if not gpu_kernels.interpreted():
         pytest.skip("Triton's interpreter is off (TRITON_INTERPRET)")
@@ -245,7 +245,7 @@ def test_device_path_refuses_what_the_cpu_path_refuses():
 def test_a_request_stays_correct_when_the_device_round_fails(catalogue):
     """The streamed pipeline: the t-SNE fails inside the forward hook; max attention of the same
     request is untouched and the head t-SNE is the torch round's, with the engine recorded."""
-    from workers.analysis.pipeline import analyze
+    from workers.engine.pipeline import analyze
     from workers.models import load_model
 
     model = load_model("tiny-bert", device="cpu")

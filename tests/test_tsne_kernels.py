@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from workers.analysis.tsne.affinities import _kl_torch, entropies, head_affinities, kl_divergence
-from workers.analysis.tsne.options import numba_available
+from workers.analyses.tsne.affinities import _kl_torch, entropies, head_affinities, kl_divergence
+from workers.analyses.tsne.options import numba_available
 
 pytestmark = pytest.mark.skipif(not numba_available(), reason="the compiled kernels need numba")
 
@@ -21,7 +21,7 @@ def random_p(batch: int, n: int, *, seed: int, sharp: float = 4.0) -> np.ndarray
 
 
 def test_log64_is_within_two_ulp_of_numpy():
-    from workers.analysis.tsne.cpu_kernels import log64
+    from workers.analyses.tsne.cpu_kernels import log64
 
     rng = np.random.default_rng(0)
     x = np.concatenate([
@@ -79,9 +79,9 @@ def test_kl_estimate_takes_each_pair_once_only_for_a_symmetric_p():
     """The schedule's float32 KL estimate (``_cross_entropy``) is the exact KL to ~1e-6 relative, with
     each pair once (``sym``) for a symmetric P, and over all pairs for a P that is not symmetric (the
     host state checks which)."""
-    from workers.analysis.tsne.affinities import kernel_p
-    from workers.analysis.tsne.cpu_kernels import _cross_entropy
-    from workers.analysis.tsne.fast import _NumbaState
+    from workers.analyses.tsne.affinities import kernel_p
+    from workers.analyses.tsne.cpu_kernels import _cross_entropy
+    from workers.analyses.tsne.host_engine import _NumbaState
 
     p = random_p(1, 90, seed=7)
     y = (np.random.default_rng(8).normal(size=(1, 90, 2)) * 5).astype(np.float32)
@@ -102,7 +102,7 @@ def test_ritz_pairs_are_those_of_eigh_tridiagonal(size):
     """The Lanczos start's Ritz solver calls LAPACK's drivers directly: bit for bit scipy's answer."""
     from scipy.linalg import eigh_tridiagonal
 
-    from workers.analysis.tsne.start import _ritz
+    from workers.analyses.tsne.initialization import _ritz
 
     rng = np.random.default_rng(size)
     alpha, beta = rng.normal(size=(3, 150)), np.abs(rng.normal(size=(3, 150)))
@@ -119,8 +119,8 @@ def test_ritz_pairs_are_those_of_eigh_tridiagonal(size):
 def test_forces_equal_the_float64_gradient(spread):
     """The compiled forces (a true float32 division per pair since issue 34, no reciprocal estimate) and
     the gradient they make equal a plain float64 numpy evaluation to float32 precision."""
-    from workers.analysis.tsne.affinities import kernel_p
-    from workers.analysis.tsne.cpu_kernels import _forces
+    from workers.analyses.tsne.affinities import kernel_p
+    from workers.analyses.tsne.cpu_kernels import _forces
 
     n = 300
     p = random_p(1, n, seed=9, sharp=3.0)[0]
@@ -145,7 +145,7 @@ def test_forces_equal_the_float64_gradient(spread):
 def test_update_is_openTSNEs_rule_with_clipping():
     """The branch-free update (``_update``): delta-bar-delta gains by the signs of update and gradient
     (zeros included), momentum, the step clipped to ``max_step``, as a float64 numpy evaluation."""
-    from workers.analysis.tsne.cpu_kernels import _update
+    from workers.analyses.tsne.cpu_kernels import _update
 
     rng = np.random.default_rng(11)
     n = 64

@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from workers.analysis.tsne.affinities import head_affinities, kl_divergence
-from workers.analysis.tsne.fast import fast_optimize
-from workers.analysis.tsne.options import FastSchedule, TSNEOptions
-from workers.analysis.tsne.schedule import _Plan
-from workers.analysis.tsne.start import fast_spectral_init
+from workers.analyses.tsne.affinities import head_affinities, kl_divergence
+from workers.analyses.tsne.host_engine import fast_optimize
+from workers.analyses.tsne.initialization import fast_spectral_init
+from workers.analyses.tsne.options import FastSchedule, TSNEOptions
+from workers.analyses.tsne.schedule import _Plan
 
 OPTIONS = TSNEOptions()  # caps 250 / 650 / 100
 # the full-window rule (the defaults before issue 34): a phase ends only after a whole window of checks

@@ -1,4 +1,4 @@
-"""Reading the vocabulary in blocks (``workers.analysis.vocab``) gives what the full ``[R, vocabulary]``
+"""Reading the vocabulary in blocks (``workers.analyses.causal.vocab``) gives what the full ``[R, vocabulary]``
 logits give: top-k, log-sum-exp, a token's logit and rank; with biases, Gemma 2's soft-cap, rows
 without a token, block sizes that do not divide the vocabulary, float32 and float64."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workers.analysis.vocab import read_vocab
+from workers.analyses.causal.vocab import read_vocab
 from workers.models.lm_head import Unembedding
 
 

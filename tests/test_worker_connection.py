@@ -1,4 +1,4 @@
-"""workers.main.rq_worker: the RQ worker's Redis client lets RQ's blocking wait for a job last as long
+"""workers.queue.worker.rq_worker: the RQ worker's Redis client lets RQ's blocking wait for a job last as long
 as RQ asks (405 s by default), not redis-py 8's default 5 s socket timeout, after which a worker left
 idle quit ("Redis connection timeout, quitting..."): the flake of the kill test in test_scale_parts,
 where the surviving worker waited ~5 s for the dead worker's part. Real Redis."""
@@ -9,8 +9,8 @@ import time
 
 from redis import Redis
 
-from workers import protocol
-from workers.main import rq_worker
+from workers.queue import keys as protocol
+from workers.queue.worker import rq_worker
 
 
 def test_the_worker_can_wait_for_a_job_longer_than_a_default_redis_socket_timeout(redis_server):

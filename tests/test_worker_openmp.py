@@ -1,4 +1,4 @@
-"""Workers' OpenMP threads sleep while they wait (issue 34; ``workers.settings.WORKER_OPENMP_ENV``)."""
+"""Workers' OpenMP threads sleep while they wait (issue 34; ``workers.core.settings.WORKER_OPENMP_ENV``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from backend.serve import Supervisor
-from workers.settings import WORKER_OPENMP_ENV, Settings
+from workers.core.settings import WORKER_OPENMP_ENV, Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -36,10 +36,10 @@ def _run(code: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("torch_first", [False, True])
 def test_the_worker_sets_the_wait_policy_before_torch_loads_or_says_it_came_too_late(torch_first):
-    """``workers.main`` imports no torch, so the policy is in place when torch's OpenMP runtime loads;
+    """``workers.queue.worker`` imports no torch, so the policy is in place when torch's OpenMP runtime loads;
     a process that loaded torch before gets a warning naming it."""
     code = ("import sys\n" + ("import torch\n" if torch_first else "")
-            + "import workers.main as m\nassert ('torch' in sys.modules) == " + str(torch_first) + "\n"
+            + "import workers.queue.worker as m\nassert ('torch' in sys.modules) == " + str(torch_first) + "\n"
             "import logging; logging.basicConfig()\nok = m.quiet_openmp_waits()\nimport os\n"
             "print(ok, os.environ['OMP_WAIT_POLICY'])\n")  # fmt: skip
     out = _run(code)

@@ -13,7 +13,7 @@ from backend.deps import QueueDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from backend.store import Store
 from backend.tokens import count_tokens, is_blank
-from workers.contracts import (
+from workers.core.contracts import (
     CAUSAL_KINDS,
     LASF_MODELS,
     MAX_TOP_EDGES,
@@ -23,7 +23,7 @@ from workers.contracts import (
     edge_count,
     is_lasf_model,
 )
-from workers.errors import (
+from workers.core.errors import (
     EmptyTextError,
     HeadscopeError,
     NotFoundError,
@@ -31,7 +31,7 @@ from workers.errors import (
     TextTooLongError,
 )
 from workers.models.catalogue import ModelSpec, get_catalogue
-from workers.protocol import JOB_ID
+from workers.queue.keys import JOB_ID
 
 router = APIRouter(tags=["analyses"])
 

@@ -28,9 +28,9 @@ from backend.clients import ClientDep
 from backend.deps import QueueDep, SettingsDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from backend.store import Store
-from workers import protocol
-from workers.errors import BadFileError, HeadscopeError, TooLargeError, UnsupportedFileError
+from workers.core.errors import BadFileError, HeadscopeError, TooLargeError, UnsupportedFileError
 from workers.models.checkpoints import inspect_file
+from workers.queue import keys as protocol
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["positional encodings"])
@@ -157,7 +157,7 @@ def _inspect(
     path: Path, *, filename: str, kind: str, max_bytes: int
 ) -> tuple[list[dict[str, Any]], Any]:
     """(PE candidates, LasF description or None) of an upload; 422 naming the problem."""
-    from workers.lasf.checkpoint import describe, is_lasf_file, read_checkpoint
+    from workers.analyses.lasf.checkpoint import describe, is_lasf_file, read_checkpoint
 
     try:
         if is_lasf_file(path):

@@ -9,8 +9,8 @@ from fastapi import Query
 from fastapi.responses import Response
 
 from backend.queue import Lookup
-from workers.errors import NotFoundError
-from workers.protocol import dumps
+from workers.core.errors import NotFoundError
+from workers.queue.keys import dumps
 
 
 def raw_json(parts: dict[str, Any], raw: dict[str, str], *, status_code: int = 200) -> Response:

@@ -12,10 +12,10 @@ from backend.api.common import PARTIAL_QUERY, job_status
 from backend.api.corpora import _cancel, _check_corpus, _check_model
 from backend.deps import QueueDep, StoreDep, WriteAccess
 from backend.errors import error_responses
-from workers.compare_plan import compare_ranges, plan_of
-from workers.contracts import CompareRequest, JobStatus
-from workers.corpora import shipped_corpus
-from workers.protocol import JOB_ID
+from workers.analyses.compare.plan import compare_ranges, plan_of
+from workers.core.contracts import CompareRequest, JobStatus
+from workers.inputs.corpora import shipped_corpus
+from workers.queue.keys import JOB_ID
 
 router = APIRouter(tags=["compare"])
 

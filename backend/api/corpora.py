@@ -2,7 +2,7 @@
 
 ``POST /api/corpora`` takes a paste (``text``: one text per line) or an upload (``file``: ``.txt``,
 ``.jsonl`` with ``field``, ``.csv``, ``.parquet`` or a packed ``datasets`` directory with ``field``
-naming the column), checks it completely as it streams past (``workers.corpora``: encoding, size,
+naming the column), checks it completely as it streams past (``workers.inputs.corpora``: encoding, size,
 number of texts, empty rows, a missing field or column, named by line or row) and only then stores
 it in chunks, content-addressed (``cp-`` + SHA-256), with its owners for quotas and expiry as an
 uploaded checkpoint. A refused corpus gets a 422 naming the problem and nothing of it is kept.
@@ -29,11 +29,11 @@ from backend.clients import ClientDep
 from backend.deps import QueueDep, SettingsDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from backend.store import Store
-from workers.contracts import CorpusRequest, JobStatus, JointMapRequest
-from workers.corpora import Limits, format_of, shipped_corpus, shipped_list, stage_corpus
-from workers.errors import HeadscopeError
+from workers.core.contracts import CorpusRequest, JobStatus, JointMapRequest
+from workers.core.errors import HeadscopeError
+from workers.inputs.corpora import Limits, format_of, shipped_corpus, shipped_list, stage_corpus
 from workers.models.catalogue import get_catalogue
-from workers.protocol import JOB_ID
+from workers.queue.keys import JOB_ID
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["corpus"])

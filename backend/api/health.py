@@ -9,7 +9,7 @@ from redis.exceptions import RedisError
 
 from backend.deps import RedisDep, StoreDep
 from backend.store import StoreUnavailable
-from workers import protocol
+from workers.queue import keys as protocol
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])

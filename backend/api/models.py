@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from workers.contracts import LASF_ABOUT
+from workers.core.contracts import LASF_ABOUT
 from workers.models.catalogue import DEFAULT_MODEL, get_catalogue
 
 router = APIRouter(tags=["models"])

@@ -9,9 +9,9 @@ from backend.api.checkpoints import known_checkpoint
 from backend.api.common import PARTIAL_QUERY, job_status
 from backend.deps import QueueDep, StoreDep, WriteAccess
 from backend.errors import error_responses
-from workers.contracts import JobStatus, PEAnalysisRequest
-from workers.errors import HeadscopeError, NotFoundError
-from workers.protocol import JOB_ID
+from workers.core.contracts import JobStatus, PEAnalysisRequest
+from workers.core.errors import HeadscopeError, NotFoundError
+from workers.queue.keys import JOB_ID
 
 router = APIRouter(tags=["positional encodings"])
 

@@ -8,9 +8,9 @@ from fastapi.responses import Response
 from backend.api.common import not_found, raw_json
 from backend.deps import QueueDep, SettingsDep, StoreDep, WriteAccess
 from backend.errors import error_responses
-from workers.contracts import ShareRequest
-from workers.errors import GoneError, NotReadyError, TooLargeError
-from workers.protocol import JOB_ID, dumps
+from workers.core.contracts import ShareRequest
+from workers.core.errors import GoneError, NotReadyError, TooLargeError
+from workers.queue.keys import JOB_ID, dumps
 
 router = APIRouter(tags=["shares"])
 

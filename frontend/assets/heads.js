@@ -87,7 +87,7 @@
     window.history.replaceState(window.history.state, "", window.location.pathname + "?" + q.toString());
   }
 
-  /* The URL query of the text page's view, as frontend.data.source_query(source, text._view(...))
+  /* The URL query of the text page's view, as frontend.kit.data.source_query(source, text._view(...))
      builds it, computed in the browser so that a head picked by a click is in the URL in the same
      turn as its map (a server callback would answer later, and a slower earlier answer could
      overwrite it). None/empty values are left out, booleans are 1/0, lists comma-joined. */
@@ -229,5 +229,5 @@
   var ns = (window.dash_clientside = window.dash_clientside || {});
   ns.headscope_heads = {selectHead: selectHead, drawHead: drawHead, drawHeadOnMaps: drawHeadOnMaps,
                         headViewHover: headViewHover, viewUrl: viewUrl,
-                        galleryPanel: galleryPanel};  /* also the notebook's gallery (frontend/notebook.py) */
+                        galleryPanel: galleryPanel};  /* also the notebook's gallery (frontend/notebook/__init__.py) */
 })();

@@ -12,11 +12,11 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
-from frontend import figures_causal as C
-from frontend.api_client import ApiError
-from frontend.data import ResultStore, int_or_none, source_query
-from frontend.figures import empty_figure
-from frontend.pages.common import (
+from frontend.figures import causal as C
+from frontend.figures.text import empty_figure
+from frontend.kit.api_client import ApiError
+from frontend.kit.data import ResultStore, int_or_none, source_query
+from frontend.kit.page import (
     PageView,
     export_bar,
     graph,

@@ -16,12 +16,12 @@ from typing import Any
 
 from dash import ClientsideFunction, Dash, Input, Output, State, dcc, html, no_update
 
-from frontend import figures_circuits as F
-from frontend.api_client import ApiError
-from frontend.data import ResultStore, source_query
-from frontend.figures import empty_figure, graph_config, standalone_html
+from frontend.figures import circuits as F
+from frontend.figures.text import empty_figure, graph_config, standalone_html
+from frontend.kit.api_client import ApiError
+from frontend.kit.data import ResultStore, source_query
+from frontend.kit.page import export_bar, graph, progress_block, restore_view, share_link
 from frontend.pages.causal import _head, _model_choices, causal_request, parse_target
-from frontend.pages.common import export_bar, graph, progress_block, restore_view, share_link
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ FAITHFUL = 0.8  # the slider starts at the smallest listed circuit at least this
 
 def edge_attribution_available() -> bool:
     """Whether this build's contract knows the edge-attribution analysis."""
-    from workers.contracts import ANALYSIS_KINDS
+    from workers.core.contracts import ANALYSIS_KINDS
 
     return EDGE_KIND in ANALYSIS_KINDS
 
@@ -70,7 +70,7 @@ def flow_request(
 def top_edges_for(facts: dict[str, Any]) -> int | None:
     """``PAGE_TOP_EDGES``, or a model's every edge when it has fewer (None: its shape is unknown, and
     the job's default applies)."""
-    from workers.contracts import edge_count
+    from workers.core.contracts import edge_count
 
     if not facts.get("n_layers") or not facts.get("n_heads"):
         return None
@@ -328,7 +328,7 @@ def _figures(flow: dict[str, Any], pair: dict[str, Any], n: int | None) -> list[
 
 
 def register(app: Dash, store: ResultStore) -> None:
-    from frontend.pages.common import register_click_pick, register_poll
+    from frontend.kit.page import register_click_pick, register_poll
 
     client = store.client
     register_poll(app, store, "circuits", ["circuits-source", "circuits-pair-source"])

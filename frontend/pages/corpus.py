@@ -14,11 +14,11 @@ from typing import Any
 import dash_ag_grid as dag
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
-from frontend import figures_corpus as C
-from frontend.api_client import ApiError
-from frontend.data import ResultStore
-from frontend.figures import empty_figure
-from frontend.pages.common import (
+from frontend.figures import corpus as C
+from frontend.figures.text import empty_figure
+from frontend.kit.api_client import ApiError
+from frontend.kit.data import ResultStore
+from frontend.kit.page import (
     PageView,
     export_bar,
     graph,

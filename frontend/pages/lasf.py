@@ -10,11 +10,11 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
-from frontend import figures_lasf as F
-from frontend.api_client import ApiError
-from frontend.data import ResultStore, int_or_none
-from frontend.figures import empty_figure
-from frontend.pages.common import (
+from frontend.figures import lasf as F
+from frontend.figures.text import empty_figure
+from frontend.kit.api_client import ApiError
+from frontend.kit.data import ResultStore, int_or_none
+from frontend.kit.page import (
     PageView,
     export_bar,
     graph,
@@ -26,7 +26,7 @@ from frontend.pages.common import (
     register_view,
     restore_view,
 )
-from workers.contracts import LASF_ABOUT
+from workers.core.contracts import LASF_ABOUT
 
 logger = logging.getLogger(__name__)
 

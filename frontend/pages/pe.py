@@ -13,11 +13,11 @@ from typing import Any
 
 from dash import ALL, Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from frontend import figures_pe as P
-from frontend.api_client import ApiError
-from frontend.data import ResultStore
-from frontend.figures import empty_figure
-from frontend.pages.common import (
+from frontend.figures import positional as P
+from frontend.figures.text import empty_figure
+from frontend.kit.api_client import ApiError
+from frontend.kit.data import ResultStore
+from frontend.kit.page import (
     PageView,
     export_bar,
     graph,

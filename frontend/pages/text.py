@@ -16,12 +16,11 @@ from typing import Any
 
 from dash import ClientsideFunction, Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from frontend import figures as F
-from frontend.api_client import ApiError
-from frontend.data import Built, ResultStore, int_list, int_or_none
-from frontend.heads import has_head, head_view_key, section_layers
-from frontend.pages import text_heads
-from frontend.pages.common import (
+from frontend.figures import text as F
+from frontend.kit.api_client import ApiError
+from frontend.kit.data import Built, ResultStore, int_list, int_or_none
+from frontend.kit.heads import has_head, head_view_key, section_layers
+from frontend.kit.page import (
     FAST_POLL_MS,
     PageView,
     export_bar,
@@ -35,6 +34,7 @@ from frontend.pages.common import (
     register_poll,
     register_view,
 )
+from frontend.pages import text_heads
 
 logger = logging.getLogger(__name__)
 

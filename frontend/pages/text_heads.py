@@ -14,12 +14,12 @@ from typing import Any
 
 from dash import ClientsideFunction, Dash, Input, Output, Patch, State, dcc, html, no_update
 
-from frontend import figures_gallery as G
-from frontend import figures_headview as HV
-from frontend.data import ResultStore, int_list, int_or_none
-from frontend.figures import empty_figure
-from frontend.heads import gallery_section, head_view_key, section_layers
-from frontend.pages.common import graph
+from frontend.figures import gallery as G
+from frontend.figures import headview as HV
+from frontend.figures.text import empty_figure
+from frontend.kit.data import ResultStore, int_list, int_or_none
+from frontend.kit.heads import gallery_section, head_view_key, section_layers
+from frontend.kit.page import graph
 
 DEFAULT_THRESHOLD = 0.1
 GRAPHS = ["head-gallery", "head-view-graph", "model-view-graph"]
@@ -374,7 +374,9 @@ def register(app: Dash, store: ResultStore) -> None:
         State("text-lines-key", "data"),
     )
     def _lines(job, selected, extra, threshold, source, shown):  # type: ignore[no-untyped-def]
-        st = store.status(source, seen=job)  # what the poll read (frontend.data.ResultStore.status)
+        st = store.status(
+            source, seen=job
+        )  # what the poll read (frontend.kit.data.ResultStore.status)
         result = st["result"]
         layer, head = (selected or {}).get("layer"), (selected or {}).get("head")
         try:

@@ -10,10 +10,10 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
-from frontend import figures as F
-from frontend.api_client import ApiError
-from frontend.data import ResultStore, int_or_none
-from frontend.pages.common import (
+from frontend.figures import text as F
+from frontend.kit.api_client import ApiError
+from frontend.kit.data import ResultStore, int_or_none
+from frontend.kit.page import (
     PageView,
     export_bar,
     graph,

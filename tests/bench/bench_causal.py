@@ -57,20 +57,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--glibc-defaults",
         action="store_true",
-        help="leave glibc's heap settings (workers and the CLI keep freed memory: workers/allocator.py)",
+        help="leave glibc's heap settings (workers and the CLI keep freed memory: workers/models/allocator.py)",
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from workers.allocator import keep_freed_memory
+    from workers.models.allocator import keep_freed_memory
 
     kept = False if args.glibc_defaults else keep_freed_memory()
     print(
-        f"heap: {'freed blocks kept for reuse (workers/allocator.py)' if kept else 'glibc defaults'}"
+        f"heap: {'freed blocks kept for reuse (workers/models/allocator.py)' if kept else 'glibc defaults'}"
     )
 
-    from workers.analysis.causal import logit_attribution, logit_lens, predictions
-    from workers.analysis.decomposition import decompose_encoded
-    from workers.analysis.interventions import ablation, patching
+    from workers.analyses.causal.interventions import ablation, patching
+    from workers.analyses.causal.views import logit_attribution, logit_lens, predictions
+    from workers.analyses.decomposition import decompose_encoded
     from workers.models import Catalogue, ModelSpec, load_model
     from workers.models.adapters import model_inputs
 

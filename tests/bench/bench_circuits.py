@@ -57,9 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    from workers.analysis.attribution_patching import attribution_patching
-    from workers.analysis.edges import edge_attribution
-    from workers.analysis.interventions import patching
+    from workers.analyses.causal.interventions import patching
+    from workers.analyses.circuits.attribution_patching import attribution_patching
+    from workers.analyses.circuits.edges import edge_attribution
     from workers.models import load_model
     from workers.models.adapters import Encoded, model_inputs
 
@@ -161,7 +161,7 @@ def bench_flow(model: str, *, tokens: int, repeats: int) -> float:
 
     Run as ``PYTHONPATH=. python -m tests.bench.bench_circuits --flow [--model smollm2] [--tokens 128]
     [--repeats 3] [--threads 2] [--every-query]``."""
-    from workers.analysis.information_flow import information_flow
+    from workers.analyses.circuits.information_flow import information_flow
     from workers.models import load_model
     from workers.models.adapters import model_inputs
 
@@ -207,7 +207,7 @@ def flow_main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.every_query:
-        import workers.analysis.information_flow as flow_module
+        import workers.analyses.circuits.information_flow as flow_module
 
         flow_module.KEEP_BYTES = 0
     bench_flow(args.model, tokens=args.tokens, repeats=args.repeats)

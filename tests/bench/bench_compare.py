@@ -45,11 +45,11 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from workers.analysis.compare import WordMapTap, compare_models
-    from workers.analysis.corpus import CorpusOptions, corpus_statistics
-    from workers.analysis.head_similarity import SimilarityAccumulator
-    from workers.analysis.word_maps import covered
-    from workers.corpora import shipped_corpus
+    from workers.analyses.compare.comparison import WordMapTap, compare_models
+    from workers.analyses.compare.head_similarity import SimilarityAccumulator
+    from workers.analyses.compare.word_maps import covered
+    from workers.analyses.corpus.run import CorpusOptions, corpus_statistics
+    from workers.inputs.corpora import shipped_corpus
     from workers.models import load_model
 
     texts = shipped_corpus(args.corpus).texts

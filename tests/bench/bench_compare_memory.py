@@ -36,7 +36,7 @@ def hwm_mib() -> float:
 
 
 def texts_of(n: int, words: int) -> list[str]:
-    from workers.corpora import shipped_corpus
+    from workers.inputs.corpora import shipped_corpus
 
     pool = " ".join(shipped_corpus("builtin-english").texts).split()
     return [
@@ -49,8 +49,8 @@ def child(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from workers.analysis.compare import compare_models
-    from workers.analysis.compare_parts import CompareMerge, compare_partial
+    from workers.analyses.compare.comparison import compare_models
+    from workers.analyses.compare.parts import CompareMerge, compare_partial
     from workers.models import Catalogue, ModelSpec, load_model, set_catalogue
 
     cat = Catalogue()
@@ -104,9 +104,9 @@ def real(n: int, part: int) -> None:
     import torch
 
     torch.set_num_threads(1)
-    from workers.analysis.compare import compare_models
-    from workers.analysis.compare_parts import CompareMerge, compare_partial
-    from workers.corpora import shipped_corpus
+    from workers.analyses.compare.comparison import compare_models
+    from workers.analyses.compare.parts import CompareMerge, compare_partial
+    from workers.inputs.corpora import shipped_corpus
     from workers.models import load_model
 
     texts = shipped_corpus("builtin-english").texts[:n]

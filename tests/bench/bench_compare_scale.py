@@ -5,7 +5,7 @@ seconds in one job, in parts on 1 worker and on 2 workers (one thread each), and
         [--model-a minilm] [--model-b smollm2] [--runs one,split1,split2]
 
 As tests/bench/bench_scale.py (whose ``Bench`` it uses: the bundled Redis, a SQLite store holding a
-synthetic corpus, ``python -m workers.main`` workers with ``OMP_NUM_THREADS=1``), with both models
+synthetic corpus, ``python -m workers.queue.worker`` workers with ``OMP_NUM_THREADS=1``), with both models
 preloaded in every worker before any timing. Times run from the submit to the stored result.
 """
 
@@ -31,7 +31,7 @@ class CompareBench(Bench):
         """Start ``n`` workers with both models preloaded; their pids once ready."""
         from service_helpers import service_env
 
-        from workers import protocol
+        from workers.queue import keys as protocol
 
         env = service_env(
             self.base / "data",
@@ -53,7 +53,7 @@ class CompareBench(Bench):
                     [
                         sys.executable,
                         "-m",
-                        "workers.main",
+                        "workers.queue.worker",
                         "--preload",
                         models[0],
                         "--preload",
@@ -77,7 +77,7 @@ class CompareBench(Bench):
 
     def compare(self, corpus: str, models: tuple[str, str]) -> tuple[float, dict[str, Any]]:
         """Submit the comparison, wait for its stored result; (seconds, result)."""
-        from workers.contracts import CompareRequest
+        from workers.core.contracts import CompareRequest
 
         req = CompareRequest(model_a=models[0], model_b=models[1], corpus=corpus, max_tokens=64)
         job_id = req.job_id()

@@ -6,7 +6,7 @@ query–key map of 10,000 points; peak memory for 1,000 and 10,000 sentences (ea
     PYTHONPATH=. python tests/bench/bench_corpus.py --model minilm --memory 1000,10000
     PYTHONPATH=. python tests/bench/bench_corpus.py --model smollm2 --model-dir <converted SmolLM2 directory>
 
-Sentences: the standard library's documentation sentences (``workers.lasf.corpus``, built offline;
+Sentences: the standard library's documentation sentences (``workers.analyses.lasf.corpus``, built offline;
 ~14k unique), then the shipped English set, cycled if more are asked for. Targets (2 cores):
 MiniLM, 1,000 sentences, all heads: <= 60 s and <= 1.5x the plain forward; joint map <= 30 s.
 """
@@ -23,8 +23,8 @@ import time
 
 
 def sentences(n: int) -> list[str]:
-    from workers.corpora import shipped_corpus
-    from workers.lasf.corpus import build_corpus
+    from workers.analyses.lasf.corpus import build_corpus
+    from workers.inputs.corpora import shipped_corpus
 
     corpus = build_corpus(seed=0, max_sentences=None, fractions=(0.0, 0.0))
     pool = list(corpus.train) + shipped_corpus("builtin-english").texts
@@ -35,9 +35,9 @@ def plain_forward(loaded, texts: list[str], *, max_tokens: int) -> float:
     """Seconds for the same padded batches through the model with no hook (attentions computed)."""
     import torch
 
-    from workers.analysis.corpus import CorpusOptions, batches, encode_corpus
-    from workers.analysis.decomposition.model import batch_inputs
+    from workers.analyses.corpus.run import CorpusOptions, batches, encode_corpus
     from workers.models.adapters import Encoded
+    from workers.models.sublayers import batch_inputs
 
     opts = CorpusOptions(max_tokens=max_tokens)
     enc = encode_corpus(loaded, texts, max_tokens=max_tokens)
@@ -61,8 +61,8 @@ def bench(
 ) -> dict:
     import torch
 
-    from workers.analysis.corpus import CorpusOptions, corpus_statistics
-    from workers.analysis.joint_qk import joint_map
+    from workers.analyses.corpus.joint_map import joint_map
+    from workers.analyses.corpus.run import CorpusOptions, corpus_statistics
     from workers.models import load_model
 
     texts = sentences(n)
@@ -108,7 +108,7 @@ def peak_rss(model: str, n: int, max_tokens: int) -> dict:
     code = (
         "import json,resource,sys,time;sys.path.insert(0,'.');"
         "from tests.bench.bench_corpus import sentences;"
-        "from workers.models import load_model;from workers.analysis.corpus import corpus_statistics, CorpusOptions;"
+        "from workers.models import load_model;from workers.analyses.corpus.run import corpus_statistics, CorpusOptions;"
         f"texts=sentences({n});m=load_model({model!r},device='cpu');"
         "base=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss;"
         "run=sys.argv[1]=='run';t=time.perf_counter();"

@@ -52,12 +52,12 @@ def child(
     """One measurement in this (fresh) process (``upload`` imports no torch, as the API)."""
     from backend.config import Settings
     from backend.store import Store
-    from workers.recycle import rss_mb
+    from workers.queue.recycle import rss_mb
 
     store = Store(Settings(data_dir=data, database_url=url), migrate=True)
     t0 = time.perf_counter()
     if mode == "upload":
-        from workers.corpora import stage_corpus
+        from workers.inputs.corpora import stage_corpus
 
         staged = stage_corpus(parquet, fmt="parquet", name=parquet.name, spool_dir=store.tmp_dir)
         store.put_corpus_chunks(
@@ -77,11 +77,11 @@ def child(
         }
     import torch
 
-    from workers.analysis.corpus import CorpusOptions, corpus_statistics
-    from workers.contracts import CorpusRequest
-    from workers.corpus_source import open_corpus
-    from workers.jobs_corpus import compute_corpus
+    from workers.analyses.corpus.run import CorpusOptions, corpus_statistics
+    from workers.core.contracts import CorpusRequest
+    from workers.inputs.source import open_corpus
     from workers.models import load_model
+    from workers.queue.jobs_corpus import compute_corpus
 
     torch.set_num_threads(1)
     corpus = json.loads((data / "corpus.json").read_text())["id"]

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
 
-    from workers.analysis.decomposition import decompose_encoded
+    from workers.analyses.decomposition import decompose_encoded
     from workers.data import demo_text
     from workers.models import encode, load_model
     from workers.models.adapters import forward, model_inputs

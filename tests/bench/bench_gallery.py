@@ -10,14 +10,14 @@ preloaded) and a headless Chromium on the text explorer. For each text of n toke
 every time: identical requests would share a stored result) the page records, with
 ``performance.now()`` in the browser: the click on Analyze, the max-attention heatmaps drawn (the
 first section of the same job), the gallery's first panel drawn (its first layer, published as soon
-as it is embedded: ``workers.layer_parts``), the complete gallery (``layout.meta.gallery.complete``:
+as it is embedded: ``workers.core.partials``), the complete gallery (``layout.meta.gallery.complete``:
 every layer computed, its page drawn) and the finished page (the status line reads "done" and both are drawn). The reference, measured in this process in the
 same run, is a plain forward pass of the same text (eager attention, no maps kept; median of 5): every
 time is also printed as a multiple of it. Reported per n as well: the job's seconds in t-SNE for all
 heads and its forward/replay seconds (``timings``), and the size of the result. A shared machine's
 numbers are noisy: compare the ratios of one run, and note the load (printed from ``os.getloadavg``).
 Also printed: the megabytes the page's server sent the browser (every Dash callback's answer) per Analyze.
-The reference forward runs with the OpenMP wait policy the workers get (``workers.settings.WORKER_OPENMP_ENV``,
+The reference forward runs with the OpenMP wait policy the workers get (``workers.core.settings.WORKER_OPENMP_ENV``,
 set before torch loads): with libgomp's spinning default, a loaded machine made it 5-10x slower.
 """
 
@@ -34,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from workers.settings import WORKER_OPENMP_ENV
+from workers.core.settings import WORKER_OPENMP_ENV
 
 for (
     _var,
@@ -148,8 +148,8 @@ def plain_forward_s(loaded, text: str, *, repeats: int = 5) -> float:
 
 
 PARTS = (
-    ("worker", "workers.main --preload"),
-    ("short-queue worker", "workers.main --queues"),
+    ("worker", "workers.queue.worker --preload"),
+    ("short-queue worker", "workers.queue.worker --queues"),
     ("web server", "backend.cli serve"),
     ("browser", "chromium"),
     ("playwright", "playwright"),

@@ -4,7 +4,7 @@ Run from the repository root::
 
     PYTHONPATH=. .venv/bin/python -m tests.bench.bench_gallery_job [--model smollm2] [--tokens 128,256,452]
 
-Runs what a worker runs for the page's request (``workers.jobs.compute_analysis``: heatmaps and the
+Runs what a worker runs for the page's request (``workers.queue.jobs.compute_analysis``: heatmaps and the
 selected head, every head's t-SNE published layer by layer, the hidden-state t-SNE) in this process
 and prints, per n, when each part was published — the first section, the gallery's first layer, the
 whole gallery, the end — with the job's forward passes shared (the default) and not shared
@@ -27,10 +27,10 @@ from tests.bench.bench_gallery import plain_forward_s, readme_text
 
 
 def run_job(model: str, text: str, *, shared: bool) -> dict[str, float]:
-    import workers.jobs as J
+    import workers.queue.jobs as J
     from frontend.pages.text import text_request
-    from workers.contracts import AnalysisRequest
-    from workers.layer_parts import parse_part_key
+    from workers.core.contracts import AnalysisRequest
+    from workers.core.partials import parse_part_key
 
     req = AnalysisRequest.model_validate(text_request(text=text, model=model, drop_special=False, restarts=1,
                                                       layer=1, head=2))  # fmt: skip

@@ -61,10 +61,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from workers.analysis.causal import final_norm, logit_lens, predictions, stream
-    from workers.analysis.pipeline import analyze
-    from workers.analysis.pipeline import warm_up as warm_model
-    from workers.analysis.tsne.engines import warm_up as warm_kernels
+    from workers.analyses.causal.views import final_norm, logit_lens, predictions, stream
+    from workers.analyses.tsne.engines import warm_up as warm_kernels
+    from workers.engine.pipeline import analyze
+    from workers.engine.pipeline import warm_up as warm_model
     from workers.models import load_model
     from workers.models.adapters import encode, model_inputs
 

@@ -47,8 +47,8 @@ def _sync(device) -> None:
 
 def device_run(p_dev, *, graphs: bool = True, layout: str = "auto") -> dict:
     """The device engine on P already on the device; seconds until the results are on the host."""
-    from workers.analysis.tsne import TSNEOptions
-    from workers.analysis.tsne import device as gpu_tsne
+    from workers.analyses.tsne import TSNEOptions
+    from workers.analyses.tsne import device as gpu_tsne
 
     os.environ["HEADSCOPE_CUDA_GRAPHS"] = "1" if graphs else "0"
     os.environ["HEADSCOPE_TSNE_LAYOUT"] = layout
@@ -71,7 +71,7 @@ def variants(args, device) -> list[tuple[bool, str]]:
 
 
 def cpu_run(p: np.ndarray, engine: str, *, n_jobs: int) -> dict:
-    from workers.analysis.tsne import TSNEOptions, embed_affinities
+    from workers.analyses.tsne import TSNEOptions, embed_affinities
 
     start = time.perf_counter()
     res = embed_affinities(p, options=TSNEOptions(engine=engine, device="cpu", n_jobs=n_jobs))
@@ -157,7 +157,7 @@ def big_p(heads: int, n: int, device, chunk: int = 16):
     """P of ``heads`` attention-like maps, float32 on the device, built ``chunk`` heads at a time."""
     import torch
 
-    from workers.analysis.tsne.device import head_affinities_device
+    from workers.analyses.tsne.gpu_engine import head_affinities_device
 
     out = torch.empty(heads, n, n, dtype=torch.float32, device=device)
     for s in range(0, heads, chunk):
@@ -205,9 +205,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from workers.analysis.tsne.affinities import head_affinities
-    from workers.analysis.tsne.device import head_affinities_device
-    from workers.analysis.tsne.options import triton_available
+    from workers.analyses.tsne.affinities import head_affinities
+    from workers.analyses.tsne.gpu_engine import head_affinities_device
+    from workers.analyses.tsne.options import triton_available
     from workers.models import load_model, run_text
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -33,11 +33,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from workers.analysis.lasf import load_lasf
-    from workers.analysis.pipeline import analyze
+    from workers.analyses.lasf.checkpoint import shipped_path
+    from workers.analyses.lasf.fields import load_lasf
+    from workers.analyses.lasf.module import n_parameters
     from workers.data import demo_text
-    from workers.lasf.checkpoint import shipped_path
-    from workers.lasf.module import n_parameters
+    from workers.engine.pipeline import analyze
     from workers.models import encode, load_model
 
     loaded = load_model("minilm", device="cpu")
@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     analyze(loaded, text, ["lasf"], {}, lasf=lasf)
     print(f"lasf analysis again (specialisation cached): {time.perf_counter() - start:.2f} s")
     if args.full_metrics:
-        from workers.lasf.distil import TEST_SENTENCES_FILE
-        from workers.lasf.train import EVAL_BATCH, evaluate, extract_batches
+        from workers.analyses.lasf.distil import TEST_SENTENCES_FILE
+        from workers.analyses.lasf.train import EVAL_BATCH, evaluate, extract_batches
 
         path = shipped_path("lasf-minilm")
         sentences = json.loads((path / TEST_SENTENCES_FILE).read_text())

@@ -176,8 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args(argv)
 
-    from workers.analysis.memory import ModelFacts, estimate_text_request
-    from workers.analysis.pipeline import analyze
+    from workers.engine.memory import ModelFacts, estimate_text_request
+    from workers.engine.pipeline import analyze
     from workers.models.adapters import encode, forward_streamed
 
     loaded, built_s = build(args.device)

@@ -1,4 +1,4 @@
-"""Size of a notebook's views: plotly.js once per notebook, each output small (frontend/notebook.py).
+"""Size of a notebook's views: plotly.js once per notebook, each output small (frontend/notebook/__init__.py).
 
 Run from the repository root::
 

@@ -45,11 +45,11 @@ TEXT = "A held job: no worker runs it."
 
 def page_sections(n: int, layers_done: int) -> dict:
     """A SmolLM2-shaped job (30 layers x 9 heads, ``n`` tokens) mid-way: its heatmaps and the gallery's
-    first ``layers_done`` layers (random numbers of the real shapes, as ``workers.layer_parts`` writes them)."""
+    first ``layers_done`` layers (random numbers of the real shapes, as ``workers.core.partials`` writes them)."""
     import numpy as np
 
-    from workers.layer_parts import part_fields, part_key
-    from workers.packing import encode_packed, quantise
+    from workers.core.packing import encode_packed, quantise
+    from workers.core.partials import part_fields, part_key
 
     rng = np.random.default_rng(0)
     n_layers, n_heads = 30, 9

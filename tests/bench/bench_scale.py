@@ -6,7 +6,7 @@ each), the split's overhead, and a worker's peak memory at two corpus sizes.
         [--part-texts 500] [--runs one,split1,split2]
 
 Everything is real: the bundled Redis, a SQLite store in a temporary directory holding a synthetic
-corpus (``tests/bench/synthetic_corpus.py``), and workers started as ``python -m workers.main
+corpus (``tests/bench/synthetic_corpus.py``), and workers started as ``python -m workers.queue.worker
 --preload MODEL`` with ``OMP_NUM_THREADS=1`` (warmed up before any timing). For each model, on N texts:
 
     one job    1 worker, HEADSCOPE_SPLIT_MIN_ITEMS above N: the reference (one queue job)
@@ -84,7 +84,7 @@ class Bench:
     def corpus(self, n: int) -> str:
         from synthetic_corpus import synthetic_texts
 
-        from workers.corpora import corpus_id
+        from workers.inputs.corpora import corpus_id
 
         texts = synthetic_texts(n, seed=33)
         cid = corpus_id(texts)
@@ -95,7 +95,7 @@ class Bench:
         """Start ``n`` workers (one thread each) and wait until they are warm; their pids."""
         from service_helpers import service_env
 
-        from workers import protocol
+        from workers.queue import keys as protocol
 
         if model.startswith("tiny-"):
             self.tiny()
@@ -120,7 +120,7 @@ class Bench:
                     [
                         sys.executable,
                         "-m",
-                        "workers.main",
+                        "workers.queue.worker",
                         "--preload",
                         model,
                         "--queues",
@@ -146,14 +146,14 @@ class Bench:
         stop_all(self.procs)
         self.procs = []
         deadline = time.monotonic() + 30
-        from workers import protocol
+        from workers.queue import keys as protocol
 
         while protocol.live_workers(self.conn) and time.monotonic() < deadline:
             time.sleep(0.2)
 
     def run(self, corpus: str, model: str) -> tuple[float, dict[str, Any]]:
         """Submit the corpus job, wait for its stored result; (seconds, result)."""
-        from workers.contracts import CorpusRequest
+        from workers.core.contracts import CorpusRequest
 
         req = CorpusRequest(model=model, corpus=corpus, options={"max_tokens": 64})
         job_id = req.job_id()
@@ -214,7 +214,8 @@ def max_diff(a: dict[str, Any], b: dict[str, Any]) -> float:
 def job_seconds(bench: Bench, job_id: str, n_parts: int) -> dict[str, float]:
     """Where a run's time went, from RQ's own start and end stamps: the coordinator job, the parts'
     jobs (summed), the merge job; and the gaps between them (queue hand-offs)."""
-    from workers import parts, protocol
+    from workers.queue import keys as protocol
+    from workers.queue import parts
 
     workers: dict[str, int] = {}
 
@@ -246,7 +247,7 @@ def timed(
     bench: Bench, corpus: str, model: str, pids: list[int], name: str, n: int
 ) -> tuple[dict[str, Any], float, float, dict[str, Any]]:
     """Run the corpus job once on the workers ``pids``: (its figures under ``name``, seconds, CPU seconds, result)."""
-    from workers.contracts import CorpusRequest
+    from workers.core.contracts import CorpusRequest
 
     l0, c0 = load(), cpu_s(pids)
     t, result = bench.run(corpus, model)

@@ -57,9 +57,9 @@ def main() -> None:
 
     import torch
 
-    from workers.analysis.pipeline import analyze
-    from workers.analysis.pipeline import warm_up as warm_model
-    from workers.analysis.tsne.engines import warm_up as warm_kernels
+    from workers.analyses.tsne.engines import warm_up as warm_kernels
+    from workers.engine.pipeline import analyze
+    from workers.engine.pipeline import warm_up as warm_model
     from workers.models import load_model
     from workers.models.adapters import encode, model_inputs
 
@@ -84,7 +84,7 @@ def main() -> None:
 
     if args.cold:  # no warm-up: what a worker paid before the warm-up ran the first request's path
         warm_s = 0.0
-    else:  # what a worker does at start (workers/main.py)
+    else:  # what a worker does at start (workers/queue/worker.py)
         s = time.perf_counter()
         warm_kernels()
         warm_model(smol)

@@ -64,7 +64,7 @@ def texts_by_size(loaded, sizes: list[int], *, text: str | None = None) -> dict[
 
 def timed_run(p: np.ndarray, engine: str, *, n_jobs: int) -> dict:
     """Embed every P with one engine; seconds, exact KL per head and peak memory (MiB)."""
-    from workers.analysis.tsne import TSNEOptions, embed_affinities
+    from workers.analyses.tsne import TSNEOptions, embed_affinities
 
     options = TSNEOptions(engine=engine, n_jobs=n_jobs)
     tracked = _reset_peak()
@@ -78,10 +78,10 @@ def timed_run(p: np.ndarray, engine: str, *, n_jobs: int) -> dict:
 
 def fast_parts(p: np.ndarray) -> dict[str, float]:
     """Seconds of the fast engine's parts (start, optimisation, exact KL) and its iterations."""
-    from workers.analysis.tsne import TSNEOptions
-    from workers.analysis.tsne.affinities import kl_divergence
-    from workers.analysis.tsne.fast import fast_optimize
-    from workers.analysis.tsne.start import fast_spectral_init
+    from workers.analyses.tsne import TSNEOptions
+    from workers.analyses.tsne.affinities import kl_divergence
+    from workers.analyses.tsne.host_engine import fast_optimize
+    from workers.analyses.tsne.initialization import fast_spectral_init
 
     t0 = time.perf_counter()
     y0 = fast_spectral_init(p)
@@ -100,7 +100,7 @@ def fast_parts(p: np.ndarray) -> dict[str, float]:
 
 def warm_up() -> float:
     """Compile (or load from numba's cache) the fast kernels; seconds."""
-    from workers.analysis.tsne import TSNEOptions, embed_affinities
+    from workers.analyses.tsne import TSNEOptions, embed_affinities
 
     rng = np.random.default_rng(0)
     a = rng.random((2, 16, 16))
@@ -131,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from workers.analysis.tsne.affinities import head_affinities
-    from workers.analysis.tsne.options import numba_available
+    from workers.analyses.tsne.affinities import head_affinities
+    from workers.analyses.tsne.options import numba_available
     from workers.models import load_model, run_text
 
     sizes = [int(s) for s in args.sizes.split(",") if s]

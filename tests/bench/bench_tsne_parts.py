@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from workers.settings import WORKER_OPENMP_ENV
+from workers.core.settings import WORKER_OPENMP_ENV
 
 for _k, _v in WORKER_OPENMP_ENV.items():
     os.environ.setdefault(_k, _v)
@@ -48,9 +48,9 @@ def _forward(tokens: int) -> tuple[np.ndarray, np.ndarray]:
 
 def per_iteration_us(p: np.ndarray, *, reps: int = 20) -> float:
     """Median CPU microseconds per iteration of one head: 25 iterations + one KL check per round."""
-    from workers.analysis.tsne import cpu_kernels
-    from workers.analysis.tsne.affinities import entropies, kernel_p
-    from workers.analysis.tsne.start import fast_spectral_init
+    from workers.analyses.tsne import cpu_kernels
+    from workers.analyses.tsne.affinities import entropies, kernel_p
+    from workers.analyses.tsne.initialization import fast_spectral_init
 
     n = p.shape[-1]
     pk, y0, ent, kl = kernel_p(p), fast_spectral_init(p), entropies(p), np.zeros(1)
@@ -72,11 +72,11 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
-    from workers.analysis.hidden import affinities_of_states
-    from workers.analysis.tsne.affinities import _kl_torch, head_affinities, kl_divergence
-    from workers.analysis.tsne.fast import fast_optimize, torch_threads_kept
-    from workers.analysis.tsne.options import TSNEOptions
-    from workers.analysis.tsne.start import fast_spectral_init
+    from workers.analyses.tsne.affinities import _kl_torch, head_affinities, kl_divergence
+    from workers.analyses.tsne.hidden import affinities_of_states
+    from workers.analyses.tsne.host_engine import fast_optimize, torch_threads_kept
+    from workers.analyses.tsne.initialization import fast_spectral_init
+    from workers.analyses.tsne.options import TSNEOptions
 
     att, hidden = _forward(args.tokens)
     ph = affinities_of_states(hidden, perplexity=20.0)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workers.settings import WORKER_OPENMP_ENV
+from workers.core.settings import WORKER_OPENMP_ENV
 
 for _k, _v in WORKER_OPENMP_ENV.items():
     os.environ.setdefault(_k, _v)
@@ -99,8 +99,8 @@ def load_sets(refresh: bool = False) -> dict[str, list[np.ndarray]]:
         return sets
     from tests.bench.bench_tsne import texts_by_size
     from tests.bench.bench_tsne_parts import _forward
-    from workers.analysis.hidden import affinities_of_states
-    from workers.analysis.tsne.affinities import head_affinities
+    from workers.analyses.tsne.affinities import head_affinities
+    from workers.analyses.tsne.hidden import affinities_of_states
     from workers.models import load_model, run_text
 
     att, hidden = _forward(452)
@@ -117,9 +117,9 @@ def load_sets(refresh: bool = False) -> dict[str, list[np.ndarray]]:
 
 def run_variant(sets, starts, overrides: dict) -> dict:
     """{set: {"kl": [heads], "iters": [heads], "cpu": s}} for one schedule."""
-    from workers.analysis.tsne.affinities import kl_divergence
-    from workers.analysis.tsne.fast import fast_optimize
-    from workers.analysis.tsne.options import FastSchedule, TSNEOptions
+    from workers.analyses.tsne.affinities import kl_divergence
+    from workers.analyses.tsne.host_engine import fast_optimize
+    from workers.analyses.tsne.options import FastSchedule, TSNEOptions
 
     schedule, options = FastSchedule(**overrides), TSNEOptions()
     out = {}
@@ -148,9 +148,9 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
-    from workers.analysis.tsne.fast import fast_optimize, torch_threads_kept
-    from workers.analysis.tsne.options import TSNEOptions
-    from workers.analysis.tsne.start import fast_spectral_init
+    from workers.analyses.tsne.host_engine import fast_optimize, torch_threads_kept
+    from workers.analyses.tsne.initialization import fast_spectral_init
+    from workers.analyses.tsne.options import TSNEOptions
 
     seeds = [int(s) for s in args.seeds.split(",")]
     noise_seeds = [int(s) for s in args.noise_seeds.split(",") if s]

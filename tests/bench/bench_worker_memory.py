@@ -1,6 +1,6 @@
 """Resident memory of one worker over 500 jobs (issue 13: workers give memory back).
 
-Starts a real worker process (``python -m workers.main``) on the bundled Redis, runs 500 small
+Starts a real worker process (``python -m workers.queue.worker``) on the bundled Redis, runs 500 small
 analyses on the tiny BERT (max attention + one head's t-SNE, 500 different texts, so nothing is
 deduplicated) and prints the worker's RSS every 50 jobs, with the first sample as the reference.
 
@@ -32,9 +32,9 @@ def main() -> int:
     from backend.queue import JobQueue
     from backend.serve import start_redis, stop
     from backend.store import Store
-    from workers import protocol
-    from workers.contracts import AnalysisRequest
-    from workers.recycle import rss_mb
+    from workers.core.contracts import AnalysisRequest
+    from workers.queue import keys as protocol
+    from workers.queue.recycle import rss_mb
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=500)
@@ -50,7 +50,7 @@ def main() -> int:
         HEADSCOPE_WORKER_MAX_JOBS=str(args.max_jobs),
     )
     worker = subprocess.Popen(
-        [sys.executable, "-m", "workers.main", "--preload", "tiny-bert"], cwd=ROOT, env=env
+        [sys.executable, "-m", "workers.queue.worker", "--preload", "tiny-bert"], cwd=ROOT, env=env
     )
     conn = Redis.from_url(url)
     try:

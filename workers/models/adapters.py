@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from workers.errors import EmptyTextError, HeadscopeError, TextTooLongError
+from workers.core.errors import EmptyTextError, HeadscopeError, TextTooLongError
 from workers.models.families import family_of, resolve
 
 if TYPE_CHECKING:

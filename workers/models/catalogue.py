@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from workers.errors import HeadscopeError, UnknownModelError
+from workers.core.errors import HeadscopeError, UnknownModelError
 
 logger = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ class Catalogue:
     @classmethod
     def from_env(cls) -> Catalogue:
         """Builtins, plus ``$HEADSCOPE_MODELS`` if set; hub entries only if ``$HEADSCOPE_ALLOW_HUB=1``."""
-        from workers.settings import get_settings
+        from workers.core.settings import get_settings
 
         settings = get_settings()
         allow_hub, path = settings.allow_hub, settings.models

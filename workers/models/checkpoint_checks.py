@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.errors import BadFileError
+from workers.core.errors import BadFileError
 
 MAX_TENSORS = 4096  # entries in one file
 MAX_HEADER_BYTES = 16 * 1024**2  # safetensors JSON header, a PyTorch archive's data.pkl

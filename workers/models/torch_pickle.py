@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.errors import BadFileError
+from workers.core.errors import BadFileError
 from workers.models.checkpoint_checks import (
     MAX_HEADER_BYTES,
     MAX_TENSORS,

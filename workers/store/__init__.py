@@ -1,6 +1,6 @@
 """The store every API replica and worker shares: SQLAlchemy 2 over SQLite or PostgreSQL.
 
-Not part of the analysis core (no torch): the backend and ``workers.jobs`` both import it, so
+Not part of the analysis core (no torch): the backend and ``workers.queue.jobs`` both import it, so
 neither depends on the other. ``Store(settings)`` is the one interface; see ``core``.
 """
 

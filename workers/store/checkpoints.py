@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import delete, select, update
 
-from workers.protocol import CHECKPOINT_EXTS, CHECKPOINT_ID, dumps
+from workers.queue.keys import CHECKPOINT_EXTS, CHECKPOINT_ID, dumps
 from workers.store.files import temp_beside
 from workers.store.schema import checkpoint_chunks, checkpoints
 

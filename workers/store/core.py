@@ -26,7 +26,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from workers.protocol import JOB_ID, dumps
+from workers.queue.keys import JOB_ID, dumps
 from workers.store import migrate as migrations
 from workers.store.checkpoints import CheckpointStore
 from workers.store.corpora import CorpusStore

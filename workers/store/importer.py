@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workers.protocol import CHECKPOINT_EXTS, CHECKPOINT_ID, JOB_ID, dumps
+from workers.queue.keys import CHECKPOINT_EXTS, CHECKPOINT_ID, JOB_ID, dumps
 from workers.store.core import SHARE_ID, Store
 from workers.store.schema import shares
 

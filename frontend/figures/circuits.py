@@ -1,0 +1,630 @@
+"""Figures of the circuits page (docs/circuits.md): pure functions, result JSON -> plotly Figure, and the
+graphs as JSON and GraphML.
+
+They read the sections ``edge-attribution`` (the circuit and its faithfulness curve), ``attribution-
+patching`` (AtP against real patching) and ``information-flow`` (the routes over the tokens) of a result
+(docs/results.md).
+
+    >>> circuit_figure(result, n_top=50)   # the pruned top-50 circuit, layers bottom to top
+    >>> flow_figure(flow_result)           # positions x layers, edges ≥ τ from the chosen position
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from xml.sax.saxutils import quoteattr
+
+import numpy as np
+import plotly.graph_objects as go
+
+from frontend.figures.causal import _layout, labels
+from frontend.figures.text import _token_ticks, empty_figure
+
+POSITIVE, NEGATIVE = "#2166ac", "#b2182b"  # helps the metric / hurts it (as the causal page's maps)
+WIDTH_BINS = 6  # edges drawn in this many widths (one trace each: thousands of edges stay fast)
+HEAD_CLICK = "click: open this head in the text explorer and on the causal page"
+
+
+# ----------------------------------------------------------------------------- the circuit (EAP)
+
+
+def circuit_sizes(result: dict[str, Any]) -> list[int]:
+    """The circuit sizes the page's slider offers: the curve's sizes the result has edges for, and the
+    circuit's own N, ascending."""
+    sec = result.get("edge-attribution") or {}
+    have = len(sec.get("edges") or [])
+    sizes = {int(n) for n, _ in sec.get("curve") or [] if 0 < int(n) <= have}
+    if sec.get("circuit"):
+        sizes.add(min(have, int(sec["circuit"]["n_top"])))
+    return sorted(s for s in sizes if s > 0)
+
+
+def prune(edges: list[dict[str, Any]], n_top: int) -> list[int]:
+    """Indices of the first ``n_top`` edges on a path from ``input`` to ``logits`` using only them
+    (docs/results.md, ``circuit``)."""
+    top = edges[:n_top]
+    fwd, back = {"input"}, {"logits"}
+    changed = True
+    while changed:  # reachability over at most n_top edges: a few sweeps
+        changed = False
+        for e in top:
+            if e["source"] in fwd and e["target"] not in fwd:
+                fwd.add(e["target"])
+                changed = True
+            if e["target"] in back and e["source"] not in back:
+                back.add(e["source"])
+                changed = True
+    return [i for i, e in enumerate(top) if e["source"] in fwd and e["target"] in back]
+
+
+def faithfulness_at(result: dict[str, Any], n_top: int) -> float | None:
+    """The faithfulness of the pruned top-``n_top`` circuit: the circuit's own or the curve's point."""
+    sec = result.get("edge-attribution") or {}
+    if sec.get("circuit") and int(sec["circuit"]["n_top"]) == n_top:
+        return float(sec["faithfulness"])
+    for n, f in sec.get("curve") or []:
+        if int(n) == n_top:
+            return float(f)
+    return None
+
+
+def _positions(sec: dict[str, Any]) -> tuple[dict[str, tuple[float, float]], int, int]:
+    """Node id -> (x, y): input at the bottom, layer l's heads in a row at y = l (x = head), its
+    feed-forward to their right half a layer up, the logits on top."""
+    nodes = sec.get("nodes") or []
+    L = 1 + max([int(n["layer"]) for n in nodes if n["kind"] in ("head", "feedforward")] or [0])
+    H = 1 + max([int(n["head"]) for n in nodes if n["kind"] == "head"] or [0])
+    pos = {}
+    for n in nodes:
+        if n["kind"] == "input":
+            pos[n["id"]] = ((H - 1) / 2, -1.0)
+        elif n["kind"] == "logits":
+            pos[n["id"]] = ((H - 1) / 2, float(L))
+        elif n["kind"] == "head":
+            pos[n["id"]] = (float(n["head"]), float(n["layer"]))
+        else:
+            pos[n["id"]] = (H + 0.5, float(n["layer"]) + 0.4)
+    return pos, L, H
+
+
+def _binned_lines(
+    segments: list[tuple[float, float, float, float, float]],
+    *,
+    colour_of: Any,
+    name: str,
+    width_max: float = 7.0,
+    top: float | None = None,
+) -> list[go.Scatter]:
+    """Line traces for (x0, y0, x1, y1, weight) segments: one trace per width bin (|weight| over
+    ``top``, default the largest) and colour."""
+    if not segments:
+        return []
+    top = top or max(abs(s[4]) for s in segments) or 1.0
+    groups: dict[tuple[int, str], list[float | None]] = {}
+    for x0, y0, x1, y1, w in segments:
+        b = min(WIDTH_BINS - 1, int(abs(w) / top * WIDTH_BINS))
+        xs = groups.setdefault((b, colour_of(w)), [])
+        xs.extend([x0, x1, None, y0, y1, None])
+    out = []
+    for (b, colour), flat in sorted(groups.items()):
+        xs = [v for k, v in enumerate(flat) if k % 6 < 3]
+        ys = [v for k, v in enumerate(flat) if k % 6 >= 3]
+        out.append(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                hoverinfo="skip",
+                showlegend=False,
+                name=name,
+                line={"color": colour, "width": 0.6 + width_max * (b + 1) / WIDTH_BINS},
+                opacity=0.35 + 0.6 * (b + 1) / WIDTH_BINS,
+            )
+        )
+    return out
+
+
+def circuit_figure(result: dict[str, Any], *, n_top: int | None = None) -> go.Figure:
+    """The circuit of the top ``n_top`` edges (None: the result's own N), pruned to paths from the input
+    to the logits; edge width by |score|, colour by sign; hover shows scores, a click on a head opens it."""
+    sec = result.get("edge-attribution")
+    if not sec or not sec.get("edges"):
+        return empty_figure(
+            "No circuit yet: edge attribution needs a clean/corrupted pair on a decoder."
+        )
+    edges = sec["edges"]
+    n = int(n_top or sec["circuit"]["n_top"])
+    kept = prune(edges, n)
+    pos, L, H = _positions(sec)
+    segs, mids, mid_text, mid_score = [], ([], []), [], []
+    for i in kept:
+        e = edges[i]
+        (x0, y0), (x1, y1) = pos[e["source"]], pos[e["target"]]
+        segs.append((x0, y0, x1, y1, float(e["score"])))
+        mids[0].append((x0 + x1) / 2)
+        mids[1].append((y0 + y1) / 2)
+        into = f" ({e['input']})" if e.get("input") else ""
+        mid_text.append(f"{e['source']} → {e['target']}{into}: {float(e['score']):+.4f}")
+        mid_score.append(float(e["score"]))
+    fig = go.Figure(
+        _binned_lines(segs, colour_of=lambda w: POSITIVE if w >= 0 else NEGATIVE, name="edges")
+    )
+    on = {edges[i]["source"] for i in kept} | {edges[i]["target"] for i in kept}
+    weight: dict[str, float] = {}
+    for i in kept:
+        for end in (edges[i]["source"], edges[i]["target"]):
+            weight[end] = weight.get(end, 0.0) + abs(float(edges[i]["score"]))
+    nodes = sec["nodes"]
+    custom = [
+        [
+            nd["id"],
+            nd["kind"],
+            nd["layer"],
+            -1 if nd.get("head") is None else nd["head"],
+            weight.get(nd["id"], 0.0),
+        ]
+        for nd in nodes
+    ]
+    fig.add_trace(
+        go.Scatter(
+            x=[pos[nd["id"]][0] for nd in nodes],
+            y=[pos[nd["id"]][1] for nd in nodes],
+            mode="markers",
+            marker={
+                "size": [11 if nd["id"] in on else 5 for nd in nodes],
+                "symbol": [
+                    {
+                        "head": "circle",
+                        "feedforward": "square",
+                        "input": "diamond",
+                        "logits": "star",
+                    }[nd["kind"]]
+                    for nd in nodes
+                ],
+                "color": ["#222" if nd["id"] in on else "#ccc" for nd in nodes],
+            },
+            customdata=custom,
+            name="nodes",
+            showlegend=False,
+            hovertemplate="%{customdata[0]} (%{customdata[1]}): Σ|score| on the circuit %{customdata[4]:.4f}"
+            f"<extra>{HEAD_CLICK}</extra>",
+        )
+    )
+    lim = max([abs(s) for s in mid_score] or [1.0])
+    fig.add_trace(
+        go.Scatter(
+            x=mids[0],
+            y=mids[1],
+            mode="markers",
+            text=mid_text,
+            name="edge scores",
+            showlegend=False,
+            marker={
+                "size": 6,
+                "color": mid_score,
+                "colorscale": "RdBu",
+                "cmin": -lim,
+                "cmax": lim,
+                "opacity": 0.8,
+                "colorbar": {"title": {"text": "score"}, "thickness": 12},
+            },
+            hovertemplate="%{text}<extra>edge score (fraction of m_C − m_K)</extra>",
+        )
+    )
+    fig.update_layout(
+        xaxis={
+            "tickmode": "array",
+            "tickvals": [*range(H), H + 0.5],
+            "ticktext": [*map(str, range(H)), "FF"],
+            "title": {"text": "head"},
+            "zeroline": False,
+        },
+        yaxis={
+            "tickmode": "array",
+            "tickvals": [-1, *range(L), L],
+            "ticktext": ["input", *map(str, range(L)), "logits"],
+            "title": {"text": "layer"},
+            "zeroline": False,
+        },
+    )
+    f = faithfulness_at(result, n)
+    faith = f", faithfulness {f:.3f}" if f is not None else ""
+    title = (
+        f"Circuit: the top {n} edges by |score| ({sec.get('method', 'EAP')}), {len(kept)} on a path from "
+        f"the input to the logits{faith}"
+    )
+    return _layout(fig, title, height=max(420, 16 * L + 160))
+
+
+def faithfulness_figure(result: dict[str, Any], *, n_top: int | None = None) -> go.Figure:
+    """Faithfulness of the pruned top-N circuit against N (log axis), the chosen N marked."""
+    sec = result.get("edge-attribution")
+    if not sec or not sec.get("curve"):
+        return empty_figure("No faithfulness curve yet.")
+    curve = np.asarray(sec["curve"], dtype=np.float64)  # [size, 2]
+    fig = go.Figure(
+        go.Scatter(
+            x=curve[:, 0].tolist(),
+            y=curve[:, 1].tolist(),
+            mode="lines+markers",
+            name="faithfulness",
+            hovertemplate="top %{x:.0f} edges: faithfulness %{y:.3f}<extra></extra>",
+        )
+    )
+    n = int(n_top or sec["circuit"]["n_top"])
+    f = faithfulness_at(result, n)
+    if f is not None:
+        fig.add_trace(
+            go.Scatter(
+                x=[n],
+                y=[f],
+                mode="markers",
+                marker={"size": 13, "color": "#d62728"},
+                name=f"N = {n}",
+                hovertemplate="N = %{x}: %{y:.3f}<extra>chosen</extra>",
+            )
+        )
+    for level in (0.0, 1.0):
+        fig.add_hline(y=level, line={"color": "#999", "width": 1, "dash": "dot"})
+    fig.update_layout(
+        xaxis={"type": "log", "title": {"text": "edges N"}},
+        yaxis={"title": {"text": "(m_circuit − m_K) / (m_C − m_K)"}},
+        showlegend=False,
+    )
+    total = sec.get("n_edges")
+    of = f" of {total:,}" if total else ""
+    return _layout(
+        fig, f"Faithfulness of the top-N circuit (edge-patched runs; N{of} edges)", height=380
+    )
+
+
+# ------------------------------------------------------------------------------ AtP vs real patching
+
+
+def atp_scatter_figure(result: dict[str, Any]) -> go.Figure:
+    """One point per head: AtP's estimate against the real head patching (restored fractions), the
+    diagonal where they agree; colour by layer; a click opens the head."""
+    sec = result.get("attribution-patching")
+    if not sec:
+        return empty_figure(
+            "No attribution patching yet: give a corrupted text of the same token length."
+        )
+    if not sec.get("real"):
+        return empty_figure("Tick 'real patching' to draw AtP against the real head patching.")
+    est = np.asarray(sec["heads"], dtype=np.float64)  # [L, H]
+    real = np.asarray(sec["real"]["heads"], dtype=np.float64)
+    L, H = est.shape
+    layer, head = np.meshgrid(np.arange(L), np.arange(H), indexing="ij")
+    custom = np.stack([layer.ravel(), head.ravel()], axis=1).tolist()
+    lo = float(min(est.min(), real.min(), 0.0))
+    hi = float(max(est.max(), real.max(), 0.0))
+    fig = go.Figure(
+        [
+            go.Scatter(
+                x=[lo, hi],
+                y=[lo, hi],
+                mode="lines",
+                line={"color": "#999", "dash": "dot"},
+                hoverinfo="skip",
+                showlegend=False,
+            ),
+            go.Scatter(
+                x=real.ravel().tolist(),
+                y=est.ravel().tolist(),
+                mode="markers",
+                customdata=custom,
+                showlegend=False,
+                marker={
+                    "color": layer.ravel().tolist(),
+                    "colorscale": "Viridis",
+                    "size": 8,
+                    "line": {"width": 0.5},
+                    "colorbar": {"title": {"text": "layer"}, "thickness": 12},
+                },
+                hovertemplate="L%{customdata[0]}H%{customdata[1]}: real %{x:.4f}, AtP %{y:.4f}"
+                f"<extra>{HEAD_CLICK}</extra>",
+            ),
+        ]
+    )
+    fig.update_layout(
+        xaxis={"title": {"text": "real patching: restored fraction"}},
+        yaxis={"title": {"text": "AtP estimate"}},
+    )
+    r = sec.get("pearson")
+    corr = (
+        f"Pearson {r:.3f}, Spearman {sec['spearman']:.3f}"
+        if r is not None
+        else "correlation undefined"
+    )
+    return _layout(
+        fig,
+        f"AtP against real patching, one point per head ({L * H} heads; {corr}; "
+        f"l[{sec['a_token']!r}] − l[{sec['b_token']!r}])",
+        height=440,
+    )
+
+
+# ------------------------------------------------------------------------------ information flow
+
+
+def _flow_xy(node: dict[str, Any]) -> tuple[float, float]:
+    """States X[l] at (token, l); the stream after attention half a layer up; the feed-forward beside it."""
+    i, layer = float(node["position"]), float(node["layer"])
+    return {
+        "state": (i, layer),
+        "attention": (i, layer + 0.5),
+        "feedforward": (i + 0.25, layer + 0.75),
+    }[node["kind"]]
+
+
+def _shade(scale: str, w: float) -> str:
+    from plotly.colors import sample_colorscale
+
+    return str(sample_colorscale(scale, [0.35 + 0.65 * min(1.0, max(0.0, w))])[0])
+
+
+def flow_figure(result: dict[str, Any]) -> go.Figure:
+    """The information-flow graph over the tokens: positions across, layers up. Attention edges (token j
+    into token i) in blue, width and shade by importance; the residual in light grey; each feed-forward a
+    green square sized by its importance. Hover on an attention edge's middle, a feed-forward or a state
+    shows the importances; a click on an attention edge opens its strongest head."""
+    sec = result.get("information-flow")
+    if not sec:
+        return empty_figure("No information-flow graph yet.")
+    nodes = {nd["id"]: nd for nd in sec["nodes"]}
+    xy = {k: _flow_xy(nd) for k, nd in nodes.items()}
+    lab = labels(result)
+    edges = sec["edges"]
+    att = [e for e in edges if e["kind"] == "attention"]
+    top_att = max([float(e["importance"]) for e in att] or [1.0])
+    traces: list[Any] = _binned_lines(
+        [
+            (*xy[e["source"]], *xy[e["target"]], float(e["importance"]))
+            for e in edges
+            if e["kind"] == "residual"
+        ],
+        colour_of=lambda w: "#c7c7c7",
+        name="residual",
+        width_max=2.5,
+        top=1.0,
+    )
+    traces += _binned_lines(
+        [(*xy[e["source"]], *xy[e["target"]], float(e["importance"])) for e in att],
+        colour_of=lambda w: _shade("Blues", w / top_att),
+        name="attention",
+        width_max=5.0,
+        top=top_att,
+    )
+    into: dict[str, list[str]] = {}
+    for e in edges:
+        if e["kind"] in ("residual", "feedforward"):
+            into.setdefault(e["target"], []).append(f"{e['kind']} {e['importance']:.3f}")
+    ff = [e for e in edges if e["kind"] == "feedforward"]
+    traces.append(
+        go.Scatter(
+            x=[xy[e["source"]][0] for e in ff],
+            y=[xy[e["source"]][1] for e in ff],
+            mode="markers",
+            name="feed-forward",
+            marker={
+                "symbol": "square",
+                "color": "#2ca02c",
+                "size": [4 + 10 * float(e["importance"]) for e in ff],
+            },
+            text=[
+                f"layer {e['layer']} feed-forward at token {e['to']} ({lab[e['to']]}): {e['importance']:.3f}"
+                for e in ff
+            ],
+            hovertemplate="%{text}<extra></extra>",
+            showlegend=False,
+        )
+    )
+    text, custom = [], []
+    for e in att:
+        heads = e.get("heads") or []
+        order = sorted(range(len(heads)), key=lambda h: -heads[h])[:3]
+        split = (
+            ("; heads " + ", ".join(f"H{h} {heads[h]:.3f}" for h in order if heads[h] > 0))
+            if heads
+            else ""
+        )
+        text.append(
+            f"layer {e['layer']}: token {e['from']} ({lab[e['from']]}) → token {e['to']} ({lab[e['to']]}) "
+            f"via attention: {e['importance']:.3f}{split}"
+        )
+        custom.append([int(e["layer"]), int(np.argmax(heads)) if heads else -1])
+    traces.append(
+        go.Scatter(
+            x=[(xy[e["source"]][0] + xy[e["target"]][0]) / 2 for e in att],
+            y=[(xy[e["source"]][1] + xy[e["target"]][1]) / 2 for e in att],
+            mode="markers",
+            text=text,
+            customdata=custom,
+            showlegend=False,
+            name="attention edges",
+            marker={
+                "size": 6,
+                "color": [float(e["importance"]) for e in att],
+                "colorscale": "Blues",
+                "cmin": 0,
+                "cmax": top_att,
+                "colorbar": {"title": {"text": "attention<br>importance"}, "thickness": 12},
+                "line": {"width": 0.5, "color": "#08306b"},
+            },
+            hovertemplate="%{text}<extra>click: open the strongest head</extra>",
+        )
+    )
+    p, L = (
+        int(sec["position"]),
+        max([nd["layer"] for nd in nodes.values() if nd["kind"] == "state"] or [0]),
+    )
+    states = [k for k, nd in nodes.items() if nd["kind"] != "feedforward"]
+    top = f"X{L}_{p}"
+    traces.append(
+        go.Scatter(
+            x=[xy[k][0] for k in states],
+            y=[xy[k][1] for k in states],
+            mode="markers",
+            showlegend=False,
+            name="nodes",
+            marker={
+                "size": [
+                    13
+                    if k == top
+                    else 6
+                    if nodes[k]["layer"] == 0 and nodes[k]["kind"] == "state"
+                    else 3
+                    for k in states
+                ],
+                "symbol": ["star" if k == top else "circle" for k in states],
+                "color": [
+                    "#d62728" if k == top else "#444" if nodes[k]["kind"] == "state" else "#999"
+                    for k in states
+                ],
+            },
+            text=[
+                f"{'X[' + str(nodes[k]['layer']) + ']' if nodes[k]['kind'] == 'state' else 'after attention of layer ' + str(nodes[k]['layer'])}"
+                f" at token {nodes[k]['position']} ({lab[nodes[k]['position']]})"
+                + (f"; into it: {', '.join(into[k])}" if k in into else "")
+                for k in states
+            ],
+            hovertemplate="%{text}<extra></extra>",
+        )
+    )
+    fig = go.Figure(traces)
+    fig.update_layout(
+        xaxis={**_token_ticks(lab), "range": [-0.5, len(lab) - 0.5]},
+        yaxis={
+            "title": {"text": "layer (state X[l]; 0 = embedding)"},
+            "dtick": 1 if L <= 40 else 4,
+            "range": [-0.5, L + 0.7],
+        },
+    )
+    title = (
+        f"Information flow into token {p} ({lab[p]}) at the last layer: edges of importance ≥ "
+        f"{sec['threshold']:g} ({len(att)} attention edges in blue, the residual in grey, feed-forwards "
+        "as green squares)"
+    )
+    return _layout(fig, title, height=max(460, 16 * L + 200))
+
+
+def clicked_head(click: dict[str, Any] | None) -> tuple[int, int] | None:
+    """(layer, head) of a click on a circuit node, an AtP point or a flow attention edge; None elsewhere."""
+    try:
+        point = click["points"][0]  # type: ignore[index]
+        data = point["customdata"]
+    except (TypeError, KeyError, IndexError):
+        return None
+    if isinstance(data, list) and len(data) == 5:  # a circuit node: [id, kind, layer, head, weight]
+        return (int(data[2]), int(data[3])) if data[1] == "head" else None
+    if isinstance(data, list) and len(data) == 2 and int(data[1]) >= 0:
+        return int(data[0]), int(data[1])
+    return None
+
+
+# ------------------------------------------------------------------------------ downloads
+
+
+def circuit_graph(result: dict[str, Any], *, n_top: int | None = None) -> dict[str, Any]:
+    """The pruned top-N circuit as JSON: ``nodes`` on it and its ``edges``, with the pair and metric."""
+    sec = result["edge-attribution"]
+    n = int(n_top or sec["circuit"]["n_top"])
+    edges = [sec["edges"][i] for i in prune(sec["edges"], n)]
+    on = {e["source"] for e in edges} | {e["target"] for e in edges}
+    return {
+        "model": result.get("model"),
+        "text": result.get("text") or None,
+        "corrupted_text": sec.get("corrupted_text"),
+        "method": sec.get("method"),
+        "n_top": n,
+        "faithfulness": faithfulness_at(result, n),
+        "nodes": [nd for nd in sec["nodes"] if nd["id"] in on],
+        "edges": edges,
+    }
+
+
+def flow_graph(result: dict[str, Any]) -> dict[str, Any]:
+    """The information-flow graph as JSON: its nodes (with their token) and edges."""
+    sec = result["information-flow"]
+    tokens = list(result.get("token_texts") or result.get("tokens") or [])
+    nodes = [
+        {**nd, "token": tokens[nd["position"]] if nd["position"] < len(tokens) else None}
+        for nd in sec["nodes"]
+    ]
+    return {
+        "model": result.get("model"),
+        "position": sec["position"],
+        "threshold": sec["threshold"],
+        "nodes": nodes,
+        "edges": sec["edges"],
+    }
+
+
+def graphml(graph: dict[str, Any]) -> str:
+    """A ``circuit_graph`` or ``flow_graph`` as GraphML (directed; every scalar field an attribute,
+    a list as its JSON text)."""
+    import json
+
+    def attrs(items: list[dict[str, Any]], skip: set[str]) -> dict[str, str]:
+        kinds: dict[str, str] = {}
+        for it in items:
+            for k, v in it.items():
+                if k in skip or v is None:
+                    continue
+                t = (
+                    "double"
+                    if isinstance(v, float)
+                    else "int"
+                    if isinstance(v, int) and not isinstance(v, bool)
+                    else "boolean"
+                    if isinstance(v, bool)
+                    else "string"
+                )
+                kinds[k] = "string" if kinds.get(k, t) != t else t
+        return kinds
+
+    def value(v: Any) -> str:
+        return (
+            json.dumps(v)
+            if isinstance(v, list | dict)
+            else str(v).lower()
+            if isinstance(v, bool)
+            else str(v)
+        )
+
+    node_keys = attrs(graph["nodes"], {"id"})
+    edge_keys = attrs(graph["edges"], {"source", "target"})
+    out = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        '<graphml xmlns="http://graphml.graphdrawing.org/xmlns">',
+    ]
+    for where, keys in (("node", node_keys), ("edge", edge_keys)):
+        out += [
+            f'  <key id={quoteattr(f"{where}_{k}")} for="{where}" attr.name={quoteattr(k)} attr.type="{t}"/>'
+            for k, t in keys.items()
+        ]
+    out.append('  <graph id="G" edgedefault="directed">')
+    for nd in graph["nodes"]:
+        data = "".join(
+            f"<data key={quoteattr('node_' + k)}>{_xml(value(nd[k]))}</data>"
+            for k in node_keys
+            if nd.get(k) is not None
+        )
+        out.append(f"    <node id={quoteattr(str(nd['id']))}>{data}</node>")
+    for e in graph["edges"]:
+        data = "".join(
+            f"<data key={quoteattr('edge_' + k)}>{_xml(value(e[k]))}</data>"
+            for k in edge_keys
+            if e.get(k) is not None
+        )
+        out.append(
+            f"    <edge source={quoteattr(str(e['source']))} target={quoteattr(str(e['target']))}>{data}</edge>"
+        )
+    out += ["  </graph>", "</graphml>"]
+    return "\n".join(out) + "\n"
+
+
+def _xml(text: str) -> str:
+    from xml.sax.saxutils import escape
+
+    return escape(text)
