@@ -1,5 +1,5 @@
 """Ablation of every head and activation patching in parts (workers/analyses/causal/parts.py,
-workers/queue/causal_split.py, workers/queue/jobs_causal.py): ranges of forward calls merge to the one-piece view bit for bit, in the core
+workers/queue/section_split.py, workers/queue/jobs_split.py, workers/analyses/causal/split.py): ranges of forward calls merge to the one-piece view bit for bit, in the core
 and through the queue (an analysis job on a real Redis whose ablation and patching go to parts that an
 RQ worker runs, merged into the stored result).
 
@@ -173,7 +173,7 @@ def test_an_analysis_job_hands_ablation_and_patching_to_parts(split_service):
 
 
 def test_cancelling_an_analysis_whose_patching_runs_in_parts_keeps_nothing(split_service):
-    from workers.queue.causal_split import base_key
+    from workers.queue.section_split import base_key
 
     conn, store, queue, worker = split_service
     req = AnalysisRequest(

@@ -158,7 +158,7 @@ def test_qk_fix_is_an_option_of_attribution_patching(catalogue):
 
 
 def test_job_computes_edge_attribution(catalogue):
-    from workers.core.contracts import edge_count
+    from workers.analyses.circuits.spec import edge_count
 
     req = AnalysisRequest.model_validate({
         "model": "tiny-gpt2", "text": CLEAN, "analyses": ["edge-attribution", "patching"],
@@ -268,7 +268,8 @@ def test_edge_attribution_job_can_be_cancelled_while_running(app, monkeypatch):
 
 
 def test_memory_estimate_of_edge_attribution():
-    from workers.engine.memory import ModelFacts, edge_rows, estimate_text_request
+    from workers.analyses.circuits.spec import edge_rows
+    from workers.engine.memory import ModelFacts, estimate_text_request
 
     facts = ModelFacts(
         n_layers=30,

@@ -90,7 +90,7 @@ def test_comparison_finishes_and_is_shared(app):
 def test_two_models_that_do_not_fit_together_run_one_after_the_other(app, setting, monkeypatch):
     import workers.models
     from workers.analyses.compare.plan import plan_of
-    from workers.core.budget import GIB
+    from workers.core.memory import GIB
     from workers.models import loader
 
     client, _, conn = app
@@ -228,7 +228,7 @@ def test_word_maps_analysis_runs_as_a_job(app):
 
 def test_a_corpus_whose_maps_fit_only_a_part_at_a_time_is_accepted_split(app, setting):
     from workers.analyses.compare.plan import compare_ranges, plan_of
-    from workers.core.budget import GIB
+    from workers.core.memory import GIB
     from workers.inputs.corpora import shipped_corpus
 
     client, _, conn = app

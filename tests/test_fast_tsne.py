@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from workers.analyses.tsne import TSNEOptions, embed_affinities, start
-from workers.analyses.tsne import fast as fast_tsne
+from workers.analyses.tsne import TSNEOptions, embed_affinities
+from workers.analyses.tsne import initialization as start
+from workers.analyses.tsne import host_engine as fast_tsne
 from workers.analyses.tsne.affinities import head_affinities, kl_divergence, perplexity_affinities
 from workers.analyses.tsne.host_engine import fast_optimize
 from workers.analyses.tsne.initialization import fast_spectral_init, spectral_init
@@ -196,7 +197,8 @@ def test_fast_handles_perplexity_p(minilm, demo_text):
 def test_service_uses_fast_by_default(catalogue):
     """The pipeline (CLI and queue jobs) runs the fast engine unless told otherwise, for
     attention heads and hidden states alike, and its KL is the exact KL of the returned map."""
-    from workers.engine.pipeline import DEFAULT_ENGINE, analyze
+    from workers.analyses.tsne.section import DEFAULT_ENGINE
+    from workers.engine.pipeline import analyze
     from workers.models import load_model
 
     loaded = load_model("tiny-bert", device="cpu")

@@ -13,7 +13,8 @@ import pytest
 
 from frontend.figures import circuits as F
 from frontend.pages.circuits import flow_request, pair_request, top_edges_for
-from workers.core.contracts import AnalysisRequest, edge_count
+from workers.analyses.circuits.spec import edge_count
+from workers.core.contracts import AnalysisRequest
 from workers.queue.jobs import compute_analysis
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

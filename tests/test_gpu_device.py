@@ -12,7 +12,7 @@ import torch
 from test_fast_tsne import random_p
 
 from workers.analyses.tsne import TSNEOptions
-from workers.analyses.tsne import device as gpu_tsne
+from workers.analyses.tsne import gpu_engine as gpu_tsne
 from workers.analyses.tsne.options import FastSchedule
 
 pytest.importorskip("triton", reason="the gpu extra (Triton) is not installed")

@@ -10,8 +10,8 @@ import torch
 from test_fast_tsne import random_p, reference_steps
 
 from workers.analyses.tsne import TSNEOptions, chain, embed_affinities, engines
-from workers.analyses.tsne import device as gpu_tsne
-from workers.analyses.tsne import fast as fast_tsne
+from workers.analyses.tsne import gpu_engine as gpu_tsne
+from workers.analyses.tsne import host_engine as fast_tsne
 from workers.analyses.tsne.affinities import head_affinities, kl_divergence
 from workers.analyses.tsne.host_engine import fast_optimize
 from workers.analyses.tsne.initialization import spectral_init
@@ -292,7 +292,7 @@ def test_cuda_p_built_on_the_device():
 @needs_cuda
 def test_cuda_streamed_layer_never_builds_p_on_the_host(monkeypatch):
     """A GPU worker's head t-SNE: the layer's maps stay on the device (the host path would fail)."""
-    from workers.engine import streaming
+    from workers.analyses.tsne import streaming
 
     monkeypatch.setattr(
         streaming, "embed_layer", lambda *a, **k: pytest.fail("P was built on the host")

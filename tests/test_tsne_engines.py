@@ -11,7 +11,7 @@ import torch
 
 from workers.analyses.tsne import TSNEOptions, TSNEResult, embed_affinities, embed_layer, engines
 from workers.analyses.tsne import chain as tsne_chain
-from workers.analyses.tsne import device as gpu_tsne
+from workers.analyses.tsne import gpu_engine as gpu_tsne
 from workers.analyses.tsne.affinities import head_affinities, kl_divergence
 from workers.analyses.tsne.chain import DeviceLost, EngineState, Fault
 from workers.core.errors import HeadscopeError

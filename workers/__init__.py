@@ -5,7 +5,7 @@ light (the backend imports torch-free parts of this package and never torch)::
 
     from workers import analyze, decompose, head_tsne, load_model, max_attention, run_text
     loaded = load_model("minilm")
-    result = analyze(loaded, "some text", ["max-attention", "head-tsne"])   # the service's result JSON
+    result = analyze(loaded, "some text", kinds)   # the service's result JSON; kinds: registry.kinds()
     run = run_text(loaded, "some text")
     ma = max_attention(run.attentions)            # [layer, head, token]
     res = head_tsne(run.attentions, layers=[2], heads=[5])                   # HeadTSNEResult

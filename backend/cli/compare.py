@@ -12,9 +12,8 @@ from typing import Any
 def cmd_compare(args: argparse.Namespace) -> int:
     from backend.cli.corpus import read_corpus, write_result
     from backend.cli.progress import StderrProgress
-    from backend.errors import readable
     from workers.core.contracts import CompareRequest
-    from workers.core.errors import HeadscopeError
+    from workers.core.errors import HeadscopeError, readable
     from workers.queue.jobs_compare import compute_compare
 
     given = [x for x in (args.text, args.file, args.corpus) if x is not None]

@@ -102,9 +102,8 @@ def cmd_corpus(args: argparse.Namespace) -> int:
 
 def _run_corpus(args: argparse.Namespace, corpus_id: str, texts: Any) -> int:
     from backend.cli.progress import StderrProgress
-    from backend.errors import readable
     from workers.core.contracts import CorpusOptions, CorpusRequest, JointMapRequest
-    from workers.core.errors import HeadscopeError
+    from workers.core.errors import HeadscopeError, readable
     from workers.queue.jobs_corpus import compute_corpus, compute_joint
 
     opts: dict[str, Any] = {

@@ -44,10 +44,10 @@ FAITHFUL = 0.8  # the slider starts at the smallest listed circuit at least this
 
 
 def edge_attribution_available() -> bool:
-    """Whether this build's contract knows the edge-attribution analysis."""
-    from workers.core.contracts import ANALYSIS_KINDS
+    """Whether this build's registry knows the edge-attribution analysis."""
+    from workers.core import registry
 
-    return EDGE_KIND in ANALYSIS_KINDS
+    return EDGE_KIND in registry.kinds()
 
 
 def flow_request(
@@ -70,7 +70,7 @@ def flow_request(
 def top_edges_for(facts: dict[str, Any]) -> int | None:
     """``PAGE_TOP_EDGES``, or a model's every edge when it has fewer (None: its shape is unknown, and
     the job's default applies)."""
-    from workers.core.contracts import edge_count
+    from workers.analyses.circuits.spec import edge_count
 
     if not facts.get("n_layers") or not facts.get("n_heads"):
         return None

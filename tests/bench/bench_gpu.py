@@ -48,7 +48,7 @@ def _sync(device) -> None:
 def device_run(p_dev, *, graphs: bool = True, layout: str = "auto") -> dict:
     """The device engine on P already on the device; seconds until the results are on the host."""
     from workers.analyses.tsne import TSNEOptions
-    from workers.analyses.tsne import device as gpu_tsne
+    from workers.analyses.tsne import gpu_engine as gpu_tsne
 
     os.environ["HEADSCOPE_CUDA_GRAPHS"] = "1" if graphs else "0"
     os.environ["HEADSCOPE_TSNE_LAYOUT"] = layout

@@ -11,7 +11,7 @@ on MiniLM)::
     out = model(**inputs, output_attentions=True)           # attn_implementation="eager"
     tokens = tokenizer.convert_ids_to_tokens(inputs["input_ids"][0])
     result = attention_result(out.attentions, tokens)       # max-attention + every head's t-SNE
-    result["max-attention"]["max_attention"]                # [layer][head][token]
+    result[MAX_ATTENTION]["max_attention"]                  # [layer][head][token] (attention.spec)
 
 Every check runs before any work, and a problem is a ``HeadscopeError`` naming it: a tensor of the
 wrong rank, maps that are not square or differ between layers, a token list of another length,
@@ -28,18 +28,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from workers.analyses.attention.section import max_attention_section
+from workers.analyses.attention.spec import MAX_ATTENTION
+from workers.analyses.attention.streaming import AttentionStats, PackedAttention
 from workers.analyses.tsne import TSNEOptions, select_indices
+from workers.analyses.tsne.section import head_tsne_section
+from workers.analyses.tsne.spec import HEAD_TSNE
+from workers.analyses.tsne.streaming import LayerHeadTSNE
 from workers.core.errors import HeadscopeError
-from workers.engine.pipeline import head_tsne_section, max_attention_section
-from workers.engine.streaming import (
-    AttentionStats,
-    HeadKeeper,
-    LayerHeadTSNE,
-    PackedAttention,
-    kept_index,
-)
+from workers.models.streaming import HeadKeeper, kept_index
 
-KINDS = ("max-attention", "head-tsne")
+KINDS = (MAX_ATTENTION, HEAD_TSNE)
 SPECIAL = re.compile(
     r"^(\[[A-Z]+\]|<\|[^<>|]*\|>|</?s>|<(pad|unk|mask|bos|eos|cls|sep)>)$", re.IGNORECASE
 )
@@ -189,10 +188,10 @@ def attention_result(
     kept = kept_index(n, keep)
     options = (options or TSNEOptions()).validate()
     consumers: dict[str, Any] = {}
-    if "max-attention" in analyses:
-        consumers["max-attention"] = AttentionStats(n_layers, n_heads, keep=keep, causal=causal)
-    if "head-tsne" in analyses:
-        consumers["head-tsne"] = LayerHeadTSNE(
+    if MAX_ATTENTION in analyses:
+        consumers[MAX_ATTENTION] = AttentionStats(n_layers, n_heads, keep=keep, causal=causal)
+    if HEAD_TSNE in analyses:
+        consumers[HEAD_TSNE] = LayerHeadTSNE(
             n_layers, n_heads, layers=layers, heads=heads, keep=keep, options=options
         )
         pairs = [
@@ -214,17 +213,15 @@ def attention_result(
         "causal": causal, "tokens": tokens, "token_texts": tokens, "special": special, "n_tokens": n,
         "truncated_from": None,
     }  # fmt: skip
-    if "max-attention" in consumers:
-        result["max-attention"] = max_attention_section(
-            consumers["max-attention"], kept, causal=causal
-        )
-    if "head-tsne" in consumers:
+    if MAX_ATTENTION in consumers:
+        result[MAX_ATTENTION] = max_attention_section(consumers[MAX_ATTENTION], kept, causal=causal)
+    if HEAD_TSNE in consumers:
         if "one" in consumers:
             a = next(iter(consumers["one"].maps.values()))[np.ix_(kept, kept)]  # [query, key]
             extra, single = {"attention": np.round(a, 6).tolist()}, True
         else:
             extra, single = consumers["packed"].fields(), False
-        result["head-tsne"] = head_tsne_section(
-            consumers["head-tsne"], kept, single=single, extra=extra
+        result[HEAD_TSNE] = head_tsne_section(
+            consumers[HEAD_TSNE], kept, single=single, extra=extra
         )
     return result

@@ -1,4 +1,4 @@
-"""One forward pass of a text shared by the ``analyze`` calls of one job (issue 34).
+"""One forward pass of a text shared by the ``analyze`` calls of one job (docs/dashboard.md).
 
 The service computes a text explorer request in stages (``workers.queue.jobs``): max attention and the
 chosen head first, then every head's t-SNE (the gallery), then the hidden states' t-SNE. Each stage
@@ -13,8 +13,8 @@ memory budget leaves), the later stage runs the model again and ``why_again`` sa
 progress line. Notebook use::
 
     shared = SharedRun(keep_maps=True)
-    analyze(loaded, text, ["max-attention"], shared=shared)
-    analyze(loaded, text, ["head-tsne"], {"layer": "all", "head": "all"}, shared=shared)   # no new forward
+    analyze(loaded, text, [MAX_ATTENTION], shared=shared)
+    analyze(loaded, text, [HEAD_TSNE], {"layer": "all", "head": "all"}, shared=shared)   # no new forward
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ from redis import Redis
 from rq import get_current_job
 from rq.job import Job
 
-from workers.core.contracts import ANALYSIS_KINDS, LASF_MODELS, AnalysisRequest, PEAnalysisRequest
+from workers.core import registry
+from workers.core.contracts import LASF_MODELS, AnalysisRequest, PEAnalysisRequest
 from workers.core.errors import HeadscopeError
 from workers.core.partials import part_key
 from workers.core.progress_lines import ProgressLines, progress_line
@@ -34,28 +35,23 @@ logger = logging.getLogger(__name__)
 # a job's progress as log lines (INFO even when the worker logs only warnings: workers.queue.worker)
 PROGRESS_LOG = logging.getLogger("headscope.progress")
 
-# rough relative cost of each stage, for one progress bar across all of them
-WEIGHTS = {
-    "max-attention": 1.0,
-    "word-maps": 1.0,  # docs/compare.md
-    "decomposition": 2.0,
-    "head-tsne": 3.0,
-    "head-tsne-all": 12.0,
-    "hidden-tsne": 3.0,
-    "word-tsne": 3.0,
-    "robustness": 12.0,
-    "lasf": 4.0,
-    "continue": 1.0,
-    "predictions": 1.0,
-    "logit-lens": 1.0,
-    "logit-attribution": 2.0,
-    "ablation": 6.0,
-    "patching": 6.0,
-    "information-flow": 1.5,
-    "attribution-patching": 2.0,
-    "edge-attribution": 8.0,
-}
-ALL_HEADS_KEY = "head-tsne-all"
+
+def stage_weight(key: str) -> float:
+    """A result key's share of the job's progress bar: its analysis' ``weight``, or a followup's."""
+    for spec in registry.specs():
+        if spec.kind == key:
+            return spec.weight
+        for follow in spec.followups:
+            if follow.key == key:
+                return follow.weight
+    raise KeyError(f"no analysis or followup {key!r}")
+
+
+def section_keys() -> set[str]:
+    """Every result key a section may have: the kinds and their followups'."""
+    return {s.kind for s in registry.specs()} | {
+        f.key for s in registry.specs() for f in s.followups
+    }
 
 
 class Reporter:
@@ -105,7 +101,7 @@ class Reporter:
             pipe.hset(key, mapping={k: protocol.dumps(v) for k, v in fields.items()})
             pipe.expire(key, self.ttl_s)
             pipe.execute()
-        done = [k for k in fields if k in WEIGHTS]
+        done = [k for k in fields if k in section_keys()]
         if done:  # the order sections finished in, for the record (and the tests)
             self.job.meta["sections"] = [*self.job.meta.get("sections", []), *done]
             self.job.save_meta()
@@ -171,20 +167,21 @@ def _current(ttl_s: int | None = None, *, result_id: str | None = None) -> Repor
 
 
 def _stages(req: AnalysisRequest) -> list[tuple[str, list[str], dict[str, Any]]]:
-    """(result key, kinds, options) per analyze() call, cheap first: max attention, decomposition,
-    the requested head's t-SNE, then (``all_heads``) every head, then the rest."""
+    """(result key, kinds, options) per analyze() call, cheap first: the first-stage kinds (max
+    attention, decomposition, the requested head's t-SNE), then each followup (the service's every
+    head after one head), then the rest."""
     options = req.options.model_dump(mode="json")
-    all_heads = options.pop("all_heads", False)
-    kinds: list[str] = [k for k in ANALYSIS_KINDS if k in req.analyses]
-    cut = ANALYSIS_KINDS.index("head-tsne")
-    first: list[str] = [k for k in kinds if ANALYSIS_KINDS.index(k) <= cut]
-    rest: list[str] = [k for k in kinds if ANALYSIS_KINDS.index(k) > cut]
+    specs = [registry.get(k) for k in req.analyses]  # already in job order
+    first = [s.kind for s in specs if s.first_stage]
+    rest = [s.kind for s in specs if not s.first_stage]
     stages: list[tuple[str, list[str], dict[str, Any]]] = []
     if first:
         stages.append(("", first, options))
-    single = options["layer"] != "all" or options["head"] != "all"
-    if all_heads and "head-tsne" in kinds and single:
-        stages.append((ALL_HEADS_KEY, ["head-tsne"], {**options, "layer": "all", "head": "all"}))
+    for spec in specs:
+        own = spec.options_of(req.options)
+        for follow in spec.followups:
+            if follow.when(own):
+                stages.append((follow.key, [spec.kind], {**options, **follow.overrides}))
     if rest:
         stages.append(("", rest, options))
     return stages
@@ -201,25 +198,27 @@ def compute_analysis(
     """The API's result for ``req``: common keys plus one section per analysis (no queue needed;
     ``defer``: ``analyze``'s, the sections a queue job hands to parts)."""
     from workers.core.progress import scaled
-    from workers.engine.pipeline import SECTIONS, analyze
+    from workers.engine.pipeline import analyze
     from workers.models import load_model
 
-    missing = [k for k in req.analyses if k not in SECTIONS]
+    missing = [k for k in req.analyses if k not in registry.kinds()]
     if missing:
         raise HeadscopeError(
             f"the {missing[0]} analysis is not available on this worker yet; "
-            f"available: {', '.join(k for k in ANALYSIS_KINDS if k in SECTIONS)}"
+            f"available: {', '.join(registry.kinds())}"
         )
     progress(0.0, f"loading model {req.model}")
-    lasf = lasf_model(req.model, conn=conn) if "lasf" in req.analyses else None
+    wants_lasf = any("lasf_model" in registry.get(k).needs for k in req.analyses)
+    lasf = lasf_model(req.model, conn=conn) if wants_lasf else None
     loaded = load_model(lasf.config["base_model"] if lasf else req.model, dtype=req.options.dtype)
     stages = _stages(req)
-    total = sum(WEIGHTS[key or k] for key, kinds, _ in stages for k in kinds)
+    total = sum(stage_weight(key or k) for key, kinds, _ in stages for k in kinds)
     done = 0.0
     result: dict[str, Any] = {}
     shared = shared_run(stages)
+    keys = section_keys()
     for key, kinds, options in stages:
-        weight = sum(WEIGHTS[key or k] for k in kinds)
+        weight = sum(stage_weight(key or k) for k in kinds)
 
         def on_layer(kind: str, layer: int, part: dict[str, Any], key: str = key) -> None:
             on_partial({part_key(key or kind, layer): part})
@@ -227,7 +226,7 @@ def compute_analysis(
         def on_section(
             kind: str, section: dict[str, Any], so_far: dict[str, Any], key: str = key
         ) -> None:
-            common = {k: v for k, v in so_far.items() if k not in SECTIONS}
+            common = {k: v for k, v in so_far.items() if k not in keys}
             fields = {
                 **{k: v for k, v in common.items() if k not in result},
                 (key or kind): section,
@@ -257,16 +256,16 @@ def compute_analysis(
 
 def shared_run(stages: list[tuple[str, list[str], dict[str, Any]]]) -> Any:
     """One pass over the text for every stage (``workers.engine.shared_run``); the first pass keeps
-    the attention maps when a later stage reads them (the gallery)."""
+    the attention maps when a later stage reads them (a kind whose spec plans consumers)."""
     from workers.engine.shared_run import SharedRun
 
-    reads = {"max-attention", "head-tsne", "robustness", "lasf"}
-    return SharedRun(keep_maps=any(reads & set(kinds) for _, kinds, _ in stages[1:]))
+    later = {k for _, kinds, _ in stages[1:] for k in kinds}
+    return SharedRun(keep_maps=any(registry.get(k).plan is not None for k in later))
 
 
 def run_analysis(request: dict[str, Any]) -> dict[str, Any]:
     """RQ job: a text analysis (``AnalysisRequest``), result under ``hs:result:{job id}``."""
-    from workers.queue.causal_split import SplitSections
+    from workers.queue.section_split import SplitSections
 
     rep = _current()
     rep.start()

@@ -48,26 +48,23 @@ SHORT_QUEUE = (
 )
 QUEUES = (SHORT_QUEUE, QUEUE)  # the order workers listen in
 SHORT_QUEUES = (SHORT_QUEUE,)  # what a short-job worker listens to
-SHORT_ANALYSES = {"max-attention", "head-tsne"}
 
 
 def is_short(kind: str, request: dict[str, Any]) -> bool:
-    """A job that takes seconds at most: a PE analysis, or max attention and/or one head's t-SNE."""
+    """A job that takes seconds at most: a PE analysis, or analyses whose specs call this request
+    short (``AnalysisSpec.short``: max attention, one head's t-SNE)."""
     if kind == "pe":
         return True
     if kind != "analysis":
         return False
-    kinds = set(request.get("analyses") or ())
+    from workers.core import registry
+
+    kinds = list(request.get("analyses") or ())
     opts = request.get("options") or {}
-    one_head = isinstance(opts.get("layer"), int) and isinstance(opts.get("head"), int)
-    return (
-        bool(kinds)
-        and kinds <= SHORT_ANALYSES
-        and (
-            "head-tsne" not in kinds
-            or (one_head and not opts.get("all_heads") and int(opts.get("restarts", 1)) <= 4)
-        )
-    )
+    if not kinds or any(k not in registry.kinds() for k in kinds):
+        return False
+    specs = [registry.get(k) for k in kinds]
+    return all(s.short is not None and s.short(s.options_of(opts)) for s in specs)
 
 
 SERIALIZER = JSONSerializer

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from workers.engine.memory import VOCAB_CHUNK, VOCAB_ROWS
+from workers.analyses.causal.spec import VOCAB_CHUNK, VOCAB_ROWS
 
 if TYPE_CHECKING:
     from workers.models.lm_head import Unembedding

@@ -32,10 +32,10 @@ import torch
 from workers.analyses.causal.interventions import pair_keys, pair_target
 from workers.analyses.causal.views import TargetSpec
 from workers.analyses.circuits.graph import INPUTS, Graph, Plain, SplitModel
-from workers.core.contracts import MAX_IG_STEPS, MAX_TOP_EDGES
+from workers.analyses.circuits.spec import MAX_IG_STEPS, MAX_TOP_EDGES, edge_rows
 from workers.core.errors import CancelledError, HeadscopeError
+from workers.core.memory import ModelFacts
 from workers.core.progress import Progress, no_progress
-from workers.engine.memory import ModelFacts, edge_rows
 from workers.models.adapters import Encoded
 
 if TYPE_CHECKING:

@@ -49,6 +49,7 @@ from workers.analyses.circuits.flow_terms import (
     ff_step,
     run_layers,
 )
+from workers.analyses.circuits.spec import DEFAULT_THRESHOLD
 from workers.analyses.compare.head_similarity import one_torch_thread
 from workers.core.errors import HeadscopeError, OutOfRangeError
 from workers.core.progress import Progress, no_progress
@@ -58,8 +59,6 @@ from workers.models.sublayers import LayerParts, locate
 if TYPE_CHECKING:
     from workers.models.loader import LoadedModel
 
-DEFAULT_THRESHOLD = 0.04
-FLOW_OPTIONS: dict[str, Any] = {"threshold": DEFAULT_THRESHOLD}  # the pipeline's defaults
 CHUNK_BYTES = 32 * 2**20  # one chunk's [key, query, d] parts
 KEEP_BYTES = 1 << 30  # every layer's inputs kept for the top-down pass up to this much
 
@@ -347,15 +346,3 @@ def information_flow(
         "edges": edges,
         "timings": {"forward_s": forward_s, "flow_s": time.perf_counter() - start},
     }
-
-
-def flow_section(ctx: Any) -> dict[str, Any]:
-    """The pipeline's ``information-flow`` section (options ``position``, ``threshold``)."""
-    o = ctx.options
-    return information_flow(
-        ctx.loaded,
-        ctx.encoded,
-        position=o.get("position"),
-        threshold=float(o.get("threshold", DEFAULT_THRESHOLD)),
-        progress=ctx.progress,
-    )

@@ -3,7 +3,7 @@ checks it and the job decides with the same numbers whether both models may be l
 
 What a comparison holds: model A's word-level maps of every text (float32, ``heads of A x words^2``
 per text) until model B has read that text, the weights of one model or of both, one text's forward
-pass and the runtime (``workers.core.budget.RUNTIME``). A comparison split into parts of texts
+pass and the runtime (``workers.core.memory.RUNTIME``). A comparison split into parts of texts
 (``compare_ranges``, docs/scaling.md) holds A's maps of one part's texts at a time, so its plan is
 that of its heaviest part.
 """
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from workers.core.budget import GIB, RUNTIME, MemoryBudgetError, memory_budget
+from workers.core.memory import GIB, RUNTIME, MemoryBudgetError, memory_budget
 
 
 def weight_bytes(facts: dict[str, Any], cfg: dict[str, Any] | None = None) -> int:

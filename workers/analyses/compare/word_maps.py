@@ -65,7 +65,7 @@ def word_level(attn: np.ndarray, member: np.ndarray) -> np.ndarray:
 
 
 class WordMapper:
-    """A streamed-pass consumer (``workers.engine.streaming``) keeping every head's word-level map of
+    """A streamed-pass consumer (``workers.models.streaming``) keeping every head's word-level map of
     one text: ``maps`` [layer, head, words, words] float32, filled as the forward pass reaches each layer."""
 
     def __init__(self, n_layers: int, n_heads: int, member: np.ndarray):

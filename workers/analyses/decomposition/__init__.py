@@ -1,5 +1,5 @@
 """Exact additive decomposition of every hidden state (docs/decomposition.md): a package whose
-modules import downward only: ``model`` (where a model keeps its parts, the recording hooks) ->
+modules import downward only: ``workers.models.sublayers`` (where a model keeps its parts, the recording hooks) ->
 ``terms`` (the decomposition itself) -> ``stats`` (importance curves, model comparison, the
 result section) -> this entry.
 
@@ -10,34 +10,30 @@ Notebook use::
     dec = decompose(load_model("minilm", dtype="float64"), "The cat sat on the mat.")
 """
 
-from workers.analyses.decomposition.stats import (
-    ImportanceCurves,
-    decomposition_section,
-    importance_curves,
-    importance_spearman,
-    kept_tokens,
-    spearman_per_state,
-)
-from workers.analyses.decomposition.terms import (
-    CONVENTION,
-    TERM_LABELS,
-    Decomposition,
-    decompose,
-    decompose_batch,
-    decompose_encoded,
-)
+from __future__ import annotations
 
-__all__ = [
-    "CONVENTION",
-    "TERM_LABELS",
-    "Decomposition",
-    "ImportanceCurves",
-    "decompose",
-    "decompose_batch",
-    "decompose_encoded",
-    "decomposition_section",
-    "importance_curves",
-    "importance_spearman",
-    "kept_tokens",
-    "spearman_per_state",
-]
+import importlib
+from typing import Any
+
+_FROM = {
+    "CONVENTION": "terms",
+    "Decomposition": "terms",
+    "ImportanceCurves": "stats",
+    "TERM_LABELS": "terms",
+    "decompose": "terms",
+    "decompose_batch": "terms",
+    "decompose_encoded": "terms",
+    "decomposition_section": "stats",
+    "importance_curves": "stats",
+    "importance_spearman": "stats",
+    "kept_tokens": "stats",
+    "spearman_per_state": "stats",
+}
+__all__ = sorted(_FROM)
+
+
+def __getattr__(name: str) -> Any:
+    """The package's names load on first use, so reading its spec imports no torch."""
+    if name in _FROM:
+        return getattr(importlib.import_module(f"{__name__}.{_FROM[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,6 +27,13 @@ from typing import Literal
 import numpy as np
 
 from workers.core.errors import HeadscopeError, OutOfRangeError
+from workers.core.options import (
+    EARLY_EXAGGERATION_ITER,
+    MAX_EARLY_EXAGGERATION_ITER,
+    MAX_N_ITER,
+    MAX_RESTARTS,
+    N_ITER,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +53,8 @@ class TSNEOptions:
     """
 
     engine: str = "fast"
-    n_iter: int = 750
-    early_exaggeration_iter: int = 250
+    n_iter: int = N_ITER
+    early_exaggeration_iter: int = EARLY_EXAGGERATION_ITER
     early_exaggeration: float = 12.0
     learning_rate: float | None = None  # None: "auto", n / exaggeration
     initial_momentum: float = 0.5
@@ -68,10 +75,17 @@ class TSNEOptions:
             )
         if self.init not in INITS:
             raise HeadscopeError(f"unknown init {self.init!r}; use one of {', '.join(INITS)}")
-        if not 1 <= self.restarts <= 100:
-            raise OutOfRangeError(f"restarts must be between 1 and 100, got {self.restarts}")
-        if not 0 <= self.n_iter <= 10000 or not 0 <= self.early_exaggeration_iter <= 10000:
-            raise OutOfRangeError("iteration counts must be between 0 and 10000")
+        if not 1 <= self.restarts <= MAX_RESTARTS:
+            raise OutOfRangeError(
+                f"restarts must be between 1 and {MAX_RESTARTS}, got {self.restarts}"
+            )
+        if not 0 <= self.n_iter <= MAX_N_ITER:
+            raise OutOfRangeError(f"n_iter must be between 0 and {MAX_N_ITER:,}, got {self.n_iter}")
+        if not 0 <= self.early_exaggeration_iter <= MAX_EARLY_EXAGGERATION_ITER:
+            raise OutOfRangeError(
+                f"early_exaggeration_iter must be between 0 and {MAX_EARLY_EXAGGERATION_ITER:,}, "
+                f"got {self.early_exaggeration_iter}"
+            )
         return self
 
 

@@ -1,0 +1,46 @@
+"""The circuits' sections (docs/circuits.md, keys in docs/results.md): information-flow routes of one
+text; attribution patching and edge attribution of a clean/corrupted pair."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workers.analyses.causal.section import corrupted_of, pair_texts, target_of
+from workers.analyses.circuits.attribution_patching import attribution_patching
+from workers.analyses.circuits.edges import edge_attribution
+from workers.analyses.circuits.information_flow import information_flow
+from workers.analyses.circuits.spec import AttributionPatchingOptions, EdgeOptions, FlowOptions
+
+
+def flow_section(ctx: Any, options: FlowOptions) -> dict[str, Any]:
+    return information_flow(  # type: ignore[no-any-return]
+        ctx.loaded,
+        ctx.encoded,
+        position=options.position,
+        threshold=float(options.threshold),
+        progress=ctx.progress,
+    )
+
+
+def attribution_patching_section(ctx: Any, options: AttributionPatchingOptions) -> dict[str, Any]:
+    corrupted = corrupted_of(ctx, options)
+    out = attribution_patching(
+        ctx.loaded,
+        ctx.encoded,
+        corrupted,
+        target=target_of(options),
+        real=bool(options.real),
+        qk_fix=bool(options.qk_fix),
+        progress=ctx.progress,
+    )
+    return pair_texts(ctx, options, out, corrupted)
+
+
+def edge_attribution_section(ctx: Any, options: EdgeOptions) -> dict[str, Any]:
+    corrupted = corrupted_of(ctx, options)
+    out = edge_attribution(
+        ctx.loaded, ctx.encoded, corrupted, target=target_of(options),
+        top_edges=int(options.top_edges), ig_steps=int(options.ig_steps),
+        curve_sizes=options.curve_sizes, all_edges=bool(options.all_edges), progress=ctx.progress,
+    )  # fmt: skip
+    return pair_texts(ctx, options, out, corrupted)
