@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from workers.analyses.tsne import options as fast_tsne
 from workers.analyses.tsne import initialization as start
+from workers.analyses.tsne import options as fast_tsne
 from workers.analyses.tsne.affinities import head_affinities
 from workers.analyses.tsne.initialization import device_spectral_init, fast_spectral_init
 

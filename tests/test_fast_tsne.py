@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from workers.analyses.tsne import TSNEOptions, embed_affinities
-from workers.analyses.tsne import initialization as start
 from workers.analyses.tsne import host_engine as fast_tsne
+from workers.analyses.tsne import initialization as start
 from workers.analyses.tsne.affinities import head_affinities, kl_divergence, perplexity_affinities
 from workers.analyses.tsne.host_engine import fast_optimize
 from workers.analyses.tsne.initialization import fast_spectral_init, spectral_init

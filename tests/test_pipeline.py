@@ -8,8 +8,8 @@ import pytest
 from workers.analyses.tsne.affinities import perplexity_affinities
 from workers.analyses.tsne.hidden import states_tsne
 from workers.analyses.tsne.robustness import disturb_ids
-from workers.core.errors import HeadscopeError
 from workers.analyses.tsne.words import word_list
+from workers.core.errors import HeadscopeError
 from workers.engine.pipeline import analyze
 from workers.models import pooled_states, run_text
 
