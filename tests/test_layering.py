@@ -136,7 +136,7 @@ def _package_imports(path: Path, package: str) -> dict[str, set[str]]:
 # the t-SNE engine, bottom to top: each module may import only modules on lower rungs
 TSNE_ORDER = [
     {"cpu_kernels", "gpu_kernels"},
-    {"options"},
+    {"options", "words"},  # words: the word list of word-tsne, torch-free for the API and the CLI
     {"affinities"},
     {"initialization"},
     {"schedule"},

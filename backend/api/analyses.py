@@ -13,6 +13,7 @@ from backend.deps import QueueDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from backend.store import Store
 from backend.tokens import count_tokens, is_blank
+from workers.analyses.tsne.words import check_word_list
 from workers.core.contracts import (
     CAUSAL_KINDS,
     LASF_MODELS,
@@ -98,6 +99,8 @@ def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
         raise EmptyTextError(
             "the text is empty after normalisation (only invisible or control characters)"
         )
+    if "word-tsne" in kinds:
+        check_word_list(req.text)  # 4 to MAX_WORDS items, before queueing
     if not o.truncate and kinds & WHOLE_TEXT_KINDS:
         counted = count_tokens(spec, req.text)
         if counted is not None and counted[0] > counted[1]:

@@ -89,6 +89,15 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         opts["n_iter"] = args.n_iter
     if args.early_exaggeration_iter is not None:
         opts["early_exaggeration_iter"] = args.early_exaggeration_iter
+    from workers.core.contracts import AnalysisOptions
+    from workers.core.errors import HeadscopeError
+
+    try:  # every option within the API's limits (README "Limits": one set for the CLI and the API)
+        AnalysisOptions.model_validate(opts)
+    except ValueError as exc:
+        from backend.errors import readable
+
+        raise HeadscopeError(f"bad option: {readable(exc)}") from None
     return opts
 
 
@@ -111,7 +120,6 @@ def _heads_arg(value: str) -> str | list[list[int]]:
 
 def _causal_options(args: argparse.Namespace) -> dict[str, Any]:
     """The causal views' options (docs/causal.md), validated by the same contract as the API's."""
-    from workers.core.contracts import AnalysisOptions
     from workers.core.errors import HeadscopeError
 
     opts: dict[str, Any] = {"k": args.k, "ablation": args.ablation, "continue_tokens": args.continue_tokens,
@@ -144,13 +152,7 @@ def _causal_options(args: argparse.Namespace) -> dict[str, Any]:
             opts[name] = getattr(args, name)
     if args.all_edges:
         opts["all_edges"] = True
-    try:
-        AnalysisOptions.model_validate(opts)
-    except ValueError as exc:
-        from backend.errors import readable
-
-        raise HeadscopeError(f"bad option: {readable(exc)}") from None
-    return opts
+    return opts  # validated with the others (_options)
 
 
 def flatten(result: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -172,6 +174,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.model is None:
         args.model = "lasf-minilm" if args.analysis == "lasf" else "minilm"
     options = _options(args)  # bad options: refused before the model loads
+    if args.analysis == "word-tsne":
+        from workers.analyses.tsne.words import check_word_list
+
+        check_word_list(text)  # 4 to MAX_WORDS items, before the model loads
     bar = StderrProgress(args.analysis, enabled=not args.quiet)
     start = time.perf_counter()
     lasf = None

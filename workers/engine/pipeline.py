@@ -42,6 +42,7 @@ from workers.analyses.compare.word_maps import (
 from workers.analyses.tsne import TSNEOptions, embed_affinities, select_indices
 from workers.analyses.tsne.hidden import states_tsne
 from workers.analyses.tsne.robustness import disturb_ids, summarize
+from workers.analyses.tsne.words import check_word_list, word_list  # noqa: F401 (word_list: re-exported)
 from workers.core.errors import HeadscopeError
 from workers.core.progress import Progress, no_progress, scaled
 from workers.engine.memory import ModelFacts, estimate_text_request
@@ -399,20 +400,10 @@ def _hidden_tsne(ctx: Context) -> dict[str, Any]:
     }
 
 
-def word_list(text: str) -> list[str]:
-    """The items of a word list: one per non-empty line (commas also split one-line lists)."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    if len(lines) == 1 and "," in lines[0]:
-        lines = [w.strip() for w in lines[0].split(",") if w.strip()]
-    return lines
-
-
 @section("word-tsne")
 def _word_tsne(ctx: Context) -> dict[str, Any]:
     o = ctx.options
-    words = word_list(ctx.text)
-    if len(words) < 4:
-        raise HeadscopeError(f"word-tsne needs at least 4 items (one per line), got {len(words)}")
+    words = check_word_list(ctx.text)  # 4 to MAX_WORDS items, as the API and the CLI check
     start = time.perf_counter()
     states, encs = pooled_states(ctx.loaded, words, pooling=o["pooling"])  # [state, word, dim]
     ctx.timings["forward_s"] = time.perf_counter() - start

@@ -2,6 +2,9 @@
 docs/analyses.md). ``embed_affinities`` embeds P matrices with the chosen engine (``fast``,
 ``batched`` or ``opentsne``) and reports each one's exact KL; ``head_tsne`` and ``embed_layer``
 do it for attention heads. The modules below import only downward (see ``options``).
+
+Importing the package loads no torch (its engines load when they first run), so the backend can
+read its torch-free modules (``options``, ``words``).
 """
 
 from __future__ import annotations
@@ -10,8 +13,6 @@ import time
 
 import numpy as np
 
-from workers.analyses.tsne.affinities import head_affinities
-from workers.analyses.tsne.engines import run_fast
 from workers.analyses.tsne.options import (
     ENGINES,
     INITS,
@@ -21,7 +22,6 @@ from workers.analyses.tsne.options import (
     select_indices,
     with_overrides,
 )
-from workers.analyses.tsne.reference import _batched, _opentsne
 from workers.core.errors import HeadscopeError
 from workers.core.progress import Progress, no_progress, scaled
 
@@ -42,6 +42,7 @@ __all__ = [
 def _fast(
     p: np.ndarray, *, options: TSNEOptions, x: np.ndarray | None, progress: Progress
 ) -> tuple[np.ndarray, np.ndarray, dict[str, object]]:
+    from workers.analyses.tsne.engines import run_fast
 
     return run_fast(p, options=options, x=x, progress=progress)
 
@@ -66,6 +67,8 @@ def embed_affinities(
     pb = p[None] if single else p
     if pb.shape[-1] < 3:
         raise HeadscopeError(f"t-SNE needs at least 3 points, got {pb.shape[-1]}")
+    from workers.analyses.tsne.reference import _batched, _opentsne
+
     start = time.perf_counter()
     run = {"batched": _batched, "opentsne": _opentsne, "fast": _fast}[options.engine]
     out = run(np.ascontiguousarray(pb, dtype=np.float64), options=options, x=x, progress=progress)
@@ -141,5 +144,7 @@ def embed_layer(
     The unit of work of both the all-at-once ``head_tsne`` and the streamed pipeline, so both give
     the same maps.
     """
+    from workers.analyses.tsne.affinities import head_affinities
+
     p = head_affinities(a, keep=keep)  # [head, m, m]
     return embed_affinities(p, options=options, progress=progress)
