@@ -30,8 +30,8 @@ from workers.core.errors import (
     OutOfRangeError,
     TextTooLongError,
 )
+from workers.core.ids import JOB_ID
 from workers.models.catalogue import ModelSpec, get_catalogue
-from workers.queue.keys import JOB_ID
 
 router = APIRouter(tags=["analyses"])
 

@@ -10,7 +10,7 @@ from fastapi.responses import Response
 
 from backend.queue import Lookup
 from workers.core.errors import NotFoundError
-from workers.queue.keys import dumps
+from workers.core.jsonable import dumps
 
 
 def raw_json(parts: dict[str, Any], raw: dict[str, str], *, status_code: int = 200) -> Response:

@@ -14,8 +14,8 @@ from backend.deps import QueueDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from workers.analyses.compare.plan import compare_ranges, plan_of
 from workers.core.contracts import CompareRequest, JobStatus
+from workers.core.ids import JOB_ID
 from workers.inputs.corpora import shipped_corpus
-from workers.queue.keys import JOB_ID
 
 router = APIRouter(tags=["compare"])
 

@@ -31,9 +31,9 @@ from backend.errors import error_responses
 from backend.store import Store
 from workers.core.contracts import CorpusRequest, JobStatus, JointMapRequest
 from workers.core.errors import HeadscopeError
+from workers.core.ids import JOB_ID
 from workers.inputs.corpora import Limits, format_of, shipped_corpus, shipped_list, stage_corpus
 from workers.models.catalogue import get_catalogue
-from workers.queue.keys import JOB_ID
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["corpus"])

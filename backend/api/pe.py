@@ -11,7 +11,7 @@ from backend.deps import QueueDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from workers.core.contracts import JobStatus, PEAnalysisRequest
 from workers.core.errors import HeadscopeError, NotFoundError
-from workers.queue.keys import JOB_ID
+from workers.core.ids import JOB_ID
 
 router = APIRouter(tags=["positional encodings"])
 

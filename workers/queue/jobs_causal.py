@@ -7,9 +7,9 @@ import json
 import time
 from typing import Any
 
-from workers.queue import parts
-from workers.queue.causal_split import base_key
-from workers.queue.jobs import _current
+from workers.core.jsonable import jsonable
+from workers.queue import keys as protocol
+from workers.queue import parts, reporter
 
 PROGRESS_EVERY_S = 0.25
 
@@ -17,7 +17,6 @@ PROGRESS_EVERY_S = 0.25
 def causal_part(payload: dict[str, Any], ctx: parts.PartContext) -> dict[str, Any]:
     """A part of a split ablation or patching: its range of forward calls (``calls``)."""
     from workers.analyses.causal.interventions import ablation, patching
-    from workers.analyses.causal.section import jsonable
     from workers.core.errors import CancelledError
     from workers.models import load_model
     from workers.models.adapters import Encoded
@@ -68,10 +67,10 @@ def causal_merge(partials: parts.Partials, context: dict[str, Any]) -> dict[str,
     from workers.core.errors import HeadscopeError
 
     job_id = context["job_id"]
-    rep = _current(result_id=job_id)
+    rep = reporter.current(result_id=job_id)
     plan = parts.plan(rep.conn, job_id) or {}
     try:
-        raw = rep.conn.get(base_key(job_id))
+        raw = rep.conn.get(protocol.split_base_key(job_id))
         if raw is None:
             raise RuntimeError(f"the other sections of job {job_id} are gone from Redis")
         result = json.loads(raw)
@@ -92,5 +91,5 @@ def causal_merge(partials: parts.Partials, context: dict[str, Any]) -> dict[str,
     except HeadscopeError as exc:
         return rep.fail(exc)
     size = rep.finish(result)
-    rep.conn.delete(base_key(job_id))
+    rep.conn.delete(protocol.split_base_key(job_id))
     return {"bytes": size}

@@ -12,8 +12,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from workers.analyses.causal.interventions import ablation, patching
 from workers.analyses.causal.views import (
     FROZEN,
@@ -25,6 +23,7 @@ from workers.analyses.causal.views import (
 )
 from workers.analyses.circuits.attribution_patching import attribution_patching
 from workers.analyses.circuits.edges import edge_attribution
+from workers.core.jsonable import jsonable
 from workers.models.adapters import Encoded, encode
 
 CAUSAL_OPTIONS: dict[str, Any] = {
@@ -44,19 +43,6 @@ CAUSAL_OPTIONS: dict[str, Any] = {
     "curve_sizes": None,
     "all_edges": False,
 }
-
-
-def jsonable(obj: Any) -> Any:
-    """numpy arrays and scalars to lists and numbers, recursively."""
-    if isinstance(obj, dict):
-        return {k: jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
 
 
 def _target(options: dict[str, Any]) -> Any:
