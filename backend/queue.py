@@ -23,6 +23,8 @@ from rq import Retry
 from backend.config import Settings
 from backend.store import Store
 from workers.core.errors import CancelledError
+from workers.core.ids import JOB_ID
+from workers.core.jsonable import dumps
 from workers.queue import keys as protocol
 from workers.queue import parts
 
@@ -281,7 +283,9 @@ class JobQueue:
                 message=str(meta.get("message") or message),
                 **base,
             )
-        started = self.conn.hlen(parts.done_key(job_id)) + self.conn.hlen(parts.parts_key(job_id))
+        started = self.conn.hlen(protocol.done_key(job_id)) + self.conn.hlen(
+            protocol.parts_key(job_id)
+        )
         if not started:
             message = f"queued: {split['n_parts']} parts of {split['n_items']:,} {split.get('unit', 'items')}"
             if not protocol.live_workers(self.conn):
@@ -329,7 +333,7 @@ class JobQueue:
 
     def _enqueue(self, kind: str, job_id: str, request: dict[str, Any]) -> None:
         s = self.settings
-        envelope = protocol.dumps({"kind": kind, "request": request})
+        envelope = dumps({"kind": kind, "request": request})
         if _persistable(job_id):
             self.store.record_request(job_id, kind=kind, request=request)
         with self.conn.pipeline() as pipe:
@@ -386,4 +390,4 @@ class JobQueue:
 
 def _persistable(job_id: str) -> bool:
     """Request hashes are persisted in the store; other ids (checkpoint inspections) stay in Redis."""
-    return protocol.JOB_ID.fullmatch(job_id) is not None
+    return JOB_ID.fullmatch(job_id) is not None

@@ -8,16 +8,12 @@ thing a refused request leaves in Redis, and it expires with its window.
 
 from __future__ import annotations
 
-import hashlib
 import time
 
 from fastapi import Depends, HTTPException, Request
 
 from backend.clients import client_of
-
-
-def rate_key(address: str, window: int) -> str:
-    return f"hs:rate:{hashlib.sha256(address.encode()).hexdigest()[:20]}:{window}"
+from workers.queue.keys import rate_key
 
 
 def check_write_rate(request: Request) -> None:

@@ -27,8 +27,9 @@ from pathlib import Path
 
 from backend.config import Settings, get_settings
 from backend.store import atomic_write
+from workers.core.jsonable import dumps
 from workers.core.settings import WORKER_OPENMP_ENV
-from workers.queue.keys import SHORT_QUEUES, dumps
+from workers.queue.keys import SHORT_QUEUES
 
 logger = logging.getLogger(__name__)
 

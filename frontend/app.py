@@ -107,7 +107,7 @@ def create_dash_app(api_base_url: str, *, client: ApiClient | None = None) -> da
     """The dashboard, talking to the API at ``api_base_url`` over HTTP."""
     client = client or ApiClient(api_base_url)
     store = ResultStore(client)
-    # Dash encodes every answer with plotly's JSON engine, orjson when installed (it is: workers.queue.keys):
+    # Dash encodes every answer with plotly's JSON engine, orjson when installed (it is: workers.core.jsonable):
     # its engine walks each list in Python first, and the gallery's head maps (lists of floats) took 1.6x
     # the standard library's CPU (docs/dashboard.md)
     pio.json.config.default_engine = "json"

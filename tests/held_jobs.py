@@ -16,6 +16,7 @@ from typing import Any
 from rq import get_current_job
 from rq.job import Job, JobStatus
 
+from workers.core.jsonable import dumps
 from workers.queue import jobs
 from workers.queue import keys as protocol
 
@@ -50,12 +51,12 @@ def start_running_job(
     message: str = "held by the test",
 ) -> str:
     """An analysis job made running by hand: an RQ job in the started state with its request and
-    ``sections`` as partial result (what ``workers.queue.jobs.Reporter`` writes); no worker runs it, so
-    nothing new arrives until the caller writes it. Returns the job id."""
+    ``sections`` as partial result (what ``workers.queue.reporter.Reporter`` writes); no worker runs
+    it, so nothing new arrives until the caller writes it. Returns the job id."""
     job_id = uuid.uuid4().hex
     redis.set(
         protocol.request_key(job_id),
-        protocol.dumps({"kind": "analysis", "request": request}),
+        dumps({"kind": "analysis", "request": request}),
         ex=600,
     )
     job = Job.create(
@@ -70,14 +71,14 @@ def start_running_job(
     if sections:
         redis.hset(
             protocol.partial_key(job_id),
-            mapping={k: protocol.dumps(v) for k, v in sections.items()},
+            mapping={k: dumps(v) for k, v in sections.items()},
         )
     return job_id
 
 
 def finish_running_job(redis: Any, job_id: str, result: dict[str, Any]) -> None:
     """``start_running_job``'s job finished, with ``result`` stored as a worker stores it."""
-    redis.set(protocol.result_key(job_id), protocol.dumps(result), ex=600)
+    redis.set(protocol.result_key(job_id), dumps(result), ex=600)
     Job.fetch(job_id, connection=redis, serializer=protocol.SERIALIZER).set_status(
         JobStatus.FINISHED
     )

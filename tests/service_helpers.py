@@ -249,14 +249,13 @@ def assert_cancelled_and_gone(conn: Any, queue: Any, store: Any, job_id: str) ->
     """A cancelled split job: failed as ``cancelled`` (not the user's fault), and none of its parts'
     keys, partials, result or stored result left behind."""
     from workers.queue import keys as protocol
-    from workers.queue import parts
 
     state = queue.lookup(job_id)
     assert state.status == "failed" and state.error_code == "cancelled" and not state.user_error
     for key in (
-        parts.parts_key(job_id),
-        parts.done_key(job_id),
-        parts.tries_key(job_id),
+        protocol.parts_key(job_id),
+        protocol.done_key(job_id),
+        protocol.tries_key(job_id),
         protocol.partial_key(job_id),
         protocol.result_key(job_id),
     ):

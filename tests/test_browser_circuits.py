@@ -193,11 +193,11 @@ def _run_queued(served, monkeypatch) -> None:
     from redis import Redis
     from rq import SimpleWorker
 
-    import workers.queue.jobs
+    import workers.queue.reporter
     from workers.queue import keys as protocol
 
     store = served.store()
-    monkeypatch.setattr(workers.queue.jobs, "_store", lambda: store)
+    monkeypatch.setattr(workers.queue.reporter, "store", lambda: store)
     conn = Redis.from_url(served.info()["redis_url"])
     SimpleWorker(
         [protocol.queue(conn, q) for q in protocol.QUEUES],

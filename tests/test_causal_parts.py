@@ -20,8 +20,8 @@ from backend.queue import JobQueue
 from backend.store import Store
 from workers.analyses.causal import interventions
 from workers.analyses.causal import parts as cp
-from workers.analyses.causal.section import jsonable
 from workers.core.contracts import AnalysisRequest
+from workers.core.jsonable import dumps, jsonable
 from workers.queue import keys as protocol
 from workers.queue import parts
 
@@ -47,13 +47,13 @@ def gpt2(catalogue):
 def split_service(redis_server, tmp_path, catalogue, setting, small_calls, monkeypatch):
     """A real Redis, a store the jobs write to, every ablation/patching split into parts of ~30 run
     tokens, and an in-process RQ worker to run them: (conn, store, queue, worker)."""
-    import workers.queue.jobs
+    import workers.queue.reporter
 
     conn = Redis.from_url(redis_server)
     conn.flushdb()
     settings = Settings(data_dir=tmp_path / "data", redis_url=redis_server)
     store = Store(settings)
-    monkeypatch.setattr(workers.queue.jobs, "_store", lambda: store)
+    monkeypatch.setattr(workers.queue.reporter, "store", lambda: store)
     setting("HEADSCOPE_SPLIT_MIN_RUN_TOKENS", "1")
     setting("HEADSCOPE_SPLIT_PART_RUN_TOKENS", "30")
     worker = SimpleWorker(
@@ -145,7 +145,7 @@ def test_an_analysis_job_hands_ablation_and_patching_to_parts(split_service):
     )
     got = json.loads(state.result_raw)
     one = json.loads(
-        protocol.dumps(compute_analysis(req, progress=lambda f, m: None, on_partial=lambda f: None))
+        dumps(compute_analysis(req, progress=lambda f, m: None, on_partial=lambda f: None))
     )
     assert got["ablation"]["timings"]["parts"] > 1 and got["patching"]["timings"]["parts"] > 1
     for kind, keys in (
@@ -173,7 +173,6 @@ def test_an_analysis_job_hands_ablation_and_patching_to_parts(split_service):
 
 
 def test_cancelling_an_analysis_whose_patching_runs_in_parts_keeps_nothing(split_service):
-    from workers.queue.section_split import base_key
 
     conn, store, queue, worker = split_service
     req = AnalysisRequest(
@@ -184,11 +183,14 @@ def test_cancelling_an_analysis_whose_patching_runs_in_parts_keeps_nothing(split
     )
     queue.submit("analysis", req.job_id(), req.normalised())
     worker.work(burst=True, max_jobs=3)  # the analysis job, then two of its parts
-    assert conn.exists(base_key(req.job_id())) and conn.hlen(parts.parts_key(req.job_id())) == 2
+    assert (
+        conn.exists(protocol.split_base_key(req.job_id()))
+        and conn.hlen(protocol.parts_key(req.job_id())) == 2
+    )
     assert queue.cancel(req.job_id()).status == "running"
     worker.work(burst=True)
     state = queue.lookup(req.job_id())
     assert state.status == "failed" and state.error == "the analysis was cancelled"
-    assert not conn.keys("hs:parts*") and not conn.exists(base_key(req.job_id()))
+    assert not conn.keys("hs:parts*") and not conn.exists(protocol.split_base_key(req.job_id()))
     assert not conn.exists(protocol.partial_key(req.job_id()))  # nor the sections the job had done
     assert not store.has_result(req.job_id())

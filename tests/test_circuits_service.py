@@ -231,7 +231,7 @@ def test_cli_edge_attribution(tmp_path, catalogue):
 def test_edge_attribution_job_can_be_cancelled_while_running(app, monkeypatch):
     """DELETE /api/analyses/{id} while the job runs EAP-IG: it stops at its next step, keeps nothing, and
     never reaches the circuits; submitted again it runs to the end."""
-    import workers.queue.jobs
+    import workers.queue.reporter
     from workers.queue import keys as protocol
 
     client, store, conn = app
@@ -243,7 +243,7 @@ def test_edge_attribution_job_can_be_cancelled_while_running(app, monkeypatch):
     }
     job_id = client.post("/api/analyses", json=req).json()["id"]
     seen: list[str] = []
-    real = workers.queue.jobs.Reporter.progress
+    real = workers.queue.reporter.Reporter.progress
 
     def spy(self, fraction, message):
         seen.append(message)
@@ -251,13 +251,13 @@ def test_edge_attribution_job_can_be_cancelled_while_running(app, monkeypatch):
             client.delete(f"/api/analyses/{job_id}")
         real(self, fraction, message)
 
-    monkeypatch.setattr(workers.queue.jobs.Reporter, "progress", spy)
+    monkeypatch.setattr(workers.queue.reporter.Reporter, "progress", spy)
     run_jobs(conn)
     state = client.get(f"/api/analyses/{job_id}").json()
     assert state["status"] == "failed" and "cancelled" in state["error"], state
     assert any(m.startswith("EAP-IG") for m in seen) and not any("faithfulness" in m for m in seen)
     assert not conn.exists(protocol.partial_key(job_id)) and not store.has_result(job_id)
-    monkeypatch.setattr(workers.queue.jobs.Reporter, "progress", real)
+    monkeypatch.setattr(workers.queue.reporter.Reporter, "progress", real)
     assert (
         client.post("/api/analyses", json=req).json()["status"] == "queued"
     )  # submitted again, it runs

@@ -29,6 +29,7 @@ from backend.config import Settings
 from backend.queue import JobQueue
 from backend.store import Store
 from workers.core.contracts import CompareRequest
+from workers.core.jsonable import dumps
 from workers.queue import keys as protocol
 from workers.queue import parts
 
@@ -70,8 +71,7 @@ def service(redis_server, tmp_path_factory, catalogue):
     one-job comparison computed in this process: (conn, store, queue, req, single, mp)."""
     import torch
 
-    import workers.queue.jobs
-    import workers.queue.jobs_corpus
+    import workers.queue.reporter
     from workers.core.settings import get_settings
     from workers.queue.jobs_compare import compute_compare, request_texts
 
@@ -84,8 +84,7 @@ def service(redis_server, tmp_path_factory, catalogue):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the subprocess workers (OMP_NUM_THREADS=1)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(workers.queue.jobs, "_store", lambda: store)
-        mp.setattr(workers.queue.jobs_corpus, "_store", lambda: store)
+        mp.setattr(workers.queue.reporter, "store", lambda: store)
         for name, value in SPLIT_ENV.items():
             mp.setenv(name, value)
         get_settings.cache_clear()
@@ -93,7 +92,7 @@ def service(redis_server, tmp_path_factory, catalogue):
             model_a="tiny-bert", model_b="tiny-gpt2", corpus=put_corpus(store), max_tokens=32
         )
         single = json.loads(
-            protocol.dumps(
+            dumps(
                 compute_compare(
                     req, texts=request_texts(req, store=store), progress=lambda f, m: None
                 )
@@ -216,7 +215,7 @@ def test_a_comparison_cancelled_in_the_middle_of_a_part_keeps_nothing(service, m
     s.conn.set(parts_config_key(job_id), json.dumps({"hold_part": 1}))
     w = worker(s.conn)
     w.work(burst=True, max_jobs=2)  # the coordinator and part 0
-    assert s.conn.hlen(parts.parts_key(job_id)) == 1
+    assert s.conn.hlen(protocol.parts_key(job_id)) == 1
     pid = fork_worker(s)  # takes part 1 and holds in its middle: model A ran its texts, B not yet
     try:
         wait_for(lambda: s.conn.exists(held_part_key(job_id)), "part 1 held mid-part")

@@ -125,13 +125,11 @@ def run_jobs_on(served, monkeypatch) -> None:
     """Run what the service queued with an RQ worker in this process, on the service's Redis and store."""
     from rq import SimpleWorker
 
-    import workers.queue.jobs
-    import workers.queue.jobs_corpus
+    import workers.queue.reporter
     from workers.queue import keys as protocol
 
     store = served.store()
-    monkeypatch.setattr(workers.queue.jobs, "_store", lambda: store)
-    monkeypatch.setattr(workers.queue.jobs_corpus, "_store", lambda: store)
+    monkeypatch.setattr(workers.queue.reporter, "store", lambda: store)
     conn = Redis.from_url(served.info()["redis_url"])
     SimpleWorker(
         [protocol.queue(conn, q) for q in protocol.QUEUES],

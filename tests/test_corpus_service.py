@@ -25,11 +25,9 @@ def app(redis_server, tmp_path, catalogue, monkeypatch):
     settings = Settings(data_dir=tmp_path / "data", redis_url=redis_server)
     application = create_app(settings, redis=conn, background=False, frontend=False)
     store = application.state.store
-    import workers.queue.jobs
-    import workers.queue.jobs_corpus
+    import workers.queue.reporter
 
-    monkeypatch.setattr(workers.queue.jobs, "_store", lambda: store)
-    monkeypatch.setattr(workers.queue.jobs_corpus, "_store", lambda: store)
+    monkeypatch.setattr(workers.queue.reporter, "store", lambda: store)
     return TestClient(application), store, conn
 
 
@@ -163,13 +161,13 @@ def test_corpus_job_runs_to_the_store_and_cancel_keeps_nothing(app, monkeypatch)
     # cancelled while running (after two batches wrote partial statistics): nothing kept
     monkeypatch.setattr(workers.queue.jobs_corpus, "PARTIAL_EVERY_S", 0.0)
     seen: list[int] = []
-    real_partial = workers.queue.jobs.Reporter.partial
+    real_partial = workers.queue.reporter.Reporter.partial
 
     def spy(self, fields):
         seen.append(fields["n_texts"])
         real_partial(self, fields)
 
-    monkeypatch.setattr(workers.queue.jobs.Reporter, "partial", spy)
+    monkeypatch.setattr(workers.queue.reporter.Reporter, "partial", spy)
     calls = iter(range(1000))
     monkeypatch.setattr(
         workers.queue.jobs_corpus, "_stopper", lambda conn, jid: lambda: next(calls) >= 2

@@ -82,8 +82,7 @@ def test_the_corpus_job_reads_a_stored_corpus_in_batches(
     from redis import Redis
     from rq import SimpleWorker
 
-    import workers.queue.jobs
-    import workers.queue.jobs_corpus
+    import workers.queue.reporter
     from backend.app import create_app
     from backend.config import Settings
     from workers.queue import keys as protocol
@@ -97,8 +96,7 @@ def test_the_corpus_job_reads_a_stored_corpus_in_batches(
         frontend=False,
     )
     store = app.state.store
-    monkeypatch.setattr(workers.queue.jobs, "_store", lambda: store)
-    monkeypatch.setattr(workers.queue.jobs_corpus, "_store", lambda: store)
+    monkeypatch.setattr(workers.queue.reporter, "store", lambda: store)
     client = TestClient(app)
     texts = [f"{TEXTS[i % 23]} {i}" for i in range(1234)]
     cid = client.post(

@@ -28,9 +28,9 @@ def app(redis_server, tmp_path, catalogue, monkeypatch):
     settings = Settings(data_dir=tmp_path / "data", redis_url=redis_server)
     application = create_app(settings, redis=conn, background=False, frontend=False)
     store = application.state.store
-    import workers.queue.jobs
+    import workers.queue.reporter
 
-    monkeypatch.setattr(workers.queue.jobs, "_store", lambda: store)
+    monkeypatch.setattr(workers.queue.reporter, "store", lambda: store)
     return TestClient(application), store, conn
 
 
@@ -96,7 +96,7 @@ def test_job_computes_the_graph_with_progress(app, model, position):
 
 def test_cancel_keeps_nothing_and_submitting_again_runs_it(app, monkeypatch):
     client, store, conn = app
-    import workers.queue.jobs
+    import workers.queue.reporter
 
     # cancelled while queued: never runs
     job_id = _post(client, "tiny-gpt2", {}).json()["id"]
@@ -110,7 +110,7 @@ def test_cancel_keeps_nothing_and_submitting_again_runs_it(app, monkeypatch):
     )
     # cancelled while running: the API sets the key when the job reports its first layer
     seen: list[str] = []
-    real = workers.queue.jobs.Reporter.progress
+    real = workers.queue.reporter.Reporter.progress
 
     def spy(self, fraction, message):
         seen.append(message)
@@ -118,7 +118,7 @@ def test_cancel_keeps_nothing_and_submitting_again_runs_it(app, monkeypatch):
             client.delete(f"/api/analyses/{self.job.id}")
         real(self, fraction, message)
 
-    monkeypatch.setattr(workers.queue.jobs.Reporter, "progress", spy)
+    monkeypatch.setattr(workers.queue.reporter.Reporter, "progress", spy)
     assert _post(client, "tiny-gpt2", {}).json()["status"] == "queued"
     run_jobs(conn)
     state = client.get(f"/api/analyses/{job_id}").json()
@@ -126,7 +126,7 @@ def test_cancel_keeps_nothing_and_submitting_again_runs_it(app, monkeypatch):
     assert not any("layer 2/" in m for m in seen)  # it stopped at its next step
     assert not conn.exists(protocol.partial_key(job_id)) and not store.has_result(job_id)
     # submitted again it runs to the end
-    monkeypatch.setattr(workers.queue.jobs.Reporter, "progress", real)
+    monkeypatch.setattr(workers.queue.reporter.Reporter, "progress", real)
     assert _post(client, "tiny-gpt2", {}).json()["status"] == "queued"
     run_jobs(conn)
     assert client.get(f"/api/analyses/{job_id}").json()["status"] == "finished"

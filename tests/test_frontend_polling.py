@@ -1,8 +1,8 @@
 """The dashboard's polling of a running job through the real server: each partial section is downloaded once.
 
 The job is made running by hand in the service's Redis (an RQ job in the started state, its request and
-its partial result, as ``workers.queue.jobs.Reporter`` writes them): the test decides when each section
-arrives, on any machine. The dashboard's ``ResultStore`` talks to ``headscope serve`` over HTTP through
+its partial result, as ``workers.queue.reporter.Reporter`` writes them): the test decides when each
+section arrives, on any machine. The dashboard's ``ResultStore`` talks to ``headscope serve`` over HTTP through
 a transport that keeps every response body, as its callbacks do on every poll.
 """
 
@@ -20,6 +20,7 @@ from redis import Redis
 
 from frontend.kit.api_client import ApiClient
 from frontend.kit.data import ResultStore
+from workers.core.jsonable import dumps
 from workers.queue import keys as protocol
 
 pytestmark = pytest.mark.slow
@@ -56,9 +57,7 @@ def start_job(redis: Redis, request: dict) -> str:
 
 def publish(redis: Redis, job_id: str, fields: dict) -> None:
     """What ``Reporter.partial`` writes when sections finish."""
-    redis.hset(
-        protocol.partial_key(job_id), mapping={k: protocol.dumps(v) for k, v in fields.items()}
-    )
+    redis.hset(protocol.partial_key(job_id), mapping={k: dumps(v) for k, v in fields.items()})
 
 
 def poll(store: ResultStore, source: dict) -> list[dict]:
@@ -210,7 +209,7 @@ def test_a_job_followed_to_its_end_is_not_read_again_whole(service, redis):
         got = done[0]["result"]
         assert set(got) == set(stored) - {"timings"}
         for key in ("max-attention", "head-tsne", "hidden-tsne", "tokens"):
-            assert got[key] == json.loads(protocol.dumps(stored[key])), key
+            assert got[key] == json.loads(dumps(stored[key])), key
         for field in (
             "layers",
             "heads",
@@ -221,10 +220,10 @@ def test_a_job_followed_to_its_end_is_not_read_again_whole(service, redis):
             "attention_u8",
             "attention_shape",
         ):
-            assert got["head-tsne-all"][field] == json.loads(protocol.dumps(whole[field])), field
+            assert got["head-tsne-all"][field] == json.loads(dumps(whole[field])), field
         assert "partial" not in got["head-tsne-all"]  # finished: not marked as filling in
         assert store.stored_result(source) == json.loads(
-            protocol.dumps(stored)
+            dumps(stored)
         )  # a download: the stored one
         with service.client() as c:  # the API's ?result=none: the status alone, even when finished
             light = c.get(

@@ -22,6 +22,7 @@ from test_browser import browser  # noqa: F401 - fixture
 from frontend.figures import gallery as G
 from frontend.pages.text import text_request
 from workers.core.contracts import AnalysisRequest
+from workers.core.jsonable import dumps
 from workers.core.partials import fold, parse_part_key, part_key
 from workers.engine import pipeline
 from workers.queue import keys as protocol
@@ -188,19 +189,20 @@ class HeldJob:
         from redis import Redis
         from rq.job import Job, JobStatus
 
-        from workers.queue.jobs import Reporter
+        from workers.queue.jobs import WEIGHTS
+        from workers.queue.reporter import Reporter
 
         self.redis = Redis.from_url(service.info()["redis_url"])
         self.req = page_request(model)
         self.id = uuid.uuid4().hex
-        self.redis.set(protocol.request_key(self.id), protocol.dumps({"kind": "analysis", "request": self.req.normalised()}),
+        self.redis.set(protocol.request_key(self.id), dumps({"kind": "analysis", "request": self.req.normalised()}),
                        ex=600)  # fmt: skip
         job = Job.create(
             "held_jobs.noop", connection=self.redis, id=self.id, serializer=protocol.SERIALIZER
         )
         job.save()
         job.set_status(JobStatus.STARTED)
-        self.rep = Reporter(job, ttl_s=600)
+        self.rep = Reporter(job, ttl_s=600, sections=WEIGHTS)
         self.rep.start()
         self.errors: list[BaseException] = []
         self.thread = threading.Thread(target=self._work, daemon=True)

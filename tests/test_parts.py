@@ -151,7 +151,7 @@ def test_status_line_counts_parts_and_items_and_forget_drops_an_old_run(conn):
     assert parts.plan(conn, "plan")["n_items"] == 1000
     q = Queue(protocol.QUEUE, connection=conn, serializer=protocol.SERIALIZER)
     SimpleWorker([q], connection=conn, serializer=protocol.SERIALIZER).work(burst=True, max_jobs=4)
-    conn.hset(parts.done_key("plan"), "4", 30)  # part 4 running, 30 texts in
+    conn.hset(protocol.done_key("plan"), "4", 30)  # part 4 running, 30 texts in
     fraction, line = parts.status(conn, "plan")
     assert line.startswith("parts 4/10 done, 1 running; 430/1,000 texts, ") and line.endswith(
         " texts/s"
@@ -193,12 +193,12 @@ def test_cancel_stops_every_part_and_leaves_nothing(conn):
     )
     q = Queue(protocol.QUEUE, connection=conn, serializer=protocol.SERIALIZER)
     SimpleWorker([q], connection=conn, serializer=protocol.SERIALIZER).work(burst=True, max_jobs=3)
-    assert conn.hlen(parts.parts_key("stop")) == 3 and parts.progress(conn, "stop", 10) == 0.3
+    assert conn.hlen(protocol.parts_key("stop")) == 3 and parts.progress(conn, "stop", 10) == 0.3
     parts.cancel(conn, "stop", 10)
-    conn.hset(parts.done_key("stop"), "5", 1)  # a part still running reports progress: refused
+    conn.hset(protocol.done_key("stop"), "5", 1)  # a part still running reports progress: refused
     assert (
         not parts.PartContext(conn, "stop", 5, 1).items(2)
-        and conn.hget(parts.done_key("stop"), "5") == b"1"
+        and conn.hget(protocol.done_key("stop"), "5") == b"1"
     )
     _work(conn)
     assert not conn.keys("hs:parts:*")

@@ -1,4 +1,4 @@
-"""The JSON of a job's sections and result (``workers.queue.keys.dumps``: orjson, issue 34) and of
+"""The JSON of a job's sections and result (``workers.core.jsonable.dumps``: orjson) and of
 Dash's answers (plotly's standard engine): what they write, and which engine the page server uses."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from workers.queue import keys as protocol
+from workers.core.jsonable import dumps
 
 
 def test_json_of_results_keeps_its_meaning():
-    """``protocol.dumps`` (orjson, the standard library for what orjson refuses) writes what the
+    """``dumps`` (orjson, the standard library for what orjson refuses) writes what the
     standard library wrote, as JSON values: NaN and infinities as null, keys as text, any integer."""
     import json
 
@@ -19,10 +19,10 @@ def test_json_of_results_keeps_its_meaning():
              "flag": True, "none": None}  # fmt: skip
     want = {"x": [1.5, None, None, 1e-05, 3], "2": "naïve ⏎ <s>", "nested": {"a": [[0.1, 2e300]]}, "flag": True,
             "none": None}  # fmt: skip
-    assert json.loads(protocol.dumps(value)) == want
-    assert json.loads(protocol.dumps({"big": 2**70})) == {"big": 2**70}  # beyond orjson's 64 bits
+    assert json.loads(dumps(value)) == want
+    assert json.loads(dumps({"big": 2**70})) == {"big": 2**70}  # beyond orjson's 64 bits
     with pytest.raises(TypeError):
-        protocol.dumps({"s": {1, 2}})  # not JSON, either way
+        dumps({"s": {1, 2}})  # not JSON, either way
 
 
 def test_the_page_server_answers_with_the_standard_json_engine():

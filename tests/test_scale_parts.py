@@ -97,7 +97,7 @@ def one_worker(redis_server, tmp_path_factory, catalogue):
     """The one-worker results on the default (SQLite) store: one job, the split job, the split job again."""
     import torch
 
-    import workers.queue.jobs
+    import workers.queue.reporter
 
     url = (
         redis_server.rsplit("/", 1)[0] + "/3"
@@ -109,10 +109,7 @@ def one_worker(redis_server, tmp_path_factory, catalogue):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the subprocess workers (OMP_NUM_THREADS=1)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(workers.queue.jobs, "_store", lambda: store)
-        import workers.queue.jobs_corpus
-
-        mp.setattr(workers.queue.jobs_corpus, "_store", lambda: store)
+        mp.setattr(workers.queue.reporter, "store", lambda: store)
         req = request(put_corpus(store))
         out = SimpleNamespace(conn=conn, queue=queue, req=req, store=store, mp=mp)
         mp.setenv("HEADSCOPE_SPLIT_MIN_ITEMS", str(10**6))
@@ -281,11 +278,9 @@ def finished(c, job_id: str) -> dict:
 def worker_here(c, store: Store, monkeypatch) -> None:
     """A third worker: an RQ worker in this process (burst: it stops when the queues are empty), with
     a heartbeat as ``workers.queue.worker`` keeps, on the cluster's store."""
-    import workers.queue.jobs
-    import workers.queue.jobs_corpus
+    import workers.queue.reporter
 
-    monkeypatch.setattr(workers.queue.jobs, "_store", lambda: store)
-    monkeypatch.setattr(workers.queue.jobs_corpus, "_store", lambda: store)
+    monkeypatch.setattr(workers.queue.reporter, "store", lambda: store)
     name = protocol.new_worker_name()
     beat = lambda: protocol.beat(  # noqa: E731
         c.conn, name, ttl_s=WORKER_TTL_S, info={"pid": os.getpid(), "ready": True}
@@ -344,7 +339,7 @@ def test_cancel_in_the_middle_leaves_no_partial_rows(cluster, one_worker, held):
     c.store.delete_result(c.req.job_id())
     job_id = submit(c, {"hold_part": 2})
     wait_for(lambda: c.conn.exists(held_part_key(job_id)), "part 2 held mid-part")
-    wait_for(lambda: c.conn.hlen(parts.parts_key(job_id)) >= 1, "another part done")
+    wait_for(lambda: c.conn.hlen(protocol.parts_key(job_id)) >= 1, "another part done")
     state = c.queue.lookup(job_id, with_partial=False)
     assert state.status == "running" and 0 < state.progress < 1
     assert c.queue.cancel(job_id).status == "running"

@@ -29,6 +29,8 @@ from backend.deps import QueueDep, SettingsDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from backend.store import Store
 from workers.core.errors import BadFileError, HeadscopeError, TooLargeError, UnsupportedFileError
+from workers.core.ids import CHECKPOINT_EXTS
+from workers.core.jsonable import jsonable
 from workers.models.checkpoints import inspect_file
 from workers.queue import keys as protocol
 
@@ -37,15 +39,6 @@ router = APIRouter(tags=["positional encodings"])
 
 CHUNK = 2**20
 PUBLIC = ("id", "filename", "size", "candidates", "default", "uploaded_at", "lasf")
-
-
-def _jsonable(obj: Any) -> Any:
-    """numpy scalars in the reader's output as plain JSON values."""
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    return obj.item() if hasattr(obj, "item") and not isinstance(obj, str) else obj
 
 
 def safe_filename(name: str | None) -> str:
@@ -57,7 +50,7 @@ def safe_filename(name: str | None) -> str:
 
 def extension(filename: str) -> str | None:
     lower = filename.lower()
-    return next((ext for ext in protocol.CHECKPOINT_EXTS if lower.endswith(ext)), None)
+    return next((ext for ext in CHECKPOINT_EXTS if lower.endswith(ext)), None)
 
 
 def demos(conn: Redis) -> list[dict[str, Any]]:
@@ -98,7 +91,7 @@ def upload_checkpoint(
     ext = extension(filename)
     if ext is None:
         raise UnsupportedFileError(
-            f"{filename}: unsupported file type; upload {', '.join(protocol.CHECKPOINT_EXTS)}"
+            f"{filename}: unsupported file type; upload {', '.join(CHECKPOINT_EXTS)}"
         )
     work = store.new_upload_path()
     work.mkdir(parents=True)
@@ -161,10 +154,10 @@ def _inspect(
 
     try:
         if is_lasf_file(path):
-            return [], _jsonable(describe(read_checkpoint(path)))
+            return [], jsonable(describe(read_checkpoint(path)))
         if kind == "lasf":
             raise BadFileError(_not_lasf(filename))
-        candidates = _jsonable(inspect_file(path, max_bytes=max_bytes))
+        candidates = jsonable(inspect_file(path, max_bytes=max_bytes))
     except HeadscopeError as exc:  # the file's name in front of the checker's reason
         if not str(exc).startswith(filename):
             exc.args = (f"{filename}: {exc}",)

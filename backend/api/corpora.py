@@ -7,7 +7,7 @@ number of texts, empty rows, a missing field or column, named by line or row) an
 it in chunks, content-addressed (``cp-`` + SHA-256), with its owners for quotas and expiry as an
 uploaded checkpoint. A refused corpus gets a 422 naming the problem and nothing of it is kept.
 ``/api/corpus-analyses`` queue, report and cancel the statistics of every head; ``/api/corpus-joint``
-one head's joint query–key map.
+one head's joint query–key map (the job routes, ``backend.api.jobs``).
 """
 
 from __future__ import annotations
@@ -19,21 +19,20 @@ import time
 from pathlib import Path
 
 from fastapi import APIRouter, File, Form, HTTPException, UploadFile
-from fastapi.responses import JSONResponse
 
 from backend import quota
-from backend.api.analyses import model_facts
 from backend.api.checkpoints import safe_filename
-from backend.api.common import PARTIAL_QUERY, job_status, not_found
+from backend.api.common import not_found
+from backend.api.jobs import job_routes
+from backend.api.models import check_model
 from backend.clients import ClientDep
-from backend.deps import QueueDep, SettingsDep, StoreDep, WriteAccess
+from backend.deps import SettingsDep, StoreDep, WriteAccess
 from backend.errors import error_responses
+from backend.queue import JobQueue
 from backend.store import Store
-from workers.core.contracts import CorpusRequest, JobStatus, JointMapRequest
+from workers.core.contracts import CorpusRequest, JointMapRequest
 from workers.core.errors import HeadscopeError
 from workers.inputs.corpora import Limits, format_of, shipped_corpus, shipped_list, stage_corpus
-from workers.models.catalogue import get_catalogue
-from workers.queue.keys import JOB_ID
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["corpus"])
@@ -171,7 +170,8 @@ def get_corpus(corpus_id: str, store: StoreDep) -> dict:
     return _public(meta)
 
 
-def _check_corpus(corpus: str, store: Store) -> None:
+def check_corpus(corpus: str, store: Store) -> None:
+    """A shipped corpus that exists, or a stored one (its expiry clock restarts); 404 otherwise."""
     if corpus.startswith("builtin-"):
         if shipped_corpus(corpus) is None:
             raise HTTPException(404, f"no shipped corpus {corpus!r}")
@@ -181,88 +181,34 @@ def _check_corpus(corpus: str, store: Store) -> None:
         store.touch_corpus(corpus)
 
 
-def _check_model(model: str, *, layer: int | None = None, head: int | None = None) -> None:
-    try:
-        spec = get_catalogue().get(model)
-    except HeadscopeError as exc:
-        raise HTTPException(422, str(exc)) from None
-    facts = model_facts(spec)
-    n_layers, n_heads = facts.get("n_layers"), facts.get("n_heads")
-    if layer is not None and n_layers and layer >= n_layers:
-        raise HTTPException(
-            422, f"layer {layer} is out of range: {model} has layers 0-{n_layers - 1}"
-        )
-    if head is not None and n_heads and head >= n_heads:
-        raise HTTPException(422, f"head {head} is out of range: {model} has heads 0-{n_heads - 1}")
+def check_corpus_job(req: CorpusRequest | JointMapRequest, queue: JobQueue, store: Store) -> None:
+    """The model (and a joint map's head, in the model's range) and the corpus of a corpus job."""
+    head = (req.layer, req.head) if isinstance(req, JointMapRequest) else (None, None)
+    check_model(req.model, layer=head[0], head=head[1])
+    check_corpus(req.corpus, store)
 
 
-@router.post(
-    "/api/corpus-analyses",
-    status_code=202,
-    dependencies=[WriteAccess],
-    responses=error_responses(404),
+job_routes(
+    router,
+    path="/api/corpus-analyses",
+    kind="corpus",
+    request_model=CorpusRequest,
+    check=check_corpus_job,
+    what="corpus analysis",
+    names=("submit_corpus", "get_corpus_analysis", "cancel_corpus_analysis"),
+    docs=(
+        """Queue the statistics of every head over a corpus; identical requests share one job.""",
+        """Status, progress (texts/s), the statistics so far while running, the result when finished.""",
+        """Cancel a queued or running corpus analysis (a finished one is left as it is).""",
+    ),
 )
-def submit_corpus(req: CorpusRequest, queue: QueueDep, store: StoreDep) -> JSONResponse:
-    """Queue the statistics of every head over a corpus; identical requests share one job."""
-    _check_model(req.model)
-    _check_corpus(req.corpus, store)
-    job_id = req.job_id()
-    state = queue.submit("corpus", job_id, req.normalised())
-    return JSONResponse({"id": job_id, "status": state.status}, status_code=202)
-
-
-@router.get(
-    "/api/corpus-analyses/{job_id}", response_model=JobStatus, responses=error_responses(404)
+job_routes(
+    router,
+    path="/api/corpus-joint",
+    kind="corpus-joint",
+    request_model=JointMapRequest,
+    check=check_corpus_job,
+    what="joint map",
+    names=("submit_joint", "get_joint", "cancel_joint"),
+    docs=("""Queue one head's joint query–key map over a corpus (docs/corpus.md).""", None, None),
 )
-def get_corpus_analysis(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY):
-    """Status, progress (texts/s), the statistics so far while running, the result when finished."""
-    return job_status(
-        queue, job_id, kind="corpus", what="corpus analysis", pattern=JOB_ID, partial=partial
-    )
-
-
-@router.delete(
-    "/api/corpus-analyses/{job_id}", dependencies=[WriteAccess], responses=error_responses(404)
-)
-def cancel_corpus_analysis(job_id: str, queue: QueueDep) -> dict:
-    """Cancel a queued or running corpus analysis (a finished one is left as it is)."""
-    return _cancel(queue, job_id, kind="corpus", what="corpus analysis")
-
-
-def _cancel(queue, job_id: str, *, kind: str, what: str) -> dict:
-    if not JOB_ID.fullmatch(job_id):
-        raise not_found(what, job_id)
-    state = queue.cancel(job_id)
-    if state is None or state.kind != kind:
-        raise not_found(what, job_id)
-    return {
-        "id": job_id,
-        "status": state.status,
-        "cancelled": state.status in ("queued", "running"),
-    }
-
-
-@router.post(
-    "/api/corpus-joint", status_code=202, dependencies=[WriteAccess], responses=error_responses(404)
-)
-def submit_joint(req: JointMapRequest, queue: QueueDep, store: StoreDep) -> JSONResponse:
-    """Queue one head's joint query–key map over a corpus (docs/corpus.md)."""
-    _check_model(req.model, layer=req.layer, head=req.head)
-    _check_corpus(req.corpus, store)
-    job_id = req.job_id()
-    state = queue.submit("corpus-joint", job_id, req.normalised())
-    return JSONResponse({"id": job_id, "status": state.status}, status_code=202)
-
-
-@router.get("/api/corpus-joint/{job_id}", response_model=JobStatus, responses=error_responses(404))
-def get_joint(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY):
-    return job_status(
-        queue, job_id, kind="corpus-joint", what="joint map", pattern=JOB_ID, partial=partial
-    )
-
-
-@router.delete(
-    "/api/corpus-joint/{job_id}", dependencies=[WriteAccess], responses=error_responses(404)
-)
-def cancel_joint(job_id: str, queue: QueueDep) -> dict:
-    return _cancel(queue, job_id, kind="corpus-joint", what="joint map")

@@ -1,26 +1,23 @@
-"""``POST /api/pe-analyses`` and ``GET /api/pe-analyses/{id}``."""
+"""``POST /api/pe-analyses`` and ``GET /api/pe-analyses/{id}`` (the job routes,
+``backend.api.jobs``; no cancel: a PE analysis takes seconds)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
-from fastapi.responses import JSONResponse
 
 from backend.api.checkpoints import known_checkpoint
-from backend.api.common import PARTIAL_QUERY, job_status
-from backend.deps import QueueDep, StoreDep, WriteAccess
-from backend.errors import error_responses
-from workers.core.contracts import JobStatus, PEAnalysisRequest
+from backend.api.jobs import job_routes
+from backend.queue import JobQueue
+from backend.store import Store
+from workers.core.contracts import PEAnalysisRequest
 from workers.core.errors import HeadscopeError, NotFoundError
-from workers.queue.keys import JOB_ID
 
 router = APIRouter(tags=["positional encodings"])
 
 
-@router.post(
-    "/api/pe-analyses", status_code=202, dependencies=[WriteAccess], responses=error_responses(404)
-)
-def submit_pe(req: PEAnalysisRequest, queue: QueueDep, store: StoreDep) -> JSONResponse:
-    """Queue a PE analysis of one or more checkpoints (docs/positional.md)."""
+def check_pe(req: PEAnalysisRequest, queue: JobQueue, store: Store) -> None:
+    """Every checkpoint named is known and has the tensor named; uploads in use restart their
+    expiry clock."""
     refs = list(req.checkpoints)
     if req.reference.checkpoint is not None:
         refs.append(req.reference.checkpoint)
@@ -37,11 +34,15 @@ def submit_pe(req: PEAnalysisRequest, queue: QueueDep, store: StoreDep) -> JSONR
     for ref in refs:
         if not ref.id.startswith("demo-"):
             store.touch_checkpoint(ref.id)  # in use: its expiry clock restarts
-    job_id = req.job_id()
-    state = queue.submit("pe", job_id, req.normalised())
-    return JSONResponse({"id": job_id, "status": state.status}, status_code=202)
 
 
-@router.get("/api/pe-analyses/{job_id}", response_model=JobStatus, responses=error_responses(404))
-def get_pe(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY):
-    return job_status(queue, job_id, kind="pe", what="PE analysis", pattern=JOB_ID, partial=partial)
+job_routes(
+    router,
+    path="/api/pe-analyses",
+    kind="pe",
+    request_model=PEAnalysisRequest,
+    check=check_pe,
+    what="PE analysis",
+    names=("submit_pe", "get_pe", None),
+    docs=("""Queue a PE analysis of one or more checkpoints (docs/positional.md).""", None, None),
+)

@@ -10,7 +10,8 @@ from backend.deps import QueueDep, SettingsDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from workers.core.contracts import ShareRequest
 from workers.core.errors import GoneError, NotReadyError, TooLargeError
-from workers.queue.keys import JOB_ID, dumps
+from workers.core.ids import JOB_ID
+from workers.core.jsonable import dumps
 
 router = APIRouter(tags=["shares"])
 

@@ -1,4 +1,5 @@
-"""``python -m backend.cli``: the ``headscope`` command."""
+"""``python -m backend.cli``: the ``headscope`` command (``backend.cli.main``), as the service's
+``serve`` starts it and the tests run it."""
 
 import sys
 

@@ -52,7 +52,7 @@ def open_corpus_arg(args: argparse.Namespace) -> tuple[str, Any]:
 def write_result(path: str, result: dict[str, Any]) -> Path:
     """Write ``result`` as JSON to ``path`` through a temporary file: a failed or interrupted run
     leaves no half-written file."""
-    from workers.queue.keys import dumps
+    from workers.core.jsonable import dumps
 
     out = Path(path)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")

@@ -5,7 +5,7 @@
 index range, one stored chunk at a time, ``Store.iter_corpus_texts``). A job, or a part of a split job
 (``workers/queue/parts.py``), takes its texts ``[start, stop)`` from it and never the whole corpus::
 
-    source = open_corpus("cp-...")
+    source = open_corpus("cp-...", store=store)
     len(source)                                         # texts in the corpus
     for texts in source.batches(2000, 2500, batch=256):  # a part's texts, 256 at a time
         ...
@@ -45,7 +45,8 @@ class StoredCorpus:
 
 def open_corpus(corpus: str, *, store: Any = None) -> TextSource:
     """The texts of a shipped (``builtin-...``) or stored (``cp-...``) corpus as a ``TextSource``;
-    a stored corpus' expiry clock restarts. Raises ``HeadscopeError`` naming an unknown corpus."""
+    a stored corpus is read from ``store`` (``workers.store.Store``) and its expiry clock restarts.
+    Raises ``HeadscopeError`` naming an unknown corpus."""
     from workers.inputs.corpora import shipped_corpus
 
     if corpus.startswith("builtin-"):
@@ -54,9 +55,7 @@ def open_corpus(corpus: str, *, store: Any = None) -> TextSource:
             raise HeadscopeError(f"unknown shipped corpus {corpus!r}")
         return ListSource(found.texts)
     if store is None:
-        from workers.queue.jobs import _store
-
-        store = _store()
+        raise ValueError(f"corpus {corpus}: a stored corpus is read from the store; pass store=")
     n = store.corpus_length(corpus)
     if n is None:
         raise HeadscopeError(f"corpus {corpus} is no longer stored; upload it again")

@@ -12,28 +12,25 @@ RQ retries it once and then marks it failed.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import time
 from collections.abc import Callable, Iterator
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from redis import Redis
-from rq import get_current_job
 from rq.job import Job
 
 from workers.core import registry
 from workers.core.contracts import LASF_MODELS, AnalysisRequest, PEAnalysisRequest
 from workers.core.errors import HeadscopeError
+from workers.core.ids import CHECKPOINT_ID
+from workers.core.jsonable import jsonable
 from workers.core.partials import part_key
-from workers.core.progress_lines import ProgressLines, progress_line
 from workers.queue import keys as protocol
+from workers.queue import reporter
+from workers.queue.reporter import Reporter
 
 logger = logging.getLogger(__name__)
-# a job's progress as log lines (INFO even when the worker logs only warnings: workers.queue.worker)
-PROGRESS_LOG = logging.getLogger("headscope.progress")
 
 
 def stage_weight(key: str) -> float:
@@ -52,118 +49,6 @@ def section_keys() -> set[str]:
     return {s.kind for s in registry.specs()} | {
         f.key for s in registry.specs() for f in s.followups
     }
-
-
-class Reporter:
-    """Progress, partial sections and the result of the current job, written to Redis.
-
-    ``result_id``: the job whose result this is when it is not ``job`` itself (the merge job of a
-    job split into parts, ``workers.queue.parts``, stores the whole job's result)."""
-
-    def __init__(self, job: Job, *, ttl_s: int, result_id: str | None = None):
-        self.job = job
-        self.id = result_id or job.id
-        self.conn: Redis = job.connection
-        self.ttl_s = ttl_s
-        self._last_meta = 0.0
-        self._lines = ProgressLines()
-
-    def start(self) -> None:
-        """A fresh attempt: forget the partials of an earlier one, count the computation."""
-        with self.conn.pipeline() as pipe:
-            pipe.delete(protocol.partial_key(self.id))
-            pipe.incr(protocol.computed_key(self.id))
-            pipe.expire(protocol.computed_key(self.id), self.ttl_s)
-            pipe.execute()
-        self.job.meta.update(
-            progress=0.0, message="starting", attempt_started=time.time(), sections=[]
-        )
-        self.job.meta.pop("error", None)
-        self.job.save_meta()
-
-    def progress(self, fraction: float, message: str) -> None:
-        if self._lines.due(fraction, message):  # the worker's log: one line per step
-            PROGRESS_LOG.info(
-                "%s",
-                progress_line(f"job {self.job.id[:12]}", fraction, self._lines.elapsed(), message),
-            )
-        now = time.monotonic()
-        if now - self._last_meta < 0.25 and fraction < 1.0:
-            return  # at most four meta writes a second
-        self._last_meta = now
-        self.job.meta.update(progress=round(max(0.0, min(1.0, fraction)), 4), message=message[:200])
-        self.job.save_meta()
-
-    def partial(self, fields: dict[str, Any]) -> None:
-        """Add top-level keys of the result so far (sections and the common keys)."""
-        key = protocol.partial_key(self.id)
-        with self.conn.pipeline() as pipe:
-            pipe.hset(key, mapping={k: protocol.dumps(v) for k, v in fields.items()})
-            pipe.expire(key, self.ttl_s)
-            pipe.execute()
-        done = [k for k in fields if k in section_keys()]
-        if done:  # the order sections finished in, for the record (and the tests)
-            self.job.meta["sections"] = [*self.job.meta.get("sections", []), *done]
-            self.job.save_meta()
-
-    def finish(self, result: dict[str, Any]) -> int:
-        """Store the result: a request's in the store (one transaction), else in Redis."""
-        blob = protocol.dumps(result)
-        if not self._persist(blob):
-            self.conn.set(protocol.result_key(self.id), blob, ex=self.ttl_s)
-        self.job.meta.update(progress=1.0, message="done")
-        self.job.save_meta()
-        return len(blob)
-
-    def _persist(self, blob: str) -> bool:
-        """Write a request's result to the store; False for other jobs or a database that is down
-        (then Redis holds it and the API moves it to the store when it reads it)."""
-        if not protocol.JOB_ID.fullmatch(self.id):
-            return False
-        raw = self.conn.get(protocol.request_key(self.id))
-        envelope = json.loads(raw) if raw else {}
-        if envelope.get("request") is None:
-            return False
-        from workers.store import StoreUnavailable
-
-        try:
-            _store().write_result(
-                self.id,
-                kind=envelope.get("kind", "analysis"),
-                request=envelope["request"],
-                result_raw=blob,
-            )
-        except StoreUnavailable as exc:
-            logger.warning("job %s: result kept in Redis: %s", self.id, exc)
-            return False
-        return True
-
-    def fail(self, exc: HeadscopeError) -> dict[str, Any]:
-        logger.info("job %s: %s", self.id, exc)
-        self.job.meta.update(error=str(exc), error_code=exc.code, message="failed")
-        self.job.save_meta()
-        return {"error": str(exc), "code": exc.code}
-
-
-def _settings():
-    from workers.core.settings import get_settings
-
-    return get_settings()
-
-
-@lru_cache(maxsize=1)
-def _store():
-    """This process' store (the database every replica shares)."""
-    from workers.store import Store
-
-    return Store(_settings())
-
-
-def _current(ttl_s: int | None = None, *, result_id: str | None = None) -> Reporter:
-    job = get_current_job()
-    if job is None:
-        raise RuntimeError("this function runs inside an RQ job")
-    return Reporter(job, ttl_s=ttl_s or _settings().redis_result_ttl_s, result_id=result_id)
 
 
 def _stages(req: AnalysisRequest) -> list[tuple[str, list[str], dict[str, Any]]]:
@@ -267,7 +152,7 @@ def run_analysis(request: dict[str, Any]) -> dict[str, Any]:
     """RQ job: a text analysis (``AnalysisRequest``), result under ``hs:result:{job id}``."""
     from workers.queue.section_split import SplitSections
 
-    rep = _current()
+    rep = reporter.current(sections=section_keys())
     rep.start()
     try:
         req = AnalysisRequest.model_validate(request)
@@ -336,9 +221,9 @@ def checkpoint_file(checkpoint_id: str, *, conn: Redis | None = None) -> tuple[P
             if demo["id"] == checkpoint_id:
                 return Path(demo["path"]), str(demo.get("name") or checkpoint_id)
         raise HeadscopeError(f"unknown demo checkpoint {checkpoint_id!r}")
-    if not protocol.CHECKPOINT_ID.fullmatch(checkpoint_id):
+    if not CHECKPOINT_ID.fullmatch(checkpoint_id):
         raise HeadscopeError(f"malformed checkpoint id {checkpoint_id!r}")
-    found = _store().checkpoint_file(checkpoint_id)
+    found = reporter.store().checkpoint_file(checkpoint_id)
     if found is None:
         raise HeadscopeError(f"checkpoint {checkpoint_id} is no longer available; upload it again")
     return found
@@ -351,26 +236,12 @@ def lasf_model(name: str, *, conn: Redis | None) -> Any:
 
     path = shipped_path(name)
     if path is None:
-        if conn is None or not protocol.CHECKPOINT_ID.fullmatch(name):
+        if conn is None or not CHECKPOINT_ID.fullmatch(name):
             raise HeadscopeError(
                 f"unknown LasF model {name!r}; use {' or '.join(LASF_MODELS)} or an uploaded LasF checkpoint id"
             )
         path = checkpoint_file(name, conn=conn)[0]
     return load_lasf(path, name=name)
-
-
-def _jsonable(obj: Any) -> Any:
-    import numpy as np
-
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
 
 
 def _reference(ref: dict[str, Any], *, n: int, d: int, conn: Redis) -> Any:
@@ -425,7 +296,7 @@ def compute_pe(
         n, d = E.shape
         ref = _reference(req.reference.model_dump(mode="json"), n=n, d=d, conn=conn)
         part = _partition(req.partition.model_dump(mode="json"), n=n)
-        report = _jsonable(pe_report(E, reference=ref, partition=part, metric=req.metric))
+        report = jsonable(pe_report(E, reference=ref, partition=part, metric=req.metric))
         reports.append({**report, "id": ck.id, "name": name, "tensor": tensor, "shape": [n, d]})
     progress(1.0, "done")
     return {"checkpoints": reports, "reference": req.reference.model_dump(mode="json")}
@@ -433,7 +304,7 @@ def compute_pe(
 
 def run_pe_analysis(request: dict[str, Any]) -> dict[str, Any]:
     """RQ job: a positional-encoding analysis (``PEAnalysisRequest``)."""
-    rep = _current()
+    rep = reporter.current()
     rep.start()
     try:
         req = PEAnalysisRequest.model_validate(request)

@@ -20,10 +20,9 @@ from typing import Any
 
 from workers.core.contracts import CompareRequest
 from workers.core.errors import HeadscopeError
-from workers.inputs.source import open_corpus
-from workers.queue import jobs_corpus, parts
-from workers.queue.jobs import Reporter, _current
-from workers.queue.jobs_corpus import _run, corpus_texts, fan_out_texts
+from workers.queue import parts, reporter
+from workers.queue.jobs_corpus import corpus_texts, fan_out_texts, open_texts
+from workers.queue.reporter import Reporter
 
 logger = logging.getLogger(__name__)
 PART = "workers.queue.jobs_compare.compare_part"
@@ -79,12 +78,6 @@ def compute_compare(
     }
 
 
-def _open(corpus: str) -> Any:
-    return open_corpus(
-        corpus, store=None if corpus.startswith("builtin-") else jobs_corpus._store()
-    )
-
-
 def split_compare(
     rep: Reporter, req: CompareRequest, request: dict[str, Any], *, part: str = PART
 ) -> parts.Split | None:
@@ -94,7 +87,7 @@ def split_compare(
 
     if req.corpus is None:
         return None
-    source = _open(req.corpus)
+    source = open_texts(req.corpus)
     ranges = compare_ranges(len(source))
     if len(ranges) < 2:
         return None
@@ -115,7 +108,7 @@ def split_compare(
 def run_compare(request: dict[str, Any], *, part: str = PART) -> dict[str, Any]:
     """RQ job: a comparison of two models (``CompareRequest``); a large corpus is split into parts
     (``part``: the part function's dotted path; tests hold parts with their own)."""
-    rep = _current()
+    rep = reporter.current()
     rep.start()
 
     def work() -> dict[str, Any] | parts.Split:
@@ -125,7 +118,7 @@ def run_compare(request: dict[str, Any], *, part: str = PART) -> dict[str, Any]:
             return handed
         return compute_compare(req, texts=request_texts(req), progress=rep.progress)
 
-    return _run(rep, work)
+    return rep.run(work)
 
 
 def compare_part(payload: dict[str, Any], ctx: parts.PartContext) -> dict[str, Any]:
@@ -137,7 +130,9 @@ def compare_part(payload: dict[str, Any], ctx: parts.PartContext) -> dict[str, A
 
     req = CompareRequest.model_validate(payload["request"])
     start, stop = int(payload["start"]), int(payload["stop"])
-    texts = [t for b in _open(req.corpus or "").batches(start, stop, batch=stop - start) for t in b]
+    texts = [
+        t for b in open_texts(req.corpus or "").batches(start, stop, batch=stop - start) for t in b
+    ]
     plan = plan_of(req.model_a, req.model_b, texts, max_tokens=req.max_tokens)
     plan.check(what=f"comparing {req.model_a} and {req.model_b} on texts {start}-{stop}")
     release = _release(req, plan.together)
@@ -171,7 +166,7 @@ def compare_merge(partials: parts.Partials, context: dict[str, Any]) -> dict[str
     from workers.analyses.compare.parts import CompareMerge
 
     job_id = context["job_id"]
-    rep = _current(result_id=job_id)
+    rep = reporter.current(result_id=job_id)
     plan = parts.plan(rep.conn, job_id) or {}
     try:
         req = CompareRequest.model_validate(context["request"])

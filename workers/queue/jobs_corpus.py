@@ -26,8 +26,8 @@ from workers.core.errors import CancelledError, HeadscopeError
 from workers.inputs.source import open_corpus
 from workers.inputs.texts import TextSource
 from workers.queue import keys as protocol
-from workers.queue import parts
-from workers.queue.jobs import Reporter, _current, _settings, _store
+from workers.queue import parts, reporter
+from workers.queue.reporter import Reporter
 
 logger = logging.getLogger(__name__)
 PARTIAL_EVERY_S = 1.0
@@ -39,10 +39,14 @@ PART_PROGRESS_EVERY_S = 0.25
 def corpus_texts(corpus: str, *, store: Any = None) -> list[str]:
     """Every text of a shipped (``builtin-...``) or stored (``cp-...``) corpus in one list (the joint
     map and comparisons); the statistics read theirs in batches through ``open_corpus``."""
-    source = open_corpus(
-        corpus, store=store if store is not None or corpus.startswith("builtin-") else _store()
-    )
-    return [t for b in source.batches(batch=4096) for t in b]
+    return [t for b in open_texts(corpus, store=store).batches(batch=4096) for t in b]
+
+
+def open_texts(corpus: str, *, store: Any = None) -> TextSource:
+    """``open_corpus`` with this process' store for a stored corpus (``store``: another one)."""
+    if store is None and not corpus.startswith("builtin-"):
+        store = reporter.store()
+    return open_corpus(corpus, store=store)
 
 
 def compute_corpus(
@@ -113,22 +117,6 @@ def _stopper(conn: Redis, job_id: str) -> Callable[[], bool]:
     return lambda: bool(conn.exists(protocol.cancel_key(job_id)))
 
 
-def _run(rep: Reporter, work: Callable[[], dict[str, Any] | parts.Split]) -> dict[str, Any]:
-    """Run ``work``; on a user error or cancel, or any failure, clear the partial results first. A
-    job handed to its parts (``parts.Split``) stores nothing itself: its merge job does."""
-    try:
-        result = work()
-    except HeadscopeError as exc:
-        rep.conn.delete(protocol.partial_key(rep.job.id))
-        return rep.fail(exc)
-    except BaseException:
-        rep.conn.delete(protocol.partial_key(rep.job.id))
-        raise
-    if isinstance(result, parts.Split):
-        return {"split": result.n_parts, "merge": result.merge}
-    return {"bytes": rep.finish(result)}
-
-
 def _options(req: CorpusRequest) -> Any:
     from workers.analyses.corpus.run import CorpusOptions
 
@@ -146,7 +134,7 @@ def split_corpus(
     rep: Reporter, req: CorpusRequest, request: dict[str, Any], *, n_texts: int, part: str = PART
 ) -> parts.Split | None:
     """Hand a corpus of ``split_min_items`` texts or more to parts (docs/scaling.md); None: one job."""
-    settings = _settings()
+    settings = reporter.settings()
     n = n_texts
     ranges = parts.split(
         n,
@@ -187,7 +175,7 @@ def fan_out_texts(
         sizes=[b - a for a, b in ranges],
         unit="texts",
         context={"job_id": rep.job.id, "request": request},
-        job_timeout=_settings().job_timeout_s,
+        job_timeout=reporter.settings().job_timeout_s,
     )
     if rep.conn.exists(
         protocol.cancel_key(rep.job.id)
@@ -199,13 +187,13 @@ def fan_out_texts(
 def run_corpus(request: dict[str, Any], *, part: str = PART) -> dict[str, Any]:
     """RQ job: a corpus analysis (``CorpusRequest``); a large corpus is split into parts (``part``:
     the part function's dotted path; tests hold parts with their own)."""
-    rep = _current()
+    rep = reporter.current()
     rep.start()
 
     def work() -> dict[str, Any] | parts.Split:
         req = CorpusRequest.model_validate(request)
         source = open_corpus(
-            req.corpus, store=_store()
+            req.corpus, store=reporter.store()
         )  # read in windows, never whole (docs/scaling.md)
         handed = split_corpus(rep, req, request, n_texts=len(source), part=part)
         if handed is not None:
@@ -218,7 +206,7 @@ def run_corpus(request: dict[str, Any], *, part: str = PART) -> dict[str, Any]:
             should_stop=_stopper(rep.conn, rep.job.id),
         )
 
-    return _run(rep, work)
+    return rep.run(work)
 
 
 def corpus_part(payload: dict[str, Any], ctx: parts.PartContext) -> dict[str, Any]:
@@ -228,7 +216,7 @@ def corpus_part(payload: dict[str, Any], ctx: parts.PartContext) -> dict[str, An
 
     req = CorpusRequest.model_validate(payload["request"])
     start, stop = int(payload["start"]), int(payload["stop"])
-    source = open_corpus(req.corpus, store=_store())  # only [start, stop) is read
+    source = open_corpus(req.corpus, store=reporter.store())  # only [start, stop) is read
     loaded = load_model(req.model, dtype=req.options.dtype)
     last = [0.0]
 
@@ -255,7 +243,7 @@ def corpus_merge(partials: parts.Partials, context: dict[str, Any]) -> dict[str,
     from workers.analyses.corpus.merge import CorpusMerge
 
     job_id = context["job_id"]
-    rep = _current(result_id=job_id)
+    rep = reporter.current(result_id=job_id)
     plan = parts.plan(rep.conn, job_id) or {}
     try:
         req = CorpusRequest.model_validate(context["request"])
@@ -283,16 +271,16 @@ def corpus_merge(partials: parts.Partials, context: dict[str, Any]) -> dict[str,
 
 def run_corpus_joint(request: dict[str, Any]) -> dict[str, Any]:
     """RQ job: one head's joint query–key map (``JointMapRequest``)."""
-    rep = _current()
+    rep = reporter.current()
     rep.start()
 
     def work() -> dict[str, Any]:
         req = JointMapRequest.model_validate(request)
         return compute_joint(
             req,
-            texts=open_corpus(req.corpus, store=_store()),
+            texts=open_corpus(req.corpus, store=reporter.store()),
             progress=rep.progress,
             should_stop=_stopper(rep.conn, rep.job.id),
         )
 
-    return _run(rep, work)
+    return rep.run(work)

@@ -9,9 +9,8 @@ import time
 from typing import Any
 
 from workers.core import registry
-from workers.queue import parts
-from workers.queue.jobs import _current
-from workers.queue.section_split import base_key
+from workers.queue import keys as protocol
+from workers.queue import parts, reporter
 
 PROGRESS_EVERY_S = 0.25
 
@@ -43,10 +42,10 @@ def section_merge(partials: parts.Partials, context: dict[str, Any]) -> dict[str
     from workers.core.errors import HeadscopeError
 
     job_id = context["job_id"]
-    rep = _current(result_id=job_id)
+    rep = reporter.current(result_id=job_id)
     plan = parts.plan(rep.conn, job_id) or {}
     try:
-        raw = rep.conn.get(base_key(job_id))
+        raw = rep.conn.get(protocol.split_base_key(job_id))
         if raw is None:
             raise RuntimeError(f"the other sections of job {job_id} are gone from Redis")
         result = json.loads(raw)
@@ -60,5 +59,5 @@ def section_merge(partials: parts.Partials, context: dict[str, Any]) -> dict[str
     except HeadscopeError as exc:
         return rep.fail(exc)
     size = rep.finish(result)
-    rep.conn.delete(base_key(job_id))
+    rep.conn.delete(protocol.split_base_key(job_id))
     return {"bytes": size}

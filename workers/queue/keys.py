@@ -1,27 +1,42 @@
-"""What the API and the workers agree on in Redis: queue names, keys, liveness and the reaper.
+"""Every Redis key of headscope, and what the API and the workers agree on in Redis: queue names,
+liveness and the reaper.
 
-Not part of the analysis core (it imports redis and rq); the backend and ``workers.queue.jobs`` /
-``workers.queue.worker`` use it. Jobs travel with RQ's JSON serializer, so nothing in Redis is a pickle.
+Not part of the analysis core (it imports redis and rq); the backend and the queue service
+(``workers.queue``) use it. Jobs travel with RQ's JSON serializer, so nothing in Redis is a pickle.
+The key strings are a contract with stored data and running services: they never change.
 
 Keys (``{id}`` is a job id: the request hash, or ``ck-...`` for a checkpoint inspection):
-    ``hs:request:{id}``  the normalised request (JSON), written at enqueue
-    ``hs:partial:{id}``  hash kind -> section JSON, written as sections finish
-    ``hs:result:{id}``   a finished result the worker could not write to the store (the API
-                         moves it there), or an inspection's result (JSON)
-    ``hs:computed:{id}`` how many times a worker started computing it (dedup checks)
-    ``hs:worker:{name}`` a live worker's heartbeat (expires after ``worker_ttl_s``)
-    ``hs:demos``         the demo checkpoints a worker found (JSON list)
-    ``hs:device-lost``   the last device losses (a worker that ended itself after a sticky GPU
-                         error: JSON {worker, host, at, why}, newest first, at most 20)
+    ``hs:request:{id}``      the normalised request (JSON), written at enqueue
+    ``hs:partial:{id}``      hash kind -> section JSON, written as sections finish
+    ``hs:result:{id}``       a finished result the worker could not write to the store (the API
+                             moves it there), or an inspection's result (JSON)
+    ``hs:computed:{id}``     how many times a worker started computing it (dedup checks)
+    ``hs:claim:{id}``        held by the API while it enqueues the job (concurrent submissions)
+    ``hs:cancel:{id}``       set by the API: a running job stops at its next step (docs/api.md)
+    ``hs:worker:{name}``     a live worker's heartbeat (expires after ``worker_ttl_s``)
+    ``hs:demos``             the demo checkpoints a worker found (JSON list)
+    ``hs:device-lost``       the last device losses (a worker that ended itself after a sticky GPU
+                             error: JSON {worker, host, at, why}, newest first, at most 20)
+    ``hs:reaper-lock``       held by the process reaping abandoned jobs
+    ``hs:rate:{client}:{window}``  writes of one client in one rate-limit window
+                             (``backend/ratelimit.py``)
+
+A job split into parts (``workers.queue.parts``, docs/scaling.md), ``{id}`` the whole job's id:
+    ``hs:split:{id}``        the plan: merge job id, parts, items, unit, start time (JSON)
+    ``hs:parts:{id}``        hash part index -> the part's partial result (zlib-compressed JSON)
+    ``hs:parts-done:{id}``   hash part index -> items the part has done so far
+    ``hs:parts-tries:{id}``  hash part index -> attempts started
+    ``hs:parts-failed:{id}`` the first part that failed for good: JSON {reason, code}
+    ``hs:split-base:{id}``   a split analysis job's other sections, for its merge
+                             (``workers.queue.section_split``)
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
-import math
 import os
-import re
 import socket
 import threading
 import time
@@ -30,7 +45,6 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-import orjson
 from redis import Redis
 from rq import Queue
 from rq.exceptions import NoSuchJobError
@@ -39,6 +53,8 @@ from rq.job import Job
 from rq.registry import StartedJobRegistry
 from rq.serializers import JSONSerializer
 from rq.utils import parse_composite_key
+
+from workers.core.jsonable import dumps
 
 logger = logging.getLogger(__name__)
 
@@ -70,37 +86,37 @@ def is_short(kind: str, request: dict[str, Any]) -> bool:
 SERIALIZER = JSONSerializer
 
 
-def request_key(job_id: str) -> str:
-    return f"hs:request:{job_id}"
+def _key(prefix: str) -> Callable[[str], str]:
+    """The builder of the keys ``{prefix}:{id}`` (``id``: a job id, or a worker's name)."""
+
+    def key(ident: str) -> str:
+        return f"{prefix}:{ident}"
+
+    return key
 
 
-def partial_key(job_id: str) -> str:
-    return f"hs:partial:{job_id}"
-
-
-def result_key(job_id: str) -> str:
-    return f"hs:result:{job_id}"
-
-
-def computed_key(job_id: str) -> str:
-    return f"hs:computed:{job_id}"
-
-
-def claim_key(job_id: str) -> str:
-    return f"hs:claim:{job_id}"
-
-
-def cancel_key(job_id: str) -> str:
-    """Set by the API to ask a running job to stop (corpus jobs look between batches)."""
-    return f"hs:cancel:{job_id}"
-
-
-def worker_key(name: str) -> str:
-    return f"hs:worker:{name}"
-
-
+# the key table (what each key holds: the module's docstring)
+request_key = _key("hs:request")
+partial_key = _key("hs:partial")
+result_key = _key("hs:result")
+computed_key = _key("hs:computed")
+claim_key = _key("hs:claim")
+cancel_key = _key("hs:cancel")
+worker_key = _key("hs:worker")
+split_key = _key("hs:split")
+parts_key = _key("hs:parts")
+done_key = _key("hs:parts-done")
+tries_key = _key("hs:parts-tries")
+failed_key = _key("hs:parts-failed")
+split_base_key = _key("hs:split-base")
 DEMOS_KEY = "hs:demos"
 DEVICE_LOST_KEY = "hs:device-lost"
+REAPER_LOCK = "hs:reaper-lock"
+
+
+def rate_key(address: str, window: int) -> str:
+    """Writes of the client at ``address`` in rate-limit window ``window`` (the address hashed)."""
+    return f"hs:rate:{hashlib.sha256(address.encode()).hexdigest()[:20]}:{window}"
 
 
 def note_device_lost(
@@ -118,39 +134,6 @@ def note_device_lost(
 def device_losses(conn: Redis) -> list[dict[str, Any]]:
     """The recorded device losses, newest first."""
     return [json.loads(raw) for raw in conn.lrange(DEVICE_LOST_KEY, 0, -1)]
-
-
-JOB_ID = re.compile(r"[0-9a-f]{32}")  # a request hash
-CHECKPOINT_ID = re.compile(r"ck-[0-9a-f]{32}")  # an upload's content hash
-CHECKPOINT_EXTS = (".safetensors", ".npy", ".npz", ".pt", ".pth", ".bin")
-REAPER_LOCK = "hs:reaper-lock"
-
-
-def dumps(obj: Any) -> str:
-    """Compact JSON; NaN and infinities become null (JSON has none); non-ASCII text as UTF-8.
-
-    orjson first: a job's sections (12 MB at 452 tokens on SmolLM2, mostly floats) in 0.03 CPU s of
-    the worker instead of 0.3; the standard library for what orjson refuses (integers beyond 64 bits)."""
-    try:
-        return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode()
-    except (
-        TypeError
-    ):  # orjson.JSONEncodeError: the standard library decides (and raises what it raised)
-        pass
-    try:
-        return json.dumps(obj, separators=(",", ":"), allow_nan=False)
-    except ValueError:
-        return json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False)
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def text(value: Any) -> str:

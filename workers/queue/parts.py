@@ -2,19 +2,13 @@
 
 A long job (a corpus over many texts, every head's ablation) is cut into parts of items; each part is
 one RQ job that any worker on any machine may take, and one merge job ``depends_on`` all of them (RQ's
-fan-out/join, not a scheduler of our own). docs/scaling.md. Keys (``{id}`` is the whole job's id, the
-request hash the API knows):
-
-    ``hs:split:{id}``        the plan: merge job id, parts, items, unit, start time (JSON); the API's
-                             status of the job reads it (``status``)
-    ``hs:parts:{id}``        hash part index -> the part's partial result (zlib-compressed JSON). A
-                             retried part overwrites its own slot, so nothing is counted twice.
-    ``hs:parts-done:{id}``   hash part index -> items the part has done so far (progress; a retried
-                             part starts its own count again)
-    ``hs:parts-tries:{id}``  hash part index -> attempts started
-    ``hs:parts-failed:{id}`` the first part that failed for good: JSON {reason, code}
-    ``hs:cancel:{id}``       set by the API: parts not yet started skip, running ones stop between
-                             batches; no slot is written once it is set (checked atomically)
+fan-out/join, not a scheduler of our own). docs/scaling.md. Its Redis keys (``workers.queue.keys``:
+``hs:split:{id}``, ``hs:parts:{id}``, ``hs:parts-done:{id}``, ...; ``{id}`` is the whole job's id,
+the request hash the API knows) hold the plan, which the API's status of the job reads
+(``status``), each part's partial result in its own slot (a retried part overwrites its own slot,
+so nothing is counted twice), the items each part has done, its attempts, and the first part that
+failed for good. Once the API sets ``hs:cancel:{id}``, parts not yet started skip, running ones
+stop between batches, and no slot is written (checked atomically).
 
 Each part runs at most ``ATTEMPTS`` times (RQ ``Retry``; a worker killed mid-part counts as one); a
 part failing its last attempt records its reason, and the merge job (which runs even when parts
@@ -44,6 +38,7 @@ from rq import Queue, Retry, get_current_job
 from rq.job import Dependency, Job
 
 from workers.core.errors import CancelledError, HeadscopeError
+from workers.core.jsonable import dumps
 from workers.queue import keys as protocol
 
 logger = logging.getLogger(__name__)
@@ -58,26 +53,6 @@ redis.call('hset', KEYS[2], ARGV[1], ARGV[2])
 redis.call('expire', KEYS[2], ARGV[3])
 return 1
 """
-
-
-def split_key(job_id: str) -> str:
-    return f"hs:split:{job_id}"
-
-
-def parts_key(job_id: str) -> str:
-    return f"hs:parts:{job_id}"
-
-
-def done_key(job_id: str) -> str:
-    return f"hs:parts-done:{job_id}"
-
-
-def tries_key(job_id: str) -> str:
-    return f"hs:parts-tries:{job_id}"
-
-
-def failed_key(job_id: str) -> str:
-    return f"hs:parts-failed:{job_id}"
 
 
 def part_id(job_id: str, index: int) -> str:
@@ -130,7 +105,7 @@ class Split:
 
 def plan(conn: Redis, job_id: str) -> dict[str, Any] | None:
     """The split plan of ``job_id`` (``hs:split:{id}``), or None for a job that was not split."""
-    raw = conn.get(split_key(job_id))
+    raw = conn.get(protocol.split_key(job_id))
     return json.loads(raw) if raw else None
 
 
@@ -160,7 +135,12 @@ def fan_out(
         if current is not None and _status(current) in ALIVE:
             return current
     q = Queue(queue, connection=conn, serializer=protocol.SERIALIZER)
-    conn.delete(parts_key(job_id), tries_key(job_id), failed_key(job_id), done_key(job_id))
+    conn.delete(
+        protocol.parts_key(job_id),
+        protocol.tries_key(job_id),
+        protocol.failed_key(job_id),
+        protocol.done_key(job_id),
+    )
     sizes = list(sizes) if sizes is not None else [1] * len(payloads)
     datas = [
         Queue.prepare_data(
@@ -203,7 +183,7 @@ def fan_out(
         "started": time.time(),
         "keys": list(owned_keys or []),
     }
-    conn.set(split_key(job_id), protocol.dumps(record), ex=KEY_TTL_S)
+    conn.set(protocol.split_key(job_id), dumps(record), ex=KEY_TTL_S)
     return merge_job
 
 
@@ -227,17 +207,19 @@ class PartContext:
     def items(self, done: int) -> None:
         """Items of this part done so far (the job's progress and rate); ignored once cancelled."""
         _hset_unless_cancelled(
-            self.conn, self.job_id, done_key(self.job_id), str(self.index), str(int(done))
+            self.conn, self.job_id, protocol.done_key(self.job_id), str(self.index), str(int(done))
         )
 
     def cancelled(self) -> bool:
         """True once the whole job is cancelled or another part failed for good: stop now."""
-        return bool(self.conn.exists(protocol.cancel_key(self.job_id), failed_key(self.job_id)))
+        return bool(
+            self.conn.exists(protocol.cancel_key(self.job_id), protocol.failed_key(self.job_id))
+        )
 
 
 def _fail(conn: Redis, job_id: str, index: int, exc: BaseException, *, code: str | None) -> None:
     reason = {"reason": f"part {index} failed: {exc}", "code": code}
-    conn.set(failed_key(job_id), protocol.dumps(reason), nx=True, ex=KEY_TTL_S)
+    conn.set(protocol.failed_key(job_id), dumps(reason), nx=True, ex=KEY_TTL_S)
 
 
 def run_part(*, job_id: str, index: int, part: str, payload: dict[str, Any]) -> dict[str, Any]:
@@ -245,16 +227,16 @@ def run_part(*, job_id: str, index: int, part: str, payload: dict[str, Any]) -> 
     job = get_current_job()
     assert job is not None
     conn: Redis = job.connection
-    if conn.exists(protocol.cancel_key(job_id), failed_key(job_id)):
+    if conn.exists(protocol.cancel_key(job_id), protocol.failed_key(job_id)):
         return {"skipped": True}
-    attempt = conn.hincrby(tries_key(job_id), str(index), 1)
-    conn.expire(tries_key(job_id), KEY_TTL_S)
+    attempt = conn.hincrby(protocol.tries_key(job_id), str(index), 1)
+    conn.expire(protocol.tries_key(job_id), KEY_TTL_S)
     ctx = PartContext(conn, job_id, index, int(attempt))
     ctx.items(0)  # a retried part counts its items again from 0
     try:
         partial = _resolve(part)(payload, ctx)
     except CancelledError:
-        conn.hdel(done_key(job_id), str(index))
+        conn.hdel(protocol.done_key(job_id), str(index))
         return {"skipped": True}
     except HeadscopeError as exc:  # the input: a retry fails the same way
         _fail(conn, job_id, index, exc, code=exc.code)
@@ -264,8 +246,8 @@ def run_part(*, job_id: str, index: int, part: str, payload: dict[str, Any]) -> 
             _fail(conn, job_id, index, exc, code=None)
         raise
     slot = zlib.compress(json.dumps(partial).encode(), 1)  # a corpus part's top-pair contexts: ~7x
-    if not _hset_unless_cancelled(conn, job_id, parts_key(job_id), str(index), slot):
-        conn.hdel(done_key(job_id), str(index))
+    if not _hset_unless_cancelled(conn, job_id, protocol.parts_key(job_id), str(index), slot):
+        conn.hdel(protocol.done_key(job_id), str(index))
         return {"skipped": True}  # cancelled while running: leave no slot behind
     return {"part": index}
 
@@ -281,8 +263,8 @@ def status(conn: Redis, job_id: str, split_plan: dict[str, Any] | None = None) -
         return 0.0, ""
     n, unit = int(p["n_parts"]), str(p.get("unit", "items"))
     with conn.pipeline() as pipe:
-        pipe.hkeys(parts_key(job_id))
-        pipe.hgetall(done_key(job_id))
+        pipe.hkeys(protocol.parts_key(job_id))
+        pipe.hgetall(protocol.done_key(job_id))
         slots, done_raw = pipe.execute()
     finished = {int(protocol.text(k)) for k in slots}
     done = {int(protocol.text(k)): int(v) for k, v in done_raw.items()}
@@ -299,7 +281,7 @@ def status(conn: Redis, job_id: str, split_plan: dict[str, Any] | None = None) -
 
 def progress(conn: Redis, job_id: str, n_parts: int) -> float:
     """Fraction of parts done (their slots written)."""
-    return conn.hlen(parts_key(job_id)) / max(n_parts, 1)
+    return conn.hlen(protocol.parts_key(job_id)) / max(n_parts, 1)
 
 
 # ----------------------------------------------------------------------------- cancel, clear
@@ -309,10 +291,10 @@ def clear(conn: Redis, job_id: str) -> None:
     """Remove every partial of ``job_id`` (cancel, failure, or after the merge), its owned keys too."""
     p = plan(conn, job_id)
     conn.delete(
-        parts_key(job_id),
-        tries_key(job_id),
-        done_key(job_id),
-        failed_key(job_id),
+        protocol.parts_key(job_id),
+        protocol.tries_key(job_id),
+        protocol.done_key(job_id),
+        protocol.failed_key(job_id),
         *((p or {}).get("keys") or []),
     )
 
@@ -344,7 +326,7 @@ def forget(conn: Redis, job_id: str) -> None:
         if job is not None and _status(job) not in ("started",):
             job.delete(remove_from_queue=True)
     clear(conn, job_id)
-    conn.delete(split_key(job_id))
+    conn.delete(protocol.split_key(job_id))
 
 
 # -------------------------------------------------------------------------------------- merge
@@ -367,7 +349,7 @@ class Partials:
     def __getitem__(self, i: int) -> dict[str, Any]:
         if not 0 <= i < self.n:
             raise IndexError(i)
-        raw = self.conn.hget(parts_key(self.job_id), str(i))
+        raw = self.conn.hget(protocol.parts_key(self.job_id), str(i))
         if raw is None:
             raise PartFailed(f"part {i} left no result")
         return json.loads(zlib.decompress(raw))
@@ -422,14 +404,12 @@ def _merge_or_fail(
 ) -> dict[str, Any]:
     if conn.exists(protocol.cancel_key(job_id)):
         return {"cancelled": True}
-    raw = conn.get(failed_key(job_id))
+    raw = conn.get(protocol.failed_key(job_id))
     if raw is None:
-        names = {protocol.text(k) for k in conn.hkeys(parts_key(job_id))}
+        names = {protocol.text(k) for k in conn.hkeys(protocol.parts_key(job_id))}
         missing = [i for i in range(n_parts) if str(i) not in names]
         if missing:
-            raw = protocol.dumps(
-                {"reason": _missing_reason(conn, job_id, missing[0]), "code": None}
-            )
+            raw = dumps({"reason": _missing_reason(conn, job_id, missing[0]), "code": None})
     if raw is not None:
         failed = json.loads(raw)
         if failed.get("code"):

@@ -16,6 +16,7 @@ from typing import Any
 
 from workers.core import registry
 from workers.core.errors import CancelledError
+from workers.core.jsonable import dumps
 from workers.core.settings import get_settings
 from workers.queue import keys as protocol
 from workers.queue import parts
@@ -23,11 +24,6 @@ from workers.queue import parts
 logger = logging.getLogger(__name__)
 PART = "workers.queue.jobs_split.section_part"
 MERGE = "workers.queue.jobs_split.section_merge"
-
-
-def base_key(job_id: str) -> str:
-    """The split analysis job's other sections (its result without the split ones), for the merge."""
-    return f"hs:split-base:{job_id}"
 
 
 class SplitSections:
@@ -67,7 +63,7 @@ class SplitSections:
             return None
         rep = self.rep
         job_id = rep.id
-        rep.conn.set(base_key(job_id), protocol.dumps(result), ex=rep.ttl_s)
+        rep.conn.set(protocol.split_base_key(job_id), dumps(result), ex=rep.ttl_s)
         payloads, sizes, where = [], [], {}
         for kind, sec in self.sections.items():
             where[kind] = {
@@ -77,7 +73,7 @@ class SplitSections:
             payloads += sec["payloads"]
             sizes += sec["sizes"]
         if rep.conn.exists(protocol.cancel_key(job_id)):
-            rep.conn.delete(base_key(job_id))
+            rep.conn.delete(protocol.split_base_key(job_id))
             raise CancelledError("the analysis")
         merge = parts.fan_out(
             rep.conn,
@@ -89,7 +85,7 @@ class SplitSections:
             unit="runs",
             context={"job_id": job_id, "sections": where},
             job_timeout=self.settings.job_timeout_s,
-            owned_keys=[base_key(job_id)],
+            owned_keys=[protocol.split_base_key(job_id)],
         )
         if rep.conn.exists(
             protocol.cancel_key(job_id)

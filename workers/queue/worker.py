@@ -19,6 +19,7 @@ from typing import Any
 
 from redis import Redis
 
+from workers.core.jsonable import dumps
 from workers.core.settings import WORKER_OPENMP_ENV
 from workers.queue import keys as protocol
 from workers.queue.recycle import RecyclingWorker
@@ -35,20 +36,20 @@ def publish_demos(conn: Redis) -> int:
     except ModuleNotFoundError as exc:
         logger.info("no demo checkpoints in this build (%s)", exc.name)
         return 0
-    from workers.queue.jobs import _jsonable
+    from workers.core.jsonable import jsonable
 
     demos: list[dict[str, Any]] = []
     for demo in demo_checkpoints():
         try:
             cands = sorted(
-                _jsonable(list_candidates(demo["path"])), key=lambda c: -float(c.get("score") or 0)
+                jsonable(list_candidates(demo["path"])), key=lambda c: -float(c.get("score") or 0)
             )
         except Exception:
             logger.warning("demo checkpoint %s is unreadable", demo.get("id"), exc_info=True)
             continue
         entry = {k: v for k, v in demo.items() if k != "path"}
         demos.append({**entry, "candidates": cands, "default": cands[0]["name"] if cands else None})
-    conn.set(protocol.DEMOS_KEY, protocol.dumps(demos))
+    conn.set(protocol.DEMOS_KEY, dumps(demos))
     return len(demos)
 
 

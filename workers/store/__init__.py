@@ -1,7 +1,7 @@
 """The store every API replica and worker shares: SQLAlchemy 2 over SQLite or PostgreSQL.
 
-Not part of the analysis core (no torch): the backend and ``workers.queue.jobs`` both import it, so
-neither depends on the other. ``Store(settings)`` is the one interface; see ``core``.
+Not part of the analysis core (no torch): the backend and the queue service
+(``workers.queue.reporter``) both import it, so neither depends on the other. ``Store(settings)`` is the one interface; see ``core``.
 """
 
 from workers.store.core import SHARE_ID, Store

@@ -24,7 +24,8 @@ from typing import Any
 
 from sqlalchemy import delete, select, update
 
-from workers.queue.keys import CHECKPOINT_EXTS, CHECKPOINT_ID, dumps
+from workers.core.ids import CHECKPOINT_EXTS, CHECKPOINT_ID
+from workers.core.jsonable import dumps
 from workers.store.files import temp_beside
 from workers.store.schema import checkpoint_chunks, checkpoints
 

@@ -26,7 +26,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from workers.queue.keys import JOB_ID, dumps
+from workers.core.ids import JOB_ID
+from workers.core.jsonable import dumps
 from workers.store import migrate as migrations
 from workers.store.checkpoints import CheckpointStore
 from workers.store.corpora import CorpusStore

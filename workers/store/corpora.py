@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import delete, select, update
 
-from workers.queue.keys import dumps
+from workers.core.jsonable import dumps
 from workers.store.schema import corpora, corpus_chunks
 
 CORPUS_ID = re.compile(r"cp-[0-9a-f]{32}")

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workers.queue.keys import CHECKPOINT_EXTS, CHECKPOINT_ID, JOB_ID, dumps
+from workers.core.ids import CHECKPOINT_EXTS, CHECKPOINT_ID, JOB_ID
+from workers.core.jsonable import dumps
 from workers.store.core import SHARE_ID, Store
 from workers.store.schema import shares
 
