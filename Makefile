@@ -50,8 +50,12 @@ demo: setup
 test: setup system-deps
 	$(PY) -m pytest -q
 
+# the style, held by tools (CI runs this before the tests): ruff's format and lint, mypy on the
+# torch-free core (the files pyproject.toml's [tool.mypy] lists)
 lint: setup
+	$(VENV)/bin/ruff format --check backend frontend workers tests scripts
 	$(VENV)/bin/ruff check backend frontend workers tests scripts
+	$(VENV)/bin/mypy
 
 bench: setup
 	$(PY) -m tests.bench.bench_tsne

@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 import unicodedata
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -27,8 +27,12 @@ from workers.core.options import MAX_TEXT_CHARS, HeadPair, LayerSel, TokenSel  #
 
 registry.load()  # every analysis' spec: the kinds and options below are read off them
 
-AnalysisOptions = registry.request_options()  # every analysis' options, each field defined once
-AnalysisKind = Literal[registry.kinds()]  # type: ignore[valid-type]
+if TYPE_CHECKING:  # built at import from the registry; to a type checker, a model like any other
+    AnalysisOptions = BaseModel
+    AnalysisKind = str
+else:
+    AnalysisOptions = registry.request_options()  # every analysis' options, each field once
+    AnalysisKind = Literal[registry.kinds()]
 ANALYSIS_KINDS: tuple[str, ...] = registry.kinds()  # also the order a job computes them in
 # options in every job id since the first stored ones; any other option is left out of the id
 # while at its default, so adding an option (or an analysis) keeps every earlier id and share link
@@ -99,10 +103,10 @@ class AnalysisRequest(BaseModel):
 
     model: str = Field("minilm", min_length=1, max_length=100)
     text: str = Field(..., max_length=MAX_TEXT_CHARS)
-    analyses: list[AnalysisKind] = Field(  # type: ignore[valid-type]
+    analyses: list[AnalysisKind] = Field(
         default_factory=lambda: [registry.kinds()[0]], min_length=1
     )
-    options: AnalysisOptions = Field(default_factory=AnalysisOptions)  # type: ignore[valid-type]
+    options: AnalysisOptions = Field(default_factory=AnalysisOptions)
 
     @field_validator("text")
     @classmethod
@@ -283,16 +287,6 @@ class ShareRequest(BaseModel):
 
 # ------------------------------------------------------------------------ corpus (docs/corpus.md)
 
-CORPUS_STATISTICS: tuple[str, ...] = (
-    "entropy",
-    "entropy_normalised",
-    "sink",
-    "previous",
-    "self",
-    "distance",
-    "induction",
-    "duplicate",
-)
 CorpusStatistic = Literal[
     "entropy",
     "entropy_normalised",
@@ -303,6 +297,7 @@ CorpusStatistic = Literal[
     "induction",
     "duplicate",
 ]
+CORPUS_STATISTICS: tuple[CorpusStatistic, ...] = get_args(CorpusStatistic)
 CORPUS_REF_PATTERN = r"^(cp-[0-9a-f]{32}|builtin-[a-z0-9-]{1,40})$"
 
 

@@ -14,6 +14,7 @@ registry imports no torch; the engine imports the function when it runs it.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import pkgutil
 from collections.abc import Callable
