@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class LayerParts:
+class Sublayers:
     """Where one layer's pieces live in the HF module tree."""
 
     w_o: torch.Tensor  # [head*head_dim, dim]: out = context @ w_o + b_o
@@ -49,7 +49,7 @@ class Arch:
     family: str
     n_heads: int
     emb_ln: torch.nn.Module | None  # BERT's embedding LayerNorm; its input is i
-    layers: list[LayerParts]
+    layers: list[Sublayers]
     final_ln: torch.nn.Module | None  # a decoder's final norm (applied to the last state only)
 
 
@@ -94,7 +94,7 @@ def locate(loaded: LoadedModel) -> Arch:
     if fam is None:
         raise HeadscopeError(f"the decomposition does not support the {loaded.family!r} family")
     model = loaded.model
-    layers: list[LayerParts] = []
+    layers: list[Sublayers] = []
     for layer in resolve(model, fam.layers):
         out_proj = resolve(layer, fam.out_proj)
         ff = resolve(layer, fam.ff_out)
@@ -104,7 +104,7 @@ def locate(loaded: LoadedModel) -> Arch:
         post = fam.layout == "bert"
         sandwich = [resolve(layer, p) for p in fam.post_norms] if fam.post_norms else [None, None]
         layers.append(
-            LayerParts(
+            Sublayers(
                 w_o=w_o,
                 b_o=_bias(out_proj, d, w_o),
                 ff_bias=_bias(ff, d, w_o),

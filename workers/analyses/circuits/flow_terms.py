@@ -27,7 +27,7 @@ import torch
 
 from workers.analyses.causal.interventions import _layers
 from workers.models.adapters import Encoded, attention_modules
-from workers.models.sublayers import LayerParts, batch_inputs, ln_stats, locate
+from workers.models.sublayers import Sublayers, batch_inputs, ln_stats, locate
 
 if TYPE_CHECKING:
     from workers.models.loader import LoadedModel
@@ -89,7 +89,7 @@ def _scale(ln: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return ln_stats(ln, x[None])[0][0]  # [n, d]: the norm's g / s, frozen at the model's own s
 
 
-def attention_step(rec: LayerRecord, la: LayerParts, n_heads: int) -> Step:
+def attention_step(rec: LayerRecord, la: Sublayers, n_heads: int) -> Step:
     """The attention update's parts (see the module docstring)."""
     assert rec.value is not None and rec.x is not None and rec.o is not None
     d = la.w_o.shape[1]
@@ -117,7 +117,7 @@ def attention_step(rec: LayerRecord, la: LayerParts, n_heads: int) -> Step:
     return Step(rec.x, bias, u, rec.weights, None)
 
 
-def ff_step(rec: LayerRecord, la: LayerParts) -> Step:
+def ff_step(rec: LayerRecord, la: Sublayers) -> Step:
     """The feed-forward update's parts: the residual (the attention step's sum), the feed-forward output."""
     assert rec.ff is not None and rec.out is not None
     if la.ln_ff is not None:  # BERT: LN(mid + f) = P(mid) + P(f) + b

@@ -54,7 +54,7 @@ from workers.analyses.compare.head_similarity import one_torch_thread
 from workers.core.errors import HeadscopeError, OutOfRangeError
 from workers.core.progress import Progress, no_progress
 from workers.models.adapters import Encoded
-from workers.models.sublayers import LayerParts, locate
+from workers.models.sublayers import Sublayers, locate
 
 if TYPE_CHECKING:
     from workers.models.loader import LoadedModel
@@ -142,7 +142,7 @@ def attention_rows(
 
 
 def ff_importances(
-    rec: LayerRecord, la: LayerParts
+    rec: LayerRecord, la: Sublayers
 ) -> tuple[list[float], list[float], list[float]]:
     """The feed-forward update's importances per query: (feed-forward, residual, bias)."""
     ffs = ff_step(rec, la)
@@ -155,7 +155,7 @@ def ff_importances(
 
 def layer_flow(
     rec: LayerRecord,
-    la: LayerParts,
+    la: Sublayers,
     n_heads: int,
     *,
     threshold: float,

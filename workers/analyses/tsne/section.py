@@ -20,7 +20,7 @@ from workers.analyses.tsne.spec import (
     WordTSNEOptions,
     single_head,
 )
-from workers.analyses.tsne.streaming import LayerHeadTSNE, LayerParts
+from workers.analyses.tsne.streaming import LayerHeadTSNE, LayerPartials
 from workers.analyses.tsne.words import check_word_list
 from workers.core.options import TSNEParams
 from workers.core.progress import scaled
@@ -71,7 +71,7 @@ def plan_head_tsne(ctx: Any, options: HeadTSNEOptions) -> dict[str, Any]:
     )
     if ctx.on_layer is not None:  # each layer of the grid as it finishes (the gallery filling in)
         publish, kind = ctx.on_layer, ctx.kind
-        consumers["parts"] = LayerParts(
+        consumers["partials"] = LayerPartials(
             consumers["tsne"],
             consumers["packed"],
             publish=lambda layer, fields: publish(kind, layer, fields),

@@ -87,7 +87,7 @@ class LayerHeadTSNE:
         )
 
 
-class LayerParts:
+class LayerPartials:
     """Hands each finished layer of a grid head t-SNE to ``publish(layer, part)`` (``workers.core.partials``):
     registered after the t-SNE and packing consumers, so that layer's map, KL and bytes are ready."""
 
