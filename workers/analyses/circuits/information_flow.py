@@ -141,9 +141,7 @@ def attention_rows(
     return out
 
 
-def ff_importances(
-    rec: LayerRecord, la: Sublayers
-) -> tuple[list[float], list[float], list[float]]:
+def ff_importances(rec: LayerRecord, la: Sublayers) -> tuple[list[float], list[float], list[float]]:
     """The feed-forward update's importances per query: (feed-forward, residual, bias)."""
     ffs = ff_step(rec, la)
     assert ffs.ff is not None
