@@ -72,11 +72,15 @@ def test_backend_app_imports_no_torch():
 
 
 def test_contracts_import_only_pydantic_numpy_and_stdlib():
+    """The contracts (and the registry and the specs they read) stay light: the backend and the
+    frontend import them."""
     mods = imported(["workers.core.contracts"])
     allowed = set(sys.stdlib_module_names) | {
         "workers",
         "pydantic",
         "pydantic_core",
+        "pydantic_settings",  # the registry's setting (HEADSCOPE_ANALYSES)
+        "dotenv",
         "typing_extensions",
         "annotated_types",
         "typing_inspection",
@@ -289,3 +293,85 @@ def test_settings_are_read_only_in_workers_settings():
         if (r := _environment_reads(ast.parse(p.read_text())))
     }
     assert reads == {}, f"read these in workers/core/settings.py instead: {reads}"
+
+
+# the workers' folders, bottom to top (docs/architecture.md): a module imports only its own rung or
+# lower ones (analyses may read each other's; the root package's lazy names are not imports)
+WORKER_RUNGS = {
+    "core": 0,
+    "data": 0,
+    "models": 1,
+    "store": 1,
+    "inputs": 2,
+    "analyses": 3,
+    "engine": 4,
+    "queue": 5,
+}
+
+
+def _workers_imports() -> list[tuple[str, str]]:
+    """(module file, imported workers module) for every import in workers/, functions included."""
+    import ast
+
+    out = []
+    for p in (ROOT / "workers").rglob("*.py"):
+        if "migrations" in p.parts or p.parent == ROOT / "workers":
+            continue
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+                names = [n.module]
+            elif isinstance(n, ast.Import):
+                names = [a.name for a in n.names]
+            else:
+                continue
+            out += [(str(p.relative_to(ROOT)), m) for m in names if m.startswith("workers.")]
+    return out
+
+
+def test_nothing_in_workers_imports_upward():
+    pairs = _workers_imports()
+    assert any(m.startswith("workers.core") for _, m in pairs)  # the scan really read imports
+    upward = []
+    for path, target in pairs:
+        src, dst = path.split("/")[1], target.split(".")[1]
+        if dst not in WORKER_RUNGS:  # the root package's names (workers.analyze, ...)
+            upward.append((path, target))
+        elif WORKER_RUNGS[dst] > WORKER_RUNGS[src]:
+            upward.append((path, target))
+    assert upward == []
+
+
+def test_analyses_and_engine_import_nothing_of_the_queue_or_the_web():
+    import ast
+
+    bad = []
+    for top in (
+        "workers/core",
+        "workers/models",
+        "workers/inputs",
+        "workers/analyses",
+        "workers/engine",
+    ):
+        for p in (ROOT / top).rglob("*.py"):
+            for n in ast.walk(ast.parse(p.read_text())):
+                mods = (
+                    [n.module or ""]
+                    if isinstance(n, ast.ImportFrom)
+                    else [a.name for a in n.names]
+                    if isinstance(n, ast.Import)
+                    else []
+                )
+                for m in mods:
+                    root = m.split(".")[0]
+                    if root in WEB_AND_QUEUE | {"backend", "frontend"} or m.startswith(
+                        "workers.queue"
+                    ):
+                        bad.append((str(p.relative_to(ROOT)), m))
+    assert bad == []
+
+
+@pytest.mark.slow
+def test_core_imports_no_torch_and_nothing_of_the_web():
+    mods = imported(["workers.core"], walk=True)
+    assert "pydantic" in mods  # the probe really imported the core
+    assert mods & ({"torch", "transformers", "scipy", "openTSNE", "numba"} | WEB_AND_QUEUE) == set()

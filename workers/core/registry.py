@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -148,7 +147,6 @@ class SectionSplit:
 
 _SPECS: dict[str, AnalysisSpec] = {}
 _LOADED = False
-EXTRA_ENV = "HEADSCOPE_ANALYSES"
 
 
 def register(spec: AnalysisSpec) -> AnalysisSpec:
@@ -161,17 +159,19 @@ def register(spec: AnalysisSpec) -> AnalysisSpec:
 
 
 def load() -> None:
-    """Import every ``workers.analyses.<idea>.spec`` and the modules in ``HEADSCOPE_ANALYSES``."""
+    """Import every ``workers.analyses.<idea>.spec`` and the modules the ``analyses`` setting names
+    (``HEADSCOPE_ANALYSES``)."""
     global _LOADED
     if _LOADED:
         return
     _LOADED = True
-    import workers.analyses as package
-
+    package = importlib.import_module("workers.analyses")  # found by name: it sits above the core
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
         if info.ispkg and importlib.util.find_spec(f"{package.__name__}.{info.name}.spec"):
             importlib.import_module(f"{package.__name__}.{info.name}.spec")
-    for name in os.environ.get(EXTRA_ENV, "").split(","):
+    from workers.core.settings import get_settings
+
+    for name in get_settings().analyses.split(","):  # HEADSCOPE_ANALYSES
         if name.strip():
             importlib.import_module(name.strip())
 

@@ -147,6 +147,11 @@ class Settings(BaseSettings):
         description="where the dashboard (mounted in the API) reaches the API",
     )
 
+    analyses: str = Field(
+        "",
+        description="more analyses to register: comma-separated dotted module paths, each a spec "
+        "registering itself (docs/architecture.md, 'How to add an analysis')",
+    )
     tsne_engines: str | None = Field(
         None,
         description="fast t-SNE engines a worker may use, in order, checked at its start (comma-separated "
