@@ -189,7 +189,7 @@ class HeldJob:
         from redis import Redis
         from rq.job import Job, JobStatus
 
-        from workers.queue.jobs import WEIGHTS
+        from workers.queue.jobs import section_keys
         from workers.queue.reporter import Reporter
 
         self.redis = Redis.from_url(service.info()["redis_url"])
@@ -202,7 +202,7 @@ class HeldJob:
         )
         job.save()
         job.set_status(JobStatus.STARTED)
-        self.rep = Reporter(job, ttl_s=600, sections=WEIGHTS)
+        self.rep = Reporter(job, ttl_s=600, sections=section_keys())
         self.rep.start()
         self.errors: list[BaseException] = []
         self.thread = threading.Thread(target=self._work, daemon=True)
