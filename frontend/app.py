@@ -108,8 +108,9 @@ def create_dash_app(api_base_url: str, *, client: ApiClient | None = None) -> da
     client = client or ApiClient(api_base_url)
     store = ResultStore(client)
     # Dash encodes every answer with plotly's JSON engine, orjson when installed (it is: workers.core.jsonable):
-    # its engine walks each list in Python first, and the gallery's head maps (lists of floats) took 1.6x
-    # the standard library's CPU (docs/dashboard.md)
+    # its engine walks each list in Python first, and the gallery's head maps (lists of floats) took
+    # more CPU than with the standard library's (docs/dashboard.md, "Measured costs the code points
+    # to")
     pio.json.config.default_engine = "json"
     app = dash.Dash(
         __name__,

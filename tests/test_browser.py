@@ -256,7 +256,7 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         with page.expect_download() as dl:
             page.click("#text-export-json")
         exported = json.loads(Path(dl.value.path()).read_text())
-        from frontend.figures.text import readable_tokens
+        from frontend.figures.tokens import readable_tokens
 
         assert (
             readable_tokens(exported["result"]) == tokens

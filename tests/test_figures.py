@@ -7,8 +7,25 @@ import json
 import numpy as np
 import pytest
 
-from frontend.figures import text as F
+from frontend.figures import attention
+from frontend.figures.attention import (
+    attention_matrix_figure,
+    clicked_head,
+    max_attention_figure,
+    max_attention_spec,
+    shown_layers,
+    typed_arrays,
+)
+from frontend.figures.base import empty_figure, graph_config, standalone_html
 from frontend.figures.rescale import fit_axis
+from frontend.figures.tokens import readable_tokens
+from frontend.figures.tsne import (
+    head_embedding,
+    head_tsne_figure,
+    hidden_tsne_figure,
+    kl_summary,
+    words_tsne_figure,
+)
 
 TEXT = "The cat sat on the mat because the cat was tired."
 
@@ -35,11 +52,9 @@ def dropped_result(minilm):
 
 
 def test_max_attention_heatmaps_have_token_labels_and_values(head_result):
-    fig = F.max_attention_figure(head_result)
+    fig = max_attention_figure(head_result)
     ma = np.asarray(head_result["max-attention"]["max_attention"])  # [layer, head, token]
-    tokens = F.readable_tokens(
-        head_result
-    )  # the text's own spans: "The", not the tokenizer's "the"
+    tokens = readable_tokens(head_result)  # the text's own spans: "The", not the tokenizer's "the"
     assert tokens[:3] == ["[CLS]", "The", "cat"] and tokens[-1] == "[SEP]"
     assert len(fig.data) == head_result["n_layers"] == ma.shape[0]
     for layer, trace in enumerate(fig.data):
@@ -50,7 +65,7 @@ def test_max_attention_heatmaps_have_token_labels_and_values(head_result):
     assert list(bottom.ticktext) == tokens  # repeated tokens ("the", "cat") keep their own column
     assert list(bottom.tickvals) == list(range(len(tokens)))
     assert [a.text for a in fig.layout.annotations] == [f"layer {i}" for i in range(ma.shape[0])]
-    mean = F.max_attention_figure(head_result, reduction="mean", layers=[4, 1])
+    mean = max_attention_figure(head_result, reduction="mean", layers=[4, 1])
     assert len(mean.data) == 2 and mean.layout.meta["layers"] == [4, 1]
     np.testing.assert_allclose(
         np.asarray(mean.data[0].z), np.asarray(head_result["max-attention"]["mean_attention"])[4]
@@ -73,8 +88,8 @@ def test_the_heatmaps_sent_as_a_dict_are_the_figure_plotly_validates(head_result
         (head_result, {"layers": [3]}),
         (windowed, {"layers": [1, 2]}),
     ):
-        spec = F.max_attention_spec(result, **kw)
-        sent = json.loads(to_json_plotly(F.typed_arrays(spec)))
+        spec = max_attention_spec(result, **kw)
+        sent = json.loads(to_json_plotly(typed_arrays(spec)))
         assert sent == json.loads(to_json_plotly(go.Figure(spec))), kw
         assert all(
             isinstance(t["z"], dict) and t["z"]["dtype"] == "f4" for t in sent["data"]
@@ -84,8 +99,7 @@ def test_the_heatmaps_sent_as_a_dict_are_the_figure_plotly_validates(head_result
             + (" (local: each query sees the last 4 keys)" if result is windowed else "")
         ]
     assert (
-        F.max_attention_spec({})
-        == F.empty_figure("No maximum-attention result yet.").to_plotly_json()
+        max_attention_spec({}) == empty_figure("No maximum-attention result yet.").to_plotly_json()
     )
 
 
@@ -93,40 +107,40 @@ def test_heatmap_cells_have_gaps_only_while_they_are_wide(head_result, monkeypat
     """Gaps between cells where a text is short; none on a long text, where plotly.js would paint every
     cell apart (the page's heatmaps at 452 tokens: ~0.25 s of the browser's main thread)."""
     n = len(head_result["max-attention"]["max_attention"][0][0])
-    assert n <= F.GAP_MAX_TOKENS
-    short = F.max_attention_spec(head_result)
+    assert n <= attention.GAP_MAX_TOKENS
+    short = max_attention_spec(head_result)
     assert all(t["xgap"] == 1 and t["ygap"] == 1 for t in short["data"])
-    monkeypatch.setattr(F, "GAP_MAX_TOKENS", n - 1)  # the same result read as a long text
-    long = F.max_attention_spec(head_result)
+    monkeypatch.setattr(attention, "GAP_MAX_TOKENS", n - 1)  # the same result read as a long text
+    long = max_attention_spec(head_result)
     assert all("xgap" not in t and "ygap" not in t for t in long["data"])
     assert [t["name"] for t in long["data"]] == [t["name"] for t in short["data"]]
 
 
 def test_clicking_a_heatmap_cell_names_layer_and_head(head_result):
-    layers = F.shown_layers(head_result, [0, 3, 5])
+    layers = shown_layers(head_result, [0, 3, 5])
     assert layers == [0, 3, 5]
     click = {
         "points": [{"curveNumber": 1, "x": 4, "y": 7, "z": 0.2}]
     }  # what Dash sends for a heatmap
-    assert F.clicked_head(click, layers) == (3, 7)
-    assert F.clicked_head({"points": [{"customdata": [4, 2, 9]}]}, layers) == (2, 9)
-    assert F.clicked_head(None, layers) is None
-    assert F.shown_layers(head_result, None) == list(range(head_result["n_layers"]))
+    assert clicked_head(click, layers) == (3, 7)
+    assert clicked_head({"points": [{"customdata": [4, 2, 9]}]}, layers) == (2, 9)
+    assert clicked_head(None, layers) is None
+    assert shown_layers(head_result, None) == list(range(head_result["n_layers"]))
 
 
 def test_dropped_special_tokens_leave_axes_and_maps(dropped_result):
-    tokens, special = F.readable_tokens(dropped_result), dropped_result["special"]
+    tokens, special = readable_tokens(dropped_result), dropped_result["special"]
     kept = [t for t, s in zip(tokens, special, strict=True) if not s]
-    fig = F.max_attention_figure(dropped_result)
+    fig = max_attention_figure(dropped_result)
     assert list(fig.layout[f"xaxis{len(fig.data)}"].ticktext) == kept
-    scatter = F.head_tsne_figure(dropped_result, layer=0, head=0)
+    scatter = head_tsne_figure(dropped_result, layer=0, head=0)
     assert list(scatter.data[0].text) == kept
     assert "[CLS]" not in scatter.data[0].text and "[SEP]" not in scatter.data[0].text
 
 
 def test_head_tsne_rescaled_axes_tick_in_original_units(head_result):
     emb = np.asarray(head_result["head-tsne"]["embedding"])  # [token, 2]
-    fig = F.head_tsne_figure(head_result, layer=1, head=2, rescale=True)
+    fig = head_tsne_figure(head_result, layer=1, head=2, rescale=True)
     trace = fig.data[0]
     x, y = np.asarray(trace.x), np.asarray(trace.y)
     assert x.min() == pytest.approx(0.0) and x.max() == pytest.approx(1.0)
@@ -143,10 +157,10 @@ def test_head_tsne_rescaled_axes_tick_in_original_units(head_result):
     assert np.array_equal(np.argsort(x, kind="stable"), np.argsort(emb[:, 0], kind="stable"))
     custom = np.asarray([c[1:3] for c in trace.customdata], dtype=float)
     np.testing.assert_allclose(custom, emb)
-    assert list(trace.text) == F.readable_tokens(head_result)
+    assert list(trace.text) == readable_tokens(head_result)
     assert list(trace.marker.color) == list(range(len(head_result["tokens"])))  # colour = position
     assert "layer 1, head 2" in fig.layout.title.text and "best of 2" in fig.layout.title.text
-    raw = F.head_tsne_figure(head_result, layer=1, head=2, rescale=False)
+    raw = head_tsne_figure(head_result, layer=1, head=2, rescale=False)
     np.testing.assert_allclose(np.c_[raw.data[0].x, raw.data[0].y], emb)
     assert raw.layout.xaxis.tickvals is None
 
@@ -154,21 +168,19 @@ def test_head_tsne_rescaled_axes_tick_in_original_units(head_result):
 def test_hidden_tsne_beside_the_head_and_both_kls(head_result):
     hid = head_result["hidden-tsne"]
     assert hid["layers"] == [2]
-    fig = F.hidden_tsne_figure(head_result, state=2)
+    fig = hidden_tsne_figure(head_result, state=2)
     assert "X[2] (output of layer 1)" in fig.layout.title.text
     assert f"{hid['kl'][0]:.4f}" in fig.layout.title.text
-    summary = F.kl_summary(head_result, layer=1, head=2)
+    summary = kl_summary(head_result, layer=1, head=2)
     assert (
         f"{head_result['head-tsne']['kl'][0]:.4f}" in summary and f"{hid['kl'][0]:.4f}" in summary
     )
     assert "restarts" in summary  # best of 2: both KLs listed
-    assert (
-        "No hidden-state" in F.hidden_tsne_figure(head_result, state=3).layout.annotations[0].text
-    )
+    assert "No hidden-state" in hidden_tsne_figure(head_result, state=3).layout.annotations[0].text
 
 
 def test_attention_matrix_is_the_heads_own(head_result, dropped_result):
-    fig = F.attention_matrix_figure(head_result, layer=1, head=2)
+    fig = attention_matrix_figure(head_result, layer=1, head=2)
     a = np.asarray(fig.data[0].z)
     n = len(head_result["tokens"])
     assert a.shape == (n, n)
@@ -177,11 +189,11 @@ def test_attention_matrix_is_the_heads_own(head_result, dropped_result):
         a.max(axis=0), np.asarray(head_result["max-attention"]["max_attention"])[1, 2], atol=1e-5
     )  # its column max is the heatmap row
     assert fig.layout.yaxis.autorange == "reversed" and fig.layout.meta["highlight"] == "matrix"
-    dropped = np.asarray(F.attention_matrix_figure(dropped_result, layer=0, head=0).data[0].z)
+    dropped = np.asarray(attention_matrix_figure(dropped_result, layer=0, head=0).data[0].z)
     assert dropped.shape == (n - 2, n - 2) and (dropped.sum(axis=1) <= 1 + 1e-6).all()
     assert (
         "No attention matrix"
-        in F.attention_matrix_figure(head_result, layer=0, head=0).layout.annotations[0].text
+        in attention_matrix_figure(head_result, layer=0, head=0).layout.annotations[0].text
     )
 
 
@@ -192,10 +204,10 @@ def test_grid_form_of_head_tsne_is_read_too(minilm):
         minilm, "tiny text here", ["head-tsne"], {"layer": "all", "head": "all", "n_iter": 50}
     )
     emb = np.asarray(res["head-tsne"]["embedding"])  # [layer, head, token, 2]
-    found = F.head_embedding(res["head-tsne"], 3, 7)
+    found = head_embedding(res["head-tsne"], 3, 7)
     np.testing.assert_allclose(found["embedding"], emb[3, 7])
     assert found["kl"] == pytest.approx(res["head-tsne"]["kl"][3][7])
-    fig = F.head_tsne_figure(res, layer=3, head=7, rescale=False)
+    fig = head_tsne_figure(res, layer=3, head=7, rescale=False)
     np.testing.assert_allclose(fig.data[0].x, emb[3, 7, :, 0])
 
 
@@ -204,7 +216,7 @@ def test_words_tsne_labels_are_the_items(minilm):
 
     words = "cat\ndog\nNew York\nBuenos Aires\nred\nblue"
     res = analyze(minilm, words, ["word-tsne"], {"layer": "all", "n_iter": 100})
-    fig = F.words_tsne_figure(res, state=3)
+    fig = words_tsne_figure(res, state=3)
     assert list(fig.data[0].text) == words.split("\n")
     emb = np.asarray(res["word-tsne"]["embedding"])[3]
     np.testing.assert_allclose(
@@ -214,14 +226,14 @@ def test_words_tsne_labels_are_the_items(minilm):
 
 
 def test_export_helpers():
-    fig = F.empty_figure("x")
-    page = F.standalone_html([fig, fig], title="a <b> view", notes="n")
+    fig = empty_figure("x")
+    page = standalone_html([fig, fig], title="a <b> view", notes="n")
     assert page.count('class="figure"') == 2
     assert "a &lt;b&gt; view" in page
     assert "<script src=" not in page  # plotly.js inline, nothing fetched: works offline
     assert (
         len(page) > 1_000_000 and page.count("Plotly.newPlot") == 2
     )  # one inline bundle, two plots
-    assert F.graph_config("g", image_format="svg")["toImageButtonOptions"]["format"] == "svg"
+    assert graph_config("g", image_format="svg")["toImageButtonOptions"]["format"] == "svg"
     with pytest.raises(ValueError, match="png or svg"):
-        F.graph_config("g", image_format="gif")
+        graph_config("g", image_format="gif")

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from frontend.figures import causal as C
-from frontend.pages.causal import causal_request, parse_target
+from frontend.kit.forms import parse_target
+from frontend.pages.causal import causal_request
 from workers.core.contracts import AnalysisRequest
 from workers.queue.jobs import compute_analysis
 

@@ -10,9 +10,11 @@ import pytest
 
 from frontend.figures import gallery as G
 from frontend.figures import headview as HV
-from frontend.figures import text as F
 from frontend.figures import thumbnails as T
+from frontend.figures.attention import attention_matrix_figure
 from frontend.figures.positional import pe_distance_figure
+from frontend.figures.tokens import readable_tokens
+from frontend.figures.tsne import head_tsne_figure, hidden_tsne_figure, kl_summary
 from frontend.kit.heads import grid_attention, head_attention
 from workers.core.packing import MAX_PACKED_BYTES, pack_attention, unpack_attention
 
@@ -191,16 +193,16 @@ def test_gallery_pages_by_whole_layers(page_result):
 def test_head_maps_are_what_the_server_would_draw(page_result):
     maps = G.head_maps(page_result)
     assert len(maps["maps"]) == page_result["n_layers"] * page_result["n_heads"]
-    assert maps["labels"] == F.readable_tokens(page_result)
+    assert maps["labels"] == readable_tokens(page_result)
     for layer, head in [(LAYER, HEAD), (0, 0), (3, 4), (5, 11)]:
         m = maps["maps"][f"{layer},{head}"]
         for rescale, (xs, ys) in ((True, ("x", "y")), (False, ("xr", "yr"))):
-            fig = F.head_tsne_figure(page_result, layer=layer, head=head, rescale=rescale)
+            fig = head_tsne_figure(page_result, layer=layer, head=head, rescale=rescale)
             np.testing.assert_allclose(m[xs], fig.data[0].x, atol=1e-5)
             np.testing.assert_allclose(m[ys], fig.data[0].y, atol=1e-5)
             assert m["title"] == fig.layout.title.text
         assert list(m["xaxis"]["ticktext"]) == list(
-            F.head_tsne_figure(page_result, layer=layer, head=head).layout.xaxis.ticktext
+            head_tsne_figure(page_result, layer=layer, head=head).layout.xaxis.ticktext
         )
     # the requested head is the exact one-head section's map, not the gallery's copy of it
     np.testing.assert_allclose(
@@ -213,15 +215,15 @@ def test_head_maps_are_what_the_server_would_draw(page_result):
 
 
 def test_matrix_and_hidden_map_follow_any_head(page_result, attentions):
-    fig = F.attention_matrix_figure(page_result, layer=4, head=7)  # not the requested head
+    fig = attention_matrix_figure(page_result, layer=4, head=7)  # not the requested head
     assert "1/255" in fig.layout.title.text
     assert np.abs(np.asarray(fig.data[0].z) - attentions[4, 7]).max() <= 0.5 / 255 + 1e-6
-    exact = F.attention_matrix_figure(page_result, layer=LAYER, head=HEAD)
+    exact = attention_matrix_figure(page_result, layer=LAYER, head=HEAD)
     assert "1/255" not in exact.layout.title.text
     np.testing.assert_allclose(np.asarray(exact.data[0].z), attentions[LAYER, HEAD], atol=1e-6)
     for state in range(page_result["n_layers"] + 1):  # every hidden state is in the one result
-        assert f"X[{state}]" in F.hidden_tsne_figure(page_result, state=state).layout.title.text
-    assert "KL attention-head t-SNE (layer 4, head 7)" in F.kl_summary(page_result, layer=4, head=7)
+        assert f"X[{state}]" in hidden_tsne_figure(page_result, state=state).layout.title.text
+    assert "KL attention-head t-SNE (layer 4, head 7)" in kl_summary(page_result, layer=4, head=7)
 
 
 def test_head_view_draws_one_line_per_pair_above_the_threshold(page_result):
@@ -253,7 +255,7 @@ def test_head_view_draws_one_line_per_pair_above_the_threshold(page_result):
         assert len(drawn) == len(expected) and set(drawn) == expected
     assert len(colours) == 2 and all(len(v) == 1 for v in colours.values())  # one colour per head
     tokens = [t for t in fig.data if t.name == "querys"][0]
-    assert list(tokens.text) == F.readable_tokens(page_result)
+    assert list(tokens.text) == readable_tokens(page_result)
     fewer = HV.head_view_figure(page_result, layer=3, heads=[4], threshold=0.5)
     assert sum(len(p) for p in fewer.layout.meta["headview"]["pairs"]) < len(drawn)
 

@@ -9,7 +9,7 @@ import pytest
 
 from frontend.figures import positional as P
 from frontend.figures import terms as T
-from frontend.figures import text as F
+from frontend.figures.tokens import readable_tokens
 
 TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
 
@@ -49,13 +49,13 @@ def test_token_views_sum_to_one_and_follow_clicks(dec_minilm):
     z = np.asarray(strip.data[0].z)  # [term, token] at the last state
     assert z.shape == (4, n)
     np.testing.assert_allclose(z.sum(axis=0), 1.0, atol=1e-4)
-    assert list(strip.layout.xaxis.ticktext) == F.readable_tokens(dec_minilm)
+    assert list(strip.layout.xaxis.ticktext) == readable_tokens(dec_minilm)
     assert "The" in strip.layout.xaxis.ticktext and "[CLS]" in strip.layout.xaxis.ticktext
     assert T.clicked_token({"points": [{"curveNumber": 0, "x": 5, "y": "input"}]}) == 5
     curves = T.token_curves_figure(dec_minilm, token=5)
     per = np.asarray(dec_minilm["decomposition"]["per_token"])[:, 5]  # [state, term]
     np.testing.assert_allclose(np.stack([t.y for t in curves.data], axis=1), per)
-    assert repr(F.readable_tokens(dec_minilm)[5]) in curves.layout.title.text
+    assert repr(readable_tokens(dec_minilm)[5]) in curves.layout.title.text
     assert (
         "not in this result"
         in T.token_curves_figure(dec_minilm, token=n).layout.annotations[0].text

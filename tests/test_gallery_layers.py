@@ -399,7 +399,7 @@ def test_the_page_sends_each_new_layer_once_and_ends_with_the_whole_gallery(
     and head maps it leaves in the browser are exactly those drawn anew from the same result."""
     import plotly.graph_objects as go
 
-    from frontend.pages.text_heads import gallery_outputs
+    from frontend.pages.text.heads import gallery_outputs
 
     res, *_ = run(deep_llama, monkeypatch)
     common = {k: v for k, v in res.items() if k not in ("head-tsne-all", "hidden-tsne", "_parts")}
@@ -459,7 +459,7 @@ def test_a_full_page_is_not_redrawn_while_other_pages_layers_arrive(deep_llama, 
     import plotly.graph_objects as go
     from dash import no_update
 
-    from frontend.pages.text_heads import gallery_outputs
+    from frontend.pages.text.heads import gallery_outputs
 
     res, *_ = run(deep_llama, monkeypatch)
     common = {k: v for k, v in res.items() if k not in ("head-tsne-all", "hidden-tsne", "_parts")}

@@ -311,7 +311,7 @@ def test_sliding_window_layers_see_only_their_window(families, fam):
     each key, and the heatmap's title says the layer is local."""
     from tiny_models import TINY_WINDOW
 
-    from frontend.figures.text import max_attention_figure
+    from frontend.figures.attention import max_attention_figure
     from workers.models.families import layer_windows
 
     loaded = _load(families, fam)

@@ -213,7 +213,7 @@ def test_decomposition_is_exact_in_float64(demo_text):
 
 
 def test_chat_message_marks_the_template_special(smollm2):
-    from frontend.figures.text import readable_tokens
+    from frontend.figures.tokens import readable_tokens
     from workers.engine.pipeline import analyze
     from workers.models.adapters import encode
 
@@ -243,7 +243,7 @@ def test_chat_message_needs_a_template(minilm):
 
 
 def test_labels_are_the_text_never_byte_pieces(smollm2):
-    from frontend.figures.text import readable_tokens
+    from frontend.figures.tokens import readable_tokens
     from workers.engine.pipeline import analyze
 
     text = "It’s  a naïve café.\nNext line"

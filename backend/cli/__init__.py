@@ -35,7 +35,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         res = analyze(loaded, text, [MAX_ATTENTION, HEAD_TSNE, HIDDEN_TSNE], opts, progress=bar)
     finally:
         bar.close()
-    from frontend.figures.text import readable_tokens
+    from frontend.figures.tokens import readable_tokens
 
     tokens = readable_tokens(
         res, markup=False

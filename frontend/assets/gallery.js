@@ -1,4 +1,5 @@
-/* headscope: the text explorer's gallery asks its server for one update at a time (issue 34).
+/* headscope: the text explorer's gallery asks its server for one update at a time
+ * (docs/dashboard.md, "The starvation, fixed").
  *
  * Dash drops a callback's answer once a newer call of the same callback has started. The gallery
  * callback patches the figure from what the browser holds (store text-gallery-key, written by the

@@ -14,7 +14,15 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from frontend.figures.text import _token_ticks, display_token, empty_figure
+from frontend.figures.base import empty_figure
+from frontend.figures.tokens import display_token, token_ticks
+from workers.analyses.causal.spec import (
+    ABLATION,
+    LOGIT_ATTRIBUTION,
+    LOGIT_LENS,
+    PATCHING,
+    PREDICTIONS,
+)
 
 GENERATED_MARK = "▸"
 DIVERGING = "RdBu"  # negative red, positive blue (reversed below: positive = helps the target)
@@ -93,7 +101,9 @@ def _target(sec: dict[str, Any], p: int, single: str) -> str:
     return single.format(a)
 
 
-def _layout(fig: go.Figure, title: str, *, height: int) -> go.Figure:
+def titled_layout(fig: go.Figure, title: str, *, height: int) -> go.Figure:
+    """``fig`` framed as the causal and circuits figures are: its title wrapped (``wrap_title``),
+    the title's lines added to ``height`` (px of a one-line title), white background."""
     text = wrap_title(title)
     top = 40 + 20 * (text.count("<br>") + 1)
     fig.update_layout(
@@ -125,7 +135,7 @@ def _position_line(position: int | None) -> list[dict[str, Any]]:
 def surprisal_figure(result: dict[str, Any], *, position: int | None = None) -> go.Figure:
     """The text as one strip: token t+1 coloured by its surprisal ``-log2 p`` under the prediction at
     t (the first token has none). A click picks a position (the prediction made there)."""
-    sec = result.get("predictions")
+    sec = result.get(PREDICTIONS)
     if not sec:
         return empty_figure("No predictions yet.", height=160)
     s = np.asarray(sec["surprisal_bits"], dtype=np.float64)  # [n-1]: token t+1 given 0..t
@@ -148,11 +158,11 @@ def surprisal_figure(result: dict[str, Any], *, position: int | None = None) -> 
         )
     )
     fig.update_layout(
-        xaxis=_token_ticks(lab),
+        xaxis=token_ticks(lab),
         yaxis={"visible": False},
         shapes=_generated_shapes(result) + _position_line(position),
     )
-    return _layout(
+    return titled_layout(
         fig,
         "Surprisal of each token given the ones before it (bits; click a token: the "
         "prediction made there)",
@@ -163,7 +173,7 @@ def surprisal_figure(result: dict[str, Any], *, position: int | None = None) -> 
 def top_k_rows(result: dict[str, Any], *, position: int) -> list[dict[str, Any]]:
     """Rows of the top-k table at ``position``: rank, token, probability, and whether it is the
     text's own next token."""
-    sec = result.get("predictions")
+    sec = result.get(PREDICTIONS)
     if not sec or not 0 <= position < len(sec["top_tokens"]):
         return []
     ranks = sec.get("next_rank") or []
@@ -190,7 +200,7 @@ def top_k_rows(result: dict[str, Any], *, position: int) -> list[dict[str, Any]]
 def lens_figure(result: dict[str, Any], *, position: int | None = None) -> go.Figure:
     """The logit-lens grid: states x positions, the top token printed, the colour the probability
     of the text's own next token read at that state."""
-    sec = result.get("logit-lens")
+    sec = result.get(LOGIT_LENS)
     if not sec:
         return empty_figure("No logit lens yet.")
     prob = np.asarray(sec["next_prob"], dtype=np.float64)  # [state, n-1]
@@ -221,11 +231,11 @@ def lens_figure(result: dict[str, Any], *, position: int | None = None) -> go.Fi
         )
     )
     fig.update_layout(
-        xaxis=_token_ticks(lab),
+        xaxis=token_ticks(lab),
         yaxis={"title": {"text": "state (0 = embedding)"}, "dtick": 1},
         shapes=_generated_shapes(result) + _position_line(position),
     )
-    return _layout(
+    return titled_layout(
         fig,
         "Logit lens: each layer's stream read through the final norm and the unembedding "
         "(printed: the top token; colour: the probability of the text's next token, "
@@ -258,7 +268,7 @@ def _heads_heatmap(
         xaxis={"title": {"text": "head"}, "dtick": 1},
         yaxis={"title": {"text": "layer"}, "dtick": 1},
     )
-    return _layout(fig, title, height=max(height, 18 * L + 120))
+    return titled_layout(fig, title, height=max(height, 18 * L + 120))
 
 
 def attribution_figure(result: dict[str, Any], *, position: int | None = None) -> go.Figure:
@@ -266,7 +276,7 @@ def attribution_figure(result: dict[str, Any], *, position: int | None = None) -
     layer, as a heatmap and a bar column side by side."""
     from plotly.subplots import make_subplots
 
-    sec = result.get("logit-attribution")
+    sec = result.get(LOGIT_ATTRIBUTION)
     if not sec:
         return empty_figure("No logit attribution yet.")
     heads = np.asarray(sec["heads"], dtype=np.float64)  # [L, H, n]
@@ -317,12 +327,12 @@ def attribution_figure(result: dict[str, Any], *, position: int | None = None) -
         f"{tgt} at position {p}: {sec['logit'][p]:.3f} = input {sec['input'][p]:.3f} + heads "
         f"{grid.sum():.3f} + feed-forward {ff.sum():.3f} + bias {sec['bias'][p]:.3f} (final norm's scale frozen)"
     )
-    return _layout(fig, title, height=max(380, 18 * L + 120))
+    return titled_layout(fig, title, height=max(380, 18 * L + 120))
 
 
 def ablation_figure(result: dict[str, Any]) -> go.Figure:
     """Every head ablated in turn: the change of the target's log-probability at the map's position."""
-    sec = result.get("ablation")
+    sec = result.get(ABLATION)
     if not sec or sec.get("map") is None:
         return empty_figure("No ablation map yet (the page ablates each head in turn).")
     p = sec["position"]
@@ -336,7 +346,7 @@ def ablation_figure(result: dict[str, Any]) -> go.Figure:
 
 def patching_residual_figure(result: dict[str, Any]) -> go.Figure:
     """Residual-stream patching: states x positions, the restored fraction of the logit difference."""
-    sec = result.get("patching")
+    sec = result.get(PATCHING)
     if not sec:
         return empty_figure("No patching yet: give a corrupted text of the same token length.")
     res = np.asarray(sec["residual"], dtype=np.float64)  # [L+1, n]
@@ -362,11 +372,11 @@ def patching_residual_figure(result: dict[str, Any]) -> go.Figure:
         )
     )
     fig.update_layout(
-        xaxis=_token_ticks(lab),
+        xaxis=token_ticks(lab),
         yaxis={"title": {"text": "state X[l]"}, "dtick": 1},
         shapes=_generated_shapes(result),
     )
-    return _layout(
+    return titled_layout(
         fig,
         f"Residual stream patched from clean into corrupted: restored fraction of "
         f"l[{sec['a_token']!r}] − l[{sec['b_token']!r}] at the last position "
@@ -377,7 +387,7 @@ def patching_residual_figure(result: dict[str, Any]) -> go.Figure:
 
 def patching_heads_figure(result: dict[str, Any]) -> go.Figure:
     """Head-output patching: layers x heads, each head's z at every position taken from the clean run."""
-    sec = result.get("patching")
+    sec = result.get(PATCHING)
     if not sec:
         return empty_figure("No patching yet: give a corrupted text of the same token length.")
     return _heads_heatmap(
@@ -389,7 +399,7 @@ def patching_heads_figure(result: dict[str, Any]) -> go.Figure:
 
 def pair_rows(result: dict[str, Any]) -> list[tuple[str, str, bool]]:
     """The clean and corrupted texts side by side: (clean token, corrupted token, differ)."""
-    sec = result.get("patching")
+    sec = result.get(PATCHING)
     if not sec:
         return []
     clean = labels(result)

@@ -17,8 +17,10 @@ from xml.sax.saxutils import quoteattr
 import numpy as np
 import plotly.graph_objects as go
 
-from frontend.figures.causal import _layout, labels
-from frontend.figures.text import _token_ticks, empty_figure
+from frontend.figures.base import empty_figure
+from frontend.figures.causal import labels, titled_layout
+from frontend.figures.tokens import token_ticks
+from workers.analyses.circuits.spec import ATTRIBUTION_PATCHING, EDGE_ATTRIBUTION, INFORMATION_FLOW
 
 POSITIVE, NEGATIVE = "#2166ac", "#b2182b"  # helps the metric / hurts it (as the causal page's maps)
 WIDTH_BINS = 6  # edges drawn in this many widths (one trace each: thousands of edges stay fast)
@@ -31,7 +33,7 @@ HEAD_CLICK = "click: open this head in the text explorer and on the causal page"
 def circuit_sizes(result: dict[str, Any]) -> list[int]:
     """The circuit sizes the page's slider offers: the curve's sizes the result has edges for, and the
     circuit's own N, ascending."""
-    sec = result.get("edge-attribution") or {}
+    sec = result.get(EDGE_ATTRIBUTION) or {}
     have = len(sec.get("edges") or [])
     sizes = {int(n) for n, _ in sec.get("curve") or [] if 0 < int(n) <= have}
     if sec.get("circuit"):
@@ -59,7 +61,7 @@ def prune(edges: list[dict[str, Any]], n_top: int) -> list[int]:
 
 def faithfulness_at(result: dict[str, Any], n_top: int) -> float | None:
     """The faithfulness of the pruned top-``n_top`` circuit: the circuit's own or the curve's point."""
-    sec = result.get("edge-attribution") or {}
+    sec = result.get(EDGE_ATTRIBUTION) or {}
     if sec.get("circuit") and int(sec["circuit"]["n_top"]) == n_top:
         return float(sec["faithfulness"])
     for n, f in sec.get("curve") or []:
@@ -127,7 +129,7 @@ def _binned_lines(
 def circuit_figure(result: dict[str, Any], *, n_top: int | None = None) -> go.Figure:
     """The circuit of the top ``n_top`` edges (None: the result's own N), pruned to paths from the input
     to the logits; edge width by |score|, colour by sign; hover shows scores, a click on a head opens it."""
-    sec = result.get("edge-attribution")
+    sec = result.get(EDGE_ATTRIBUTION)
     if not sec or not sec.get("edges"):
         return empty_figure(
             "No circuit yet: edge attribution needs a clean/corrupted pair on a decoder."
@@ -233,12 +235,12 @@ def circuit_figure(result: dict[str, Any], *, n_top: int | None = None) -> go.Fi
         f"Circuit: the top {n} edges by |score| ({sec.get('method', 'EAP')}), {len(kept)} on a path from "
         f"the input to the logits{faith}"
     )
-    return _layout(fig, title, height=max(420, 16 * L + 160))
+    return titled_layout(fig, title, height=max(420, 16 * L + 160))
 
 
 def faithfulness_figure(result: dict[str, Any], *, n_top: int | None = None) -> go.Figure:
     """Faithfulness of the pruned top-N circuit against N (log axis), the chosen N marked."""
-    sec = result.get("edge-attribution")
+    sec = result.get(EDGE_ATTRIBUTION)
     if not sec or not sec.get("curve"):
         return empty_figure("No faithfulness curve yet.")
     curve = np.asarray(sec["curve"], dtype=np.float64)  # [size, 2]
@@ -273,7 +275,7 @@ def faithfulness_figure(result: dict[str, Any], *, n_top: int | None = None) -> 
     )
     total = sec.get("n_edges")
     of = f" of {total:,}" if total else ""
-    return _layout(
+    return titled_layout(
         fig, f"Faithfulness of the top-N circuit (edge-patched runs; N{of} edges)", height=380
     )
 
@@ -284,7 +286,7 @@ def faithfulness_figure(result: dict[str, Any], *, n_top: int | None = None) -> 
 def atp_scatter_figure(result: dict[str, Any]) -> go.Figure:
     """One point per head: AtP's estimate against the real head patching (restored fractions), the
     diagonal where they agree; colour by layer; a click opens the head."""
-    sec = result.get("attribution-patching")
+    sec = result.get(ATTRIBUTION_PATCHING)
     if not sec:
         return empty_figure(
             "No attribution patching yet: give a corrupted text of the same token length."
@@ -336,7 +338,7 @@ def atp_scatter_figure(result: dict[str, Any]) -> go.Figure:
         if r is not None
         else "correlation undefined"
     )
-    return _layout(
+    return titled_layout(
         fig,
         f"AtP against real patching, one point per head ({L * H} heads; {corr}; "
         f"l[{sec['a_token']!r}] − l[{sec['b_token']!r}])",
@@ -368,7 +370,7 @@ def flow_figure(result: dict[str, Any]) -> go.Figure:
     into token i) in blue, width and shade by importance; the residual in light grey; each feed-forward a
     green square sized by its importance. Hover on an attention edge's middle, a feed-forward or a state
     shows the importances; a click on an attention edge opens its strongest head."""
-    sec = result.get("information-flow")
+    sec = result.get(INFORMATION_FLOW)
     if not sec:
         return empty_figure("No information-flow graph yet.")
     nodes = {nd["id"]: nd for nd in sec["nodes"]}
@@ -493,7 +495,7 @@ def flow_figure(result: dict[str, Any]) -> go.Figure:
     )
     fig = go.Figure(traces)
     fig.update_layout(
-        xaxis={**_token_ticks(lab), "range": [-0.5, len(lab) - 0.5]},
+        xaxis={**token_ticks(lab), "range": [-0.5, len(lab) - 0.5]},
         yaxis={
             "title": {"text": "layer (state X[l]; 0 = embedding)"},
             "dtick": 1 if L <= 40 else 4,
@@ -505,7 +507,7 @@ def flow_figure(result: dict[str, Any]) -> go.Figure:
         f"{sec['threshold']:g} ({len(att)} attention edges in blue, the residual in grey, feed-forwards "
         "as green squares)"
     )
-    return _layout(fig, title, height=max(460, 16 * L + 200))
+    return titled_layout(fig, title, height=max(460, 16 * L + 200))
 
 
 def clicked_head(click: dict[str, Any] | None) -> tuple[int, int] | None:
@@ -527,7 +529,7 @@ def clicked_head(click: dict[str, Any] | None) -> tuple[int, int] | None:
 
 def circuit_graph(result: dict[str, Any], *, n_top: int | None = None) -> dict[str, Any]:
     """The pruned top-N circuit as JSON: ``nodes`` on it and its ``edges``, with the pair and metric."""
-    sec = result["edge-attribution"]
+    sec = result[EDGE_ATTRIBUTION]
     n = int(n_top or sec["circuit"]["n_top"])
     edges = [sec["edges"][i] for i in prune(sec["edges"], n)]
     on = {e["source"] for e in edges} | {e["target"] for e in edges}
@@ -545,7 +547,7 @@ def circuit_graph(result: dict[str, Any], *, n_top: int | None = None) -> dict[s
 
 def flow_graph(result: dict[str, Any]) -> dict[str, Any]:
     """The information-flow graph as JSON: its nodes (with their token) and edges."""
-    sec = result["information-flow"]
+    sec = result[INFORMATION_FLOW]
     tokens = list(result.get("token_texts") or result.get("tokens") or [])
     nodes = [
         {**nd, "token": tokens[nd["position"]] if nd["position"] < len(tokens) else None}

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from frontend.figures.text import empty_figure
+from frontend.figures.base import empty_figure
 
 COLOUR_A, COLOUR_B = "#1f77b4", "#d62728"
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from frontend.figures.text import empty_figure
+from frontend.figures.base import empty_figure
 
 STAT_LABELS = {
     "entropy": "entropy (nats)",

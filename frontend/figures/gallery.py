@@ -4,10 +4,11 @@ Pure functions, result JSON -> Figure / JSON, no Dash. The gallery is one figure
 hidden axes: panel (row r, column c) holds head ``heads[c]`` of layer ``layers[r]`` with its map
 rescaled quantile-equidistantly (docs/analyses.md#quantile-equidistant-rescaling) into the unit square at ``(c·SX, r·SY)`` — a single axis
 draws fast for hundreds of panels and exports as one PNG/SVG. Each row's panels are one PNG
-picture (``row_image``, drawn by ``frontend.figures.thumbnails``), placed as a layout image: the browser
-draws no points (issue 34: 270 heads of SmolLM2 as WebGL points cost a software-rendered Chromium
-~20 CPU seconds). ``layout.meta.gallery`` tells ``assets/heads.js`` which panel a click falls in;
-the large map of the clicked head is the interactive one.
+picture (``row_image``, drawn by ``frontend.figures.thumbnails``), placed as a layout image: the
+browser draws no points (as WebGL points they cost a software-rendered Chromium far more:
+docs/dashboard.md, "Measured costs the code points to"). ``layout.meta.gallery`` tells
+``assets/heads.js`` which panel a click falls in; the large map of the clicked head is the
+interactive one.
 
 The figure has a fixed shape while the gallery fills in (``workers/core/partials.py``): trace 0 the
 panel frames, trace 1 the colour bar, trace 2 the panels' titles, layout image r the row r, invisible
@@ -15,7 +16,7 @@ until its layer is computed. A page that already shows some rows therefore takes
 (the new rows' images by index, the frames, the titles' text trace, title and meta), which the dashboard sends
 as a partial update: the rows on screen are not sent again.
 
-``head_maps`` packs, for every head of a result, exactly what ``figures.head_tsne_figure`` would
+``head_maps`` packs, for every head of a result, exactly what ``figures.tsne.head_tsne_figure`` would
 draw (plotted and original coordinates, ticks, title) plus two template figures, so the browser
 redraws the large map for another head without asking the server; ``head_map_entries`` gives the
 maps of some heads only (the layers that just arrived).
@@ -34,14 +35,11 @@ import numpy as np
 import plotly.graph_objects as go
 
 from frontend.figures import thumbnails as T
-from frontend.figures.text import (
-    POSITION_SCALE,
-    empty_figure,
-    head_tsne_figure,
-    scatter_axes,
-    token_labels,
-)
+from frontend.figures.base import POSITION_SCALE, empty_figure, scatter_axes
+from frontend.figures.tokens import token_labels
+from frontend.figures.tsne import head_tsne_figure
 from frontend.kit.heads import gallery_section, head_sections
+from workers.analyses.attention.spec import MAX_ATTENTION
 
 SX, SY = (
     1.12,
@@ -54,13 +52,6 @@ IMAGE_SCALE = (
 MAX_PANELS = 96  # panels per gallery page; a page holds whole layers
 DIGITS = 5
 TITLE_COLOUR = "#2a3f5f"  # plotly's template font colour, as the annotations the titles were
-
-
-def gallery_layers(result: dict[str, Any], layers: list[int] | None = None) -> list[int]:
-    """The layers of the gallery: those chosen (``layers``) that the grid holds, or all of them."""
-    sec = gallery_section(result)
-    have = list(planned_layers(sec)) if sec else []
-    return [layer for layer in (layers or have) if layer in have]
 
 
 def planned_layers(sec: dict[str, Any]) -> list[int]:
@@ -80,7 +71,7 @@ def skeleton_section(result: dict[str, Any]) -> dict[str, Any] | None:
     """A grid section with no layer yet, shaped as the gallery the job is computing: every layer and
     head of the model over the max-attention section's tokens (None before that section is there).
     The page draws it while the first layer is embedded, so its rows wait in their places."""
-    ma = result.get("max-attention")
+    ma = result.get(MAX_ATTENTION)
     n_layers, n_heads = result.get("n_layers"), result.get("n_heads")
     if not ma or not n_layers or not n_heads:
         return None
@@ -285,9 +276,9 @@ def _frames(gp: GalleryPage) -> dict[str, Any]:
 
 def _labels(gp: GalleryPage) -> dict[str, Any]:
     """The panels' titles (``L{layer} H{head} · KL {kl}``) and each waiting row's ``layer L: computing…``,
-    as one text trace: 270 layout annotations cost Chromium ~1 CPU s over the 30 updates of a SmolLM2
-    gallery (Plotly redraws and measures every annotation when any changes; issue 34), text points a
-    fraction of it."""
+    as one text trace, not layout annotations: Plotly redraws and measures every annotation when any
+    changes, text points cost a fraction of it (docs/dashboard.md, "Measured costs the code points
+    to")."""
     sec = gp.section
     kl = {la: sec["kl"][i] for i, la in enumerate(sec.get("layers", []))}
     size = 9 if len(gp.heads) <= 16 else 7
@@ -487,7 +478,7 @@ def head_maps(result: dict[str, Any]) -> dict[str, Any]:
     ``{"maps": {"L,H": {"title", "x", "y", "xr", "yr", "xaxis", "yaxis"}}, "kept", "labels",
     "templates": {"rescaled": figure, "raw": figure}}``: ``x``/``y`` and the axes are the
     quantile-equidistant plot, ``xr``/``yr`` the original coordinates (the raw plot and the hover);
-    the same numbers ``figures.head_tsne_figure`` draws.
+    the same numbers ``figures.tsne.head_tsne_figure`` draws.
     """
     heads = _every_head(result)
     if not heads:

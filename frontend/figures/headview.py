@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from frontend.figures.text import empty_figure, token_labels
+from frontend.figures.base import empty_figure
+from frontend.figures.tokens import token_labels
 from frontend.kit.heads import gallery_section, grid_attention, head_attention
 
 HEAD_COLOURS = [

@@ -11,17 +11,13 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from frontend.figures.text import (
-    HEAT_SCALE,
-    _token_ticks,
-    empty_figure,
-    token_labels,
-    token_scatter,
-)
+from frontend.figures.base import HEAT_SCALE, empty_figure, token_scatter
+from frontend.figures.tokens import token_labels, token_ticks
+from workers.analyses.lasf.spec import LASF
 
 
 def _section(result: dict[str, Any]) -> dict[str, Any] | None:
-    return (result or {}).get("lasf")
+    return (result or {}).get(LASF)
 
 
 def _layout(fig: go.Figure, title: str, *, height: int, meta: dict[str, Any]) -> go.Figure:
@@ -111,7 +107,7 @@ def relation_figure(result: dict[str, Any], *, field: int | None = None) -> go.F
             y1=field + 0.5,
             line={"color": "#d62728", "width": 2},
         )
-    fig.update_xaxes(**_token_ticks(labels))
+    fig.update_xaxes(**token_ticks(labels))
     fig.update_yaxes(title_text="field", dtick=1, autorange="reversed")
     return _layout(
         fig,
@@ -147,7 +143,7 @@ def field_matrix_figure(result: dict[str, Any], *, field: int) -> go.Figure:
             colorbar={"title": {"text": "weight"}, "thickness": 12},
         )
     )
-    ticks = _token_ticks(labels)
+    ticks = token_ticks(labels)
     fig.update_layout(
         xaxis={**ticks, "title": {"text": "key j"}},
         yaxis={
@@ -206,7 +202,7 @@ def contribution_figure(result: dict[str, Any], *, field: int | None = None) -> 
             colorbar={"title": {"text": "share"}, "thickness": 12},
         )
     )
-    fig.update_xaxes(**_token_ticks(labels))
+    fig.update_xaxes(**token_ticks(labels))
     fig.update_yaxes(title_text="field", dtick=1, autorange="reversed")
     return _layout(
         fig,

@@ -15,7 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from frontend.figures.text import empty_figure, scatter_axes
+from frontend.figures.base import empty_figure, scatter_axes
 
 METRICS = (
     ("procrustes_distance", "Procrustes |EΩ − R|_F"),

@@ -12,8 +12,10 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from frontend.figures.text import _token_ticks, empty_figure, token_labels
+from frontend.figures.base import empty_figure
+from frontend.figures.tokens import token_labels, token_ticks
 from workers.analyses.decomposition.rank_stats import spearman_per_state as rank_spearman
+from workers.analyses.decomposition.spec import DECOMPOSITION
 
 TERM_COLOURS = {
     "input": "#1f77b4",
@@ -52,7 +54,7 @@ def error_note(section: dict[str, Any]) -> str:
 
 def term_curves_figure(result: dict[str, Any], *, title: str | None = None) -> go.Figure:
     """Mean ± sd over tokens of each term's importance at every state, one line per term."""
-    section = result.get("decomposition")
+    section = result.get(DECOMPOSITION)
     if not section:
         return empty_figure("No decomposition result yet.")
     mean = np.asarray(section["mean"], dtype=np.float64)  # [state, term]
@@ -128,7 +130,7 @@ def term_curves_figure(result: dict[str, Any], *, title: str | None = None) -> g
 
 def token_strip_figure(result: dict[str, Any], *, state: int | None = None) -> go.Figure:
     """Terms x tokens importance at one state (default: the last); click a token for its curves."""
-    section = result.get("decomposition")
+    section = result.get(DECOMPOSITION)
     if not section:
         return empty_figure("No decomposition result yet.", height=200)
     per = np.asarray(section["per_token"], dtype=np.float64)  # [state, token, term]
@@ -157,7 +159,7 @@ def token_strip_figure(result: dict[str, Any], *, state: int | None = None) -> g
             "text": f"Importance per token at state {s} — click a token for its curves",
             "font": {"size": 14},
         },
-        xaxis=_token_ticks(labels),
+        xaxis=token_ticks(labels),
         height=260,
         margin={"l": 90, "r": 20, "t": 50, "b": 80},
         meta={"highlight": "columns"},
@@ -179,7 +181,7 @@ def clicked_token(click_data: dict[str, Any] | None) -> int | None:
 
 def token_curves_figure(result: dict[str, Any], *, token: int) -> go.Figure:
     """One token's importance per state, one line per term."""
-    section = result.get("decomposition")
+    section = result.get(DECOMPOSITION)
     if not section:
         return empty_figure("No decomposition result yet.")
     per = np.asarray(section["per_token"], dtype=np.float64)  # [state, token, term]
@@ -224,7 +226,7 @@ def head_contributions_figure(
     Without ``token``: the mean over the kept tokens at ``state`` (default the last). With
     ``token``: that token's values at the section's ``head_state``.
     """
-    section = result.get("decomposition")
+    section = result.get(DECOMPOSITION)
     if not section or "head_importance_mean" not in section:
         return empty_figure("No per-head contributions in this result.")
     means = np.asarray(section["head_importance_mean"], dtype=np.float64)  # [state, layer, head]
@@ -276,7 +278,7 @@ def spearman_per_state(a: dict[str, Any], b: dict[str, Any]) -> np.ndarray:
             f"({len(a.get('tokens') or [])} vs {len(b.get('tokens') or [])} tokens); "
             "Spearman's ρ needs the same tokens"
         )
-    sa, sb = a["decomposition"], b["decomposition"]
+    sa, sb = a[DECOMPOSITION], b[DECOMPOSITION]
     return rank_spearman(
         sa["per_token"], sb["per_token"], keep=sa.get("kept") or None
     )  # [state, token, term]
@@ -284,13 +286,13 @@ def spearman_per_state(a: dict[str, Any], b: dict[str, Any]) -> np.ndarray:
 
 def model_compare_figure(a: dict[str, Any], b: dict[str, Any]) -> go.Figure:
     """Spearman's ρ per state between two models' importances on the same text (paper Fig. 3d–f)."""
-    if not a.get("decomposition") or not b.get("decomposition"):
+    if not a.get(DECOMPOSITION) or not b.get(DECOMPOSITION):
         return empty_figure("Analyse the text with a second model to compare.")
     try:
         rho = spearman_per_state(a, b)
     except ValueError as exc:
         return empty_figure(str(exc))
-    terms = _terms(a["decomposition"], rho.shape[1])
+    terms = _terms(a[DECOMPOSITION], rho.shape[1])
     states = list(range(rho.shape[0]))
     fig = go.Figure()
     for k, term in enumerate(terms):

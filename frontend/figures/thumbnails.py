@@ -1,10 +1,9 @@
-"""Scatter plots drawn into PNG images: the gallery's panels as pictures, not as plotted points (issue 34).
+"""Scatter plots drawn into PNG images: the gallery's panels as pictures, not as plotted points.
 
-A browser without a GPU (SwiftShader, headless Chromium, many laptops' remote desktops) spends about
-a CPU second redrawing 40,000 WebGL points, and the gallery's page was redrawn with every layer that
-arrived: drawing 270 SmolLM2 heads cost Chromium ~20 CPU seconds on the worker's two cores. One
-row of panels as one PNG costs the server a few milliseconds of numpy and the browser nearly nothing
-to place. Pure numpy and zlib::
+A browser without a GPU (SwiftShader, headless Chromium, many laptops' remote desktops) is slow to
+redraw tens of thousands of WebGL points, and the gallery's page was redrawn with every layer that
+arrived. One row of panels as one PNG costs the server a little numpy and the browser nearly nothing
+to place (measured: docs/dashboard.md, "Measured costs the code points to"). Pure numpy and zlib::
 
     index = palette_index(positions, lo=0, hi=451)                       # palette entries 1..255
     img = draw_points(xs, ys, index, size=(w, h), radius=2.5)            # pixels -> [h, w] palette image

@@ -18,6 +18,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 from frontend.kit.api_client import ApiClient, ApiError
+from workers.analyses.attention.spec import MAX_ATTENTION
+from workers.analyses.tsne.spec import ALL_HEADS, HEAD_TSNE, HIDDEN_TSNE
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +74,10 @@ class ResultStore:
 
     A running job's sections are read once each: every call asks the API for the status and the
     names of the partial keys only (``?partial=none``) and downloads just the keys it has not read
-    yet (``?partial=a,b``); a section never changes once written. An all-heads job at 512 tokens
-    has a 25 MB section (``attention_u8``): every callback of every poll downloading and decoding
-    the whole partial result again kept the page's server busy for tens of seconds. Calls for the
-    same job wait for each other, so callbacks fired together share one download.
+    yet (``?partial=a,b``); a section never changes once written. An all-heads job's gallery
+    section is tens of MB: every callback of every poll downloading and decoding the whole partial
+    result again kept the page's server busy (docs/dashboard.md, "Measured costs the code points
+    to"). Calls for the same job wait for each other, so callbacks fired together share one download.
     """
 
     def __init__(self, client: ApiClient, *, size: int = 48, running: int = 8):
@@ -302,7 +304,7 @@ class ResultStore:
         return raw, {k: have[k] for k in raw.get("partial_keys") or [] if k in have}
 
 
-TEXT_EXPLORER_KINDS = {"max-attention", "head-tsne", "hidden-tsne"}
+TEXT_EXPLORER_KINDS = {MAX_ATTENTION, HEAD_TSNE, HIDDEN_TSNE}
 
 
 def finished_from_parts(
@@ -312,9 +314,9 @@ def finished_from_parts(
     partial keys read while it ran, when they hold every section it asked for, else None.
 
     It differs from the stored result only in what no figure reads (``timings``, the gallery section's
-    engine notes); ``ResultStore.stored_result`` reads the stored one for downloads. At 452 tokens on
-    SmolLM2 the stored result is 12 MB, at 256 tokens 29 MB: read and parsed again at the job's end,
-    it kept the page's server busy for a second or more (docs/dashboard.md).
+    engine notes); ``ResultStore.stored_result`` reads the stored one for downloads. The stored
+    result is tens of MB: read and parsed again at the job's end, it kept the page's server busy
+    (docs/dashboard.md, "Measured costs the code points to").
     """
     from workers.core.partials import fold
 
@@ -325,10 +327,10 @@ def finished_from_parts(
     want = set(analyses)
     if (
         o.get("all_heads")
-        and "head-tsne" in analyses
+        and HEAD_TSNE in analyses
         and not (o.get("layer") == "all" and o.get("head") == "all")
     ):
-        want.add("head-tsne-all")
+        want.add(ALL_HEADS)
     whole = fold(held)
     if not want <= set(whole) or "tokens" not in whole:
         return None
@@ -382,8 +384,8 @@ class Built:
     for that build instead of running its own beside it.
 
     Two sections arriving a few tenths of a second apart (max attention, then the head's t-SNE) make
-    two polls redraw the same heatmaps; at 512 tokens one build takes seconds, two at once on the
-    page's server twice as long each.
+    two polls redraw the same heatmaps; two builds at once on the page's server take twice as long
+    each (docs/dashboard.md, "Measured costs the code points to").
     """
 
     def __init__(self, size: int = 4):

@@ -1,8 +1,9 @@
 """Where a head's data sits in a text result: pure look-ups shared by every figure module.
 
-A result can hold one head's t-SNE (``result["head-tsne"]`` for one layer and head, with its exact
+A result can hold one head's t-SNE (``result[HEAD_TSNE]`` for one layer and head, with its exact
 attention matrix), a grid of heads (``head-tsne`` with layer/head ``all``), or both: the requested
-head plus every head as ``result["head-tsne-all"]`` (the service's ``all_heads`` option). The grid
+head plus every head as ``result[ALL_HEADS]`` (the service's ``all_heads`` option; both keys are
+named in ``workers/analyses/tsne/spec.py``). The grid
 carries every head's attention one byte a weight (``workers/core/packing.py``).
 """
 
@@ -13,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from workers.analyses.tsne.spec import ALL_HEADS, HEAD_TSNE
 from workers.core.packing import unpack_attention
 
-GALLERY_KEYS = ("head-tsne-all", "head-tsne")
+GALLERY_KEYS = (ALL_HEADS, HEAD_TSNE)
 
 
 def gallery_section(result: dict[str, Any]) -> dict[str, Any] | None:
@@ -29,7 +31,7 @@ def gallery_section(result: dict[str, Any]) -> dict[str, Any] | None:
 
 def head_sections(result: dict[str, Any]) -> list[dict[str, Any]]:
     """The head-tsne sections to look a head up in, the exact one-head section first."""
-    return [s for s in (result.get("head-tsne"), result.get("head-tsne-all")) if s]
+    return [s for s in (result.get(HEAD_TSNE), result.get(ALL_HEADS)) if s]
 
 
 def head_view_key(
@@ -42,14 +44,15 @@ def head_view_key(
 ) -> list[Any]:
     """What a head view of the text explorer (matrix, lines) is drawn from: the source, the head, the
     view's ``options``, whether the job failed or is none, and which section holds the head. The same
-    key, the same figure: the page re-sends nothing when a section it does not show arrives (issue 34: the
-    452 x 452 matrix re-sent and redrawn with every section). Callers add what else a figure reads
+    key, the same figure: the page re-sends nothing when a section it does not show arrives (a
+    large matrix was re-sent and redrawn with every section: docs/dashboard.md, "Where the browser's
+    CPU went"). Callers add what else a figure reads
     (``section_layers``). JSON values only (kept in a dcc.Store)."""
     result = status.get("result") or {}
     holder = next(
         (
             name
-            for name in ("head-tsne", "head-tsne-all")
+            for name in (HEAD_TSNE, ALL_HEADS)
             if (sec := result.get(name))
             and layer in sec.get("layers", [])
             and head in sec.get("heads", [])
@@ -63,7 +66,7 @@ def head_view_key(
         head,
         *options,
         status.get("status") in ("failed", "none"),
-        bool(result.get("head-tsne")),
+        bool(result.get(HEAD_TSNE)),
         holder,
     ]
 
@@ -105,7 +108,7 @@ def head_attention(
 
     The one-head section's 6-decimal matrix when it is that head, else the grid's byte-coded one.
     """
-    one = result.get("head-tsne")
+    one = result.get(HEAD_TSNE)
     if (
         one
         and one.get("attention") is not None

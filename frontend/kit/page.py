@@ -14,7 +14,7 @@ from typing import Any, Literal
 import plotly.graph_objects as go
 from dash import ClientsideFunction, Dash, Input, Output, State, dcc, html, no_update
 
-from frontend.figures.text import graph_config, standalone_html
+from frontend.figures.base import graph_config, standalone_html
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import DONE, ResultStore, query_string, sections_of, source_query
 
@@ -236,8 +236,8 @@ def whole_sections(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The poll's jobs (``{prefix}-job``) without the sections still filling in layer by layer
     (``name:layers done``, ``data.sections_of``): what ``{prefix}-job-sections`` holds.
 
-    ``[{"id": "j", "status": "running", "sections": ["head-tsne-all:3", "max-attention"]}]``
-    -> ``[{"id": "j", "status": "running", "sections": ["max-attention"]}]``
+    A running job whose sections are ``head-tsne-all:3`` (its first 3 layers) and ``max-attention``
+    keeps ``max-attention`` only.
     """
     return [{**j, "sections": [s for s in j.get("sections") or [] if ":" not in s]} for j in jobs]
 
@@ -413,11 +413,6 @@ def register_highlight(app: Dash, prefix: str, graphs: list[str]) -> None:
         State(f"{prefix}-highlight-ids", "data"),
         prevent_initial_call=True,
     )
-
-
-def submit_error(exc: Exception) -> str:
-    """The message shown under a form when the API refuses a request."""
-    return str(exc) or type(exc).__name__
 
 
 def restore_view(

@@ -1,7 +1,7 @@
 """headscope in a notebook: every view inline in Jupyter, JupyterLab and VS Code, offline.
 
 Each function returns a ``View``: the same figures the dashboard draws (the pure functions of
-``frontend/figures*.py``) shown inline through ``_repr_html_``, offline (no CDN, no server): the
+``frontend/figures/``) shown inline through ``_repr_html_``, offline (no CDN, no server): the
 first view a kernel shows carries plotly.js, the others draw with it (``PlotlyPage``), and saved with ``View.save`` as PNG/SVG (kaleido and a Chrome/Chromium) or as a
 standalone HTML page that works offline. docs/notebook.md lists what to type for each view::
 
@@ -32,28 +32,26 @@ from urllib.parse import parse_qs, urlsplit
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from frontend.figures.attention import attention_matrix_figure, max_attention_figure
 from frontend.figures.gallery import gallery_figure, head_maps
 from frontend.figures.headview import head_view_figure, model_view_figure
-from frontend.figures.text import attention_matrix_figure, head_tsne_figure, max_attention_figure
+from frontend.figures.tsne import head_tsne_figure
 from frontend.kit.heads import gallery_section
 from frontend.notebook.page import DEFERRED, DRAW_WHEN_READY, PAGE, plotly_js
 from frontend.notebook.page import (
     new_page as new_page,  # hs.new_page(): plotly.js again in the next view
 )
+from workers.analyses.attention.spec import MAX_ATTENTION
+from workers.analyses.decomposition.spec import DECOMPOSITION
+from workers.analyses.lasf.spec import LASF
+from workers.analyses.tsne.spec import ALL_HEADS, HEAD_TSNE
 from workers.core.errors import HeadscopeError
 
 logger = logging.getLogger(__name__)
 
 HEADS_JS = Path(__file__).resolve().parents[1] / "assets" / "heads.js"
 EXPORT_WIDTH = 1000  # px of a PNG/SVG whose figure sets no width
-RESULT_KEYS = (
-    "max-attention",
-    "head-tsne",
-    "head-tsne-all",
-    "decomposition",
-    "checkpoints",
-    "lasf",
-)
+RESULT_KEYS = (MAX_ATTENTION, HEAD_TSNE, ALL_HEADS, DECOMPOSITION, "checkpoints", LASF)
 
 
 class ExportError(HeadscopeError):
@@ -262,7 +260,7 @@ def _result(
 def attention(attentions: Any, tokens: Sequence[str], **options: Any) -> dict[str, Any]:
     """A result of max-attention and every head's t-SNE from attention you bring (computed once,
     then drawn by any view): see ``workers.engine.external.attention_result`` for the options."""
-    return _result(attentions, tokens, analyses=("max-attention", "head-tsne"), byo=options)
+    return _result(attentions, tokens, analyses=(MAX_ATTENTION, HEAD_TSNE), byo=options)
 
 
 def analyze(
@@ -281,7 +279,7 @@ def analyze(
 
         lasf = load_lasf(path, name=model)
         model = str(lasf.config["base_model"])
-    kinds = list(analyses or (["lasf"] if lasf is not None else ["max-attention", "head-tsne"]))
+    kinds = list(analyses or ([LASF] if lasf is not None else [MAX_ATTENTION, HEAD_TSNE]))
     return run(load_model(model), text, kinds, options, lasf=lasf)
 
 
@@ -297,7 +295,7 @@ def heatmaps(
     **byo: Any,
 ) -> View:
     """Max-attention (or ``reduction="mean"``) heatmaps, heads x tokens, one per layer."""
-    result = _result(source, tokens, analyses=("max-attention",), byo=byo)
+    result = _result(source, tokens, analyses=(MAX_ATTENTION,), byo=byo)
     return View(
         {"heatmaps": max_attention_figure(result, reduction=reduction, layers=layers)},
         title=f"{reduction} attention — {result.get('model', '')}",
@@ -331,7 +329,7 @@ def gallery(
 ) -> View:
     """Every head's attention-head t-SNE as small multiples; clicking a panel opens that head's map
     below it, in the page (the dashboard's ``assets/heads.js``, no kernel round trip)."""
-    result = _result(source, tokens, analyses=("head-tsne",), byo=byo)
+    result = _result(source, tokens, analyses=(HEAD_TSNE,), byo=byo)
     sec = gallery_section(result)
     if sec is None:
         raise HeadscopeError(
@@ -370,7 +368,7 @@ def head_map(
     result = _result(
         source,
         tokens,
-        analyses=("head-tsne",),
+        analyses=(HEAD_TSNE,),
         select={"layers": [layer], "heads": [head]},
         byo=byo,
     )
@@ -391,7 +389,7 @@ def head_view(
 ) -> View:
     """bertviz's head view: lines from queries (left) to keys (right), one colour per head of
     ``layer`` (all its heads unless ``heads``), weights below ``threshold`` left out."""
-    result = _result(source, tokens, analyses=("head-tsne",), select={"layers": [layer]}, byo=byo)
+    result = _result(source, tokens, analyses=(HEAD_TSNE,), select={"layers": [layer]}, byo=byo)
     sec = gallery_section(result)
     chosen = (
         heads
@@ -413,7 +411,7 @@ def model_view(
     **byo: Any,
 ) -> View:
     """Every head's attention pattern, layers down and heads across; (layer, head) framed if given."""
-    result = _result(source, tokens, analyses=("head-tsne",), byo=byo)
+    result = _result(source, tokens, analyses=(HEAD_TSNE,), byo=byo)
     return View(
         {"model_view": model_view_figure(result, layer=layer, head=head)},
         title=f"model view — {result.get('model', '')}",
@@ -429,13 +427,13 @@ def terms(source: Any, *, compare: Any = None, state: int | None = None) -> View
         term_curves_figure,
     )
 
-    result = _own(source, "decomposition", "terms")
+    result = _own(source, DECOMPOSITION, "terms")
     figures = {
         "terms": term_curves_figure(result),
         "heads": head_contributions_figure(result, state=state),
     }
     if compare is not None:
-        figures["compare"] = model_compare_figure(result, _own(compare, "decomposition", "terms"))
+        figures["compare"] = model_compare_figure(result, _own(compare, DECOMPOSITION, "terms"))
     return View(figures, title=f"term importance — {result.get('model', '')}")
 
 
@@ -463,7 +461,7 @@ def lasf(source: Any, *, field: int | None = None) -> View:
     field vs head) of a ``lasf`` result: ``hs.lasf(hs.analyze("lasf-minilm", text))``."""
     from frontend.figures.lasf import all_figures
 
-    result = _own(source, "lasf", "lasf")
+    result = _own(source, LASF, "lasf")
     names = (
         "phi",
         "relation",

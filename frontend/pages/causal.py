@@ -13,20 +13,28 @@ from typing import Any
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from frontend.figures import causal as C
-from frontend.figures.text import empty_figure
+from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore, int_or_none, source_query
+from frontend.kit.forms import decoder_choices, parse_head, parse_target
 from frontend.kit.page import (
     PageView,
     export_bar,
     graph,
-    model_options,
     progress_block,
     register_click_pick,
     register_exports,
     register_poll,
     register_view,
     restore_view,
+)
+from workers.analyses.causal.spec import (
+    ABLATION,
+    CONTINUE,
+    LOGIT_ATTRIBUTION,
+    LOGIT_LENS,
+    PATCHING,
+    PREDICTIONS,
 )
 
 logger = logging.getLogger(__name__)
@@ -49,23 +57,6 @@ DEMO = "The Eiffel Tower is in the city of"
 DEMO_CORRUPTED = "The Colosseum is in the city of"
 
 
-def parse_target(value: str | None) -> str | int | list[str | int] | None:
-    """The target box: empty (the text's next token), a token's text with its leading space
-    (`` Paris``, or ``␣Paris`` as the page shows tokens: ``␣`` is a space, ``⏎`` a newline, ``⇥`` a
-    tab), ``#id``, or two of them separated by ``|`` (``␣Paris|␣Rome``: l[a] - l[b])."""
-    if not value or not value.strip():
-        return None
-
-    def one(part: str) -> str | int:
-        q = part.strip()
-        if q.startswith("#") and q[1:].isdigit():
-            return int(q[1:])
-        return part.rstrip().replace("␣", " ").replace("⏎", "\n").replace("⇥", "\t")
-
-    out = [one(p) for p in value.split("|")]
-    return out if len(out) > 1 else out[0]
-
-
 def causal_request(
     *,
     text: str,
@@ -81,7 +72,7 @@ def causal_request(
 ) -> dict[str, Any]:
     """The API request of the page: every causal view, patching when a corrupted text is given,
     the continuation first when ``continue_tokens`` > 0."""
-    analyses = ["predictions", "logit-lens", "logit-attribution", "ablation"]
+    analyses = [PREDICTIONS, LOGIT_LENS, LOGIT_ATTRIBUTION, ABLATION]
     options: dict[str, Any] = {
         "k": int(k or 10),
         "ablation": ablation or "mean",
@@ -93,45 +84,18 @@ def causal_request(
     if position is not None:
         options["position"] = int(position)
     if corrupted and corrupted.strip():
-        analyses.append("patching")
+        analyses.append(PATCHING)
         options["corrupted"] = corrupted
     if continue_tokens:
-        analyses.insert(0, "continue")
+        analyses.insert(0, CONTINUE)
         options.update(continue_tokens=int(continue_tokens), temperature=float(temperature or 0.0))
     return {"model": model, "text": text, "analyses": analyses, "options": options}
-
-
-def _model_choices(store: ResultStore) -> tuple[list[dict[str, Any]], str, str]:
-    """Dropdown options (models without a head disabled), a default model that has one, and the
-    sentence naming the models that can."""
-    options, default, info = model_options(store)
-    can = [n for n, m in info.items() if m.get("lm_head") is not False]
-    out = []
-    for o in options:
-        m = info.get(o["value"]) or {}
-        if m.get("lm_head") is False:
-            out.append(
-                {
-                    **o,
-                    "label": f"{o['label']} (no language-model head)",
-                    "disabled": True,
-                    "title": m.get("lm_head_reason", ""),
-                }
-            )
-        else:
-            out.append(o)
-    hint = (
-        f"The causal views need a decoder with a language-model head: {', '.join(can)}."
-        if can
-        else "No model in this catalogue has a language-model head (the causal views need a decoder with one)."
-    )
-    return out, (default if default in can else (can[0] if can else default)), hint
 
 
 def layout(
     store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None
 ) -> html.Div:
-    options, default_model, hint = _model_choices(store)
+    options, default_model, hint = decoder_choices(store)
     source, request, view = restore_view(store, query, share, keys=("position", "head"))
     opts = request.get("options") or {}
     target = opts.get("target")
@@ -182,7 +146,7 @@ def layout(
                 min=0,
                 max=64,
                 value=opts.get("continue_tokens", 0)
-                if "continue" in (request.get("analyses") or [])
+                if CONTINUE in (request.get("analyses") or [])
                 else 0,
                 className="small-input",
             ),
@@ -326,17 +290,9 @@ def layout(
             ),
             dcc.Store(id="causal-source", data=source),
             dcc.Store(id="causal-position", data=int_or_none(view.get("position"))),
-            dcc.Store(id="causal-head", data=_head(view.get("head"))),
+            dcc.Store(id="causal-head", data=parse_head(view.get("head"))),
         ],
     )
-
-
-def _head(value: Any) -> list[int] | None:
-    try:
-        layer, head = (int(x) for x in str(value).split("."))
-        return [layer, head]
-    except (TypeError, ValueError):
-        return None
 
 
 def _position(result: dict[str, Any], position: int | None) -> int:
@@ -447,7 +403,7 @@ def register(app: Dash, store: ResultStore) -> None:
     def _views(_job, position, source):  # type: ignore[no-untyped-def]
         st = store.status(source)
         result = st["result"]
-        if not result.get("predictions"):
+        if not result.get(PREDICTIONS):
             msg = {"none": "Press Analyze.", "failed": f"failed: {st.get('error')}"}.get(
                 st["status"], "Computing…"
             )

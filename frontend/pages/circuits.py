@@ -17,11 +17,13 @@ from typing import Any
 from dash import ClientsideFunction, Dash, Input, Output, State, dcc, html, no_update
 
 from frontend.figures import circuits as F
-from frontend.figures.text import empty_figure, graph_config, standalone_html
+from frontend.figures.base import empty_figure, graph_config, standalone_html
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore, source_query
+from frontend.kit.forms import decoder_choices, parse_head, parse_target
 from frontend.kit.page import export_bar, graph, progress_block, restore_view, share_link
-from frontend.pages.causal import _head, _model_choices, causal_request, parse_target
+from frontend.pages.causal import causal_request
+from workers.analyses.circuits.spec import ATTRIBUTION_PATCHING, EDGE_ATTRIBUTION, INFORMATION_FLOW
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +40,6 @@ GRAPHS = [
 HEAD_GRAPHS = ["circuits-circuit-graph", "circuits-atp-graph", "circuits-flow-graph"]
 DEMO = "When Mary and John went to the store, John gave a drink to"
 DEMO_CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
-EDGE_KIND = "edge-attribution"  # circuits-eap's analysis (docs/results.md)
 PAGE_TOP_EDGES = 1000  # edges the pair job lists: the slider reaches the curve's sizes up to this
 FAITHFUL = 0.8  # the slider starts at the smallest listed circuit at least this faithful
 
@@ -47,7 +48,7 @@ def edge_attribution_available() -> bool:
     """Whether this build's registry knows the edge-attribution analysis."""
     from workers.core import registry
 
-    return EDGE_KIND in registry.kinds()
+    return EDGE_ATTRIBUTION in registry.kinds()
 
 
 def flow_request(
@@ -64,7 +65,7 @@ def flow_request(
         options["threshold"] = float(threshold)
     if position is not None:
         options["position"] = int(position)
-    return {"model": model, "text": text, "analyses": ["information-flow"], "options": options}
+    return {"model": model, "text": text, "analyses": [INFORMATION_FLOW], "options": options}
 
 
 def top_edges_for(facts: dict[str, Any]) -> int | None:
@@ -94,9 +95,9 @@ def pair_request(
 ) -> dict[str, Any]:
     """The pair job: attribution patching (with the real head patching beside it when ``real``) and,
     where the build has it, edge attribution listing ``top_edges`` edges."""
-    analyses = ["attribution-patching"] + ([EDGE_KIND] if edge_attribution_available() else [])
+    analyses = [ATTRIBUTION_PATCHING] + ([EDGE_ATTRIBUTION] if edge_attribution_available() else [])
     options: dict[str, Any] = {"corrupted": corrupted, "dtype": dtype or "float32"}
-    if top_edges is not None and EDGE_KIND in analyses:
+    if top_edges is not None and EDGE_ATTRIBUTION in analyses:
         options["top_edges"] = int(top_edges)
     if real:
         options["real"] = True
@@ -124,7 +125,7 @@ def _number(value: Any, default: Any = None) -> Any:
 def layout(
     store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None
 ) -> html.Div:
-    options, default_model, hint = _model_choices(store)
+    options, default_model, hint = decoder_choices(store)
     all_models = [
         {k: v for k, v in o.items() if k != "disabled"} for o in options
     ]  # flow: any model
@@ -308,7 +309,7 @@ def layout(
             dcc.Store(id="circuits-source", data=source),
             dcc.Store(id="circuits-pair-source", data=pair),
             dcc.Store(id="circuits-n", data=int(_number(view.get("n"), 0)) or None),
-            dcc.Store(id="circuits-head", data=_head(view.get("head"))),
+            dcc.Store(id="circuits-head", data=parse_head(view.get("head"))),
         ],
     )
 
@@ -637,15 +638,15 @@ def _register_exports(app: Dash, store: ResultStore) -> None:
         which = str(ctx.triggered_id).removeprefix("circuits-dl-")
         src = pair if which.startswith("circuit") else source
         st = store.status(src)
-        key = EDGE_KIND if which.startswith("circuit") else "information-flow"
+        key = EDGE_ATTRIBUTION if which.startswith("circuit") else INFORMATION_FLOW
         if st["status"] != "finished" or not st["result"].get(key):
             return (
                 no_update,
-                f"no {'circuit' if key == EDGE_KIND else 'flow graph'} to download yet",
+                f"no {'circuit' if key == EDGE_ATTRIBUTION else 'flow graph'} to download yet",
             )
         g = (
             F.circuit_graph(st["result"], n_top=n)
-            if key == EDGE_KIND
+            if key == EDGE_ATTRIBUTION
             else F.flow_graph(st["result"])
         )
         stem = f"headscope-{which.split('-')[0]}-{src['id']}"

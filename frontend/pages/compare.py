@@ -15,9 +15,10 @@ import dash_ag_grid as dag
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from frontend.figures import compare as F
-from frontend.figures.text import empty_figure
+from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore
+from frontend.kit.forms import corpus_options
 from frontend.kit.page import (
     PageView,
     export_bar,
@@ -31,7 +32,7 @@ from frontend.kit.page import (
     register_view,
     shown,
 )
-from frontend.pages.corpus import _corpus_options
+from workers.analyses.compare.spec import WORD_MAPS
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ def layout(
                                 children=[
                                     dcc.Dropdown(
                                         id="compare-corpus",
-                                        options=_corpus_options(store),
+                                        options=corpus_options(store),
                                         value=request.get("corpus") or "builtin-english",
                                         clearable=False,
                                         style={"minWidth": "22em"},
@@ -480,7 +481,7 @@ def register(app: Dash, store: ResultStore) -> None:
             model = result[side]["name"]
             try:
                 made = client.submit_analysis(
-                    model=model, text=text, analyses=["word-maps"], options={"truncate": True}
+                    model=model, text=text, analyses=[WORD_MAPS], options={"truncate": True}
                 )
             except ApiError as exc:
                 logger.warning("word maps of %s: %s", model, exc)
@@ -515,7 +516,7 @@ def register(app: Dash, store: ResultStore) -> None:
         ):
             h = int(side["n_heads"])
             st = store.status(maps) if maps else {"status": "none", "result": {}}
-            section = (st.get("result") or {}).get("word-maps")
+            section = (st.get("result") or {}).get(WORD_MAPS)
             title = f"{side['name']} head {F.head_label(idx, h)}: word-level map"
             figs.append(
                 F.word_map_figure(section, layer=idx // h, head=idx % h, title=title)

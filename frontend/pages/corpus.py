@@ -15,9 +15,10 @@ import dash_ag_grid as dag
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from frontend.figures import corpus as C
-from frontend.figures.text import empty_figure
+from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore
+from frontend.kit.forms import corpus_options
 from frontend.kit.page import (
     PageView,
     export_bar,
@@ -51,22 +52,6 @@ def corpus_request(
     }
 
 
-def _corpus_options(store: ResultStore) -> list[dict[str, str]]:
-    try:
-        listed = store.client.corpora()
-    except ApiError:
-        return []
-    shipped = [
-        {"label": f"{c['id']} ({c['n_texts']} texts, shipped)", "value": c["id"]}
-        for c in listed["shipped"]
-    ]
-    mine = [
-        {"label": f"{c['name']} ({c['n_texts']} texts)", "value": c["id"]}
-        for c in listed["corpora"]
-    ]
-    return shipped + mine
-
-
 def _restore(store: ResultStore, query: dict[str, str], share: dict[str, Any] | None):
     source, request, view = None, {}, {}
     if share is not None:
@@ -85,7 +70,7 @@ def layout(
     options, default_model, _ = model_options(store)
     source, request, view = _restore(store, query, share)
     opts = request.get("options") or {}
-    corpora = _corpus_options(store)
+    corpora = corpus_options(store)
     return html.Div(
         className="page",
         id="corpus-page",
@@ -402,7 +387,7 @@ def register(app: Dash, store: ResultStore) -> None:
         except ApiError as exc:
             return no_update, no_update, html.Span(str(exc), className="error")
         return (
-            _corpus_options(store),
+            corpus_options(store),
             made["id"],
             f"stored {made['name']}: {made['n_texts']} texts ({made['id']})",
         )

@@ -11,7 +11,7 @@ from typing import Any
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from frontend.figures import lasf as F
-from frontend.figures.text import empty_figure
+from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore, int_or_none
 from frontend.kit.page import (
@@ -26,6 +26,7 @@ from frontend.kit.page import (
     register_view,
     restore_view,
 )
+from workers.analyses.lasf.spec import LASF
 from workers.core.contracts import LASF_ABOUT
 
 logger = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ def lasf_request(*, text: str, model: str, drop_special: bool) -> dict[str, Any]
     return {
         "model": model,
         "text": text,
-        "analyses": ["lasf"],
+        "analyses": [LASF],
         "options": {"drop_special": bool(drop_special)},
     }
 
@@ -199,7 +200,7 @@ def spec_table(result: dict[str, Any]) -> Any:
     header, rows, counts = F.specialisation_rows(result)
     if not header:
         return html.Div("No specialisation table yet.", className="hint")
-    spec = result["lasf"]["specialisation"]
+    spec = result[LASF]["specialisation"]
     summary = ", ".join(f"{k}: {v} of {len(rows)} fields" for k, v in counts.items())
     return html.Div(
         [
@@ -288,12 +289,12 @@ def register(app: Dash, store: ResultStore) -> None:
     def _draw(_job, field, source):  # type: ignore[no-untyped-def]
         st = store.status(source)
         result = st["result"]
-        if not result.get("lasf"):
+        if not result.get(LASF):
             msg = {"none": "Press Analyze.", "failed": f"failed: {st.get('error')}"}.get(
                 st["status"], "Computing…"
             )
             return (empty_figure(msg), *[empty_figure("") for _ in GRAPHS[1:]], "", "", "")
-        sec = result["lasf"]
+        sec = result[LASF]
         figs = F.all_figures(result, field)
         if field is None:  # no field open yet: the matrix and map wait for a click
             figs[2] = empty_figure(

@@ -14,7 +14,7 @@ from typing import Any
 from dash import ALL, Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from frontend.figures import positional as P
-from frontend.figures.text import empty_figure
+from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore
 from frontend.kit.page import (

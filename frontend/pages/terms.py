@@ -12,7 +12,7 @@ from typing import Any
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from frontend.figures import terms as T
-from frontend.figures.text import empty_figure
+from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore, int_or_none
 from frontend.kit.page import (
@@ -28,6 +28,7 @@ from frontend.kit.page import (
     register_view,
     restore_view,
 )
+from workers.analyses.decomposition.spec import DECOMPOSITION
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def terms_request(*, text: str, model: str, drop_special: bool, dtype: str) -> d
     return {
         "model": model,
         "text": text,
-        "analyses": ["decomposition"],
+        "analyses": [DECOMPOSITION],
         "options": {"drop_special": bool(drop_special), "dtype": dtype or "float32"},
     }
 
@@ -248,18 +249,18 @@ def register(app: Dash, store: ResultStore) -> None:
     def _curves(_job, source, source_b, state):  # type: ignore[no-untyped-def]
         st = store.status(source)
         result = st["result"]
-        if not result.get("decomposition"):
+        if not result.get(DECOMPOSITION):
             msg = {"none": "Press Analyze.", "failed": f"failed: {st.get('error')}"}.get(
                 st["status"], "Computing the decomposition…"
             )
             return empty_figure(msg), no_update, no_update, no_update, no_update
-        n_states = len(result["decomposition"]["mean"])
+        n_states = len(result[DECOMPOSITION]["mean"])
         marks = {i: str(i) for i in range(n_states)}
         if source_b:
             st_b = store.status(source_b)
             if st_b["status"] == "failed":
                 compare = empty_figure(f"second model failed: {st_b.get('error')}")
-            elif st_b["result"].get("decomposition"):
+            elif st_b["result"].get(DECOMPOSITION):
                 compare = T.model_compare_figure(result, st_b["result"])
             else:
                 compare = empty_figure("Computing the second model…")
@@ -291,7 +292,7 @@ def register(app: Dash, store: ResultStore) -> None:
     )
     def _details(_job, token, state, source):  # type: ignore[no-untyped-def]
         result = store.status(source)["result"]
-        if not result.get("decomposition"):
+        if not result.get(DECOMPOSITION):
             return (
                 empty_figure("", height=200),
                 empty_figure("Click a token above for its curves."),

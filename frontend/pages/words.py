@@ -10,7 +10,8 @@ from typing import Any
 
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
-from frontend.figures import text as F
+from frontend.figures.base import empty_figure
+from frontend.figures.tsne import words_tsne_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore, int_or_none
 from frontend.kit.page import (
@@ -24,6 +25,7 @@ from frontend.kit.page import (
     register_view,
     restore_view,
 )
+from workers.analyses.tsne.spec import WORD_TSNE
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +62,7 @@ a hundred"""
 
 
 def words_request(*, text: str, model: str) -> dict[str, Any]:
-    return {"model": model, "text": text, "analyses": ["word-tsne"], "options": {"layer": "all"}}
+    return {"model": model, "text": text, "analyses": [WORD_TSNE], "options": {"layer": "all"}}
 
 
 def layout(
@@ -141,7 +143,7 @@ def layout(
                             ),
                         ],
                     ),
-                    graph("words-tsne-graph", figure=F.empty_figure("Press Analyze.")),
+                    graph("words-tsne-graph", figure=empty_figure("Press Analyze.")),
                 ],
             ),
             dcc.Store(id="words-source", data=source),
@@ -151,7 +153,7 @@ def layout(
 
 def _figures(result: dict[str, Any], state: int | None, view_opts: list[str] | None) -> list[Any]:
     return [
-        F.words_tsne_figure(result, state=int(state or 0), rescale="rescale" in (view_opts or []))
+        words_tsne_figure(result, state=int(state or 0), rescale="rescale" in (view_opts or []))
     ]
 
 
@@ -186,15 +188,15 @@ def register(app: Dash, store: ResultStore) -> None:
     )
     def _render(_job, state, view_opts, source):  # type: ignore[no-untyped-def]
         st = store.status(source)
-        sec = st["result"].get("word-tsne")
+        sec = st["result"].get(WORD_TSNE)
         if not sec:
             msg = {"none": "Press Analyze.", "failed": f"failed: {st.get('error')}"}.get(
                 st["status"], "Computing the word-list t-SNE…"
             )
-            return F.empty_figure(msg), no_update, no_update
+            return empty_figure(msg), no_update, no_update
         states = list(sec.get("layers") or [0])
         state = state if state in states else states[-1]
-        fig = F.words_tsne_figure(st["result"], state=state, rescale="rescale" in (view_opts or []))
+        fig = words_tsne_figure(st["result"], state=state, rescale="rescale" in (view_opts or []))
         return fig, max(states), {i: str(i) for i in states}
 
     register_view(

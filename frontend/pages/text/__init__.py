@@ -5,7 +5,7 @@ URL state: ``/?analysis=<id>`` or ``/?share=<id>``, plus ``layer``, ``head``, ``
 page), ``hv_heads`` and ``threshold`` (the head view). Analyze sends one request holding max
 attention, the selected head's t-SNE (with its attention matrix), every head's t-SNE
 (``all_heads``: the gallery, with every head's attention) and the standard t-SNE of every state,
-so switching heads and share links need nothing more from the service (``pages/text_heads.py``).
+so switching heads and share links need nothing more from the service (``pages/text/heads.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,14 @@ from typing import Any
 
 from dash import ClientsideFunction, Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from frontend.figures import text as F
+from frontend.figures.attention import (
+    attention_matrix_figure,
+    max_attention_figure,
+    max_attention_spec,
+    typed_arrays,
+)
+from frontend.figures.base import empty_figure
+from frontend.figures.tsne import head_tsne_figure, hidden_tsne_figure, kl_summary
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import Built, ResultStore, int_list, int_or_none
 from frontend.kit.heads import has_head, head_view_key, section_layers
@@ -34,7 +41,9 @@ from frontend.kit.page import (
     register_poll,
     register_view,
 )
-from frontend.pages import text_heads
+from frontend.pages.text import heads
+from workers.analyses.attention.spec import MAX_ATTENTION
+from workers.analyses.tsne.spec import HEAD_TSNE, HIDDEN_TSNE
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +54,7 @@ NAV_ORDER = 0
 GRAPHS = ["max-attention-graph", "head-tsne-graph", "hidden-tsne-graph", "attention-matrix-graph"]
 EXPORTED = [
     *GRAPHS,
-    *text_heads.GRAPHS,
+    *heads.GRAPHS,
 ]  # the gallery is not in GRAPHS: rings in 72 panels cost a hover
 
 
@@ -72,7 +81,7 @@ def text_request(
     }
     if chat:
         options["chat"] = True
-    analyses = ["max-attention", "head-tsne", "hidden-tsne"]
+    analyses = [MAX_ATTENTION, HEAD_TSNE, HIDDEN_TSNE]
     return {"model": model, "text": text, "analyses": analyses, "options": options}
 
 
@@ -121,7 +130,7 @@ def layout(
     facts = info.get(model) or {}
     n_layers, n_heads = int(facts.get("n_layers") or 6), int(facts.get("n_heads") or 12)
     running = source is not None
-    heads_state = text_heads.view_state(view, layer=layer, head=head)
+    heads_state = heads.view_state(view, layer=layer, head=head)
 
     controls = html.Div(
         className="controls",
@@ -204,10 +213,10 @@ def layout(
                     ),
                 ],
             ),
-            graph("max-attention-graph", figure=F.empty_figure("Press Analyze.")),
+            graph("max-attention-graph", figure=empty_figure("Press Analyze.")),
         ],
     )
-    gallery = text_heads.gallery_panel(heads_state)
+    gallery = heads.gallery_panel(heads_state)
     head_view = html.Div(
         className="panel",
         children=[
@@ -250,7 +259,7 @@ def layout(
                         className="col",
                         children=graph(
                             "head-tsne-graph",
-                            figure=F.empty_figure(
+                            figure=empty_figure(
                                 "Click a panel of the gallery or a cell of the heatmaps to open that head."
                             ),
                         ),
@@ -259,7 +268,7 @@ def layout(
                         className="col",
                         children=graph(
                             "hidden-tsne-graph",
-                            figure=F.empty_figure(
+                            figure=empty_figure(
                                 "The standard t-SNE of the same layer's hidden states appears here."
                             ),
                         ),
@@ -268,7 +277,7 @@ def layout(
             ),
             graph(
                 "attention-matrix-graph",
-                figure=F.empty_figure("The head's attention matrix appears here."),
+                figure=empty_figure("The head's attention matrix appears here."),
             ),
         ],
     )
@@ -282,7 +291,7 @@ def layout(
             heatmaps,
             gallery,
             head_view,
-            text_heads.lines_panel(heads_state, n_heads),
+            heads.lines_panel(heads_state, n_heads),
             dcc.Store(id="text-source", data=source),
             dcc.Store(id="text-heatmap-key"),
             dcc.Store(id="text-head-view-key"),
@@ -300,20 +309,20 @@ def _figures(
     layers: list[int] | None,
     gpage: Any = 0,
     hv_heads: Any = None,
-    threshold: Any = text_heads.DEFAULT_THRESHOLD,
+    threshold: Any = heads.DEFAULT_THRESHOLD,
 ) -> list[Any]:
-    figs = [F.max_attention_figure(result, reduction=reduction or "max", layers=layers or None)]
+    figs = [max_attention_figure(result, reduction=reduction or "max", layers=layers or None)]
     if layer is not None and head is not None:
         rescale = "rescale" in (view_opts or [])
         figs += [
-            F.head_tsne_figure(result, layer=layer, head=head, rescale=rescale),
-            F.hidden_tsne_figure(result, state=layer + 1, rescale=rescale),
-            F.attention_matrix_figure(result, layer=layer, head=head),
+            head_tsne_figure(result, layer=layer, head=head, rescale=rescale),
+            hidden_tsne_figure(result, state=layer + 1, rescale=rescale),
+            attention_matrix_figure(result, layer=layer, head=head),
         ]
-    state = text_heads.view_state(
+    state = heads.view_state(
         {"gpage": gpage, "hv_heads": hv_heads, "threshold": threshold}, layer=layer, head=head
     )
-    return figs + text_heads.figures(
+    return figs + heads.figures(
         result,
         layer=layer,
         head=head,
@@ -330,7 +339,7 @@ def register(app: Dash, store: ResultStore) -> None:
     heatmaps = Built()
     register_poll(app, store, "text", ["text-source"], sections=True)
     register_highlight(app, "text", GRAPHS)
-    text_heads.register(app, store)
+    heads.register(app, store)
 
     @app.callback(
         Output("text-source", "data"),
@@ -416,11 +425,11 @@ def register(app: Dash, store: ResultStore) -> None:
     def _heatmaps(job, reduction, layers, source, shown_key):  # type: ignore[no-untyped-def]
         st = store.status(source, seen=job)
         result = st["result"]
-        if not result.get("max-attention"):
+        if not result.get(MAX_ATTENTION):
             msg = {"none": "Press Analyze.", "failed": "No result."}.get(
                 st["status"], "Computing maximum attention…"
             )
-            return F.empty_figure(msg), None
+            return empty_figure(msg), None
         req = st.get("request") or {}
         key = [
             req.get("model"),
@@ -435,11 +444,11 @@ def register(app: Dash, store: ResultStore) -> None:
             key == shown_key and req
         ):  # same heatmaps as already drawn (e.g. a new head of the same text)
             return no_update, no_update
-        fig = heatmaps.get(json.dumps([source.get("kind"), source.get("id"), key]), lambda: F.typed_arrays(
-            F.max_attention_spec(result, reduction=reduction or "max", layers=layers or None)))  # fmt: skip
+        fig = heatmaps.get(json.dumps([source.get("kind"), source.get("id"), key]), lambda: typed_arrays(
+            max_attention_spec(result, reduction=reduction or "max", layers=layers or None)))  # fmt: skip
         return fig, key
 
-    @app.callback(  # the large map is drawn in the browser (text_heads: drawHead)
+    @app.callback(  # the large map is drawn in the browser (text/heads.py: drawHead)
         Output("hidden-tsne-graph", "figure"),
         Output("attention-matrix-graph", "figure"),
         Output("text-kl", "children"),
@@ -459,7 +468,7 @@ def register(app: Dash, store: ResultStore) -> None:
         matrix = head_view_key(source, st, layer=layer, head=head, options=[])
         keys = {
             "matrix": matrix,
-            "hidden": [*matrix, rescale, *section_layers(result.get("hidden-tsne"))],
+            "hidden": [*matrix, rescale, *section_layers(result.get(HIDDEN_TSNE))],
         }
         shown = shown or {}
         if (
@@ -471,7 +480,7 @@ def register(app: Dash, store: ResultStore) -> None:
             keys["hidden"] != shown.get("hidden"),
             keys["matrix"] != shown.get("matrix"),
         )
-        if layer is None or head is None or not result.get("head-tsne"):
+        if layer is None or head is None or not result.get(HEAD_TSNE):
             msg = (
                 ""
                 if layer is None or head is None
@@ -482,15 +491,15 @@ def register(app: Dash, store: ResultStore) -> None:
                 )
             )
             if new_hidden:
-                hidden, kl = F.empty_figure(msg), ""
+                hidden, kl = empty_figure(msg), ""
             if new_matrix:
-                matrix = F.empty_figure("")
+                matrix = empty_figure("")
         else:
             if new_hidden:
-                hidden = F.hidden_tsne_figure(result, state=layer + 1, rescale=rescale)
-                kl = F.kl_summary(result, layer=layer, head=head)
+                hidden = hidden_tsne_figure(result, state=layer + 1, rescale=rescale)
+                kl = kl_summary(result, layer=layer, head=head)
             if new_matrix:
-                matrix = F.attention_matrix_figure(result, layer=layer, head=head)
+                matrix = attention_matrix_figure(result, layer=layer, head=head)
         return hidden, matrix, kl, keys
 
     view = PageView(

@@ -1,9 +1,9 @@
 """The text explorer's every-head views: the gallery, instant head switching, the head and model views.
 
-Not a page of its own: ``pages/text.py`` places ``gallery_panel`` / ``lines_panel`` in its layout
-and calls ``register``. The selected head lives in the store ``text-selected`` (``{layer, head}``);
-a gallery panel, a max-attention cell, a model-view cell or the dropdowns change it in the browser
-(``assets/heads.js``), and the large map is redrawn there from ``text-head-maps``, the per-head
+Not a page of its own: the text page (``pages/text/__init__.py``) places ``gallery_panel`` /
+``lines_panel`` in its layout and calls ``register``. The selected head lives in the store
+``text-selected`` (``{layer, head}``); a gallery panel, a max-attention cell, a model-view cell or
+the dropdowns change it in the browser (``assets/heads.js``), and the large map is redrawn there from ``text-head-maps``, the per-head
 data the server sends once per result — no new analysis request. The matrix, the hidden-state
 t-SNE and the head view follow from the result the server already holds.
 """
@@ -16,10 +16,11 @@ from dash import ClientsideFunction, Dash, Input, Output, Patch, State, dcc, htm
 
 from frontend.figures import gallery as G
 from frontend.figures import headview as HV
-from frontend.figures.text import empty_figure
+from frontend.figures.base import empty_figure
 from frontend.kit.data import ResultStore, int_list, int_or_none
 from frontend.kit.heads import gallery_section, head_view_key, section_layers
 from frontend.kit.page import graph
+from workers.analyses.tsne.spec import HEAD_TSNE
 
 DEFAULT_THRESHOLD = 0.1
 GRAPHS = ["head-gallery", "head-view-graph", "model-view-graph"]
@@ -238,7 +239,7 @@ def _maps(
 ) -> tuple[Any, dict[str, Any]]:
     """(the store ``text-head-maps``: whole, a partial update adding the new layers' heads, or
     unchanged, and what it then holds)."""
-    one = result.get("head-tsne")
+    one = result.get(HEAD_TSNE)
     one_key = [one.get("layers"), one.get("heads")] if one else None
     grid = gallery_section(result)
     layers = list((grid or {}).get("layers") or [])
@@ -310,7 +311,8 @@ def register(app: Dash, store: ResultStore) -> None:
     # The job's changes reach the gallery through a gate (assets/gallery.js): an update is asked for
     # only when none is on its way, the next as soon as it is applied. Dash drops an answer once a
     # newer call of its callback has started, and each call patches from the last answer applied:
-    # layers arriving faster than the answers made every answer dropped and each larger (issue 34).
+    # layers arriving faster than the answers made every answer dropped and each larger
+    # (docs/dashboard.md, "The starvation, fixed").
     app.clientside_callback(
         ClientsideFunction(namespace="headscope_gallery", function_name="jobChanged"),
         Output("text-gallery-tick", "data"),

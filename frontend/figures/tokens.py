@@ -1,0 +1,73 @@
+"""Tokens as the figures show them: readable labels and the token axis.
+
+A raw token (``Ġcat``, ``âĢĻ``) never reaches a figure: ``readable_tokens`` gives each token its span
+of the text, else the tokenizer's own string for tokens that span none (``[CLS]``, ``<s>``), and
+``token_ticks`` puts them on a numeric axis (numeric, so repeated tokens stay separate columns).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+MAX_TICK_LABELS = 80  # beyond this many tokens, label every k-th tick (hover still names each)
+
+
+def _markup(shown: str, markup: bool) -> str:
+    # ``<`` and ``>`` as entities, so plotly shows Llama's ``<s>`` instead of its strike-through tag
+    return (shown.replace("<", "&lt;").replace(">", "&gt;") if markup else shown) or "∅"
+
+
+def display_token(token: str, *, markup: bool = True) -> str:
+    """A raw token as shown on axes: GPT-2's byte markers made readable; with ``markup``, ``<`` and
+    ``>`` as HTML entities."""
+    return _markup(token.replace("Ġ", "␣").replace("Ċ", "⏎").replace("ĉ", "⇥"), markup)
+
+
+def display_text(text: str, *, markup: bool = True) -> str:
+    """A token's span of the text as shown on axes: line breaks and tabs marked, outer spaces
+    dropped (a token of spaces only: ``␣``). ``" present"`` -> ``"present"``."""
+    shown = text.replace("\r", "").replace("\n", "⏎").replace("\t", "⇥")
+    return _markup(shown.strip(" ") or "␣" * len(shown), markup)
+
+
+def readable_tokens(result: dict[str, Any], *, markup: bool = True) -> list[str]:
+    """Every token of a result as readable text: its span of the text (``token_texts``; a chat
+    template's tokens have theirs too, ``<|im_start|>``), else the tokenizer's own string (``[CLS]``,
+    ``<s>``: added tokens span no text; results without spans). Raw byte-level pieces
+    (``Ġpresent``, ``âĢĻ``) never show.
+
+    ``{"tokens": ["[CLS]", "Ġcat"], "token_texts": ["", " cat"]}`` -> ``["[CLS]", "cat"]``. ``markup``: ``<`` and ``>`` as HTML entities (plotly labels); off
+    for plain text (the CLI).
+    """
+    tokens = result.get("tokens") or []
+    texts = result.get("token_texts") or []
+    out = []
+    for i, tok in enumerate(tokens):
+        text = texts[i] if i < len(texts) else ""
+        if text:
+            out.append(display_text(text, markup=markup))
+        else:
+            out.append(display_token(tok, markup=markup))
+    return out
+
+
+def token_labels(result: dict[str, Any], indices: list[int]) -> list[str]:
+    """Labels for the tokens at ``indices`` (``#i`` when the result has no tokens yet)."""
+    labels = readable_tokens(result)
+    return [labels[i] if i < len(labels) else f"#{i}" for i in indices]
+
+
+def token_ticks(labels: list[str]) -> dict[str, Any]:
+    """Numeric axis with token labels (numeric so repeated tokens stay separate columns)."""
+    n = len(labels)
+    step = max(1, int(np.ceil(n / MAX_TICK_LABELS)))
+    vals = list(range(0, n, step))
+    return {
+        "tickmode": "array",
+        "tickvals": vals,
+        "ticktext": [labels[i] for i in vals],
+        "tickangle": -60 if n > 8 else 0,
+        "tickfont": {"size": 10 if n <= 40 else 8},
+    }
