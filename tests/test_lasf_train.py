@@ -164,3 +164,44 @@ def test_cli_defaults_per_mode(argv, want, tmp_path, monkeypatch):
     monkeypatch.setattr(distil_mod, "distil", record)
     assert main(["lasf-train", *argv, "--out", str(tmp_path / "o"), "-q"]) == 2
     assert {k: seen[k] for k in want} == want
+
+
+def test_probe_script_trains_with_lasf_train_loop(tmp_path, one_torch_thread):
+    """scripts/lasf_probe.py (docs/lasf.md, "Paper mode, second sweep") is a thin script over
+    ``train_models``: on the same cached features and settings it ends with the very weights the
+    library's loop gives, and its diagnostics and result lines come out."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    batches = _batches(n=6, d=384)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    raw = {s: [(b.x, b.y, b.mask) for b in batches] for s in ("train", "val", "test")}
+    torch.save(raw, cache / "lasf-features-tiny.pt")
+    run = subprocess.run(
+        [sys.executable, str(root / "scripts" / "lasf_probe.py"), "--cache", str(cache),
+         "--out-dir", str(tmp_path / "out"), "--name", "p", "--kernel", "identity", "--wd", "1",
+         "--epochs", "2", "--diag-every", "4", "--test"],
+        capture_output=True, text=True, cwd=root, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.splitlines()
+    diag = [json.loads(x) for x in lines if x.startswith('{"step"')]
+    assert [d["step"] for d in diag] == [0, 4, 8, 12]  # 6 batches x 2 epochs
+    assert all(0.0 <= b["sat"] <= 1.0 and b["z_std"] > 0 for d in diag for b in d["diag"])
+    result = json.loads(next(x for x in lines if x.startswith("RESULT "))[len("RESULT ") :])
+    assert len(result["val_r2"]) == 2 and set(result["test"]) == {"r2", "top1", "rho", "tokens"}
+
+    config = TrainConfig(mode="paper", kernel="identity", residual="none", init_scale=0.1,
+                         lr=1e-3, clip=1.0, weight_decay=1.0, epochs=2)  # fmt: skip
+    lasf = build_lasf(config, 384)  # on one thread, as the probe runs
+    train_models({"lasf": lasf}, config, batches, batches)
+    probed = torch.load(tmp_path / "out" / "p.pt", weights_only=True)
+    assert set(probed) == {"L", "L_S", "L_Y"}
+    for name, tensor in lasf.state_dict().items():
+        assert torch.equal(probed[name], tensor), name
