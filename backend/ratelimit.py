@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from fastapi import Depends, HTTPException, Request
+from fastapi import HTTPException, Request
 
 from backend.clients import client_of
 from workers.queue.keys import rate_key
@@ -37,6 +37,3 @@ def check_write_rate(request: Request) -> None:
             f"too many writes: the limit is {limit} per {span} s for each client; retry in {retry} s",
             headers={"Retry-After": str(retry)},
         )
-
-
-WriteRate = Depends(check_write_rate)

@@ -31,7 +31,6 @@ from workers.inputs.files import TABLE_FORMATS, rows, unit
 from workers.store.corpora import CHUNK_BYTES, CHUNK_TEXTS, decode_chunk, encode_items
 
 CORPUS_ID_PREFIX = "cp-"
-FORMATS = ("txt", "jsonl", "csv", "parquet", "datasets")
 ARCHIVES = (
     ".zip",
     ".tar",
@@ -104,10 +103,6 @@ class Corpus:
     @property
     def id(self) -> str:
         return corpus_id(self.texts)
-
-    @property
-    def n_chars(self) -> int:
-        return sum(len(t) for t in self.texts)
 
 
 def _item(text: str) -> bytes:

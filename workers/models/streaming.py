@@ -2,9 +2,9 @@
 the layer and then dropped, so ``layers x heads x n^2`` is never held at once.
 
 A consumer is called as ``consumer(layer, weights)`` with ``weights`` [1, head, query, key] on the
-model's device (``workers.models.adapters.forward_streamed``). The same consumers fed from an
-all-at-once ``ModelRun.attentions`` array (``feed``) give the same numbers, bit for bit: the
-tests compare both paths. The analyses' own consumers live beside their maths
+model's device (``workers.models.adapters.forward_streamed``). The all-at-once path
+(``run_text`` and the analyses' functions on ``ModelRun.attentions``) gives the same numbers:
+``tests/test_llm_families.py`` compares both. The analyses' own consumers live beside their maths
 (``workers.analyses.attention.streaming``, ``workers.analyses.tsne.streaming``).
 
 Notebook use::
@@ -51,11 +51,3 @@ class HeadKeeper:
         for lay, head in self.pairs:
             if lay == layer:
                 self.maps[(lay, head)] = weights[0, head].double().cpu().numpy()
-
-
-def feed(attentions: np.ndarray, *consumers: Consumer) -> None:
-    """Feed an all-at-once [layer, head, query, key] array to consumers, layer by layer."""
-    for layer in range(attentions.shape[0]):
-        w = torch.from_numpy(np.ascontiguousarray(attentions[layer]))[None]
-        for c in consumers:
-            c(layer, w)

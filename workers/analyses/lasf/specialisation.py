@@ -19,8 +19,6 @@ from typing import Any
 
 import numpy as np
 
-RELATIONS = ("same-pos", "dependency", "same-entity", "adjacent")
-
 _LEX = {
     "DET": ["the", "a", "this", "every"],
     "ADJ": ["small", "old", "green", "quiet", "bright", "heavy", "young", "strange"],

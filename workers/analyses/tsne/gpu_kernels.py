@@ -31,8 +31,6 @@ import torch
 import triton
 import triton.language as tl
 
-LAYOUTS = ("auto", "fused", "wide")
-
 # ---------------------------------------------------------------------------- shared tile code
 
 

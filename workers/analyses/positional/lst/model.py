@@ -8,7 +8,6 @@ N(0, σ²)). Output: 4 logits read from the probe cell's final state.
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +16,6 @@ from torch import nn
 from workers.analyses.positional.encodings import make_reference
 from workers.analyses.positional.lst.puzzles import N_CELLS, N_SYMBOLS, SIZE, VOCAB
 
-PEKind = Literal["nope", "1d-fixed", "2d-fixed", "learned"]
 PE_KINDS: tuple[str, ...] = ("nope", "1d-fixed", "2d-fixed", "learned")
 PE_TENSOR = "pe"  # the name of the positional encoding in model.safetensors, [16, d]
 
