@@ -11,12 +11,11 @@ import pytest
 import torch
 from tiny_models import DECODER_FAMILIES, build_tiny_decoder, build_tiny_gpt2
 
-from workers.analyses.causal.interventions import _layers
 from workers.analyses.circuits.attribution_patching import attribution_patching, capture
 from workers.core.errors import HeadscopeError
 from workers.models import Catalogue, ModelSpec, load_model
 from workers.models.adapters import encode
-from workers.models.sublayers import batch_inputs, locate
+from workers.models.sublayers import batch_inputs, layer_stack, locate
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -60,7 +59,7 @@ def _shifted(loaded, kind: str, layer: int, index: int, delta: torch.Tensor, eps
     elif kind == "ff":
         h = arch.layers[layer].ff_module.register_forward_hook(lambda m, a, out: out + eps * delta)
     else:
-        _, _, layers = _layers(loaded)
+        _, _, layers = layer_stack(loaded)
 
         def pre_layer(m, args, kwargs):
             if args:

@@ -16,7 +16,7 @@ from workers.analyses.tsne.affinities import head_affinities, kl_divergence
 from workers.analyses.tsne.host_engine import fast_optimize
 from workers.analyses.tsne.initialization import spectral_init
 from workers.analyses.tsne.options import FastSchedule
-from workers.analyses.tsne.schedule import _Plan
+from workers.analyses.tsne.schedule import PhasePlan
 
 triton = pytest.importorskip("triton", reason="the gpu extra (Triton) is not installed")
 from workers.analyses.tsne import gpu_kernels  # noqa: E402
@@ -155,7 +155,7 @@ def test_device_plan_is_the_host_plan(knobs):
         check_every=25, window=75, min_early=50, min_main=50, settle_iter=60, **knobs
     )
     batch, n = 6, 30
-    host = _Plan.make(batch, n, options=options, schedule=schedule)
+    host = PhasePlan.make(batch, n, options=options, schedule=schedule)
     st = gpu_tsne.DeviceState(torch.zeros(batch, n, n), torch.zeros(batch, n, 2),
                               torch.full((batch,), n), torch.zeros(batch))  # fmt: skip
     dev = gpu_tsne.DevicePlan.make(st, options=options, schedule=schedule)

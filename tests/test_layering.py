@@ -375,3 +375,133 @@ def test_core_imports_no_torch_and_nothing_of_the_web():
     mods = imported(["workers.core"], walk=True)
     assert "pydantic" in mods  # the probe really imported the core
     assert mods & ({"torch", "transformers", "scipy", "openTSNE", "numba"} | WEB_AND_QUEUE) == set()
+
+
+PROJECT_ROOTS = ("workers", "backend", "frontend", "scripts")
+
+
+def _is_private(name: str) -> bool:
+    """``_name`` is private; a dunder (``__version__``, ``__all__``) is not."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _project_modules() -> dict[str, Path]:
+    """Every module of the project by dotted name (``workers.queue.jobs``; a package by its own
+    name, ``workers.queue``), scripts included (``scripts.lasf_probe``)."""
+    out = {}
+    for d in PROJECT_ROOTS:
+        for p in (ROOT / d).rglob("*.py"):
+            out[".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")] = p
+    return out
+
+
+def private_uses(source: str, module: str, *, is_package: bool, modules: set[str]) -> list[str]:
+    """Where ``module``'s source uses another project module's private names:
+    ``from x import _y``, ``import x._y``, and ``x._y`` on a name bound to an imported module
+    (``import workers.queue.jobs as jobs; jobs._store()``). Dunder names do not count; a module
+    using its own private names does not either. Each use as ``"line: x._y"``."""
+    import ast
+
+    tree = ast.parse(source)
+    here = module.split(".") if is_package else module.split(".")[:-1]
+
+    def absolute(node: ast.ImportFrom) -> str:
+        if not node.level:
+            return node.module or ""
+        base = here[: len(here) - (node.level - 1)]
+        return ".".join(base + ([node.module] if node.module else []))
+
+    def ours(name: str) -> bool:
+        return name.split(".")[0] in PROJECT_ROOTS
+
+    found: list[str] = []
+    bound: dict[str, str] = {}  # a local name -> the project module it stands for
+
+    def path_uses(line: int, dotted: str) -> None:
+        parts = dotted.split(".")
+        for i, part in enumerate(parts[1:], start=1):
+            owner = ".".join(parts[:i])
+            if _is_private(part) and owner != module and not module.startswith(owner + "."):
+                found.append(f"{line}: {owner}.{part}")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if ours(a.name):
+                    path_uses(node.lineno, a.name)
+                    bound[a.asname or a.name.split(".")[0]] = (
+                        a.name if a.asname else a.name.split(".")[0]
+                    )
+        elif isinstance(node, ast.ImportFrom):
+            base = absolute(node)
+            if not ours(base):
+                continue
+            path_uses(node.lineno, base)
+            for a in node.names:
+                if f"{base}.{a.name}" in modules:
+                    bound[a.asname or a.name] = f"{base}.{a.name}"
+                elif _is_private(a.name) and base != module:
+                    found.append(f"{node.lineno}: {base}.{a.name}")
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
+            continue
+        chain = []
+        inner: ast.expr = node
+        while isinstance(inner, ast.Attribute):
+            chain.append(inner.attr)
+            inner = inner.value
+        if not isinstance(inner, ast.Name) or inner.id not in bound:
+            continue
+        chain.reverse()  # inner.id.chain[0].chain[1]...: walk down the submodules, then one name
+        owner = bound[inner.id]
+        for attr in chain:
+            if f"{owner}.{attr}" in modules:
+                owner = f"{owner}.{attr}"
+                continue
+            if _is_private(attr) and owner != module:
+                found.append(f"{node.lineno}: {owner}.{attr}")
+            break
+    return sorted(set(found), key=lambda s: int(s.split(":")[0]))
+
+
+def test_private_uses_sees_each_form():
+    """The checker finds each way of reaching another module's private name, and only those."""
+    modules = {"workers", "workers.a", "workers.a.b", "workers.c"}
+    source = (
+        "import workers.a.b\n"
+        "import workers.c as c\n"
+        "from workers.a import b\n"
+        "from workers.a.b import _hidden, public, __version__\n"
+        "from . import _sibling\n"
+        "from workers.c import _mine\n"
+        "workers.a.b._deep()\n"
+        "c._helper()\n"
+        "b._other, b.fine, b.__name__, c.__file__\n"
+        "import numpy as np\n"
+        "np._private_of_a_library\n"
+    )
+    got = private_uses(source, "workers.c", is_package=False, modules=modules)
+    assert got == [
+        "4: workers.a.b._hidden",
+        "5: workers._sibling",
+        "7: workers.a.b._deep",
+        "9: workers.a.b._other",
+    ]
+
+
+def test_no_module_imports_another_modules_private_names():
+    """No module reaches into another's ``_private`` names (CONVENTIONS, "A module imports only what
+    is below it"): what two modules share is public, with a name and a docstring, or moves below
+    both. ``from x import _y``, ``import x._y`` and ``x._y`` on an imported module all count."""
+    mods = _project_modules()
+    names = set(mods)
+    uses = {
+        f"{mods[m].relative_to(ROOT)}:{u}"
+        for m in sorted(mods)
+        for u in private_uses(
+            mods[m].read_text(), m, is_package=mods[m].name == "__init__.py", modules=names
+        )
+    }
+    assert not uses, "make these public (a real name, a docstring) or move them below both:\n" + (
+        "\n".join(sorted(uses))
+    )

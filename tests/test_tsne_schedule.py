@@ -1,6 +1,6 @@
-"""The fast t-SNE's adaptive schedule (``tsne.schedule._Plan``) fed synthetic KL sequences: when each
-phase may end, the optional rules (partial windows, the main and settle phases' own tolerances), and
-the defaults unchanged by them; then one small real run with the settle rule on."""
+"""The fast t-SNE's adaptive schedule (``tsne.schedule.PhasePlan``) fed synthetic KL sequences: when
+each phase may end, the optional rules (partial windows, the main and settle phases' own
+tolerances), and the defaults unchanged by them; then one small real run with the settle rule on."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from workers.analyses.tsne.affinities import head_affinities, kl_divergence
 from workers.analyses.tsne.host_engine import fast_optimize
 from workers.analyses.tsne.initialization import fast_spectral_init
 from workers.analyses.tsne.options import FastSchedule, TSNEOptions
-from workers.analyses.tsne.schedule import _Plan
+from workers.analyses.tsne.schedule import PhasePlan
 
 OPTIONS = TSNEOptions()  # caps 250 / 650 / 100
 # the full-window rule (the defaults before issue 34): a phase ends only after a whole window of checks
@@ -23,7 +23,7 @@ def phase_ends(schedule: FastSchedule, rates: list[tuple[float, float, float]]) 
     """Drive a plan with KL = 1, multiplied each check by the head's rate for its phase; the
     iterations at which each head left each phase."""
     batch = len(rates)
-    plan = _Plan.make(batch, 50, options=OPTIONS, schedule=schedule)
+    plan = PhasePlan.make(batch, 50, options=OPTIONS, schedule=schedule)
     kl = np.ones(batch)
     ends: list[list[int]] = [[] for _ in range(batch)]
     while len(plan.active):

@@ -23,7 +23,7 @@ MAX_HEADER_BYTES = 16 * 1024**2  # safetensors JSON header, a PyTorch archive's 
 
 
 @dataclass
-class _Entry:
+class TensorEntry:
     """One tensor found in a file: its name, stored shape and dtype, and how to read it."""
 
     name: str
@@ -44,7 +44,7 @@ class UnsafePickleError(BadFileError):
         )
 
 
-def _decode(raw: bytes, dtype: str, order: str) -> np.ndarray:
+def decode_floats(raw: bytes, dtype: str, order: str) -> np.ndarray:
     """Little/big-endian bytes -> a native float array (bfloat16 widened to float32)."""
     if dtype == "bfloat16":
         half = np.frombuffer(raw, dtype=f"{order}u2").astype(np.uint32)

@@ -32,14 +32,14 @@ from workers.models.checkpoint_checks import (  # noqa: F401 (MAX_TENSORS, Unsaf
     MAX_NDIM,
     MAX_TENSORS,
     NPY_VERSIONS,
+    TensorEntry,
     UnsafePickleError,
-    _decode,
-    _Entry,
     check_data_size,
     check_npy_shape,
     check_spans,
     clean_name,
     clean_names,
+    decode_floats,
     finite_candidates,
     whole_count,
 )
@@ -82,7 +82,7 @@ def list_candidates(
         BadFileError: unreadable or corrupt file, a pickle that would run code, too large, too
             many tensors, or no usable 2-D tensor.
     """
-    entries = _guard(Path(path), lambda: _scan(Path(path), max_bytes=max_bytes))
+    entries = tensor_entries(path, max_bytes=max_bytes)
     cands, skipped = [], []
     for index, e in enumerate(entries):
         shape2 = _as_matrix_shape(e.shape)
@@ -119,7 +119,7 @@ def read_tensor(
     path = Path(path)
     if name is None:
         name = list_candidates(path, max_bytes=max_bytes)[0]["name"]
-    entries = {e.name: e for e in _guard(path, lambda: _scan(path, max_bytes=max_bytes))}
+    entries = {e.name: e for e in tensor_entries(path, max_bytes=max_bytes)}
     if name not in entries:
         close = [n for n in entries if name.lower() in n.lower()][:5]
         hint = f"; similar names: {', '.join(close)}" if close else ""
@@ -137,10 +137,33 @@ def read_tensor(
             f"tensor {name!r} has shape {list(shape2)}; the limit is {MIN_POSITIONS}..{MAX_POSITIONS} "
             f"positions x at most {MAX_DIM} dims"
         )
-    arr = _guard(path, e.load).reshape(shape2)
+    arr = load_entry(path, e).reshape(shape2)
     if not np.all(np.isfinite(arr)):
         raise BadFileError(f"tensor {name!r} contains NaN or infinite values")
     return arr
+
+
+def tensor_entries(
+    path: str | Path, *, max_bytes: int | None = MAX_CHECKPOINT_BYTES
+) -> list[TensorEntry]:
+    """Every tensor of a checkpoint file or model directory (name, stored shape and dtype, and how
+    to load it), read from headers only: no tensor data is read yet.
+
+    Raises:
+        BadFileError: as :func:`list_candidates`; whatever a hostile or broken file makes a parser
+            raise becomes one (the library's words go to the log).
+    """
+    path = Path(path)
+    return _guard(path, lambda: _scan(path, max_bytes=max_bytes))
+
+
+def load_entry(path: str | Path, entry: TensorEntry) -> np.ndarray:
+    """The values of ``entry`` (one of ``tensor_entries(path)``), as float32 or float64.
+
+    Raises:
+        BadFileError: the data is truncated or corrupt.
+    """
+    return _guard(Path(path), entry.load)
 
 
 def name_score(name: str) -> float:
@@ -205,7 +228,7 @@ def _check_size(path: Path, max_bytes: int | None) -> int:
     return size
 
 
-def _scan(path: Path, *, max_bytes: int | None) -> list[_Entry]:
+def _scan(path: Path, *, max_bytes: int | None) -> list[TensorEntry]:
     if path.is_dir():
         return _scan_directory(path, max_bytes=max_bytes)
     size = _check_size(path, max_bytes)
@@ -234,7 +257,7 @@ def _scan(path: Path, *, max_bytes: int | None) -> list[_Entry]:
     return clean_names(entries)
 
 
-def _scan_directory(path: Path, *, max_bytes: int | None) -> list[_Entry]:
+def _scan_directory(path: Path, *, max_bytes: int | None) -> list[TensorEntry]:
     """A Hugging Face model directory: its safetensors shards, else its PyTorch ``.bin`` files."""
     files = (
         sorted(path.glob("*.safetensors"))
@@ -243,7 +266,7 @@ def _scan_directory(path: Path, *, max_bytes: int | None) -> list[_Entry]:
     )
     if not files:
         raise BadFileError(f"{path.name}: no *.safetensors, *.bin or *.pt weights in the directory")
-    entries: dict[str, _Entry] = {}
+    entries: dict[str, TensorEntry] = {}
     for file in files:
         for e in _scan(file, max_bytes=max_bytes):
             entries.setdefault(e.name, e)
@@ -253,7 +276,7 @@ def _scan_directory(path: Path, *, max_bytes: int | None) -> list[_Entry]:
 # --- safetensors ------------------------------------------------------------------------------
 
 
-def _scan_safetensors(path: Path, size: int) -> list[_Entry]:
+def _scan_safetensors(path: Path, size: int) -> list[TensorEntry]:
     bad = f"{path.name}: corrupt safetensors file"
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
@@ -297,7 +320,7 @@ def _scan_safetensors(path: Path, size: int) -> list[_Entry]:
             )
         spans.append((begin, end, name))
         entries.append(
-            _Entry(name, tuple(shape), dtype, _reader(path, base + begin, dtype, tuple(shape)))
+            TensorEntry(name, tuple(shape), dtype, _reader(path, base + begin, dtype, tuple(shape)))
         )
     check_spans(spans, data_size=size - base, bad=bad)
     return entries
@@ -311,7 +334,7 @@ def _reader(
         with open(path, "rb") as f:
             f.seek(offset)
             raw = f.read(count * _itemsize(dtype))
-        return _decode(raw, dtype, "<").reshape(shape)
+        return decode_floats(raw, dtype, "<").reshape(shape)
 
     return load
 
@@ -355,7 +378,7 @@ def _np_dtype_name(dtype: np.dtype, label: str) -> str:
     return dtype.name if dtype.kind in "fiub" else f"unsupported ({dtype.str})"
 
 
-def _npy_entry(path: Path, name: str) -> _Entry:
+def _npy_entry(path: Path, name: str) -> TensorEntry:
     with open(path, "rb") as f:
         shape, dtype = _npy_header(f, path.name)
         header_end = f.tell()
@@ -372,14 +395,14 @@ def _npy_entry(path: Path, name: str) -> _Entry:
             raise BadFileError(f"{path.name}: corrupt .npy file") from None
         return _native_float(arr)
 
-    return _Entry(name, shape, kind, load)
+    return TensorEntry(name, shape, kind, load)
 
 
 def _native_float(arr: np.ndarray) -> np.ndarray:
     return np.asarray(arr, dtype=np.float64 if arr.dtype.itemsize == 8 else np.float32)
 
 
-def _scan_zip(path: Path) -> list[_Entry]:
+def _scan_zip(path: Path) -> list[TensorEntry]:
     try:
         zf = zipfile.ZipFile(path)
         infos = zf.infolist()
@@ -398,7 +421,7 @@ def _scan_zip(path: Path) -> list[_Entry]:
     raise BadFileError(f"{path.name}: a zip archive that is neither .npz nor a PyTorch checkpoint")
 
 
-def _scan_npz(path: Path, zf: zipfile.ZipFile) -> list[_Entry]:
+def _scan_npz(path: Path, zf: zipfile.ZipFile) -> list[TensorEntry]:
     if len(zf.infolist()) > MAX_TENSORS:
         raise BadFileError(
             f"{path.name} holds {len(zf.infolist())} arrays; the limit is {MAX_TENSORS}"
@@ -425,7 +448,7 @@ def _scan_npz(path: Path, zf: zipfile.ZipFile) -> list[_Entry]:
                 logger.info("%s:%s: unreadable array: %r", path.name, member, exc)
                 raise BadFileError(f"{path.name}:{member}: corrupt array") from None
 
-        entries.append(_Entry(name, shape, kind, load))
+        entries.append(TensorEntry(name, shape, kind, load))
     return entries
 
 

@@ -88,6 +88,17 @@ def _value_bias(loaded: LoadedModel, layer: torch.nn.Module, w_o: torch.Tensor) 
     return b.view(-1, dh).repeat_interleave(group, dim=0).reshape(-1)
 
 
+def layer_stack(loaded: LoadedModel) -> tuple[torch.nn.Module, str, torch.nn.ModuleList]:
+    """The module that holds ``loaded``'s layer list, the list's attribute name on it, and the list
+    (``(model.encoder, "layer", model.encoder.layer)`` for BERT): what a forward that starts at a
+    later layer swaps (``causal.interventions.from_layer``) and what per-layer hooks walk."""
+    fam = loaded.arch
+    assert fam is not None
+    parent_path, _, attr = fam.layers.rpartition(".")
+    parent = resolve(loaded.model, parent_path) if parent_path else loaded.model
+    return parent, attr, getattr(parent, attr)
+
+
 def locate(loaded: LoadedModel) -> Arch:
     """Locate the weights the decomposition needs (any family in ``workers.models.families``)."""
     fam = loaded.arch

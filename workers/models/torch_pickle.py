@@ -28,9 +28,9 @@ from workers.core.errors import BadFileError
 from workers.models.checkpoint_checks import (
     MAX_HEADER_BYTES,
     MAX_TENSORS,
+    TensorEntry,
     UnsafePickleError,
-    _decode,
-    _Entry,
+    decode_floats,
 )
 
 logger = logging.getLogger(__name__)
@@ -119,7 +119,7 @@ class RestrictedUnpickler(pickle.Unpickler):
         return _StorageRef(key, stype.dtype, stype.itemsize, numel)
 
 
-def scan_torch_zip(path: Path, zf: zipfile.ZipFile, pkl_name: str) -> list[_Entry]:
+def scan_torch_zip(path: Path, zf: zipfile.ZipFile, pkl_name: str) -> list[TensorEntry]:
     prefix = pkl_name.rsplit("/", 1)[0]
     info = zf.getinfo(pkl_name)
     if info.file_size > MAX_HEADER_BYTES:
@@ -155,7 +155,7 @@ def scan_torch_zip(path: Path, zf: zipfile.ZipFile, pkl_name: str) -> list[_Entr
                 f"{path.name}: corrupt PyTorch checkpoint (storage of {name!r} missing or wrong size)"
             )
         entries.append(
-            _Entry(name, ref.shape, ref.storage.dtype, _torch_reader(path, member, ref, order))
+            TensorEntry(name, ref.shape, ref.storage.dtype, _torch_reader(path, member, ref, order))
         )
     return entries
 
@@ -185,7 +185,7 @@ def _torch_reader(path: Path, member: str, ref: _TensorRef, order: str) -> Calla
             raise BadFileError(
                 f"{path.name}: cannot read the data of a tensor (corrupt archive)"
             ) from None
-        flat = _decode(raw, st.dtype, order)
+        flat = decode_floats(raw, st.dtype, order)
         view = np.lib.stride_tricks.as_strided(
             flat[ref.offset :], shape=ref.shape, strides=[s * flat.itemsize for s in ref.stride]
         )

@@ -43,7 +43,7 @@ from workers.core.errors import HeadscopeError
 from workers.core.progress import Progress, no_progress
 from workers.models.adapters import Encoded, cache_kwarg, cache_out
 from workers.models.families import resolve
-from workers.models.sublayers import batch_inputs, locate
+from workers.models.sublayers import batch_inputs, layer_stack, locate
 
 if TYPE_CHECKING:
     from workers.models.loader import LoadedModel
@@ -93,14 +93,6 @@ def prefix_of(loaded: LoadedModel, encoded: Encoded) -> Prefix:
     return Prefix([layer.keys for layer in cache.layers], [layer.values for layer in cache.layers])
 
 
-def _layers(loaded: LoadedModel) -> tuple[torch.nn.Module, str, torch.nn.ModuleList]:
-    fam = loaded.arch
-    assert fam is not None
-    parent_path, _, attr = fam.layers.rpartition(".")
-    parent = resolve(loaded.model, parent_path) if parent_path else loaded.model
-    return parent, attr, getattr(parent, attr)
-
-
 @contextmanager
 def _hooks(handles: list[Any]) -> Iterator[None]:
     """Remove the hook ``handles`` when the block ends."""
@@ -117,7 +109,7 @@ def from_layer(loaded: LoadedModel, start: int) -> Iterator[None]:
     stream ``X[start]``) and the final norm; GPT-2's position embedding, added to ``inputs_embeds``
     by its forward, is zeroed (it is already in ``X``). The block swaps the model's layer list, so it
     must not overlap another forward of the same loaded model (a worker runs one job at a time)."""
-    parent, attr, full = _layers(loaded)
+    parent, attr, full = layer_stack(loaded)
     setattr(parent, attr, torch.nn.ModuleList(list(full)[start:]))
     config = loaded.model.config
     types = getattr(
@@ -168,7 +160,7 @@ def replace_heads(loaded: LoadedModel, values: HeadValues) -> Iterator[None]:
 def _join_rows(loaded: LoadedModel, joins: dict[int, torch.Tensor]) -> Iterator[None]:
     """Within the block, the rows ``joins[l]`` [r, q, d] join the batch at the input of layer ``l``:
     runs that start at different layers share one forward from the first of them on."""
-    _, _, layers = _layers(loaded)
+    _, _, layers = layer_stack(loaded)
     handles = []
     for layer, rows in joins.items():
 
@@ -193,7 +185,7 @@ def _last_feedforward_at(loaded: LoadedModel, read: torch.Tensor) -> Iterator[No
     output is zero elsewhere): no later layer reads the other positions, and only ``read`` is read."""
     fam = loaded.arch
     assert fam is not None
-    _, _, layers = _layers(loaded)
+    _, _, layers = layer_stack(loaded)
     mlp = resolve(layers[-1], fam.ff_out.rpartition(".")[0])
     width: dict[str, int] = {}
 

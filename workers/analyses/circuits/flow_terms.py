@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from workers.analyses.causal.interventions import _layers
 from workers.models.adapters import Encoded, attention_modules
-from workers.models.sublayers import Sublayers, batch_inputs, ln_stats, locate
+from workers.models.sublayers import Sublayers, batch_inputs, layer_stack, ln_stats, locate
 
 if TYPE_CHECKING:
     from workers.models.loader import LoadedModel
@@ -191,7 +190,7 @@ def _recording(loaded: LoadedModel, records: list[LayerRecord]) -> Iterator[None
             handles.append(la.ln_attn.register_forward_pre_hook(in_hook(put(layer, "ln_attn_in"))))
             handles.append(la.ln_attn.register_forward_hook(out_hook(put(layer, "mid"))))
             handles.append(la.ln_ff.register_forward_pre_hook(in_hook(put(layer, "ln_ff_in"))))
-    for layer, block in enumerate(_layers(loaded)[2]):
+    for layer, block in enumerate(layer_stack(loaded)[2]):
         handles.append(block.register_forward_pre_hook(layer_in(put(layer, "x")), with_kwargs=True))
     config._attn_implementation = CAPTURE
     try:
@@ -217,7 +216,7 @@ def run_layers(
     dropped, so one layer's tensors are alive at a time)."""
     records = [LayerRecord() for _ in range(loaded.n_layers)]
     handles = []
-    for layer, block in enumerate(_layers(loaded)[2]):
+    for layer, block in enumerate(layer_stack(loaded)[2]):
 
         def done(m: Any, a: Any, out: Any, layer: int = layer) -> None:
             records[layer].out = _first(out)[0]

@@ -40,7 +40,7 @@ from workers.analyses.causal.views import final_norm, head_of
 from workers.core.errors import HeadscopeError
 from workers.models.adapters import Encoded
 from workers.models.families import resolve
-from workers.models.sublayers import batch_inputs, ln_stats
+from workers.models.sublayers import batch_inputs, layer_stack, ln_stats
 
 if TYPE_CHECKING:
     from workers.models.loader import LoadedModel
@@ -344,9 +344,7 @@ class SplitModel:
     def capture(self, encoded: Encoded) -> tuple[torch.Tensor, list[dict[str, Any]]]:
         """``X[0]`` [n, d] of ``encoded`` and each layer's keyword arguments (mask, rotary tables), from
         a forward whose layers are stubs (nothing but the embedding runs)."""
-        from workers.analyses.causal.interventions import _layers
-
-        parent, attr, full = _layers(self.loaded)
+        parent, attr, full = layer_stack(self.loaded)
         sink: list[Any] = []
         setattr(parent, attr, torch.nn.ModuleList([_Layer(layer, sink) for layer in full]))
         try:

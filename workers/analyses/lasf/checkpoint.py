@@ -133,7 +133,7 @@ def read_checkpoint(path: str | Path) -> LasFCheckpoint:
         LasFCheckpointError: not safetensors, no LasF config, wrong base model, layer, sizes or
             tensor shapes, non-finite values.
     """
-    from workers.models.checkpoints import MAX_CHECKPOINT_BYTES, _guard, _scan
+    from workers.models.checkpoints import load_entry, tensor_entries
 
     path = Path(path)
     if path.is_dir():
@@ -143,7 +143,7 @@ def read_checkpoint(path: str | Path) -> LasFCheckpoint:
         raise LasFCheckpointError(
             f"{name}: not a LasF checkpoint (expected a safetensors file with a {FORMAT} config in its metadata)"
         )
-    entries = {e.name: e for e in _guard(path, lambda: _scan(path, max_bytes=MAX_CHECKPOINT_BYTES))}
+    entries = {e.name: e for e in tensor_entries(path)}
     try:
         cfg = json.loads(_metadata(path)[META_KEY])
     except ValueError:
@@ -165,7 +165,7 @@ def read_checkpoint(path: str | Path) -> LasFCheckpoint:
             )
         if e.dtype not in ("float32", "float64", "float16", "bfloat16"):
             raise LasFCheckpointError(f"{name}: tensor {key} is {e.dtype}; expected floating point")
-        arr = _guard(path, e.load)
+        arr = load_entry(path, e)
         if not np.all(np.isfinite(arr)):
             raise LasFCheckpointError(f"{name}: tensor {key} contains NaN or infinite values")
         tensors[key] = np.asarray(arr, dtype=np.float32)

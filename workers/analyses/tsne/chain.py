@@ -154,6 +154,20 @@ def install(state: EngineState | None) -> EngineState | None:
     return before
 
 
+@contextlib.contextmanager
+def checking(state: EngineState) -> Iterator[None]:
+    """Within the block ``state`` is this process' engines and rounds run as the start's
+    self-check (``engines.self_check``): injected ``launch`` and ``fatal`` faults, which hit jobs
+    only, stay quiet. The engines installed before come back after it."""
+    previous = install(state)
+    token = _checking.set(True)
+    try:
+        yield
+    finally:
+        _checking.reset(token)
+        install(previous)
+
+
 def lost() -> str | None:
     """Why the device became unusable in this process, or None."""
     return _STATE.lost if _STATE is not None else None

@@ -18,16 +18,9 @@ from workers.analyses.tsne.options import (
     TSNEResult,
     select_indices,
 )
-from workers.analyses.tsne.reference import _batched, _opentsne
+from workers.analyses.tsne.reference import run_batched, run_opentsne
 from workers.core.errors import HeadscopeError
 from workers.core.progress import Progress, no_progress, scaled
-
-
-def _fast(
-    p: np.ndarray, *, options: TSNEOptions, x: np.ndarray | None, progress: Progress
-) -> tuple[np.ndarray, np.ndarray, dict[str, object]]:
-
-    return run_fast(p, options=options, x=x, progress=progress)
 
 
 def embed_affinities(
@@ -51,7 +44,7 @@ def embed_affinities(
     if pb.shape[-1] < 3:
         raise HeadscopeError(f"t-SNE needs at least 3 points, got {pb.shape[-1]}")
     start = time.perf_counter()
-    run = {"batched": _batched, "opentsne": _opentsne, "fast": _fast}[options.engine]
+    run = {"batched": run_batched, "opentsne": run_opentsne, "fast": run_fast}[options.engine]
     out = run(np.ascontiguousarray(pb, dtype=np.float64), options=options, x=x, progress=progress)
     emb, kls = out[0], out[1]
     extra = (

@@ -25,11 +25,10 @@ from workers.analyses.tsne.chain import (
     DeviceLost,
     EngineState,
     Fault,
-    _checking,
-    _state,
     attempts,
     avoided_notes,
     chain_for,
+    checking,
     current,
     describe,
     device_path,
@@ -96,7 +95,7 @@ def run_chain(
             raise
         except Exception as exc:
             if is_fatal(exc, device):
-                state = _state(device)
+                state = current(device)
                 state.lost = state.lost or f"{engine}: {why(exc)}"
                 logger.error(
                     "t-SNE on %s left %s unusable (%s): this worker must be replaced",
@@ -190,9 +189,7 @@ def self_check(device: torch.device | str, candidates: tuple[str, ...] = ROUND_K
     failed: dict[str, str] = {}
     lost_why: str | None = None
     probe = EngineState(device, [*candidates, "cpu"], fault=fault)
-    previous = install(probe)
-    token = _checking.set(True)
-    try:
+    with checking(probe):
         for kind in candidates:
             if lost_why:
                 failed[kind] = "not checked: the device was lost"
@@ -226,9 +223,6 @@ def self_check(device: torch.device | str, candidates: tuple[str, ...] = ROUND_K
                 )
             else:
                 passed.append(kind)
-    finally:
-        _checking.reset(token)
-        install(previous)
     return CheckReport(str(device), passed, failed, time.perf_counter() - start, lost_why)
 
 

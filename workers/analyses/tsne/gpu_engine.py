@@ -1,8 +1,8 @@
 """The fast t-SNE engine with its schedule on the device (issue 11): the GPU path.
 
 ``fast`` runs the adaptive schedule on the host: every ``check_every`` iterations it reads each
-head's KL back and decides. Here the same schedule (``schedule._Plan``'s rules, as tensors) runs on
-the torch device, so a round -- ``check_every`` iterations of every head, their KL estimates, the
+head's KL back and decides. Here the same schedule (``schedule.PhasePlan``'s rules, as tensors) runs
+on the torch device, so a round -- ``check_every`` iterations of every head, their KL estimates, the
 phase bookkeeping and the best-so-far positions -- needs no host value:
 
 - **one kernel per round**: ``gpu_kernels`` (Triton) gives each head one program that iterates
@@ -195,13 +195,13 @@ def on_device(device: torch.device):
 
 @dataclass
 class DevicePlan:
-    """``schedule._Plan`` as device tensors: the same phases, caps, minimums and stopping rule."""
+    """``schedule.PhasePlan`` as device tensors: the same phases, caps, minimums, stopping rule."""
 
     caps: tuple[int, int, int]
     cap: torch.Tensor  # [4] long: caps of phases 0-2, 0 for done
     low: torch.Tensor  # [4] long: minimum iterations of phases 0-2
     tols: torch.Tensor  # [4] float64: each phase's tolerance (-inf: never early)
-    partial: bool  # as schedule._Plan.partial
+    partial: bool  # as schedule.PhasePlan.partial
     params: torch.Tensor  # [B, 4, 3] float32: (exaggeration, momentum, lr) per head and phase
     phase: torch.Tensor  # [B] long
     in_phase: torch.Tensor  # [B] long

@@ -36,7 +36,7 @@ from workers.analyses.tsne.options import (
     TSNEOptions,
     numba_available,
 )
-from workers.analyses.tsne.schedule import _Plan
+from workers.analyses.tsne.schedule import PhasePlan
 from workers.core.progress import Progress, no_progress, scaled
 from workers.models.devices import resolve_device
 
@@ -134,7 +134,7 @@ def fast_optimize(
         logger.debug("fast t-SNE (%s on %s): iterations per head %s", chosen, device, used.tolist())
         return best, used
     state = _NumbaState(kernel_p(p), y0, ent)
-    plan = _Plan.make(batch, n, options=options, schedule=schedule)
+    plan = PhasePlan.make(batch, n, options=options, schedule=schedule)
     best = np.array(y0, dtype=np.float64, copy=True)
     best_kl = np.full(batch, np.inf)
     total = max(1, plan.total)

@@ -72,9 +72,12 @@ def optimize_batched(
     return y
 
 
-def _batched(
+def run_batched(
     p: np.ndarray, *, options: TSNEOptions, x: np.ndarray | None, progress: Progress
 ) -> tuple[np.ndarray, np.ndarray]:
+    """The ``batched`` engine as ``embed_affinities`` calls it: p [B, n, n] -> (embeddings
+    [restart, B, n, 2], exact KL [restart, B]); heads go through ``optimize_batched`` in chunks
+    of about 128 MiB."""
     dev = resolve_device(options.device)
     dtype = torch.float64 if options.dtype == "float64" else torch.float32
     batch, n = p.shape[0], p.shape[-1]
@@ -100,9 +103,11 @@ def _batched(
     return emb, kls
 
 
-def _opentsne(
+def run_opentsne(
     p: np.ndarray, *, options: TSNEOptions, x: np.ndarray | None, progress: Progress
 ) -> tuple[np.ndarray, np.ndarray]:
+    """The ``opentsne`` engine as ``embed_affinities`` calls it: p [B, n, n] -> (embeddings
+    [restart, B, n, 2], exact KL [restart, B]), one openTSNE Barnes-Hut run per head and restart."""
     import scipy.sparse as sp
     from openTSNE import TSNE
     from openTSNE.affinity import PrecomputedAffinities

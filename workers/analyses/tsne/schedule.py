@@ -19,8 +19,10 @@ def phase_tols(schedule: FastSchedule) -> tuple[float, float, float]:
 
 
 @dataclass
-class _Plan:
-    """Per-head phase bookkeeping shared by both backends (numpy, on the host)."""
+class PhasePlan:
+    """Each head's place in the adaptive schedule (phase, iterations done, its last KL checks) and
+    the rule that ends a phase: the host engine's plan for both its backends (numba, torch), kept
+    in numpy; ``gpu_engine.DevicePlan`` runs the same rules as device tensors."""
 
     caps: tuple[int, int, int]  # early, main, settle iteration caps
     mins: tuple[int, int, int]  # each phase lasts at least this long before it may end early
@@ -34,7 +36,7 @@ class _Plan:
     used: np.ndarray  # [head] iterations done in all
 
     @classmethod
-    def make(cls, batch: int, n: int, *, options: TSNEOptions, schedule: FastSchedule) -> _Plan:
+    def make(cls, batch: int, n: int, *, options: TSNEOptions, schedule: FastSchedule) -> PhasePlan:
         early = max(0, options.early_exaggeration_iter)
         settle = min(schedule.settle_iter, max(0, options.n_iter))
         main = max(0, options.n_iter) - settle
