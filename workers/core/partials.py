@@ -1,4 +1,5 @@
-"""A grid head-tsne section published layer by layer while it is computed (issue 34; docs/api.md).
+"""A grid head-tsne section published layer by layer while it is computed (docs/api.md;
+docs/dashboard.md, "How fast the gallery arrives").
 
 Embedding every head of a 30-layer model takes seconds; the job publishes each finished layer as its
 own partial key ``{section}@L{layer}`` (``head-tsne-all@L0``, ...), written once and never changed,

@@ -226,7 +226,8 @@ def config_facts(cfg: dict[str, Any]) -> dict[str, Any]:
         "vocab_size": cfg.get("vocab_size"),
         "max_tokens": max_pos,
         "causal": fam.causal if fam else None,
-        # attention and feed-forward of a layer read the same stream (GPT-NeoX's default; SPEC 12's edges)
+        # attention and feed-forward of a layer read the same stream (GPT-NeoX's default;
+        # the circuits' edges: docs/circuits.md)
         "parallel_residual": bool(
             fam and fam.layout == "gpt_neox" and cfg.get("use_parallel_residual", True)
         ),

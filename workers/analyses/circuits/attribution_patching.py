@@ -1,5 +1,6 @@
-"""Attribution patching, AtP (SPEC 12; Nanda 2023, Kramár et al. 2024): the effect of patching a node
-from the clean run C into the corrupted run K, to first order, for every node at once.
+"""Attribution patching, AtP (docs/circuits.md; Nanda 2023, Kramár et al. 2024): the effect of
+patching a node from the clean run C into the corrupted run K, to first order, for every node at
+once.
 
 A node's estimated effect is ``(n_C - n_K) · ∂m/∂n |_K`` divided by ``m_C - m_K`` (the fraction of the
 metric's difference it restores, as ``interventions.patching`` reports it). Nodes: each head's output
@@ -124,12 +125,13 @@ def attribution_patching(
     qk_fix: bool = False,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """SPEC 12 AtP from C into K (same token length), metric ``l[a] - l[b]`` at the last position as in
-    ``patching``. Keys: ``heads`` [L][H], ``heads_by_position`` [L][H][n], ``feedforward`` [L],
-    ``feedforward_by_position`` [L][n], ``residual`` [L+1][n] (fractions of ``m_C - m_K``),
-    ``metric_clean``, ``metric_corrupted``; with ``real`` also ``real`` (``patching``'s result) and the
-    ``pearson`` / ``spearman`` correlation of the estimated and real head fractions; with ``qk_fix`` also
-    every head's queries and keys, AtP* and plain AtP (``workers.analyses.circuits.qk_fix``)."""
+    """AtP (docs/circuits.md) from C into K (same token length), metric ``l[a] - l[b]`` at the last
+    position as in ``patching``. Keys: ``heads`` [L][H], ``heads_by_position`` [L][H][n],
+    ``feedforward`` [L], ``feedforward_by_position`` [L][n], ``residual`` [L+1][n] (fractions of
+    ``m_C - m_K``), ``metric_clean``, ``metric_corrupted``; with ``real`` also ``real``
+    (``patching``'s result) and the ``pearson`` / ``spearman`` correlation of the estimated and real
+    head fractions; with ``qk_fix`` also every head's queries and keys, AtP* and plain AtP
+    (``workers.analyses.circuits.qk_fix``)."""
     progress = progress or no_progress
     if clean.n != corrupted.n:
         raise HeadscopeError(

@@ -1,4 +1,4 @@
-"""Edge attribution (EAP, EAP-IG), circuits and their faithfulness (SPEC 12; docs/circuits.md).
+"""Edge attribution (EAP, EAP-IG), circuits and their faithfulness (docs/circuits.md).
 
 For a clean text C and a corrupted text K of the same token length and the patching metric
 ``m = l[a] - l[b]`` at the last position, the score of the edge u -> v (graph: ``edge_run.Graph``) is
@@ -167,9 +167,9 @@ def edge_attribution(
     progress: Progress | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
-    """SPEC 12 EAP / EAP-IG, the circuit of the top ``top_edges`` edges, its faithfulness and the
-    faithfulness curve over ``curve_sizes`` (default ``default_sizes``). Keys: docs/results.md.
-    ``top_edges`` beyond the model's edge count is cut to it (the API refuses it when asked for)."""
+    """EAP / EAP-IG (docs/circuits.md), the circuit of the top ``top_edges`` edges, its faithfulness
+    and the faithfulness curve over ``curve_sizes`` (default ``default_sizes``). Keys:
+    docs/results.md. ``top_edges`` beyond the model's edge count is cut to it (the API refuses it when asked for)."""
     t0, c0 = time.perf_counter(), time.process_time()
     progress = progress or no_progress
     if clean.n != corrupted.n:

@@ -1,4 +1,4 @@
-"""The edge graph of a decoder and the forward that reads it (SPEC 12; docs/circuits.md).
+"""The edge graph of a decoder and the forward that reads it (docs/circuits.md).
 
 Nodes that write to the residual stream ("writers"): the **input** ``X[0]`` (token embeddings, with
 position embeddings and scaling where the family adds them), every **head** (l, h) — its

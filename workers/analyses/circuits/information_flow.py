@@ -1,4 +1,4 @@
-"""Information flow routes (SPEC 12; Ferrando & Voita 2024, the LLM Transparency Tool's graph): which
+"""Information flow routes (Ferrando & Voita 2024, the LLM Transparency Tool's graph): which
 earlier token states each state was built from, from one forward of one text (docs/circuits.md).
 
 Each layer l updates position i twice; each update is an exact sum of parts (``workers.analyses.circuits.flow_terms``):
@@ -280,7 +280,8 @@ def information_flow(
     threshold: float = DEFAULT_THRESHOLD,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """SPEC 12's information-flow graph of ``encoded`` from ``position`` (None: ``default_position``).
+    """The information-flow graph (docs/circuits.md) of ``encoded`` from ``position`` (None:
+    ``default_position``).
 
     Keys: ``position``, ``threshold``, ``parallel_residual``, ``nodes`` [{id, kind, layer, position,
     bias?}], ``edges`` [{source, target, kind, layer, from, to, importance, heads?}], ``top_down``

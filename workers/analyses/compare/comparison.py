@@ -1,4 +1,4 @@
-"""Two models on the same texts (docs/compare.md, SPEC 13): head similarity over word-level maps,
+"""Two models on the same texts (docs/compare.md): head similarity over word-level maps,
 the Hungarian matching, both models' corpus profiles in one standardised table and map, and the
 decoders' surprisal per word side by side.
 

@@ -1,4 +1,4 @@
-"""Head similarity over word-level maps (docs/compare.md, SPEC 13): for every head g of model A and h of
+"""Head similarity over word-level maps (docs/compare.md): for every head g of model A and h of
 model B, the sum over (text, query word) of ``1 − JSD(W_g[u, ·], W_h[u, ·])`` in bits.
 
 The pairwise part is the mixture's entropy. With ``p``, ``q`` the rows (renormalised over the words

@@ -1,4 +1,4 @@
-"""Word-level attention maps (docs/compare.md, SPEC 13): one shape for every tokenizer.
+"""Word-level attention maps (docs/compare.md): one shape for every tokenizer.
 
 Words are the maximal runs of non-space characters of the text; a token belongs to every word its
 character span overlaps, special tokens to none. A head's word-level map is

@@ -1,5 +1,5 @@
 """This process' fast t-SNE engines: the chain to try, what failed the start's self-check, an
-injected fault, a device that was lost (issue 20; docs/gpu.md).
+injected fault, a device that was lost (docs/gpu.md, "What a GPU worker does").
 
 Engines, fastest first: ``triton-fused`` and ``triton-wide`` (``gpu_kernels``' two layouts),
 ``torch`` (``device.torch_round``), ``cpu`` (the numba engine on the host, always last). ``Fault``

@@ -1,4 +1,5 @@
-"""Which fast t-SNE engine runs: checked before a worker serves, replaced per job when it fails (issue 20).
+"""Which fast t-SNE engine runs: checked before a worker serves, replaced per job when it fails
+(docs/gpu.md, "What a GPU worker does").
 
 - ``self_check(device, candidates)`` runs each device round on a small fixed problem (two heads of
   different lengths, fixed iteration counts) and keeps those whose positions are finite and whose

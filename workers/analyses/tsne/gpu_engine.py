@@ -1,4 +1,4 @@
-"""The fast t-SNE engine with its schedule on the device (issue 11): the GPU path.
+"""The fast t-SNE engine with its schedule on the device: the GPU path (docs/tsne.md, "On a GPU").
 
 ``fast`` runs the adaptive schedule on the host: every ``check_every`` iterations it reads each
 head's KL back and decides. Here the same schedule (``schedule.PhasePlan``'s rules, as tensors) runs

@@ -1,4 +1,4 @@
-"""Triton kernels of the fast t-SNE engine's device path (issue 11).
+"""Triton kernels of the fast t-SNE engine's device path (docs/tsne.md, "On a GPU").
 
 Exact-force gradient descent with openTSNE's update rule (as ``cpu_kernels._steps``; the gradient
 omits the factor 4), in two layouts that share their tile code:

@@ -1,6 +1,6 @@
 """The ``fast`` t-SNE engine on the host: all attention heads at once, exact forces, adaptive schedule.
 
-What makes it fast (issue 7), keeping KL honest:
+What makes it fast, keeping KL honest (docs/tsne.md, "The fast engine"):
 
 - **Exact forces, compiled.** On CPU a numba kernel (``cpu_kernels``) gives each head to one
   thread and sums the Student-t forces over all pairs in float32 SIMD loops; P, positions and

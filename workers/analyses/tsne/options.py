@@ -150,7 +150,7 @@ P_FLUSH = 1e-20  # smaller P entries are zeroed for the float32 forces: denormal
 class FastSchedule:
     """Knobs of the adaptive schedule; iteration caps come from ``TSNEOptions``.
 
-    The defaults (issue 34): early exaggeration as before (it lasts at least 125 iterations, where its
+    The defaults: early exaggeration as before (it lasts at least 125 iterations, where its
     path is decided), the main and settle phases end as soon as their KL stops moving (partial windows,
     ``main_tol`` 1e-2, ``settle_tol`` 1e-3): 0.88x the iterations of the earlier defaults, every head's
     KL within the seed-to-seed noise (docs/tsne.md, "Fewer iterations").

@@ -1,4 +1,5 @@
-"""Corpora for the corpus analysis (issue 24): texts stored like checkpoints, with owners and expiry.
+"""Corpora for the corpus analysis (docs/corpus.md): texts stored like checkpoints, with owners and
+expiry.
 
 Revision ID: 0003
 Revises: 0002

@@ -1,6 +1,7 @@
-"""Corpora in chunks (issue 33): a corpus' texts move from one compressed body into rows of up to
-1,000 texts each (``corpus_chunks``), so a corpus of a million texts is written and read a chunk at a
-time (``Store.iter_corpus_texts``), never whole. Existing corpora are moved over; ``corpora.body`` goes.
+"""Corpora in chunks (docs/scaling.md, "Streamed corpora"): a corpus' texts move from one compressed
+body into rows of up to 1,000 texts each (``corpus_chunks``), so a corpus of a million texts is
+written and read a chunk at a time (``Store.iter_corpus_texts``), never whole. Existing corpora are
+moved over; ``corpora.body`` goes.
 
 Revision ID: 0004
 Revises: 0003
