@@ -15,7 +15,9 @@ from workers.core.errors import HeadscopeError
 
 GIB = 1024**3
 F8 = 8  # float64 bytes (P matrices, t-SNE, host copies)
-RUNTIME = GIB // 2  # Python, torch and transformers themselves (measured: ~0.45 GiB resident)
+RUNTIME = (
+    GIB // 2
+)  # Python, torch and transformers themselves (measured: docs/models.md, "Real sizes")
 
 
 class MemoryBudgetError(HeadscopeError):

@@ -18,9 +18,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 # (``headscope serve`` passes it to its workers; ``workers.queue.worker`` sets it before torch loads). With
 # libgomp's default wait policy every torch and numba thread spins for milliseconds after each
 # parallel region; where the cores are shared (the dashboard's browser, a second worker, anything else
-# on the machine) the spinning threads take the cores from the working ones. SmolLM2's text-explorer
-# job at 452 tokens, in one process at a load of ~4 on 2 cores: 31-34 CPU s and 32-35 s by default,
-# 15.5 CPU s and 16 s with PASSIVE (the forward alone 9-14 s against 1.8 s; docs/dashboard.md).
+# on the machine) the spinning threads take the cores from the working ones (measured with and
+# without PASSIVE: docs/dashboard.md, "How fast the gallery arrives").
 WORKER_OPENMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 

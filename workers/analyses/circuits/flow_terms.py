@@ -68,7 +68,8 @@ class Step:
     def tokens(self, rows: torch.Tensor, keys: int) -> torch.Tensor:
         """[key, query, d]: the token parts of queries ``rows`` from keys 0..keys-1."""
         assert self.u is not None and self.weights is not None
-        # contiguous operands: a strided batch of small products is ~300x slower (measured, CPU)
+        # contiguous operands: a strided batch of small products is far slower on CPU
+        # (measured: docs/circuits.md, "Information flow routes", Cost)
         a = self.weights[:, rows, :keys].permute(2, 1, 0).contiguous()  # [key, query, H]
         z = torch.bmm(a, self.u[:, :keys].transpose(0, 1).contiguous())  # [key, query, d]
         return z if self.scale is None else z.mul_(self.scale[rows][None])

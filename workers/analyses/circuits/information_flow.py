@@ -20,10 +20,10 @@ it; by ``‖z^h_ij‖₁`` when no head alone is close).
 
 Cost: one forward that keeps each layer's inputs (values, attention weights, the stream; at most
 ``KEEP_BYTES``), then the graph top-down, computing the attention parts only for the queries the graph
-reaches (a few per layer from a decoder's last position: ~400 of SmolLM2's 30 x 128 at τ = 0.04), by
-chunks of at most ``CHUNK_BYTES`` (never ``[n, n, d]`` per head). A text whose layers would not fit
-``KEEP_BYTES`` has every query's importances computed in each layer's forward hook instead, keeping
-only the entries ≥ τ (the same graph, slower).
+reaches (a few per layer from a decoder's last position: docs/circuits.md, "Information flow
+routes"), by chunks of at most ``CHUNK_BYTES`` (never ``[n, n, d]`` per head). A text whose layers
+would not fit ``KEEP_BYTES`` has every query's importances computed in each layer's forward hook
+instead, keeping only the entries ≥ τ (the same graph, slower).
 
 Notebook use::
 
@@ -324,10 +324,9 @@ def information_flow(
 
     run_layers(loaded, encoded, on_layer)
     forward_s = time.perf_counter() - start
-    with (
-        one_torch_thread()
-    ):  # the reached queries' parts come in small chunks: OpenMP's barriers cost more
-        # than a second thread gives (SmolLM2, n = 128, load 9 on 2 cores: 3.4 s on 2 threads, 0.3 s on 1)
+    # the reached queries' parts come in small chunks: OpenMP's barriers cost more than a second
+    # thread gives (measured: docs/circuits.md, "Information flow routes", Cost)
+    with one_torch_thread():
         nodes, edges = _graph(
             flows,
             p,

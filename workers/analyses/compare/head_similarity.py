@@ -68,7 +68,7 @@ def _xlnx_sum(x: torch.Tensor) -> torch.Tensor:
 def one_torch_thread() -> Iterator[int]:
     """torch at one intra-op thread inside; yields the count it had. The pairwise blocks are small
     (2 MiB): OpenMP's barriers per block cost more than they gain, and on a loaded machine a waiting
-    thread spins (measured: 2 threads ~10x slower than 1 at load average 14 on 2 cores)."""
+    thread spins (measured: docs/compare.md, "Performance")."""
     had = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

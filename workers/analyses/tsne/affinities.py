@@ -73,7 +73,7 @@ def conditional_from_distances(
     step narrows (a step leaving it bisects instead, in log β, doubling or halving while a side is
     open). A row stops at the first β whose entropy is within ``tol`` nats of log(perplexity), and
     only the rows still searching are computed again: a few passes per row, where bisection took
-    dozens over every row (SmolLM2's 31 hidden states at 452 tokens: 1.4 -> 0.4 CPU s).
+    dozens over every row (measured: docs/tsne.md, "Measured choices in the code").
     """
     d2 = np.array(d2, dtype=np.float64)
     n = d2.shape[0]
@@ -164,9 +164,10 @@ def kl_divergence(p: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor) ->
 
     ``KL = sum p log p + sum p log(1 + d2) + (sum p) log Z`` with ``Z = sum_{i != j} 1 / (1 + d2_ij)``:
     the same value as ``sum p log(p / q)``. On the host with numba, a compiled float64 kernel
-    (``cpu_kernels.kl_heads``: every term within a few ulp, heads in parallel, ~20x less CPU than
-    torch); otherwise (a CUDA tensor, no numba, a non-finite embedding) torch, a few matrices at a time.
-    The two agree to ~1e-14 relative (tested).
+    (``cpu_kernels.kl_heads``: every term within a few ulp, heads in parallel, far less CPU than
+    torch: docs/tsne.md, "Measured choices in the code"); otherwise (a CUDA tensor, no numba, a
+    non-finite embedding) torch, a few matrices at a time. The two agree to ~1e-14 relative
+    (tested).
 
     Args:
         p: [..., n, n] joint probabilities (zero diagonal, summing to 1).
@@ -237,7 +238,7 @@ def entropies(p: np.ndarray) -> np.ndarray:
 
 def kernel_p(p: np.ndarray) -> np.ndarray:
     """The float32 copy of P the kernels read, entries below ``P_FLUSH`` zeroed (their forces are
-    < 1e-14 of a typical entry's; denormal products cost ~100x): [B, n, n], no float64 temporaries."""
+    < 1e-14 of a typical entry's; denormal products are slow): [B, n, n], no float64 temporaries."""
     out = np.empty(p.shape, dtype=np.float32)
     for b in range(p.shape[0]):
         out[b] = p[b]

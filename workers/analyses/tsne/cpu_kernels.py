@@ -24,9 +24,9 @@ from numba.extending import intrinsic
 
 # error_model="numpy": no ZeroDivisionError branch, so the loops vectorise; fastmath: reassociate.
 _OPT: dict[str, Any] = {"fastmath": True, "error_model": "numpy", "cache": True, "nogil": True}
-# The pair loops without "arcp": a true division instead of a reciprocal estimate + Newton step. On
-# this AVX-512 AMD EPYC (Zen 4) the divider runs beside the FMA pipes the loop is bound by: the forces
-# 46.7 -> 34.2 us per iteration at n = 452 (docs/tsne.md), and each w exact to float32 rounding.
+# The pair loops without "arcp": a true division instead of a reciprocal estimate + Newton step. The
+# divider runs beside the FMA pipes the loop is bound by, so it is faster, and each w is exact to
+# float32 rounding (measured: docs/tsne.md, "Measured choices in the code").
 _DIV: dict[str, Any] = {**_OPT, "fastmath": {"reassoc", "contract", "nsz", "nnan", "ninf"}}
 _F = np.float32
 _LN2 = np.float32(np.log(2.0))
@@ -97,7 +97,7 @@ def _forces(p, y0, y1, out):  # pragma: no cover - compiled
 def _update(ax, ay, rx, ry, u0, u1, g0, g1, y0, y1, ex, iz, mom, lr, max_step):  # pragma: no cover
     """One step of every point from its forces (``_forces``' rows): gains, momentum update clipped to
     ``max_step``, new positions (in place); returns the sums of the new positions. Branch-free, so the
-    loop vectorises (the branchy per-point loop cost ~6 % of an iteration at n = 452)."""
+    loop vectorises (measured: docs/tsne.md, "Measured choices in the code")."""
     m0 = 0.0
     m1 = 0.0
     for i in range(y0.shape[0]):
@@ -179,9 +179,10 @@ def _cross_entropy_row(pi, a0, a1, y0, y1):  # pragma: no cover - compiled
 def _cross_entropy(p, y0, y1, sym):  # pragma: no cover - compiled
     """``-sum_ij p_ij log q_ij`` of one head (float32 terms, float64 sums; ~1e-7 relative).
 
-    ``log(1 + d2)`` is computed by ``_log1p_d2`` so the loops vectorise (a libm call per pair cost 10x
-    the force evaluation). With ``sym`` (P exactly symmetric, as every P of the engine) each pair is
-    taken once, ``j > i``, and counted twice: half the work.
+    ``log(1 + d2)`` is computed by ``_log1p_d2`` so the loops vectorise (a libm call per pair cost
+    more than the force evaluation: docs/tsne.md, "Measured choices in the code"). With ``sym`` (P
+    exactly symmetric, as every P of the engine) each pair is taken once, ``j > i``, and counted
+    twice: half the work.
     """
     n = y0.shape[0]
     z = 0.0

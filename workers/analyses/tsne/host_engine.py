@@ -166,8 +166,8 @@ def torch_threads_kept() -> Iterator[int]:
     numba's OpenMP threading layer shares libgomp with torch: its first parallel run set the process's
     OpenMP thread count to numba's own (all cores), and torch's with it. A worker started with one
     thread (``OMP_NUM_THREADS=1``, as ``docker-compose`` and bench_scale run them) went on at two after
-    its t-SNE warm-up, so two such workers on two cores contended (tests/bench/bench_scale.py on
-    10,000 texts: 2 workers 0.74x one; with the threads kept 1.81x)."""
+    its t-SNE warm-up, so two such workers on two cores contended (measured: docs/scaling.md, "On
+    quiet cores")."""
     had = torch.get_num_threads()
     if numba_available():
         import numba

@@ -136,7 +136,7 @@ def fast_spectral_init(
             continue
         vals, vecs = _ritz(alpha[heads], beta[heads], int(steps))
         top = vecs[:, :, ::-1]  # [h, steps, 2], largest first
-        # Ritz vectors v_k, head by head: no copy of the basis (einsum over q[heads] copied it, 5 ms a layer)
+        # Ritz vectors v_k, head by head: no copy of the basis (an einsum over q[heads] copied it)
         basis = np.stack([q[b, :steps].T @ top[i] for i, b in enumerate(heads)])
         out[heads] = basis * dis[heads, :, None] * vals[:, None, ::-1]
     return finish_spectral(out, seed=seed)
@@ -147,7 +147,8 @@ def _ritz(alpha: np.ndarray, beta: np.ndarray, size: int) -> tuple[np.ndarray, n
     ([h, 2] ascending, [h, size, 2]). LAPACK's tridiagonal solver, one head at a time: no BLAS
     threads to fight the kernels' threads for the cores. The drivers ``eigh_tridiagonal`` picks
     for this case (``stebz`` for the values, ``stein`` for the vectors), called directly: the same
-    numbers, without the argument checks that cost 3x the solve (a quarter of the start's CPU)."""
+    numbers, without the argument checks that cost more than the solve (measured: docs/tsne.md,
+    "Measured choices in the code")."""
     from scipy.linalg.lapack import dstebz, dstein
 
     h = alpha.shape[0]
@@ -309,7 +310,7 @@ def _device_steps(
     for j in range(j0, j1):
         run = live & (kb > j)
         qj = q[:, j]
-        # x^T P = (P x)^T for symmetric P: the row form is 4x faster than P @ x in CPU torch
+        # x^T P = (P x)^T for symmetric P: the row form is faster than P @ x in CPU torch
         w = torch.bmm((dis * qj).to(p.dtype).unsqueeze(1), p).squeeze(1).to(torch.float64) * dis
         a = (w * qj).sum(-1)
         basis = q[:, : j + 1]

@@ -87,7 +87,8 @@ def run_batched(
     steps = options.restarts * ((batch + chunk - 1) // chunk)
     step = 0
     # P entries below 1e-20 are zeroed for the forces (not for the KL): their float32 products
-    # with W are denormal and cost ~100x each; the mass removed is < n^2 * 1e-20
+    # with W are denormal and slow (docs/tsne.md, "The fast engine"); the mass removed is
+    # < n^2 * 1e-20
     p_forces = np.where(p < 1e-20, 0.0, p) if dtype == torch.float32 else p
     for r in range(options.restarts):
         y0 = initial_embedding(p, init=options.init, seed=options.seed, restart=r, x=x)
