@@ -20,7 +20,7 @@ def model_facts(spec: ModelSpec) -> dict[str, Any]:
 
 
 def check_text_request(*, model: str, name: str, text: str, kinds: list[str], options: Any) -> None:
-    """Layer and head ranges, a text that is not blank and fits the model's limit (unless
+    """Layer, head and state ranges (whichever analyses read them), a text that is not blank and fits the model's limit (unless
     ``truncate``), then every requested analysis' own checks; a ``HeadscopeError`` naming the
     problem. ``model``: the name asked for; ``name``: its catalogue entry (a LasF layer's base)."""
     spec = get_catalogue().get(name)
@@ -34,6 +34,12 @@ def check_text_request(*, model: str, name: str, text: str, kinds: list[str], op
             raise OutOfRangeError(f"layer {o.layer} is out of range: {model} has layers 0-{top}")
     if isinstance(o.head, int) and n_heads and not 0 <= o.head < n_heads:
         raise OutOfRangeError(f"head {o.head} is out of range: {model} has heads 0-{n_heads - 1}")
+    state = getattr(o, "hidden_layer", None)  # a hidden state: 0 .. n_layers
+    if isinstance(state, int) and n_layers and not 0 <= state <= n_layers:
+        raise OutOfRangeError(
+            f"hidden_layer {state} is out of range: {model} has states 0-{n_layers} "
+            f"(0 = embedding output, l + 1 = output of layer l)"
+        )
     if is_blank(spec, text):
         raise EmptyTextError(
             "the text is empty after normalisation (only invisible or control characters)"

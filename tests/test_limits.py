@@ -472,15 +472,13 @@ def test_job_timeout_and_one_retry_come_from_the_settings(api, redis_server):
 @pytest.fixture
 def run_first_job(redis_server, monkeypatch):
     """Run the first queued job (a coordinator splits there) in this process, writing to ``store``."""
-    import workers.queue.jobs
-    import workers.queue.jobs_corpus
+    import workers.queue.reporter
 
     conn = Redis.from_url(redis_server)
 
     def run(client: TestClient) -> None:
         store = client.app.state.store
-        monkeypatch.setattr(workers.queue.jobs, "_store", lambda: store)
-        monkeypatch.setattr(workers.queue.jobs_corpus, "_store", lambda: store)
+        monkeypatch.setattr(workers.queue.reporter, "store", lambda: store)
         worker = SimpleWorker(
             [protocol.queue(conn, q) for q in protocol.QUEUES],
             connection=conn,

@@ -8,7 +8,6 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from workers.analyses.tsne.words import check_word_list
-from workers.core.errors import OutOfRangeError
 from workers.core.memory import F8, Base, Footprint
 from workers.core.options import (
     Cli,
@@ -103,16 +102,6 @@ def all_heads_after_one(options: HeadTSNEOptions) -> bool:
     return options.all_heads and (options.layer != "all" or options.head != "all")
 
 
-def check_hidden_layer(request: Any, options: HiddenTSNEOptions) -> None:
-    """The state asked for exists (0 = the embedding output, l + 1 = the output of layer l)."""
-    n_layers, state = request.facts.get("n_layers"), options.hidden_layer
-    if isinstance(state, int) and n_layers and not 0 <= state <= n_layers:
-        raise OutOfRangeError(
-            f"hidden_layer {state} is out of range: {request.model} has states 0-{n_layers} "
-            f"(0 = embedding output, l + 1 = output of layer l)"
-        )
-
-
 def check_words(request: Any, options: WordTSNEOptions) -> None:
     """A word list of ``MIN_WORDS`` to ``MAX_WORDS`` items (``workers.analyses.tsne.words``)."""
     check_word_list(request.text)
@@ -151,7 +140,6 @@ register(
         needs={"whole_text"},
         streamed=True,
         memory=hidden_memory,
-        check=check_hidden_layer,
         layer_is_state=True,
     )
 )
