@@ -230,7 +230,7 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         _wait_points(page, "hidden-tsne-graph")
         page.wait_for_selector("#attention-matrix-graph .heatmaplayer", timeout=WAIT_MS)
         head = page.evaluate(FIGURE_JS, "head-tsne-graph")
-        assert f"layer {LAYER}, head {HEAD}" in head["title"]
+        assert f"L{LAYER}H{HEAD}" in head["title"]
         assert list(head["data"][0]["text"]) == tokens  # tokens as labels
         assert page.evaluate(URL_HEAD_JS, [LAYER, HEAD])  # still there once every view is drawn
         assert "X[2] (output of layer 1)" in page.evaluate(FIGURE_JS, "hidden-tsne-graph")["title"]
@@ -393,7 +393,7 @@ def test_tiny_llama_paste_heatmaps_head_and_terms(server, browser, tmp_path):
         x, y = page.evaluate(CELL_JS, [1, 3, 2])
         page.mouse.click(x, y)
         _wait_points(page, "head-tsne-graph")
-        assert "layer 1, head 3" in page.evaluate(FIGURE_JS, "head-tsne-graph")["title"]
+        assert "L1H3" in page.evaluate(FIGURE_JS, "head-tsne-graph")["title"]
         page.wait_for_selector("#attention-matrix-graph .heatmaplayer", timeout=60_000)
         w.shot("6-llama-head")
 
@@ -508,9 +508,7 @@ def test_gallery_switches_heads_in_the_browser(server, browser, tmp_path):
         )
         page.evaluate(TIMING_JS)
         page.locator("#head-gallery").scroll_into_view_if_needed()
-        _click_to_map_ms(
-            page, *page.evaluate(PANEL_JS, ["head-gallery", 1, 1]), "layer 1, head 1"
-        )  # warm-up
+        _click_to_map_ms(page, *page.evaluate(PANEL_JS, ["head-gallery", 1, 1]), "L1H1")  # warm-up
         times = []
         for layer, head in [(3, 4), (0, 7), (5, 11), (4, 0), (2, 5), (1, 10)]:  # gallery panels
             page.locator("#head-gallery").scroll_into_view_if_needed()
@@ -518,11 +516,11 @@ def test_gallery_switches_heads_in_the_browser(server, browser, tmp_path):
                 _click_to_map_ms(
                     page,
                     *page.evaluate(PANEL_JS, ["head-gallery", layer, head]),
-                    f"layer {layer}, head {head}",
+                    f"L{layer}H{head}",
                 )
             )
         page.locator("#max-attention-graph").scroll_into_view_if_needed()  # a max-attention cell
-        times.append(_click_to_map_ms(page, *page.evaluate(CELL_JS, [2, 9, 3]), "layer 2, head 9"))
+        times.append(_click_to_map_ms(page, *page.evaluate(CELL_JS, [2, 9, 3]), "L2H9"))
         print(f"click-to-map times (ms, in the browser): {[round(t, 1) for t in times]}")
         # Target 100 ms. Every switch is drawn before the page calls its server (asserted in
         # _click_to_map_ms, whatever the load); of seven, the best — one the browser had the CPU
@@ -534,7 +532,7 @@ def test_gallery_switches_heads_in_the_browser(server, browser, tmp_path):
             assert min(times) < 100, times
         page.wait_for_function(
             "document.querySelector('#attention-matrix-graph .js-plotly-plot').layout.title"
-            ".text.includes('layer 2, head 9')",
+            ".text.includes('L2H9')",
             timeout=30_000,
         )
         page.wait_for_function(
@@ -550,7 +548,7 @@ def test_gallery_switches_heads_in_the_browser(server, browser, tmp_path):
         # head view: one line per (query, key) pair at or above the threshold, then a hovered token's only
         page.wait_for_function(
             "document.querySelector('#head-view-graph .js-plotly-plot').layout.title"
-            ".text.includes('layer 2, head 9')",
+            ".text.includes('L2H9')",
             timeout=30_000,
         )
         a = head_attention(result, 2, 9)[0]  # [query, key], the weights the page has
@@ -590,7 +588,7 @@ def test_gallery_switches_heads_in_the_browser(server, browser, tmp_path):
           const m = gd.layout.meta.modelview, fl = gd._fullLayout, r = gd.getBoundingClientRect();
           const x = 6 * m.stride + 2, y = 4 * m.stride + 2;
           return [r.left + fl.xaxis._offset + fl.xaxis.l2p(x), r.top + fl.yaxis._offset + fl.yaxis.l2p(y)]; }""")
-        _click_to_map_ms(page, *mv, "layer 4, head 6")
+        _click_to_map_ms(page, *mv, "L4H6")
         page.locator("#model-view-graph").screenshot(
             path=str(ARTIFACTS / "browser-7-model-view.png")
         )
@@ -616,7 +614,7 @@ def test_gallery_switches_heads_in_the_browser(server, browser, tmp_path):
         fresh.page.goto(link)
         fresh.page.wait_for_function(
             "document.querySelector('#head-tsne-graph .js-plotly-plot')?.layout?.title"
-            "?.text?.includes('layer 4, head 6')",
+            "?.text?.includes('L4H6')",
             timeout=30_000,
         )
         fresh.page.wait_for_function(
@@ -730,7 +728,7 @@ def test_smollm2_text_explorer_gallery_heads_and_chat(server, browser, tmp_path)
         for gid in ("head-tsne-graph", "attention-matrix-graph", "head-view-graph"):
             page.wait_for_function(
                 f"document.querySelector('#{gid} .js-plotly-plot')?.layout?.title?.text"
-                "?.includes('layer 23, head 4')",
+                "?.includes('L23H4')",
                 timeout=60_000,
             )
         page.wait_for_selector("#model-view-graph .js-plotly-plot", timeout=60_000)
@@ -772,7 +770,7 @@ def test_smollm2_text_explorer_gallery_heads_and_chat(server, browser, tmp_path)
         fresh.page.goto(link)
         fresh.page.wait_for_function(
             "document.querySelector('#head-tsne-graph .js-plotly-plot')?.layout?.title"
-            "?.text?.includes('layer 23, head 4')",
+            "?.text?.includes('L23H4')",
             timeout=60_000,
         )
         assert not fresh.problems, fresh.problems

@@ -65,13 +65,13 @@ def test_causal_page_views_head_link_and_share(server, browser, tmp_path):
         page.mouse.click(x, y)
         page.wait_for_selector("#causal-open-head", timeout=WAIT_MS)
         assert "L1H2" in page.inner_text("#causal-open-head")
-        assert "head=1.2" in page.url
+        assert "head=L1H2" in page.url
         page.click("#causal-share-button")
         page.wait_for_function("document.querySelector('#causal-share-url').href", timeout=WAIT_MS)
         link = page.get_attribute("#causal-share-url", "href")
         page.click("#causal-open-head")
         page.wait_for_selector("#head-tsne-graph .scatterlayer .point", timeout=WAIT_MS)
-        assert "layer 1, head 2" in page.evaluate(FIGURE_JS, "head-tsne-graph")["title"]
+        assert "L1H2" in page.evaluate(FIGURE_JS, "head-tsne-graph")["title"]
         w.shot("causal-2-text-explorer")
         assert not w.problems, w.problems
     finally:

@@ -84,7 +84,7 @@ def test_models_say_which_have_a_head(client):
             "tiny-gpt2",
             ["ablation"],
             {"ablate": [[5, 0]]},
-            ["head [5, 0] is out of range", "layers 0-1"],
+            ["head L5H0 is out of range", "layers 0-1"],
         ),
         (
             "tiny-gpt2",

@@ -159,7 +159,7 @@ def test_head_tsne_rescaled_axes_tick_in_original_units(head_result):
     np.testing.assert_allclose(custom, emb)
     assert list(trace.text) == readable_tokens(head_result)
     assert list(trace.marker.color) == list(range(len(head_result["tokens"])))  # colour = position
-    assert "layer 1, head 2" in fig.layout.title.text and "best of 2" in fig.layout.title.text
+    assert "L1H2" in fig.layout.title.text and "best of 2" in fig.layout.title.text
     raw = head_tsne_figure(head_result, layer=1, head=2, rescale=False)
     np.testing.assert_allclose(np.c_[raw.data[0].x, raw.data[0].y], emb)
     assert raw.layout.xaxis.tickvals is None

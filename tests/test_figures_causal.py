@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from frontend.figures import causal as C
+from frontend.figures.tokens import display_text
 from frontend.kit.forms import parse_target
 from frontend.pages.causal import causal_request
 from workers.core.contracts import AnalysisRequest
@@ -120,8 +121,10 @@ def test_long_titles_wrap_without_losing_words(result):
     assert wrapped.split("<br>")[0].endswith("corrupted:") and wrapped.split("<br>")[-1].startswith(
         "(clean"
     )
-    # a pair target names both tokens, quoted (a leading space shows), in the attribution and ablation titles
-    pair = f"l[{result['ablation']['target_tokens'][-1]!r}] − l[{result['ablation']['target_b_tokens'][-1]!r}]"
+    # a pair target names both tokens as every page shows tokens (a leading space as ␣), in the
+    # attribution and ablation titles
+    a, b = result["ablation"]["target_tokens"][-1], result["ablation"]["target_b_tokens"][-1]
+    pair = f"l[{display_text(a)}] − l[{display_text(b)}]"
     assert pair in titles[2].replace("<br>", " ")
     assert pair in titles[3].replace("<br>", " ")
     assert (

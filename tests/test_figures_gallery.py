@@ -76,8 +76,7 @@ def test_gallery_has_one_panel_per_head_titled_with_its_kl(page_result):
     )  # one text trace: no layout annotations (Plotly redraws all of them on any change)
     kl = np.asarray(sec["kl"])
     assert (
-        titles[n_heads * 3 + 4] == f"L3 H4 · KL {kl[3, 4]:.2f}"
-        and len(titles) == n_layers * n_heads
+        titles[n_heads * 3 + 4] == f"L3H4 · KL {kl[3, 4]:.2f}" and len(titles) == n_layers * n_heads
     )
     assert fig.data[2].mode == "text" and not fig.layout.annotations
     n = len(sec["kept"])
@@ -223,7 +222,7 @@ def test_matrix_and_hidden_map_follow_any_head(page_result, attentions):
     np.testing.assert_allclose(np.asarray(exact.data[0].z), attentions[LAYER, HEAD], atol=1e-6)
     for state in range(page_result["n_layers"] + 1):  # every hidden state is in the one result
         assert f"X[{state}]" in hidden_tsne_figure(page_result, state=state).layout.title.text
-    assert "KL attention-head t-SNE (layer 4, head 7)" in kl_summary(page_result, layer=4, head=7)
+    assert "KL attention-head t-SNE (L4H7)" in kl_summary(page_result, layer=4, head=7)
 
 
 def test_head_view_draws_one_line_per_pair_above_the_threshold(page_result):
@@ -237,7 +236,7 @@ def test_head_view_draws_one_line_per_pair_above_the_threshold(page_result):
         drawn = []
         for t, pairs in zip(meta["traces"], meta["pairs"], strict=True):
             trace = fig.data[t]
-            if trace.name != f"head {head}":
+            if trace.name != f"L3H{head}":
                 continue
             colours.setdefault(trace.line.color, set()).add(head)
             xs, ys = list(trace.x), list(trace.y)
@@ -352,7 +351,7 @@ def test_a_row_is_drawn_once_however_many_updates_carry_it(page_result, monkeypa
     assert len(drawn) == page_result["n_layers"]  # nothing drawn again
     assert [im.source for im in again.layout.images] == [im.source for im in first.layout.images]
     moved = json.loads(json.dumps(page_result))
-    xs = [pt[0] for pt in moved["head-tsne-all"]["embedding"][2][0]]  # layer 2, head 0
+    xs = [pt[0] for pt in moved["head-tsne-all"]["embedding"][2][0]]  # L2H0
     moved["head-tsne-all"]["embedding"][2][0][0][0] = (
         max(xs) + 1 if xs[0] == min(xs) else min(xs) - 1
     )  # new rank

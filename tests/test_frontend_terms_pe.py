@@ -55,7 +55,7 @@ def test_token_views_sum_to_one_and_follow_clicks(dec_minilm):
     curves = T.token_curves_figure(dec_minilm, token=5)
     per = np.asarray(dec_minilm["decomposition"]["per_token"])[:, 5]  # [state, term]
     np.testing.assert_allclose(np.stack([t.y for t in curves.data], axis=1), per)
-    assert repr(readable_tokens(dec_minilm)[5]) in curves.layout.title.text
+    assert f"token {readable_tokens(dec_minilm)[5]} (#5)" in curves.layout.title.text
     assert (
         "not in this result"
         in T.token_curves_figure(dec_minilm, token=n).layout.annotations[0].text

@@ -305,7 +305,7 @@ def test_the_browser_draws_the_first_layers_before_the_job_is_done(
         assert f"1 of {LAYERS} layers so far" in title, title
         w.shot("gallery-first-layer")
         page.wait_for_function(
-            f"{HEAD_MAP_JS}?.layout?.title?.text?.includes('layer 1, head 2')", timeout=120_000
+            f"{HEAD_MAP_JS}?.layout?.title?.text?.includes('L1H2')", timeout=120_000
         )
         page.evaluate(WATCH_MAPS_JS)
         held.release(0)

@@ -114,7 +114,7 @@ def test_views_straight_from_attention_and_tokens(minilm_attention):
     names = {t.name for t in view.figures["head_view"].data if t.showlegend}
     assert names == {"head 0", "head 5"}
     one = hs.head_map(attention, tokens, layer=1, head=3, options=FAST)
-    assert "layer 1, head 3" in one.figures["map"].layout.title.text
+    assert "L1H3" in one.figures["map"].layout.title.text
     a = np.asarray(one.figures["matrix"].data[0].z)  # the exact one-head matrix: rows sum to 1
     np.testing.assert_allclose(a.sum(axis=1), 1.0, atol=1e-5)
 
@@ -193,7 +193,7 @@ def test_bad_attention_gets_a_clear_error(minilm_attention):
     ]
     nan = [a.clone() for a in attention]
     nan[4][0, 7, 2, 3] = float("nan")
-    cases.append((tuple(nan), tokens, r"layer 4, head 7 holds NaN"))
+    cases.append((tuple(nan), tokens, r"L4H7 holds NaN"))
     for bad, toks, message in cases:
         with pytest.raises(HeadscopeError, match=message):
             hs.heatmaps(bad, toks)
@@ -352,10 +352,10 @@ def test_exports_and_the_gallery_page_in_chromium(own, tmp_path):
             "() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(e => e.id)"
         )
         title = "(id) => document.getElementById(id).layout.title.text"
-        assert "layer 0, head 0" in page.evaluate(title, map_id)
+        assert "L0H0" in page.evaluate(title, map_id)
         xy = page.evaluate(PANEL_JS, [gallery_id, 3, 7])
         page.mouse.click(*xy)  # a corner of panel (3, 7), not a point
-        assert "layer 3, head 7" in page.evaluate(title, map_id)
+        assert "L3H7" in page.evaluate(title, map_id)
         kl = np.asarray(own["head-tsne"]["kl"])[3, 7]
         assert f"KL {kl:.4f}" in page.evaluate(title, map_id)
         ARTIFACTS.mkdir(exist_ok=True)
@@ -426,14 +426,14 @@ def test_saved_notebook_as_html_draws_every_figure_offline(own, tmp_path):
         title = page.evaluate(
             "Array.from(document.querySelectorAll('.js-plotly-plot')).map(e => e.layout.title.text)"
         )
-        assert any("layer 1, head 2" in t for t in title)
+        assert any("L1H2" in t for t in title)
         gallery_id, map_id = page.evaluate(
             "['hs-gallery-', 'hs-map-'].map(p => document.querySelector("
             "`.js-plotly-plot[id^='${p}']`).id)"
         )
         page.evaluate("(id) => document.getElementById(id).scrollIntoView()", gallery_id)
         page.mouse.click(*page.evaluate(PANEL_JS, [gallery_id, 3, 7]))
-        assert "layer 3, head 7" in page.evaluate(
+        assert "L3H7" in page.evaluate(
             "(id) => document.getElementById(id).layout.title.text", map_id
         )
         ARTIFACTS.mkdir(exist_ok=True)

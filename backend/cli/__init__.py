@@ -35,33 +35,35 @@ def cmd_demo(args: argparse.Namespace) -> int:
         res = analyze(loaded, text, [MAX_ATTENTION, HEAD_TSNE, HIDDEN_TSNE], opts, progress=bar)
     finally:
         bar.close()
-    from frontend.figures.tokens import readable_tokens
+    from workers.core.notation import head_label, token_label
 
-    tokens = readable_tokens(
-        res, markup=False
-    )  # the text's own spans, never raw pieces like "Ġcat"
+    texts = res.get("token_texts") or []
+    # as every page shows tokens (workers/core/notation.py): "␣cat", never a raw piece like "Ġcat"
+    shown = [
+        token_label(t, texts[i] if i < len(texts) else None) for i, t in enumerate(res["tokens"])
+    ]
     ma = np.asarray(res[MAX_ATTENTION]["max_attention"])  # [layer, head, token]
     print(
         f"model {res['model']} ({res['family']}): {res['n_layers']} layers x {res['n_heads']} heads"
     )
-    print(f"text: {len(text)} characters, {len(tokens)} tokens")
+    print(f"text: {len(text)} characters, {len(shown)} tokens")
     print("most-attended token per layer (max over heads of max attention):")
     for layer in range(ma.shape[0]):
         top = np.argsort(-ma[layer].max(axis=0))[:5]
         print(
             f"  layer {layer}: "
-            + ", ".join(f"{tokens[t]}({ma[layer].max(axis=0)[t]:.2f})" for t in top)
+            + ", ".join(f"{shown[t]}({ma[layer].max(axis=0)[t]:.2f})" for t in top)
         )
     ht, hs = res[HEAD_TSNE], res[HIDDEN_TSNE]
     print(
-        f"attention-head t-SNE layer {ht['layers'][0]} head {ht['heads'][0]}: KL {ht['kl'][0]:.3f} "
+        f"attention-head t-SNE {head_label(ht['layers'][0], ht['heads'][0])}: KL {ht['kl'][0]:.3f} "
         f"({ht['timings']['tsne_s']:.1f} s, {ht['engine']} engine)"
     )
     print(f"standard t-SNE of hidden states at layer {hs['layers'][0]}: KL {hs['kl'][0]:.3f}")
     emb = np.asarray(ht["embedding"])
     centre = emb.mean(axis=0)
     near = np.argsort(((emb - centre) ** 2).sum(axis=1))[:8]
-    print("tokens nearest the centre of the head's map: " + " ".join(tokens[i] for i in near))
+    print("tokens nearest the centre of the head's map: " + " ".join(shown[i] for i in near))
     return 0
 
 

@@ -94,7 +94,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         flag = "--" + name.replace("_", "-")
         default = info.get_default()
         shown = "" if default in (None, False) else f" (default: {default})"
-        help_text = (info.description or cli.help or name.replace("_", " ")) + shown
+        # the CLI's own words first (the notation of --target), else the API schema's description
+        help_text = (cli.help or info.description or name.replace("_", " ")) + shown
         kw: dict[str, Any] = {
             "dest": name,
             "default": argparse.SUPPRESS,

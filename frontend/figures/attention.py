@@ -20,6 +20,7 @@ from frontend.figures.base import HEAT_SCALE, empty_figure
 from frontend.figures.tokens import token_labels, token_ticks
 from frontend.kit.heads import head_attention
 from workers.analyses.attention.spec import MAX_ATTENTION
+from workers.core.notation import head_label
 
 
 def max_attention_figure(
@@ -89,7 +90,7 @@ def max_attention_spec(
         traces.append({
             "type": "heatmap", "z": data[layer].astype(np.float32), "x": list(range(n_tok)),
             "y": list(range(n_heads)), "customdata": custom, "coloraxis": "coloraxis",
-            "hovertemplate": f"layer {layer}, head %{{y}}<br>token %{{customdata[0]}}: "
+            "hovertemplate": f"L{layer}H%{{y}}<br>token %{{customdata[0]}}: "
             "%{text}<br>" + reduction + " attention %{z:.3f}<br>" + reduction + " over the "
             + over + " that see this token<extra></extra>",
             "text": text, "name": f"layer {layer}", **gaps,
@@ -178,7 +179,7 @@ def attention_matrix_figure(result: dict[str, Any], *, layer: int, head: int) ->
     """The head's attention matrix, queries as rows (needs the one-head ``attention`` field)."""
     hit = head_attention(result, layer, head)
     if hit is None:
-        return empty_figure(f"No attention matrix for layer {layer}, head {head} in this result.")
+        return empty_figure(f"No attention matrix for {head_label(layer, head)} in this result.")
     a, kept, exact = hit  # [query, key]
     labels = token_labels(result, kept)
     custom = [
@@ -202,7 +203,7 @@ def attention_matrix_figure(result: dict[str, Any], *, layer: int, head: int) ->
     ticks = token_ticks(labels)
     fig.update_layout(
         title={
-            "text": f"Attention matrix — layer {layer}, head {head} (rows: queries)"
+            "text": f"Attention matrix — {head_label(layer, head)} (rows: queries)"
             + ("" if exact else ", weights to 1/255"),
             "font": {"size": 14},
         },

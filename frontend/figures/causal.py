@@ -15,7 +15,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from frontend.figures.base import empty_figure
-from frontend.figures.tokens import display_token, token_ticks
+from frontend.figures.tokens import display_text, token_ticks
 from workers.analyses.causal.spec import (
     ABLATION,
     LOGIT_ATTRIBUTION,
@@ -23,6 +23,7 @@ from workers.analyses.causal.spec import (
     PATCHING,
     PREDICTIONS,
 )
+from workers.core.notation import token_label
 
 GENERATED_MARK = "▸"
 DIVERGING = "RdBu"  # negative red, positive blue (reversed below: positive = helps the target)
@@ -38,8 +39,7 @@ def labels(
     gen = list(result.get("generated") or [])
     out = []
     for i, tok in enumerate(tokens):
-        text = texts[i] if i < len(texts) and texts[i] else tok
-        shown = display_token(text.replace(" ", "␣").replace("\n", "⏎") if text is not tok else tok)
+        shown = token_label(tok, texts[i] if i < len(texts) else None)
         out.append((GENERATED_MARK if i < len(gen) and gen[i] else "") + shown)
     return out
 
@@ -92,12 +92,12 @@ def wrap_title(title: str, width: int = TITLE_LINE) -> str:
 
 
 def _target(sec: dict[str, Any], p: int, single: str) -> str:
-    """What a section scores at position p: ``l[' Paris'] − l[' Rome']`` for a pair, else ``single``
-    filled with the token (``"log p({})"`` -> ``log p(' Paris')``); tokens quoted, so a leading space shows."""
-    a = repr(sec["target_tokens"][p])
+    """What a section scores at position p: ``l[␣Paris] − l[␣Rome]`` for a pair, else ``single``
+    filled with the token (``"log p({})"`` -> ``log p(␣Paris)``); tokens as every page shows them."""
+    a = display_text(sec["target_tokens"][p])
     if sec.get("target_b") is not None:
         b = sec.get("target_b_tokens")
-        return f"l[{a}] − l[{b[p]!r}]" if b else "l[a] − l[b]"
+        return f"l[{a}] − l[{display_text(b[p])}]" if b else "l[a] − l[b]"
     return single.format(a)
 
 
@@ -188,7 +188,7 @@ def top_k_rows(result: dict[str, Any], *, position: int) -> list[dict[str, Any]]
         rows.append(
             {
                 "rank": r + 1,
-                "token": repr(tok)[1:-1] or "∅",
+                "token": display_text(tok, markup=False),
                 "probability": f"{p:.4f}",
                 "id": top_ids[position][r] if top_ids else None,
                 "next": nxt == r + 1,
@@ -206,7 +206,7 @@ def lens_figure(result: dict[str, Any], *, position: int | None = None) -> go.Fi
     prob = np.asarray(sec["next_prob"], dtype=np.float64)  # [state, n-1]
     n_states = prob.shape[0]
     n = prob.shape[1] + 1
-    tops = [[repr(t)[1:-1][:8] for t in row] for row in sec["top_tokens"]]
+    tops = [[display_text(t[:8]) for t in row] for row in sec["top_tokens"]]
     probs = np.asarray(sec["top_probs"], dtype=np.float64)  # [state, n]
     z = np.concatenate(
         [prob, probs[:, -1:]], axis=1
@@ -261,7 +261,7 @@ def _heads_heatmap(
             zmin=-lim or -1,
             zmax=lim or 1,
             colorbar={"title": {"text": name}, "thickness": 12},
-            hovertemplate="layer %{y}, head %{x}: %{z:.4f}<extra>click: open in the text explorer</extra>",
+            hovertemplate="L%{y}H%{x}: %{z:.4f}<extra>click: open in the text explorer</extra>",
         )
     )
     fig.update_layout(
@@ -304,7 +304,7 @@ def attribution_figure(result: dict[str, Any], *, position: int | None = None) -
             zmin=-lim,
             zmax=lim,
             colorbar={"title": {"text": "logit"}, "thickness": 12, "x": 1.02},
-            hovertemplate="layer %{y}, head %{x}: %{z:.4f}<extra>click: open in the text explorer</extra>",
+            hovertemplate="L%{y}H%{x}: %{z:.4f}<extra>click: open in the text explorer</extra>",
         ),
         row=1,
         col=1,
@@ -379,7 +379,7 @@ def patching_residual_figure(result: dict[str, Any]) -> go.Figure:
     return titled_layout(
         fig,
         f"Residual stream patched from clean into corrupted: restored fraction of "
-        f"l[{sec['a_token']!r}] − l[{sec['b_token']!r}] at the last position "
+        f"l[{display_text(sec['a_token'])}] − l[{display_text(sec['b_token'])}] at the last position "
         f"(clean {sec['metric_clean']:.3f}, corrupted {sec['metric_corrupted']:.3f})",
         height=max(320, 18 * res.shape[0] + 160),
     )

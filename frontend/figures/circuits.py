@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 
 from frontend.figures.base import empty_figure
 from frontend.figures.causal import labels, titled_layout
-from frontend.figures.tokens import token_ticks
+from frontend.figures.tokens import display_text, token_ticks
 from workers.analyses.circuits.spec import ATTRIBUTION_PATCHING, EDGE_ATTRIBUTION, INFORMATION_FLOW
 
 POSITIVE, NEGATIVE = "#2166ac", "#b2182b"  # helps the metric / hurts it (as the causal page's maps)
@@ -341,7 +341,7 @@ def atp_scatter_figure(result: dict[str, Any]) -> go.Figure:
     return titled_layout(
         fig,
         f"AtP against real patching, one point per head ({L * H} heads; {corr}; "
-        f"l[{sec['a_token']!r}] − l[{sec['b_token']!r}])",
+        f"l[{display_text(sec['a_token'])}] − l[{display_text(sec['b_token'])}])",
         height=440,
     )
 

@@ -1,9 +1,9 @@
 """Figures of a comparison of two models (docs/compare.md): pure functions, result JSON -> Figure.
 
-Heads are flat indices ``layer * n_heads + head`` in the result; here they are labelled ``L.H``::
+Heads are flat indices ``layer * n_heads + head`` in the result; here they are labelled ``L1H9``::
 
     similarity_figure(result)            # heads of A (rows) x heads of B, layer boundaries drawn
-    word_map_figure(section, layer=2, head=5, title="minilm 2.5")
+    word_map_figure(section, layer=2, head=5, title="minilm L2H5")
 """
 
 from __future__ import annotations
@@ -14,12 +14,15 @@ import numpy as np
 import plotly.graph_objects as go
 
 from frontend.figures.base import empty_figure
+from frontend.figures.tokens import display_text
+from workers.core.notation import head_label as label_of
 
 COLOUR_A, COLOUR_B = "#1f77b4", "#d62728"
 
 
 def head_label(flat: int, n_heads: int) -> str:
-    return f"{flat // n_heads}.{flat % n_heads}"
+    """A flat head index (``layer * n_heads + head``) as ``L1H9`` (workers/core/notation.py)."""
+    return label_of(flat // n_heads, flat % n_heads)
 
 
 def labels(side: dict[str, Any]) -> list[str]:
@@ -285,7 +288,9 @@ def surprisal_figure(result: dict[str, Any], *, text: int = 0) -> go.Figure:
                     y=[np.nan if v is None else v for v in s],
                     name=side["name"],
                     marker_color=colour,
-                    hovertext=[f"predicted: {p!r}" for p in pred],
+                    hovertext=[
+                        f"predicted: {display_text(p) if p is not None else '–'}" for p in pred
+                    ],
                 )
             )
     fig.update_layout(

@@ -8,13 +8,13 @@ A corpus result has ``statistics`` and ``counts`` ({statistic: [layer][head]}), 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
 
 from frontend.figures.base import empty_figure
+from workers.core.notation import display_token, head_label, parse_head  # noqa: F401 - parse_head: the page's
 
 STAT_LABELS = {
     "entropy": "entropy (nats)",
@@ -29,23 +29,7 @@ STAT_LABELS = {
 SELECTED = "#d62728"
 
 
-HEAD_ID = re.compile(r"L(\d+)H(\d+)|(\d+)\.(\d+)")
-
-
-def head_key(layer: int, head: int) -> str:
-    """``"L2H5"`` for layer 2, head 5: the page's head ids, named as everywhere else (decomposition
-    labels, the causal views)."""
-    return f"L{layer}H{head}"
-
-
-def parse_head(value: Any) -> tuple[int, int] | None:
-    """``"L2H5"`` -> (2, 5); ``"2.5"`` too (links shared before heads were named ``L2H5``); None for
-    anything else."""
-    found = HEAD_ID.fullmatch(str(value).strip()) if value is not None else None
-    if found is None:
-        return None
-    layer, head = (int(x) for x in found.groups() if x is not None)
-    return layer, head
+head_key = head_label  # the page's head ids ``L2H5``: the one formatter (workers/core/notation.py)
 
 
 def statistics_of(result: dict[str, Any]) -> list[str]:
@@ -266,8 +250,9 @@ def joint_map_figure(joint: dict[str, Any] | None, *, color_by: str = "kind") ->
         ("query", slice(0, n), "circle", "#1f77b4"),
         ("key", slice(n, 2 * n), "diamond", "#ff7f0e"),
     ):
-        hover = [
-            f"{kind} “{t}” (text {tx}, position {p})<br>{c}"
+        hover = [  # raw pieces, the context's joined by spaces: shown as every page shows tokens
+            f"{kind} “{display_token(t)}” (text {tx}, position {p})<br>"
+            + " ".join(display_token(x) for x in str(c).split(" "))
             for t, tx, p, c in zip(
                 joint["token"], joint["text"], joint["position"], joint["context"], strict=True
             )
@@ -309,7 +294,9 @@ def joint_map_figure(joint: dict[str, Any] | None, *, color_by: str = "kind") ->
 
 
 def context_parts(pair: dict[str, Any]) -> list[tuple[str, str]]:
-    """A top pair's context as (token, role) with role ``query``, ``key``, ``both`` or ``""``."""
+    """A top pair's context as (token, role) with role ``query``, ``key``, ``both`` or ``""``; each
+    token as every page shows tokens (``Ġtook`` -> ``␣took``: workers/core/notation.py), the ``…``
+    between two windows as it is."""
     out = []
     for i, tok in enumerate(pair.get("tokens") or []):
         role = (
@@ -317,5 +304,5 @@ def context_parts(pair: dict[str, Any]) -> list[tuple[str, str]]:
             if i == pair.get("q_at") == pair.get("k_at")
             else ("query" if i == pair.get("q_at") else "key" if i == pair.get("k_at") else "")
         )
-        out.append((str(tok), role))
+        out.append((str(tok) if tok == "…" else display_token(str(tok)), role))
     return out

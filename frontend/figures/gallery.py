@@ -40,6 +40,7 @@ from frontend.figures.tokens import token_labels
 from frontend.figures.tsne import head_tsne_figure
 from frontend.kit.heads import gallery_section, head_sections
 from workers.analyses.attention.spec import MAX_ATTENTION
+from workers.core.notation import head_label
 
 SX, SY = (
     1.12,
@@ -275,7 +276,7 @@ def _frames(gp: GalleryPage) -> dict[str, Any]:
 
 
 def _labels(gp: GalleryPage) -> dict[str, Any]:
-    """The panels' titles (``L{layer} H{head} · KL {kl}``) and each waiting row's ``layer L: computing…``,
+    """The panels' titles (``L{layer}H{head} · KL {kl}``) and each waiting row's ``layer L: computing…``,
     as one text trace, not layout annotations: Plotly redraws and measures every annotation when any
     changes, text points cost a fraction of it (docs/dashboard.md, "Measured costs the code points
     to")."""
@@ -293,7 +294,7 @@ def _labels(gp: GalleryPage) -> dict[str, Any]:
             (
                 c * SX + 0.5,
                 r * SY - 0.06,
-                f"L{layer} H{head} · KL {float(kl[layer][c]):.2f}",
+                f"{head_label(layer, head)} · KL {float(kl[layer][c]):.2f}",
                 "top center",
                 size,
                 TITLE_COLOUR,
@@ -346,7 +347,7 @@ def gallery_figure(
     """Small multiples of every head of the page's layers: rows = layers, columns = heads.
 
     Each panel: the head's map on quantile-equidistant axes, coloured by position, titled
-    ``L{layer} H{head} KL {kl}``. Traces: the panel frames, the colour bar and the titles; each row's panels are
+    ``L{layer}H{head} · KL {kl}``. Traces: the panel frames, the colour bar and the titles; each row's panels are
     one picture (``row_image``, layout image ``r``): the browser places pictures, it does not plot
     the points (a software-rendered browser spent seconds a row redrawing WebGL points).
     """
@@ -461,7 +462,7 @@ def head_map_entries(
         px, py, xaxis, yaxis = scatter_axes(xy[:, 0], xy[:, 1], rescale=True)
         best = f" (best of {len(restarts)})" if len(restarts) > 1 else ""
         maps[f"{layer},{head}"] = {
-            "title": f"Attention-head t-SNE — layer {layer}, head {head} — KL {kl:.4f}{best}",
+            "title": f"Attention-head t-SNE — {head_label(layer, head)} — KL {kl:.4f}{best}",
             "x": _rounded(px),
             "y": _rounded(py),
             "xr": _rounded(xy[:, 0]),

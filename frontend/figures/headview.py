@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 from frontend.figures.base import empty_figure
 from frontend.figures.tokens import token_labels
 from frontend.kit.heads import gallery_section, grid_attention, head_attention
+from workers.core.notation import head_label
 
 HEAD_COLOURS = [
     "#1f77b4",
@@ -93,8 +94,8 @@ def head_view_figure(
                     line={"color": colour, "width": 1.0 + b},
                     opacity=opacity,
                     hoverinfo="skip",
-                    name=f"head {head}",
-                    legendgroup=f"head {head}",
+                    name=head_label(layer, head),
+                    legendgroup=head_label(layer, head),
                     showlegend=b == len(BIN_OPACITY) - 1,
                 )
             )
@@ -116,12 +117,11 @@ def head_view_figure(
                 name=f"{side}s",
             )
         )
-    heads_txt = ", ".join(str(h) for h in lines)
+    heads_txt = ", ".join(head_label(layer, h) for h in lines)
     fig = go.Figure(traces)
     fig.update_layout(
         title={
-            "text": f"Head view — layer {layer}, head{'s' if len(lines) > 1 else ''} {heads_txt} "
-            f"(weights ≥ {threshold:g})",
+            "text": f"Head view — {heads_txt} (weights ≥ {threshold:g})",
             "font": {"size": 14},
         },
         xaxis={"visible": False, "range": [-0.6, 1.6], "fixedrange": True},

@@ -255,7 +255,9 @@ def field_vs_head_figure(result: dict[str, Any]) -> go.Figure:
             zmax=1,
             xgap=1,
             ygap=1,
-            hovertemplate="field %{y} vs head %{x}: ρ %{z:.3f}<extra></extra>",
+            hovertemplate="field %{y} vs L"
+            + str(sec["replaced_layer"])
+            + "H%{x}: ρ %{z:.3f}<extra></extra>",
             colorbar={"title": {"text": "ρ"}, "thickness": 12},
         )
     )

@@ -204,7 +204,7 @@ def token_curves_figure(result: dict[str, Any], *, token: int) -> go.Figure:
         )
     fig.update_layout(
         title={
-            "text": f"Term importance of token {label!r} (#{token}) per state",
+            "text": f"Term importance of token {label} (#{token}) per state",
             "font": {"size": 14},
         },
         xaxis={"title": {"text": "state"}, "tickmode": "array", "tickvals": states},
@@ -237,7 +237,7 @@ def head_contributions_figure(
         z = per[:, :, token]
         s = int(section.get("head_state", means.shape[0] - 1))
         label = token_labels(result, [token])[0]
-        what = f"token {label!r} (#{token}) at state {s}"
+        what = f"token {label} (#{token}) at state {s}"
     else:
         s = means.shape[0] - 1 if state is None else int(np.clip(state, 0, means.shape[0] - 1))
         z = means[s]
@@ -250,7 +250,7 @@ def head_contributions_figure(
             y=list(range(n_layers)),
             colorscale="RdBu",
             zmid=0.0,
-            hovertemplate="layer %{y}, head %{x}: μ %{z:.4f}<extra></extra>",
+            hovertemplate="L%{y}H%{x}: μ %{z:.4f}<extra></extra>",
             colorbar={"title": {"text": "μ"}, "thickness": 12},
             xgap=1,
             ygap=1,

@@ -1,7 +1,8 @@
 """Tokens as the figures show them: readable labels and the token axis.
 
 A raw token (``Ġcat``, ``âĢĻ``) never reaches a figure: ``readable_tokens`` gives each token its span
-of the text, else the tokenizer's own string for tokens that span none (``[CLS]``, ``<s>``), and
+of the text, else the tokenizer's own string for tokens that span none (``[CLS]``, ``<s>``), written
+the one way every page, export and the CLI write tokens (``workers/core/notation.py``: ``␣cat``);
 ``token_ticks`` puts them on a numeric axis (numeric, so repeated tokens stay separate columns).
 """
 
@@ -11,46 +12,43 @@ from typing import Any
 
 import numpy as np
 
+from workers.core import notation
+
 MAX_TICK_LABELS = 80  # beyond this many tokens, label every k-th tick (hover still names each)
 
 
 def _markup(shown: str, markup: bool) -> str:
     # ``<`` and ``>`` as entities, so plotly shows Llama's ``<s>`` instead of its strike-through tag
-    return (shown.replace("<", "&lt;").replace(">", "&gt;") if markup else shown) or "∅"
+    return shown.replace("<", "&lt;").replace(">", "&gt;") if markup else shown
 
 
 def display_token(token: str, *, markup: bool = True) -> str:
-    """A raw token as shown on axes: GPT-2's byte markers made readable; with ``markup``, ``<`` and
-    ``>`` as HTML entities."""
-    return _markup(token.replace("Ġ", "␣").replace("Ċ", "⏎").replace("ĉ", "⇥"), markup)
+    """A raw token as every page shows it (``workers.core.notation.display_token``: ``Ġtook`` ->
+    ``␣took``); with ``markup``, ``<`` and ``>`` as HTML entities (plotly labels)."""
+    return _markup(notation.display_token(token), markup)
 
 
 def display_text(text: str, *, markup: bool = True) -> str:
-    """A token's span of the text as shown on axes: line breaks and tabs marked, outer spaces
-    dropped (a token of spaces only: ``␣``). ``" present"`` -> ``"present"``."""
-    shown = text.replace("\r", "").replace("\n", "⏎").replace("\t", "⇥")
-    return _markup(shown.strip(" ") or "␣" * len(shown), markup)
+    """A token's text as every page shows it (``workers.core.notation.display_text``: ``" took"`` ->
+    ``␣took``); with ``markup``, ``<`` and ``>`` as HTML entities."""
+    return _markup(notation.display_text(text), markup)
 
 
 def readable_tokens(result: dict[str, Any], *, markup: bool = True) -> list[str]:
-    """Every token of a result as readable text: its span of the text (``token_texts``; a chat
-    template's tokens have theirs too, ``<|im_start|>``), else the tokenizer's own string (``[CLS]``,
-    ``<s>``: added tokens span no text; results without spans). Raw byte-level pieces
-    (``Ġpresent``, ``âĢĻ``) never show.
+    """Every token of a result as every page shows it (``workers.core.notation.token_label``): its
+    span of the text (``token_texts``; a chat template's tokens have theirs too, ``<|im_start|>``),
+    else the tokenizer's own string (``[CLS]``, ``<s>``: added tokens span no text). Raw byte-level
+    pieces (``Ġpresent``, ``âĢĻ``) never show.
 
-    ``{"tokens": ["[CLS]", "Ġcat"], "token_texts": ["", " cat"]}`` -> ``["[CLS]", "cat"]``. ``markup``: ``<`` and ``>`` as HTML entities (plotly labels); off
-    for plain text (the CLI).
+    ``{"tokens": ["[CLS]", "Ġcat"], "token_texts": ["", " cat"]}`` -> ``["[CLS]", "␣cat"]``.
+    ``markup``: ``<`` and ``>`` as HTML entities (plotly labels); off for plain text (the CLI).
     """
     tokens = result.get("tokens") or []
     texts = result.get("token_texts") or []
-    out = []
-    for i, tok in enumerate(tokens):
-        text = texts[i] if i < len(texts) else ""
-        if text:
-            out.append(display_text(text, markup=markup))
-        else:
-            out.append(display_token(tok, markup=markup))
-    return out
+    return [
+        _markup(notation.token_label(tok, texts[i] if i < len(texts) else None), markup)
+        for i, tok in enumerate(tokens)
+    ]
 
 
 def token_labels(result: dict[str, Any], indices: list[int]) -> list[str]:

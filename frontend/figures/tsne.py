@@ -16,6 +16,7 @@ from frontend.figures.base import empty_figure, token_scatter
 from frontend.figures.tokens import token_labels
 from frontend.kit.heads import head_sections
 from workers.analyses.tsne.spec import HIDDEN_TSNE, WORD_TSNE
+from workers.core.notation import head_label
 
 
 def head_embedding(section: dict[str, Any], layer: int, head: int) -> dict[str, Any] | None:
@@ -73,7 +74,7 @@ def head_tsne_figure(
     """Attention-head t-SNE of (layer, head): tokens as labels, coloured by position."""
     hit = find_head(result, layer, head)
     if hit is None:
-        return empty_figure(f"No attention-head t-SNE for layer {layer}, head {head} yet.")
+        return empty_figure(f"No attention-head t-SNE for {head_label(layer, head)} yet.")
     section, found = hit
     kept = section.get("kept") or list(range(len(found["embedding"])))
     restarts = found["kl_restarts"]
@@ -83,7 +84,7 @@ def head_tsne_figure(
         indices=kept,
         labels=token_labels(result, kept),
         colour=np.asarray(kept, dtype=np.float64),
-        title=f"Attention-head t-SNE — layer {layer}, head {head} — KL {found['kl']:.4f}{best}",
+        title=f"Attention-head t-SNE — {head_label(layer, head)} — KL {found['kl']:.4f}{best}",
         rescale=rescale,
     )
 
@@ -114,7 +115,7 @@ def kl_summary(result: dict[str, Any], *, layer: int, head: int) -> str:
     hid_sec = result.get(HIDDEN_TSNE)
     found = (find_head(result, layer, head) or (None, None))[1]
     if found:
-        parts.append(f"KL attention-head t-SNE (layer {layer}, head {head}): {found['kl']:.4f}")
+        parts.append(f"KL attention-head t-SNE ({head_label(layer, head)}): {found['kl']:.4f}")
         if len(found["kl_restarts"]) > 1:
             parts.append("restarts: " + ", ".join(f"{k:.4f}" for k in found["kl_restarts"]))
     state = state_embedding(hid_sec, layer + 1) if hid_sec else None

@@ -1,10 +1,10 @@
 """What several pages' forms share: the corpus and decoder pickers' options, the target box, and a
-head written ``L.H``.
+head written ``L2H5`` (both read by workers/core/notation.py, as the CLI reads them).
 
-    >>> parse_head("2.5")
-    [2, 5]
-    >>> parse_target("␣Paris|␣Rome")
-    [' Paris', ' Rome']
+    >>> parse_head("L2H5"), parse_head("2.5")
+    ([2, 5], [2, 5])
+    >>> parse_target('" Paris" " Rome"'), parse_target("␣Paris|␣Rome")
+    ([' Paris', ' Rome'], [' Paris', ' Rome'])
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore
 from frontend.kit.page import model_options
+from workers.core import notation
 
 
 def corpus_options(store: ResultStore) -> list[dict[str, str]]:
@@ -62,26 +63,23 @@ def decoder_choices(store: ResultStore) -> tuple[list[dict[str, Any]], str, str]
 
 
 def parse_head(value: Any) -> list[int] | None:
-    """``"L.H"`` (a view's ``head``) -> ``[L, H]``; None when it is not one."""
-    try:
-        layer, head = (int(x) for x in str(value).split("."))
-        return [layer, head]
-    except (TypeError, ValueError):
-        return None
+    """A view's ``head`` (``"L2H5"``, or ``"2.5"`` as links shared before wrote it) -> ``[L, H]``;
+    None when it is not one (workers/core/notation.py reads every head)."""
+    got = notation.parse_head(value)
+    return list(got) if got else None
 
 
 def parse_target(value: str | None) -> str | int | list[str | int] | None:
-    """The target box: empty (the text's next token), a token's text with its leading space
-    (`` Paris``, or ``␣Paris`` as the page shows tokens: ``␣`` is a space, ``⏎`` a newline, ``⇥`` a
-    tab), ``#id``, or two of them separated by ``|`` (``␣Paris|␣Rome``: l[a] - l[b])."""
-    if not value or not value.strip():
-        return None
+    """The target box, typed as the CLI's ``--target`` is (``TARGET_PLACEHOLDER``; read by
+    ``workers.core.notation.parse_target``, which also reads links' older ``␣Paris|␣Rome``)."""
+    return notation.parse_target(value)
 
-    def one(part: str) -> str | int:
-        q = part.strip()
-        if q.startswith("#") and q[1:].isdigit():
-            return int(q[1:])
-        return part.rstrip().replace("␣", " ").replace("⏎", "\n").replace("⇥", "\t")
 
-    out = [one(p) for p in value.split("|")]
-    return out if len(out) > 1 else out[0]
+def format_target(value: Any) -> str:
+    """A request's target as it is typed in the box: ``" Paris" " Rome"``, ``#12``."""
+    return notation.format_target(value)
+
+
+# the target box's hint: the notation the CLI's --target takes too (workers/core/notation.py)
+TARGET_PLACEHOLDER = 'empty: the next token · " Paris" · a pair: " Paris" " Rome" · an id: #123'
+TARGET_STYLE = {"width": "34em"}  # the placeholder fits

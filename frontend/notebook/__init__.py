@@ -46,6 +46,7 @@ from workers.analyses.decomposition.spec import DECOMPOSITION
 from workers.analyses.lasf.spec import LASF
 from workers.analyses.tsne.spec import ALL_HEADS, HEAD_TSNE
 from workers.core.errors import HeadscopeError
+from workers.core.notation import head_label
 
 logger = logging.getLogger(__name__)
 
@@ -375,7 +376,7 @@ def head_map(
     figures = {"map": head_tsne_figure(result, layer=layer, head=head, rescale=rescale)}
     if matrix:
         figures["matrix"] = attention_matrix_figure(result, layer=layer, head=head)
-    return View(figures, title=f"layer {layer}, head {head} — {result.get('model', '')}")
+    return View(figures, title=f"{head_label(layer, head)} — {result.get('model', '')}")
 
 
 def head_view(

@@ -16,7 +16,14 @@ from frontend.figures import causal as C
 from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore, int_or_none, source_query
-from frontend.kit.forms import decoder_choices, parse_head, parse_target
+from frontend.kit.forms import (
+    TARGET_PLACEHOLDER,
+    TARGET_STYLE,
+    decoder_choices,
+    format_target,
+    parse_head,
+    parse_target,
+)
 from frontend.kit.page import (
     PageView,
     export_bar,
@@ -36,6 +43,7 @@ from workers.analyses.causal.spec import (
     PATCHING,
     PREDICTIONS,
 )
+from workers.core.notation import head_label
 
 logger = logging.getLogger(__name__)
 
@@ -98,11 +106,7 @@ def layout(
     options, default_model, hint = decoder_choices(store)
     source, request, view = restore_view(store, query, share, keys=("position", "head"))
     opts = request.get("options") or {}
-    target = opts.get("target")
-    if isinstance(target, list):
-        target = "|".join(f"#{t}" if isinstance(t, int) else str(t) for t in target)
-    elif isinstance(target, int):
-        target = f"#{target}"
+    target = format_target(opts.get("target"))
     row = html.Div(
         className="control-row",
         children=[
@@ -129,8 +133,8 @@ def layout(
                 type="text",
                 value=target or "",
                 debounce=True,
-                className="small-input",
-                placeholder="empty: next token · e.g. ␣Paris · ␣Paris|␣Rome · #123",
+                style=TARGET_STYLE,
+                placeholder=TARGET_PLACEHOLDER,
             ),
             html.Label("ablation", htmlFor="causal-ablation"),
             dcc.RadioItems(
@@ -377,7 +381,7 @@ def register(app: Dash, store: ResultStore) -> None:
                                  ablation=ablation, continue_tokens=int(cont or 0), temperature=temperature or 0.0,
                                  dtype=dtype)  # fmt: skip
             src = {"kind": "analysis", "id": client.submit_analysis(**req)["id"], "request": req}
-        except ApiError as exc:
+        except (ApiError, ValueError) as exc:  # ValueError: the target box (parse_target)
             return no_update, no_update, str(exc)
         return src, None, ""
 
@@ -438,11 +442,15 @@ def register(app: Dash, store: ResultStore) -> None:
             )
             job = client.submit_analysis(**tr)["id"]
         except ApiError as exc:
-            return f"cannot open L{layer}H{h}: {exc}", ""
+            return f"cannot open {head_label(layer, h)}: {exc}", ""
         href = "/" + source_query({"kind": "analysis", "id": job}, {"layer": layer, "head": h})
         return (
-            f"Layer {layer}, head {h}.",
-            dcc.Link(f"Open L{layer}H{h} in the text explorer →", href=href, id="causal-open-head"),
+            f"{head_label(layer, h)}.",
+            dcc.Link(
+                f"Open {head_label(layer, h)} in the text explorer →",
+                href=href,
+                id="causal-open-head",
+            ),
         )
 
     register_view(
@@ -456,7 +464,7 @@ def register(app: Dash, store: ResultStore) -> None:
             inputs=(("causal-position", "data"), ("causal-head", "data")),
             view=lambda position, head: {
                 "position": position,
-                "head": f"{head[0]}.{head[1]}" if head else None,
+                "head": head_label(*head) if head else None,
             },
         ),
     )

@@ -20,10 +20,18 @@ from frontend.figures import circuits as F
 from frontend.figures.base import empty_figure, graph_config, standalone_html
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore, source_query
-from frontend.kit.forms import decoder_choices, parse_head, parse_target
+from frontend.kit.forms import (
+    TARGET_PLACEHOLDER,
+    TARGET_STYLE,
+    decoder_choices,
+    format_target,
+    parse_head,
+    parse_target,
+)
 from frontend.kit.page import export_bar, graph, progress_block, restore_view, share_link
 from frontend.pages.causal import causal_request
 from workers.analyses.circuits.spec import ATTRIBUTION_PATCHING, EDGE_ATTRIBUTION, INFORMATION_FLOW
+from workers.core.notation import head_label
 
 logger = logging.getLogger(__name__)
 
@@ -135,11 +143,7 @@ def layout(
     pair = _pair_source(view)
     pair_req = store.status(pair).get("request") or {} if pair else {}
     opts, popts = request.get("options") or {}, pair_req.get("options") or {}
-    target = popts.get("target")
-    if isinstance(target, list):
-        target = "|".join(f"#{t}" if isinstance(t, int) else str(t) for t in target)
-    elif isinstance(target, int):
-        target = f"#{target}"
+    target = format_target(popts.get("target"))
     row = html.Div(
         className="control-row",
         children=[
@@ -157,8 +161,10 @@ def layout(
                 type="text",
                 value=target or "",
                 debounce=True,
-                style={"width": "190px"},
-                placeholder="empty: the two texts' top predictions · ␣Mary|␣John · #123|#456",
+                style=TARGET_STYLE,
+                placeholder=TARGET_PLACEHOLDER.replace(
+                    "the next token", "the two texts' top predictions"
+                ),
             ),
             dcc.Checklist(
                 id="circuits-real",
@@ -316,7 +322,7 @@ def layout(
 
 def _view(pair: dict[str, Any] | None, n: int | None, head: list[int] | None) -> dict[str, Any]:
     key = "pair_share" if pair and pair.get("kind") == "share" else "pair"
-    return {key: (pair or {}).get("id"), "n": n, "head": f"{head[0]}.{head[1]}" if head else None}
+    return {key: (pair or {}).get("id"), "n": n, "head": head_label(*head) if head else None}
 
 
 def _figures(flow: dict[str, Any], pair: dict[str, Any], n: int | None) -> list[Any]:
@@ -380,7 +386,7 @@ def register(app: Dash, store: ResultStore) -> None:
                 top_edges=top_edges_for(facts),
             )
             pair = {"kind": "analysis", "id": client.submit_analysis(**preq)["id"], "request": preq}
-        except ApiError as exc:
+        except (ApiError, ValueError) as exc:  # ValueError: the target box (parse_target)
             return flow, None, None, f"the pair: {exc}"
         return flow, pair, None, ""
 
@@ -474,7 +480,7 @@ def register(app: Dash, store: ResultStore) -> None:
             job = client.submit_analysis(**tr)["id"]
             links.append(
                 dcc.Link(
-                    f"Open L{layer}H{h} in the text explorer →",
+                    f"Open {head_label(layer, h)} in the text explorer →",
                     id="circuits-open-text",
                     href="/"
                     + source_query({"kind": "analysis", "id": job}, {"layer": layer, "head": h}),
@@ -487,23 +493,23 @@ def register(app: Dash, store: ResultStore) -> None:
                     text=req["text"],
                     model=req["model"],
                     corrupted=o.get("corrupted"),
-                    target="|".join(f"#{t}" if isinstance(t, int) else str(t) for t in target)
-                    if isinstance(target, list)
-                    else None,
+                    target=format_target(target) if isinstance(target, list) else None,
                 )
                 cjob = client.submit_analysis(**cr)["id"]
                 links += [
                     " · ",
                     dcc.Link(
-                        f"Open L{layer}H{h} on the causal page →",
+                        f"Open {head_label(layer, h)} on the causal page →",
                         id="circuits-open-causal",
                         href=PATH.replace("circuits", "causal")
-                        + source_query({"kind": "analysis", "id": cjob}, {"head": f"{layer}.{h}"}),
+                        + source_query(
+                            {"kind": "analysis", "id": cjob}, {"head": head_label(layer, h)}
+                        ),
                     ),
                 ]
         except ApiError as exc:
-            return f"cannot open L{layer}H{h}: {exc}", ""
-        return f"Layer {layer}, head {h}.", html.Span(links)
+            return f"cannot open {head_label(layer, h)}: {exc}", ""
+        return f"{head_label(layer, h)}.", html.Span(links)
 
     @app.callback(
         Output("circuits-cancelled", "children"),

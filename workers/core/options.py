@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictInt
 
+from workers.core.notation import TARGET_HELP
+
 MAX_TEXT_CHARS = 20_000  # before tokenisation; the model's own token limit is checked by the worker
 # a t-SNE run (docs/tsne.md): openTSNE's 250 + 750 iterations; the engine's TSNEOptions shares these
 N_ITER, EARLY_EXAGGERATION_ITER = 750, 250
@@ -54,21 +56,28 @@ def layer_arg(value: str) -> int | str:
         raise ValueError(f"expected an integer or 'all', got {value!r}") from None
 
 
-def token_arg(value: str) -> int | str:
-    """A target token: an id (digits) or the token's text."""
-    return int(value) if value.isdigit() else value
+def token_arg(value: str) -> int | str | list[int | str]:
+    """One ``--target`` word, read as the dashboard's target box reads it
+    (``workers.core.notation``): ``#123`` or ``123`` an id, else the token's text (the shell took
+    the quotes off ``" Paris"``); a word holding quotes is read whole (``'" Paris" " Rome"'``)."""
+    from workers.core.notation import target_words
+
+    got = target_words([value])
+    if got is None:
+        raise ValueError("a target token is not empty")
+    return got
 
 
 def heads_arg(value: str) -> str | list[list[int]]:
-    """``each`` or heads as ``L.H,L.H`` (e.g. ``3.1,5.0``)."""
+    """``each`` or heads as ``L3H1,L5H0`` (``3.1,5.0`` too), read by ``workers.core.notation``."""
+    from workers.core.notation import parse_heads
+
     if value == "each":
         return value
-    try:
-        return [[int(x) for x in part.split(".")] for part in value.split(",") if part.strip()]
-    except ValueError:
-        raise ValueError(
-            f"expected 'each' or heads as LAYER.HEAD,LAYER.HEAD; got {value!r}"
-        ) from None
+    got = parse_heads(value)
+    if not got:
+        raise ValueError(f"expected 'each' or heads as L3H1,L5H0; got {value!r}")
+    return got
 
 
 def _target(v: Any) -> Any:
@@ -154,7 +163,7 @@ class Target(Options):
     target: Annotated[
         TokenSel | list[TokenSel] | None,
         AfterValidator(_target),
-        Cli(parse=token_arg, nargs="+", metavar="TOKEN", one=True),
+        Cli(parse=token_arg, nargs="+", metavar="TOKEN", one=True, help=TARGET_HELP),
     ] = Field(
         None,
         description="logit-attribution / ablation: a token (text or id), a pair [a, b] scored as "

@@ -36,6 +36,7 @@ from workers.analyses.tsne.section import head_tsne_section
 from workers.analyses.tsne.spec import HEAD_TSNE
 from workers.analyses.tsne.streaming import LayerHeadTSNE
 from workers.core.errors import HeadscopeError
+from workers.core.notation import head_label
 from workers.models.streaming import HeadKeeper, kept_index
 
 KINDS = (MAX_ATTENTION, HEAD_TSNE)
@@ -117,7 +118,7 @@ def attention_layers(attentions: Any, *, batch_index: int | None = None) -> list
         if bool(bad.any()):
             head = int(torch.nonzero(bad)[0][1])
             raise HeadscopeError(
-                f"the attention of layer {i}, head {head} holds NaN or infinite weights"
+                f"the attention of {head_label(i, head)} holds NaN or infinite weights"
             )
         lo, hi = float(one.min()), float(one.max())
         if lo < -TOLERANCE or hi > 1 + TOLERANCE:

@@ -9,6 +9,7 @@ from pydantic import AfterValidator, Field
 
 from workers.core.errors import HeadscopeError, OutOfRangeError
 from workers.core.memory import F8, Base, Footprint
+from workers.core.notation import head_label
 from workers.core.options import Cli, HeadPair, Pair, Position, Target, TextOptions, heads_arg
 from workers.core.registry import AnalysisSpec, register
 
@@ -65,7 +66,11 @@ class AblationOptions(TextOptions, Target, Position):
     ablate: Annotated[
         Literal["each"] | Annotated[list[HeadPair], Field(max_length=MAX_ABLATED)],
         AfterValidator(_ablate),
-        Cli(parse=heads_arg),
+        Cli(
+            parse=heads_arg,
+            help="ablation: each head in turn (a map at --position), or heads ablated together, "
+            "L3H1,L5H0",
+        ),
     ] = Field(
         "each",
         description="ablation: 'each' head in turn (a map at position), or a set of [layer, head] ablated together",
@@ -207,7 +212,7 @@ def check_ablate(request: Any, options: AblationOptions) -> None:
         for layer, head in options.ablate:
             if layer >= n_layers or head >= n_heads:
                 raise OutOfRangeError(
-                    f"head [{layer}, {head}] is out of range: {request.model} has layers 0-{n_layers - 1}, heads 0-{n_heads - 1}"
+                    f"head {head_label(layer, head)} is out of range: {request.model} has layers 0-{n_layers - 1}, heads 0-{n_heads - 1}"
                 )
 
 
