@@ -8,6 +8,11 @@ Routing is done here rather than with ``use_pages`` so that several apps can liv
 (tests) and pages get their callbacks registered on their own app: the router reads the path and
 the query string once per navigation and asks the page for its layout, filled in from the URL or
 from a share link (``?share=<id>`` opens the page stored in the share's view).
+
+``/`` without a query is the start page (``pages/start.py``); ``/`` with one opens the text explorer
+(``/text``), as every link made before the start page did (docs/dashboard.md, "The start page").
+The navigation, grouped by the question each view answers, comes from ``kit/frontdoor.py``; the
+docs pages are served at ``/help`` (``kit/docs.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import plotly.io as pio
 from dash import Input, Output, State, dcc, html
 
 from frontend import pages
+from frontend.kit import docs, frontdoor
 from frontend.kit.api_client import CLIENT_COOKIE, ApiClient, ApiError
 from frontend.kit.data import ResultStore, parse_query
 
@@ -47,14 +53,11 @@ def discover_pages() -> list[ModuleType]:
 PAGE_MODULES = discover_pages()
 PAGES: dict[str, ModuleType] = {m.PATH: m for m in PAGE_MODULES}
 PAGE_BY_NAME: dict[str, str] = {m.NAME: m.PATH for m in PAGE_MODULES}
+START, ROOT_WITH_QUERY = "/start", "/text"  # what "/" opens without and with a query
 
 
 def _nav() -> html.Nav:
-    links = [
-        dcc.Link(mod.TITLE, href=mod.PATH, className="nav-link", id=f"nav-{mod.NAME}")
-        for mod in PAGE_MODULES
-    ]
-    return html.Nav(className="nav", children=[html.Span("headscope", className="brand"), *links])
+    return frontdoor.nav(PAGE_MODULES)
 
 
 def shell() -> html.Div:
@@ -90,6 +93,8 @@ def render_page(store: ResultStore, pathname: str | None, search: str | None) ->
             kind if kind in ("pe", "corpus") else "text"
         )
         path = PAGE_BY_NAME.get(page, path)
+    if path in ("", "/"):
+        path = ROOT_WITH_QUERY if query else START
     module = PAGES.get(path.rstrip("/") or "/")
     if module is None:
         return html.Div(
@@ -97,7 +102,7 @@ def render_page(store: ResultStore, pathname: str | None, search: str | None) ->
             children=[
                 html.H2("Not found"),
                 html.P(f"There is no page at {path}."),
-                dcc.Link("Text explorer", href="/"),
+                dcc.Link("Start page", href="/"),
             ],
         )
     return module.layout(store, query, share=share)
@@ -137,6 +142,7 @@ def create_dash_app(api_base_url: str, *, client: ApiClient | None = None) -> da
     for module in PAGES.values():
         module.register(app, store)
     app.server.config["HEADSCOPE_API"] = client.base_url
+    docs.register_routes(app.server)
 
     @app.server.before_request
     def _api_paths_are_not_pages() -> Any:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dash import html
+
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore
 from frontend.kit.page import model_options
@@ -59,7 +61,36 @@ def decoder_choices(store: ResultStore) -> tuple[list[dict[str, Any]], str, str]
         if can
         else "No model in this catalogue has a language-model head (the causal views need a decoder with one)."
     )
-    return out, (default if default in can else (can[0] if can else default)), hint
+    preferred = DECODER_DEFAULT if DECODER_DEFAULT in can else default
+    return out, (preferred if preferred in can else (can[0] if can else default)), hint
+
+
+def url_model(
+    query: dict[str, str], options: list[dict[str, Any]], default: str, *, view: str
+) -> tuple[str, Any]:
+    """(the model the picker shows, a message or None) for a page opened with ``?model=NAME``.
+
+    ``NAME`` when the picker offers it and it can run ``view``; otherwise the page shows ``default``
+    under a visible message naming ``NAME``, why it cannot be used and what to pick instead, never
+    a silent substitute (and a one-click example does not run: ``assets/frontdoor.js``)."""
+    name = query.get("model")
+    if not name:
+        return default, None
+    offered = {o["value"]: o for o in options}
+    if name in offered and not offered[name].get("disabled"):
+        return name, None
+    can = [v for v, o in offered.items() if not o.get("disabled")]
+    if name not in offered:
+        why = "is not a model of this service"
+    else:
+        reason = offered[name].get("title") or "it has no language-model head"
+        why = f"cannot run {view} ({reason})"
+    return default, html.Div(
+        f"The link asks for the model “{name}”, which {why}. Pick one of: {', '.join(can)}. "
+        f"Showing {default}.",
+        className="error url-model-error",
+        id="url-model-error",
+    )
 
 
 def parse_head(value: Any) -> list[int] | None:
@@ -79,6 +110,9 @@ def format_target(value: Any) -> str:
     """A request's target as it is typed in the box: ``" Paris" " Rome"``, ``#12``."""
     return notation.format_target(value)
 
+
+# the causal and circuits pages' model: the decoder the README and the docs use
+DECODER_DEFAULT = "smollm2"
 
 # the target box's hint: the notation the CLI's --target takes too (workers/core/notation.py)
 TARGET_PLACEHOLDER = 'empty: the next token · " Paris" · a pair: " Paris" " Rome" · an id: #123'

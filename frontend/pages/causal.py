@@ -23,7 +23,9 @@ from frontend.kit.forms import (
     format_target,
     parse_head,
     parse_target,
+    url_model,
 )
+from frontend.kit.frontdoor import page_header
 from frontend.kit.page import (
     PageView,
     export_bar,
@@ -105,6 +107,7 @@ def layout(
 ) -> html.Div:
     options, default_model, hint = decoder_choices(store)
     source, request, view = restore_view(store, query, share, keys=("position", "head"))
+    model, url_msg = url_model(query, options, default_model, view="the causal views")
     opts = request.get("options") or {}
     target = format_target(opts.get("target"))
     row = html.Div(
@@ -114,7 +117,7 @@ def layout(
             dcc.Dropdown(
                 id="causal-model",
                 options=options,
-                value=request.get("model") or default_model,
+                value=request.get("model") or model,
                 clearable=False,
                 className="model-picker",
             ),
@@ -177,9 +180,7 @@ def layout(
         className="page",
         id="causal-page",
         children=[
-            html.H2(
-                "Does this head matter? Predictions, logit lens, attribution, ablation, patching"
-            ),
+            page_header(NAME, TITLE),
             html.Div(
                 className="controls",
                 children=[
@@ -192,7 +193,7 @@ def layout(
                                     html.Label("clean text", htmlFor="causal-text"),
                                     dcc.Textarea(
                                         id="causal-text",
-                                        value=request.get("text") or DEMO,
+                                        value=request.get("text") or query.get("text") or DEMO,
                                         className="text-input",
                                     ),
                                 ],
@@ -214,6 +215,7 @@ def layout(
                         ],
                     ),
                     row,
+                    None if request else url_msg,
                     html.P(hint, className="hint", id="causal-models-hint"),
                     html.Div(id="causal-error", className="error"),
                     progress_block("causal", running=source is not None),

@@ -27,7 +27,9 @@ from frontend.kit.forms import (
     format_target,
     parse_head,
     parse_target,
+    url_model,
 )
+from frontend.kit.frontdoor import page_header
 from frontend.kit.page import export_bar, graph, progress_block, restore_view, share_link
 from frontend.pages.causal import causal_request
 from workers.analyses.circuits.spec import ATTRIBUTION_PATCHING, EDGE_ATTRIBUTION, INFORMATION_FLOW
@@ -140,6 +142,7 @@ def layout(
     source, request, view = restore_view(
         store, query, share, keys=("n", "head", "pair", "pair_share")
     )
+    model, url_msg = url_model(query, all_models, default_model, view="the circuit views")
     pair = _pair_source(view)
     pair_req = store.status(pair).get("request") or {} if pair else {}
     opts, popts = request.get("options") or {}, pair_req.get("options") or {}
@@ -151,7 +154,7 @@ def layout(
             dcc.Dropdown(
                 id="circuits-model",
                 options=all_models,
-                value=request.get("model") or default_model,
+                value=request.get("model") or model,
                 clearable=False,
                 className="model-picker",
             ),
@@ -221,7 +224,7 @@ def layout(
         className="page",
         id="circuits-page",
         children=[
-            html.H2("Which components work together? Circuits, AtP and information flow"),
+            page_header(NAME, TITLE),
             html.Div(
                 className="controls",
                 children=[
@@ -234,7 +237,7 @@ def layout(
                                     html.Label("clean text", htmlFor="circuits-text"),
                                     dcc.Textarea(
                                         id="circuits-text",
-                                        value=request.get("text") or DEMO,
+                                        value=request.get("text") or query.get("text") or DEMO,
                                         className="text-input",
                                     ),
                                 ],
@@ -256,6 +259,7 @@ def layout(
                         ],
                     ),
                     row,
+                    None if request else url_msg,
                     html.P(
                         hint + " The information-flow graph runs on any model.", className="hint"
                     ),

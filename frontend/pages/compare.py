@@ -19,6 +19,7 @@ from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore
 from frontend.kit.forms import corpus_options
+from frontend.kit.frontdoor import page_header
 from frontend.kit.page import (
     PageView,
     export_bar,
@@ -138,7 +139,7 @@ def layout(
         className="page",
         id="compare-page",
         children=[
-            html.H2("Two models side by side"),
+            page_header(NAME, TITLE),
             html.Div(
                 className="controls",
                 children=[

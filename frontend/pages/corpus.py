@@ -18,7 +18,8 @@ from frontend.figures import corpus as C
 from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore
-from frontend.kit.forms import corpus_options
+from frontend.kit.forms import corpus_options, url_model
+from frontend.kit.frontdoor import page_header
 from frontend.kit.page import (
     PageView,
     export_bar,
@@ -71,11 +72,13 @@ def layout(
     source, request, view = _restore(store, query, share)
     opts = request.get("options") or {}
     corpora = corpus_options(store)
+    model, url_msg = url_model(query, options, default_model, view="the corpus analysis")
     return html.Div(
         className="page",
         id="corpus-page",
         children=[
-            html.H2("Heads across a corpus"),
+            page_header(NAME, TITLE),
+            None if request else url_msg,
             html.Div(
                 className="controls",
                 children=[
@@ -86,7 +89,7 @@ def layout(
                             dcc.Dropdown(
                                 id="corpus-model",
                                 options=options,
-                                value=request.get("model") or default_model,
+                                value=request.get("model") or model,
                                 clearable=False,
                                 className="model-picker",
                             ),

@@ -14,6 +14,7 @@ from frontend.figures import lasf as F
 from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore, int_or_none
+from frontend.kit.frontdoor import page_header
 from frontend.kit.page import (
     PageView,
     export_bar,
@@ -92,7 +93,7 @@ def layout(
         className="page",
         id="lasf-page",
         children=[
-            html.H2("LasF: semantic fields in place of MiniLM's last layer"),
+            page_header(NAME, TITLE),
             html.Div(
                 className="controls",
                 children=[

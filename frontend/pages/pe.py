@@ -17,6 +17,7 @@ from frontend.figures import positional as P
 from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore
+from frontend.kit.frontdoor import page_header
 from frontend.kit.page import (
     PageView,
     export_bar,
@@ -134,7 +135,7 @@ def layout(
         className="page",
         id="pe-page",
         children=[
-            html.H2("Learned positional encodings"),
+            page_header(NAME, TITLE),
             html.Div(
                 className="controls",
                 children=[

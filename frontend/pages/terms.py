@@ -15,6 +15,8 @@ from frontend.figures import terms as T
 from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore, int_or_none
+from frontend.kit.forms import url_model
+from frontend.kit.frontdoor import page_header
 from frontend.kit.page import (
     PageView,
     export_bar,
@@ -66,17 +68,18 @@ def layout(
         source_b = {"kind": "analysis", "id": view["compare"]}
     opts = request.get("options") or {}
     model_b = (store.status(source_b).get("request") or {}).get("model") if source_b else None
+    model, url_msg = url_model(query, options, default_model, view="the term importance")
     return html.Div(
         className="page",
         id="terms-page",
         children=[
-            html.H2("Term importance: e = i + h + f + c"),
+            page_header(NAME, TITLE),
             html.Div(
                 className="controls",
                 children=[
                     dcc.Textarea(
                         id="terms-text",
-                        value=request.get("text") or demo_text(),
+                        value=request.get("text") or query.get("text") or demo_text(),
                         className="text-input",
                     ),
                     html.Div(
@@ -86,7 +89,7 @@ def layout(
                             dcc.Dropdown(
                                 id="terms-model",
                                 options=options,
-                                value=request.get("model") or default_model,
+                                value=request.get("model") or model,
                                 clearable=False,
                                 className="model-picker",
                             ),
@@ -118,6 +121,7 @@ def layout(
                             html.Button("Analyze", id="terms-analyze", className="button primary"),
                         ],
                     ),
+                    None if request else url_msg,
                     html.Div(id="terms-error", className="error"),
                     progress_block("terms", running=source is not None),
                 ],

@@ -14,6 +14,7 @@ from frontend.figures.base import empty_figure
 from frontend.figures.tsne import words_tsne_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore, int_or_none
+from frontend.kit.frontdoor import page_header
 from frontend.kit.page import (
     PageView,
     export_bar,
@@ -78,7 +79,7 @@ def layout(
         className="page",
         id="words-page",
         children=[
-            html.H2("Word lists: t-SNE of multi-token embeddings"),
+            page_header(NAME, TITLE),
             html.Div(
                 className="controls",
                 children=[

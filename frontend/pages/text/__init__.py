@@ -26,6 +26,9 @@ from frontend.figures.base import empty_figure
 from frontend.figures.tsne import head_tsne_figure, hidden_tsne_figure, kl_summary
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import Built, ResultStore, int_list, int_or_none
+from frontend.kit.forms import url_model
+from frontend.kit.frontdoor import page_header
+from frontend.kit.glossary import term
 from frontend.kit.heads import has_head, head_view_key, section_layers
 from frontend.kit.page import (
     FAST_POLL_MS,
@@ -48,7 +51,7 @@ from workers.analyses.tsne.spec import HEAD_TSNE, HIDDEN_TSNE
 logger = logging.getLogger(__name__)
 
 NAME = "text"  # a share's view names its page
-PATH = "/"
+PATH = "/text"  # and "/" with a query: the links made before the start page (frontend/app.py)
 TITLE = "Text explorer"
 NAV_ORDER = 0
 GRAPHS = ["max-attention-graph", "head-tsne-graph", "hidden-tsne-graph", "attention-matrix-graph"]
@@ -125,8 +128,9 @@ def layout(
     reduction = view.get("reduction") if view.get("reduction") in ("max", "mean") else "max"
     layers = view.get("layers")
     layers = int_list(layers) if isinstance(layers, str) else layers
-    text = (request or {}).get("text") or demo_text()
-    model = (request or {}).get("model") or default_model
+    text = (request or {}).get("text") or query.get("text") or demo_text()
+    model, url_msg = url_model(query, options, default_model, view="the text explorer")
+    model = (request or {}).get("model") or model
     facts = info.get(model) or {}
     n_layers, n_heads = int(facts.get("n_layers") or 6), int(facts.get("n_heads") or 12)
     running = source is not None
@@ -182,6 +186,7 @@ def layout(
                     html.Button("Analyze", id="analyze-button", className="button primary"),
                 ],
             ),
+            url_msg if request is None else None,
             html.Div(id="text-error", className="error", children=error),
             progress_block("text", running=running, interval_ms=FAST_POLL_MS, sections=True),
         ],
@@ -223,7 +228,7 @@ def layout(
             html.Div(
                 className="control-row",
                 children=[
-                    html.Span("head view:", className="label"),
+                    html.Span("open head:", className="label"),
                     dcc.Dropdown(
                         id="text-layer",
                         options=[{"label": f"layer {i}", "value": i} for i in range(n_layers)],
@@ -242,7 +247,13 @@ def layout(
                         id="text-view-options",
                         options=[
                             {
-                                "label": " quantile-equidistant axes (ticks in original units)",
+                                "label": html.Span(
+                                    [
+                                        " ",
+                                        term("qer", "quantile-equidistant axes"),
+                                        " (ticks in original units)",
+                                    ]
+                                ),
                                 "value": "rescale",
                             }
                         ],
@@ -285,7 +296,7 @@ def layout(
         className="page",
         id="text-page",
         children=[
-            html.H2(TITLE),
+            page_header(NAME, TITLE),
             controls,
             export_bar("text", EXPORTED),
             heatmaps,

@@ -1,0 +1,43 @@
+/* One-click examples (frontend/kit/frontdoor.py): a page opened with ``run=1`` in its URL presses its
+   Analyze button (the page's first ``.button.primary``) once it is drawn; ``run=a,b`` clicks the
+   elements with ids a, then b, each once the callbacks the one before started have answered. Not
+   when the page shows that the URL's model cannot run (``.url-model-error``). The ``run`` key then
+   leaves the URL, so a reload or a shared link does not run it again. */
+(function () {
+  function busy() { return document.querySelector('[data-dash-is-loading="true"]') !== null; }
+  function waitFor(test, timeoutMs, then) {
+    const start = Date.now();
+    (function poll() {
+      if (test()) { then(true); return; }
+      if (Date.now() - start > timeoutMs) { then(false); return; }
+      setTimeout(poll, 150);
+    })();
+  }
+  function clickInTurn(targets) {
+    if (!targets.length) { return; }
+    const [first, ...rest] = targets;
+    waitFor(() => !busy() && first(), 30000, (ok) => {
+      const el = first();
+      if (!ok || !el) { return; }
+      el.click();
+      setTimeout(() => clickInTurn(rest), 400);
+    });
+  }
+  function start() {
+    const q = new URLSearchParams(window.location.search);
+    const run = q.get('run');
+    if (!run) { return; }
+    waitFor(() => document.querySelector('#page-content .page'), 30000, (ok) => {
+      if (!ok || document.querySelector('.url-model-error')) { return; }
+      q.delete('run');
+      const rest = q.toString();
+      window.history.replaceState(null, '', window.location.pathname + (rest ? '?' + rest : ''));
+      const targets = run === '1'
+        ? [() => document.querySelector('#page-content .button.primary')]
+        : run.split(',').map((id) => () => document.getElementById(id.trim()));
+      clickInTurn(targets);
+    });
+  }
+  if (document.readyState === 'loading') { document.addEventListener('DOMContentLoaded', start); }
+  else { start(); }
+})();
