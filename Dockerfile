@@ -26,6 +26,8 @@ COPY pyproject.toml README.md ./
 COPY backend backend
 COPY frontend frontend
 COPY workers workers
+# the docs pages, served by the dashboard at /help (frontend/kit/docs.py looks in ./docs)
+COPY docs docs
 # torch first, from the chosen index, so the project's range (torch>=2.2,<3) is already satisfied
 RUN pip install "torch>=2.2,<3" --index-url "${TORCH_INDEX_URL}" \
     && pip install . \

@@ -55,7 +55,8 @@ def test_pages_render_with_stable_ids(app):
     from frontend.app import PAGES, ResultStore, render_page
 
     store = ResultStore(ApiClient(f"http://127.0.0.1:{_closed_port()}"))
-    home = _ids(render_page(store, "/", ""))
+    home = _ids(render_page(store, "/text", ""))
+    assert home == _ids(render_page(store, "/", "?layer=1"))  # "/" with a query: the text explorer
     assert set(REQUIRED_IDS) <= home
     assert {
         "text-layer",
@@ -89,7 +90,8 @@ def test_pages_render_with_stable_ids(app):
     } <= _ids(render_page(store, "/pe", ""))
     assert "no page at /nope" in str(render_page(store, "/nope", ""))
     assert set(PAGES) == {
-        "/",
+        "/start",
+        "/text",
         "/terms",
         "/words",
         "/pe",

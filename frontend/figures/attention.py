@@ -62,10 +62,14 @@ def max_attention_spec(
     )
     windows = section.get("windows") or []
 
-    def title(layer: int) -> str:  # a sliding-window layer says so: zeros beyond its window
+    n_text = len(result.get("tokens") or []) or n_tok  # the whole text's tokens, specials too
+
+    def title(layer: int) -> str:  # a sliding-window layer says so where its window cuts the text
         w = windows[layer] if layer < len(windows) else None
         return (
-            f"layer {layer} (local: each query sees the last {w} keys)" if w else f"layer {layer}"
+            f"layer {layer} (local: each query sees the last {w} keys)"
+            if w and n_text > w
+            else f"layer {layer}"
         )
 
     layout = _stacked_layout(len(shown), min(0.08, 0.3 / len(shown)))

@@ -132,6 +132,9 @@ def _position_line(position: int | None) -> list[dict[str, Any]]:
     ]
 
 
+SURPRISAL_HEIGHT = 270
+
+
 def surprisal_figure(result: dict[str, Any], *, position: int | None = None) -> go.Figure:
     """The text as one strip: token t+1 coloured by its surprisal ``-log2 p`` under the prediction at
     t (the first token has none). A click picks a position (the prediction made there)."""
@@ -153,7 +156,7 @@ def surprisal_figure(result: dict[str, Any], *, position: int | None = None) -> 
             zmin=0,
             zmax=float(np.nanmax(s)) if len(s) else 1.0,
             customdata=[custom],
-            colorbar={"title": {"text": "bits"}, "thickness": 12},
+            colorbar={"title": {"text": "bits"}, "thickness": 12, "nticks": 4},
             hovertemplate="%{customdata[0]} (position %{x}): %{z:.2f} bits, rank %{customdata[1]}<extra></extra>",
         )
     )
@@ -166,7 +169,7 @@ def surprisal_figure(result: dict[str, Any], *, position: int | None = None) -> 
         fig,
         "Surprisal of each token given the ones before it (bits; click a token: the "
         "prediction made there)",
-        height=190,
+        height=SURPRISAL_HEIGHT,  # the colour bar needs the room (at 190 px its ticks overlapped)
     )
 
 
@@ -197,6 +200,15 @@ def top_k_rows(result: dict[str, Any], *, position: int) -> list[dict[str, Any]]
     return rows
 
 
+LIGHT_FROM = 0.45  # Viridis is light (green to yellow) from here up: text on it is dark
+
+
+def lens_text_colours(values: np.ndarray) -> list[str]:
+    """The logit lens' printed tokens: dark on Viridis' light cells (p >= ``LIGHT_FROM``), white on
+    its dark ones, so each stays readable (white on yellow was not)."""
+    return ["#111" if v >= LIGHT_FROM else "#fff" for v in np.nan_to_num(values, nan=0.0)]
+
+
 def lens_figure(result: dict[str, Any], *, position: int | None = None) -> go.Figure:
     """The logit-lens grid: states x positions, the top token printed, the colour the probability
     of the text's own next token read at that state."""
@@ -221,15 +233,27 @@ def lens_figure(result: dict[str, Any], *, position: int | None = None) -> go.Fi
             colorscale="Viridis",
             zmin=0,
             zmax=1,
-            text=tops,
-            texttemplate="%{text}" if n * n_states <= 1200 else None,
-            textfont={"size": 9},
             customdata=custom,
             colorbar={"title": {"text": "p(next)"}, "thickness": 12},
             hovertemplate="state %{y}, position %{x}: top %{customdata[0]} (%{customdata[1]:.3f}); "
             "p(next token) %{z:.3f}<extra></extra>",
         )
     )
+    if (
+        n * n_states <= 1200
+    ):  # the top tokens printed, dark on Viridis' light cells, white on its dark
+        ss, tt = np.meshgrid(np.arange(n_states), np.arange(n), indexing="ij")
+        fig.add_trace(
+            go.Scatter(
+                x=tt.ravel().tolist(),
+                y=ss.ravel().tolist(),
+                mode="text",
+                text=[tops[s][t] for s, t in zip(ss.ravel(), tt.ravel(), strict=True)],
+                textfont={"size": 9, "color": lens_text_colours(z.ravel())},
+                hoverinfo="skip",
+                showlegend=False,
+            )
+        )
     fig.update_layout(
         xaxis=token_ticks(lab),
         yaxis={"title": {"text": "state (0 = embedding)"}, "dtick": 1},

@@ -306,14 +306,15 @@ def clicked_cell(click: dict[str, Any] | None) -> tuple[int | None, int | None]:
 
 
 def all_figures(result: dict[str, Any], field: int | None) -> list[go.Figure]:
-    """Every figure of the page for one field (the standalone-HTML export)."""
-    f = 0 if field is None else field
+    """Every figure of the page for one field, None before a field is opened (the page and the
+    standalone-HTML export)."""
+    f = 0 if field is None else field  # the matrix and map need one: the page shows neither then
     return [
-        phi_figure(result, field=f),
-        relation_figure(result, field=f),
+        phi_figure(result, field=field),  # no field open: no row outlined ("click a row")
+        relation_figure(result, field=field),
         field_matrix_figure(result, field=f),
         field_tsne_figure(result, field=f),
-        contribution_figure(result, field=f),
-        ablation_figure(result, field=f),
+        contribution_figure(result, field=field),
+        ablation_figure(result, field=field),
         field_vs_head_figure(result),
     ]

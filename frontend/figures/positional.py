@@ -215,6 +215,7 @@ def pe_map_figure(
                 text=[str(i) for i in range(len(xy))],
                 textposition="top center",
                 textfont={"size": 9},
+                cliponaxis=False,  # the labels of the top row show whole, in the margin
                 marker=marker,
                 customdata=custom,
                 hovertemplate="position %{customdata[0]}<br>" + ctitle + " %{customdata[3]}"

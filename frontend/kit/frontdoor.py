@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 from dash import dcc, html
 
 from frontend.kit.docs import HELP
-from frontend.kit.glossary import help_link
+from frontend.kit.glossary import help_link, terms_note
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class View:
     docs: str  # its docs topic ("causal.md", "dashboard.md#text-explorer")
     example: dict[str, str] | None = None  # the one-click example's query (run=1 added)
     example_label: str = ""  # what the example runs, in words
+    terms: tuple[str, ...] = ()  # the terms of art on the page (frontend/kit/glossary.py)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ GROUPS = (
                     "text": "When Mary and John went to the store, John gave a drink to",
                 },
                 "SmolLM2 on one sentence",
+                ("max-attention", "local", "kl", "x[l]", "qer", "1/255", "32 MiB", "head"),
             ),
             View(
                 "corpus",
@@ -62,12 +64,14 @@ GROUPS = (
                 "corpus.md",
                 {"model": "minilm"},
                 "MiniLM on the shipped English corpus",
+                ("head", "tokens"),
             ),
             View(
                 "heads",
                 "What kind of head is each one?",
                 "The head atlas: every head of a model labelled by what it does.",
                 "dashboard.md",
+                terms=("head",),
             ),
             View(
                 "compare",
@@ -77,6 +81,7 @@ GROUPS = (
                 "compare.md",
                 {},
                 "MiniLM against SmolLM2 on one text",
+                ("head", "tokens", "surprisal"),
             ),
         ),
     ),
@@ -91,6 +96,7 @@ GROUPS = (
                 "causal.md",
                 {"model": "smollm2"},
                 "SmolLM2 on the Eiffel Tower / Colosseum pair",
+                ("head", "target", "tokens", "surprisal", "logit-lens", "x[l]"),
             ),
             View(
                 "circuits",
@@ -100,6 +106,7 @@ GROUPS = (
                 "circuits.md",
                 {"model": "smollm2"},
                 "SmolLM2 on the indirect-object pair (Mary / John)",
+                ("head", "target", "faithfulness", "x[l]"),
             ),
         ),
     ),
@@ -114,6 +121,7 @@ GROUPS = (
                 "decomposition.md",
                 {"model": "minilm"},
                 "MiniLM on the demo text",
+                ("x[l]", "head"),
             ),
             View(
                 "pe",
@@ -123,6 +131,7 @@ GROUPS = (
                 "positional.md",
                 {"run": "pe-demo-button,pe-run-button"},
                 "the shipped demo checkpoints",
+                ("qer",),
             ),
             View(
                 "words",
@@ -131,6 +140,7 @@ GROUPS = (
                 "analyses.md",
                 {},
                 "MiniLM on the demo list",
+                ("qer", "kl"),
             ),
         ),
     ),
@@ -145,6 +155,7 @@ GROUPS = (
                 "lasf.md",
                 {},
                 "the shipped LasF layer on the demo text",
+                ("phi", "bonferroni", "qer", "kl"),
             ),
         ),
     ),
@@ -217,5 +228,6 @@ def page_header(name: str, title: str) -> html.Div:
         children=[
             html.H2([title, " ", help_link(view.docs, id=f"{name}-help")] if view else title),
             html.P(view.question, className="page-question") if view else None,
+            terms_note(*view.terms, label="Terms on this page: ") if view and view.terms else None,
         ],
     )

@@ -438,9 +438,10 @@ def register(app: Dash, store: ResultStore) -> None:
                 msg = f"failed: {st.get('error')}" if st["status"] == "failed" else "Computing…"
                 figs[k] = empty_figure(msg)
         if not pair:
-            why = "Give a corrupted text of the same token length<br>(on a decoder with a language-model head)"
+            # a space before each line break: the words stay apart in the text a reader copies
+            why = "Give a corrupted text of the same token length <br>(on a decoder with a language-model head)"
             figs[:3] = [
-                empty_figure(f"{why}<br>for the circuit."),
+                empty_figure(f"{why} <br>for the circuit."),
                 empty_figure(""),
                 empty_figure(f"{why} for AtP against real patching."),
             ]

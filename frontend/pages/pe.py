@@ -379,6 +379,15 @@ def _figures(
     ]
 
 
+def upload_error(name: str, message: str) -> str:
+    """An upload's error line: the file's name once (the API's reasons often start with it).
+
+    >>> upload_error("README.md", "README.md: not a checkpoint")
+    'README.md: not a checkpoint'
+    """
+    return message if message.startswith(f"{name}:") else f"{name}: {message}"
+
+
 def register(app: Dash, store: ResultStore) -> None:
     client = store.client
     register_poll(app, store, "pe", ["pe-source"])
@@ -420,7 +429,7 @@ def register(app: Dash, store: ResultStore) -> None:
                     data = base64.b64decode(content.split(",", 1)[1])
                     info = client.upload_checkpoint(name, data)
                 except ApiError as exc:
-                    errors.append(f"{name}: {exc}")
+                    errors.append(upload_error(name, str(exc)))
                     continue
                 except (IndexError, ValueError):
                     errors.append(f"{name}: the browser sent an unreadable upload")
