@@ -158,14 +158,16 @@ def test_eap_is_the_first_order_of_the_edge_patched_run(lms, fam):
     assert len(picks) >= 8  # q, k, v, feed-forward and logits edges, from the input and from heads
     for key, (e, score) in picks.items():
         errors = []
-        for eps in (1e-2, 1e-3):  # central differences: the error falls as eps^2
+        for eps in (1e-1, 1e-2, 1e-3):  # central differences: the error falls as eps^2
             up, down = s.patched(np.stack([_one_edge(s.g, e, eps), _one_edge(s.g, e, -eps)]))
             errors.append(abs((up - down) / (2 * eps) / (m_c - m_k) / score - 1))
+        # the value, at the step where truncation (eps^2) and rounding (the metric's float64 rounding,
+        # ~1e-16, over 2·eps·|score|·|m_C - m_K|) are both small: 1e-1 for the weakest edges (from a
+        # head into a query: rounding dominates below), 1e-3 for the most curved
         assert min(errors) < 1e-4, (key, errors)
-        assert errors[0] < 1e-5 or errors[1] < errors[0], (
-            key,
-            errors,
-        )  # shrink the step, the ratio goes to 1
+        # shrink the step, the ratio goes to 1: from 1e-1 to 1e-2, where the rounding is at most ~1e-6
+        # (docs/models.md, "Precision")
+        assert errors[1] < errors[0] or errors[0] < 1e-4, (key, errors)
 
 
 @pytest.mark.parametrize("fam", ["llama", "gpt_neox"])

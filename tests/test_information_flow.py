@@ -172,7 +172,11 @@ def test_graph_hangs_from_the_position_and_thresholds_nest(cat: Catalogue, fam: 
     key = lambda r: {(e["source"], e["target"], e["kind"]): e["importance"] for e in r["edges"]}  # noqa: E731
     lo, mid, hi = key(results[0.001]), key(results[0.04]), key(results[0.3])
     assert set(hi) <= set(mid) <= set(lo) and len(hi) < len(lo)
-    assert all(lo[k] == v for k, v in mid.items())
+    # an edge both graphs keep has the same importance, computed again: the top-down pass computes
+    # only the queries a threshold reaches, in chunks of another height, and a row of a matrix product
+    # need not equal itself in a batch of another height (docs/models.md, "Precision"; MKL's AVX-512
+    # code differs here in the last bits), so to 1e-12 as the eager pass below, not ==
+    assert all(abs(lo[k] - v) <= 1e-12 for k, v in mid.items())
 
 
 @pytest.mark.parametrize("fam", ["qwen2", "bert"])
