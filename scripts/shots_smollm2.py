@@ -50,7 +50,7 @@ def main() -> None:
                     viewport={"width": 1100, "height": 900},
                 )
                 page = ctx.new_page()
-                page.goto(url + "/")
+                page.goto(url + "/text")
                 page.click("#text-model")
                 page.get_by_role("option", name="smollm2").first.click()
                 page.fill("#text-input", TEXT)

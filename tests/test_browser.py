@@ -205,7 +205,7 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
     w = Watch(browser, server, tmp_path)
     page = w.page
     try:
-        page.goto(server + "/")
+        page.goto(server + "/text")
         page.fill("#text-input", TEXT)
         page.click("#analyze-button")
         page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=WAIT_MS)
@@ -367,7 +367,7 @@ def test_tiny_llama_paste_heatmaps_head_and_terms(server, browser, tmp_path):
     w = Watch(browser, server, tmp_path)
     page = w.page
     try:
-        page.goto(server + "/")
+        page.goto(server + "/text")
         _pick(page, "text-model", "tiny-llama — llama, 2x4 (2 kv), 64 tokens")
         page.fill("#text-input", TEXT)
         page.click("#analyze-button")
@@ -466,7 +466,7 @@ def test_gallery_switches_heads_in_the_browser(server, browser, tmp_path):
     w = Watch(browser, server, tmp_path)
     page = w.page
     try:
-        page.goto(server + "/")
+        page.goto(server + "/text")
         page.fill("#text-input", TEXT)
         page.click("#analyze-button")
         page.wait_for_function(
@@ -685,7 +685,7 @@ def test_smollm2_text_explorer_gallery_heads_and_chat(server, browser, tmp_path)
     w = Watch(browser, server, tmp_path)
     page = w.page
     try:
-        page.goto(server + "/")
+        page.goto(server + "/text")
         _pick(page, "text-model", "smollm2 — llama, 30x9 (3 kv), 8192 tokens")
         page.fill("#text-input", TEXT)
         page.click("#analyze-button")
@@ -788,7 +788,7 @@ def test_gemma3_text_explorer_local_layers_gallery_and_licence(server, browser, 
     w = Watch(browser, server, tmp_path)
     page = w.page
     try:
-        page.goto(server + "/")
+        page.goto(server + "/text")
         _pick(
             page,
             "text-model",

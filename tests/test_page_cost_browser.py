@@ -95,7 +95,7 @@ def test_new_head_maps_leave_the_empty_large_map_alone(service, deep_llama, brow
     w = Watch(browser, service.url, tmp_path)
     page = w.page
     try:
-        page.goto(f"{service.url}/")
+        page.goto(f"{service.url}/text")
         page.wait_for_selector("#head-tsne-graph .js-plotly-plot")
         source = {"kind": "analysis", "id": held.id, "request": held.req.normalised()}
         page.evaluate(

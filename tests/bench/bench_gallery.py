@@ -185,7 +185,7 @@ def cpu_by_part() -> dict[str, float]:
 
 
 def one(page, url: str, text: str, model: str) -> dict:
-    page.goto(url + "/")
+    page.goto(url + "/text")
     page.wait_for_selector("#head-gallery .js-plotly-plot")
     if model != "minilm":  # the picker's default
         page.click("#text-model")

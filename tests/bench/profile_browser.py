@@ -54,7 +54,7 @@ def cpu_split(run: dict) -> str:
 def profiled(
     browser, page, url: str, text: str, model: str, top: int, trace_out: Path | None
 ) -> None:
-    page.goto(url + "/")
+    page.goto(url + "/text")
     page.wait_for_selector("#head-gallery .js-plotly-plot")
     if model != "minilm":
         page.click("#text-model")
