@@ -701,7 +701,8 @@ def test_smollm2_text_explorer_gallery_heads_and_chat(server, browser, tmp_path)
         ticks = page.evaluate(
             "document.querySelector('#max-attention-graph .js-plotly-plot').layout['xaxis30'].ticktext"
         )
-        assert ticks[:3] == ["The", "cat", "sat"] and not any("Ġ" in t or "␣" in t for t in ticks)
+        # tokens as every page shows them (workers/core/notation.py): a space as ␣, never Ġ
+        assert ticks[:3] == ["The", "␣cat", "␣sat"] and not any("Ġ" in t for t in ticks)
         w.shot("8-smollm2-heatmaps")
 
         page.wait_for_function(
@@ -820,7 +821,7 @@ def test_gemma3_text_explorer_local_layers_gallery_and_licence(server, browser, 
         ticks = page.evaluate(
             "document.querySelector('#max-attention-graph .js-plotly-plot').layout['xaxis18'].ticktext"
         )
-        assert ticks[1:4] == ["The", "cat", "sat"] and not any("▁" in t for t in ticks)
+        assert ticks[1:4] == ["The", "␣cat", "␣sat"] and not any("▁" in t for t in ticks)
         w.shot("10-gemma3-heatmaps")
         page.locator(".controls").screenshot(path=str(ARTIFACTS / "browser-10-gemma3-picker.png"))
         page.locator("#max-attention-graph").screenshot(

@@ -15,7 +15,6 @@ checkout's ``docs/``, else ``./docs`` (the Docker image copies them to ``/app/do
 from __future__ import annotations
 
 import html
-import os
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -28,8 +27,10 @@ _SLUG_DROP = re.compile(r"[^\w\- ]", re.UNICODE)
 
 def docs_dir() -> Path | None:
     """The folder of the docs pages, or None when this installation has none."""
-    given = os.environ.get("HEADSCOPE_DOCS_DIR")
-    candidates = [Path(given)] if given else []
+    from workers.core.settings import get_settings
+
+    given = get_settings().docs_dir
+    candidates = [given] if given else []
     candidates += [Path(__file__).resolve().parents[2] / "docs", Path.cwd() / "docs"]
     return next((c for c in candidates if (c / "dashboard.md").is_file()), None)
 

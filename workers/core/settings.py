@@ -115,6 +115,11 @@ class Settings(BaseSettings):
         3072, ge=0, description="a worker whose resident memory passes this after a job is replaced"
     )
     # models and compute (workers; the API reads `models` and `allow_hub` for its checks)
+    docs_dir: Path | None = Field(
+        None,
+        description="the docs pages the dashboard serves at /help (default: the checkout's docs/, "
+        "else ./docs)",
+    )
     models: Path | None = Field(
         None,
         description="an operator's model catalogue file (JSON: name -> path or hub id); unset: builtins only",
