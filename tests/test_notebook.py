@@ -112,7 +112,7 @@ def test_views_straight_from_attention_and_tokens(minilm_attention):
     attention, tokens = minilm_attention
     view = hs.head_view(attention, tokens, layer=2, heads=[0, 5])
     names = {t.name for t in view.figures["head_view"].data if t.showlegend}
-    assert names == {"head 0", "head 5"}
+    assert names == {"L2H0", "L2H5"}  # heads named as everywhere (notation.head_label)
     one = hs.head_map(attention, tokens, layer=1, head=3, options=FAST)
     assert "L1H3" in one.figures["map"].layout.title.text
     a = np.asarray(one.figures["matrix"].data[0].z)  # the exact one-head matrix: rows sum to 1
