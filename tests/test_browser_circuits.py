@@ -108,8 +108,8 @@ def test_circuits_page_on_smollm2(server, browser, tmp_path):
         page.mouse.click(x, y)
         page.wait_for_selector("#circuits-open-causal", timeout=WAIT_MS)
         assert f"L{layer}H{head}" in page.inner_text("#circuits-open-text")
-        assert f"head={layer}.{head}" in page.url
-        assert f"head={layer}.{head}" in page.get_attribute("#circuits-open-causal", "href")
+        assert f"head=L{layer}H{head}" in page.url
+        assert f"head=L{layer}H{head}" in page.get_attribute("#circuits-open-causal", "href")
         page.click("#circuits-share-button")
         page.wait_for_function(
             "document.querySelector('#circuits-share-url').href", timeout=WAIT_MS

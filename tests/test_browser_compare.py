@@ -184,7 +184,7 @@ def test_corpus_compare_matrix_click_text_pick_and_share_link(server, browser, t
 
         a, b = 1, 6  # A's layer 0 head 1, B's layer 1 head 2 (tiny models: 2 layers x 4 heads)
         page.mouse.click(*page.evaluate(MATRIX_CELL_JS, [a, b]))
-        _wait_pair_drawn(page, "A tiny-bert 0.1 · B tiny-gpt2 1.2", len(texts[0].split()))
+        _wait_pair_drawn(page, "A tiny-bert L0H1 · B tiny-gpt2 L1H2", len(texts[0].split()))
         page.wait_for_function(URL_JS, arg=["cell", f"{a}-{b}"], timeout=WAIT)
         page.wait_for_function(
             SELECTED_JS, arg=[a, b], timeout=WAIT
@@ -224,7 +224,7 @@ def test_corpus_compare_matrix_click_text_pick_and_share_link(server, browser, t
         _assert_mode(
             fresh.page, "corpus"
         )  # the share of a corpus comparison: corpus mode, no text box
-        _wait_pair_drawn(fresh.page, "A tiny-bert 0.1 · B tiny-gpt2 1.2", len(words))
+        _wait_pair_drawn(fresh.page, "A tiny-bert L0H1 · B tiny-gpt2 L1H2", len(words))
         assert f"text {pick} of 147" in fresh.page.inner_text("#compare-cell-label")
         fresh.page.wait_for_function(SELECTED_JS, arg=[a, b], timeout=WAIT)
         assert fresh.page.evaluate(WORDS_JS, "compare-map-a") == [

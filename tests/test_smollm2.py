@@ -231,7 +231,7 @@ def test_chat_message_marks_the_template_special(smollm2):
     kept = np.asarray(res["max-attention"]["max_attention"]).shape[-1]
     assert kept == len(message) < res["n_tokens"]  # the template is hidden with the special tokens
     labels = readable_tokens(res, markup=False)
-    assert labels[0] == "<|im_start|>" and "capital" in labels
+    assert labels[0] == "<|im_start|>" and "␣capital" in labels
     assert not any("Ġ" in t or "Ċ" in t for t in labels)
 
 
