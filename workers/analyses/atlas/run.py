@@ -129,6 +129,7 @@ def atlas(
             "corpus_truncated": facts["truncated"],
         },
         "loss_repeated": None,
+        "evidence": None,
         "heads": heads,
     }
     if halves is not None:
@@ -142,7 +143,7 @@ def atlas(
     if evidence:
         from workers.analyses.atlas.evidence import add_evidence
 
-        add_evidence(
+        out["evidence"] = add_evidence(
             loaded, probe, heads, seqs=s.evidence_seqs, progress=scaled(report, cut[2], 1.0)
         )
     out["seconds"] = round(time.perf_counter() - t0, 3)
