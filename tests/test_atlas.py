@@ -155,3 +155,33 @@ def test_the_loss_asked_of_an_encoder_is_refused() -> None:
     loaded = load_model("tiny-bert", device="cpu")
     with pytest.raises(HeadscopeError, match="needs a decoder with a language-model head"):
         atlas(loaded, AtlasSettings(loss=True), texts=TEXTS)
+
+
+def test_the_cli_writes_the_atlas_and_refuses_bad_settings_before_loading(
+    tmp_path: Any, capsys: Any
+) -> None:
+    import json
+
+    from backend.cli import main
+
+    out = tmp_path / "atlas.json"
+    args = ["atlas", "--model", "tiny-gpt2", "--random-seqs", "3", "--random-len", "8"]
+    args += ["--max-texts", "6", "--bootstrap", "20", "--evidence-seqs", "2", "-q"]
+    assert main([*args, "--thresholds", "induction=0.9", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["analysis"] == "atlas" and got["model"] == "tiny-gpt2"
+    assert len(got["heads"]) == 8 and got["thresholds"]["induction"] == 0.9
+    assert got["probe"]["random_seqs"] == 3 and got["probe"]["corpus_texts"] == 6
+    assert got["loss_repeated"]["repeated"] > 0 and got["evidence"]["sequences"] == 2
+    head = got["heads"][0]
+    assert set(head) >= {"layer", "head", "label", "confident", "scores", "intervals", "evidence"}
+    for bad, reason in [
+        (["--random-len", "1"], "random_len: must be at least 2"),
+        (["--random-seqs", "0"], "random_seqs: must be at least 1"),
+        (["--random-len", "40"], "too long for tiny-gpt2"),
+        (["--thresholds", "copying=0.5"], "thresholds"),
+    ]:
+        assert main(["atlas", "--model", "tiny-gpt2", *bad, "-q"]) == 2
+        assert reason in capsys.readouterr().err
+    assert main(["atlas", "--model", "tiny-bert", "--random-len", "8", "--loss", "yes", "-q"]) == 2
+    assert "needs a decoder with a language-model head" in capsys.readouterr().err

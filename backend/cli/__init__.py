@@ -178,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
     from backend.cli.compare import add_compare_commands
 
     add_compare_commands(sub)
+    from backend.cli.atlas import add_atlas_command
+
+    add_atlas_command(sub)
     return parser
 
 

@@ -60,27 +60,28 @@ def _cli(info: Any) -> Any:
     return next((m for m in info.metadata if isinstance(m, Cli)), Cli())
 
 
-def option_fields() -> dict[str, tuple[Any, list[str]]]:
-    """Every option a CLI analysis reads: ``name -> (field, kinds reading it)``, in job order."""
+def option_fields(only: str | None = None) -> dict[str, tuple[Any, list[str]]]:
+    """Every option a CLI analysis reads (``only``: that analysis'): ``name -> (field, kinds reading
+    it)``, in job order."""
     from workers.core import registry
 
     out: dict[str, tuple[Any, list[str]]] = {}
     for spec in registry.specs():
-        if not spec.cli:
+        if not spec.cli or (only is not None and spec.kind != only):
             continue
         for name, info in spec.options.model_fields.items():
             out.setdefault(name, (info, []))[1].append(spec.kind)
     return out
 
 
-def add_options(parser: argparse.ArgumentParser) -> None:
+def add_options(parser: argparse.ArgumentParser, only: str | None = None) -> None:
     """One flag per option (``--n-iter`` for ``n_iter``): options every analysis reads first, then
-    the others grouped under the analyses that read them."""
+    the others grouped under the analyses that read them (``only``: that analysis' flags alone)."""
     from workers.core import registry
 
-    kinds = [s.kind for s in registry.specs() if s.cli]
+    kinds = [s.kind for s in registry.specs() if s.cli and only in (None, s.kind)]
     groups: dict[tuple[str, ...], Any] = {}
-    for name, (info, readers) in option_fields().items():
+    for name, (info, readers) in option_fields(only).items():
         cli = _cli(info)
         if cli.hidden:
             continue

@@ -93,7 +93,7 @@ def atlas(
     texts: Sequence[str] | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """The atlas of ``loaded`` (keys: docs/results.md "atlas"). ``texts``: the corpus itself, in place
+    """The atlas of ``loaded`` (keys: docs/results.md, the atlas section). ``texts``: the corpus itself, in place
     of ``settings.corpus``."""
     s = (settings or AtlasSettings()).validate(loaded)
     report = progress or no_progress
