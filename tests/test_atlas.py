@@ -132,6 +132,11 @@ def test_labels_take_the_best_type_that_clears_and_local_yields_to_previous() ->
     s = scores(self=0.3, local=0.7)
     (head,) = label_heads(s, {t: (v, v) for t, v in s.items()}, THRESHOLDS)
     assert head["label"] == "local" and head["confident"]
+    # a specific type that clears wins over a default one with a larger score (an induction head
+    # resting on the first token)
+    s = scores(induction=0.5, first_token=0.95)
+    (head,) = label_heads(s, {t: (v, v) for t, v in s.items()}, THRESHOLDS)
+    assert head["label"] == "induction" and head["cleared"] == ["induction", "first-token"]
     s = scores(broad=0.5)
     (head,) = label_heads(s, {t: (v, v) for t, v in s.items()}, THRESHOLDS)
     assert head["label"] is None and not head["confident"]

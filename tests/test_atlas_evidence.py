@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from workers.analyses.atlas.evidence import add_evidence
+from workers.analyses.atlas.evidence import add_evidence, attribution
 from workers.analyses.atlas.probe import make_probe
 from workers.analyses.atlas.run import AtlasSettings, atlas
 from workers.analyses.causal.interventions import ablation
@@ -65,7 +65,7 @@ def test_the_evidence_equals_independent_ablation_runs() -> None:
     probe = make_probe(loaded, random_seqs=3, random_len=R, seed=0)
     assert probe.offset == 0
     heads = _records(loaded)
-    summary = add_evidence(loaded, probe, heads, seqs=1)
+    summary = add_evidence(loaded, probe, heads, seqs=1, exact_all=True)
     ids = probe.ids[0].tolist()
     enc = Encoded(ids, [""] * len(ids), [], [False] * len(ids))
     rises = []
@@ -75,17 +75,17 @@ def test_the_evidence_equals_independent_ablation_runs() -> None:
             # the loss of token p sits at p - 1: the repeat's tokens R+1..2R-1 at R..2R-2
             rises.append(-float(np.mean(effect[R : 2 * R - 1])))
     got = np.asarray(summary["loss_rise"]["map"]).reshape(-1)
-    np.testing.assert_allclose(got, rises, atol=2e-5)
+    np.testing.assert_allclose(got, rises, atol=5e-5)
     base = _induction_sum(loaded, ids, 0, 0)  # layer 0 head 0 ablated
     for head in range(loaded.n_heads):
         record = heads[head]  # layer 0: previous-token
         ref = _induction_sum(loaded, ids, 0, head)
         unablated = summary["base_induction_sum"]
-        assert record["evidence"]["induction_fall"] == pytest.approx(unablated - ref, abs=2e-5)
-    assert base == pytest.approx(unablated - heads[0]["evidence"]["induction_fall"], abs=2e-5)
+        assert record["evidence"]["induction_fall"] == pytest.approx(unablated - ref, abs=5e-5)
+    assert base == pytest.approx(unablated - heads[0]["evidence"]["induction_fall"], abs=5e-5)
     for h in heads[loaded.n_heads :]:  # layer 1: induction
         i = h["layer"] * loaded.n_heads + h["head"]
-        assert h["evidence"]["loss_rise"] == pytest.approx(rises[i], abs=2e-5)
+        assert h["evidence"]["loss_rise"] == pytest.approx(rises[i], abs=5e-5)
         assert h["evidence"]["rank"] == 1 + sum(r > rises[i] for r in rises)
     assert "every head, one at a time" in summary["method"]
     assert summary["sequences"] == 1 and summary["induction_heads"] == [[1, h] for h in range(4)]
@@ -99,3 +99,21 @@ def test_the_atlas_carries_the_evidence_of_a_decoder_and_none_for_an_encoder() -
     res = atlas(load_model("tiny-bert", device="cpu"), settings, texts=texts)
     assert res["evidence"] is None and res["loss_repeated"] is None
     assert all(h["evidence"] == {} for h in res["heads"])
+
+
+def test_by_default_the_labelled_heads_are_ablated_exactly_and_the_rest_estimated() -> None:
+    loaded = load_model("tiny-gpt2", device="cpu")
+    probe = make_probe(loaded, random_seqs=2, random_len=R, seed=1)
+    exact_heads, estimated_heads = _records(loaded), _records(loaded)
+    exact = add_evidence(loaded, probe, exact_heads, seqs=2, exact_all=True)
+    mixed = add_evidence(loaded, probe, estimated_heads, seqs=2)
+    assert "attribution patching" in mixed["method"] and mixed["exact_all"] is False
+    assert len(mixed["exact_heads"]) == 8  # every head is labelled here
+    for a, b in zip(exact_heads, estimated_heads, strict=True):
+        key = "loss_rise" if a["label"] == "induction" else "induction_fall"
+        assert b["evidence"][key] == pytest.approx(a["evidence"][key], abs=5e-5)
+    # the estimates of the heads not ablated exactly: first order, within a tenth of the largest
+    est = attribution(loaded, probe.ids[:2], length=R, offset=0, induction_heads=[])["loss_rise"]
+    ref = np.asarray(exact["loss_rise"]["map"])
+    assert np.abs(ref).max() > 0
+    np.testing.assert_allclose(est, ref, atol=0.1 * np.abs(ref).max())

@@ -36,6 +36,10 @@ THRESHOLDS: dict[str, float] = {
     "local": 0.5,  # a mean distance of at most 1 token
     "broad": 0.85,
 }
+# a head's label: the best specific type that clears its threshold, else the best default one
+# (docs/atlas.md "Labels": an induction head rests on the first token where a text offers nothing
+# to copy, so on SmolLM2 every head with induction >= 0.47 also has sink >= 0.86)
+SPECIFIC: tuple[str, ...] = ("previous-token", "induction", "duplicate-token")
 CORPUS_STATS: tuple[str, ...] = ("entropy_normalised", "sink", "previous", "self", "distance")
 PROBE_STATS: tuple[str, ...] = ("induction", "duplicate", "previous")
 
@@ -133,8 +137,9 @@ def label_heads(
     thresholds: dict[str, float],
 ) -> list[dict[str, Any]]:
     """One record per head (layer-major): ``label`` the type with the largest score among those that
-    clear their thresholds (``local`` only where ``previous-token`` does not), or None; ``confident``
-    when that type's interval's lower end clears the threshold too."""
+    clear their thresholds, specific types (``SPECIFIC``) before the default ones (``local`` only
+    where ``previous-token`` does not clear), or None; ``cleared`` every type that clears;
+    ``confident`` when the label's interval's lower end clears its threshold too."""
     n_layers, n_heads = next(iter(scores.values())).shape
     heads = []
     for layer in range(n_layers):
@@ -147,7 +152,8 @@ def label_heads(
             cleared = [t for t, v in s.items() if v is not None and v >= thresholds[t]]
             if "previous-token" in cleared and "local" in cleared:
                 cleared.remove("local")
-            label = max(cleared, key=lambda t: s[t]) if cleared else None  # type: ignore[arg-type,return-value]
+            tier = [t for t in cleared if t in SPECIFIC] or cleared
+            label = max(tier, key=lambda t: s[t]) if tier else None  # type: ignore[arg-type,return-value]
             lo = iv[label][0] if label else None
             heads.append(
                 {
@@ -155,6 +161,7 @@ def label_heads(
                     "head": head,
                     "label": label,
                     "confident": bool(label and lo is not None and lo >= thresholds[label]),
+                    "cleared": cleared,
                     "scores": s,
                     "intervals": iv,
                 }

@@ -12,7 +12,7 @@ of the tokens ``R+1 .. 2R-1`` (those an induction head can predict), beside the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -111,20 +111,39 @@ def mask_of(ids: torch.Tensor) -> dict[str, torch.Tensor]:
     return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
-def token_losses(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Next-token loss (nats) at every position after the first, [batch, n - 1]."""
-    logp = torch.log_softmax(logits[:, :-1].double(), dim=-1)
-    return -logp.gather(-1, ids[:, 1:, None])[..., 0]
+LOSS_ROWS = 4  # rows whose logits are made at once (SmolLM2: 4 x 126 x 49152 floats, 100 MB)
 
 
 def half_losses(
-    losses: torch.Tensor, *, length: int, offset: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each sequence's mean loss over the first copy's tokens 1..R-1 and the repeat's R+1..2R-1, from
-    ``token_losses`` (loss of token p sits at p - 1)."""
-    first = losses[:, offset : offset + length - 1]
-    second = losses[:, offset + length : offset + 2 * length - 1]
-    return first.mean(-1), second.mean(-1)
+    unembed: Any,
+    hidden: torch.Tensor,
+    ids: torch.Tensor,
+    *,
+    length: int,
+    offset: int,
+    first: bool = True,
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Each sequence's mean next-token loss (nats) over the first copy's tokens 1..R-1 (None without
+    ``first``) and over the repeat's tokens R+1..2R-1, from the final hidden states [batch, n, d]:
+    the token at p is predicted at p - 1, so only those positions are unembedded, ``LOSS_ROWS``
+    rows at a time (autograd goes through)."""
+    second_at = torch.arange(offset + length, offset + 2 * length - 1, device=ids.device)
+    first_at = torch.arange(offset, offset + length - 1, device=ids.device)
+    at = torch.cat([first_at, second_at]) if first else second_at
+    out = []
+    for r in range(0, ids.shape[0], LOSS_ROWS):
+        logits = unembed.logits(hidden[r : r + LOSS_ROWS, at]).float()  # [rows, p, vocabulary]
+        target = ids[r : r + LOSS_ROWS, at + 1]
+        out.append(
+            torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none"
+            ).reshape(target.shape)
+        )
+    losses = torch.cat(out)
+    if not first:
+        return None, losses.mean(-1)
+    k = length - 1
+    return losses[:, :k].mean(-1), losses[:, k:].mean(-1)
 
 
 @torch.inference_mode()
@@ -157,10 +176,9 @@ def run_probe(
             out = loaded.model(**mask_of(ids))
             if unembed is not None:
                 first, second = half_losses(
-                    token_losses(unembed.logits(out.last_hidden_state), ids),
-                    length=probe.length,
-                    offset=probe.offset,
+                    unembed, out.last_hidden_state, ids, length=probe.length, offset=probe.offset
                 )
+                assert first is not None
                 halves["first"] += first.cpu().tolist()
                 halves["repeated"] += second.cpu().tolist()
             report(cur.stop / probe.n, f"repeated random tokens: {cur.stop}/{probe.n} sequences")

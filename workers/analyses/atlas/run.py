@@ -50,6 +50,7 @@ class AtlasSettings:
     )
     evidence: bool = True  # the ablation checks (decoders with a language-model head)
     evidence_seqs: int = 8  # the probe's first sequences the ablations run on
+    evidence_exact_all: bool = False  # every head ablated exactly (else attribution patching)
 
     def validate(self, loaded: LoadedModel | None = None) -> AtlasSettings:
         check_probe(random_seqs=self.random_seqs, random_len=self.random_len)
@@ -144,7 +145,12 @@ def atlas(
         from workers.analyses.atlas.evidence import add_evidence
 
         out["evidence"] = add_evidence(
-            loaded, probe, heads, seqs=s.evidence_seqs, progress=scaled(report, cut[2], 1.0)
+            loaded,
+            probe,
+            heads,
+            seqs=s.evidence_seqs,
+            exact_all=s.evidence_exact_all,
+            progress=scaled(report, cut[2], 1.0),
         )
     out["seconds"] = round(time.perf_counter() - t0, 3)
     report(1.0, "atlas done")

@@ -20,6 +20,7 @@ def settings_of(options: AtlasOptions) -> AtlasSettings:
         loss=options.loss,
         evidence=not options.skip_evidence,
         evidence_seqs=options.evidence_seqs,
+        evidence_exact_all=options.evidence_exact_all,
     )
 
 

@@ -74,6 +74,11 @@ class AtlasOptions(TextOptions):
     skip_evidence: bool = Field(
         False, description="atlas: leave out the ablation checks (decoders with a head)"
     )
+    evidence_exact_all: bool = Field(
+        False,
+        description="atlas: ablate every head exactly (slow) instead of estimating the others by "
+        "attribution patching",
+    )
     evidence_seqs: int = Field(
         8, ge=1, le=MAX_RANDOM_SEQS, description="atlas: sequences the ablations run on"
     )
