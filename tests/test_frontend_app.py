@@ -77,6 +77,7 @@ def test_pages_render_with_stable_ids(app):
         ("/causal", "causal"),
         ("/compare", "compare"),
         ("/circuits", "circuits"),
+        ("/heads", "heads"),
     ]:
         ids = _ids(render_page(store, path, ""))
         assert f"{prefix}-share-button" in ids and f"{prefix}-export-json" in ids, path
@@ -92,6 +93,7 @@ def test_pages_render_with_stable_ids(app):
     assert set(PAGES) == {
         "/start",
         "/text",
+        "/heads",
         "/terms",
         "/words",
         "/pe",

@@ -4,7 +4,7 @@ way, and each page's header (its nav label as title, its question, its "?" to th
 One table (``VIEWS``) feeds the start page (``pages/start.py``), the navigation (``nav``) and the
 headers (``page_header``), so a page's name, question and docs topic are written once. A page this
 table does not list still gets a nav entry (in the last group, "More"), and a listed page whose
-module does not exist gets none: the head atlas (``/heads``) appears when its page module does.
+module does not exist gets none.
 
 Examples are one click: a link to the page with its model (and text) in the URL and ``run=1``,
 which presses the page's Analyze button once the page is drawn (``assets/frontdoor.js``).
@@ -69,9 +69,12 @@ GROUPS = (
             View(
                 "heads",
                 "What kind of head is each one?",
-                "The head atlas: every head of a model labelled by what it does.",
-                "dashboard.md",
-                terms=("head",),
+                "The head atlas: every head labelled by what it does (previous-token, induction, "
+                "sink, …), how sure, and whether ablating it matters.",
+                "atlas.md",
+                {"model": "minilm"},
+                "MiniLM's 72 heads",
+                ("head",),
             ),
             View(
                 "compare",

@@ -1,0 +1,296 @@
+"""The head atlas (docs/atlas.md): every head of a model labelled by what it does, with its
+confidence and its ablation evidence; a click on a head opens it in the text explorer.
+
+URL state: ``/heads?analysis=<id>`` (or a share), or ``?model=NAME`` (with ``run=1``: computed at
+once). One stored atlas per (model, settings): the request's text is always ``ATLAS_TEXT``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import urlencode
+
+import dash_ag_grid as dag
+from dash import Dash, Input, Output, State, dcc, html, no_update
+
+from frontend.figures import atlas as A
+from frontend.figures.base import empty_figure
+from frontend.kit.api_client import ApiError
+from frontend.kit.data import ResultStore, int_or_none
+from frontend.kit.forms import url_model
+from frontend.kit.frontdoor import page_header
+from frontend.kit.page import (
+    PageView,
+    export_bar,
+    graph,
+    model_options,
+    progress_block,
+    register_exports,
+    register_grid_pick,
+    register_poll,
+    register_view,
+    restore_view,
+)
+from workers.analyses.atlas.spec import ATLAS, ATLAS_TEXT
+from workers.core.notation import head_label, parse_head
+
+logger = logging.getLogger(__name__)
+
+NAME = "heads"  # a share's view names its page
+PATH = "/heads"
+TITLE = "Head atlas"
+NAV_ORDER = 3
+TYPES = list(A.COLOURS)
+GRAPHS = ["heads-grid-graph"]
+
+
+def atlas_request(*, model: str, random_seqs: int | None, random_len: int | None) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if random_seqs:
+        options["random_seqs"] = int(random_seqs)
+    if random_len:
+        options["random_len"] = int(random_len)
+    return {"model": model, "text": ATLAS_TEXT, "analyses": [ATLAS], "options": options}
+
+
+def explorer_href(model: str, layer: int, head: int) -> str:
+    """The text explorer on this model with the head selected (its Analyze pressed once drawn)."""
+    return "/text?" + urlencode({"model": model, "layer": layer, "head": head, "run": 1})
+
+
+def _columns() -> list[dict[str, Any]]:
+    number = {
+        "type": "numericColumn",
+        "valueFormatter": {"function": "d3.format('.3f')(params.value)"},
+    }
+    return [
+        {
+            "field": "head",
+            "pinned": "left",
+            "minWidth": 80,
+            "comparator": {"function": "headOrder"},
+        },  # fmt: skip
+        {"field": "layer", "hide": True},
+        {"field": "label", "minWidth": 120},
+        {"field": "confidence", "minWidth": 100},
+        {"field": "score", "headerName": "score of its label", **number},
+        {"field": "interval", "headerName": "95 % interval"},
+        {"field": "evidence", "minWidth": 260, "wrapText": True, "autoHeight": True},
+        *[{"field": t, **number} for t in TYPES],
+    ]
+
+
+def layout(
+    store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None
+) -> html.Div:
+    options, default_model, _ = model_options(store)
+    source, request, _ = restore_view(store, query, share, keys=())
+    model, url_msg = url_model(query, options, default_model, view="the head atlas")
+    model = request.get("model") or model
+    opts = request.get("options") or {}
+    return html.Div(
+        className="page",
+        id="heads-page",
+        children=[
+            page_header(NAME, TITLE),
+            html.Div(
+                className="controls",
+                children=[
+                    url_msg,
+                    html.P(
+                        "Every head labelled by what it does: statistics over the shipped English "
+                        "corpus and repeated random tokens, a 95 % bootstrap interval (confident when "
+                        "its lower end clears the threshold), and on decoders with a language-model "
+                        "head the effect of ablating it. Computed once per model and settings.",
+                        className="hint",
+                    ),
+                    html.Div(
+                        className="control-row",
+                        children=[
+                            html.Label("model", htmlFor="heads-model"),
+                            dcc.Dropdown(
+                                id="heads-model",
+                                options=options,
+                                value=model,
+                                clearable=False,
+                                className="model-picker",
+                            ),  # fmt: skip
+                            html.Label("random sequences", htmlFor="heads-seqs"),
+                            dcc.Input(
+                                id="heads-seqs",
+                                type="number",
+                                min=1,
+                                max=256,
+                                step=1,
+                                value=opts.get("random_seqs", 32),
+                                style={"width": "5em"},
+                            ),  # fmt: skip
+                            html.Label("tokens each", htmlFor="heads-len"),
+                            dcc.Input(
+                                id="heads-len",
+                                type="number",
+                                min=2,
+                                max=512,
+                                step=1,
+                                value=opts.get("random_len", 64),
+                                style={"width": "5em"},
+                            ),  # fmt: skip
+                            html.Button("Analyze", id="heads-analyze", className="button primary"),
+                        ],
+                    ),
+                    html.Div(id="heads-error", className="error"),
+                    progress_block("heads", running=source is not None),
+                ],
+            ),
+            export_bar("heads", GRAPHS),
+            html.Div(
+                className="panel",
+                children=[
+                    html.P(id="heads-summary", className="hint"),
+                    graph("heads-grid-graph", figure=empty_figure("Press Analyze.")),
+                    html.P(
+                        [
+                            "A click on a head (grid or table) opens it in the text explorer. ",
+                            html.A(id="heads-open", href=""),
+                        ],
+                        className="hint",
+                    ),
+                    html.Button("Export CSV", id="heads-table-csv", className="button secondary"),
+                    dag.AgGrid(
+                        id="heads-table",
+                        columnDefs=_columns(),
+                        rowData=[],
+                        getRowId="params.data.head",
+                        defaultColDef={
+                            "sortable": True,
+                            "filter": True,
+                            "resizable": True,
+                            "minWidth": 90,
+                            "wrapHeaderText": True,
+                            "autoHeaderHeight": True,
+                        },  # fmt: skip
+                        dashGridOptions={
+                            "pagination": True,
+                            "paginationPageSize": 15,
+                            "paginationPageSizeSelector": [15, 50, 300],
+                            "domLayout": "autoHeight",
+                            "animateRows": False,
+                        },  # fmt: skip
+                        className="heads-grid",
+                        csvExportParams={"fileName": "headscope-head-atlas.csv"},
+                    ),
+                ],
+            ),
+            dcc.Store(id="heads-source", data=source),
+            dcc.Store(id="heads-selected"),
+            dcc.Store(id="heads-href"),
+            dcc.Store(id="heads-went"),
+        ],
+    )
+
+
+def _from_point(point: dict[str, Any]) -> Any:
+    data = point.get("customdata")
+    return {"layer": int(data[0]), "head": int(data[1])} if data else None
+
+
+def _from_row(row_id: Any) -> Any:
+    if not row_id:
+        return None
+    got = parse_head(str(row_id))
+    return None if got is None else {"layer": got[0], "head": got[1]}
+
+
+def register(app: Dash, store: ResultStore) -> None:
+    client = store.client
+    register_poll(app, store, "heads", ["heads-source"])
+    register_grid_pick(
+        app, target="heads-selected", graph_id="heads-grid-graph", grid_id="heads-table",
+        from_point=_from_point, from_row=_from_row,
+    )  # fmt: skip
+
+    @app.callback(
+        Output("heads-source", "data"),
+        Output("heads-error", "children"),
+        Input("heads-analyze", "n_clicks"),
+        State("heads-model", "value"),
+        State("heads-seqs", "value"),
+        State("heads-len", "value"),
+        prevent_initial_call=True,
+    )
+    def _submit(_n, model, seqs, length):  # type: ignore[no-untyped-def]
+        req = atlas_request(
+            model=model, random_seqs=int_or_none(seqs), random_len=int_or_none(length)
+        )
+        try:
+            job = client.submit_analysis(**req)
+        except ApiError as exc:
+            return no_update, str(exc)
+        return {"kind": "analysis", "id": job["id"], "request": req}, ""
+
+    @app.callback(
+        Output("heads-grid-graph", "figure"),
+        Output("heads-table", "rowData"),
+        Output("heads-summary", "children"),
+        Input("heads-job", "data"),
+        State("heads-source", "data"),
+    )
+    def _render(_job, source):  # type: ignore[no-untyped-def]
+        st = store.status(source)
+        sec = st["result"].get(ATLAS)
+        if not sec:
+            msg = {"none": "Press Analyze.", "failed": f"failed: {st.get('error')}"}.get(
+                st["status"], "Computing the head atlas…"
+            )
+            return empty_figure(msg), [], ""
+        model = (st.get("request") or {}).get("model") or sec.get("model", "")
+        return A.atlas_grid_figure(sec, model=model), A.table_rows(sec), A.summary_line(sec)
+
+    @app.callback(
+        Output("heads-href", "data"),
+        Output("heads-open", "href"),
+        Output("heads-open", "children"),
+        Input("heads-selected", "data"),
+        State("heads-source", "data"),
+        State("heads-model", "value"),
+        prevent_initial_call=True,
+    )
+    def _open(selected, source, model):  # type: ignore[no-untyped-def]
+        if not selected:
+            return no_update, no_update, no_update
+        request = store.status(source).get("request") or {}
+        layer, head = selected["layer"], selected["head"]
+        href = explorer_href(request.get("model") or model, layer, head)
+        return href, href, f"Open {head_label(layer, head)} in the text explorer."
+
+    app.clientside_callback(  # a click opens the head: the browser goes there
+        "function(href) { if (href) { window.location.href = href; } return href; }",
+        Output("heads-went", "data"),
+        Input("heads-href", "data"),
+        prevent_initial_call=True,
+    )
+
+    register_view(
+        app,
+        client,
+        PageView(
+            name=NAME, prefix="heads", path=PATH, source="heads-source", inputs=(),
+            view=lambda: {},
+        ),
+    )  # fmt: skip
+    register_exports(
+        app,
+        store,
+        "heads",
+        source="heads-source",
+        graphs=GRAPHS,
+        figures=_figures,
+        view_states=[],
+        title="headscope — head atlas",
+    )
+
+
+def _figures(result: dict[str, Any]) -> list[Any]:
+    sec = result.get(ATLAS)
+    return [A.atlas_grid_figure(sec, model=(sec or {}).get("model", ""))]

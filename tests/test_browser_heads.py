@@ -1,0 +1,63 @@
+"""The head atlas page (/heads) in a real headless Chromium against the real service: the atlas of a
+tiny decoder computed, its grid and its table drawn (every head, sortable), a click on a head opening
+it in the text explorer. Screenshot: ``test-artifacts/browser-heads-1-atlas.png``."""
+
+from __future__ import annotations
+
+import pytest
+from test_browser import WAIT_MS, Watch, _pick, browser, server  # noqa: F401 - fixtures
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+GRID = "#heads-table"
+ROWS_JS = """() => [...document.querySelectorAll('#heads-table .ag-center-cols-container .ag-row')]
+  .sort((a, b) => Number(a.getAttribute('row-index')) - Number(b.getAttribute('row-index')))
+  .map(r => [r.getAttribute('row-id'), r.querySelector(".ag-cell[col-id='previous-token']").innerText])"""
+
+
+def test_heads_page_grid_table_and_a_click_to_the_text_explorer(server, browser, tmp_path):
+    w = Watch(browser, server, tmp_path)
+    page = w.page
+    try:
+        page.goto(server + "/heads")
+        _pick(page, "heads-model", "tiny-gpt2")
+        page.fill("#heads-seqs", "3")
+        page.fill("#heads-len", "8")
+        page.click("#heads-analyze")
+        page.wait_for_selector(f"{GRID} .ag-row .ag-cell[col-id='label']", timeout=WAIT_MS)
+        rows = page.evaluate(ROWS_JS)
+        assert sorted(h for h, _ in rows) == [f"L{a}H{b}" for a in range(2) for b in range(4)]
+        # the grid: one marker per head over its traces (one trace per label and confidence)
+        n = page.evaluate(
+            "document.querySelector('#heads-grid-graph .js-plotly-plot')._fullData"
+            ".reduce((s, t) => s + t.x.length, 0)"
+        )
+        assert n == 8
+        assert "no label" in page.inner_text("#heads-summary") or "broad" in page.inner_text(
+            "#heads-summary"
+        )
+        assert "Evidence: exact mean ablation of the 0 labelled heads" in page.inner_text(
+            "#heads-summary"
+        )
+        header = page.locator(
+            f"{GRID} .ag-header-cell[col-id='previous-token'] .ag-header-cell-label"
+        )
+        header.click()
+        header.click()
+        page.wait_for_function(
+            f"({ROWS_JS})().map(r => Number(r[1])).every((v, i, a) => !i || a[i - 1] >= v)",
+            timeout=WAIT_MS,
+        )
+        w.shot("heads-1-atlas")
+        page.locator(f"{GRID} .ag-row[row-id='L1H2'] .ag-cell[col-id='label']").click()
+        page.wait_for_url("**/text?**", timeout=WAIT_MS)
+        query = page.evaluate("Object.fromEntries(new URLSearchParams(location.search))")
+        assert (query.get("model"), query.get("layer"), query.get("head")) == (
+            "tiny-gpt2",
+            "1",
+            "2",
+        )
+        page.wait_for_selector("#text-page, #text-analyze", timeout=WAIT_MS)
+        assert not w.problems, w.problems
+    finally:
+        w.close()
