@@ -38,10 +38,10 @@ def main() -> None:
                     "#heads-table .ag-row .ag-cell[col-id='label']", timeout=WAIT_MS
                 )
                 label = page.locator(
-                    "#heads-table .ag-header-cell[col-id='score'] .ag-header-cell-label"
+                    "#heads-table .ag-header-cell[col-id='effect_z'] .ag-header-cell-label"
                 )
                 label.click()
-                label.click()  # the strongest labels first
+                label.click()  # the heads the ablations back first
                 page.wait_for_timeout(1500)
                 page.screenshot(path=str(path), full_page=True)
                 browser.close()

@@ -64,9 +64,10 @@ def test_the_table_and_summary_say_what_backs_each_label() -> None:
     rows = {r["head"]: r for r in A.table_rows(SECTION)}
     assert rows["L0H0"]["confidence"] == "confident" and rows["L0H0"]["score"] == 0.8
     assert rows["L0H0"]["interval"] == "[0.750, 0.850]"
-    assert rows["L0H0"]["evidence"].startswith("backed: induction score −0.200")
+    assert rows["L0H0"]["evidence"].startswith("backed: induction score -0.200")
     assert rows["L1H0"]["evidence"].startswith("not backed: repeat loss +0.010")
     assert rows["L1H1"]["label"] == "" and rows["L1H1"]["score"] is None
+    assert rows["L0H0"]["effect_z"] == 3.1 and rows["L0H1"]["effect_z"] is None
     assert rows["L0H1"]["broad"] == 0.8 and rows["L0H1"]["layer"] == 0
     counts = A.type_counts(SECTION)
     assert counts["previous-token"] == {"heads": 1, "confident": 1, "backed": 1}

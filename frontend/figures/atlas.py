@@ -47,11 +47,11 @@ def evidence_text(evidence: dict[str, Any]) -> str:
     backed = "backed" if evidence.get("backed") else "not backed"
     if evidence.get("effect") == "loss":
         return (
-            f"{backed}: repeat loss +{evidence['loss_rise']:.3f} nats when ablated "
+            f"{backed}: repeat loss {evidence['loss_rise']:+.3f} nats when ablated "
             f"(rank {evidence['rank']}, z {evidence['z']:.1f})"
         )
     return (
-        f"{backed}: induction score −{evidence['induction_fall']:.3f} when ablated "
+        f"{backed}: induction score {-evidence['induction_fall']:+.3f} when ablated "
         f"(rank {evidence['rank']}, z {evidence['z']:.1f})"
     )
 
@@ -148,6 +148,7 @@ def table_rows(section: dict[str, Any] | None) -> list[dict[str, Any]]:
             "score": None if label is None else h["scores"][label],
             "interval": "" if label is None else f"[{_fmt(lo)}, {_fmt(hi)}]",
             "evidence": evidence_text(h.get("evidence") or {}),
+            "effect_z": (h.get("evidence") or {}).get("z"),
         }
         row.update({t: v for t, v in h["scores"].items()})
         rows.append(row)

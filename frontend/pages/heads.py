@@ -62,7 +62,10 @@ def explorer_href(model: str, layer: int, head: int) -> str:
 def _columns() -> list[dict[str, Any]]:
     number = {
         "type": "numericColumn",
-        "valueFormatter": {"function": "d3.format('.3f')(params.value)"},
+        # a head without a label or evidence shows nothing, not 0.000
+        "valueFormatter": {
+            "function": "params.value == null ? '' : d3.format('.3f')(params.value)"
+        },
     }
     return [
         {
@@ -76,7 +79,8 @@ def _columns() -> list[dict[str, Any]]:
         {"field": "confidence", "minWidth": 100},
         {"field": "score", "headerName": "score of its label", **number},
         {"field": "interval", "headerName": "95 % interval"},
-        {"field": "evidence", "minWidth": 260, "wrapText": True, "autoHeight": True},
+        {"field": "effect_z", "headerName": "ablation z", **number},
+        {"field": "evidence", "minWidth": 240, "wrapText": True, "autoHeight": True},
         *[{"field": t, **number} for t in TYPES],
     ]
 
@@ -177,6 +181,7 @@ def layout(
                             "domLayout": "autoHeight",
                             "animateRows": False,
                         },  # fmt: skip
+                        columnSize="responsiveSizeToFit",
                         className="heads-grid",
                         csvExportParams={"fileName": "headscope-head-atlas.csv"},
                     ),
