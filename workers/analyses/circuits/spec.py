@@ -173,6 +173,7 @@ SECTIONS = "workers.analyses.circuits.section"
 register(
     AnalysisSpec(
         kind=INFORMATION_FLOW,
+        report="workers.analyses.circuits.report:information_flow",
         summary="information-flow routes: which tokens, heads and feed-forwards feed a position",
         options=FlowOptions,
         section=f"{SECTIONS}:flow_section",
@@ -186,6 +187,7 @@ register(
 register(
     AnalysisSpec(
         kind=ATTRIBUTION_PATCHING,
+        report="workers.analyses.circuits.report:attribution_patching",
         summary="attribution patching (AtP, AtP*): every head's patching effect from two gradients",
         options=AttributionPatchingOptions,
         section=f"{SECTIONS}:attribution_patching_section",
@@ -199,6 +201,7 @@ register(
 register(
     AnalysisSpec(
         kind=EDGE_ATTRIBUTION,
+        report="workers.analyses.circuits.report:edge_attribution",
         summary="edge attribution (EAP, EAP-IG): the circuit of the top N edges and its faithfulness",
         options=EdgeOptions,
         section=f"{SECTIONS}:edge_attribution_section",
