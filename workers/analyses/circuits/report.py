@@ -7,9 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from workers.analyses.causal.report import pair_line
+from workers.analyses.circuits.spec import FAITHFUL
 from workers.core.report import num, shown_tokens, signed, strongest_heads
-
-FAITHFUL = 0.8  # the level the circuits page opens at (docs/circuits.md)
 
 
 def information_flow(section: dict[str, Any], result: dict[str, Any]) -> list[str]:
