@@ -291,10 +291,10 @@ def test_drawn_edges_are_capped_and_the_title_says_so():
         "<br>", " "
     )  # the circuit's size, not what is drawn
     assert (
-        "drawn: its 2 strongest edges (capped for legibility)"
+        "its 2 strongest edges drawn (capped for legibility)"
         in capped.layout.title.text.replace("<br>", " ")
     )
-    assert "drawn:" not in F.circuit_figure(res, max_edges=5).layout.title.text.replace("<br>", " ")
+    assert "drawn" not in F.circuit_figure(res, max_edges=5).layout.title.text.replace("<br>", " ")
 
 
 def test_the_layout_by_token_position_moves_each_node_to_its_token():
@@ -327,7 +327,7 @@ def test_the_whole_curve_is_offered_and_the_page_opens_at_the_faithful_size():
     sec["curve_kept"] = [0, 2, 2, 5, 30]
     old = F.circuit_figure(res, n_top=40)  # a result from before larger circuits kept edges
     assert (
-        "drawn: 5 of the 6 listed edges on a path among themselves"
+        "drawn: the 5 of the 6 listed edges on a path among themselves"
         in old.layout.title.text.replace("<br>", " ")
     )
     strongest = [
@@ -341,7 +341,7 @@ def test_the_whole_curve_is_offered_and_the_page_opens_at_the_faithful_size():
     assert len(mids.x) == 2
     title = fig.layout.title.text.replace("<br>", " ")
     assert "top 40 edges" in title and "30 on a path" in title and "faithfulness 1.000" in title
-    assert "drawn: its 2 strongest edges" in title
+    assert "its 2 strongest edges drawn" in title
     whole = F.circuit_figure(res, n_top=40)
     assert any(
         m.startswith("L0H1 → L1H0 (k)")

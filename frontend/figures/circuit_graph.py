@@ -256,7 +256,10 @@ def circuit_figure(
             y=[pos[nd["id"]][1] for nd in nodes],
             mode="markers+text",
             text=[node_name(nd["id"]) if nd["id"] in on else "" for nd in nodes],
-            textposition="top center",
+            # a feed-forward's name beside it: the column of FF nodes is half a layer apart
+            textposition=[
+                "middle right" if nd["kind"] == "feedforward" else "top center" for nd in nodes
+            ],
             textfont={"size": 10, "color": "#222"},
             marker={
                 "size": [11 if nd["id"] in on else 5 for nd in nodes],
@@ -299,15 +302,19 @@ def circuit_figure(
         "zeroline": False,
     }
     if by_position:
+        tokens = labels(result)
+        first = int(np.floor(min(x for x, _ in pos.values()) + 0.5))  # tokens before: no node
         xaxis = {
-            **token_ticks(labels(result)),
-            "title": {"text": "token (where patching it matters most)"},
+            **token_ticks(tokens),
+            "range": [first - 0.6, len(tokens) - 0.4],
+            "title": {"text": "token where patching the node matters most (AtP)"},
         }
     else:
         xaxis = {
             "tickmode": "array",
             "tickvals": [*range(H), H + 0.5],
             "ticktext": [*map(str, range(H)), "FF"],
+            "range": [-0.6, H + 1.8],  # room for the feed-forwards' names
             "title": {"text": "head"},
         }
     fig.update_layout(xaxis={**xaxis, "zeroline": False}, yaxis=rows)
@@ -319,11 +326,11 @@ def circuit_figure(
     )
     if not exact:
         title += (
-            f"; drawn: {len(drawn):,} of the {len(sec['edges']):,} listed edges on a path among "
+            f"; drawn: the {len(drawn):,} of the {len(sec['edges']):,} listed edges on a path among "
             "themselves (this result keeps no more of so large a circuit)"
         )
     elif len(drawn) < on_circuit:
-        title += f"; drawn: its {len(drawn):,} strongest edges (capped for legibility)"
+        title += f"; its {len(drawn):,} strongest edges drawn (capped for legibility)"
     if layout == "position" and not by_position:
         title += "; by head: this result has no AtP by position"
     return titled_layout(fig, title, height=max(460, 18 * L + 180))

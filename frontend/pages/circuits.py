@@ -315,7 +315,9 @@ def layout(
                                 included=False,
                                 allow_direct_input=False,
                             ),
-                            html.Div(id="circuits-n-note", className="hint"),
+                            html.Div(
+                                id="circuits-n-note", className="hint", style={"marginTop": "22px"}
+                            ),
                             html.Span("circuit layout:", className="label"),
                             dcc.RadioItems(
                                 id="circuits-layout",
