@@ -44,7 +44,7 @@ from frontend.kit.page import (
     register_poll,
     register_view,
 )
-from frontend.pages.text import heads
+from frontend.pages.text import heads, limits
 from workers.analyses.attention.spec import MAX_ATTENTION
 from workers.analyses.tsne.spec import HEAD_TSNE, HIDDEN_TSNE
 
@@ -70,10 +70,12 @@ def text_request(
     layer: int | None,
     head: int | None,
     chat: bool = False,
+    truncate: bool = False,
 ) -> dict[str, Any]:
     """The API request of the view: max attention, the selected head (layer 0, head 0 when none is)
     first, then every head (the gallery) and the hidden states of every layer. ``chat``: the text
-    as a user message in the model's chat template (sent only when on, so older links keep their id)."""
+    as a user message in the model's chat template; ``truncate``: a text past the model's limit cut
+    to it (``text/limits.py``); each sent only when on, so older links keep their id."""
     options: dict[str, Any] = {
         "drop_special": bool(drop_special),
         "restarts": int(restarts or 1),
@@ -84,8 +86,15 @@ def text_request(
     }
     if chat:
         options["chat"] = True
+    if truncate:
+        options["truncate"] = True
     analyses = [MAX_ATTENTION, HEAD_TSNE, HIDDEN_TSNE]
-    return {"model": model, "text": text, "analyses": analyses, "options": options}
+    return {
+        "model": model,
+        "text": limits.cut(text, truncate),
+        "analyses": analyses,
+        "options": options,
+    }
 
 
 def layout(
@@ -169,8 +178,15 @@ def layout(
                                 "title": "wrap the text in the model's chat template as a user message (decoders with a template, "
                                 "e.g. smollm2); the template's tokens count as special",
                             },
+                            {
+                                "label": " truncate to the model's limit",
+                                "value": "truncate",
+                                "title": "keep the text's first tokens up to the model's limit (and "
+                                "its first 20,000 characters) instead of refusing a longer text, "
+                                "as headscope analyze --truncate",
+                            },
                         ],
-                        value=[k for k in ("drop_special", "chat") if opts.get(k)],
+                        value=[k for k in ("drop_special", "chat", "truncate") if opts.get(k)],
                         inline=True,
                     ),
                     html.Label("best of k restarts", htmlFor="text-restarts"),
@@ -187,7 +203,18 @@ def layout(
                 ],
             ),
             url_msg if request is None else None,
-            html.Div(id="text-error", className="error", children=error),
+            html.Div(
+                className="error-row",
+                children=[
+                    html.Div(id="text-error", className="error", children=error),
+                    html.Button(
+                        "Truncate to the model's limit and analyze",
+                        id=limits.OFFER,
+                        className="button",
+                        style=limits.offer_style(error),
+                    ),
+                ],
+            ),
             progress_block("text", running=running, interval_ms=FAST_POLL_MS, sections=True),
         ],
     )
@@ -355,7 +382,10 @@ def register(app: Dash, store: ResultStore) -> None:
     @app.callback(
         Output("text-source", "data"),
         Output("text-error", "children"),
+        Output(limits.OFFER, "style"),
+        Output("text-options", "value"),
         Input("analyze-button", "n_clicks"),
+        Input(limits.OFFER, "n_clicks"),
         Input("text-selected", "data"),
         State("text-input", "value"),
         State("text-model", "value"),
@@ -364,8 +394,19 @@ def register(app: Dash, store: ResultStore) -> None:
         State("text-source", "data"),
         prevent_initial_call=True,
     )
-    def _submit(_n, selected, text, model, flags, restarts, source):  # type: ignore[no-untyped-def]
+    def _submit(*args):  # type: ignore[no-untyped-def]
+        source, message = _submitted(*args)
+        flags = args[5] or []
+        if ctx.triggered_id == limits.OFFER and "truncate" not in flags:
+            flags = [*flags, "truncate"]  # the offer taken: the option ticked, as if by hand
+        else:
+            flags = no_update
+        return source, message, limits.offer_style(message), flags
+
+    def _submitted(_n, offer, selected, text, model, flags, restarts, source):  # type: ignore[no-untyped-def]
         trig = ctx.triggered_id
+        if trig == limits.OFFER:
+            trig, flags = "analyze-button", [*(flags or []), "truncate"]
         previous = (source or {}).get("request")
         layer, head = (selected or {}).get("layer"), (selected or {}).get("head")
         if trig != "analyze-button":
@@ -388,7 +429,11 @@ def register(app: Dash, store: ResultStore) -> None:
                 "drop_special": "drop_special" in (flags or []),
                 "restarts": restarts or 1,
                 "chat": "chat" in (flags or []),
+                "truncate": "truncate" in (flags or []),
             }
+            too_long = None if base["truncate"] else limits.too_many_characters(base["text"])
+            if too_long:  # the API would refuse it: say so, with the way on
+                return no_update, too_long
         else:
             o = previous.get("options") or {}
             base = {
@@ -397,6 +442,7 @@ def register(app: Dash, store: ResultStore) -> None:
                 "drop_special": bool(o.get("drop_special")),
                 "restarts": o.get("restarts", 1),
                 "chat": bool(o.get("chat")),
+                "truncate": bool(o.get("truncate")),
             }
         req = text_request(layer=layer, head=head, **base)  # an older result without this head
         try:

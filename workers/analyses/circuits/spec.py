@@ -28,6 +28,11 @@ DEFAULT_THRESHOLD = 0.04  # information flow's edge importance threshold tau
 MAX_TOP_EDGES = 10_000  # edges listed and in the circuit (the model's edge count bounds it too)
 MAX_IG_STEPS = 50  # EAP-IG's steps (each a forward and a backward)
 MAX_CURVE_SIZES = 24  # circuits of the faithfulness curve (each an edge-patched forward)
+CURVE_EDGES = 250  # a curve circuit larger than the listed edges comes with its strongest this many
+FAITHFUL = (
+    0.8  # the circuits page opens at the smallest circuit of the curve at least this faithful
+)
+DRAWN_EDGES = 120  # edges the circuits page draws at most (the strongest): a legible graph
 EDGE_BATCH_BYTES = (
     768 * 2**20
 )  # a batch of EAP-IG rows or of edge-patched rows holds about this much
@@ -173,6 +178,7 @@ SECTIONS = "workers.analyses.circuits.section"
 register(
     AnalysisSpec(
         kind=INFORMATION_FLOW,
+        report="workers.analyses.circuits.report:information_flow",
         summary="information-flow routes: which tokens, heads and feed-forwards feed a position",
         options=FlowOptions,
         section=f"{SECTIONS}:flow_section",
@@ -186,6 +192,7 @@ register(
 register(
     AnalysisSpec(
         kind=ATTRIBUTION_PATCHING,
+        report="workers.analyses.circuits.report:attribution_patching",
         summary="attribution patching (AtP, AtP*): every head's patching effect from two gradients",
         options=AttributionPatchingOptions,
         section=f"{SECTIONS}:attribution_patching_section",
@@ -199,6 +206,7 @@ register(
 register(
     AnalysisSpec(
         kind=EDGE_ATTRIBUTION,
+        report="workers.analyses.circuits.report:edge_attribution",
         summary="edge attribution (EAP, EAP-IG): the circuit of the top N edges and its faithfulness",
         options=EdgeOptions,
         section=f"{SECTIONS}:edge_attribution_section",
