@@ -16,10 +16,10 @@ from dash import ClientsideFunction, Dash, Input, Output, Patch, State, dcc, htm
 
 from frontend.figures import gallery as G
 from frontend.figures import headview as HV
-from frontend.figures.base import empty_figure
+from frontend.figures.base import EMPTY_PX, empty_figure
 from frontend.kit.data import ResultStore, int_list, int_or_none
 from frontend.kit.heads import gallery_section, head_view_key, section_layers
-from frontend.kit.page import graph
+from frontend.kit.page import fold, graph
 from workers.analyses.tsne.spec import HEAD_TSNE
 
 DEFAULT_THRESHOLD = 0.1
@@ -44,9 +44,10 @@ def view_state(view: dict[str, Any], *, layer: int | None, head: int | None) -> 
     }
 
 
-def gallery_panel(state: dict[str, Any]) -> html.Div:
-    return html.Div(
-        className="panel",
+def gallery_panel(state: dict[str, Any]) -> html.Details:
+    return fold(
+        "Every head's t-SNE (the gallery)",
+        fid="text-fold-gallery",
         children=[
             html.Div(
                 className="control-row",
@@ -69,7 +70,7 @@ def gallery_panel(state: dict[str, Any]) -> html.Div:
             graph(
                 "head-gallery",
                 figure=empty_figure(
-                    "The gallery of every head appears here after Analyze.", height=200
+                    "The gallery of every head appears here after Analyze.", height=EMPTY_PX
                 ),
             ),
             dcc.Store(id="text-pick"),
@@ -84,9 +85,10 @@ def gallery_panel(state: dict[str, Any]) -> html.Div:
     )
 
 
-def lines_panel(state: dict[str, Any], n_heads: int) -> html.Div:
-    return html.Div(
-        className="panel",
+def lines_panel(state: dict[str, Any], n_heads: int) -> html.Details:
+    return fold(
+        "Attention as lines (head view) and every head's pattern (model view)",
+        fid="text-fold-lines",
         children=[
             html.Div(
                 className="control-row",
@@ -126,7 +128,8 @@ def lines_panel(state: dict[str, Any], n_heads: int) -> html.Div:
                         children=graph(
                             "head-view-graph",
                             figure=empty_figure(
-                                "The selected head's attention as lines appears here."
+                                "The selected head's attention as lines appears here.",
+                                height=EMPTY_PX,
                             ),
                             clear_on_unhover=True,
                         ),
@@ -135,7 +138,9 @@ def lines_panel(state: dict[str, Any], n_heads: int) -> html.Div:
                         className="col",
                         children=graph(
                             "model-view-graph",
-                            figure=empty_figure("Every head's attention pattern appears here."),
+                            figure=empty_figure(
+                                "Every head's attention pattern appears here.", height=EMPTY_PX
+                            ),
                         ),
                     ),
                 ],
@@ -190,7 +195,7 @@ def gallery_outputs(
         state["empty"] = msg
         same = shown.get("empty") == msg
         return (
-            no_update if same else empty_figure(msg, height=200),
+            no_update if same else empty_figure(msg, height=EMPTY_PX),
             no_update if same else [],
             no_update,
             state,
@@ -409,7 +414,11 @@ def register(app: Dash, store: ResultStore) -> None:
         if keys["lines"] == shown.get("lines"):
             return no_update, model, keys
         if layer is None or head is None:
-            return empty_figure("Select a head to see its attention as lines."), model, keys
+            return (
+                empty_figure("Select a head to see its attention as lines.", height=EMPTY_PX),
+                model,
+                keys,
+            )
         return (
             HV.head_view_figure(result, layer=layer, heads=_heads(head, extra), threshold=t),
             model,
