@@ -84,3 +84,71 @@ def test_few_heads_fill_the_row_and_sections_fold(server, browser, tmp_path):
         assert not w.problems, w.problems
     finally:
         w.close()
+
+
+def test_a_stored_result_is_drawn_in_one_answer_per_figure(server, browser, tmp_path):
+    """A finished result opened from its link (``/?analysis=ID``, a new browser context) is drawn
+    from what is stored: each figure in one answer of the page's server. The page's callbacks that
+    follow the job wait for its first poll, so none runs twice (Dash drops the answer of a call once a
+    newer call of the same callback has started: the gallery used to be built twice, the first answer
+    thrown away, docs/dashboard.md)."""
+    import json
+
+    import httpx
+
+    w = Watch(browser, server, tmp_path)
+    page = w.page
+    try:
+        body = {"model": "tiny-gpt2", "text": "A stored result opens at once, drawn from what is stored.",
+                "analyses": ["max-attention", "head-tsne", "hidden-tsne"],
+                "options": {"layer": 0, "head": 0, "all_heads": True, "hidden_layer": "all"}}  # fmt: skip
+        job = httpx.post(f"{server}/api/analyses", json=body, timeout=30).json()
+        page.goto(f"{server}/?analysis={job['id']}")
+        page.wait_for_function(
+            "document.querySelector('#text-status')?.textContent === 'done'", timeout=WAIT_MS
+        )
+        w.close()
+        w = Watch(browser, server, tmp_path)  # a new context: nothing of the page kept
+        page = w.page
+        events: list[tuple[str, str, dict]] = []  # (request | response, outputs, response body)
+
+        def output(r) -> str:
+            return json.loads(r.post_data or "{}").get("output", "")
+
+        page.on(
+            "request",
+            lambda r: (
+                events.append(("request", output(r), {}))
+                if "_dash-update-component" in r.url
+                else None
+            ),
+        )
+        page.on(
+            "response",
+            lambda r: (
+                events.append(("response", output(r.request), r.json().get("response", {})))
+                if "_dash-update-component" in r.url and r.status == 200
+                else None
+            ),
+        )
+        page.goto(f"{server}/?analysis={job['id']}")
+        page.wait_for_function(
+            "document.querySelector('#head-gallery .js-plotly-plot')?.layout?.meta?.gallery?.complete"
+            " && document.querySelector('#text-status')?.textContent === 'done'",
+            timeout=WAIT_MS,
+        )
+        page.wait_for_timeout(1500)  # any later call would have started by now
+        sent = {
+            fig: sum(
+                1
+                for kind, _, body in events
+                if kind == "response" and "figure" in body.get(fig, {})
+            )
+            for fig in ("head-gallery", "max-attention-graph", "model-view-graph")
+        }
+        assert sent == {"head-gallery": 1, "max-attention-graph": 1, "model-view-graph": 1}, sent
+        polls = sum(1 for kind, out, _ in events if kind == "request" and "text-job.data" in out)
+        assert polls == 1, polls  # a stored result is read once: no interval polls it
+        assert not w.problems, w.problems
+    finally:
+        w.close()

@@ -97,6 +97,7 @@ def layout(
 
     options, default_model, info = model_options(store)
     source: dict[str, Any] | None = None
+    stored = share is not None  # a finished result: the page polls it once, at load
     request: dict[str, Any] | None = None
     view: dict[str, Any] = {}
     error = ""
@@ -109,6 +110,7 @@ def layout(
         request = st.get("request")
         if st["status"] == "failed":
             error = st.get("error") or ""
+        stored = st["status"] in ("finished", "failed")
         source["request"] = request
     for key in (
         "layer",
@@ -134,7 +136,7 @@ def layout(
     model = (request or {}).get("model") or model
     facts = info.get(model) or {}
     n_layers, n_heads = int(facts.get("n_layers") or 6), int(facts.get("n_heads") or 12)
-    running = source is not None
+    running = source is not None and not stored
     heads_state = heads.view_state(view, layer=layer, head=head)
 
     controls = html.Div(
