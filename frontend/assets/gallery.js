@@ -20,7 +20,7 @@
   var NO = function () { return window.dash_clientside.no_update; };
   var LOST_MS = 30000;
   var RETRIES = 3;  /* answers lost in a row before the gate stops asking again on its own */
-  var gate = {busy: null, pending: false, n: 0, lost: 0, view: null};
+  var gate = {busy: null, pending: false, n: 0, lost: 0, view: '[null,0]'};  /* view: the page's default (viewKey) */
 
   function send() {
     gate.n += 1;
