@@ -22,7 +22,7 @@ from frontend.figures.attention import (
     max_attention_spec,
     typed_arrays,
 )
-from frontend.figures.base import empty_figure
+from frontend.figures.base import EMPTY_PX, empty_figure
 from frontend.figures.tsne import head_tsne_figure, hidden_tsne_figure, kl_summary
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import Built, ResultStore, int_list, int_or_none
@@ -34,6 +34,7 @@ from frontend.kit.page import (
     FAST_POLL_MS,
     PageView,
     export_bar,
+    fold,
     graph,
     highlight_stores,
     licence_link,
@@ -105,6 +106,7 @@ def layout(
 
     options, default_model, info = model_options(store)
     source: dict[str, Any] | None = None
+    stored = share is not None  # a finished result: the page polls it once, at load
     request: dict[str, Any] | None = None
     view: dict[str, Any] = {}
     error = ""
@@ -117,6 +119,7 @@ def layout(
         request = st.get("request")
         if st["status"] == "failed":
             error = st.get("error") or ""
+        stored = st["status"] in ("finished", "failed")
         source["request"] = request
     for key in (
         "layer",
@@ -142,7 +145,7 @@ def layout(
     model = (request or {}).get("model") or model
     facts = info.get(model) or {}
     n_layers, n_heads = int(facts.get("n_layers") or 6), int(facts.get("n_heads") or 12)
-    running = source is not None
+    running = source is not None and not stored
     heads_state = heads.view_state(view, layer=layer, head=head)
 
     controls = html.Div(
@@ -218,8 +221,9 @@ def layout(
             progress_block("text", running=running, interval_ms=FAST_POLL_MS, sections=True),
         ],
     )
-    heatmaps = html.Div(
-        className="panel",
+    heatmaps = fold(
+        "Max attention of every head",
+        fid="text-fold-heatmaps",
         children=[
             html.Div(
                 className="control-row",
@@ -245,12 +249,13 @@ def layout(
                     ),
                 ],
             ),
-            graph("max-attention-graph", figure=empty_figure("Press Analyze.")),
+            graph("max-attention-graph", figure=empty_figure("Press Analyze.", height=EMPTY_PX)),
         ],
     )
     gallery = heads.gallery_panel(heads_state)
-    head_view = html.Div(
-        className="panel",
+    head_view = fold(
+        "The open head: its map, the hidden states' map, its attention",
+        fid="text-fold-head",
         children=[
             html.Div(
                 className="control-row",
@@ -298,7 +303,8 @@ def layout(
                         children=graph(
                             "head-tsne-graph",
                             figure=empty_figure(
-                                "Click a panel of the gallery or a cell of the heatmaps to open that head."
+                                "Click a panel of the gallery or a cell of the heatmaps to open that head.",
+                                height=EMPTY_PX,
                             ),
                         ),
                     ),
@@ -307,7 +313,8 @@ def layout(
                         children=graph(
                             "hidden-tsne-graph",
                             figure=empty_figure(
-                                "The standard t-SNE of the same layer's hidden states appears here."
+                                "The standard t-SNE of the same layer's hidden states appears here.",
+                                height=EMPTY_PX,
                             ),
                         ),
                     ),
@@ -315,7 +322,7 @@ def layout(
             ),
             graph(
                 "attention-matrix-graph",
-                figure=empty_figure("The head's attention matrix appears here."),
+                figure=empty_figure("The head's attention matrix appears here.", height=EMPTY_PX),
             ),
         ],
     )
@@ -486,7 +493,7 @@ def register(app: Dash, store: ResultStore) -> None:
             msg = {"none": "Press Analyze.", "failed": "No result."}.get(
                 st["status"], "Computing maximum attention…"
             )
-            return empty_figure(msg), None
+            return empty_figure(msg, height=EMPTY_PX), None
         req = st.get("request") or {}
         key = [
             req.get("model"),
@@ -548,9 +555,9 @@ def register(app: Dash, store: ResultStore) -> None:
                 )
             )
             if new_hidden:
-                hidden, kl = empty_figure(msg), ""
+                hidden, kl = empty_figure(msg, height=EMPTY_PX), ""
             if new_matrix:
-                matrix = empty_figure("")
+                matrix = empty_figure("", height=EMPTY_PX)
         else:
             if new_hidden:
                 hidden = hidden_tsne_figure(result, state=layer + 1, rescale=rescale)
