@@ -12,6 +12,7 @@ stage; wall-clock ratios printed too):
 - EAP-IG (k = 5) over N IOI examples (their clean and corrupted runs and the gradient runs; target <= 20);
 - the evaluation on N held-out examples at MIB's ten sizes (nine edge-patched runs per ranking: signed
   and |score|; k = 1 is the clean run) plus R = 5 random circuits (target <= 40 more);
+- the same against forwards of one text at a time (the baseline of tests/bench/bench_circuits.py);
 - the peak resident memory and the per-example score array's size.
 """
 
@@ -57,6 +58,15 @@ def main(argv: list[str] | None = None) -> int:
                 loaded.model(**batch_inputs(loaded, [encoded[i] for i in idx]))
         return time.perf_counter() - w, time.process_time() - c
 
+    def one_at_a_time() -> tuple[float, float]:
+        w, c = time.perf_counter(), time.process_time()
+        with torch.inference_mode():
+            for e in encoded:
+                loaded.model(**batch_inputs(loaded, [e]))
+        return time.perf_counter() - w, time.process_time() - c
+
+    singles = [one_at_a_time()]
+
     def stage(job):  # type: ignore[no-untyped-def]
         f0 = forward()
         w, c = time.perf_counter(), time.process_time()
@@ -76,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     masks = np.concatenate([ss.top_masks(o, sizes, g.n_edges) for o in orders])
     _, t_ev, f_ev = stage(lambda: ss.patched_metrics(p, index, masks))
+    singles.append(one_at_a_time())
+    single = sum(x[1] for x in singles) / len(singles)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux: KiB)
     n_tok = [x.shape[0] for x in p.x0_c]
     print(
@@ -92,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         f"evaluation, {masks.shape[0]} edge-patched rows per example (9 sizes x (2 rankings + {args.random} random)): "
         f"{t_ev[0]:.1f} s wall, {t_ev[1]:.1f} s CPU = {t_ev[1] / f_ev[1]:.1f} forward-equivalents per example "
         f"(CPU; wall {t_ev[0] / f_ev[0]:.1f})"
+    )
+    print(
+        f"against one-at-a-time forwards ({single:.2f} s CPU for the {len(examples)} texts): EAP-IG "
+        f"{t_ig[1] / single:.1f}, evaluation {t_ev[1] / single:.1f} forward-equivalents per example"
     )
     print(
         f"per-example scores: {raw.numel() * raw.element_size() / 2**20:.0f} MiB; peak resident {peak:.0f} MiB"
