@@ -183,6 +183,9 @@ def example_scores(
                 run = p.model.plain(x0, p.kwargs[n], hooks=hook)
                 m = _metric(run.logits, a[ex], b[ex])
                 torch.autograd.grad(m.sum(), [x0])
+            at = done + len(idx) * min(len(rows), start + per) / len(rows)
+            progress(at / len(index), f"scores: examples {done + 1}-{done + len(idx)} of {len(index)}, "
+                     f"{min(len(rows), start + per)}/{len(rows)} gradient rows")  # fmt: skip
         done += len(idx)
         progress(done / len(index), f"scores: {done}/{len(index)} examples")
     return scores / steps, m_c, m_k
