@@ -136,3 +136,25 @@ def test_circuits_on_a_set_end_to_end(lms):
     assert scores == sorted(scores, reverse=True)
     assert 0 <= res["accuracy"] <= 1 and (res["warning"] is None) == (res["accuracy"] >= 0.75)
     assert len(res["stability"]) == 10 and res["stability"][-1][1:] == [1.0, 0.0]
+
+
+def test_a_cancel_stops_the_run(lms):
+    """The worker cancels through the progress callback (it raises once DELETE asked): the run stops
+    within the stage, and ``should_stop`` stops it between batches."""
+    from workers.core.errors import CancelledError
+
+    loaded = _load(lms, "llama")
+    exs = _examples(6, seed=2)
+    seen: list[str] = []
+
+    def progress(fraction: float, message: str) -> None:
+        seen.append(message)
+        if message.startswith("evaluation: 1/"):
+            raise CancelledError("the analysis")
+
+    with pytest.raises(CancelledError):
+        circuits_on_set(loaded, exs, ig_steps=2, bootstrap=2, random=1, progress=progress)
+    assert not any(m.startswith("evaluation: 2/") for m in seen)
+    assert any("gradient rows" in m for m in seen)
+    with pytest.raises(CancelledError):
+        circuits_on_set(loaded, exs, ig_steps=2, should_stop=lambda: True)
