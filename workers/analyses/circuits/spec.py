@@ -22,6 +22,7 @@ from workers.core.options import Cli, Pair, Position, Target, TextOptions
 from workers.core.registry import AnalysisSpec, register
 
 INFORMATION_FLOW = "information-flow"
+CIRCUITS_SET = "circuits-set"
 ATTRIBUTION_PATCHING = "attribution-patching"
 EDGE_ATTRIBUTION = "edge-attribution"
 DEFAULT_THRESHOLD = 0.04  # information flow's edge importance threshold tau
@@ -92,6 +93,37 @@ class EdgeOptions(TextOptions, Target, Pair):
     )
     all_edges: bool = Field(
         False, description="edge-attribution: list every edge's score, not the top N only"
+    )
+
+
+class SetOptions(TextOptions):
+    """circuits-set: the request's text is a built-in task's name (``ioi``, ``capitals``) or a data set in
+    JSON Lines (docs/circuits.md, "Circuits on a task data set")."""
+
+    set_examples: Annotated[int, Cli(metavar="N")] = Field(
+        200, ge=2, le=2000, description="circuits-set: examples drawn from a built-in task"
+    )
+    ig_steps: Annotated[int, Cli(metavar="K")] = Field(
+        5, ge=1, le=MAX_IG_STEPS, description="edge-attribution: EAP-IG's steps k (1 = EAP)"
+    )  # declared as EdgeOptions declares it: one option
+    bootstrap: Annotated[int, Cli(metavar="B")] = Field(
+        10, ge=0, le=200, description="circuits-set: bootstrap resamples for the stability"
+    )
+    random_circuits: Annotated[int, Cli(metavar="R")] = Field(
+        5, ge=0, le=50, description="circuits-set: random circuits (seeds) beside the found one"
+    )
+    discovery: float = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="circuits-set: the fraction of examples that find the circuit",
+    )
+    set_edges: Annotated[int, Cli(metavar="N")] = Field(
+        200, ge=1, le=MAX_TOP_EDGES, description="circuits-set: the top edges listed in the result"
+    )
+    set_fields: dict[str, str] | None = Field(
+        None,
+        description='circuits-set: a JSON Lines set\'s field names, e.g. {"clean": "prompt"}',
     )
 
 
@@ -173,6 +205,34 @@ def check_edges(request: Any, options: EdgeOptions) -> None:
         )
 
 
+def check_set(request: Any, options: SetOptions) -> None:
+    """A built-in task's name or JSON Lines of objects (the worker checks the token lengths with the
+    model's tokenizer), and no other analysis in the request."""
+    from workers.analyses.circuits.tasks import FIELDS, TASKS
+
+    if len(request.kinds) > 1:
+        raise OutOfRangeError(f"{CIRCUITS_SET} runs alone: its text is a task set, not a text")
+    names = {f: f for f in FIELDS} | (options.set_fields or {})
+    if set(names) != set(FIELDS):
+        raise OutOfRangeError(f"set_fields names {', '.join(FIELDS)} only")
+    if request.text.strip() in TASKS:
+        return
+    import json
+
+    for number, raw in enumerate(request.text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError:
+            raise OutOfRangeError(
+                f"{CIRCUITS_SET}: the text is a task ({', '.join(TASKS)}) or JSON Lines; line {number} is not JSON"
+            ) from None
+        missing = [n for n in names.values() if not isinstance(obj, dict) or n not in obj]
+        if missing:
+            raise OutOfRangeError(f"{CIRCUITS_SET}: line {number} has no field {missing[0]!r}")
+
+
 SECTIONS = "workers.analyses.circuits.section"
 
 register(
@@ -215,5 +275,18 @@ register(
         needs={"lm_head", "whole_text", "pair"},
         memory=edge_memory,
         check=(check_head, check_target, check_edges, check_pair),
+    )
+)
+register(
+    AnalysisSpec(
+        kind=CIRCUITS_SET,
+        summary="a circuit found on a task data set, scored as MIB scores it (CPR, CMD, random, stability)",
+        options=SetOptions,
+        section=f"{SECTIONS}:circuits_set_section",
+        order=175,
+        weight=20.0,
+        needs={"lm_head"},
+        check=(check_set,),
+        word_list=True,  # the text is a task set: no token limit, no memory plan of one text
     )
 )
