@@ -162,7 +162,10 @@ class JobQueue:
         if (
             split is not None
         ):  # handed to its parts (docs/scaling.md): the merge job and the parts say
-            return self._split_lookup(job_id, split, kind=kind, request=request, partial=partial)
+            before = float(((job.meta or {}) if job is not None else {}).get("progress", 0.0))
+            return self._split_lookup(
+                job_id, split, kind=kind, request=request, partial=partial, before=before
+            )
         if job is None:
             if request is None and _persistable(job_id):  # Redis forgot it; the database did not
                 seen = self.store.fingerprint(job_id)
@@ -224,11 +227,15 @@ class JobQueue:
         kind: str,
         request: dict[str, Any] | None,
         partial: dict[str, Any],
+        before: float = 0.0,
     ) -> Lookup:
         """Where a job split into parts stands: cancelled, failed (a part's reason), or its parts'
-        progress (parts done, items/s) while they and the merge run."""
+        progress (parts done, items/s) while they and the merge run. ``before``: the job's own
+        progress when it handed its parts on; theirs goes on from there (one bar that never goes
+        down, docs/service.md)."""
         base = {"kind": kind, "request": request, **partial}
-        progress, message = parts.status(self.conn, job_id, split)
+        share, message = parts.status(self.conn, job_id, split)
+        progress = before + (1.0 - before) * share
         if self.conn.exists(protocol.cancel_key(job_id)):
             what = {"analysis": "the analysis"}.get(
                 kind, f"the {kind} job"

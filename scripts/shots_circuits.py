@@ -98,6 +98,33 @@ def run_case(
     page.screenshot(path=str(out / f"circuits-{name}-page.png"), full_page=True)
     for g in GRAPHS:
         page.locator(f"#circuits-{g}-graph").screenshot(path=str(out / f"circuits-{name}-{g}.png"))
+    if not error:  # the size the page opened at, the slider's range, the layout by token position
+        marks = page.inner_text("#circuits-n-slider").split()
+        print(f"  opened at: {page.inner_text('#circuits-n-note')}; slider marks {marks}")
+        page.get_by_label("by token position").check()
+        page.wait_for_function(
+            "new URLSearchParams(window.location.search).get('layout') === 'position'",
+            timeout=WAIT_MS,
+        )
+        page.wait_for_timeout(2000)
+        page.locator("#circuits-circuit-graph").screenshot(
+            path=str(out / f"circuits-{name}-circuit-position.png")
+        )
+        page.get_by_label("by head").check()
+        page.wait_for_timeout(1000)
+        thumb = page.locator("#circuits-n-slider [role=slider]").first
+        thumb.focus()
+        page.keyboard.press("End")  # the curve's largest circuit, past the listed edges
+        page.wait_for_function(
+            "document.querySelector('#circuits-n-note').textContent.includes('page opens at')",
+            timeout=WAIT_MS,
+        )
+        page.wait_for_timeout(2000)
+        title = page.evaluate(TITLE_JS, "circuits-circuit-graph") or ""
+        print(f"  largest: {title.replace('<br>', ' ')}")
+        page.locator("#circuits-circuit-graph").screenshot(
+            path=str(out / f"circuits-{name}-circuit-largest.png")
+        )
     page.locator("#circuits-flow-graph").scroll_into_view_if_needed()
     xy = page.evaluate(EDGE_JS)
     if xy:

@@ -415,8 +415,9 @@ def test_tiny_llama_paste_heatmaps_head_and_terms(server, browser, tmp_path):
 PANEL_JS = """([id, layer, head]) => {
   const gd = document.querySelector('#' + id + ' .js-plotly-plot'), m = gd.layout.meta.gallery;
   const fl = gd._fullLayout, r = gd.getBoundingClientRect();
-  const c = m.heads.indexOf(head), row = m.layers.indexOf(layer);
-  return [r.left + fl.xaxis._offset + fl.xaxis.l2p(c * m.sx + 0.5), r.top + fl.yaxis._offset + fl.yaxis.l2p(row * m.sy + 0.5)];
+  const c = m.heads.indexOf(head), i = m.layers.indexOf(layer), per = m.per_row || 1;  // per_row layers a row
+  const x = (i % per) * (m.slot || 0) + c * m.sx + 0.5, y = Math.floor(i / per) * m.sy + 0.5;
+  return [r.left + fl.xaxis._offset + fl.xaxis.l2p(x), r.top + fl.yaxis._offset + fl.yaxis.l2p(y)];
 }"""
 # performance.now() at the click (window, capture phase: before any handler) and at each redraw of the map
 TIMING_JS = """() => {

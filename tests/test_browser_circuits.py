@@ -85,7 +85,7 @@ def test_circuits_page_on_smollm2(server, browser, tmp_path):
                 arg=n,
                 timeout=WAIT_MS,
             )
-            assert f"top {n} edges" in page.evaluate(FIGURE_JS, "circuits-circuit-graph")[
+            assert f"top {n:,} edges" in page.evaluate(FIGURE_JS, "circuits-circuit-graph")[
                 "title"
             ].replace("<br>", " ")
             page.locator("#circuits-circuit-graph").screenshot(

@@ -98,7 +98,10 @@ def test_one_click_example_and_old_links_open_the_text_explorer(server, browser,
         page.wait_for_function(TEXT_DONE, timeout=WAIT_MS)
         assert not page.inner_text("#text-error"), page.inner_text("#text-error")
         page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=WAIT_MS)
-        assert "run=" not in page.url and "analysis=" in page.url  # ran once; a reload won't rerun
+        page.wait_for_function(  # ran once; a reload won't rerun (the URL is written a tick later)
+            "!location.search.includes('run=') && location.search.includes('analysis=')",
+            timeout=WAIT_MS,
+        )
         page.click("#text-share-button")
         page.wait_for_function("document.querySelector('#text-share-url').href", timeout=WAIT_MS)
         link = page.get_attribute("#text-share-url", "href")

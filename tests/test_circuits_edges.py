@@ -254,6 +254,14 @@ def test_result_shape_and_refusals(lms):
     assert {out["edges"][i]["source"] for i in circ["edges"]} <= set(circ["nodes"])
     assert [n for n, _ in out["curve"]] == [5, 10, s.g.n_edges] == out["curve_sizes"]
     assert abs(out["curve"][-1][1] - 1) < 1e-10  # every edge: the clean run
+    # the one curve circuit past the 30 listed edges comes with its strongest edges
+    from workers.analyses.circuits.spec import CURVE_EDGES
+
+    (big,) = out["curve_edges"]
+    assert big["n_top"] == s.g.n_edges
+    assert len(big["edges"]) == min(CURVE_EDGES, out["curve_kept"][-1])
+    mags = [abs(e["score"]) for e in big["edges"]]
+    assert mags == sorted(mags, reverse=True) and mags[0] == abs(out["edges"][0]["score"])
     assert out["scores_bytes"] == 8 * s.g.n_edges and out["scores_dtype"] == "float64"
     with pytest.raises(HeadscopeError, match="same length"):
         edge_attribution(s.loaded, s.c, encode(s.loaded, CLEAN + " of the"))

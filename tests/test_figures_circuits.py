@@ -122,7 +122,13 @@ def test_prune_and_sizes_follow_the_documented_rule():
     assert (
         F.prune(edges, 2) == [0, 1] and F.prune(edges, 1) == []
     )  # L1H0 -> logits alone starts nowhere
-    assert F.circuit_sizes(res) == [1, 2, 3, 6]  # 40 is past the listed edges
+    assert F.circuit_sizes(res) == [
+        1,
+        2,
+        3,
+        6,
+        40,
+    ]  # the curve's whole range, past the listed edges
     assert (
         F.faithfulness_at(res, 6) == 0.83
         and F.faithfulness_at(res, 2) == 0.55
@@ -165,7 +171,8 @@ def test_circuit_of_a_real_edge_attribution(catalogue):
     assert F.prune(sec["edges"], sec["circuit"]["n_top"]) == sec["circuit"]["edges"]
     assert [len(F.prune(sec["edges"], int(n))) for n, _ in sec["curve"]] == sec["curve_kept"]
     sizes = F.circuit_sizes(res)
-    assert sizes and sizes[-1] == min(sec["circuit"]["n_top"], len(sec["edges"]))
+    largest = max(sec["curve_sizes"][-1], min(sec["circuit"]["n_top"], len(sec["edges"])))
+    assert sizes and sizes[-1] == largest
     fig = F.circuit_figure(res, n_top=sizes[0])
     mids = next(t for t in fig.data if t.name == "edge scores")
     assert len(mids.x) == len(F.prune(sec["edges"], sizes[0]))
@@ -243,3 +250,102 @@ def test_graphs_as_json_and_graphml(flow):
     circuit = F.circuit_graph(eap_result(), n_top=6)
     assert circuit["faithfulness"] == 0.83 and len(circuit["edges"]) == 5
     assert "L1H1" not in {nd["id"] for nd in circuit["nodes"]}
+
+
+def _with_atp(res: dict, best: dict[str, int]) -> dict:
+    """``res`` with attribution patching by position over 5 tokens: each head's and feed-forward's
+    largest |effect| at the token ``best`` names (token 0 elsewhere), the embeddings' at token 1."""
+    n = 5
+    heads = [[[0.01] * n for _ in range(2)] for _ in range(2)]
+    ffs = [[0.01] * n for _ in range(2)]
+    for node, t in best.items():
+        if node.startswith("FF"):
+            ffs[int(node[2:])][t] = -0.9  # by magnitude
+        else:
+            layer, head = int(node[1]), int(node[3])
+            heads[layer][head][t] = 0.7
+    residual = [[0.0, 0.5, 0.0, 0.0, 0.0]] + [[0.0] * n for _ in range(2)]
+    atp = {"heads_by_position": heads, "feedforward_by_position": ffs, "residual": residual}
+    return {**res, "tokens": list("abcde"), "attribution-patching": atp}
+
+
+def test_circuit_nodes_are_labelled_as_everywhere():
+    fig = F.circuit_figure(eap_result())
+    nodes = next(t for t in fig.data if t.name == "nodes")
+    named = {c[0]: text for c, text in zip(nodes.customdata, nodes.text, strict=True)}
+    assert named["L1H0"] == "L1H0" and named["FF1"] == "FF1" and named["logits"] == "logits"
+    assert named["input"] == "embeddings"  # the input node is the token embeddings
+    assert named["L1H1"] == "" and named["FF0"] == ""  # off the circuit: a grey dot, no label
+    assert "markers+text" in nodes.mode
+    assert "embeddings" in fig.layout.yaxis.ticktext
+
+
+def test_drawn_edges_are_capped_and_the_title_says_so():
+    res = eap_result()
+    capped = F.circuit_figure(res, max_edges=2)
+    lines = [t for t in capped.data if t.mode == "lines"]
+    assert sum(sum(1 for v in t.x if v is None) for t in lines) == 2
+    mids = next(t for t in capped.data if t.name == "edge scores")
+    assert [m.split(":")[0] for m in mids.text] == ["L1H0 → logits", "embeddings → L1H0 (v)"]
+    assert "5 on a path" in capped.layout.title.text.replace(
+        "<br>", " "
+    )  # the circuit's size, not what is drawn
+    assert (
+        "its 2 strongest edges drawn (capped for legibility)"
+        in capped.layout.title.text.replace("<br>", " ")
+    )
+    assert "drawn" not in F.circuit_figure(res, max_edges=5).layout.title.text.replace("<br>", " ")
+
+
+def test_the_layout_by_token_position_moves_each_node_to_its_token():
+    best = {"L0H0": 3, "L0H1": 2, "L1H0": 4, "L1H1": 4, "FF0": 2, "FF1": 1}
+    res = _with_atp(eap_result(), best)
+    by_head = next(t for t in F.circuit_figure(res).data if t.name == "nodes")
+    by_pos_fig = F.circuit_figure(res, layout="position")
+    by_pos = next(t for t in by_pos_fig.data if t.name == "nodes")
+    ids = [c[0] for c in by_pos.customdata]
+    x = dict(zip(ids, by_pos.x, strict=True))
+    for node, t in best.items():
+        assert abs(x[node] - t) <= 0.4, node  # at its token (side by side when two share it)
+    assert abs(x["input"] - 1) <= 0.4 and abs(x["logits"] - 4) <= 0.4  # the last token
+    assert x["L1H0"] != x["L1H1"]  # two heads of a layer at one token sit apart
+    assert list(by_pos.y) == list(by_head.y)  # the layers stay the rows
+    assert list(by_pos.x) != list(by_head.x)
+    assert list(by_pos_fig.layout.xaxis.ticktext) == list("abcde")
+    assert "token" in by_pos_fig.layout.xaxis.title.text
+    # no AtP by position in the result: by head, and the title says why
+    plain = F.circuit_figure(eap_result(), layout="position")
+    assert list(next(t for t in plain.data if t.name == "nodes").x) == list(by_head.x)
+    assert "no AtP by position" in plain.layout.title.text.replace("<br>", " ")
+
+
+def test_the_whole_curve_is_offered_and_the_page_opens_at_the_faithful_size():
+    res = eap_result()
+    assert F.opening_size(res) == 6  # the smallest size with faithfulness >= 0.8 (0.83)
+    assert F.opening_size(res, level=0.5) == 2 and F.opening_size(res, level=1.5) == 40
+    sec = res["edge-attribution"]
+    sec["curve_kept"] = [0, 2, 2, 5, 30]
+    old = F.circuit_figure(res, n_top=40)  # a result from before larger circuits kept edges
+    assert (
+        "drawn: the 5 of the 6 listed edges on a path among themselves"
+        in old.layout.title.text.replace("<br>", " ")
+    )
+    strongest = [
+        {"source": "L1H0", "target": "logits", "input": None, "score": 0.61},
+        {"source": "input", "target": "L1H0", "input": "v", "score": 0.42},
+        {"source": "L0H1", "target": "L1H0", "input": "k", "score": -0.33},
+    ]
+    sec["curve_edges"] = [{"n_top": 40, "edges": strongest}]
+    fig = F.circuit_figure(res, n_top=40, max_edges=2)
+    mids = next(t for t in fig.data if t.name == "edge scores")
+    assert len(mids.x) == 2
+    title = fig.layout.title.text.replace("<br>", " ")
+    assert "top 40 edges" in title and "30 on a path" in title and "faithfulness 1.000" in title
+    assert "its 2 strongest edges drawn" in title
+    whole = F.circuit_figure(res, n_top=40)
+    assert any(
+        m.startswith("L0H1 → L1H0 (k)")
+        for m in next(t for t in whole.data if t.name == "edge scores").text
+    )
+    g = F.circuit_graph(res, n_top=40)
+    assert g["n_edges"] == 30 and len(g["edges"]) == 3 and not g["edges_complete"]

@@ -294,3 +294,21 @@ def test_api_errors_carry_the_servers_reason():
         client.health()
     with pytest.raises(ValueError, match="exactly one"):
         client.create_share(view={}, analysis_id="a", pe_analysis_id="b")
+
+
+def test_a_truncated_text_request_fits_the_api_and_others_keep_their_ids():
+    from frontend.pages.text import limits, text_request
+    from workers.core.contracts import AnalysisRequest
+    from workers.core.errors import offers_truncation
+
+    long = "the cat sat on the mat " * 1000  # 23,000 characters
+    kw = {"model": "minilm", "drop_special": False, "restarts": 1, "layer": None, "head": None}
+    cut = text_request(text=long, truncate=True, **kw)
+    assert cut["options"]["truncate"] is True and cut["text"] == long[:20_000]
+    AnalysisRequest.model_validate(cut)  # the API takes it; the worker cuts it to the model's limit
+    assert "truncate" not in text_request(text=long, **kw)["options"]  # off: the id as before
+    refused = limits.too_many_characters(long)
+    assert refused is not None and "23,000 characters" in refused and offers_truncation(refused)
+    assert limits.too_many_characters(long[:20_000]) is None
+    assert limits.offer_style(refused) == limits.SHOWN
+    assert limits.offer_style("layer 9 is out of range") == limits.HIDDEN

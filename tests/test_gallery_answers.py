@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 WAIT_MS = 120_000  # a guard against a hang, never a speed claim
 GALLERY_OUTPUT = "head-gallery.figure"
 POLL_OUTPUT = "text-job.data"
+MAPS_OUTPUT = "text-head-maps.data"
 PENDING_JS = "window.dash_clientside.headscope_gallery?.state().pending === true"
 
 
@@ -42,10 +43,16 @@ class Answers:
             dict
         ] = []  # every answer of the gallery callback: its body and when it was asked
         self.polled: list[dict] = []  # the poll's answers, as the page got them
+        self.maps: list[bytes] = []  # the head maps' answers
         page.route(lambda url: "/_dash-update-component" in url, self._route)  # the URL has a query
 
     def _route(self, route) -> None:
         output = str((route.request.post_data_json or {}).get("output"))
+        if MAPS_OUTPUT in output:  # the head maps, asked for after each gallery answer: recorded
+            response = route.fetch()
+            route.fulfill(response=response)
+            self.maps.append(response.body())
+            return
         if GALLERY_OUTPUT not in output and POLL_OUTPUT not in output:
             route.continue_()
             return
@@ -119,7 +126,8 @@ def test_layers_faster_than_the_answers_each_row_travels_once_and_the_gallery_co
 ):
     """Every answer of the gallery is held until the next layer is published and the page's poll has
     it. No newer call starts while an answer travels (none is dropped), each answer carries the rows
-    and head maps of the layers new since the one before it (each row and map once in all), the page
+    of the layers new since the one before it (each row once in all; the head maps follow in answers
+    of their own, every head's among them), the page
     shows every layer it was answered with while the job still runs, and the gallery completes."""
     from test_browser import Watch
 
@@ -177,7 +185,8 @@ def test_layers_faster_than_the_answers_each_row_travels_once_and_the_gallery_co
         )  # one call at a time, none dropped
         later = [carried(a["body"]) for a in answers.gallery[first:]]
         rows = [r for rs, _, _ in later for r in rs]
-        maps = [m for _, ms, _ in later for m in ms]
+        # the maps travel apart, after each gallery answer (the rows paint first): every head's
+        maps = sorted({m for body in answers.maps for m in carried(body)[1] if m[0] != "0"})
         assert sorted(rows) == list(range(1, LAYERS)), rows  # each new row once, none sent again
         assert sorted(maps) == sorted(
             f"{la},{h}" for la in range(1, LAYERS) for h in range(HEADS)

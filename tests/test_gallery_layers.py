@@ -210,8 +210,8 @@ class HeldJob:
 
     def _work(self) -> None:
         try:
-            compute_analysis(self.req, progress=self.rep.progress,
-                             on_partial=hold_after_layers(self.rep.partial, self.redis, self.id))  # fmt: skip
+            self.result = compute_analysis(self.req, progress=self.rep.progress,
+                                           on_partial=hold_after_layers(self.rep.partial, self.redis, self.id))  # fmt: skip
         except BaseException as exc:
             self.errors.append(exc)
 
@@ -219,8 +219,13 @@ class HeldJob:
         self.redis.set(layer_release_key(self.id, layer), "1", ex=600)
 
     def finish(self) -> None:
+        """The job's end as a worker's: its result stored, the job finished (the page says done
+        then, and only then: the progress bar never says it before)."""
+        from held_jobs import finish_running_job
+
         self.thread.join(timeout=600)
         assert not self.thread.is_alive() and not self.errors, self.errors
+        finish_running_job(self.redis, self.id, self.result)
 
     def close(self) -> None:
         from rq.job import Job

@@ -55,9 +55,10 @@ EXTERNAL = re.compile(
 # page coordinates of a corner of gallery panel (layer, head): a click there opens the head
 PANEL_JS = """([id, layer, head]) => {
     const gd = document.getElementById(id), fl = gd._fullLayout, m = gd.layout.meta.gallery;
-    const r = gd.getBoundingClientRect(), c = m.heads.indexOf(head), row = m.layers.indexOf(layer);
-    return [r.left + fl.xaxis._offset + fl.xaxis.l2p(c * m.sx + 0.9),
-            r.top + fl.yaxis._offset + fl.yaxis.l2p(row * m.sy + 0.2)]; }"""
+    const r = gd.getBoundingClientRect(), c = m.heads.indexOf(head), i = m.layers.indexOf(layer);
+    const per = m.per_row || 1;  // per_row layers side by side in a row
+    return [r.left + fl.xaxis._offset + fl.xaxis.l2p((i % per) * (m.slot || 0) + c * m.sx + 0.9),
+            r.top + fl.yaxis._offset + fl.yaxis.l2p(Math.floor(i / per) * m.sy + 0.2)]; }"""
 
 
 @pytest.fixture(scope="module")

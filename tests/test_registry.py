@@ -123,7 +123,7 @@ def test_the_cli_lists_and_runs_the_toy(tmp_path, tiny_model_dirs):
 
     helped = cli("--help")
     assert helped.returncode == 0
-    assert f"{TOY}: {SPEC.summary}" in " ".join(helped.stdout.split())
+    assert f"{TOY} {SPEC.summary}" in " ".join(helped.stdout.split())
     assert re.search(
         r"--bins BINS\s+token-lengths: bins of the histogram \(default: 5\)", helped.stdout
     )
@@ -140,6 +140,9 @@ def test_the_cli_lists_and_runs_the_toy(tmp_path, tiny_model_dirs):
     assert got["analysis"] == TOY and len(got["counts"]) == 3
     assert sum(got["counts"]) == got["n_tokens"] == len(got["lengths"])
     assert got["lengths"] == [b - a for a, b in got["offsets"]]
+    # no report of its own: the generic one, its arrays' shapes read off its section
+    assert ran.stdout.splitlines()[0] == f"{TOY} on tiny-bert ({got['n_tokens']} tokens):"
+    assert f"counts {len(got['counts'])}" in ran.stdout
 
 
 @pytest.mark.slow

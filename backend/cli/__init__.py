@@ -2,7 +2,7 @@
 
 Subcommands: ``analyze`` (one analysis of a text, JSON out), ``demo`` (the demo text, a summary on
 stdout), ``serve`` (Redis + workers + API + dashboard), ``worker`` (one queue worker), ``pe`` (a
-learned positional encoding, JSON out), ``corpus`` (heads across a corpus, JSON out), ``lst-train`` / ``lst-compare`` (Latin Square Task models).
+learned positional encoding, JSON out), ``corpus`` (heads across a corpus, JSON out), ``circuits`` (a circuit on a task set, JSON out), ``lst-train`` / ``lst-compare`` (Latin Square Task models).
 Heavy imports (torch, transformers) happen inside the commands, so ``headscope --help``
 is instant and the backend package never imports torch at import time.
 """
@@ -179,8 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_compare_commands(sub)
     from backend.cli.atlas import add_atlas_command
+    from backend.cli.circuits import add_circuits_commands
 
     add_atlas_command(sub)
+    add_circuits_commands(sub)
     return parser
 
 

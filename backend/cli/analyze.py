@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import textwrap
 import time
@@ -229,29 +230,59 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     out = flatten(result, args.analysis)
     out["timings"]["load_s"] = load_s
     blob = json.dumps(out, indent=None, separators=(",", ":"))
+    from workers.core.report import report_lines
+
+    # what it found, in a few lines: on stdout beside a JSON file, on stderr when stdout is the JSON
+    report = "\n".join(report_lines(args.analysis, result[args.analysis], out)) + "\n"
     if args.out in (None, "-"):
         sys.stdout.write(blob + "\n")
+        if not args.quiet:
+            sys.stderr.write(report)
     else:
         Path(args.out).write_text(blob)
         print(f"wrote {args.out} ({len(blob) / 1024:.0f} KiB)", file=sys.stderr)
+        sys.stdout.write(report)
     return 0
+
+
+def analyses_help(specs: list[Any], *, width: int | None = None) -> str:
+    """One entry per analysis, its name in a column and its summary wrapped beside it (to the
+    terminal's width, as argparse wraps the flags)."""
+    if width is None:
+        width = min(max(shutil.get_terminal_size().columns - 2, 70), 120)
+    column = max(len(s.kind) for s in specs) + 4
+    return "\n".join(
+        textwrap.fill(
+            s.summary,
+            width=width,
+            initial_indent=f"  {s.kind}".ljust(column),
+            subsequent_indent=" " * column,
+        )
+        for s in specs
+    )
+
+
+def _analysis_kind(kinds: list[str]) -> Any:
+    def analysis(value: str) -> str:
+        if value not in kinds:
+            raise argparse.ArgumentTypeError(
+                f"unknown analysis {value!r}; the analyses are listed by headscope analyze --help"
+            )
+        return value
+
+    return analysis
 
 
 def add_analyze_command(sub: Any) -> None:
     from workers.core import registry
 
     specs = [s for s in registry.specs() if s.cli]
-    about = "\n".join(
-        textwrap.fill(
-            f"{s.kind}: {s.summary}", width=96, initial_indent="  ", subsequent_indent="      "
-        )
-        for s in specs
-    )
+    about = analyses_help(specs)
     a = sub.add_parser(
         "analyze",
         help="run one analysis of a text and write JSON",
-        description="Run one analysis of a text and write its JSON (docs/results.md).\n\nanalyses:\n"
-        + about,
+        description="Run one analysis of a text, write its JSON (docs/results.md) and print a few "
+        "lines of what it found.\n\nanalyses:\n" + about,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     a.add_argument(
@@ -263,10 +294,14 @@ def add_analyze_command(sub: Any) -> None:
     src.add_argument("--text-file", help="UTF-8 text file ('-' = stdin); default: the demo text")
     src.add_argument("--text", help="the text itself")
     a.add_argument(
-        "--analysis", required=True, choices=[s.kind for s in specs], metavar="ANALYSIS",
-        help="one of the analyses listed above",
+        "--analysis", required=True, type=_analysis_kind([s.kind for s in specs]),
+        metavar="ANALYSIS", help="one of the analyses listed above",
     )  # fmt: skip
-    a.add_argument("--out", help="output JSON path (default: stdout)")
+    a.add_argument(
+        "--out",
+        help="output JSON path (default: stdout); a few lines of what the analysis found go to "
+        "stdout beside a file, to stderr when stdout is the JSON",
+    )
     a.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if available)")
     a.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     add_options(a)

@@ -13,10 +13,13 @@
       setTimeout(poll, 150);
     })();
   }
+  // a loaded machine can take well over 30 s to draw a page and answer its first callbacks: the
+  // example keeps waiting (it gave up after 30 s, leaving run=1 in the URL and Analyze unpressed)
+  const PATIENCE_MS = 600000;
   function clickInTurn(targets) {
     if (!targets.length) { return; }
     const [first, ...rest] = targets;
-    waitFor(() => !busy() && first(), 30000, (ok) => {
+    waitFor(() => !busy() && first(), PATIENCE_MS, (ok) => {
       const el = first();
       if (!ok || !el) { return; }
       el.click();
@@ -27,11 +30,16 @@
     const q = new URLSearchParams(window.location.search);
     const run = q.get('run');
     if (!run) { return; }
-    waitFor(() => document.querySelector('#page-content .page'), 30000, (ok) => {
+    waitFor(() => document.querySelector('#page-content .page'), PATIENCE_MS, (ok) => {
       if (!ok || document.querySelector('.url-model-error')) { return; }
       q.delete('run');
       const rest = q.toString();
-      window.history.replaceState(null, '', window.location.pathname + (rest ? '?' + rest : ''));
+      const search = rest ? '?' + rest : '';
+      window.history.replaceState(null, '', window.location.pathname + search);
+      // and in Dash's own copy of the URL (the dcc.Location "url"): otherwise its next render pushes
+      // the href it still holds, run=1 included, back over this one
+      const dc = window.dash_clientside;
+      if (dc && dc.set_props) { dc.set_props('url', {search: search, href: window.location.href}); }
       const targets = run === '1'
         ? [() => document.querySelector('#page-content .button.primary')]
         : run.split(',').map((id) => () => document.getElementById(id.trim()));

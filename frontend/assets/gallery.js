@@ -20,7 +20,7 @@
   var NO = function () { return window.dash_clientside.no_update; };
   var LOST_MS = 30000;
   var RETRIES = 3;  /* answers lost in a row before the gate stops asking again on its own */
-  var gate = {busy: null, pending: false, n: 0, lost: 0};
+  var gate = {busy: null, pending: false, n: 0, lost: 0, view: '[null,0]'};  /* view: the page's default (viewKey) */
 
   function send() {
     gate.n += 1;
@@ -50,8 +50,23 @@
     return send();
   }
 
+  function viewKey(layers, page) {
+    return JSON.stringify([(layers && layers.length) ? layers : null, page || 0]);
+  }
+
+  /* Inputs text-layers, text-gallery-page -> text-gallery-tick: another page or other layers, asked
+   * for through the same gate (a call beside the gate's made Dash drop one of the two answers); the
+   * same view again (a dropdown given its options re-sends its value) asks for nothing */
+  function viewChanged(layers, page) {
+    var key = viewKey(layers, page);
+    if (key === gate.view) { return NO(); }
+    gate.view = key;
+    return jobChanged(null);
+  }
+
   /* Input text-gallery-key: an answer was applied (any of the gallery's, however it was asked for) */
   function answerApplied(shown) {
+    if (shown && shown.shape) { gate.view = viewKey(shown.layers, shown.shape.page); }  /* what it shows */
     gate.busy = null;
     gate.lost = 0;
     if (gate.pending) { ask(); }
@@ -59,6 +74,6 @@
   }
 
   var ns = (window.dash_clientside = window.dash_clientside || {});
-  ns.headscope_gallery = {jobChanged: jobChanged, answerApplied: answerApplied,
+  ns.headscope_gallery = {jobChanged: jobChanged, viewChanged: viewChanged, answerApplied: answerApplied,
                           state: function () { return Object.assign({}, gate); }};
 })();

@@ -26,9 +26,13 @@
     var rect = gd.getBoundingClientRect();
     var xd = fl.xaxis.p2l(ev.clientX - rect.left - fl.xaxis._offset);
     var yd = fl.yaxis.p2l(ev.clientY - rect.top - fl.yaxis._offset);
-    var c = Math.floor((xd + 0.04) / meta.sx), r = Math.floor((yd + 0.3) / meta.sy);
-    if (c < 0 || r < 0 || c >= meta.heads.length || r >= meta.layers.length) { return null; }
-    if (xd - c * meta.sx > 1.04) { return null; }  /* the gap right of a panel */
+    /* a row holds per_row layers side by side, each in a slot of its own (frontend/figures/gallery.py) */
+    var per = meta.per_row || 1, slot = meta.slot || (meta.heads.length * meta.sx);
+    var k = Math.floor((xd + 0.04) / slot), x = xd - k * slot;
+    var c = Math.floor((x + 0.04) / meta.sx), row = Math.floor((yd + 0.3) / meta.sy);
+    var r = row * per + k;
+    if (k < 0 || k >= per || c < 0 || row < 0 || c >= meta.heads.length || r >= meta.layers.length) { return null; }
+    if (x - c * meta.sx > 1.04) { return null; }  /* the gap right of a panel */
     return {layer: meta.layers[r], head: meta.heads[c]};
   }
 
@@ -146,8 +150,8 @@
     return [{layer: sel.layer, head: sel.head}, sel.layer, sel.head];
   }
 
-  function emptyFigure(message) {
-    return {data: [], layout: {height: 320, xaxis: {visible: false}, yaxis: {visible: false},
+  function emptyFigure(message) {  /* as frontend/figures/base.py's, EMPTY_PX high */
+    return {data: [], layout: {height: 90, xaxis: {visible: false}, yaxis: {visible: false},
       plot_bgcolor: "white", margin: {l: 20, r: 20, t: 20, b: 20},
       annotations: [{text: message, xref: "paper", yref: "paper", x: 0.5, y: 0.5, showarrow: false,
                      font: {size: 14, color: "#555"}}]}};

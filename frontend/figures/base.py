@@ -21,6 +21,9 @@ POSITION_SCALE = "Viridis"
 HEAT_SCALE = "Blues"
 
 
+EMPTY_PX = 90  # a placeholder's height: no large empty card before Analyze (docs/dashboard.md)
+
+
 def empty_figure(message: str, *, height: int = 320) -> go.Figure:
     """A blank figure that says why it is blank."""
     fig = go.Figure()

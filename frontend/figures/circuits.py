@@ -19,223 +19,24 @@ import plotly.graph_objects as go
 
 from frontend.figures.base import empty_figure
 from frontend.figures.causal import labels, titled_layout
+from frontend.figures.circuit_graph import (  # noqa: F401 - the circuit's figure, offered here too
+    HEAD_CLICK,
+    LAYOUTS,
+    NEGATIVE,
+    POSITIVE,
+    WIDTH_BINS,
+    binned_lines,
+    circuit_edges,
+    circuit_figure,
+    circuit_sizes,
+    faithfulness_at,
+    opening_size,
+    prune,
+)
 from frontend.figures.tokens import display_text, token_ticks
 from workers.analyses.circuits.spec import ATTRIBUTION_PATCHING, EDGE_ATTRIBUTION, INFORMATION_FLOW
 
-POSITIVE, NEGATIVE = "#2166ac", "#b2182b"  # helps the metric / hurts it (as the causal page's maps)
-WIDTH_BINS = 6  # edges drawn in this many widths (one trace each: thousands of edges stay fast)
-HEAD_CLICK = "click: open this head in the text explorer and on the causal page"
-
-
 # ----------------------------------------------------------------------------- the circuit (EAP)
-
-
-def circuit_sizes(result: dict[str, Any]) -> list[int]:
-    """The circuit sizes the page's slider offers: the curve's sizes the result has edges for, and the
-    circuit's own N, ascending."""
-    sec = result.get(EDGE_ATTRIBUTION) or {}
-    have = len(sec.get("edges") or [])
-    sizes = {int(n) for n, _ in sec.get("curve") or [] if 0 < int(n) <= have}
-    if sec.get("circuit"):
-        sizes.add(min(have, int(sec["circuit"]["n_top"])))
-    return sorted(s for s in sizes if s > 0)
-
-
-def prune(edges: list[dict[str, Any]], n_top: int) -> list[int]:
-    """Indices of the first ``n_top`` edges on a path from ``input`` to ``logits`` using only them
-    (docs/results.md, ``circuit``)."""
-    top = edges[:n_top]
-    fwd, back = {"input"}, {"logits"}
-    changed = True
-    while changed:  # reachability over at most n_top edges: a few sweeps
-        changed = False
-        for e in top:
-            if e["source"] in fwd and e["target"] not in fwd:
-                fwd.add(e["target"])
-                changed = True
-            if e["target"] in back and e["source"] not in back:
-                back.add(e["source"])
-                changed = True
-    return [i for i, e in enumerate(top) if e["source"] in fwd and e["target"] in back]
-
-
-def faithfulness_at(result: dict[str, Any], n_top: int) -> float | None:
-    """The faithfulness of the pruned top-``n_top`` circuit: the circuit's own or the curve's point."""
-    sec = result.get(EDGE_ATTRIBUTION) or {}
-    if sec.get("circuit") and int(sec["circuit"]["n_top"]) == n_top:
-        return float(sec["faithfulness"])
-    for n, f in sec.get("curve") or []:
-        if int(n) == n_top:
-            return float(f)
-    return None
-
-
-def _positions(sec: dict[str, Any]) -> tuple[dict[str, tuple[float, float]], int, int]:
-    """Node id -> (x, y): input at the bottom, layer l's heads in a row at y = l (x = head), its
-    feed-forward to their right half a layer up, the logits on top."""
-    nodes = sec.get("nodes") or []
-    L = 1 + max([int(n["layer"]) for n in nodes if n["kind"] in ("head", "feedforward")] or [0])
-    H = 1 + max([int(n["head"]) for n in nodes if n["kind"] == "head"] or [0])
-    pos = {}
-    for n in nodes:
-        if n["kind"] == "input":
-            pos[n["id"]] = ((H - 1) / 2, -1.0)
-        elif n["kind"] == "logits":
-            pos[n["id"]] = ((H - 1) / 2, float(L))
-        elif n["kind"] == "head":
-            pos[n["id"]] = (float(n["head"]), float(n["layer"]))
-        else:
-            pos[n["id"]] = (H + 0.5, float(n["layer"]) + 0.4)
-    return pos, L, H
-
-
-def _binned_lines(
-    segments: list[tuple[float, float, float, float, float]],
-    *,
-    colour_of: Any,
-    name: str,
-    width_max: float = 7.0,
-    top: float | None = None,
-) -> list[go.Scatter]:
-    """Line traces for (x0, y0, x1, y1, weight) segments: one trace per width bin (|weight| over
-    ``top``, default the largest) and colour."""
-    if not segments:
-        return []
-    top = top or max(abs(s[4]) for s in segments) or 1.0
-    groups: dict[tuple[int, str], list[float | None]] = {}
-    for x0, y0, x1, y1, w in segments:
-        b = min(WIDTH_BINS - 1, int(abs(w) / top * WIDTH_BINS))
-        xs = groups.setdefault((b, colour_of(w)), [])
-        xs.extend([x0, x1, None, y0, y1, None])
-    out = []
-    for (b, colour), flat in sorted(groups.items()):
-        xs = [v for k, v in enumerate(flat) if k % 6 < 3]
-        ys = [v for k, v in enumerate(flat) if k % 6 >= 3]
-        out.append(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines",
-                hoverinfo="skip",
-                showlegend=False,
-                name=name,
-                line={"color": colour, "width": 0.6 + width_max * (b + 1) / WIDTH_BINS},
-                opacity=0.35 + 0.6 * (b + 1) / WIDTH_BINS,
-            )
-        )
-    return out
-
-
-def circuit_figure(result: dict[str, Any], *, n_top: int | None = None) -> go.Figure:
-    """The circuit of the top ``n_top`` edges (None: the result's own N), pruned to paths from the input
-    to the logits; edge width by |score|, colour by sign; hover shows scores, a click on a head opens it."""
-    sec = result.get(EDGE_ATTRIBUTION)
-    if not sec or not sec.get("edges"):
-        return empty_figure(
-            "No circuit yet: edge attribution needs a clean/corrupted pair on a decoder."
-        )
-    edges = sec["edges"]
-    n = int(n_top or sec["circuit"]["n_top"])
-    kept = prune(edges, n)
-    pos, L, H = _positions(sec)
-    segs, mids, mid_text, mid_score = [], ([], []), [], []
-    for i in kept:
-        e = edges[i]
-        (x0, y0), (x1, y1) = pos[e["source"]], pos[e["target"]]
-        segs.append((x0, y0, x1, y1, float(e["score"])))
-        mids[0].append((x0 + x1) / 2)
-        mids[1].append((y0 + y1) / 2)
-        into = f" ({e['input']})" if e.get("input") else ""
-        mid_text.append(f"{e['source']} → {e['target']}{into}: {float(e['score']):+.4f}")
-        mid_score.append(float(e["score"]))
-    fig = go.Figure(
-        _binned_lines(segs, colour_of=lambda w: POSITIVE if w >= 0 else NEGATIVE, name="edges")
-    )
-    on = {edges[i]["source"] for i in kept} | {edges[i]["target"] for i in kept}
-    weight: dict[str, float] = {}
-    for i in kept:
-        for end in (edges[i]["source"], edges[i]["target"]):
-            weight[end] = weight.get(end, 0.0) + abs(float(edges[i]["score"]))
-    nodes = sec["nodes"]
-    custom = [
-        [
-            nd["id"],
-            nd["kind"],
-            nd["layer"],
-            -1 if nd.get("head") is None else nd["head"],
-            weight.get(nd["id"], 0.0),
-        ]
-        for nd in nodes
-    ]
-    fig.add_trace(
-        go.Scatter(
-            x=[pos[nd["id"]][0] for nd in nodes],
-            y=[pos[nd["id"]][1] for nd in nodes],
-            mode="markers",
-            marker={
-                "size": [11 if nd["id"] in on else 5 for nd in nodes],
-                "symbol": [
-                    {
-                        "head": "circle",
-                        "feedforward": "square",
-                        "input": "diamond",
-                        "logits": "star",
-                    }[nd["kind"]]
-                    for nd in nodes
-                ],
-                "color": ["#222" if nd["id"] in on else "#ccc" for nd in nodes],
-            },
-            customdata=custom,
-            name="nodes",
-            showlegend=False,
-            hovertemplate="%{customdata[0]} (%{customdata[1]}): Σ|score| on the circuit %{customdata[4]:.4f}"
-            f"<extra>{HEAD_CLICK}</extra>",
-        )
-    )
-    lim = max([abs(s) for s in mid_score] or [1.0])
-    fig.add_trace(
-        go.Scatter(
-            x=mids[0],
-            y=mids[1],
-            mode="markers",
-            text=mid_text,
-            name="edge scores",
-            showlegend=False,
-            marker={
-                "size": 6,
-                "color": mid_score,
-                "colorscale": "RdBu",
-                "cmin": -lim,
-                "cmax": lim,
-                "opacity": 0.8,
-                "colorbar": {"title": {"text": "score"}, "thickness": 12},
-            },
-            hovertemplate="%{text}<extra>edge score (fraction of m_C − m_K)</extra>",
-        )
-    )
-    fig.update_layout(
-        xaxis={
-            "tickmode": "array",
-            "tickvals": [*range(H), H + 0.5],
-            "ticktext": [*map(str, range(H)), "FF"],
-            "title": {"text": "head"},
-            "zeroline": False,
-        },
-        yaxis={
-            "tickmode": "array",
-            "tickvals": [-1, *range(L), L],
-            "ticktext": ["input", *map(str, range(L)), "logits"],
-            "title": {"text": "layer"},
-            "zeroline": False,
-        },
-    )
-    f = faithfulness_at(result, n)
-    faith = f", faithfulness {f:.3f}" if f is not None else ""
-    title = (
-        f"Circuit: the top {n} edges by |score| ({sec.get('method', 'EAP')}), {len(kept)} on a path from "
-        f"the input to the logits{faith}"
-    )
-    return titled_layout(fig, title, height=max(420, 16 * L + 160))
 
 
 def faithfulness_figure(result: dict[str, Any], *, n_top: int | None = None) -> go.Figure:
@@ -379,7 +180,7 @@ def flow_figure(result: dict[str, Any]) -> go.Figure:
     edges = sec["edges"]
     att = [e for e in edges if e["kind"] == "attention"]
     top_att = max([float(e["importance"]) for e in att] or [1.0])
-    traces: list[Any] = _binned_lines(
+    traces: list[Any] = binned_lines(
         [
             (*xy[e["source"]], *xy[e["target"]], float(e["importance"]))
             for e in edges
@@ -390,7 +191,7 @@ def flow_figure(result: dict[str, Any]) -> go.Figure:
         width_max=2.5,
         top=1.0,
     )
-    traces += _binned_lines(
+    traces += binned_lines(
         [(*xy[e["source"]], *xy[e["target"]], float(e["importance"])) for e in att],
         colour_of=lambda w: _shade("Blues", w / top_att),
         name="attention",
@@ -531,7 +332,7 @@ def circuit_graph(result: dict[str, Any], *, n_top: int | None = None) -> dict[s
     """The pruned top-N circuit as JSON: ``nodes`` on it and its ``edges``, with the pair and metric."""
     sec = result[EDGE_ATTRIBUTION]
     n = int(n_top or sec["circuit"]["n_top"])
-    edges = [sec["edges"][i] for i in prune(sec["edges"], n)]
+    edges, on_circuit, exact = circuit_edges(result, n)
     on = {e["source"] for e in edges} | {e["target"] for e in edges}
     return {
         "model": result.get("model"),
@@ -540,6 +341,8 @@ def circuit_graph(result: dict[str, Any], *, n_top: int | None = None) -> dict[s
         "method": sec.get("method"),
         "n_top": n,
         "faithfulness": faithfulness_at(result, n),
+        "n_edges": on_circuit,  # edges on the circuit; "edges" holds all of them or its strongest
+        "edges_complete": exact and len(edges) == on_circuit,
         "nodes": [nd for nd in sec["nodes"] if nd["id"] in on],
         "edges": edges,
     }

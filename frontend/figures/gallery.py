@@ -1,8 +1,11 @@
 """The gallery of every head's attention-head t-SNE, and the per-head data that switches the large map.
 
 Pure functions, result JSON -> Figure / JSON, no Dash. The gallery is one figure on one pair of
-hidden axes: panel (row r, column c) holds head ``heads[c]`` of layer ``layers[r]`` with its map
-rescaled quantile-equidistantly (docs/analyses.md#quantile-equidistant-rescaling) into the unit square at ``(c·SX, r·SY)`` — a single axis
+hidden axes: head ``heads[c]`` of the page's ``r``-th layer is a panel with its map rescaled
+quantile-equidistantly (docs/analyses.md#quantile-equidistant-rescaling) into the unit square at
+``(c·SX, 0)`` from its layer's place; a row holds ``per_row`` layers side by side (as many as
+``ROW_PANELS`` panels hold: a model with 4 heads a layer gets 3 layers a row), so the panels fill
+the width whatever the heads per layer (docs/dashboard.md) — a single axis
 draws fast for hundreds of panels and exports as one PNG/SVG. Each row's panels are one PNG
 picture (``row_image``, drawn by ``frontend.figures.thumbnails``), placed as a layout image: the
 browser draws no points (as WebGL points they cost a software-rendered Chromium far more:
@@ -51,6 +54,11 @@ IMAGE_SCALE = (
     2  # picture pixels per screen pixel: sharp on a high-density screen and in an exported PNG
 )
 MAX_PANELS = 96  # panels per gallery page; a page holds whole layers
+ROW_PANELS = (
+    12  # panels a row holds at most: a model with few heads a layer gets several layers a row
+)
+GX = 0.4  # the gap between two layers side by side in a row, in data units (beside SX's own gap)
+ROW_PX = 1250  # the screen pixels a row of panels is laid out for (the page's width at 1400 px)
 DIGITS = 5
 TITLE_COLOUR = "#2a3f5f"  # plotly's template font colour, as the annotations the titles were
 
@@ -92,7 +100,7 @@ class GalleryPage:
     """One page of the gallery: the section it is drawn from and what it shows."""
 
     section: dict[str, Any]
-    shown: list[int]  # the page's layers, one row each, in order
+    shown: list[int]  # the page's layers, in order (``per_row`` of them a row)
     heads: list[int]
     kept: list[int]
     page: int
@@ -153,11 +161,12 @@ def row_image(result: dict[str, Any], gp: GalleryPage, row: int) -> dict[str, An
     placed over the row's panels; or, while the layer is computed, an invisible placeholder in its
     place (the page's images are set by index as rows arrive)."""
     layer = gp.shown[row]
+    x0, y0 = _origin(gp, row)
     place = {
         "xref": "x",
         "yref": "y",
-        "x": -PAD,
-        "y": row * SY - PAD,
+        "x": x0 - PAD,
+        "y": y0 - PAD,
         "sizex": _row_width(gp),
         "sizey": 1 + 2 * PAD,
         "xanchor": "left",
@@ -215,8 +224,14 @@ def _draw_row(emb: np.ndarray, gp: GalleryPage) -> str:
 
 
 def _panel_px(gp: GalleryPage) -> int:
-    """Screen pixels of a panel's unit square (the figure's height follows it)."""
-    return max(48, min(120, 1350 // len(gp.heads)))
+    """Screen pixels of a panel's unit square (the figure's height follows it, and its axes keep
+    the panels square): a row's panels (``per_row`` layers of them) fill ``ROW_PX``."""
+    return max(48, min(120, int(ROW_PX / (_width(gp) + 0.08))))
+
+
+def _width(gp: GalleryPage) -> float:
+    """The data units a row spans: its layers' panels and the gaps between them."""
+    return min(len(gp.shown), per_row(len(gp.heads))) * _slot(gp) - GX
 
 
 def _pixels_per_unit(gp: GalleryPage) -> float:
@@ -225,6 +240,28 @@ def _pixels_per_unit(gp: GalleryPage) -> float:
 
 def _row_width(gp: GalleryPage) -> float:
     return (len(gp.heads) - 1) * SX + 1 + 2 * PAD
+
+
+def per_row(n_heads: int) -> int:
+    """Layers side by side in a row of the gallery: as many whole layers as ``ROW_PANELS`` panels
+    hold, at least one (2 heads a layer: 6 layers a row; 12 heads: one)."""
+    return max(1, ROW_PANELS // max(1, n_heads))
+
+
+def _slot(gp: GalleryPage) -> float:
+    """The width of one layer's place in a row (its panels and the gap to the next layer)."""
+    return len(gp.heads) * SX + GX
+
+
+def _origin(gp: GalleryPage, r: int) -> tuple[float, float]:
+    """Data coordinates of the top left of the ``r``-th layer of the page (its first panel)."""
+    k = per_row(len(gp.heads))
+    return (r % k) * _slot(gp), (r // k) * SY
+
+
+def _rows(gp: GalleryPage) -> int:
+    """The rows the page's layers take."""
+    return -(-len(gp.shown) // per_row(len(gp.heads)))
 
 
 def _radius(n: int) -> float:
@@ -259,8 +296,9 @@ def _frames(gp: GalleryPage) -> dict[str, Any]:
     xs, ys = [], []
     for r, layer in enumerate(gp.shown):
         if layer in gp.done:
+            ox, oy = _origin(gp, r)
             for c in range(len(gp.heads)):
-                x0, y0 = c * SX - 0.03, r * SY - 0.03
+                x0, y0 = ox + c * SX - 0.03, oy - 0.03
                 xs += [x0, x0 + 1.06, x0 + 1.06, x0, x0, None]
                 ys += [y0, y0, y0 + 1.06, y0 + 1.06, y0, None]
     return {
@@ -285,15 +323,16 @@ def _labels(gp: GalleryPage) -> dict[str, Any]:
     size = 9 if len(gp.heads) <= 16 else 7
     points = []  # (x, y, text, position, size, colour)
     for r, layer in enumerate(gp.shown):
-        if layer not in gp.done:  # not computed yet: the row waits in its place
+        ox, oy = _origin(gp, r)
+        if layer not in gp.done:  # not computed yet: the layer waits in its place
             points.append(
-                (0.02, r * SY + 0.5, f"layer {layer}: computing…", "middle right", 12, "#888")
+                (ox + 0.02, oy + 0.5, f"layer {layer}: computing…", "middle right", 12, "#888")
             )
             continue
         points += [
             (
-                c * SX + 0.5,
-                r * SY - 0.06,
+                ox + c * SX + 0.5,
+                oy - 0.06,
                 f"{head_label(layer, head)} · KL {float(kl[layer][c]):.2f}",
                 "top center",
                 size,
@@ -333,6 +372,7 @@ def _meta(gp: GalleryPage) -> dict[str, Any]:
     panels = [[layer, head] for layer in gp.done for head in gp.heads]
     return {"highlight": "points", "gallery": {"panels": panels, "layers": gp.shown, "heads": gp.heads, "sx": SX,
                                                "sy": SY, "page": gp.page, "pages": gp.pages,
+                                               "per_row": per_row(len(gp.heads)), "slot": _slot(gp),
                                                "complete": gp.complete}}  # fmt: skip
 
 
@@ -344,7 +384,8 @@ def gallery_figure(
     max_panels: int = MAX_PANELS,
     section: dict[str, Any] | None = None,
 ) -> go.Figure:
-    """Small multiples of every head of the page's layers: rows = layers, columns = heads.
+    """Small multiples of every head of the page's layers: a layer's heads side by side, whole
+    layers wrapped into rows of at most ``ROW_PANELS`` panels (``per_row``).
 
     Each panel: the head's map on quantile-equidistant axes, coloured by position, titled
     ``L{layer}H{head} · KL {kl}``. Traces: the panel frames, the colour bar and the titles; each row's panels are
@@ -354,13 +395,19 @@ def gallery_figure(
     gp = gallery_page(result, layers=layers, page=page, max_panels=max_panels, section=section)
     if isinstance(gp, str):
         return empty_figure(gp, height=200)
-    rows, cols = len(gp.shown), len(gp.heads)
-    panel_px = _panel_px(gp)
+    rows, panel_px = _rows(gp), _panel_px(gp)
+    square = {"scaleanchor": "y", "scaleratio": 1, "constrain": "domain", "constraintoward": "left"}
     layout = {
         "title": {"text": gallery_title(gp), "font": {"size": 14}},
-        "xaxis": {"visible": False, "range": [-0.08, cols * SX], "fixedrange": True},
-        "yaxis": {"visible": False, "range": [rows * SY, -0.3], "fixedrange": True},
-        "images": [row_image(result, gp, r) for r in range(rows)],
+        "xaxis": {"visible": False, "range": [-0.08, _width(gp)], "fixedrange": True, **square},
+        "yaxis": {
+            "visible": False,
+            "range": [rows * SY, -0.3],
+            "fixedrange": True,
+            "constrain": "domain",
+            "constraintoward": "top",
+        },  # fmt: skip
+        "images": [row_image(result, gp, r) for r in range(len(gp.shown))],
         "height": int(80 + rows * panel_px * SY),
         "margin": {"l": 10, "r": 10, "t": 50, "b": 10},
         "plot_bgcolor": "white",

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from frontend.figures.base import empty_figure
+from frontend.figures.base import EMPTY_PX, empty_figure
 from frontend.figures.tokens import token_labels
 from frontend.kit.heads import gallery_section, grid_attention, head_attention
 from workers.core.notation import head_label
@@ -182,6 +182,9 @@ def _pool(a: np.ndarray, cells: int) -> np.ndarray:
     return np.add.reduceat(rows, edges[:-1], axis=1) / np.diff(edges)[None, :]
 
 
+MODEL_PX = 720  # the model view's cells take at most this height (docs/dashboard.md)
+
+
 def model_view_figure(
     result: dict[str, Any], *, layer: int | None = None, head: int | None = None
 ) -> go.Figure:
@@ -195,7 +198,7 @@ def model_view_figure(
         why = (sec or {}).get(
             "attention_omitted"
         ) or "The model view appears once every head is computed."
-        return empty_figure(why, height=200)
+        return empty_figure(why, height=EMPTY_PX)
     layers, heads = list(sec["layers"]), list(sec["heads"])  # type: ignore[index]
     n = grid.shape[2]
     s = min(n, MODEL_CELLS)
@@ -257,9 +260,9 @@ def model_view_figure(
             "scaleanchor": "x",
             "constrain": "domain",
         },
-        height=int(
-            130 + 600 * len(layers) / max(1, len(heads))
-        ),  # square cells in a ~600 px column
+        # square cells in a ~600 px column, at most MODEL_PX tall: a model with few heads a layer
+        # (Gemma 3: 18 x 4) gets smaller cells, not a page-long column beside an empty one
+        height=int(130 + min(MODEL_PX, 600 * len(layers) / max(1, len(heads)))),
         margin={"l": 50, "r": 20, "t": 70, "b": 10},
         plot_bgcolor="white",
         shapes=shapes,

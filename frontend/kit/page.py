@@ -29,6 +29,24 @@ def graph(gid: str, *, filename: str | None = None, **kwargs: Any) -> dcc.Graph:
     return dcc.Graph(id=gid, config=graph_config(filename or f"headscope-{gid}"), **kwargs)
 
 
+EMPTY_PX = (
+    90  # a placeholder figure's height: no large empty card before Analyze (docs/dashboard.md)
+)
+
+
+def fold(
+    title: str, children: list[Any], *, fid: str | None = None, is_open: bool = True
+) -> html.Details:
+    """A panel that folds: its title (a ``<summary>``) stays, a click hides or shows the rest."""
+    extra = {"id": fid} if fid else {}
+    return html.Details(
+        className="panel fold",
+        open=is_open,
+        children=[html.Summary(title, className="fold-title"), *children],
+        **extra,
+    )
+
+
 def model_label(m: dict[str, Any]) -> str:
     """``name — family, layers x heads, N tokens`` (what the picker shows; hub models not yet
     downloaded show only their name)."""

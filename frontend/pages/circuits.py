@@ -32,7 +32,12 @@ from frontend.kit.forms import (
 from frontend.kit.frontdoor import page_header
 from frontend.kit.page import export_bar, graph, progress_block, restore_view, share_link
 from frontend.pages.causal import causal_request
-from workers.analyses.circuits.spec import ATTRIBUTION_PATCHING, EDGE_ATTRIBUTION, INFORMATION_FLOW
+from workers.analyses.circuits.spec import (
+    ATTRIBUTION_PATCHING,
+    EDGE_ATTRIBUTION,
+    FAITHFUL,
+    INFORMATION_FLOW,
+)
 from workers.core.notation import head_label
 
 logger = logging.getLogger(__name__)
@@ -50,8 +55,9 @@ GRAPHS = [
 HEAD_GRAPHS = ["circuits-circuit-graph", "circuits-atp-graph", "circuits-flow-graph"]
 DEMO = "When Mary and John went to the store, John gave a drink to"
 DEMO_CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
-PAGE_TOP_EDGES = 1000  # edges the pair job lists: the slider reaches the curve's sizes up to this
-FAITHFUL = 0.8  # the slider starts at the smallest listed circuit at least this faithful
+PAGE_TOP_EDGES = (
+    1000  # edges the pair job lists (larger circuits of the curve come with their strongest)
+)
 
 
 def edge_attribution_available() -> bool:
@@ -140,7 +146,7 @@ def layout(
         {k: v for k, v in o.items() if k != "disabled"} for o in options
     ]  # flow: any model
     source, request, view = restore_view(
-        store, query, share, keys=("n", "head", "pair", "pair_share")
+        store, query, share, keys=("n", "head", "pair", "pair_share", "layout")
     )
     model, url_msg = url_model(query, all_models, default_model, view="the circuit views")
     pair = _pair_source(view)
@@ -295,7 +301,10 @@ def layout(
                         className="col panel",
                         children=[
                             graph("circuits-curve-graph", figure=empty_figure("")),
-                            html.Label("circuit size N (edges)", htmlFor="circuits-n-slider"),
+                            html.Label(
+                                "circuit size N (edges, the curve's sizes)",
+                                htmlFor="circuits-n-slider",
+                            ),
                             dcc.Slider(
                                 id="circuits-n-slider",
                                 min=0,
@@ -305,6 +314,18 @@ def layout(
                                 marks={},
                                 included=False,
                                 allow_direct_input=False,
+                            ),
+                            html.Div(
+                                id="circuits-n-note", className="hint", style={"marginTop": "22px"}
+                            ),
+                            html.Span("circuit layout:", className="label"),
+                            dcc.RadioItems(
+                                id="circuits-layout",
+                                options=[{"label": v, "value": k} for k, v in F.LAYOUTS.items()],
+                                value=view.get("layout")
+                                if view.get("layout") in F.LAYOUTS
+                                else "head",
+                                inline=True,
                             ),
                         ],
                     ),
@@ -319,19 +340,53 @@ def layout(
             dcc.Store(id="circuits-source", data=source),
             dcc.Store(id="circuits-pair-source", data=pair),
             dcc.Store(id="circuits-n", data=int(_number(view.get("n"), 0)) or None),
+            dcc.Store(id="circuits-sizes"),
             dcc.Store(id="circuits-head", data=parse_head(view.get("head"))),
         ],
     )
 
 
-def _view(pair: dict[str, Any] | None, n: int | None, head: list[int] | None) -> dict[str, Any]:
+def _view(
+    pair: dict[str, Any] | None, n: int | None, head: list[int] | None, layout: str | None = None
+) -> dict[str, Any]:
     key = "pair_share" if pair and pair.get("kind") == "share" else "pair"
-    return {key: (pair or {}).get("id"), "n": n, "head": head_label(*head) if head else None}
+    view = {key: (pair or {}).get("id"), "n": n, "head": head_label(*head) if head else None}
+    if layout and layout != "head":  # the default left out: links keep their form
+        view["layout"] = layout
+    return view
 
 
-def _figures(flow: dict[str, Any], pair: dict[str, Any], n: int | None) -> list[Any]:
+def _marks(sizes: list[int]) -> dict[int, str]:
+    """Slider marks: every size a stop, a few labelled (the ends among them) so labels never crowd."""
+    step = max(1, round(len(sizes) / 6))
+    shown = set(range(0, len(sizes), step)) | {len(sizes) - 1}
+    return {i: (f"{s:,}" if i in shown else "") for i, s in enumerate(sizes)}
+
+
+def _n_note(result: dict[str, Any], n: int | None) -> str:
+    """Which circuit is shown and why the page opened where it did."""
+    opening = F.opening_size(result)
+    if opening is None:
+        return ""
+    n = n or opening
+    f = F.faithfulness_at(result, n)
+    shown = f"N = {n:,} edges" + (f", faithfulness {f:.3f}" if f is not None else "")
+    reached = (F.faithfulness_at(result, opening) or 0.0) >= FAITHFUL
+    why = (
+        f"the smallest circuit on the curve with faithfulness ≥ {FAITHFUL:g}"
+        if reached
+        else f"the largest on the curve: none reaches faithfulness {FAITHFUL:g}"
+    )
+    return (
+        f"{shown}: {why}" if n == opening else f"{shown} (the page opens at N = {opening:,}, {why})"
+    )
+
+
+def _figures(
+    flow: dict[str, Any], pair: dict[str, Any], n: int | None, layout: str = "head"
+) -> list[Any]:
     return [
-        F.circuit_figure(pair, n_top=n),
+        F.circuit_figure(pair, n_top=n, layout=layout or "head"),
         F.faithfulness_figure(pair, n_top=n),
         F.atp_scatter_figure(pair),
         F.flow_figure(flow),
@@ -398,41 +453,45 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("circuits-n-slider", "max"),
         Output("circuits-n-slider", "marks"),
         Output("circuits-n-slider", "value"),
+        Output("circuits-sizes", "data"),
         Input("circuits-job", "data"),
         State("circuits-pair-source", "data"),
         State("circuits-n", "data"),
     )
     def _slider(_job, pair, n):  # type: ignore[no-untyped-def]
-        sizes = F.circuit_sizes(store.status(pair)["result"] if pair else {})
+        # one stop per size of the faithfulness curve (log-spaced: the slider is a log scale), from
+        # its smallest to its largest; opened at the smallest faithful one (docs/circuits.md)
+        result = store.status(pair)["result"] if pair else {}
+        sizes = F.circuit_sizes(result)
         if not sizes:
-            return 0, {}, no_update
-        result = store.status(pair)["result"]
-        faithful = [s for s in sizes if (F.faithfulness_at(result, s) or 0.0) >= FAITHFUL]
-        want = n if n in sizes else (faithful[0] if faithful else sizes[-1])
-        return len(sizes) - 1, {i: str(s) for i, s in enumerate(sizes)}, sizes.index(want)
+            return 0, {}, no_update, None
+        want = n if n in sizes else F.opening_size(result)
+        return len(sizes) - 1, _marks(sizes), sizes.index(want), sizes
 
     @app.callback(
         Output("circuits-n", "data", allow_duplicate=True),
         Input("circuits-n-slider", "value"),
-        State("circuits-n-slider", "marks"),
+        State("circuits-sizes", "data"),
         prevent_initial_call=True,
     )
-    def _pick_n(index, marks):  # type: ignore[no-untyped-def]
+    def _pick_n(index, sizes):  # type: ignore[no-untyped-def]
         # the sizes the slider was drawn with, not the store's now: a value set while the pair was
         # unfinished (no sizes) must not pick the first size once the pair has finished
-        size = (marks or {}).get(str(int(index or 0)))
-        return int(size) if size else no_update
+        k = int(index or 0)
+        return int(sizes[k]) if sizes and 0 <= k < len(sizes) else no_update
 
     @app.callback(
         *[Output(g, "figure") for g in GRAPHS],
+        Output("circuits-n-note", "children"),
         Input("circuits-job", "data"),
         Input("circuits-n", "data"),
+        Input("circuits-layout", "value"),
         State("circuits-source", "data"),
         State("circuits-pair-source", "data"),
     )
-    def _views(_job, n, source, pair):  # type: ignore[no-untyped-def]
+    def _views(_job, n, layout, source, pair):  # type: ignore[no-untyped-def]
         flow_st, pair_st = store.status(source), store.status(pair)
-        figs = _figures(flow_st["result"], pair_st["result"], n)
+        figs = _figures(flow_st["result"], pair_st["result"], n, layout)
         for k, st in ((3, flow_st), (0, pair_st), (1, pair_st), (2, pair_st)):
             if st["status"] not in ("finished", "none") and not figs[k].data:
                 msg = f"failed: {st.get('error')}" if st["status"] == "failed" else "Computing…"
@@ -445,7 +504,7 @@ def register(app: Dash, store: ResultStore) -> None:
                 empty_figure(""),
                 empty_figure(f"{why} for AtP against real patching."),
             ]
-        return figs
+        return *figs, _n_note(pair_st["result"], n) if pair else ""
 
     register_click_pick(
         app,
@@ -543,10 +602,11 @@ def register(app: Dash, store: ResultStore) -> None:
         Input("circuits-pair-source", "data"),
         Input("circuits-n", "data"),
         Input("circuits-head", "data"),
+        Input("circuits-layout", "value"),
         prevent_initial_call=True,
     )
-    def _url(source, pair, n, head):  # type: ignore[no-untyped-def]
-        return no_update if not source else source_query(source, _view(pair, n, head))
+    def _url(source, pair, n, head, layout):  # type: ignore[no-untyped-def]
+        return no_update if not source else source_query(source, _view(pair, n, head, layout))
 
     @app.callback(
         Output("circuits-share-url", "children"),
@@ -557,9 +617,10 @@ def register(app: Dash, store: ResultStore) -> None:
         State("circuits-pair-source", "data"),
         State("circuits-n", "data"),
         State("circuits-head", "data"),
+        State("circuits-layout", "value"),
         prevent_initial_call=True,
     )
-    def _share(_n, source, pair, n, head):  # type: ignore[no-untyped-def]
+    def _share(_n, source, pair, n, head, layout):  # type: ignore[no-untyped-def]
         if pair and pair.get("kind") == "analysis":  # the pair's own share keeps its result too
             try:
                 pair = {
@@ -574,7 +635,7 @@ def register(app: Dash, store: ResultStore) -> None:
                 )
                 return no_update, no_update, why
         url, error = share_link(
-            client, source, {"page": NAME, **_view(pair, n, head)}, page_path=PATH
+            client, source, {"page": NAME, **_view(pair, n, head, layout)}, page_path=PATH
         )
         return (url, url, "") if url else (no_update, no_update, error)
 
@@ -605,9 +666,10 @@ def _register_exports(app: Dash, store: ResultStore) -> None:
         State("circuits-source", "data"),
         State("circuits-pair-source", "data"),
         State("circuits-n", "data"),
+        State("circuits-layout", "value"),
         prevent_initial_call=True,
     )
-    def _download(_j, _h, source, pair, n):  # type: ignore[no-untyped-def]
+    def _download(_j, _h, source, pair, n, layout):  # type: ignore[no-untyped-def]
         from dash import ctx
 
         flow, pst = store.status(source), store.status(pair)
@@ -625,7 +687,7 @@ def _register_exports(app: Dash, store: ResultStore) -> None:
                 "type": "application/json",
             }
         html_doc = standalone_html(
-            _figures(flow["result"], pst["result"], n),
+            _figures(flow["result"], pst["result"], n, layout),
             title="headscope — circuits",
             notes="Exported from headscope; figures are interactive and need no network.",
         )

@@ -44,8 +44,17 @@ class TextTooLongError(HeadscopeError):
         self.limit = limit
         super().__init__(
             f"the text has {count} tokens but model {model!r} takes at most {limit} "
-            f"(special tokens included); shorten it or opt in to truncation"
+            f"(special tokens included); shorten it or {TRUNCATION}"
         )
+
+
+TRUNCATION = "opt in to truncation"  # the words of a too-long text's error that offer the way on
+
+
+def offers_truncation(message: str) -> bool:
+    """Whether an error says the text is too long for the model (``TextTooLongError``), the case
+    where truncating it (the ``truncate`` option, the CLI's ``--truncate``) is the way on."""
+    return TRUNCATION in message
 
 
 class OutOfRangeError(HeadscopeError):

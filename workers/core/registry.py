@@ -90,6 +90,9 @@ class AnalysisSpec:
         word_list: its text is a list of items, one per line, each run on its own (never the text
             as one sequence: no token limit, no memory plan of the text).
         cli: offered by ``headscope analyze --analysis``.
+        report: ``function(section, result)`` -> a few lines of what it found (the section's own
+            keys; the result's common keys: tokens, model), printed by ``headscope analyze``;
+            None: ``workers.core.report.generic`` (its scalars and its arrays' shapes).
     """
 
     kind: str
@@ -115,6 +118,7 @@ class AnalysisSpec:
     stream_label: str = ""
     word_list: bool = False
     cli: bool = True
+    report: Hook | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.needs) - set(NEEDS)

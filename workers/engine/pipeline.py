@@ -261,8 +261,11 @@ def analyze(
                 ctx.kind = spec.kind
                 ctx.plans[spec.kind] = registry.resolve(spec.plan)(ctx, own[spec.kind])
         ctx.stream_labels = [s.stream_label for s in chosen if s.stream_label]
-        first = 0.8 if ctx.stream_labels else 0.3  # the streamed pass's share of the progress bar
-        ctx.progress = scaled(progress, 0.0, first)
+        begin = first  # after the text a ``prepare`` made: the bar goes on from there
+        first = begin + (0.8 if ctx.stream_labels else 0.3) * (
+            1 - begin
+        )  # the streamed pass's share
+        ctx.progress = scaled(progress, begin, first)
         ctx.run  # noqa: B018 - one forward pass feeds every registered consumer
     for i, spec in enumerate(chosen):
         kind = spec.kind

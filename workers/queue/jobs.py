@@ -82,7 +82,7 @@ def compute_analysis(
 ) -> dict[str, Any]:
     """The API's result for ``req``: common keys plus one section per analysis (no queue needed;
     ``defer``: ``analyze``'s, the sections a queue job hands to parts)."""
-    from workers.core.progress import scaled
+    from workers.core.progress import scaled, stage
     from workers.engine.pipeline import analyze
     from workers.models import load_model
 
@@ -102,8 +102,14 @@ def compute_analysis(
     result: dict[str, Any] = {}
     shared = shared_run(stages)
     keys = section_keys()
-    for key, kinds, options in stages:
+    for number, (key, kinds, options) in enumerate(stages, 1):
         weight = sum(stage_weight(key or k) for k in kinds)
+        start, end = done / total, (done + weight) / total
+        step = (  # each step named on the one bar (docs/service.md), when there are several
+            stage(progress, start, end, f"step {number}/{len(stages)} ({key or ', '.join(kinds)})")
+            if len(stages) > 1
+            else scaled(progress, start, end)
+        )
 
         def on_layer(kind: str, layer: int, part: dict[str, Any], key: str = key) -> None:
             on_partial({part_key(key or kind, layer): part})
@@ -128,7 +134,7 @@ def compute_analysis(
             req.text,
             kinds,
             options,
-            progress=scaled(progress, done / total, (done + weight) / total),
+            progress=step,
             on_section=on_section,
             lasf=lasf,
             on_layer=on_layer,

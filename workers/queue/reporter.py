@@ -25,6 +25,7 @@ from rq.job import Job
 from workers.core.errors import HeadscopeError
 from workers.core.ids import JOB_ID
 from workers.core.jsonable import dumps
+from workers.core.progress import Monotone
 from workers.core.progress_lines import ProgressLines, progress_line
 from workers.queue import keys as protocol
 from workers.queue import parts
@@ -57,6 +58,7 @@ class Reporter:
         self.sections = sections
         self._last_meta = 0.0
         self._lines = ProgressLines()
+        self._bar = Monotone()  # one bar per attempt: never down, "done" only when it is
 
     def start(self) -> None:
         """A fresh attempt: forget the partials of an earlier one, count the computation."""
@@ -65,6 +67,7 @@ class Reporter:
             pipe.incr(protocol.computed_key(self.id))
             pipe.expire(protocol.computed_key(self.id), self.ttl_s)
             pipe.execute()
+        self._bar = Monotone()
         self.job.meta.update(
             progress=0.0, message="starting", attempt_started=time.time(), sections=[]
         )
@@ -72,17 +75,22 @@ class Reporter:
         self.job.save_meta()
 
     def progress(self, fraction: float, message: str) -> None:
+        """The job's bar (``workers.core.progress.Monotone``: never down, below 1 until ``finish``)."""
+        fraction, message = self._bar(fraction, message)
+        self._log(fraction, message)
+        now = time.monotonic()
+        if now - self._last_meta < 0.25:
+            return  # at most four meta writes a second
+        self._last_meta = now
+        self.job.meta.update(progress=round(fraction, 4), message=message[:200])
+        self.job.save_meta()
+
+    def _log(self, fraction: float, message: str) -> None:
         if self._lines.due(fraction, message):  # the worker's log: one line per step
             PROGRESS_LOG.info(
                 "%s",
                 progress_line(f"job {self.job.id[:12]}", fraction, self._lines.elapsed(), message),
             )
-        now = time.monotonic()
-        if now - self._last_meta < 0.25 and fraction < 1.0:
-            return  # at most four meta writes a second
-        self._last_meta = now
-        self.job.meta.update(progress=round(max(0.0, min(1.0, fraction)), 4), message=message[:200])
-        self.job.save_meta()
 
     def partial(self, fields: dict[str, Any]) -> None:
         """Add top-level keys of the result so far (sections and the common keys)."""
@@ -101,7 +109,9 @@ class Reporter:
         blob = dumps(result)
         if not self._persist(blob):
             self.conn.set(protocol.result_key(self.id), blob, ex=self.ttl_s)
-        self.job.meta.update(progress=1.0, message="done")
+        fraction, message = self._bar.finish()
+        self._log(fraction, message)
+        self.job.meta.update(progress=fraction, message=message)
         self.job.save_meta()
         return len(blob)
 

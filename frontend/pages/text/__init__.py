@@ -22,7 +22,7 @@ from frontend.figures.attention import (
     max_attention_spec,
     typed_arrays,
 )
-from frontend.figures.base import empty_figure
+from frontend.figures.base import EMPTY_PX, empty_figure
 from frontend.figures.tsne import head_tsne_figure, hidden_tsne_figure, kl_summary
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import Built, ResultStore, int_list, int_or_none
@@ -34,6 +34,7 @@ from frontend.kit.page import (
     FAST_POLL_MS,
     PageView,
     export_bar,
+    fold,
     graph,
     highlight_stores,
     licence_link,
@@ -44,7 +45,7 @@ from frontend.kit.page import (
     register_poll,
     register_view,
 )
-from frontend.pages.text import heads
+from frontend.pages.text import heads, limits
 from workers.analyses.attention.spec import MAX_ATTENTION
 from workers.analyses.tsne.spec import HEAD_TSNE, HIDDEN_TSNE
 
@@ -70,10 +71,12 @@ def text_request(
     layer: int | None,
     head: int | None,
     chat: bool = False,
+    truncate: bool = False,
 ) -> dict[str, Any]:
     """The API request of the view: max attention, the selected head (layer 0, head 0 when none is)
     first, then every head (the gallery) and the hidden states of every layer. ``chat``: the text
-    as a user message in the model's chat template (sent only when on, so older links keep their id)."""
+    as a user message in the model's chat template; ``truncate``: a text past the model's limit cut
+    to it (``text/limits.py``); each sent only when on, so older links keep their id."""
     options: dict[str, Any] = {
         "drop_special": bool(drop_special),
         "restarts": int(restarts or 1),
@@ -84,8 +87,15 @@ def text_request(
     }
     if chat:
         options["chat"] = True
+    if truncate:
+        options["truncate"] = True
     analyses = [MAX_ATTENTION, HEAD_TSNE, HIDDEN_TSNE]
-    return {"model": model, "text": text, "analyses": analyses, "options": options}
+    return {
+        "model": model,
+        "text": limits.cut(text, truncate),
+        "analyses": analyses,
+        "options": options,
+    }
 
 
 def layout(
@@ -96,6 +106,7 @@ def layout(
 
     options, default_model, info = model_options(store)
     source: dict[str, Any] | None = None
+    stored = share is not None  # a finished result: the page polls it once, at load
     request: dict[str, Any] | None = None
     view: dict[str, Any] = {}
     error = ""
@@ -108,6 +119,7 @@ def layout(
         request = st.get("request")
         if st["status"] == "failed":
             error = st.get("error") or ""
+        stored = st["status"] in ("finished", "failed")
         source["request"] = request
     for key in (
         "layer",
@@ -133,7 +145,7 @@ def layout(
     model = (request or {}).get("model") or model
     facts = info.get(model) or {}
     n_layers, n_heads = int(facts.get("n_layers") or 6), int(facts.get("n_heads") or 12)
-    running = source is not None
+    running = source is not None and not stored
     heads_state = heads.view_state(view, layer=layer, head=head)
 
     controls = html.Div(
@@ -169,8 +181,15 @@ def layout(
                                 "title": "wrap the text in the model's chat template as a user message (decoders with a template, "
                                 "e.g. smollm2); the template's tokens count as special",
                             },
+                            {
+                                "label": " truncate to the model's limit",
+                                "value": "truncate",
+                                "title": "keep the text's first tokens up to the model's limit (and "
+                                "its first 20,000 characters) instead of refusing a longer text, "
+                                "as headscope analyze --truncate",
+                            },
                         ],
-                        value=[k for k in ("drop_special", "chat") if opts.get(k)],
+                        value=[k for k in ("drop_special", "chat", "truncate") if opts.get(k)],
                         inline=True,
                     ),
                     html.Label("best of k restarts", htmlFor="text-restarts"),
@@ -187,12 +206,24 @@ def layout(
                 ],
             ),
             url_msg if request is None else None,
-            html.Div(id="text-error", className="error", children=error),
+            html.Div(
+                className="error-row",
+                children=[
+                    html.Div(id="text-error", className="error", children=error),
+                    html.Button(
+                        "Truncate to the model's limit and analyze",
+                        id=limits.OFFER,
+                        className="button",
+                        style=limits.offer_style(error),
+                    ),
+                ],
+            ),
             progress_block("text", running=running, interval_ms=FAST_POLL_MS, sections=True),
         ],
     )
-    heatmaps = html.Div(
-        className="panel",
+    heatmaps = fold(
+        "Max attention of every head",
+        fid="text-fold-heatmaps",
         children=[
             html.Div(
                 className="control-row",
@@ -218,12 +249,13 @@ def layout(
                     ),
                 ],
             ),
-            graph("max-attention-graph", figure=empty_figure("Press Analyze.")),
+            graph("max-attention-graph", figure=empty_figure("Press Analyze.", height=EMPTY_PX)),
         ],
     )
     gallery = heads.gallery_panel(heads_state)
-    head_view = html.Div(
-        className="panel",
+    head_view = fold(
+        "The open head: its map, the hidden states' map, its attention",
+        fid="text-fold-head",
         children=[
             html.Div(
                 className="control-row",
@@ -271,7 +303,8 @@ def layout(
                         children=graph(
                             "head-tsne-graph",
                             figure=empty_figure(
-                                "Click a panel of the gallery or a cell of the heatmaps to open that head."
+                                "Click a panel of the gallery or a cell of the heatmaps to open that head.",
+                                height=EMPTY_PX,
                             ),
                         ),
                     ),
@@ -280,7 +313,8 @@ def layout(
                         children=graph(
                             "hidden-tsne-graph",
                             figure=empty_figure(
-                                "The standard t-SNE of the same layer's hidden states appears here."
+                                "The standard t-SNE of the same layer's hidden states appears here.",
+                                height=EMPTY_PX,
                             ),
                         ),
                     ),
@@ -288,7 +322,7 @@ def layout(
             ),
             graph(
                 "attention-matrix-graph",
-                figure=empty_figure("The head's attention matrix appears here."),
+                figure=empty_figure("The head's attention matrix appears here.", height=EMPTY_PX),
             ),
         ],
     )
@@ -355,7 +389,10 @@ def register(app: Dash, store: ResultStore) -> None:
     @app.callback(
         Output("text-source", "data"),
         Output("text-error", "children"),
+        Output(limits.OFFER, "style"),
+        Output("text-options", "value"),
         Input("analyze-button", "n_clicks"),
+        Input(limits.OFFER, "n_clicks"),
         Input("text-selected", "data"),
         State("text-input", "value"),
         State("text-model", "value"),
@@ -364,8 +401,19 @@ def register(app: Dash, store: ResultStore) -> None:
         State("text-source", "data"),
         prevent_initial_call=True,
     )
-    def _submit(_n, selected, text, model, flags, restarts, source):  # type: ignore[no-untyped-def]
+    def _submit(*args):  # type: ignore[no-untyped-def]
+        source, message = _submitted(*args)
+        flags = args[5] or []
+        if ctx.triggered_id == limits.OFFER and "truncate" not in flags:
+            flags = [*flags, "truncate"]  # the offer taken: the option ticked, as if by hand
+        else:
+            flags = no_update
+        return source, message, limits.offer_style(message), flags
+
+    def _submitted(_n, offer, selected, text, model, flags, restarts, source):  # type: ignore[no-untyped-def]
         trig = ctx.triggered_id
+        if trig == limits.OFFER:
+            trig, flags = "analyze-button", [*(flags or []), "truncate"]
         previous = (source or {}).get("request")
         layer, head = (selected or {}).get("layer"), (selected or {}).get("head")
         if trig != "analyze-button":
@@ -388,7 +436,11 @@ def register(app: Dash, store: ResultStore) -> None:
                 "drop_special": "drop_special" in (flags or []),
                 "restarts": restarts or 1,
                 "chat": "chat" in (flags or []),
+                "truncate": "truncate" in (flags or []),
             }
+            too_long = None if base["truncate"] else limits.too_many_characters(base["text"])
+            if too_long:  # the API would refuse it: say so, with the way on
+                return no_update, too_long
         else:
             o = previous.get("options") or {}
             base = {
@@ -397,6 +449,7 @@ def register(app: Dash, store: ResultStore) -> None:
                 "drop_special": bool(o.get("drop_special")),
                 "restarts": o.get("restarts", 1),
                 "chat": bool(o.get("chat")),
+                "truncate": bool(o.get("truncate")),
             }
         req = text_request(layer=layer, head=head, **base)  # an older result without this head
         try:
@@ -440,7 +493,7 @@ def register(app: Dash, store: ResultStore) -> None:
             msg = {"none": "Press Analyze.", "failed": "No result."}.get(
                 st["status"], "Computing maximum attention…"
             )
-            return empty_figure(msg), None
+            return empty_figure(msg, height=EMPTY_PX), None
         req = st.get("request") or {}
         key = [
             req.get("model"),
@@ -502,9 +555,9 @@ def register(app: Dash, store: ResultStore) -> None:
                 )
             )
             if new_hidden:
-                hidden, kl = empty_figure(msg), ""
+                hidden, kl = empty_figure(msg, height=EMPTY_PX), ""
             if new_matrix:
-                matrix = empty_figure("")
+                matrix = empty_figure("", height=EMPTY_PX)
         else:
             if new_hidden:
                 hidden = hidden_tsne_figure(result, state=layer + 1, rescale=rescale)

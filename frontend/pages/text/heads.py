@@ -10,16 +10,17 @@ t-SNE and the head view follow from the result the server already holds.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 from dash import ClientsideFunction, Dash, Input, Output, Patch, State, dcc, html, no_update
 
 from frontend.figures import gallery as G
 from frontend.figures import headview as HV
-from frontend.figures.base import empty_figure
+from frontend.figures.base import EMPTY_PX, empty_figure
 from frontend.kit.data import ResultStore, int_list, int_or_none
 from frontend.kit.heads import gallery_section, head_view_key, section_layers
-from frontend.kit.page import graph
+from frontend.kit.page import fold, graph
 from workers.analyses.tsne.spec import HEAD_TSNE
 
 DEFAULT_THRESHOLD = 0.1
@@ -44,9 +45,10 @@ def view_state(view: dict[str, Any], *, layer: int | None, head: int | None) -> 
     }
 
 
-def gallery_panel(state: dict[str, Any]) -> html.Div:
-    return html.Div(
-        className="panel",
+def gallery_panel(state: dict[str, Any]) -> html.Details:
+    return fold(
+        "Every head's t-SNE (the gallery)",
+        fid="text-fold-gallery",
         children=[
             html.Div(
                 className="control-row",
@@ -69,12 +71,13 @@ def gallery_panel(state: dict[str, Any]) -> html.Div:
             graph(
                 "head-gallery",
                 figure=empty_figure(
-                    "The gallery of every head appears here after Analyze.", height=200
+                    "The gallery of every head appears here after Analyze.", height=EMPTY_PX
                 ),
             ),
             dcc.Store(id="text-pick"),
             dcc.Store(id="text-selected", data=state["selected"]),
             dcc.Store(id="text-head-maps"),
+            dcc.Store(id="text-maps-key"),  # which heads' maps the browser holds (maps_outputs)
             dcc.Store(id="text-gallery-key"),
             dcc.Store(
                 id="text-gallery-tick"
@@ -84,9 +87,10 @@ def gallery_panel(state: dict[str, Any]) -> html.Div:
     )
 
 
-def lines_panel(state: dict[str, Any], n_heads: int) -> html.Div:
-    return html.Div(
-        className="panel",
+def lines_panel(state: dict[str, Any], n_heads: int) -> html.Details:
+    return fold(
+        "Attention as lines (head view) and every head's pattern (model view)",
+        fid="text-fold-lines",
         children=[
             html.Div(
                 className="control-row",
@@ -126,7 +130,8 @@ def lines_panel(state: dict[str, Any], n_heads: int) -> html.Div:
                         children=graph(
                             "head-view-graph",
                             figure=empty_figure(
-                                "The selected head's attention as lines appears here."
+                                "The selected head's attention as lines appears here.",
+                                height=EMPTY_PX,
                             ),
                             clear_on_unhover=True,
                         ),
@@ -135,7 +140,9 @@ def lines_panel(state: dict[str, Any], n_heads: int) -> html.Div:
                         className="col",
                         children=graph(
                             "model-view-graph",
-                            figure=empty_figure("Every head's attention pattern appears here."),
+                            figure=empty_figure(
+                                "Every head's attention pattern appears here.", height=EMPTY_PX
+                            ),
                         ),
                     ),
                 ],
@@ -154,8 +161,12 @@ def gallery_outputs(
     layers: list[int] | None,
     page: Any,
     shown: dict[str, Any] | None,
+    *,
+    with_maps: bool = True,
 ) -> tuple[Any, ...]:
     """(gallery figure, page options, page, what is drawn, head maps) for a job's status.
+    ``with_maps=False``: the maps left out (``no_update``; the page sends them apart, after the
+    gallery: ``maps_outputs``).
 
     ``shown`` (the store ``text-gallery-key``) says what the browser has: the source, the page's
     shape and the layers drawn, and which heads' maps. While the gallery fills in, a page of the same
@@ -169,7 +180,7 @@ def gallery_outputs(
     ident = [(source or {}).get("kind"), (source or {}).get("id")]
     shown = shown if (shown or {}).get("source") == ident else {}
     message = "Computing every head's map…" if busy else "No map of this head in this result."
-    maps, maps_state = _maps(result, shown.get("maps"), message)
+    maps, maps_state = _maps(result, shown.get("maps"), message) if with_maps else (no_update, None)
     sec = gallery_section(result)
     if sec is None and busy and (req.get("options") or {}).get("all_heads"):
         sec = G.skeleton_section(
@@ -190,7 +201,7 @@ def gallery_outputs(
         state["empty"] = msg
         same = shown.get("empty") == msg
         return (
-            no_update if same else empty_figure(msg, height=200),
+            no_update if same else empty_figure(msg, height=EMPTY_PX),
             no_update if same else [],
             no_update,
             state,
@@ -232,6 +243,35 @@ def gallery_outputs(
     if (shown.get("drawn"), shown.get("complete")) != (gp.done, gp.complete):
         fig["layout"]["meta"] = upd["meta"]
     return fig, options_out, page_value, state, maps
+
+
+_WHOLE_MAPS: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()  # finished results' maps
+_WHOLE_MAPS_KEPT = 4
+
+
+def maps_outputs(
+    st: dict[str, Any], source: dict[str, Any] | None, had: dict[str, Any] | None
+) -> tuple[Any, dict[str, Any]]:
+    """(the store ``text-head-maps``: whole, a partial update or unchanged; what it then holds, for
+    the store ``text-maps-key``). The page asks for them after each gallery answer, so the gallery
+    paints first: a stored result's maps are megabytes (SmolLM2 at 452 tokens: 4.5 MB, ~0.7 s to
+    build), and in the gallery's answer they held its first row back. A finished result's whole maps
+    are built once per page server (``_WHOLE_MAPS``): a reopened link does not build them again."""
+    busy = st["status"] not in ("finished", "failed", "none")
+    ident = [(source or {}).get("kind"), (source or {}).get("id")]
+    held = (had or {}).get("maps") if (had or {}).get("source") == ident else None
+    message = "Computing every head's map…" if busy else "No map of this head in this result."
+    key = (*ident, st["status"])
+    if held is None and st["status"] == "finished" and key in _WHOLE_MAPS:
+        _WHOLE_MAPS.move_to_end(key)
+        whole = _WHOLE_MAPS[key]
+        return whole["maps"], {"source": ident, "maps": whole["state"]}
+    maps, state = _maps(st["result"], held, message)
+    if held is None and st["status"] == "finished" and ident[1]:
+        _WHOLE_MAPS[key] = {"maps": maps, "state": state}
+        while len(_WHOLE_MAPS) > _WHOLE_MAPS_KEPT:
+            _WHOLE_MAPS.popitem(last=False)
+    return maps, {"source": ident, "maps": state}
 
 
 def _maps(
@@ -296,17 +336,32 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("text-gallery-page", "options"),
         Output("text-gallery-page", "value"),
         Output("text-gallery-key", "data"),
-        Output("text-head-maps", "data"),
         Input("text-gallery-tick", "data"),
-        Input("text-layers", "value"),
-        Input("text-gallery-page", "value"),
+        State("text-layers", "value"),
+        State("text-gallery-page", "value"),
         State("text-source", "data"),
         State("text-gallery-key", "data"),
         State("text-job", "data"),
+        # every call is the gate's (assets/gallery.js), the first after the page's first poll: a
+        # call at load, or on a change of the layers or the page (a dropdown re-sending its value),
+        # ran beside the gate's, and Dash dropped one of the two answers (docs/dashboard.md)
+        prevent_initial_call=True,
     )
     def _gallery(_tick, layers, page, source, shown, job):  # type: ignore[no-untyped-def]
         st = store.status(source, seen=job)  # what set the tick off, as the poll read it
-        return gallery_outputs(st, source, layers, page, shown)
+        return gallery_outputs(st, source, layers, page, shown, with_maps=False)[:4]
+
+    @app.callback(  # the maps after the gallery's answer: the rows paint first
+        Output("text-head-maps", "data"),
+        Output("text-maps-key", "data"),
+        Input("text-gallery-key", "data"),
+        State("text-source", "data"),
+        State("text-job", "data"),
+        State("text-maps-key", "data"),
+        prevent_initial_call=True,
+    )
+    def _head_maps(_shown, source, job, had):  # type: ignore[no-untyped-def]
+        return maps_outputs(store.status(source, seen=job), source, had)
 
     # The job's changes reach the gallery through a gate (assets/gallery.js): an update is asked for
     # only when none is on its way, the next as soon as it is applied. Dash drops an answer once a
@@ -317,6 +372,13 @@ def register(app: Dash, store: ResultStore) -> None:
         ClientsideFunction(namespace="headscope_gallery", function_name="jobChanged"),
         Output("text-gallery-tick", "data"),
         Input("text-job", "data"),
+        prevent_initial_call=True,
+    )
+    app.clientside_callback(  # another page or other layers: asked for through the gate too
+        ClientsideFunction(namespace="headscope_gallery", function_name="viewChanged"),
+        Output("text-gallery-tick", "data", allow_duplicate=True),
+        Input("text-layers", "value"),
+        Input("text-gallery-page", "value"),
         prevent_initial_call=True,
     )
     app.clientside_callback(
@@ -409,7 +471,11 @@ def register(app: Dash, store: ResultStore) -> None:
         if keys["lines"] == shown.get("lines"):
             return no_update, model, keys
         if layer is None or head is None:
-            return empty_figure("Select a head to see its attention as lines."), model, keys
+            return (
+                empty_figure("Select a head to see its attention as lines.", height=EMPTY_PX),
+                model,
+                keys,
+            )
         return (
             HV.head_view_figure(result, layer=layer, heads=_heads(head, extra), threshold=t),
             model,

@@ -31,6 +31,7 @@ def short(options: Any) -> bool:
 SPEC = register(
     AnalysisSpec(
         kind=MAX_ATTENTION,
+        report="workers.analyses.attention.report:max_attention",
         summary="max and mean attention each token receives, per layer and head (the heatmaps)",
         options=MaxAttentionOptions,
         section="workers.analyses.attention.section:max_attention",

@@ -221,6 +221,7 @@ SECTIONS = "workers.analyses.causal.section"
 register(
     AnalysisSpec(
         kind=CONTINUE,
+        report="workers.analyses.causal.report:continuation",
         summary="generate a continuation first (greedy or sampled); the other causal views read it",
         options=ContinueOptions,
         section=f"{SECTIONS}:continue_section",
@@ -237,6 +238,7 @@ register(
 register(
     AnalysisSpec(
         kind=PREDICTIONS,
+        report="workers.analyses.causal.report:predictions",
         summary="the top-k next tokens and their probabilities at every position; the surprisal",
         options=PredictionsOptions,
         section=f"{SECTIONS}:predictions_section",
@@ -250,6 +252,7 @@ register(
 register(
     AnalysisSpec(
         kind=LOGIT_LENS,
+        report="workers.analyses.causal.report:logit_lens",
         summary="every layer's residual stream read through the final norm and the unembedding",
         options=LensOptions,
         section=f"{SECTIONS}:lens_section",
@@ -263,6 +266,7 @@ register(
 register(
     AnalysisSpec(
         kind=LOGIT_ATTRIBUTION,
+        report="workers.analyses.causal.report:logit_attribution",
         summary="exact direct logit attribution of a target to every head and feed-forward",
         options=AttributionOptions,
         section=f"{SECTIONS}:attribution_section",
@@ -276,6 +280,7 @@ register(
 register(
     AnalysisSpec(
         kind=ABLATION,
+        report="workers.analyses.causal.report:ablation",
         summary="each head (or a set) ablated to zero or its mean: the change of the target's logit",
         options=AblationOptions,
         section=f"{SECTIONS}:ablation_section",
@@ -290,6 +295,7 @@ register(
 register(
     AnalysisSpec(
         kind=PATCHING,
+        report="workers.analyses.causal.report:patching",
         summary="activation patching of a clean/corrupted pair: residual stream and every head",
         options=PatchingOptions,
         section=f"{SECTIONS}:patching_section",

@@ -32,7 +32,7 @@ import torch
 from workers.analyses.causal.interventions import pair_keys, pair_target
 from workers.analyses.causal.views import TargetSpec
 from workers.analyses.circuits.graph import INPUTS, Graph, Plain, SplitModel
-from workers.analyses.circuits.spec import MAX_IG_STEPS, MAX_TOP_EDGES, edge_rows
+from workers.analyses.circuits.spec import CURVE_EDGES, MAX_IG_STEPS, MAX_TOP_EDGES, edge_rows
 from workers.core.errors import CancelledError, HeadscopeError
 from workers.core.memory import ModelFacts
 from workers.core.progress import Progress, no_progress
@@ -259,18 +259,28 @@ def edge_attribution(
 
     t_circuits, c_circuits = time.perf_counter(), time.process_time()
     listed = order if all_edges else order[:top_edges]
-    src, tgt, inp = g.edges_of(listed)
     ids = [g.writer_id(w) for w in range(g.n_writers)] + ["logits"]
-    edges = [
-        {
-            "source": ids[s],
-            "target": ids[t],
-            "input": INPUTS[i] if i >= 0 else None,
-            "score": float(values[e]),
-        }
-        for s, t, i, e in zip(
-            src.tolist(), tgt.tolist(), inp.tolist(), listed.tolist(), strict=True
-        )
+
+    def described(flat: np.ndarray) -> list[dict[str, Any]]:
+        src, tgt, inp = g.edges_of(flat)
+        return [
+            {
+                "source": ids[s],
+                "target": ids[t],
+                "input": INPUTS[i] if i >= 0 else None,
+                "score": float(values[e]),
+            }
+            for s, t, i, e in zip(
+                src.tolist(), tgt.tolist(), inp.tolist(), flat.tolist(), strict=True
+            )
+        ]
+
+    edges = described(listed)
+    # a curve circuit larger than the listed edges: its strongest edges, so it can be drawn too
+    curve_edges = [
+        {"n_top": n, "edges": described(k[:CURVE_EDGES])}
+        for n, k in zip(sizes, kept[1:], strict=True)
+        if n > len(listed)
     ]
     position = {int(e): i for i, e in enumerate(order[:top_edges].tolist())}
     in_circuit = sorted(position[int(e)] for e in kept[0])
@@ -296,6 +306,7 @@ def edge_attribution(
         "faithfulness": float(faith[0]),
         "curve": [[n, float(f)] for n, f in zip(sizes, faith[1:], strict=True)],
         "curve_kept": [len(k) for k in kept[1:]],
+        "curve_edges": curve_edges,
         "curve_sizes": sizes,
         "scores_bytes": int(scores_bytes),
         "scores_dtype": str(score_dtype).replace("torch.", ""),

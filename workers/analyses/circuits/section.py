@@ -9,7 +9,12 @@ from workers.analyses.causal.section import corrupted_of, pair_texts, target_of
 from workers.analyses.circuits.attribution_patching import attribution_patching
 from workers.analyses.circuits.edges import edge_attribution
 from workers.analyses.circuits.information_flow import information_flow
-from workers.analyses.circuits.spec import AttributionPatchingOptions, EdgeOptions, FlowOptions
+from workers.analyses.circuits.spec import (
+    AttributionPatchingOptions,
+    EdgeOptions,
+    FlowOptions,
+    SetOptions,
+)
 
 
 def flow_section(ctx: Any, options: FlowOptions) -> dict[str, Any]:
@@ -44,3 +49,23 @@ def edge_attribution_section(ctx: Any, options: EdgeOptions) -> dict[str, Any]:
         curve_sizes=options.curve_sizes, all_edges=bool(options.all_edges), progress=ctx.progress,
     )  # fmt: skip
     return pair_texts(ctx, options, out, corrupted)
+
+
+def circuits_set_section(ctx: Any, options: SetOptions) -> dict[str, Any]:
+    """The text names a built-in task or holds a JSON Lines set (docs/circuits.md)."""
+    from workers.analyses.circuits.set_circuits import circuits_on_set
+    from workers.analyses.circuits.tasks import TASKS, builtin, parse_jsonl
+
+    tok = ctx.loaded.tokenizer
+    name = ctx.text.strip()
+    if name in TASKS:
+        examples = builtin(name, tok, int(options.set_examples), int(options.seed))
+    else:
+        name = "upload"
+        examples = parse_jsonl(ctx.text, tok, fields=options.set_fields, name="the data set")
+    out = circuits_on_set(
+        ctx.loaded, examples, ig_steps=int(options.ig_steps), discovery=float(options.discovery),
+        seed=int(options.seed), bootstrap=int(options.bootstrap),
+        random=int(options.random_circuits), top_edges=int(options.set_edges), progress=ctx.progress,
+    )  # fmt: skip
+    return {"task": name, "examples": [ex.as_dict() for ex in examples], **out}

@@ -22,12 +22,18 @@ from workers.core.options import Cli, Pair, Position, Target, TextOptions
 from workers.core.registry import AnalysisSpec, register
 
 INFORMATION_FLOW = "information-flow"
+CIRCUITS_SET = "circuits-set"
 ATTRIBUTION_PATCHING = "attribution-patching"
 EDGE_ATTRIBUTION = "edge-attribution"
 DEFAULT_THRESHOLD = 0.04  # information flow's edge importance threshold tau
 MAX_TOP_EDGES = 10_000  # edges listed and in the circuit (the model's edge count bounds it too)
 MAX_IG_STEPS = 50  # EAP-IG's steps (each a forward and a backward)
 MAX_CURVE_SIZES = 24  # circuits of the faithfulness curve (each an edge-patched forward)
+CURVE_EDGES = 250  # a curve circuit larger than the listed edges comes with its strongest this many
+FAITHFUL = (
+    0.8  # the circuits page opens at the smallest circuit of the curve at least this faithful
+)
+DRAWN_EDGES = 120  # edges the circuits page draws at most (the strongest): a legible graph
 EDGE_BATCH_BYTES = (
     768 * 2**20
 )  # a batch of EAP-IG rows or of edge-patched rows holds about this much
@@ -87,6 +93,37 @@ class EdgeOptions(TextOptions, Target, Pair):
     )
     all_edges: bool = Field(
         False, description="edge-attribution: list every edge's score, not the top N only"
+    )
+
+
+class SetOptions(TextOptions):
+    """circuits-set: the request's text is a built-in task's name (``ioi``, ``capitals``) or a data set in
+    JSON Lines (docs/circuits.md, "Circuits on a task data set")."""
+
+    set_examples: Annotated[int, Cli(metavar="N")] = Field(
+        200, ge=2, le=2000, description="circuits-set: examples drawn from a built-in task"
+    )
+    ig_steps: Annotated[int, Cli(metavar="K")] = Field(
+        5, ge=1, le=MAX_IG_STEPS, description="edge-attribution: EAP-IG's steps k (1 = EAP)"
+    )  # declared as EdgeOptions declares it: one option
+    bootstrap: Annotated[int, Cli(metavar="B")] = Field(
+        10, ge=0, le=200, description="circuits-set: bootstrap resamples for the stability"
+    )
+    random_circuits: Annotated[int, Cli(metavar="R")] = Field(
+        5, ge=0, le=50, description="circuits-set: random circuits (seeds) beside the found one"
+    )
+    discovery: float = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="circuits-set: the fraction of examples that find the circuit",
+    )
+    set_edges: Annotated[int, Cli(metavar="N")] = Field(
+        200, ge=1, le=MAX_TOP_EDGES, description="circuits-set: the top edges listed in the result"
+    )
+    set_fields: dict[str, str] | None = Field(
+        None,
+        description='circuits-set: a JSON Lines set\'s field names, e.g. {"clean": "prompt"}',
     )
 
 
@@ -168,11 +205,40 @@ def check_edges(request: Any, options: EdgeOptions) -> None:
         )
 
 
+def check_set(request: Any, options: SetOptions) -> None:
+    """A built-in task's name or JSON Lines of objects (the worker checks the token lengths with the
+    model's tokenizer), and no other analysis in the request."""
+    from workers.analyses.circuits.tasks import FIELDS, TASKS
+
+    if len(request.kinds) > 1:
+        raise OutOfRangeError(f"{CIRCUITS_SET} runs alone: its text is a task set, not a text")
+    names = {f: f for f in FIELDS} | (options.set_fields or {})
+    if set(names) != set(FIELDS):
+        raise OutOfRangeError(f"set_fields names {', '.join(FIELDS)} only")
+    if request.text.strip() in TASKS:
+        return
+    import json
+
+    for number, raw in enumerate(request.text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError:
+            raise OutOfRangeError(
+                f"{CIRCUITS_SET}: the text is a task ({', '.join(TASKS)}) or JSON Lines; line {number} is not JSON"
+            ) from None
+        missing = [n for n in names.values() if not isinstance(obj, dict) or n not in obj]
+        if missing:
+            raise OutOfRangeError(f"{CIRCUITS_SET}: line {number} has no field {missing[0]!r}")
+
+
 SECTIONS = "workers.analyses.circuits.section"
 
 register(
     AnalysisSpec(
         kind=INFORMATION_FLOW,
+        report="workers.analyses.circuits.report:information_flow",
         summary="information-flow routes: which tokens, heads and feed-forwards feed a position",
         options=FlowOptions,
         section=f"{SECTIONS}:flow_section",
@@ -186,6 +252,7 @@ register(
 register(
     AnalysisSpec(
         kind=ATTRIBUTION_PATCHING,
+        report="workers.analyses.circuits.report:attribution_patching",
         summary="attribution patching (AtP, AtP*): every head's patching effect from two gradients",
         options=AttributionPatchingOptions,
         section=f"{SECTIONS}:attribution_patching_section",
@@ -199,6 +266,7 @@ register(
 register(
     AnalysisSpec(
         kind=EDGE_ATTRIBUTION,
+        report="workers.analyses.circuits.report:edge_attribution",
         summary="edge attribution (EAP, EAP-IG): the circuit of the top N edges and its faithfulness",
         options=EdgeOptions,
         section=f"{SECTIONS}:edge_attribution_section",
@@ -207,5 +275,18 @@ register(
         needs={"lm_head", "whole_text", "pair"},
         memory=edge_memory,
         check=(check_head, check_target, check_edges, check_pair),
+    )
+)
+register(
+    AnalysisSpec(
+        kind=CIRCUITS_SET,
+        summary="a circuit found on a task data set, scored as MIB scores it (CPR, CMD, random, stability)",
+        options=SetOptions,
+        section=f"{SECTIONS}:circuits_set_section",
+        order=175,
+        weight=20.0,
+        needs={"lm_head"},
+        check=(check_set,),
+        word_list=True,  # the text is a task set: no token limit, no memory plan of one text
     )
 )

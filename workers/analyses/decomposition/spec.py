@@ -39,6 +39,7 @@ def memory(base: Base, options: DecompositionOptions) -> Footprint:
 SPEC = register(
     AnalysisSpec(
         kind=DECOMPOSITION,
+        report="workers.analyses.decomposition.report:decomposition",
         summary="term importance: every hidden state = input + attention + feed-forward + bias",
         options=DecompositionOptions,
         section="workers.analyses.decomposition.section:decomposition",

@@ -15,6 +15,7 @@ class LasFOptions(TextOptions, TSNEParams, Perplexity):
 SPEC = register(
     AnalysisSpec(
         kind=LASF,
+        report="workers.analyses.lasf.report:lasf",
         summary="a LasF layer's semantic fields on the text: Phi, relations, maps, ablation",
         options=LasFOptions,
         section="workers.analyses.lasf.section:lasf",

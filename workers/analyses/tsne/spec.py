@@ -112,6 +112,7 @@ SECTIONS = "workers.analyses.tsne.section"
 register(
     AnalysisSpec(
         kind=HEAD_TSNE,
+        report="workers.analyses.tsne.report:head_tsne",
         summary="attention-head t-SNE of every chosen head: neighbours straight from its attention",
         options=HeadTSNEOptions,
         section=f"{SECTIONS}:head_tsne",
@@ -132,6 +133,7 @@ register(
 register(
     AnalysisSpec(
         kind=HIDDEN_TSNE,
+        report="workers.analyses.tsne.report:hidden_tsne",
         summary="standard t-SNE of the hidden states (perplexity), beside the heads' maps",
         options=HiddenTSNEOptions,
         section=f"{SECTIONS}:hidden_tsne",
@@ -146,6 +148,7 @@ register(
 register(
     AnalysisSpec(
         kind=WORD_TSNE,
+        report="workers.analyses.tsne.report:word_tsne",
         summary="standard t-SNE of a word list's (multi-token) embeddings, one item per line",
         options=WordTSNEOptions,
         section=f"{SECTIONS}:word_tsne",
@@ -159,6 +162,7 @@ register(
 register(
     AnalysisSpec(
         kind=ROBUSTNESS,
+        report="workers.analyses.tsne.report:robustness",
         summary="how much both t-SNEs move when a share of the tokens is replaced (thesis 4.4)",
         options=RobustnessOptions,
         section=f"{SECTIONS}:robustness",
