@@ -171,7 +171,7 @@ def test_the_cli_writes_the_atlas_and_refuses_bad_settings_before_loading(
 
     out = tmp_path / "atlas.json"
     args = ["atlas", "--model", "tiny-gpt2", "--random-seqs", "3", "--random-len", "8"]
-    args += ["--max-texts", "6", "--bootstrap", "20", "--evidence-seqs", "2", "-q"]
+    args += ["--max-texts", "6", "--resamples", "20", "--evidence-seqs", "2", "-q"]
     assert main([*args, "--thresholds", "induction=0.9", "--out", str(out)]) == 0
     got = json.loads(out.read_text())
     assert got["analysis"] == "atlas" and got["model"] == "tiny-gpt2"

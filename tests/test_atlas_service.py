@@ -17,7 +17,7 @@ def test_the_service_refuses_bad_settings_and_stores_one_atlas(tmp_path, tiny_mo
     try:
         with serve.client() as client:
             body = {"model": "tiny-gpt2", "text": ATLAS_TEXT, "analyses": [ATLAS]}
-            small = {"random_seqs": 3, "random_len": 8, "max_texts": 6, "bootstrap": 20}
+            small = {"random_seqs": 3, "random_len": 8, "max_texts": 6, "resamples": 20}
             for options, field, problem in [
                 ({"random_len": 1}, "options.random_len", "must be at least 2"),
                 ({"random_seqs": 0}, "options.random_seqs", "must be at least 1"),

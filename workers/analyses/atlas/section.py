@@ -15,7 +15,7 @@ def settings_of(options: AtlasOptions) -> AtlasSettings:
         random_seqs=options.random_seqs,
         random_len=options.random_len,
         seed=options.seed,
-        bootstrap=options.bootstrap,
+        bootstrap=options.resamples,
         thresholds=dict(options.thresholds or {}),
         loss=options.loss,
         evidence=not options.skip_evidence,

@@ -61,7 +61,7 @@ class AtlasOptions(TextOptions):
         le=MAX_RANDOM_LEN,
         description="atlas: tokens per random sequence, repeated once (R)",
     )
-    bootstrap: int = Field(
+    resamples: int = Field(
         200, ge=0, le=MAX_BOOTSTRAP, description="atlas: resamples for the 95 % intervals (0: none)"
     )
     thresholds: Annotated[
