@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from frontend.figures import atlas as A
-from frontend.pages.heads import atlas_request, explorer_href
+from frontend.kit.atlas_labels import atlas_request
+from frontend.pages.heads import explorer_href
 
 TYPES = list(A.COLOURS)
 

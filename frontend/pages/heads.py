@@ -17,6 +17,7 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 from frontend.figures import atlas as A
 from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
+from frontend.kit.atlas_labels import atlas_request
 from frontend.kit.data import ResultStore, int_or_none
 from frontend.kit.forms import url_model
 from frontend.kit.frontdoor import page_header
@@ -32,7 +33,7 @@ from frontend.kit.page import (
     register_view,
     restore_view,
 )
-from workers.analyses.atlas.spec import ATLAS, ATLAS_TEXT
+from workers.analyses.atlas.spec import ATLAS
 from workers.core.notation import head_label, parse_head
 
 logger = logging.getLogger(__name__)
@@ -43,15 +44,6 @@ TITLE = "Head atlas"
 NAV_ORDER = 3
 TYPES = list(A.COLOURS)
 GRAPHS = ["heads-grid-graph"]
-
-
-def atlas_request(*, model: str, random_seqs: int | None, random_len: int | None) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    if random_seqs:
-        options["random_seqs"] = int(random_seqs)
-    if random_len:
-        options["random_len"] = int(random_len)
-    return {"model": model, "text": ATLAS_TEXT, "analyses": [ATLAS], "options": options}
 
 
 def explorer_href(model: str, layer: int, head: int) -> str:

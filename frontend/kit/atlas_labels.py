@@ -1,0 +1,119 @@
+"""Head labels from the stored default atlas (docs/atlas.md): every page that names a head adds its
+label when an atlas of that model with the /heads page's default settings is stored and finished.
+
+Only ever READ: the default request's id is computed here (identical requests share one id,
+``AnalysisRequest.job_id``) and looked up; nothing is queued, so no page computes an atlas implicitly.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from frontend.kit.api_client import ApiClient, ApiError
+from workers.analyses.atlas.spec import ATLAS, ATLAS_TEXT
+from workers.core.contracts import AnalysisRequest
+from workers.core.notation import head_label
+
+Labels = dict[tuple[int, int], tuple[str, bool]]
+MISS_TTL = 30.0  # seconds before a model without a finished atlas is looked up again
+ATLAS_HINT = "label heads: open the head atlas"
+
+
+def atlas_request(
+    *, model: str, random_seqs: int | None = None, random_len: int | None = None
+) -> dict[str, Any]:
+    """The /heads page's request: always ``ATLAS_TEXT``, so one stored atlas per (model, settings)."""
+    options: dict[str, Any] = {}
+    if random_seqs:
+        options["random_seqs"] = int(random_seqs)
+    if random_len:
+        options["random_len"] = int(random_len)
+    return {"model": model, "text": ATLAS_TEXT, "analyses": [ATLAS], "options": options}
+
+
+def default_atlas_id(model: str) -> str | None:
+    """The job id of ``model``'s default atlas (None for a model the atlas refuses)."""
+    try:
+        return AnalysisRequest(**atlas_request(model=model)).job_id()
+    except ValueError:
+        return None
+
+
+def labels_of(section: dict[str, Any] | None) -> Labels:
+    """``{(layer, head): (label, confident)}`` for the labelled heads of an atlas result section."""
+    out: Labels = {}
+    for rec in (section or {}).get("heads") or []:
+        if rec.get("label"):
+            out[(int(rec["layer"]), int(rec["head"]))] = (
+                str(rec["label"]),
+                bool(rec.get("confident")),
+            )
+    return out
+
+
+def format_label(label: tuple[str, bool] | None) -> str:
+    """``induction`` (confident) or ``induction?`` (tentative); ``""`` for none."""
+    if not label:
+        return ""
+    return label[0] if label[1] else f"{label[0]}?"
+
+
+def head_name(layer: int, head: int, labels: Labels | None) -> str:
+    """``L17H5 · induction`` where the head has a label, else ``L17H5``."""
+    tag = format_label((labels or {}).get((int(layer), int(head))))
+    return f"{head_label(layer, head)} · {tag}" if tag else head_label(layer, head)
+
+
+class AtlasLabels:
+    """Per page server: each model's labels, read once when its default atlas is finished (a finished
+    result never changes), looked up again after ``MISS_TTL`` while none is."""
+
+    def __init__(self, client: ApiClient, *, miss_ttl: float = MISS_TTL):
+        self.client = client
+        self.miss_ttl = miss_ttl
+        self._found: dict[str, Labels] = {}
+        self._missed: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def get(self, model: str | None) -> Labels:
+        if not model:
+            return {}
+        with self._lock:
+            if model in self._found:
+                return self._found[model]
+            missed = self._missed.get(model)
+            if missed is not None and time.monotonic() - missed < self.miss_ttl:
+                return {}
+        labels = self._read(model)
+        with self._lock:
+            if labels is None:
+                self._missed[model] = time.monotonic()
+                return {}
+            self._found[model] = labels
+            self._missed.pop(model, None)
+        return labels
+
+    def _read(self, model: str) -> Labels | None:
+        job_id = default_atlas_id(model)
+        if job_id is None:
+            return None
+        try:
+            raw = self.client.analysis(job_id, partial="none")
+        except ApiError:  # 404: none stored
+            return None
+        if raw.get("status") != "finished" or not raw.get("result"):
+            return None
+        return labels_of(raw["result"].get(ATLAS))
+
+
+_BY_CLIENT: dict[int, AtlasLabels] = {}
+
+
+def atlas_labels(client: ApiClient, model: str | None) -> Labels:
+    """The labels of ``model``'s stored default atlas, ``{}`` where none is finished (cached per client)."""
+    got = _BY_CLIENT.get(id(client))
+    if got is None or got.client is not client:
+        got = _BY_CLIENT[id(client)] = AtlasLabels(client)
+    return got.get(model)

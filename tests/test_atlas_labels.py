@@ -1,0 +1,84 @@
+"""Head labels from the stored default atlas (frontend/kit/atlas_labels.py): read, never queued."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from frontend.kit.api_client import ApiError
+from frontend.kit.atlas_labels import (
+    AtlasLabels,
+    atlas_request,
+    default_atlas_id,
+    format_label,
+    head_name,
+    labels_of,
+)
+from workers.core.contracts import AnalysisRequest
+
+SECTION = {
+    "heads": [
+        {"layer": 0, "head": 1, "label": "previous-token", "confident": True},
+        {"layer": 1, "head": 0, "label": "induction", "confident": False},
+        {"layer": 1, "head": 1, "label": None, "confident": False},
+    ]
+}
+
+
+class FakeClient:
+    """Answers ``analysis(id)`` from a dict of stored jobs; records every call; refuses submits."""
+
+    def __init__(self, jobs: dict[str, dict[str, Any]]):
+        self.jobs = jobs
+        self.calls: list[str] = []
+
+    def analysis(self, job_id: str, **_: Any) -> dict[str, Any]:
+        self.calls.append(job_id)
+        if job_id not in self.jobs:
+            raise ApiError("not found", status=404)
+        return self.jobs[job_id]
+
+    def submit_analysis(self, **_: Any) -> dict[str, Any]:
+        raise AssertionError("the labels must never queue an atlas")
+
+
+def test_labels_and_names() -> None:
+    labels = labels_of(SECTION)
+    assert labels == {(0, 1): ("previous-token", True), (1, 0): ("induction", False)}
+    assert format_label(labels[(0, 1)]) == "previous-token"
+    assert format_label(labels[(1, 0)]) == "induction?"
+    assert head_name(1, 0, labels) == "L1H0 · induction?"
+    assert head_name(1, 1, labels) == "L1H1"  # no label: the bare name
+    assert head_name(0, 1, None) == "L0H1"
+
+
+def test_default_id_is_the_pages_request() -> None:
+    # the /heads page's default form values give the same id as no options at all
+    explicit = atlas_request(model="minilm", random_seqs=32, random_len=64)
+    assert AnalysisRequest(**explicit).job_id() == default_atlas_id("minilm")
+    other = atlas_request(model="minilm", random_seqs=8, random_len=None)
+    assert AnalysisRequest(**other).job_id() != default_atlas_id("minilm")
+
+
+def test_reads_a_finished_atlas_once() -> None:
+    jid = default_atlas_id("minilm")
+    assert jid is not None
+    client = FakeClient({jid: {"status": "finished", "result": {"atlas": SECTION}}})
+    cache = AtlasLabels(client)  # type: ignore[arg-type]
+    assert cache.get("minilm")[(1, 0)] == ("induction", False)
+    assert cache.get("minilm") == labels_of(SECTION)
+    assert client.calls == [jid]  # a finished atlas is read once
+
+
+def test_none_stored_or_unfinished_gives_nothing() -> None:
+    jid = default_atlas_id("minilm")
+    assert jid is not None
+    client = FakeClient({})
+    cache = AtlasLabels(client, miss_ttl=3600)  # type: ignore[arg-type]
+    assert cache.get("minilm") == {}
+    assert cache.get("minilm") == {}
+    assert client.calls == [jid]  # a miss is not looked up again at once
+    running = FakeClient({jid: {"status": "running", "result": None}})
+    assert AtlasLabels(running, miss_ttl=0).get("minilm") == {}  # type: ignore[arg-type]
+    running.jobs[jid] = {"status": "finished", "result": {"atlas": SECTION}}
+    assert AtlasLabels(running, miss_ttl=0).get("minilm") != {}  # type: ignore[arg-type]
+    assert cache.get(None) == {}
