@@ -358,3 +358,20 @@ def test_a_row_is_drawn_once_however_many_updates_carry_it(page_result, monkeypa
     changed = G.gallery_figure(moved)
     assert len(drawn) == page_result["n_layers"] + 1
     assert changed.layout.images[2].source != first.layout.images[2].source
+
+
+def test_gallery_and_maps_name_the_atlas_label_when_given(page_result):
+    """The stored atlas' labels (kit/atlas_labels.py) show in the panels' and the maps' titles;
+    a head without one, or no atlas, keeps the bare name."""
+    labels = {(3, 4): ("induction", True), (0, 2): ("previous-token", False)}
+    n_heads = page_result["n_heads"]
+    kl = np.asarray(page_result["head-tsne-all"]["kl"])
+    titles = list(G.gallery_figure(page_result, labels=labels).data[2].text)
+    assert titles[n_heads * 3 + 4] == f"L3H4 · induction · KL {kl[3, 4]:.2f}"
+    assert titles[2] == f"L0H2 · previous-token? · KL {kl[0, 2]:.2f}"
+    assert titles[n_heads * 3 + 5] == f"L3H5 · KL {kl[3, 5]:.2f}"
+    bare = list(G.gallery_figure(page_result).data[2].text)
+    assert bare[n_heads * 3 + 4] == f"L3H4 · KL {kl[3, 4]:.2f}"
+    maps = G.head_map_entries(page_result, layers=[3], labels=labels)
+    assert maps["3,4"]["title"].startswith("Attention-head t-SNE — L3H4 · induction — KL")
+    assert " · " not in maps["3,5"]["title"]

@@ -31,7 +31,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -41,9 +41,9 @@ from frontend.figures import thumbnails as T
 from frontend.figures.base import POSITION_SCALE, empty_figure, scatter_axes
 from frontend.figures.tokens import token_labels
 from frontend.figures.tsne import head_tsne_figure
+from frontend.kit.atlas_labels import Labels, head_name
 from frontend.kit.heads import gallery_section, head_sections
 from workers.analyses.attention.spec import MAX_ATTENTION
-from workers.core.notation import head_label
 
 SX, SY = (
     1.12,
@@ -108,6 +108,7 @@ class GalleryPage:
     done: list[int]  # the page's layers computed so far (row order)
     layers_done: int  # of the whole gallery
     layers_planned: int
+    labels: Labels = field(default_factory=dict)  # the stored atlas' labels (kit/atlas_labels.py)
 
     @property
     def complete(self) -> bool:
@@ -127,8 +128,10 @@ def gallery_page(
     page: int = 0,
     max_panels: int = MAX_PANELS,
     section: dict[str, Any] | None = None,
+    labels: Labels | None = None,
 ) -> GalleryPage | str:
-    """The page to draw, or the message to show instead. ``section``: draw this one (a skeleton)."""
+    """The page to draw, or the message to show instead. ``section``: draw this one (a skeleton);
+    ``labels``: the heads' atlas labels, named in the panels' titles."""
     sec = section if section is not None else gallery_section(result)
     if sec is None:
         return "The gallery of every head appears here after Analyze."
@@ -153,6 +156,7 @@ def gallery_page(
         done=[la for la in shown if la in have],
         layers_done=len(have),
         layers_planned=len(planned),
+        labels=dict(labels or {}),
     )
 
 
@@ -333,7 +337,7 @@ def _labels(gp: GalleryPage) -> dict[str, Any]:
             (
                 ox + c * SX + 0.5,
                 oy - 0.06,
-                f"{head_label(layer, head)} · KL {float(kl[layer][c]):.2f}",
+                f"{head_name(layer, head, gp.labels)} · KL {float(kl[layer][c]):.2f}",
                 "top center",
                 size,
                 TITLE_COLOUR,
@@ -383,6 +387,7 @@ def gallery_figure(
     page: int = 0,
     max_panels: int = MAX_PANELS,
     section: dict[str, Any] | None = None,
+    labels: Labels | None = None,
 ) -> go.Figure:
     """Small multiples of every head of the page's layers: a layer's heads side by side, whole
     layers wrapped into rows of at most ``ROW_PANELS`` panels (``per_row``).
@@ -392,7 +397,9 @@ def gallery_figure(
     one picture (``row_image``, layout image ``r``): the browser places pictures, it does not plot
     the points (a software-rendered browser spent seconds a row redrawing WebGL points).
     """
-    gp = gallery_page(result, layers=layers, page=page, max_panels=max_panels, section=section)
+    gp = gallery_page(
+        result, layers=layers, page=page, max_panels=max_panels, section=section, labels=labels
+    )
     if isinstance(gp, str):
         return empty_figure(gp, height=200)
     rows, panel_px = _rows(gp), _panel_px(gp)
@@ -499,9 +506,10 @@ def _every_head(
 
 
 def head_map_entries(
-    result: dict[str, Any], *, layers: Iterable[int] | None = None
+    result: dict[str, Any], *, layers: Iterable[int] | None = None, labels: Labels | None = None
 ) -> dict[str, Any]:
-    """``{"L,H": map}`` (as in ``head_maps``) of every head of ``layers`` (default: every head)."""
+    """``{"L,H": map}`` (as in ``head_maps``) of every head of ``layers`` (default: every head);
+    ``labels``: the heads' atlas labels, named in the titles."""
     maps: dict[str, Any] = {}
     for (layer, head), (_, xy, kl, restarts) in _every_head(
         result, None if layers is None else set(layers)
@@ -509,7 +517,7 @@ def head_map_entries(
         px, py, xaxis, yaxis = scatter_axes(xy[:, 0], xy[:, 1], rescale=True)
         best = f" (best of {len(restarts)})" if len(restarts) > 1 else ""
         maps[f"{layer},{head}"] = {
-            "title": f"Attention-head t-SNE — {head_label(layer, head)} — KL {kl:.4f}{best}",
+            "title": f"Attention-head t-SNE — {head_name(layer, head, labels)} — KL {kl:.4f}{best}",
             "x": _rounded(px),
             "y": _rounded(py),
             "xr": _rounded(xy[:, 0]),
@@ -520,7 +528,7 @@ def head_map_entries(
     return maps
 
 
-def head_maps(result: dict[str, Any]) -> dict[str, Any]:
+def head_maps(result: dict[str, Any], labels: Labels | None = None) -> dict[str, Any]:
     """What the browser needs to draw any head's large map at once (``assets/heads.js``).
 
     ``{"maps": {"L,H": {"title", "x", "y", "xr", "yr", "xaxis", "yaxis"}}, "kept", "labels",
@@ -540,7 +548,7 @@ def head_maps(result: dict[str, Any]) -> dict[str, Any]:
         for mode in ("rescaled", "raw")
     }
     return {
-        "maps": head_map_entries(result),
+        "maps": head_map_entries(result, labels=labels),
         "kept": kept,
         "labels": token_labels(result, kept),
         "templates": templates,

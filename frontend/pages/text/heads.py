@@ -18,6 +18,7 @@ from dash import ClientsideFunction, Dash, Input, Output, Patch, State, dcc, htm
 from frontend.figures import gallery as G
 from frontend.figures import headview as HV
 from frontend.figures.base import EMPTY_PX, empty_figure
+from frontend.kit.atlas_labels import Labels, atlas_labels
 from frontend.kit.data import ResultStore, int_list, int_or_none
 from frontend.kit.heads import gallery_section, head_view_key, section_layers
 from frontend.kit.page import fold, graph
@@ -163,10 +164,12 @@ def gallery_outputs(
     shown: dict[str, Any] | None,
     *,
     with_maps: bool = True,
+    labels: Labels | None = None,
 ) -> tuple[Any, ...]:
     """(gallery figure, page options, page, what is drawn, head maps) for a job's status.
     ``with_maps=False``: the maps left out (``no_update``; the page sends them apart, after the
-    gallery: ``maps_outputs``).
+    gallery: ``maps_outputs``). ``labels``: the heads' atlas labels (``kit.atlas_labels``), named in
+    the panels' titles and the maps' titles.
 
     ``shown`` (the store ``text-gallery-key``) says what the browser has: the source, the page's
     shape and the layers drawn, and which heads' maps. While the gallery fills in, a page of the same
@@ -180,14 +183,16 @@ def gallery_outputs(
     ident = [(source or {}).get("kind"), (source or {}).get("id")]
     shown = shown if (shown or {}).get("source") == ident else {}
     message = "Computing every head's map…" if busy else "No map of this head in this result."
-    maps, maps_state = _maps(result, shown.get("maps"), message) if with_maps else (no_update, None)
+    maps, maps_state = (
+        _maps(result, shown.get("maps"), message, labels) if with_maps else (no_update, None)
+    )
     sec = gallery_section(result)
     if sec is None and busy and (req.get("options") or {}).get("all_heads"):
         sec = G.skeleton_section(
             result
         )  # the rows wait in their places while the first layer is embedded
     gp = (
-        G.gallery_page(result, layers=layers, page=page or 0, section=sec)
+        G.gallery_page(result, layers=layers, page=page or 0, section=sec, labels=labels)
         if sec is not None
         else None
     )
@@ -220,7 +225,7 @@ def gallery_outputs(
     options_out = options if options != shown.get("options") else no_update
     if shown.get("shape") != gp.shape or shown.get("layers") != layers:  # another page: drawn anew
         return (
-            G.gallery_figure(result, layers=layers, page=gp.page, section=sec),
+            G.gallery_figure(result, layers=layers, page=gp.page, section=sec, labels=labels),
             options_out,
             page_value,
             state,
@@ -250,7 +255,10 @@ _WHOLE_MAPS_KEPT = 4
 
 
 def maps_outputs(
-    st: dict[str, Any], source: dict[str, Any] | None, had: dict[str, Any] | None
+    st: dict[str, Any],
+    source: dict[str, Any] | None,
+    had: dict[str, Any] | None,
+    labels: Labels | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """(the store ``text-head-maps``: whole, a partial update or unchanged; what it then holds, for
     the store ``text-maps-key``). The page asks for them after each gallery answer, so the gallery
@@ -261,12 +269,12 @@ def maps_outputs(
     ident = [(source or {}).get("kind"), (source or {}).get("id")]
     held = (had or {}).get("maps") if (had or {}).get("source") == ident else None
     message = "Computing every head's map…" if busy else "No map of this head in this result."
-    key = (*ident, st["status"])
+    key = (*ident, st["status"], len(labels or {}))
     if held is None and st["status"] == "finished" and key in _WHOLE_MAPS:
         _WHOLE_MAPS.move_to_end(key)
         whole = _WHOLE_MAPS[key]
         return whole["maps"], {"source": ident, "maps": whole["state"]}
-    maps, state = _maps(st["result"], held, message)
+    maps, state = _maps(st["result"], held, message, labels)
     if held is None and st["status"] == "finished" and ident[1]:
         _WHOLE_MAPS[key] = {"maps": maps, "state": state}
         while len(_WHOLE_MAPS) > _WHOLE_MAPS_KEPT:
@@ -275,7 +283,7 @@ def maps_outputs(
 
 
 def _maps(
-    result: dict[str, Any], had: dict[str, Any] | None, message: str
+    result: dict[str, Any], had: dict[str, Any] | None, message: str, labels: Labels | None = None
 ) -> tuple[Any, dict[str, Any]]:
     """(the store ``text-head-maps``: whole, a partial update adding the new layers' heads, or
     unchanged, and what it then holds)."""
@@ -291,12 +299,12 @@ def _maps(
         and state["any"]
         or not set(had.get("layers") or []) <= set(layers)
     ):
-        return {**G.head_maps(result), "message": message}, state
+        return {**G.head_maps(result, labels), "message": message}, state
     new = [la for la in layers if la not in set(had.get("layers") or [])]
     if not new and had.get("message") == message:
         return no_update, state
     maps = Patch()
-    for key, value in G.head_map_entries(result, layers=new).items():
+    for key, value in G.head_map_entries(result, layers=new, labels=labels).items():
         maps["maps"][key] = value
     maps["message"] = message
     return maps, state
@@ -311,9 +319,10 @@ def figures(
     gpage: int,
     hv_heads: list[int] | None,
     threshold: float,
+    labels: Labels | None = None,
 ) -> list[Any]:
     """The every-head figures of the view, as exported (gallery page, head view, model view)."""
-    figs = [G.gallery_figure(result, layers=layers, page=gpage or 0)]
+    figs = [G.gallery_figure(result, layers=layers, page=gpage or 0, labels=labels)]
     if layer is not None and head is not None:
         figs.append(
             HV.head_view_figure(
@@ -349,7 +358,8 @@ def register(app: Dash, store: ResultStore) -> None:
     )
     def _gallery(_tick, layers, page, source, shown, job):  # type: ignore[no-untyped-def]
         st = store.status(source, seen=job)  # what set the tick off, as the poll read it
-        return gallery_outputs(st, source, layers, page, shown, with_maps=False)[:4]
+        labels = atlas_labels(store.client, (st.get("request") or {}).get("model"))
+        return gallery_outputs(st, source, layers, page, shown, with_maps=False, labels=labels)[:4]
 
     @app.callback(  # the maps after the gallery's answer: the rows paint first
         Output("text-head-maps", "data"),
@@ -361,7 +371,9 @@ def register(app: Dash, store: ResultStore) -> None:
         prevent_initial_call=True,
     )
     def _head_maps(_shown, source, job, had):  # type: ignore[no-untyped-def]
-        return maps_outputs(store.status(source, seen=job), source, had)
+        st = store.status(source, seen=job)
+        labels = atlas_labels(store.client, (st.get("request") or {}).get("model"))
+        return maps_outputs(st, source, had, labels)
 
     # The job's changes reach the gallery through a gate (assets/gallery.js): an update is asked for
     # only when none is on its way, the next as soon as it is applied. Dash drops an answer once a
