@@ -130,3 +130,21 @@ def test_long_titles_wrap_without_losing_words(result):
     assert (
         C.wrap_title("short") == "short" and C.wrap_title("x" * 100) == "x" * 100
     )  # nothing to break at
+
+
+def test_head_maps_hover_names_the_atlas_label_when_given(result):
+    """The heads' hover writes ``L1H0 · induction`` where the stored atlas labels the head, the bare
+    name elsewhere and with no atlas (kit/atlas_labels.py)."""
+    labels = {(1, 0): ("induction", True), (0, 1): ("previous-token", False)}
+    for fig in (
+        C.attribution_figure(result, position=4, head_labels=labels),
+        C.ablation_figure(result, head_labels=labels),
+        C.patching_heads_figure(result, head_labels=labels),
+    ):
+        trace = fig.data[0]
+        assert trace.hovertemplate.startswith("L%{y}H%{x}%{customdata}:")
+        cd = [list(row) for row in trace.customdata]
+        assert cd[1][0] == " · induction" and cd[0][1] == " · previous-token?"
+        assert cd[0][0] == "" and len(cd) == result["n_layers"]
+    bare = C.ablation_figure(result).data[0].customdata
+    assert all(c == "" for row in bare for c in row)

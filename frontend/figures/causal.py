@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from frontend.figures.base import empty_figure
 from frontend.figures.tokens import display_text, token_ticks
+from frontend.kit.atlas_labels import Labels, label_grid
 from workers.analyses.causal.spec import (
     ABLATION,
     LOGIT_ATTRIBUTION,
@@ -26,6 +27,7 @@ from workers.analyses.causal.spec import (
 from workers.core.notation import token_label
 
 GENERATED_MARK = "▸"
+HEAD_HOVER = "L%{y}H%{x}%{customdata}: %{z:.4f}<extra>click: open in the text explorer</extra>"
 DIVERGING = "RdBu"  # negative red, positive blue (reversed below: positive = helps the target)
 
 
@@ -269,9 +271,16 @@ def lens_figure(result: dict[str, Any], *, position: int | None = None) -> go.Fi
 
 
 def _heads_heatmap(
-    values: np.ndarray, *, title: str, name: str, height: int = 380, zmid: float = 0.0
+    values: np.ndarray,
+    *,
+    title: str,
+    name: str,
+    height: int = 380,
+    zmid: float = 0.0,
+    head_labels: Labels | None = None,
 ) -> go.Figure:
-    """A layers x heads map (layer 0 at the bottom); a click on a cell names the head."""
+    """A layers x heads map (layer 0 at the bottom); a click on a cell names the head; the hover names
+    its atlas label when ``head_labels`` has one (``kit.atlas_labels``)."""
     L, H = values.shape
     lim = float(np.nanmax(np.abs(values))) if values.size else 1.0
     fig = go.Figure(
@@ -285,7 +294,8 @@ def _heads_heatmap(
             zmin=-lim or -1,
             zmax=lim or 1,
             colorbar={"title": {"text": name}, "thickness": 12},
-            hovertemplate="L%{y}H%{x}: %{z:.4f}<extra>click: open in the text explorer</extra>",
+            customdata=label_grid(head_labels, L, H),
+            hovertemplate=HEAD_HOVER,
         )
     )
     fig.update_layout(
@@ -295,9 +305,11 @@ def _heads_heatmap(
     return titled_layout(fig, title, height=max(height, 18 * L + 120))
 
 
-def attribution_figure(result: dict[str, Any], *, position: int | None = None) -> go.Figure:
+def attribution_figure(
+    result: dict[str, Any], *, position: int | None = None, head_labels: Labels | None = None
+) -> go.Figure:
     """Direct logit attribution at ``position``: heads (layers x heads) and the feed-forward of each
-    layer, as a heatmap and a bar column side by side."""
+    layer, as a heatmap and a bar column side by side (``head_labels``: named in the hover)."""
     from plotly.subplots import make_subplots
 
     sec = result.get(LOGIT_ATTRIBUTION)
@@ -328,7 +340,8 @@ def attribution_figure(result: dict[str, Any], *, position: int | None = None) -
             zmin=-lim,
             zmax=lim,
             colorbar={"title": {"text": "logit"}, "thickness": 12, "x": 1.02},
-            hovertemplate="L%{y}H%{x}: %{z:.4f}<extra>click: open in the text explorer</extra>",
+            customdata=label_grid(head_labels, L, H),
+            hovertemplate=HEAD_HOVER,
         ),
         row=1,
         col=1,
@@ -354,8 +367,9 @@ def attribution_figure(result: dict[str, Any], *, position: int | None = None) -
     return titled_layout(fig, title, height=max(380, 18 * L + 120))
 
 
-def ablation_figure(result: dict[str, Any]) -> go.Figure:
-    """Every head ablated in turn: the change of the target's log-probability at the map's position."""
+def ablation_figure(result: dict[str, Any], *, head_labels: Labels | None = None) -> go.Figure:
+    """Every head ablated in turn: the change of the target's log-probability at the map's position
+    (``head_labels``: named in the hover)."""
     sec = result.get(ABLATION)
     if not sec or sec.get("map") is None:
         return empty_figure("No ablation map yet (the page ablates each head in turn).")
@@ -365,6 +379,7 @@ def ablation_figure(result: dict[str, Any]) -> go.Figure:
         np.asarray(sec["map"], dtype=np.float64),
         name="Δ",
         title=f"{sec['mode'].capitalize()} ablation of each head: change of {what} at position {p}",
+        head_labels=head_labels,
     )
 
 
@@ -409,7 +424,9 @@ def patching_residual_figure(result: dict[str, Any]) -> go.Figure:
     )
 
 
-def patching_heads_figure(result: dict[str, Any]) -> go.Figure:
+def patching_heads_figure(
+    result: dict[str, Any], *, head_labels: Labels | None = None
+) -> go.Figure:
     """Head-output patching: layers x heads, each head's z at every position taken from the clean run."""
     sec = result.get(PATCHING)
     if not sec:
@@ -418,6 +435,7 @@ def patching_heads_figure(result: dict[str, Any]) -> go.Figure:
         np.asarray(sec["heads"], dtype=np.float64),
         name="restored",
         title="Each head's output patched from clean into corrupted: restored fraction",
+        head_labels=head_labels,
     )
 
 

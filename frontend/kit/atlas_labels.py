@@ -117,3 +117,15 @@ def atlas_labels(client: ApiClient, model: str | None) -> Labels:
     if got is None or got.client is not client:
         got = _BY_CLIENT[id(client)] = AtlasLabels(client)
     return got.get(model)
+
+
+def label_grid(labels: Labels | None, n_layers: int, n_heads: int) -> list[list[str]]:
+    """``[layer][head]`` of `` · induction`` (or ``""``): a heatmap's customdata, so its hover writes
+    ``L%{y}H%{x}%{customdata}``."""
+    return [
+        [
+            f" · {tag}" if (tag := format_label((labels or {}).get((la, h)))) else ""
+            for h in range(n_heads)
+        ]
+        for la in range(n_layers)
+    ]

@@ -15,6 +15,7 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 from frontend.figures import causal as C
 from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
+from frontend.kit.atlas_labels import Labels, atlas_labels, head_name
 from frontend.kit.data import ResultStore, int_or_none, source_query
 from frontend.kit.forms import (
     TARGET_PLACEHOLDER,
@@ -306,15 +307,17 @@ def _position(result: dict[str, Any], position: int | None) -> int:
     return n - 1 if position is None or not 0 <= position < n else int(position)
 
 
-def _figures(result: dict[str, Any], position: int | None, *_: Any) -> list[Any]:
+def _figures(
+    result: dict[str, Any], position: int | None, *_: Any, head_labels: Labels | None = None
+) -> list[Any]:
     p = _position(result, position)
     return [
         C.surprisal_figure(result, position=p),
         C.lens_figure(result, position=p),
-        C.attribution_figure(result, position=p),
-        C.ablation_figure(result),
+        C.attribution_figure(result, position=p, head_labels=head_labels),
+        C.ablation_figure(result, head_labels=head_labels),
         C.patching_residual_figure(result),
-        C.patching_heads_figure(result),
+        C.patching_heads_figure(result, head_labels=head_labels),
     ]
 
 
@@ -418,7 +421,13 @@ def register(app: Dash, store: ResultStore) -> None:
         p = _position(result, position)
         labels = C.labels(result)
         title = f"Top predictions after position {p} ({labels[p]})"
-        return (*_figures(result, p), _topk_table(result, p), title, _pair_table(result))
+        head_labels = atlas_labels(client, (st.get("request") or {}).get("model"))
+        return (
+            *_figures(result, p, head_labels=head_labels),
+            _topk_table(result, p),
+            title,
+            _pair_table(result),
+        )
 
     @app.callback(
         Output("causal-head-info", "children"),
@@ -447,7 +456,7 @@ def register(app: Dash, store: ResultStore) -> None:
             return f"cannot open {head_label(layer, h)}: {exc}", ""
         href = "/" + source_query({"kind": "analysis", "id": job}, {"layer": layer, "head": h})
         return (
-            f"{head_label(layer, h)}.",
+            f"{head_name(layer, h, atlas_labels(client, req['model']))}.",
             dcc.Link(
                 f"Open {head_label(layer, h)} in the text explorer →",
                 href=href,
