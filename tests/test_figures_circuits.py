@@ -349,3 +349,22 @@ def test_the_whole_curve_is_offered_and_the_page_opens_at_the_faithful_size():
     )
     g = F.circuit_graph(res, n_top=40)
     assert g["n_edges"] == 30 and len(g["edges"]) == 3 and not g["edges_complete"]
+
+
+def test_circuit_and_atp_hover_name_the_atlas_label_when_given(pair):
+    """A head node's and an AtP point's hover name the stored atlas' label (kit/atlas_labels.py);
+    other nodes, unlabelled heads and figures drawn without an atlas say nothing more."""
+    labels = {(1, 0): ("induction", True), (0, 0): ("previous-token", False)}
+    fig = F.circuit_figure(eap_result(), head_labels=labels)
+    nodes = next(t for t in fig.data if t.name == "nodes")
+    tag = {c[0]: c[5] for c in nodes.customdata}
+    assert tag["L1H0"] == " · induction" and tag["L0H0"] == " · previous-token?"
+    assert tag["L1H1"] == "" and tag["FF0"] == "" and tag["logits"] == ""
+    assert "%{customdata[0]}%{customdata[5]}" in nodes.hovertemplate
+    bare = next(t for t in F.circuit_figure(eap_result()).data if t.name == "nodes")
+    assert all(c[5] == "" for c in bare.customdata)
+    H = pair["n_heads"]
+    pts = F.atp_scatter_figure(pair, head_labels=labels).data[1]
+    assert pts.customdata[H][2] == " · induction" and pts.customdata[1][2] == ""
+    assert F.clicked_head({"points": [{"customdata": pts.customdata[H]}]}) == (1, 0)
+    assert all(c[2] == "" for c in F.atp_scatter_figure(pair).data[1].customdata)

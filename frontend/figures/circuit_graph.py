@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 from frontend.figures.base import empty_figure
 from frontend.figures.causal import labels, titled_layout
 from frontend.figures.tokens import token_ticks
+from frontend.kit.atlas_labels import Labels, format_label
 from workers.analyses.circuits.spec import (
     ATTRIBUTION_PATCHING,
     DRAWN_EDGES,
@@ -105,6 +106,14 @@ def circuit_edges(result: dict[str, Any], n_top: int) -> tuple[list[dict[str, An
             return got, total or len(got), True
     kept = [edges[i] for i in prune(edges, len(edges))]
     return kept, total or len(kept), False
+
+
+def _tag(node: dict[str, Any], head_labels: Labels | None) -> str:
+    """`` · induction`` for a head node the atlas labels, else ``""``."""
+    if node.get("head") is None or node.get("layer") is None:
+        return ""
+    tag = format_label((head_labels or {}).get((int(node["layer"]), int(node["head"]))))
+    return f" · {tag}" if tag else ""
 
 
 def node_name(node_id: str) -> str:
@@ -208,11 +217,13 @@ def circuit_figure(
     n_top: int | None = None,
     layout: str = "head",
     max_edges: int = DRAWN_EDGES,
+    head_labels: Labels | None = None,
 ) -> go.Figure:
     """The circuit of the top ``n_top`` edges (None: the result's own N), pruned to paths from the
     embeddings to the logits, at most its ``max_edges`` strongest edges drawn; edge width by |score|,
     colour by sign; the nodes on it labelled. ``layout``: ``"head"`` (x = head, y = layer) or
-    ``"position"`` (x = token, y = layer; needs the pair's attribution patching)."""
+    ``"position"`` (x = token, y = layer; needs the pair's attribution patching). ``head_labels``: the
+    heads' atlas labels, named in the nodes' hover (``kit.atlas_labels``)."""
     sec = result.get(EDGE_ATTRIBUTION)
     if not sec or not sec.get("edges"):
         return empty_figure(
@@ -247,7 +258,7 @@ def circuit_figure(
     nodes = sec["nodes"]
     custom = [
         [nd["id"], nd["kind"], nd["layer"], -1 if nd.get("head") is None else nd["head"],
-         weight.get(nd["id"], 0.0)]
+         weight.get(nd["id"], 0.0), _tag(nd, head_labels)]
         for nd in nodes
     ]  # fmt: skip
     fig.add_trace(
@@ -269,7 +280,8 @@ def circuit_figure(
             customdata=custom,
             name="nodes",
             showlegend=False,
-            hovertemplate="%{customdata[0]} (%{customdata[1]}): Σ|score| drawn %{customdata[4]:.4f}"
+            hovertemplate="%{customdata[0]}%{customdata[5]} (%{customdata[1]}): "
+            "Σ|score| drawn %{customdata[4]:.4f}"
             f"<extra>{HEAD_CLICK}</extra>",
         )
     )

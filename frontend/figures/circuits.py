@@ -34,6 +34,7 @@ from frontend.figures.circuit_graph import (  # noqa: F401 - the circuit's figur
     prune,
 )
 from frontend.figures.tokens import display_text, token_ticks
+from frontend.kit.atlas_labels import Labels, label_grid
 from workers.analyses.circuits.spec import ATTRIBUTION_PATCHING, EDGE_ATTRIBUTION, INFORMATION_FLOW
 
 # ----------------------------------------------------------------------------- the circuit (EAP)
@@ -84,9 +85,10 @@ def faithfulness_figure(result: dict[str, Any], *, n_top: int | None = None) -> 
 # ------------------------------------------------------------------------------ AtP vs real patching
 
 
-def atp_scatter_figure(result: dict[str, Any]) -> go.Figure:
+def atp_scatter_figure(result: dict[str, Any], *, head_labels: Labels | None = None) -> go.Figure:
     """One point per head: AtP's estimate against the real head patching (restored fractions), the
-    diagonal where they agree; colour by layer; a click opens the head."""
+    diagonal where they agree; colour by layer; a click opens the head; the hover names the head's
+    atlas label where ``head_labels`` has one (``kit.atlas_labels``)."""
     sec = result.get(ATTRIBUTION_PATCHING)
     if not sec:
         return empty_figure(
@@ -98,7 +100,10 @@ def atp_scatter_figure(result: dict[str, Any]) -> go.Figure:
     real = np.asarray(sec["real"]["heads"], dtype=np.float64)
     L, H = est.shape
     layer, head = np.meshgrid(np.arange(L), np.arange(H), indexing="ij")
-    custom = np.stack([layer.ravel(), head.ravel()], axis=1).tolist()
+    tags = label_grid(head_labels, L, H)
+    custom = [
+        [int(la), int(h), tags[la][h]] for la, h in zip(layer.ravel(), head.ravel(), strict=True)
+    ]
     lo = float(min(est.min(), real.min(), 0.0))
     hi = float(max(est.max(), real.max(), 0.0))
     fig = go.Figure(
@@ -124,7 +129,8 @@ def atp_scatter_figure(result: dict[str, Any]) -> go.Figure:
                     "line": {"width": 0.5},
                     "colorbar": {"title": {"text": "layer"}, "thickness": 12},
                 },
-                hovertemplate="L%{customdata[0]}H%{customdata[1]}: real %{x:.4f}, AtP %{y:.4f}"
+                hovertemplate="L%{customdata[0]}H%{customdata[1]}%{customdata[2]}: real %{x:.4f}, "
+                "AtP %{y:.4f}"
                 f"<extra>{HEAD_CLICK}</extra>",
             ),
         ]
@@ -318,9 +324,11 @@ def clicked_head(click: dict[str, Any] | None) -> tuple[int, int] | None:
         data = point["customdata"]
     except (TypeError, KeyError, IndexError):
         return None
-    if isinstance(data, list) and len(data) == 5:  # a circuit node: [id, kind, layer, head, weight]
+    if isinstance(data, list) and len(data) in (5, 6) and isinstance(data[0], str):
+        # a circuit node: [id, kind, layer, head, weight, atlas label tag]
         return (int(data[2]), int(data[3])) if data[1] == "head" else None
-    if isinstance(data, list) and len(data) == 2 and int(data[1]) >= 0:
+    if isinstance(data, list) and len(data) in (2, 3) and int(data[1]) >= 0:
+        # an AtP point [layer, head, atlas label tag] or a flow edge [layer, head]
         return int(data[0]), int(data[1])
     return None
 

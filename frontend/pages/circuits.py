@@ -19,6 +19,7 @@ from dash import ClientsideFunction, Dash, Input, Output, State, dcc, html, no_u
 from frontend.figures import circuits as F
 from frontend.figures.base import empty_figure, graph_config, standalone_html
 from frontend.kit.api_client import ApiError
+from frontend.kit.atlas_labels import Labels, atlas_labels
 from frontend.kit.data import ResultStore, source_query
 from frontend.kit.forms import (
     TARGET_PLACEHOLDER,
@@ -383,12 +384,16 @@ def _n_note(result: dict[str, Any], n: int | None) -> str:
 
 
 def _figures(
-    flow: dict[str, Any], pair: dict[str, Any], n: int | None, layout: str = "head"
+    flow: dict[str, Any],
+    pair: dict[str, Any],
+    n: int | None,
+    layout: str = "head",
+    head_labels: Labels | None = None,
 ) -> list[Any]:
     return [
-        F.circuit_figure(pair, n_top=n, layout=layout or "head"),
+        F.circuit_figure(pair, n_top=n, layout=layout or "head", head_labels=head_labels),
         F.faithfulness_figure(pair, n_top=n),
-        F.atp_scatter_figure(pair),
+        F.atp_scatter_figure(pair, head_labels=head_labels),
         F.flow_figure(flow),
     ]
 
@@ -491,7 +496,10 @@ def register(app: Dash, store: ResultStore) -> None:
     )
     def _views(_job, n, layout, source, pair):  # type: ignore[no-untyped-def]
         flow_st, pair_st = store.status(source), store.status(pair)
-        figs = _figures(flow_st["result"], pair_st["result"], n, layout)
+        model = (pair_st.get("request") or flow_st.get("request") or {}).get("model")
+        figs = _figures(
+            flow_st["result"], pair_st["result"], n, layout, atlas_labels(client, model)
+        )
         for k, st in ((3, flow_st), (0, pair_st), (1, pair_st), (2, pair_st)):
             if st["status"] not in ("finished", "none") and not figs[k].data:
                 msg = f"failed: {st.get('error')}" if st["status"] == "failed" else "Computing…"
