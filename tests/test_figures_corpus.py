@@ -65,3 +65,17 @@ def test_context_parts_and_joint_map(result, catalogue):
     assert "sampled" in fig.layout.title.text and len(fig.data[0].x) == 5
     assert C.parse_head("L2H5") == C.parse_head("2.5") == (2, 5)  # and links shared before L2H5
     assert [C.parse_head(v) for v in ("x", None, "L2H", "-1.2", "L2H5x", "2.5.1")] == [None] * 6
+
+
+def test_table_names_the_atlas_label_beside_the_head_when_given(result):
+    """With the stored atlas' labels (kit/atlas_labels.py) the table gets an ``atlas`` column next to
+    the head; without them, none."""
+    labels = {(1, 1): ("induction", True), (0, 2): ("previous-token", False)}
+    rows = C.table_rows(result, labels)
+    by_head = {r["head"]: r["atlas"] for r in rows}
+    assert by_head["L1H1"] == "induction" and by_head["L0H2"] == "previous-token?"
+    assert by_head["L0H0"] == ""
+    cols = C.table_columns(result, labels)
+    assert [c["field"] for c in cols] == list(rows[0]) and cols[1]["field"] == "atlas"
+    assert "atlas" not in C.table_rows(result)[0]
+    assert "atlas" not in [c["field"] for c in C.table_columns(result)]

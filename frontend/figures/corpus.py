@@ -14,6 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from frontend.figures.base import empty_figure
+from frontend.kit.atlas_labels import Labels, format_label
 from workers.core.notation import display_token, head_label, parse_head  # noqa: F401 - parse_head: the page's
 
 STAT_LABELS = {
@@ -40,9 +41,10 @@ def _grid(result: dict[str, Any], stat: str) -> np.ndarray:
     return np.array(result["statistics"][stat], dtype=float)  # None -> nan
 
 
-def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+def table_rows(result: dict[str, Any], head_labels: Labels | None = None) -> list[dict[str, Any]]:
     """One row per head: ``head`` ("L2H5"), ``layer``, ``index`` and each statistic (4 digits; None
-    where it applies to no query)."""
+    where it applies to no query); with ``head_labels`` (the stored atlas', ``kit.atlas_labels``)
+    also ``atlas``, the head's label (``induction``, ``induction?`` tentative, ``""`` none)."""
     stats = statistics_of(result)
     if not stats:
         return []
@@ -51,7 +53,10 @@ def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for layer in range(n_layers):
         for head in range(n_heads):
-            row: dict[str, Any] = {"head": head_key(layer, head), "layer": layer, "index": head}
+            row: dict[str, Any] = {"head": head_key(layer, head)}
+            if head_labels:  # beside the head, as in the columns
+                row["atlas"] = format_label(head_labels.get((layer, head)))
+            row.update(layer=layer, index=head)
             for s in stats:
                 v = grids[s][layer, head]
                 row[s] = None if not np.isfinite(v) else round(float(v), 4)
@@ -59,9 +64,12 @@ def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def table_columns(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The table's AG Grid column definitions: the head's name (text filter), then numbers (a number
-    typed in a column's filter keeps the rows above it; the filter's menu picks another condition)."""
+def table_columns(
+    result: dict[str, Any], head_labels: Labels | None = None
+) -> list[dict[str, Any]]:
+    """The table's AG Grid column definitions: the head's name (text filter), its atlas label where
+    ``head_labels`` are given, then numbers (a number typed in a column's filter keeps the rows
+    above it; the filter's menu picks another condition)."""
     number = {
         "filter": "agNumberColumnFilter",
         "type": "numericColumn",
@@ -75,6 +83,19 @@ def table_columns(result: dict[str, Any]) -> list[dict[str, Any]]:
             "pinned": "left",
             "comparator": {"function": "headOrder"},
         },
+        *(
+            [
+                {
+                    "field": "atlas",
+                    "headerName": "atlas label",
+                    "filter": "agTextColumnFilter",
+                    "pinned": "left",
+                    "headerTooltip": "the head atlas' label (? tentative)",
+                }
+            ]
+            if head_labels
+            else []
+        ),  # fmt: skip
         {
             "field": "layer",
             "headerName": "layer",

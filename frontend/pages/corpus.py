@@ -17,6 +17,7 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 from frontend.figures import corpus as C
 from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
+from frontend.kit.atlas_labels import atlas_labels
 from frontend.kit.data import ResultStore
 from frontend.kit.forms import corpus_options, url_model
 from frontend.kit.frontdoor import page_header
@@ -428,8 +429,9 @@ def register(app: Dash, store: ResultStore) -> None:
         State("corpus-source", "data"),
     )
     def _table(_job, source):  # type: ignore[no-untyped-def]
-        result = store.status(source)["result"]
-        return C.table_columns(result), C.table_rows(result)
+        st = store.status(source)
+        labels = atlas_labels(client, (st.get("request") or {}).get("model"))
+        return C.table_columns(st["result"], labels), C.table_rows(st["result"], labels)
 
     register_grid_pick(
         app,
