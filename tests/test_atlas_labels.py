@@ -11,7 +11,9 @@ from frontend.kit.atlas_labels import (
     default_atlas_id,
     format_label,
     head_name,
+    label_grid,
     labels_of,
+    pair_agreement,
 )
 from workers.core.contracts import AnalysisRequest
 
@@ -82,3 +84,21 @@ def test_none_stored_or_unfinished_gives_nothing() -> None:
     running.jobs[jid] = {"status": "finished", "result": {"atlas": SECTION}}
     assert AtlasLabels(running, miss_ttl=0).get("minilm") != {}  # type: ignore[arg-type]
     assert cache.get(None) == {}
+
+
+def test_pair_agreement_of_two_models_labels() -> None:
+    a = {(1, 0): ("induction", True), (0, 1): ("previous-token", True)}
+    b = {(2, 3): ("induction", False), (0, 0): ("first-token", True)}
+    assert pair_agreement(a, b, (1, 0), (2, 3)) == "atlas labels agree: induction / induction?"
+    assert pair_agreement(a, b, (0, 1), (0, 0)) == (
+        "atlas labels differ: A previous-token, B first-token"
+    )
+    assert pair_agreement(a, b, (1, 0), (5, 5)) == "atlas labels differ: A induction, B none"
+    assert pair_agreement(a, b, (3, 3), (5, 5)) == "atlas: neither head labelled"
+    assert pair_agreement(a, {}, (1, 0), (2, 3)) == ""  # B has no stored atlas: nothing said
+
+
+def test_label_grid_is_a_heatmaps_customdata() -> None:
+    grid = label_grid(labels_of(SECTION), 2, 2)
+    assert grid == [["", " · previous-token"], [" · induction?", ""]]
+    assert label_grid(None, 1, 3) == [["", "", ""]]

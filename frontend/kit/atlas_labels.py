@@ -7,6 +7,7 @@ Only ever READ: the default request's id is computed here (identical requests sh
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -15,6 +16,8 @@ from frontend.kit.api_client import ApiClient, ApiError
 from workers.analyses.atlas.spec import ATLAS, ATLAS_TEXT
 from workers.core.contracts import AnalysisRequest
 from workers.core.notation import head_label
+
+logger = logging.getLogger(__name__)
 
 Labels = dict[tuple[int, int], tuple[str, bool]]
 MISS_TTL = 30.0  # seconds before a model without a finished atlas is looked up again
@@ -103,6 +106,9 @@ class AtlasLabels:
             raw = self.client.analysis(job_id, partial="none")
         except ApiError:  # 404: none stored
             return None
+        except Exception:  # the labels are an extra: they never break the page that asks
+            logger.warning("atlas labels of %s not read", model, exc_info=True)
+            return None
         if raw.get("status") != "finished" or not raw.get("result"):
             return None
         return labels_of(raw["result"].get(ATLAS))
@@ -129,3 +135,18 @@ def label_grid(labels: Labels | None, n_layers: int, n_heads: int) -> list[list[
         ]
         for la in range(n_layers)
     ]
+
+
+def pair_agreement(
+    labels_a: Labels | None, labels_b: Labels | None, a: tuple[int, int], b: tuple[int, int]
+) -> str:
+    """Whether a matched pair of heads (``a`` of model A, ``b`` of model B) has the same atlas label:
+    ``""`` unless both models' default atlases are stored."""
+    if not labels_a or not labels_b:
+        return ""
+    la, lb = labels_a.get(a), labels_b.get(b)
+    if la is None and lb is None:
+        return "atlas: neither head labelled"
+    if la is not None and lb is not None and la[0] == lb[0]:
+        return f"atlas labels agree: {format_label(la)} / {format_label(lb)}"
+    return f"atlas labels differ: A {format_label(la) or 'none'}, B {format_label(lb) or 'none'}"

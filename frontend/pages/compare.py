@@ -17,6 +17,7 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 from frontend.figures import compare as F
 from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
+from frontend.kit.atlas_labels import atlas_labels, pair_agreement
 from frontend.kit.data import ResultStore
 from frontend.kit.forms import corpus_options
 from frontend.kit.frontdoor import page_header
@@ -530,6 +531,14 @@ def register(app: Dash, store: ResultStore) -> None:
             f"B {result['model_b']['name']} {F.head_label(sel[1], int(result['model_b']['n_heads']))}: "
             f"similarity {sim:.3f}"
         )
+        ha, hb = int(result["model_a"]["n_heads"]), int(result["model_b"]["n_heads"])
+        agree = pair_agreement(
+            atlas_labels(client, result["model_a"]["name"]),
+            atlas_labels(client, result["model_b"]["name"]),
+            (sel[0] // ha, sel[0] % ha),
+            (sel[1] // hb, sel[1] % hb),
+        )
+        label += f" · {agree}" if agree else ""
         if result.get("texts"):
             n = len(result["texts"])
             label += f" · word-level maps of text {min(text_index(pick), n - 1)} of {n}"
