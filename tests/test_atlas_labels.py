@@ -7,6 +7,7 @@ from typing import Any
 from frontend.kit.api_client import ApiError
 from frontend.kit.atlas_labels import (
     AtlasLabels,
+    atlas_hint,
     atlas_request,
     default_atlas_id,
     format_label,
@@ -102,3 +103,9 @@ def test_label_grid_is_a_heatmaps_customdata() -> None:
     grid = label_grid(labels_of(SECTION), 2, 2)
     assert grid == [["", " · previous-token"], [" · induction?", ""]]
     assert label_grid(None, 1, 3) == [["", "", ""]]
+
+
+def test_hint_links_the_head_atlas_only_where_none_is_stored() -> None:
+    (link,) = atlas_hint("smollm2", {})
+    assert link.href == "/heads?model=smollm2" and "head atlas" in link.children
+    assert atlas_hint("smollm2", labels_of(SECTION)) == []

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 from frontend.kit.api_client import ApiClient, ApiError
 from workers.analyses.atlas.spec import ATLAS, ATLAS_TEXT
@@ -42,6 +43,18 @@ def default_atlas_id(model: str) -> str | None:
         return AnalysisRequest(**atlas_request(model=model)).job_id()
     except ValueError:
         return None
+
+
+def atlas_hint(model: str, labels: Labels) -> list[Any]:
+    """Where no default atlas of ``model`` is stored: a link to the /heads page, which computes it
+    (``[]`` where one is)."""
+    if labels:
+        return []
+    from dash import dcc
+
+    return [
+        dcc.Link(ATLAS_HINT, href="/heads?" + urlencode({"model": model}), className="atlas-hint")
+    ]
 
 
 def labels_of(section: dict[str, Any] | None) -> Labels:

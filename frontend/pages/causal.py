@@ -15,7 +15,7 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 from frontend.figures import causal as C
 from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
-from frontend.kit.atlas_labels import Labels, atlas_labels, head_name
+from frontend.kit.atlas_labels import Labels, atlas_hint, atlas_labels, head_name
 from frontend.kit.data import ResultStore, int_or_none, source_query
 from frontend.kit.forms import (
     TARGET_PLACEHOLDER,
@@ -455,8 +455,9 @@ def register(app: Dash, store: ResultStore) -> None:
         except ApiError as exc:
             return f"cannot open {head_label(layer, h)}: {exc}", ""
         href = "/" + source_query({"kind": "analysis", "id": job}, {"layer": layer, "head": h})
+        labels = atlas_labels(client, req["model"])
         return (
-            f"{head_name(layer, h, atlas_labels(client, req['model']))}.",
+            [f"{head_name(layer, h, labels)}. ", *atlas_hint(req["model"], labels)],
             dcc.Link(
                 f"Open {head_label(layer, h)} in the text explorer →",
                 href=href,
