@@ -117,7 +117,7 @@ def test_circuit_at_a_size_is_the_listed_edges_pruned_and_labelled():
 def test_request_and_pair_link():
     req = set_request(model="m", task="ioi", n=16, method="eap", bootstrap=10, random_circuits=2)
     assert req == {"model": "m", "text": "ioi", "analyses": ["circuits-set"],
-                   "options": {"set_examples": 16, "ig_steps": 1, "random_circuits": 2}}  # fmt: skip
+                   "options": {"set_edges": 1000, "set_examples": 16, "ig_steps": 1, "random_circuits": 2}}  # fmt: skip
     with pytest.raises(ValueError, match="JSON Lines"):
         set_request(model="m", task="upload", jsonl="  ")
     link = pair_link({"clean": "a b", "corrupted": "c b", "answer": " x", "wrong": " y"}, "m")

@@ -43,6 +43,9 @@ BUILT_IN = ("ioi", "capitals")
 UPLOAD = "upload"
 DEFAULTS = {"set_examples": 200, "ig_steps": 5, "bootstrap": 10, "random_circuits": 5}
 SHOWN_EXAMPLES = 50
+PAGE_SET_EDGES = (
+    1000  # edges the job lists: the circuit can be drawn at MIB's sizes up to this many
+)
 
 
 def set_request(
@@ -70,7 +73,7 @@ def set_request(
         "bootstrap": bootstrap,
         "random_circuits": random_circuits,
     }
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {"set_edges": PAGE_SET_EDGES}
     for key, value in given.items():
         if value not in (None, "") and int(value) != DEFAULTS[key]:
             options[key] = int(value)
