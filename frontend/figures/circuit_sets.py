@@ -108,7 +108,8 @@ def faithfulness_figure(result: dict[str, Any]) -> go.Figure:
             )
     fig.add_hline(y=1.0, line={"color": "#444", "width": 1, "dash": "dash"})
     fig.update_layout(
-        title=f"Faithfulness on the held-out examples — {scores_line(result)}",
+        title=f"Faithfulness on the {(result.get('n_examples') or {}).get('evaluation', '')} held-out "
+        "examples at MIB's sizes",
         title_font_size=12,
         xaxis={"type": "log", "title": "k: fraction of the edges in the circuit"},
         yaxis={"title": "faithfulness"},
