@@ -89,9 +89,13 @@ def test_pages_render_with_stable_ids(app):
         "pe-distance-graph",
         "pe-map-graph",
     } <= _ids(render_page(store, "/pe", ""))
+    sets = _ids(render_page(store, "/circuits/sets", ""))  # the data-set mode of /circuits
+    assert {"cs-share-button", "cs-analyze", "cs-curve-graph", "cs-stability-graph"} <= sets
+    assert all(i.startswith(("cs-", "circuit-sets-")) for i in sets)
     assert "no page at /nope" in str(render_page(store, "/nope", ""))
     assert set(PAGES) == {
         "/start",
+        "/circuits/sets",
         "/text",
         "/heads",
         "/terms",

@@ -111,6 +111,16 @@ GROUPS = (
                 "SmolLM2 on the indirect-object pair (Mary / John)",
                 ("head", "target", "faithfulness", "x[l]"),
             ),
+            View(
+                "circuit-sets",
+                "Does the circuit hold on a whole task?",
+                "A circuit found on a task data set (IOI, capitals, your JSON Lines), scored as MIB "
+                "scores one: faithfulness curve beside random circuits, CPR, CMD, its stability.",
+                "circuits.md#circuits-on-a-task-data-set-circuits-set",
+                None,
+                "",
+                ("faithfulness",),
+            ),
         ),
     ),
     Group(

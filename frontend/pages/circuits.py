@@ -153,7 +153,7 @@ def layout(
     pair = _pair_source(view)
     pair_req = store.status(pair).get("request") or {} if pair else {}
     opts, popts = request.get("options") or {}, pair_req.get("options") or {}
-    target = format_target(popts.get("target"))
+    target = format_target(popts.get("target")) or (query.get("target") or "" if not source else "")
     row = html.Div(
         className="control-row",
         children=[
@@ -259,7 +259,9 @@ def layout(
                                     dcc.Textarea(
                                         id="circuits-corrupted",
                                         className="text-input",
-                                        value=popts.get("corrupted") if source else DEMO_CORRUPTED,
+                                        value=popts.get("corrupted")
+                                        if source
+                                        else query.get("corrupted") or DEMO_CORRUPTED,
                                     ),
                                 ],
                             ),
@@ -268,7 +270,16 @@ def layout(
                     row,
                     None if request else url_msg,
                     html.P(
-                        hint + " The information-flow graph runs on any model.", className="hint"
+                        [
+                            hint + " The information-flow graph runs on any model. A circuit on a "
+                            "task data set (IOI, capitals, your JSON Lines), scored as MIB scores "
+                            "one: ",
+                            dcc.Link(
+                                "circuit sets", href="/circuits/sets", id="circuits-sets-link"
+                            ),
+                            ".",
+                        ],
+                        className="hint",
                     ),
                     html.Div(id="circuits-error", className="error"),
                     html.Div(id="circuits-cancelled", className="hint"),

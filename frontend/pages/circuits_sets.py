@@ -1,0 +1,379 @@
+"""Circuits on a task data set (docs/circuits.md, "Circuits on a task data set"): the data-set mode of
+/circuits. A built-in task (``ioi``, ``capitals``, N examples) or a pasted/uploaded JSON Lines set runs
+one ``circuits-set`` job; the page shows the model's accuracy on the set, the faithfulness curve on
+MIB's axis with the random band, CPR and CMD beside random's, the stability per size, the circuit at a
+chosen size, and the examples, each a link to the single-pair view on /circuits.
+
+URL state: ``/circuits/sets?analysis=<job>&k=<size>``; a share link holds the job's share and ``k``.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import Any
+from urllib.parse import urlencode
+
+from dash import Dash, Input, Output, State, dcc, html, no_update
+
+from frontend.figures import circuit_sets as F
+from frontend.figures.base import empty_figure
+from frontend.kit.api_client import ApiError
+from frontend.kit.data import ResultStore
+from frontend.kit.forms import decoder_choices, format_target, url_model
+from frontend.kit.frontdoor import page_header
+from frontend.kit.page import (
+    PageView,
+    graph,
+    progress_block,
+    register_cancel,
+    register_poll,
+    register_view,
+    restore_view,
+)
+from workers.analyses.circuits.spec import CIRCUITS_SET
+
+logger = logging.getLogger(__name__)
+
+NAME = "circuit-sets"
+PATH = "/circuits/sets"
+TITLE = "Circuit sets"
+NAV_ORDER = 6  # beside /circuits
+BUILT_IN = ("ioi", "capitals")
+UPLOAD = "upload"
+DEFAULTS = {"set_examples": 200, "ig_steps": 5, "bootstrap": 10, "random_circuits": 5}
+SHOWN_EXAMPLES = 50
+PAGE_SET_EDGES = (
+    1000  # edges the job lists: the circuit can be drawn at MIB's sizes up to this many
+)
+
+
+def set_request(
+    *,
+    model: str,
+    task: str,
+    jsonl: str | None = None,
+    n: Any = None,
+    method: str = "eap-ig",
+    ig_steps: Any = None,
+    bootstrap: Any = None,
+    random_circuits: Any = None,
+) -> dict[str, Any]:
+    """The ``circuits-set`` job of the form (options at their defaults left out, so links keep their
+    id): the request's text is the built-in task's name or the JSON Lines."""
+    if task == UPLOAD:
+        text = (jsonl or "").strip()
+        if not text:
+            raise ValueError("paste or upload a JSON Lines set (clean, corrupted, answer, wrong)")
+    else:
+        text = task
+    given = {
+        "set_examples": n if task != UPLOAD else None,
+        "ig_steps": 1 if method == "eap" else ig_steps,
+        "bootstrap": bootstrap,
+        "random_circuits": random_circuits,
+    }
+    options: dict[str, Any] = {"set_edges": PAGE_SET_EDGES}
+    for key, value in given.items():
+        if value not in (None, "") and int(value) != DEFAULTS[key]:
+            options[key] = int(value)
+    return {"model": model, "text": text, "analyses": [CIRCUITS_SET], "options": options}
+
+
+def pair_link(example: dict[str, Any], model: str | None) -> str:
+    """/circuits with one example's clean and corrupted texts and its answer/wrong as the target."""
+    query = {
+        "model": model or "",
+        "text": example["clean"],
+        "corrupted": example["corrupted"],
+        "target": format_target([example["answer"], example["wrong"]]),
+        "run": "1",
+    }
+    return "/circuits?" + urlencode({k: v for k, v in query.items() if v})
+
+
+def _number(label: str, cid: str, value: Any, lo: int, hi: int) -> list[Any]:
+    return [
+        html.Label(label, htmlFor=cid),
+        dcc.Input(
+            id=cid, type="number", min=lo, max=hi, step=1, value=value, className="small-input"
+        ),
+    ]
+
+
+def layout(
+    store: ResultStore, query: dict[str, str], share: dict[str, Any] | None = None
+) -> html.Div:
+    options, default_model, hint = decoder_choices(store)
+    source, request, view = restore_view(store, query, share, keys=("k",))
+    model, url_msg = url_model(query, options, default_model, view="circuits on a set")
+    opts = request.get("options") or {}
+    text = request.get("text") or ""
+    task = text if text in BUILT_IN else (UPLOAD if text else query.get("task") or "ioi")
+    row = html.Div(
+        className="control-row",
+        children=[
+            html.Label("model", htmlFor="cs-model"),
+            dcc.Dropdown(
+                id="cs-model",
+                options=options,
+                value=request.get("model") or model,
+                clearable=False,
+                className="model-picker",
+            ),
+            html.Label("method", htmlFor="cs-method"),
+            dcc.RadioItems(
+                id="cs-method",
+                options=[{"label": "EAP", "value": "eap"}, {"label": "EAP-IG", "value": "eap-ig"}],
+                value="eap" if opts.get("ig_steps") == 1 else "eap-ig",
+                inline=True,
+            ),
+            *_number("IG steps k", "cs-ig-steps", opts.get("ig_steps", 5), 1, 50),
+            *_number("bootstrap B", "cs-bootstrap", opts.get("bootstrap", 10), 0, 200),
+            *_number("random R", "cs-random", opts.get("random_circuits", 5), 0, 50),
+            html.Button("Analyze", id="cs-analyze", className="button primary"),
+            html.Button("Cancel", id="cs-cancel", className="button secondary"),
+        ],
+    )
+    picker = html.Div(
+        className="control-row",
+        children=[
+            html.Label("data set", htmlFor="cs-task"),
+            dcc.RadioItems(
+                id="cs-task",
+                options=[
+                    {"label": "IOI (built in)", "value": "ioi"},
+                    {"label": "capitals (built in)", "value": "capitals"},
+                    {"label": "my JSON Lines", "value": UPLOAD},
+                ],
+                value=task,
+                inline=True,
+            ),
+            *_number("N examples", "cs-n", opts.get("set_examples", 200), 2, 2000),
+        ],
+    )
+    paste = html.Div(
+        className="row",
+        children=[
+            html.Div(
+                className="col",
+                children=[
+                    html.Label(
+                        "JSON Lines: one example a line with clean, corrupted, answer, wrong "
+                        "(clean and corrupted of the same token length)",
+                        htmlFor="cs-jsonl",
+                    ),
+                    dcc.Textarea(
+                        id="cs-jsonl",
+                        value=text if task == UPLOAD else "",
+                        className="text-input",
+                    ),
+                    dcc.Upload(
+                        id="cs-upload",
+                        children=html.Span("or drop / pick a .jsonl file", className="button"),
+                    ),
+                ],
+            )
+        ],
+    )
+    return html.Div(
+        className="page",
+        id="circuit-sets-page",
+        children=[
+            page_header(NAME, TITLE),
+            html.P(
+                [
+                    "The circuit of one clean / corrupted pair is on ",
+                    dcc.Link("Circuits", href="/circuits"),
+                    "; here a circuit is found on a task data set and scored as MIB scores it.",
+                ],
+                className="hint",
+            ),
+            html.Div(
+                className="controls",
+                children=[
+                    picker,
+                    paste,
+                    row,
+                    None if request else url_msg,
+                    html.P(hint, className="hint"),
+                    html.Div(id="cs-error", className="error"),
+                    progress_block("cs", running=source is not None),
+                ],
+            ),
+            html.Div(
+                className="export-bar",
+                children=[
+                    html.Button("Share", id="cs-share-button", className="button"),
+                    html.A(id="cs-share-url", className="share-url", target="_blank"),
+                ],
+            ),
+            html.Div(
+                className="panel",
+                children=[
+                    html.Div(id="cs-accuracy", className="cs-accuracy"),
+                    html.Div(id="cs-warning", className="error"),
+                    html.Div(id="cs-scores", className="cs-scores"),
+                ],
+            ),
+            html.Div(
+                className="row",
+                children=[
+                    html.Div(
+                        className="col panel",
+                        children=[graph("cs-curve-graph", figure=empty_figure("Press Analyze."))],
+                    ),
+                    html.Div(
+                        className="col panel",
+                        children=[graph("cs-stability-graph", figure=empty_figure(""))],
+                    ),
+                ],
+            ),
+            html.Div(
+                className="panel",
+                children=[
+                    html.Label("circuit size k", htmlFor="cs-size"),
+                    dcc.Dropdown(
+                        id="cs-size",
+                        options=[],
+                        value=float(view["k"]) if view.get("k") else None,
+                        clearable=False,
+                        style={"width": "22em"},
+                    ),
+                    graph("cs-circuit-graph", figure=empty_figure("")),
+                ],
+            ),
+            html.Div(
+                className="panel",
+                children=[
+                    html.H4("Examples (a click opens the pair on Circuits)"),
+                    html.Ol(id="cs-examples"),
+                ],
+            ),
+            dcc.Store(id="cs-source", data=source),
+        ],
+    )
+
+
+def _result(store: ResultStore, source: dict[str, Any] | None) -> tuple[str, Any]:
+    st = store.status(source)
+    res = (st.get("result") or {}).get(CIRCUITS_SET)
+    return st["status"], res
+
+
+def register(app: Dash, store: ResultStore) -> None:
+    client = store.client
+    register_poll(app, store, "cs", ["cs-source"])
+    register_cancel(app, "cs", kind="analysis", cancel=client.cancel_analysis)
+    register_view(
+        app,
+        client,
+        PageView(
+            name=NAME,
+            prefix="cs",
+            path=PATH,
+            source="cs-source",
+            inputs=(("cs-size", "value"),),
+            view=lambda k: {"k": f"{float(k):g}"} if k else {},
+        ),
+    )
+
+    @app.callback(
+        Output("cs-jsonl", "value"),
+        Output("cs-task", "value"),
+        Input("cs-upload", "contents"),
+        prevent_initial_call=True,
+    )
+    def _upload(contents):  # type: ignore[no-untyped-def]
+        if not contents:
+            return no_update, no_update
+        data = base64.b64decode(contents.split(",", 1)[-1]).decode("utf-8", errors="replace")
+        return data, UPLOAD
+
+    @app.callback(
+        Output("cs-source", "data"),
+        Output("cs-error", "children"),
+        Input("cs-analyze", "n_clicks"),
+        State("cs-model", "value"),
+        State("cs-task", "value"),
+        State("cs-jsonl", "value"),
+        State("cs-n", "value"),
+        State("cs-method", "value"),
+        State("cs-ig-steps", "value"),
+        State("cs-bootstrap", "value"),
+        State("cs-random", "value"),
+        prevent_initial_call=True,
+    )
+    def _submit(_n, model, task, jsonl, n, method, ig, boot, rnd):  # type: ignore[no-untyped-def]
+        try:
+            req = set_request(
+                model=model,
+                task=task,
+                jsonl=jsonl,
+                n=n,
+                method=method,
+                ig_steps=ig,
+                bootstrap=boot,
+                random_circuits=rnd,
+            )
+            job = client.submit_analysis(**req)["id"]
+        except (ApiError, ValueError) as exc:
+            return no_update, str(exc)
+        return {"kind": "analysis", "id": job, "request": req}, ""
+
+    @app.callback(
+        Output("cs-accuracy", "children"),
+        Output("cs-warning", "children"),
+        Output("cs-scores", "children"),
+        Output("cs-curve-graph", "figure"),
+        Output("cs-stability-graph", "figure"),
+        Output("cs-size", "options"),
+        Output("cs-size", "value"),
+        Output("cs-examples", "children"),
+        Input("cs-job", "data"),
+        State("cs-source", "data"),
+        State("cs-size", "value"),
+        State("cs-model", "value"),
+    )
+    def _views(_job, source, k, model):  # type: ignore[no-untyped-def]
+        state, res = _result(store, source)
+        if res is None:
+            msg = "Press Analyze." if state == "none" else "Computing…"
+            return "", "", "", empty_figure(msg), empty_figure(""), [], None, []
+        sizes = F.size_options(res)
+        values = [o["value"] for o in sizes]
+        if k is None or float(k) not in values:
+            k = values[len(values) // 2] if values else None
+        req_model = (store.status(source).get("request") or {}).get("model") or model
+        examples = [
+            html.Li(
+                html.A(
+                    f"[{row['split']}] {row['clean']} → {row['answer']!r} vs {row['wrong']!r}",
+                    href=pair_link(row, req_model),
+                    className="cs-example",
+                )
+            )
+            for row in F.example_rows(res, SHOWN_EXAMPLES)
+        ]
+        return (
+            F.accuracy_line(res),
+            res.get("warning") or "",
+            F.scores_line(res),
+            F.faithfulness_figure(res),
+            F.stability_figure(res),
+            sizes,
+            k,
+            examples,
+        )
+
+    @app.callback(
+        Output("cs-circuit-graph", "figure"),
+        Input("cs-size", "value"),
+        Input("cs-job", "data"),
+        State("cs-source", "data"),
+    )
+    def _circuit(k, _job, source):  # type: ignore[no-untyped-def]
+        _, res = _result(store, source)
+        if res is None:
+            return empty_figure("")
+        return F.circuit_at(res, k)
