@@ -57,6 +57,11 @@ POINT_JS = """([id, k]) => {
   const tr = gd.data[0], fl = gd._fullLayout, r = gd.getBoundingClientRect();
   return [r.left + fl.xaxis._offset + fl.xaxis.l2p(tr.x[k]), r.top + fl.yaxis._offset + fl.yaxis.l2p(tr.y[k])];
 }"""
+MATRIX_CELL_JS = """([key, query]) => {
+  const gd = document.querySelector('#attention-matrix-graph .js-plotly-plot'), fl = gd._fullLayout;
+  const r = gd.getBoundingClientRect();
+  return [r.left + fl.xaxis._offset + fl.xaxis.l2p(key), r.top + fl.yaxis._offset + fl.yaxis.l2p(query)];
+}"""
 URL_HEAD_JS = """([layer, head]) => {
   const q = new URLSearchParams(window.location.search);
   return q.get('layer') === String(layer) && q.get('head') === String(head);
@@ -251,6 +256,15 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
             1,
             2,
         ]  # token 2 in every view
+        # the matrix sends only weights per cell: its hover names the tokens through the axes' labels
+        page.locator("#attention-matrix-graph").scroll_into_view_if_needed()
+        x, y = page.evaluate(MATRIX_CELL_JS, [2, 3])  # key "cat", query "sat"
+        page.mouse.move(x - 5, y - 5)
+        page.mouse.move(x, y, steps=3)
+        page.wait_for_selector("#attention-matrix-graph .hoverlayer .hovertext", timeout=WAIT_MS)
+        hover = page.text_content("#attention-matrix-graph .hoverlayer .hovertext") or ""
+        assert f"query → key: {tokens[3]} → {tokens[2]}" in hover and "attention 0." in hover, hover
+        w.shot("2-matrix-hover")
         w.shot("2-head-view")
 
         with page.expect_download() as dl:

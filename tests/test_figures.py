@@ -18,7 +18,7 @@ from frontend.figures.attention import (
 )
 from frontend.figures.base import empty_figure, graph_config, standalone_html
 from frontend.figures.rescale import fit_axis
-from frontend.figures.tokens import readable_tokens
+from frontend.figures.tokens import readable_tokens, token_labels
 from frontend.figures.tsne import (
     head_embedding,
     head_tsne_figure,
@@ -195,6 +195,29 @@ def test_attention_matrix_is_the_heads_own(head_result, dropped_result):
         "No attention matrix"
         in attention_matrix_figure(head_result, layer=0, head=0).layout.annotations[0].text
     )
+
+
+def test_attention_matrix_sends_only_weights_per_cell(head_result, dropped_result):
+    """The matrix carries nothing per cell but its weight: the hover names query and key through the
+    axes' labelalias, highlight.js finds a column's token in meta.tokens (per-cell hover text and
+    customdata made a 452-token matrix ~5 MB)."""
+    import plotly.io as pio
+
+    for result, kept in ((head_result, None), (dropped_result, 1)):
+        fig = attention_matrix_figure(
+            result, layer=1 if kept is None else 0, head=2 if kept is None else 0
+        )
+        trace = fig.data[0]
+        n = len(trace.z)
+        assert trace.text is None and trace.hovertext is None and trace.customdata is None
+        assert "%{y}" in trace.hovertemplate and "%{x}" in trace.hovertemplate
+        size = len(pio.to_json(fig.data[0], engine="json"))
+        assert size < 6_000 + 8 * n * n, size  # float32 base64: ~5.3 bytes a cell, no text
+        labels = token_labels(result, fig.layout.meta["tokens"])
+        for axis in (fig.layout.xaxis, fig.layout.yaxis):
+            assert axis.labelalias == {str(i): label for i, label in enumerate(labels)}
+            assert axis.tickformat == "d" and axis.hoverformat == "d" and axis.ticktext is None
+        assert fig.layout.meta["tokens"] == list(range(kept or 0, (kept or 0) + n))
 
 
 def test_grid_form_of_head_tsne_is_read_too(minilm):

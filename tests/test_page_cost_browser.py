@@ -196,3 +196,53 @@ def test_the_head_views_are_redrawn_only_when_what_they_show_changes(
     finally:
         w.close()
         held.close()
+
+
+# each request for the head maps, with how many animation frames had begun with gallery panels
+# drawn when it went out (a frame that begins with them paints them)
+WATCH_MAPS_ASKED_JS = """(() => {
+  window.__mapsAsked = [];
+  let frames = 0;
+  const tick = () => {
+    const gd = document.querySelector('#head-gallery .js-plotly-plot');
+    const g = gd && gd.layout && gd.layout.meta && gd.layout.meta.gallery;
+    if (g && g.panels && g.panels.length) frames += 1;
+    window.requestAnimationFrame(tick);
+  };
+  window.requestAnimationFrame(tick);
+  const send = window.fetch;
+  window.fetch = function (input, init) {
+    const body = init && init.body;
+    if (typeof body === 'string' && body.includes('text-head-maps.data')) window.__mapsAsked.push(frames);
+    return send.apply(this, arguments);
+  };
+})();"""
+
+
+def test_a_reopened_result_asks_for_the_head_maps_once_its_gallery_is_drawn(
+    service, deep_llama, browser, tmp_path
+):
+    """The head maps (megabytes for a stored result) used to be asked for as soon as the gallery's
+    answer was applied, before it was painted: the server built them and the browser received them
+    while it drew the gallery, and the first row waited. Now they are asked for once its panels are
+    painted (assets/gallery.js)."""
+    held = HeldJob(service, deep_llama)
+    for layer in range(LAYERS):
+        held.release(layer)
+    held.finish()
+    w = Watch(browser, service.url, tmp_path)
+    page = w.page
+    try:
+        page.add_init_script(WATCH_MAPS_ASKED_JS)
+        page.goto(f"{service.url}/?analysis={held.id}")
+        page.wait_for_function(f"({GALLERY_JS})?.complete === true", timeout=WAIT_MS)
+        page.wait_for_function("window.__mapsAsked.length > 0", timeout=WAIT_MS)
+        asked = page.evaluate("window.__mapsAsked")
+        assert all(frames > 0 for frames in asked), asked  # the rows painted first
+        page.wait_for_function(
+            "document.querySelectorAll('.dash-graph--pending').length === 0", timeout=WAIT_MS
+        )
+        assert w.problems == [], w.problems
+    finally:
+        w.close()
+        held.close()

@@ -64,12 +64,40 @@
     return jobChanged(null);
   }
 
+  /* The head maps (store text-head-maps, megabytes for a stored result) are asked for once the
+   * answer's rows are painted (store text-gallery-drawn, the maps callback's Input): asked for on the
+   * answer, the server built them and the browser received them while it drew the gallery, on the
+   * same 2 cores, and the first row waited for them. Painted: the gallery's figure has its panels,
+   * then one animation frame; at most DRAWN_MS after the answer in any case. */
+  var DRAWN_MS = 3000;
+  var drawn = 0;
+  function whenDrawn() {
+    var n = (drawn += 1), start = Date.now(), done = false;
+    function fire() {
+      if (done || n !== drawn) { return; }
+      done = true;
+      window.dash_clientside.set_props("text-gallery-drawn", {data: n});
+    }
+    (function look() {
+      if (n !== drawn) { return; }
+      var gd = document.querySelector("#head-gallery .js-plotly-plot");
+      var meta = gd && gd._fullLayout && gd.layout && gd.layout.meta && gd.layout.meta.gallery;
+      if ((meta && meta.panels && meta.panels.length) || Date.now() - start > DRAWN_MS) {
+        window.requestAnimationFrame(function () { window.setTimeout(fire, 0); });
+        window.setTimeout(fire, 250);  /* no frames in a hidden tab */
+        return;
+      }
+      window.setTimeout(look, 20);
+    })();
+  }
+
   /* Input text-gallery-key: an answer was applied (any of the gallery's, however it was asked for) */
   function answerApplied(shown) {
     if (shown && shown.shape) { gate.view = viewKey(shown.layers, shown.shape.page); }  /* what it shows */
     gate.busy = null;
     gate.lost = 0;
     if (gate.pending) { ask(); }
+    whenDrawn();
     return NO();
   }
 

@@ -1,6 +1,8 @@
 /* headscope: hovering a token highlights it in every figure of the page.
  * Every point or cell carries its token index as the first element of customdata (or as the
- * customdata itself); each figure's layout.meta.highlight says how to mark it:
+ * customdata itself), or the figure lists its columns' tokens once in layout.meta.tokens (the
+ * attention matrix: nothing per cell but the weight); each figure's layout.meta.highlight says how
+ * to mark it:
  *   "points"  - a ring around the token's point (scatter plots)
  *   "columns" - a band over the token's column (heatmaps with tokens on x)
  *   "matrix"  - the token's row and column (attention matrix)
@@ -25,8 +27,11 @@
     if ((c === undefined || (c !== null && typeof c === "object" && !isList(c))) && gd && gd.data) {
       /* Dash leaves customdata out of a heatmap's hoverData: look the cell up by x and y */
       var trace = traceOf(gd, point.curveNumber || 0);
+      var listed = gd.layout && gd.layout.meta && gd.layout.meta.tokens;
       c = undefined;
-      if (trace && trace.customdata && trace.x && trace.y) {
+      if (Array.isArray(listed)) {
+        c = listed[Number(point.x)];
+      } else if (trace && trace.customdata && trace.x && trace.y) {
         var i = Array.prototype.indexOf.call(trace.y, point.y), j = Array.prototype.indexOf.call(trace.x, point.x);
         if (i >= 0 && j >= 0 && trace.customdata[i]) { c = trace.customdata[i][j]; }
       }
@@ -65,6 +70,11 @@
   }
 
   function columnOf(gd, token) {
+    var listed = gd.layout && gd.layout.meta && gd.layout.meta.tokens;
+    if (Array.isArray(listed)) {
+      var at = listed.indexOf(token);
+      return at >= 0 ? at : null;
+    }
     var trace = traceOf(gd, 0);
     if (!trace || !trace.customdata || !trace.customdata.length) { return null; }
     var row = trace.customdata[0];

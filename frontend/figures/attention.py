@@ -186,25 +186,25 @@ def attention_matrix_figure(result: dict[str, Any], *, layer: int, head: int) ->
         return empty_figure(f"No attention matrix for {head_label(layer, head)} in this result.")
     a, kept, exact = hit  # [query, key]
     labels = token_labels(result, kept)
-    custom = [
-        [int(kept[j]) for j in range(len(kept))] for _ in range(len(kept))
-    ]  # key token per cell
+    # Nothing per cell but the weight (float32, a typed array on the wire): the hover names the
+    # query and key through the axes' labelalias (index -> token, the same map draws the ticks) and
+    # highlight.js finds a cell's token in layout.meta.tokens (docs/dashboard.md, "Measured costs the
+    # code points to"). Per-cell hover text and customdata made the 452-token matrix ~5 MB.
     fig = go.Figure(
         go.Heatmap(
-            z=a.tolist(),
-            x=list(range(len(kept))),
-            y=list(range(len(kept))),
-            customdata=custom,
-            text=[
-                [f"{labels[i]} → {labels[j]}" for j in range(len(kept))] for i in range(len(kept))
-            ],
-            hovertemplate="query → key: %{text}<br>attention %{z:.3f}<extra></extra>",
+            z=np.asarray(a, dtype=np.float32),
+            x=np.arange(len(kept), dtype=np.int32),
+            y=np.arange(len(kept), dtype=np.int32),
+            hovertemplate="query → key: %{y} → %{x}<br>attention %{z:.3f}<extra></extra>",
             colorscale=HEAT_SCALE,
             zmin=0.0,
             colorbar={"title": {"text": "A"}, "thickness": 12},
         )
     )
     ticks = token_ticks(labels)
+    alias = {str(i): label for i, label in enumerate(labels)}  # the "d" format writes i as str(i)
+    ticks = {**{k: v for k, v in ticks.items() if k != "ticktext"}, "tickformat": "d",
+             "hoverformat": "d", "labelalias": alias}  # fmt: skip
     fig.update_layout(
         title={
             "text": f"Attention matrix — {head_label(layer, head)} (rows: queries)"
@@ -219,6 +219,6 @@ def attention_matrix_figure(result: dict[str, Any], *, layer: int, head: int) ->
         },
         height=max(360, min(900, 120 + 14 * len(kept))),
         margin={"l": 80, "r": 20, "t": 60, "b": 90},
-        meta={"highlight": "matrix"},
+        meta={"highlight": "matrix", "tokens": [int(k) for k in kept]},
     )
     return fig

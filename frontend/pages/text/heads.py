@@ -84,6 +84,7 @@ def gallery_panel(state: dict[str, Any]) -> html.Details:
                 id="text-gallery-tick"
             ),  # assets/gallery.js asks for an update here, one at a time
             dcc.Store(id="text-gallery-gate"),
+            dcc.Store(id="text-gallery-drawn"),  # assets/gallery.js: an answer's rows are painted
         ],
     )
 
@@ -361,10 +362,10 @@ def register(app: Dash, store: ResultStore) -> None:
         labels = atlas_labels(store.client, (st.get("request") or {}).get("model"))
         return gallery_outputs(st, source, layers, page, shown, with_maps=False, labels=labels)[:4]
 
-    @app.callback(  # the maps after the gallery's answer: the rows paint first
+    @app.callback(  # the maps once the gallery's answer is painted (assets/gallery.js: drawn)
         Output("text-head-maps", "data"),
         Output("text-maps-key", "data"),
-        Input("text-gallery-key", "data"),
+        Input("text-gallery-drawn", "data"),
         State("text-source", "data"),
         State("text-job", "data"),
         State("text-maps-key", "data"),
