@@ -117,6 +117,15 @@ ROWS: dict[str, list[str]] = {
         "tests/test_corpus_formats.py::test_archives_are_unpacked_safely",
         DEFAULTS,
     ],
+    "head atlas (docs/atlas.md)": [
+        "test_atlas_probe_and_resamples",
+        "tests/test_atlas_service.py::test_the_service_refuses_bad_settings_and_stores_one_atlas",
+    ],
+    "circuits on a task set (docs/circuits.md)": [
+        "test_circuits_on_a_set_examples_resamples_and_random_circuits",
+        "tests/test_circuit_sets_service.py::test_bad_set_requests_get_422_before_queueing",
+        "tests/test_circuit_tasks.py::test_jsonl_uploads",
+    ],
     "circuits": [
         "test_circuits_edges_steps_and_curve",
         "tests/test_circuits_service.py::test_edge_attribution_job_can_be_cancelled_while_running",
@@ -836,3 +845,42 @@ def test_corpus_texts_characters_and_bytes(api):
     client = api(HEADSCOPE_MAX_UPLOAD_BYTES="30")  # the upload limit bounds a corpus too
     ok(file(b"1234567\n" * 3 + b"123456"), 201)  # 30 bytes
     refused(file(b"1234567\n" * 3 + b"1234567"), "30-byte limit", status=413)
+
+
+# ---------------------------------------------------------------------- the atlas and task sets
+
+
+def test_atlas_probe_and_resamples(api):
+    """The atlas' probe: S in 1-256 sequences, R in 2-512 tokens (and 2R + 1 within the model's
+    limit), 0-2,000 bootstrap resamples; each tried at its limit and one past it."""
+    from workers.analyses.atlas.spec import ATLAS, ATLAS_TEXT
+
+    client = api()
+    small = {"random_len": 8, "max_texts": 4, "skip_evidence": True}
+
+    def atlas(**opts: Any):
+        return analyses(client, ATLAS_TEXT, [ATLAS], model="tiny-gpt2", **{**small, **opts})
+
+    ok(atlas(random_seqs=256, resamples=2_000))
+    ok(atlas(random_seqs=1, resamples=0, random_len=2))
+    refused(atlas(random_seqs=257), "random_seqs", "at most 256")
+    refused(atlas(random_seqs=0), "random_seqs", "at least 1")
+    refused(atlas(resamples=2_001), "resamples", "at most 2000")
+    refused(atlas(random_len=1), "random_len", "at least 2")
+    refused(atlas(random_len=513), "random_len", "at most 512")
+    refused(atlas(random_len=40), "too long for tiny-gpt2")  # 2R + 1 past the tiny model's limit
+
+
+def test_circuits_on_a_set_examples_resamples_and_random_circuits(api):
+    """A task set: 2-2,000 examples drawn, 0-200 bootstrap resamples, 0-50 random circuits."""
+    client = api()
+
+    def task(**opts: Any):
+        return analyses(client, "ioi", ["circuits-set"], model="tiny-gpt2", **opts)
+
+    ok(task(set_examples=2_000, bootstrap=200, random_circuits=50))
+    ok(task(set_examples=2, bootstrap=0, random_circuits=0))
+    refused(task(set_examples=2_001), "set_examples", "at most 2000")
+    refused(task(set_examples=1), "set_examples", "at least 2")
+    refused(task(bootstrap=201), "bootstrap", "at most 200")
+    refused(task(random_circuits=51), "random_circuits", "at most 50")
