@@ -102,7 +102,7 @@ def test_circuits_page_on_smollm2(server, browser, tmp_path):
         # a click on the head AtP ranks first opens it in the text explorer and on the causal page
         ys = atp["data"][1]["y"]
         k = max(range(len(ys)), key=lambda i: abs(ys[i]))
-        layer, head = atp["data"][1]["customdata"][k]
+        layer, head = atp["data"][1]["customdata"][k][:2]  # then the atlas label
         page.locator("#circuits-atp-graph").scroll_into_view_if_needed()
         x, y = page.evaluate(POINT_JS, ["circuits-atp-graph", 1, k])
         page.mouse.click(x, y)
