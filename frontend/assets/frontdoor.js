@@ -13,17 +13,23 @@
       setTimeout(poll, 150);
     })();
   }
-  // a loaded machine can take well over 30 s to draw a page and answer its first callbacks: the
-  // example keeps waiting (it gave up after 30 s, leaving run=1 in the URL and Analyze unpressed)
+  // a loaded machine can take well over 30 s to draw a page: the example waits for its element as
+  // long as it takes (it gave up after 30 s, leaving run=1 in the URL and Analyze unpressed), then
+  // for a moment with no callback in flight (the URL's model and text put in place), but not for
+  // ever: a page whose polls keep a callback in flight on a slow machine is clicked all the same
   const PATIENCE_MS = 600000;
+  const QUIET_MS = 15000;
   function clickInTurn(targets) {
     if (!targets.length) { return; }
     const [first, ...rest] = targets;
-    waitFor(() => !busy() && first(), PATIENCE_MS, (ok) => {
-      const el = first();
-      if (!ok || !el) { return; }
-      el.click();
-      setTimeout(() => clickInTurn(rest), 400);
+    waitFor(() => first(), PATIENCE_MS, (found) => {
+      if (!found) { return; }
+      waitFor(() => !busy() && first(), QUIET_MS, () => {
+        const el = first();
+        if (!el) { return; }
+        el.click();
+        setTimeout(() => clickInTurn(rest), 400);
+      });
     });
   }
   function start() {
