@@ -75,7 +75,9 @@ def test_an_idle_poll_changes_nothing_and_a_change_still_shows(service, browser,
     w = Watch(browser, service.url, tmp_path)
     page = w.page
     polls: list = []  # the outputs each poll's answer changes
-    others = {"asked": 0, "answered": 0}  # every other callback of the page's server
+    # every other callback of the page's server; of them, the gallery's answers and the head maps',
+    # which the page asks for once each gallery answer is painted (assets/gallery.js: up to 3 s on)
+    others = {"asked": 0, "answered": 0, "gallery": 0, "maps": 0}
 
     def is_poll(request) -> bool:  # the poll's callback (register_poll)
         return (
@@ -91,6 +93,9 @@ def test_an_idle_poll_changes_nothing_and_a_change_still_shows(service, browser,
             return
         if not is_poll(response.request):
             others["answered"] += 1
+            output = json.loads(response.request.post_data or "{}").get("output", "")
+            for name, key in (("head-gallery.figure", "gallery"), ("text-head-maps.data", "maps")):
+                others[key] += name in output
             polls.clear()  # counted from the last other answer on
             return
         body = (
@@ -120,8 +125,10 @@ def test_an_idle_poll_changes_nothing_and_a_change_still_shows(service, browser,
         assert page.evaluate("document.querySelector('#text-progress-bar').style.width") == "20%"
         deadline = time.monotonic() + WAIT_MS / 1000
         while (
-            others["asked"] > others["answered"] or len(polls) < 4
-        ):  # the page's first drawings are over
+            others["asked"] > others["answered"]
+            or others["maps"] < others["gallery"]
+            or len(polls) < 4
+        ):  # the page's first drawings are over, the head maps each gallery answer asks for too
             assert time.monotonic() < deadline, (others, polls)
             page.wait_for_timeout(100)
 
