@@ -33,7 +33,7 @@ from frontend.kit.page import (
     register_view,
     restore_view,
 )
-from workers.analyses.atlas.spec import ATLAS
+from workers.analyses.atlas.spec import ATLAS, MAX_RANDOM_LEN, MAX_RANDOM_SEQS, AtlasOptions
 from workers.core.notation import head_label, parse_head
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,9 @@ TITLE = "Head atlas"
 NAV_ORDER = 3
 TYPES = list(A.COLOURS)
 GRAPHS = ["heads-grid-graph"]
+# the probe's defaults and limits are the atlas' options model's (written once, in its spec)
+DEFAULT_SEQS = AtlasOptions.model_fields["random_seqs"].default
+DEFAULT_LEN = AtlasOptions.model_fields["random_len"].default
 
 
 def explorer_href(model: str, layer: int, head: int) -> str:
@@ -117,9 +120,9 @@ def layout(
                                 id="heads-seqs",
                                 type="number",
                                 min=1,
-                                max=256,
+                                max=MAX_RANDOM_SEQS,
                                 step=1,
-                                value=opts.get("random_seqs", 32),
+                                value=opts.get("random_seqs", DEFAULT_SEQS),
                                 style={"width": "5em"},
                             ),  # fmt: skip
                             html.Label("tokens each", htmlFor="heads-len"),
@@ -127,9 +130,9 @@ def layout(
                                 id="heads-len",
                                 type="number",
                                 min=2,
-                                max=512,
+                                max=MAX_RANDOM_LEN,
                                 step=1,
-                                value=opts.get("random_len", 64),
+                                value=opts.get("random_len", DEFAULT_LEN),
                                 style={"width": "5em"},
                             ),  # fmt: skip
                             html.Button("Analyze", id="heads-analyze", className="button primary"),
