@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import asynccontextmanager
+from types import ModuleType
 from typing import Any
 
 from fastapi import FastAPI
@@ -160,7 +161,7 @@ def create_app(
     app.add_middleware(
         UploadLimit, limit=settings.max_upload_bytes, paths=("/api/checkpoints", "/api/corpora")
     )
-    routers = (health, models, analyses, checkpoints, pe, shares, corpora)
+    routers: tuple[ModuleType, ...] = (health, models, analyses, checkpoints, pe, shares, corpora)
     routers += (compare_api,)  # docs/compare.md
     for module in routers:
         app.include_router(module.router)

@@ -157,7 +157,7 @@ class JobQueue:
                 partial_raw = {
                     k: protocol.text(v) for k, v in zip(names, got[3], strict=True) if v is not None
                 }
-        partial = {"partial_raw": partial_raw, "partial_keys": partial_keys}
+        partial: dict[str, Any] = {"partial_raw": partial_raw, "partial_keys": partial_keys}
         split = parts.plan(self.conn, job_id)
         if (
             split is not None

@@ -29,9 +29,12 @@ def check_compare(req: CompareRequest, queue: JobQueue, store: Store) -> None:
     if req.text is not None:
         texts = [req.text]
     elif req.corpus is not None and req.corpus.startswith("builtin-"):
-        texts = shipped_corpus(req.corpus).texts  # type: ignore[union-attr] - checked above
-    else:
+        shipped = shipped_corpus(req.corpus)
+        texts = shipped.texts if shipped is not None else []  # check_corpus refused an unknown one
+    elif req.corpus is not None:
         texts = store.corpus_texts(req.corpus) or []
+    else:
+        texts = []
     ranges = compare_ranges(len(texts)) if req.corpus is not None else None  # a split one: per part
     plan_of(req.model_a, req.model_b, texts, max_tokens=req.max_tokens, ranges=ranges).check(
         what=f"comparing {req.model_a} and {req.model_b} on {len(texts)} texts"

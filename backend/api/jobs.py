@@ -164,19 +164,16 @@ def job_routes(
         dependencies=[WriteAccess],
     )
 
-    if result_query:
+    def status_with_result(
+        job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY, result: str = RESULT_QUERY
+    ) -> Response:
+        return job_status(queue, job_id, kind=kind, what=what, partial=partial, result=result)
 
-        def status(
-            job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY, result: str = RESULT_QUERY
-        ) -> Response:
-            return job_status(queue, job_id, kind=kind, what=what, partial=partial, result=result)
-    else:
-
-        def status(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY) -> Response:
-            return job_status(queue, job_id, kind=kind, what=what, partial=partial)
+    def status(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY) -> Response:
+        return job_status(queue, job_id, kind=kind, what=what, partial=partial)
 
     add(
-        status,
+        status_with_result if result_query else status,
         "GET",
         status_name,
         status_doc,

@@ -28,7 +28,9 @@ def cmd_pe(args: argparse.Namespace) -> int:
     from workers.models.checkpoints import MAX_CHECKPOINT_BYTES, list_candidates, read_tensor
 
     # files get the upload limits; a catalogue model's directory is the operator's, so no size limit
-    sources = [(Path(c), MAX_CHECKPOINT_BYTES, c) for c in args.checkpoint or []]
+    sources: list[tuple[Path, int | None, str]] = [
+        (Path(c), MAX_CHECKPOINT_BYTES, c) for c in args.checkpoint or []
+    ]
     if args.model:
         sources.append((_catalogue_dir(args.model), None, f"model:{args.model}"))
     if not sources:
@@ -46,7 +48,8 @@ def cmd_pe(args: argparse.Namespace) -> int:
         return 0
     n, d = items[0][1].shape
     grid = parse_grid(args.grid) if args.grid else None
-    reference, ref_info = None, {"kind": "none"}
+    reference = None
+    ref_info: dict[str, Any] = {"kind": "none"}
     if args.reference_checkpoint:
         rpath = Path(args.reference_checkpoint)
         if not rpath.exists():
@@ -63,7 +66,8 @@ def cmd_pe(args: argparse.Namespace) -> int:
             ref_info["grid"] = list(grid) if grid else None
         if args.reference == "random":
             ref_info.update(sigma=args.sigma, seed=args.seed)
-    partition, part_info = None, {"kind": "none"}
+    partition = None
+    part_info: dict[str, Any] = {"kind": "none"}
     if args.partition in ("rows", "columns"):
         if grid is None:
             side = int(round(n**0.5))

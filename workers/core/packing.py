@@ -58,7 +58,9 @@ def pack_attention(
     _, too_large = packed_shape(layers, heads, kept)
     if too_large:
         return {"attention_omitted": too_large}
-    return encode_packed(quantise(np.asarray(attentions)[np.ix_(layers, heads, kept, kept)]))
+    return encode_packed(
+        quantise(np.asarray(attentions)[np.ix_(np.asarray(layers), np.asarray(heads), kept, kept)])
+    )
 
 
 def unpack_attention(section: dict[str, object]) -> np.ndarray | None:
