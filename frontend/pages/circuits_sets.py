@@ -1,6 +1,7 @@
 """Circuits on a task data set (docs/circuits.md, "Circuits on a task data set"): the data-set mode of
-/circuits. A built-in task (``ioi``, ``capitals``, N examples) or a pasted/uploaded JSON Lines set runs
-one ``circuits-set`` job; the page shows the model's accuracy on the set, the faithfulness curve on
+/circuits. A built-in task (``ioi``, ``capitals``, N examples) or a pasted/uploaded JSON Lines set (stored
+first through ``POST /api/task-sets``, the job then names it by its ``cp-`` id) runs one ``circuits-set``
+job; the page shows the model's accuracy on the set, the faithfulness curve on
 MIB's axis with the random band, CPR and CMD beside random's, the stability per size, the circuit at a
 chosen size, and the examples, each a link to the single-pair view on /circuits.
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 from typing import Any
 from urllib.parse import urlencode
 
@@ -43,6 +45,7 @@ BUILT_IN = ("ioi", "capitals")
 UPLOAD = "upload"
 DEFAULTS = {"set_examples": 200, "ig_steps": 5, "bootstrap": 10, "random_circuits": 5}
 SHOWN_EXAMPLES = 50
+SET_ID = re.compile(r"cp-[0-9a-f]{32}")  # a stored task set (docs/circuits.md)
 PAGE_SET_EDGES = (
     1000  # edges the job lists: the circuit can be drawn at MIB's sizes up to this many
 )
@@ -60,7 +63,8 @@ def set_request(
     random_circuits: Any = None,
 ) -> dict[str, Any]:
     """The ``circuits-set`` job of the form (options at their defaults left out, so links keep their
-    id): the request's text is the built-in task's name or the JSON Lines."""
+    id): the request's text is the built-in task's name, or ``jsonl``: a stored set's id (what the page
+    sends) or JSON Lines."""
     if task == UPLOAD:
         text = (jsonl or "").strip()
         if not text:
@@ -90,6 +94,11 @@ def pair_link(example: dict[str, Any], model: str | None) -> str:
         "run": "1",
     }
     return "/circuits?" + urlencode({k: v for k, v in query.items() if v})
+
+
+def stored_line(meta: dict[str, Any]) -> str:
+    """``stored as cp-… (name, N examples)`` for a stored set's meta."""
+    return f"stored as {meta['id']} ({meta.get('name')}, {meta.get('n_examples')} examples)"
 
 
 def _number(label: str, cid: str, value: Any, lo: int, hi: int) -> list[Any]:
@@ -172,6 +181,7 @@ def layout(
                         id="cs-upload",
                         children=html.Span("or drop / pick a .jsonl file", className="button"),
                     ),
+                    html.Div(id="cs-set-info", className="hint"),
                 ],
             )
         ],
@@ -281,14 +291,21 @@ def register(app: Dash, store: ResultStore) -> None:
     @app.callback(
         Output("cs-jsonl", "value"),
         Output("cs-task", "value"),
+        Output("cs-set-info", "children"),
         Input("cs-upload", "contents"),
+        State("cs-upload", "filename"),
         prevent_initial_call=True,
     )
-    def _upload(contents):  # type: ignore[no-untyped-def]
+    def _upload(contents, filename):  # type: ignore[no-untyped-def]
+        """A picked file is stored at once (``POST /api/task-sets``); the box then holds its id."""
         if not contents:
-            return no_update, no_update
-        data = base64.b64decode(contents.split(",", 1)[-1]).decode("utf-8", errors="replace")
-        return data, UPLOAD
+            return no_update, no_update, no_update
+        data = base64.b64decode(contents.split(",", 1)[-1])
+        try:
+            stored = client.upload_task_set(filename=filename or "set.jsonl", data=data)
+        except ApiError as exc:
+            return no_update, UPLOAD, str(exc)
+        return stored["id"], UPLOAD, stored_line(stored)
 
     @app.callback(
         Output("cs-source", "data"),
@@ -306,6 +323,8 @@ def register(app: Dash, store: ResultStore) -> None:
     )
     def _submit(_n, model, task, jsonl, n, method, ig, boot, rnd):  # type: ignore[no-untyped-def]
         try:
+            if task == UPLOAD and (jsonl or "").strip() and not SET_ID.fullmatch(jsonl.strip()):
+                jsonl = client.upload_task_set(text=jsonl)["id"]  # stored first, named by id
             req = set_request(
                 model=model,
                 task=task,
