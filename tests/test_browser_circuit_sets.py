@@ -19,6 +19,7 @@ from workers.analyses.circuits.tasks import ioi
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 URL_JS = "(k) => new URLSearchParams(window.location.search).get(k)"
+NODES_JS = "() => Array.from(document.querySelector('#cs-nodes-graph .js-plotly-plot').data[0].y)"
 CURVE_JS = """() => { const gd = document.querySelector('#cs-curve-graph .js-plotly-plot');
   return {log: gd.layout.xaxis.type, names: gd.data.map(d => d.name),
           y: Array.from(gd.data.find(d => d.name.startsWith('circuit by score')).y)}; }"""
@@ -61,6 +62,8 @@ def test_the_data_set_mode_shows_the_curve_and_the_numbers(
         assert curve["y"] == pytest.approx([f for _, f in res["curve"]])
         page.wait_for_selector("#cs-stability-graph .scatterlayer .point", timeout=WAIT_MS)
         page.wait_for_selector("#cs-circuit-graph .scatterlayer .point", timeout=WAIT_MS)
+        bars = page.evaluate(NODES_JS)  # the AtP node scores, the strongest at the top
+        assert bars[::-1] == [nd["id"] for nd in res["node_scores"]["top"][:15]]
         page.wait_for_function(f"({URL_JS})('k') !== null", timeout=WAIT_MS)
 
         href = page.get_attribute("#cs-examples li:first-child a", "href")

@@ -124,3 +124,18 @@ def test_request_and_pair_link():
     assert link.startswith("/circuits?") and "corrupted=c+b" in link and "run=1" in link
     rows = F.example_rows(result())
     assert [r["split"] for r in rows] == ["discovery", "held out", "discovery"]
+
+
+def test_node_scores_are_bars_strongest_on_top():
+    top = [
+        {"id": "L1H0", "kind": "head", "layer": 1, "head": 0, "score": 0.6},
+        {"id": "FF0", "kind": "feedforward", "layer": 0, "head": None, "score": -0.3},
+        {"id": "L0H1", "kind": "head", "layer": 0, "head": 1, "score": 0.1},
+    ]
+    fig = F.node_figure(result(node_scores={"method": "AtP", "n_examples": 2, "top": top}))
+    bars = fig.data[0]
+    assert list(bars.y) == ["L0H1", "FF0", "L1H0"]  # the strongest drawn at the top
+    assert list(bars.x) == [0.1, -0.3, 0.6]
+    assert bars.marker.color[1] != bars.marker.color[0]  # the negative one in another colour
+    assert "2 discovery examples" in fig.layout.title.text
+    assert "No node scores" in F.node_figure(result()).layout.annotations[0].text

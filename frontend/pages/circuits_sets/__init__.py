@@ -3,7 +3,7 @@
 first through ``POST /api/task-sets``, the job then names it by its ``cp-`` id) runs one ``circuits-set``
 job; the page shows the model's accuracy on the set, the faithfulness curve on
 MIB's axis with the random band, CPR and CMD beside random's, the stability per size, the circuit at a
-chosen size, and the examples, each a link to the single-pair view on /circuits.
+chosen size, the top AtP node scores, and the examples, each a link to the single-pair view on /circuits.
 
 URL state: ``/circuits/sets?analysis=<job>&k=<size>``; a share link holds the job's share and ``k``.
 """
@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import base64
 import logging
-import re
 from typing import Any
-from urllib.parse import urlencode
 
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
@@ -22,7 +20,7 @@ from frontend.figures import circuit_sets as F
 from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore
-from frontend.kit.forms import decoder_choices, format_target, url_model
+from frontend.kit.forms import decoder_choices, url_model
 from frontend.kit.frontdoor import page_header
 from frontend.kit.page import (
     PageView,
@@ -33,6 +31,14 @@ from frontend.kit.page import (
     register_view,
     restore_view,
 )
+from frontend.pages.circuits_sets.requests import (
+    BUILT_IN,
+    SET_ID,
+    UPLOAD,
+    pair_link,
+    set_request,
+    stored_line,
+)
 from workers.analyses.circuits.spec import CIRCUITS_SET
 
 logger = logging.getLogger(__name__)
@@ -41,64 +47,7 @@ NAME = "circuit-sets"
 PATH = "/circuits/sets"
 TITLE = "Circuit sets"
 NAV_ORDER = 6  # beside /circuits
-BUILT_IN = ("ioi", "capitals")
-UPLOAD = "upload"
-DEFAULTS = {"set_examples": 200, "ig_steps": 5, "bootstrap": 10, "random_circuits": 5}
 SHOWN_EXAMPLES = 50
-SET_ID = re.compile(r"cp-[0-9a-f]{32}")  # a stored task set (docs/circuits.md)
-PAGE_SET_EDGES = (
-    1000  # edges the job lists: the circuit can be drawn at MIB's sizes up to this many
-)
-
-
-def set_request(
-    *,
-    model: str,
-    task: str,
-    jsonl: str | None = None,
-    n: Any = None,
-    method: str = "eap-ig",
-    ig_steps: Any = None,
-    bootstrap: Any = None,
-    random_circuits: Any = None,
-) -> dict[str, Any]:
-    """The ``circuits-set`` job of the form (options at their defaults left out, so links keep their
-    id): the request's text is the built-in task's name, or ``jsonl``: a stored set's id (what the page
-    sends) or JSON Lines."""
-    if task == UPLOAD:
-        text = (jsonl or "").strip()
-        if not text:
-            raise ValueError("paste or upload a JSON Lines set (clean, corrupted, answer, wrong)")
-    else:
-        text = task
-    given = {
-        "set_examples": n if task != UPLOAD else None,
-        "ig_steps": 1 if method == "eap" else ig_steps,
-        "bootstrap": bootstrap,
-        "random_circuits": random_circuits,
-    }
-    options: dict[str, Any] = {"set_edges": PAGE_SET_EDGES}
-    for key, value in given.items():
-        if value not in (None, "") and int(value) != DEFAULTS[key]:
-            options[key] = int(value)
-    return {"model": model, "text": text, "analyses": [CIRCUITS_SET], "options": options}
-
-
-def pair_link(example: dict[str, Any], model: str | None) -> str:
-    """/circuits with one example's clean and corrupted texts and its answer/wrong as the target."""
-    query = {
-        "model": model or "",
-        "text": example["clean"],
-        "corrupted": example["corrupted"],
-        "target": format_target([example["answer"], example["wrong"]]),
-        "run": "1",
-    }
-    return "/circuits?" + urlencode({k: v for k, v in query.items() if v})
-
-
-def stored_line(meta: dict[str, Any]) -> str:
-    """``stored as cp-… (name, N examples)`` for a stored set's meta."""
-    return f"stored as {meta['id']} ({meta.get('name')}, {meta.get('n_examples')} examples)"
 
 
 def _number(label: str, cid: str, value: Any, lo: int, hi: int) -> list[Any]:
@@ -255,6 +204,10 @@ def layout(
             ),
             html.Div(
                 className="panel",
+                children=[graph("cs-nodes-graph", figure=empty_figure(""))],
+            ),
+            html.Div(
+                className="panel",
                 children=[
                     html.H4("Examples (a click opens the pair on Circuits)"),
                     html.Ol(id="cs-examples"),
@@ -349,6 +302,7 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("cs-size", "options"),
         Output("cs-size", "value"),
         Output("cs-examples", "children"),
+        Output("cs-nodes-graph", "figure"),
         Input("cs-job", "data"),
         State("cs-source", "data"),
         State("cs-size", "value"),
@@ -358,7 +312,8 @@ def register(app: Dash, store: ResultStore) -> None:
         state, res = _result(store, source)
         if res is None:
             msg = "Press Analyze." if state == "none" else "Computing…"
-            return "", "", "", empty_figure(msg), empty_figure(""), [], None, []
+            blank = empty_figure("")
+            return "", "", "", empty_figure(msg), blank, [], None, [], blank
         sizes = F.size_options(res)
         values = [o["value"] for o in sizes]
         if k is None or float(k) not in values:
@@ -383,6 +338,7 @@ def register(app: Dash, store: ResultStore) -> None:
             sizes,
             k,
             examples,
+            F.node_figure(res),
         )
 
     @app.callback(
