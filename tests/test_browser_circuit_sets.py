@@ -7,6 +7,8 @@ circuit; an example links to the single-pair view; the URL keeps the job and the
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 
 import httpx
 import pytest
@@ -65,6 +67,14 @@ def test_the_data_set_mode_shows_the_curve_and_the_numbers(
         bars = page.evaluate(NODES_JS)  # the AtP node scores, the strongest at the top
         assert bars[::-1] == [nd["id"] for nd in res["node_scores"]["top"][:15]]
         page.wait_for_function(f"({URL_JS})('k') !== null", timeout=WAIT_MS)
+
+        with page.expect_download() as dl:  # the export bar: the circuit at the page's k
+            page.click("#cs-dl-circuit-json")
+        doc = json.loads(Path(dl.value.path()).read_text())
+        k = float(page.evaluate(URL_JS, "k"))
+        n = math.ceil(k * res["n_edges_total"])
+        assert doc["format"] == "headscope-circuit" and doc["k"] == k
+        assert doc["edges"] == res["edges"][:n] and doc["model"] == "tiny-gpt2"
 
         href = page.get_attribute("#cs-examples li:first-child a", "href")
         first = res["examples"][0]

@@ -3,7 +3,8 @@
 first through ``POST /api/task-sets``, the job then names it by its ``cp-`` id) runs one ``circuits-set``
 job; the page shows the model's accuracy on the set, the faithfulness curve on
 MIB's axis with the random band, CPR and CMD beside random's, the stability per size, the circuit at a
-chosen size, the top AtP node scores, and the examples, each a link to the single-pair view on /circuits.
+chosen size, the top AtP node scores, and the examples, each a link to the single-pair view on /circuits;
+the export bar (``exports.py``) downloads the result, the page and the circuit at k (JSON, GraphML).
 
 URL state: ``/circuits/sets?analysis=<job>&k=<size>``; a share link holds the job's share and ``k``.
 """
@@ -31,6 +32,7 @@ from frontend.kit.page import (
     register_view,
     restore_view,
 )
+from frontend.pages.circuits_sets.exports import exports_row, register_circuit_exports
 from frontend.pages.circuits_sets.requests import (
     BUILT_IN,
     SET_ID,
@@ -160,13 +162,7 @@ def layout(
                     progress_block("cs", running=source is not None),
                 ],
             ),
-            html.Div(
-                className="export-bar",
-                children=[
-                    html.Button("Share", id="cs-share-button", className="button"),
-                    html.A(id="cs-share-url", className="share-url", target="_blank"),
-                ],
-            ),
+            exports_row(),
             html.Div(
                 className="panel",
                 children=[
@@ -228,6 +224,7 @@ def register(app: Dash, store: ResultStore) -> None:
     client = store.client
     register_poll(app, store, "cs", ["cs-source"])
     register_cancel(app, "cs", kind="analysis", cancel=client.cancel_analysis)
+    register_circuit_exports(app, store)
     register_view(
         app,
         client,
