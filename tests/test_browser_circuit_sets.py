@@ -75,6 +75,7 @@ def test_the_data_set_mode_shows_the_curve_and_the_numbers(
         n = math.ceil(k * res["n_edges_total"])
         assert doc["format"] == "headscope-circuit" and doc["k"] == k
         assert doc["edges"] == res["edges"][:n] and doc["model"] == "tiny-gpt2"
+        w.shot("circuit-sets")
 
         href = page.get_attribute("#cs-examples li:first-child a", "href")
         first = res["examples"][0]
