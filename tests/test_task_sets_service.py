@@ -78,6 +78,7 @@ def test_an_upload_is_stored_once_under_its_content(app, lines):
         (lambda t: t + b'\n\n{"clean": "a", "corrupted": "b", "answer": "", "wrong": "d"}',
          "line 8: 'answer' must be a non-empty string"),
         (lambda t: t + b"\n[1, 2]", "line 7: a JSON object is expected"),
+        (lambda t: t + b"\n" + b"[" * 100_000, "line 7: not JSON"),
         (lambda t: t.split(b"\n")[0], "1 example(s); at least 2"),
     ],
 )  # fmt: skip

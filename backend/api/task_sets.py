@@ -81,7 +81,7 @@ def upload_task_set(
         filename = safe_filename(file.filename)
         data: bytes = _read(file, filename=filename, limit=limits.max_bytes)
     else:
-        filename, data = "pasted set", (text or "").encode()
+        filename, data = "pasted set", (text or "").encode("utf-8", "surrogatepass")
         if len(data) > limits.max_bytes:
             raise HTTPException(
                 413, f"the pasted set is larger than the {limits.max_bytes:,}-byte limit"

@@ -69,8 +69,11 @@ def read_rows(
             continue
         try:
             obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise BadFileError(f"{name}, line {number}: not JSON ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:  # too deep, or an integer of too many digits
+            why = (
+                exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deep or too long"
+            )
+            raise BadFileError(f"{name}, line {number}: not JSON ({why})") from None
         if not isinstance(obj, dict):
             raise BadFileError(f"{name}, line {number}: a JSON object is expected")
         missing = [names[f] for f in FIELDS if names[f] not in obj]
