@@ -54,6 +54,7 @@ def test_the_data_set_mode_shows_the_curve_and_the_numbers(
         res = httpx.get(f"{server}/api/analyses/{job}", timeout=60).json()["result"]["circuits-set"]
         assert res["n_examples"] == {"discovery": 3, "evaluation": 3} and res["ig_steps"] == 2
         assert res["set_id"].startswith("cp-")  # the pasted set was stored, the job names it
+        assert page.inner_text("#cs-set-info").startswith(f"stored as {res['set_id']} (")
 
         assert page.inner_text("#cs-scores") == F.scores_line(res)
         assert f"{res['cpr']:.2f}" in F.scores_line(res)  # the numbers, not a placeholder

@@ -260,6 +260,7 @@ def register(app: Dash, store: ResultStore) -> None:
     @app.callback(
         Output("cs-source", "data"),
         Output("cs-error", "children"),
+        Output("cs-set-info", "children", allow_duplicate=True),
         Input("cs-analyze", "n_clicks"),
         State("cs-model", "value"),
         State("cs-task", "value"),
@@ -272,9 +273,11 @@ def register(app: Dash, store: ResultStore) -> None:
         prevent_initial_call=True,
     )
     def _submit(_n, model, task, jsonl, n, method, ig, boot, rnd):  # type: ignore[no-untyped-def]
+        info = no_update
         try:
             if task == UPLOAD and (jsonl or "").strip() and not SET_ID.fullmatch(jsonl.strip()):
-                jsonl = client.upload_task_set(text=jsonl)["id"]  # stored first, named by id
+                stored = client.upload_task_set(text=jsonl)  # stored first, named by id
+                jsonl, info = stored["id"], stored_line(stored)
             req = set_request(
                 model=model,
                 task=task,
@@ -287,8 +290,8 @@ def register(app: Dash, store: ResultStore) -> None:
             )
             job = client.submit_analysis(**req)["id"]
         except (ApiError, ValueError) as exc:
-            return no_update, str(exc)
-        return {"kind": "analysis", "id": job, "request": req}, ""
+            return no_update, str(exc), info
+        return {"kind": "analysis", "id": job, "request": req}, "", info
 
     @app.callback(
         Output("cs-accuracy", "children"),
