@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from redis import Redis
 
 from backend import errors, quota
-from backend.api import analyses, checkpoints, corpora, health, models, pe, shares
+from backend.api import analyses, checkpoints, corpora, health, models, pe, shares, task_sets
 from backend.api import compare as compare_api
 from backend.config import Settings, get_settings
 from backend.queue import JobQueue
@@ -159,10 +159,12 @@ def create_app(
             allow_headers=["Authorization", "Content-Type"],
         )
     app.add_middleware(
-        UploadLimit, limit=settings.max_upload_bytes, paths=("/api/checkpoints", "/api/corpora")
+        UploadLimit,
+        limit=settings.max_upload_bytes,
+        paths=("/api/checkpoints", "/api/corpora", "/api/task-sets"),
     )
     routers: tuple[ModuleType, ...] = (health, models, analyses, checkpoints, pe, shares, corpora)
-    routers += (compare_api,)  # docs/compare.md
+    routers += (compare_api, task_sets)  # docs/compare.md, docs/circuits.md
     for module in routers:
         app.include_router(module.router)
     errors.add_catch_all(app, [m.router for m in routers])

@@ -5,8 +5,8 @@
   least recently used ones that no share needs are deleted first; if that is not enough the upload
   gets 413.
 - Unshared results expire after ``result_ttl_s`` (``Store.sweep``), unshared uploads unused for
-  ``upload_ttl_s``. A share keeps what it needs: its result, and the checkpoints that result's
-  request names.
+  ``upload_ttl_s``. A share keeps what it needs: its result, and the checkpoints, corpora and
+  task sets that result's request names.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ def _checkpoint_ids(request: dict[str, Any] | None) -> set[str]:
     ids = {r["id"] for r in refs if isinstance(r, dict) and isinstance(r.get("id"), str)}
     if isinstance(request.get("corpus"), str):  # a corpus analysis' corpus
         ids.add(request["corpus"])
+    text = request.get("text")
+    if "circuits-set" in (request.get("analyses") or ()) and isinstance(text, str):
+        ids.add(text.strip())  # a stored task set's id (docs/circuits.md), or a set's own text
     return ids
 
 

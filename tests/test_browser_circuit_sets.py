@@ -7,6 +7,8 @@ circuit; an example links to the single-pair view; the URL keeps the job and the
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,6 +21,7 @@ from workers.analyses.circuits.tasks import ioi
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 URL_JS = "(k) => new URLSearchParams(window.location.search).get(k)"
+NODES_JS = "() => Array.from(document.querySelector('#cs-nodes-graph .js-plotly-plot').data[0].y)"
 CURVE_JS = """() => { const gd = document.querySelector('#cs-curve-graph .js-plotly-plot');
   return {log: gd.layout.xaxis.type, names: gd.data.map(d => d.name),
           y: Array.from(gd.data.find(d => d.name.startsWith('circuit by score')).y)}; }"""
@@ -50,6 +53,8 @@ def test_the_data_set_mode_shows_the_curve_and_the_numbers(
         job = page.evaluate(URL_JS, "analysis")
         res = httpx.get(f"{server}/api/analyses/{job}", timeout=60).json()["result"]["circuits-set"]
         assert res["n_examples"] == {"discovery": 3, "evaluation": 3} and res["ig_steps"] == 2
+        assert res["set_id"].startswith("cp-")  # the pasted set was stored, the job names it
+        assert page.inner_text("#cs-set-info").startswith(f"stored as {res['set_id']} (")
 
         assert page.inner_text("#cs-scores") == F.scores_line(res)
         assert f"{res['cpr']:.2f}" in F.scores_line(res)  # the numbers, not a placeholder
@@ -60,7 +65,18 @@ def test_the_data_set_mode_shows_the_curve_and_the_numbers(
         assert curve["y"] == pytest.approx([f for _, f in res["curve"]])
         page.wait_for_selector("#cs-stability-graph .scatterlayer .point", timeout=WAIT_MS)
         page.wait_for_selector("#cs-circuit-graph .scatterlayer .point", timeout=WAIT_MS)
+        bars = page.evaluate(NODES_JS)  # the AtP node scores, the strongest at the top
+        assert bars[::-1] == [nd["id"] for nd in res["node_scores"]["top"][:15]]
         page.wait_for_function(f"({URL_JS})('k') !== null", timeout=WAIT_MS)
+
+        with page.expect_download() as dl:  # the export bar: the circuit at the page's k
+            page.click("#cs-dl-circuit-json")
+        doc = json.loads(Path(dl.value.path()).read_text())
+        k = float(page.evaluate(URL_JS, "k"))
+        n = math.ceil(k * res["n_edges_total"])
+        assert doc["format"] == "headscope-circuit" and doc["k"] == k
+        assert doc["edges"] == res["edges"][:n] and doc["model"] == "tiny-gpt2"
+        w.shot("circuit-sets")
 
         href = page.get_attribute("#cs-examples li:first-child a", "href")
         first = res["examples"][0]

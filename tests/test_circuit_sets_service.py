@@ -68,6 +68,12 @@ def test_job_computes_a_circuit_on_a_set(catalogue, dataset):
     assert res["task"] == "upload" and len(res["examples"]) == 8 and len(res["edges"]) == 30
     assert res["n_examples"] == {"discovery": 4, "evaluation": 4}
     assert abs(res["curve"][-1][1] - 1) < 1e-12 and len(res["random"]["curve"]) == 10
+    nodes = res["node_scores"]  # AtP over the same discovery examples, the model's node names
+    assert nodes["n_examples"] == 4 and len(nodes["top"]) == 10  # 2 layers x (4 heads + FF)
+    assert {nd["id"] for nd in nodes["top"]} == {n["id"] for n in res["nodes"]} - {
+        "input",
+        "logits",
+    }
     fractions = [f for f, _ in steps]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
     messages = " | ".join(m for _, m in steps)

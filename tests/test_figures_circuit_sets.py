@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -124,3 +125,35 @@ def test_request_and_pair_link():
     assert link.startswith("/circuits?") and "corrupted=c+b" in link and "run=1" in link
     rows = F.example_rows(result())
     assert [r["split"] for r in rows] == ["discovery", "held out", "discovery"]
+
+
+def test_node_scores_are_bars_strongest_on_top():
+    top = [
+        {"id": "L1H0", "kind": "head", "layer": 1, "head": 0, "score": 0.6},
+        {"id": "FF0", "kind": "feedforward", "layer": 0, "head": None, "score": -0.3},
+        {"id": "L0H1", "kind": "head", "layer": 0, "head": 1, "score": 0.1},
+    ]
+    fig = F.node_figure(result(node_scores={"method": "AtP", "n_examples": 2, "top": top}))
+    bars = fig.data[0]
+    assert list(bars.y) == ["L0H1", "FF0", "L1H0"]  # the strongest drawn at the top
+    assert list(bars.x) == [0.1, -0.3, 0.6]
+    assert bars.marker.color[1] != bars.marker.color[0]  # the negative one in another colour
+    assert "2 discovery examples" in fig.layout.title.text
+    assert "No node scores" in F.node_figure(result()).layout.annotations[0].text
+
+
+def test_the_circuit_downloads_are_the_export_documents():
+    from xml.etree import ElementTree as ET
+
+    from frontend.pages.circuits_sets.exports import circuit_file
+
+    res = result(edges=result()["edges"] * 40)  # 200 listed: k = 0.01 is one edge of 100
+    status = {"status": "finished", "result": {"model": "m", "circuits-set": res}}
+    got = circuit_file(status, 0.01, "circuit-json")
+    doc = json.loads(got["content"])
+    assert doc["format"] == "headscope-circuit" and doc["model"] == "m" and doc["k"] == 0.01
+    assert doc["edges"] == res["edges"][:1] and got["filename"].endswith(".json")
+    xml = circuit_file(status, 0.01, "circuit-graphml")["content"]
+    ns = {"g": "http://graphml.graphdrawing.org/xmlns"}
+    assert len(ET.fromstring(xml).findall(".//g:edge", ns)) == 1
+    assert "run the analysis first" in circuit_file({"status": "running"}, 0.01, "circuit-json")

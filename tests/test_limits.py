@@ -125,6 +125,8 @@ ROWS: dict[str, list[str]] = {
         "test_circuits_on_a_set_examples_resamples_and_random_circuits",
         "tests/test_circuit_sets_service.py::test_bad_set_requests_get_422_before_queueing",
         "tests/test_circuit_tasks.py::test_jsonl_uploads",
+        "tests/test_task_sets_service.py::test_a_too_big_file_and_a_full_quota_are_refused",
+        "tests/test_task_sets_service.py::test_a_set_holds_2_to_2000_examples",
     ],
     "circuits": [
         "test_circuits_edges_steps_and_curve",

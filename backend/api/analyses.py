@@ -6,10 +6,13 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from backend.api.jobs import job_routes
+from backend.api.task_sets import check_stored_set
 from backend.checks import check_text_request, model_facts  # noqa: F401 - model_facts re-exported
 from backend.store import Store
+from workers.analyses.circuits.spec import CIRCUITS_SET
 from workers.core.contracts import LASF_MODELS, AnalysisRequest, is_lasf_model
 from workers.core.errors import HeadscopeError, NotFoundError
+from workers.inputs.task_sets import is_set_id
 
 router = APIRouter(tags=["analyses"])
 
@@ -38,6 +41,8 @@ def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
     check_text_request(
         model=req.model, name=name, text=req.text, kinds=list(req.analyses), options=req.options
     )
+    if CIRCUITS_SET in req.analyses and is_set_id(req.text) and store is not None:
+        check_stored_set(req.text, store)  # a stored task set (docs/circuits.md)
 
 
 job_routes(

@@ -33,6 +33,7 @@ from backend.store import Store
 from workers.core.contracts import CorpusRequest, JointMapRequest
 from workers.core.errors import HeadscopeError
 from workers.inputs.corpora import Limits, format_of, shipped_corpus, shipped_list, stage_corpus
+from workers.inputs.task_sets import KIND as TASK_SET
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["corpus"])
@@ -153,7 +154,11 @@ def _receive(file: UploadFile, *, store: Store, filename: str, limit: int) -> Pa
 @router.get("/api/corpora")
 def list_corpora(store: StoreDep, client: ClientDep) -> dict:
     """This client's corpora (no one else's) and the shipped ones (ids ``builtin-...``)."""
-    mine = [_public(m) for m in store.list_corpora() if client.owner in m.get("owners", [])]
+    mine = [
+        _public(m)
+        for m in store.list_corpora()
+        if client.owner in m.get("owners", []) and m.get("kind") != TASK_SET
+    ]  # task sets are listed by /api/task-sets
     return {"corpora": mine, "shipped": shipped_list()}
 
 
@@ -175,8 +180,10 @@ def check_corpus(corpus: str, store: Store) -> None:
     if corpus.startswith("builtin-"):
         if shipped_corpus(corpus) is None:
             raise HTTPException(404, f"no shipped corpus {corpus!r}")
-    elif store.corpus(corpus) is None:
+    elif (meta := store.corpus(corpus)) is None:
         raise HTTPException(404, f"no corpus with id {corpus!r}; upload it first")
+    elif meta.get("kind") == TASK_SET:
+        raise HTTPException(422, f"{corpus} is a task set (circuits on a set), not a corpus")
     else:
         store.touch_corpus(corpus)
 

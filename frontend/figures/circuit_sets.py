@@ -198,3 +198,34 @@ def example_rows(result: dict[str, Any], limit: int = 50) -> list[dict[str, Any]
         {"index": i, "split": "discovery" if i in disc else "held out", **ex}
         for i, ex in enumerate((result.get("examples") or [])[:limit])
     ]
+
+
+def node_figure(result: dict[str, Any], top: int = 15) -> go.Figure:
+    """The ``top`` AtP node scores (``node_scores.top``: heads ``L17H5``, feed-forwards ``FF12``) as
+    horizontal bars, the strongest at the top, signed (blue restores the answer, red works against it)."""
+    nodes = ((result.get("node_scores") or {}).get("top") or [])[:top]
+    if not nodes:
+        return empty_figure("No node scores in this result.")
+    rows = nodes[::-1]  # plotly draws the first bar at the bottom
+    n = (result.get("node_scores") or {}).get("n_examples")
+    fig = go.Figure(
+        go.Bar(
+            x=[nd["score"] for nd in rows],
+            y=[nd["id"] for nd in rows],
+            orientation="h",
+            marker_color=[FOUND if nd["score"] >= 0 else "#b2182b" for nd in rows],
+            hovertemplate="%{y}: %{x:.4f}<extra></extra>",
+            name="AtP",
+        )
+    )
+    fig.update_layout(
+        title={
+            "text": f"AtP node scores: the top {len(nodes)} by |score| (mean over {n} discovery "
+            "examples, a fraction of the mean logit difference)",
+            "font": {"size": 12},
+        },
+        xaxis_title="score",
+        height=max(260, 22 * len(nodes) + 90),
+        margin={"l": 70, "r": 20, "t": 50, "b": 40},
+    )
+    return fig

@@ -168,6 +168,26 @@ class ApiClient:
             form["text"] = ""
         return self._request("POST", "/api/corpora", data=form, files=files)
 
+    def upload_task_set(
+        self,
+        *,
+        filename: str | None = None,
+        data: bytes | None = None,
+        text: str | None = None,
+        fields: dict[str, str] | None = None,
+        name: str | None = None,
+    ) -> dict[str, Any]:
+        """``POST /api/task-sets`` (docs/circuits.md): a JSON Lines file or pasted text, the file's field
+        names for clean, corrupted, answer, wrong → id, name, n_examples."""
+        form = {"text": text, "name": name, **(fields or {})}
+        form = {k: v for k, v in form.items() if v is not None}
+        files = (
+            {"file": (filename or "set.jsonl", data, "application/octet-stream")}
+            if data is not None
+            else None
+        )
+        return self._request("POST", "/api/task-sets", data=form, files=files)
+
     def corpora(self) -> dict[str, Any]:
         """``{"corpora": [...], "shipped": [...]}``; shipped ids start with ``builtin-``."""
         return self._request("GET", "/api/corpora")

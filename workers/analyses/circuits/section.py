@@ -15,6 +15,7 @@ from workers.analyses.circuits.spec import (
     FlowOptions,
     SetOptions,
 )
+from workers.core.progress import scaled
 
 
 def flow_section(ctx: Any, options: FlowOptions) -> dict[str, Any]:
@@ -52,20 +53,32 @@ def edge_attribution_section(ctx: Any, options: EdgeOptions) -> dict[str, Any]:
 
 
 def circuits_set_section(ctx: Any, options: SetOptions) -> dict[str, Any]:
-    """The text names a built-in task or holds a JSON Lines set (docs/circuits.md)."""
+    """The text names a built-in task or a stored set (``cp-...``), or holds a JSON Lines set
+    (docs/circuits.md)."""
     from workers.analyses.circuits.set_circuits import circuits_on_set
-    from workers.analyses.circuits.tasks import TASKS, builtin, parse_jsonl
+    from workers.analyses.circuits.set_nodes import node_scores
+    from workers.analyses.circuits.tasks import TASKS, builtin, examples_of, parse_jsonl
+    from workers.inputs.task_sets import is_set_id, load_rows
 
     tok = ctx.loaded.tokenizer
     name = ctx.text.strip()
+    stored: dict[str, Any] = {}
     if name in TASKS:
         examples = builtin(name, tok, int(options.set_examples), int(options.seed))
+    elif is_set_id(name):
+        meta, rows = load_rows(name)
+        stored = {"set_id": name, "set_name": meta.get("name")}
+        examples = examples_of(rows, tok, name=str(meta.get("name") or name))
+        name = "upload"
     else:
         name = "upload"
         examples = parse_jsonl(ctx.text, tok, fields=options.set_fields, name="the data set")
     out = circuits_on_set(
         ctx.loaded, examples, ig_steps=int(options.ig_steps), discovery=float(options.discovery),
-        seed=int(options.seed), bootstrap=int(options.bootstrap),
-        random=int(options.random_circuits), top_edges=int(options.set_edges), progress=ctx.progress,
+        seed=int(options.seed), bootstrap=int(options.bootstrap), random=int(options.random_circuits),
+        top_edges=int(options.set_edges), progress=scaled(ctx.progress, 0.0, 0.95),
     )  # fmt: skip
-    return {"task": name, "examples": [ex.as_dict() for ex in examples], **out}
+    out["node_scores"] = node_scores(
+        ctx.loaded, examples, out["discovery_examples"], progress=scaled(ctx.progress, 0.95, 1.0)
+    )  # beside the edge scores, over the same discovery examples
+    return {"task": name, **stored, "examples": [ex.as_dict() for ex in examples], **out}

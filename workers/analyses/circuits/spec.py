@@ -97,8 +97,9 @@ class EdgeOptions(TextOptions, Target, Pair):
 
 
 class SetOptions(TextOptions):
-    """circuits-set: the request's text is a built-in task's name (``ioi``, ``capitals``) or a data set in
-    JSON Lines (docs/circuits.md, "Circuits on a task data set")."""
+    """circuits-set: the request's text is a built-in task's name (``ioi``, ``capitals``), a stored set's
+    id (``cp-...``, ``POST /api/task-sets``) or a small data set in JSON Lines (docs/circuits.md,
+    "Circuits on a task data set")."""
 
     set_examples: Annotated[int, Cli(metavar="N")] = Field(
         200, ge=2, le=2000, description="circuits-set: examples drawn from a built-in task"
@@ -206,8 +207,8 @@ def check_edges(request: Any, options: EdgeOptions) -> None:
 
 
 def check_set(request: Any, options: SetOptions) -> None:
-    """A built-in task's name or JSON Lines of objects (the worker checks the token lengths with the
-    model's tokenizer), and no other analysis in the request."""
+    """A built-in task's name, a stored set's id (``cp-...``) or JSON Lines of objects (the worker checks
+    the token lengths with the model's tokenizer), and no other analysis in the request."""
     from workers.analyses.circuits.tasks import FIELDS, TASKS
 
     if len(request.kinds) > 1:
@@ -216,6 +217,15 @@ def check_set(request: Any, options: SetOptions) -> None:
     if set(names) != set(FIELDS):
         raise OutOfRangeError(f"set_fields names {', '.join(FIELDS)} only")
     if request.text.strip() in TASKS:
+        return
+    from workers.inputs.task_sets import is_set_id
+
+    if is_set_id(request.text):  # a stored set (the API checks that it is stored)
+        if options.set_fields:
+            raise OutOfRangeError(
+                "set_fields applies to a set in the request's text; a stored set's field names "
+                "were given when it was uploaded"
+            )
         return
     import json
 

@@ -13,17 +13,15 @@ the model's special tokens, ``add_special_tokens=False`` without).
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from workers.core.errors import BadFileError, HeadscopeError
+from workers.inputs.task_sets import FIELDS, read_rows
 
 TASKS = ("ioi", "capitals")
-FIELDS = ("clean", "corrupted", "answer", "wrong")
-MAX_EXAMPLES = 2000
 
 
 @dataclass(frozen=True)
@@ -228,6 +226,20 @@ def builtin(name: str, tokenizer: Any, n: int, seed: int = 0) -> list[Example]:
 # ---------------------------------------------------------------- uploads
 
 
+def examples_of(rows: list[dict[str, Any]], tokenizer: Any, *, name: str) -> list[Example]:
+    """Examples from checked rows (``workers.inputs.task_sets.read_rows``), each checked with the model's
+    tokenizer (``check_example``): the first that fails refuses the set, its line named."""
+    out = []
+    for row in rows:
+        ex = Example(**{k: row[k] for k in FIELDS}, line=row.get("line"))
+        why = check_example(tokenizer, ex)
+        if why is not None:
+            where = f"line {ex.line}" if ex.line is not None else f"example {len(out) + 1}"
+            raise BadFileError(f"{name}, {where}: {why}")
+        out.append(ex)
+    return out
+
+
 def parse_jsonl(
     data: str | bytes,
     tokenizer: Any,
@@ -238,42 +250,4 @@ def parse_jsonl(
     """The examples of a JSON Lines upload, one object per line with the texts under ``fields``
     (``{"clean": "clean", ...}`` by default; MIB's files: name their fields). Blank lines are skipped.
     The first bad line refuses the whole file, the line named (BadFileError): nothing is kept."""
-    names = {f: f for f in FIELDS} | (fields or {})
-    if set(names) != set(FIELDS):
-        raise HeadscopeError(
-            f"fields are {', '.join(FIELDS)}; unknown: {sorted(set(names) - set(FIELDS))}"
-        )
-    if isinstance(data, bytes):
-        try:
-            data = data.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise BadFileError(
-                f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start})"
-            ) from None
-    out: list[Example] = []
-    for number, raw in enumerate(data.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise BadFileError(f"{name}, line {number}: not JSON ({exc.msg})") from None
-        if not isinstance(obj, dict):
-            raise BadFileError(f"{name}, line {number}: a JSON object is expected")
-        missing = [names[f] for f in FIELDS if names[f] not in obj]
-        if missing:
-            raise BadFileError(f"{name}, line {number}: no field {', '.join(map(repr, missing))}")
-        values = {f: obj[names[f]] for f in FIELDS}
-        bad = [names[f] for f, v in values.items() if not isinstance(v, str) or not v]
-        if bad:
-            raise BadFileError(f"{name}, line {number}: {bad[0]!r} must be a non-empty string")
-        ex = Example(**values, line=number)
-        why = check_example(tokenizer, ex)
-        if why is not None:
-            raise BadFileError(f"{name}, line {number}: {why}")
-        out.append(ex)
-        if len(out) > MAX_EXAMPLES:
-            raise BadFileError(f"{name}: more than {MAX_EXAMPLES} examples")
-    if not out:
-        raise BadFileError(f"{name}: no examples")
-    return out
+    return examples_of(read_rows(data, fields=fields, name=name), tokenizer, name=name)

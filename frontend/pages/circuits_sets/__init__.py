@@ -1,8 +1,10 @@
 """Circuits on a task data set (docs/circuits.md, "Circuits on a task data set"): the data-set mode of
-/circuits. A built-in task (``ioi``, ``capitals``, N examples) or a pasted/uploaded JSON Lines set runs
-one ``circuits-set`` job; the page shows the model's accuracy on the set, the faithfulness curve on
+/circuits. A built-in task (``ioi``, ``capitals``, N examples) or a pasted/uploaded JSON Lines set (stored
+first through ``POST /api/task-sets``, the job then names it by its ``cp-`` id) runs one ``circuits-set``
+job; the page shows the model's accuracy on the set, the faithfulness curve on
 MIB's axis with the random band, CPR and CMD beside random's, the stability per size, the circuit at a
-chosen size, and the examples, each a link to the single-pair view on /circuits.
+chosen size, the top AtP node scores, and the examples, each a link to the single-pair view on /circuits;
+the export bar (``exports.py``) downloads the result, the page and the circuit at k (JSON, GraphML).
 
 URL state: ``/circuits/sets?analysis=<job>&k=<size>``; a share link holds the job's share and ``k``.
 """
@@ -12,7 +14,6 @@ from __future__ import annotations
 import base64
 import logging
 from typing import Any
-from urllib.parse import urlencode
 
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
@@ -20,7 +21,7 @@ from frontend.figures import circuit_sets as F
 from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.data import ResultStore
-from frontend.kit.forms import decoder_choices, format_target, url_model
+from frontend.kit.forms import decoder_choices, url_model
 from frontend.kit.frontdoor import page_header
 from frontend.kit.page import (
     PageView,
@@ -31,6 +32,15 @@ from frontend.kit.page import (
     register_view,
     restore_view,
 )
+from frontend.pages.circuits_sets.exports import exports_row, register_circuit_exports
+from frontend.pages.circuits_sets.requests import (
+    BUILT_IN,
+    SET_ID,
+    UPLOAD,
+    pair_link,
+    set_request,
+    stored_line,
+)
 from workers.analyses.circuits.spec import CIRCUITS_SET
 
 logger = logging.getLogger(__name__)
@@ -39,57 +49,7 @@ NAME = "circuit-sets"
 PATH = "/circuits/sets"
 TITLE = "Circuit sets"
 NAV_ORDER = 6  # beside /circuits
-BUILT_IN = ("ioi", "capitals")
-UPLOAD = "upload"
-DEFAULTS = {"set_examples": 200, "ig_steps": 5, "bootstrap": 10, "random_circuits": 5}
 SHOWN_EXAMPLES = 50
-PAGE_SET_EDGES = (
-    1000  # edges the job lists: the circuit can be drawn at MIB's sizes up to this many
-)
-
-
-def set_request(
-    *,
-    model: str,
-    task: str,
-    jsonl: str | None = None,
-    n: Any = None,
-    method: str = "eap-ig",
-    ig_steps: Any = None,
-    bootstrap: Any = None,
-    random_circuits: Any = None,
-) -> dict[str, Any]:
-    """The ``circuits-set`` job of the form (options at their defaults left out, so links keep their
-    id): the request's text is the built-in task's name or the JSON Lines."""
-    if task == UPLOAD:
-        text = (jsonl or "").strip()
-        if not text:
-            raise ValueError("paste or upload a JSON Lines set (clean, corrupted, answer, wrong)")
-    else:
-        text = task
-    given = {
-        "set_examples": n if task != UPLOAD else None,
-        "ig_steps": 1 if method == "eap" else ig_steps,
-        "bootstrap": bootstrap,
-        "random_circuits": random_circuits,
-    }
-    options: dict[str, Any] = {"set_edges": PAGE_SET_EDGES}
-    for key, value in given.items():
-        if value not in (None, "") and int(value) != DEFAULTS[key]:
-            options[key] = int(value)
-    return {"model": model, "text": text, "analyses": [CIRCUITS_SET], "options": options}
-
-
-def pair_link(example: dict[str, Any], model: str | None) -> str:
-    """/circuits with one example's clean and corrupted texts and its answer/wrong as the target."""
-    query = {
-        "model": model or "",
-        "text": example["clean"],
-        "corrupted": example["corrupted"],
-        "target": format_target([example["answer"], example["wrong"]]),
-        "run": "1",
-    }
-    return "/circuits?" + urlencode({k: v for k, v in query.items() if v})
 
 
 def _number(label: str, cid: str, value: Any, lo: int, hi: int) -> list[Any]:
@@ -172,6 +132,7 @@ def layout(
                         id="cs-upload",
                         children=html.Span("or drop / pick a .jsonl file", className="button"),
                     ),
+                    html.Div(id="cs-set-info", className="hint"),
                 ],
             )
         ],
@@ -201,13 +162,7 @@ def layout(
                     progress_block("cs", running=source is not None),
                 ],
             ),
-            html.Div(
-                className="export-bar",
-                children=[
-                    html.Button("Share", id="cs-share-button", className="button"),
-                    html.A(id="cs-share-url", className="share-url", target="_blank"),
-                ],
-            ),
+            exports_row(),
             html.Div(
                 className="panel",
                 children=[
@@ -245,6 +200,10 @@ def layout(
             ),
             html.Div(
                 className="panel",
+                children=[graph("cs-nodes-graph", figure=empty_figure(""))],
+            ),
+            html.Div(
+                className="panel",
                 children=[
                     html.H4("Examples (a click opens the pair on Circuits)"),
                     html.Ol(id="cs-examples"),
@@ -265,6 +224,7 @@ def register(app: Dash, store: ResultStore) -> None:
     client = store.client
     register_poll(app, store, "cs", ["cs-source"])
     register_cancel(app, "cs", kind="analysis", cancel=client.cancel_analysis)
+    register_circuit_exports(app, store)
     register_view(
         app,
         client,
@@ -281,18 +241,26 @@ def register(app: Dash, store: ResultStore) -> None:
     @app.callback(
         Output("cs-jsonl", "value"),
         Output("cs-task", "value"),
+        Output("cs-set-info", "children"),
         Input("cs-upload", "contents"),
+        State("cs-upload", "filename"),
         prevent_initial_call=True,
     )
-    def _upload(contents):  # type: ignore[no-untyped-def]
+    def _upload(contents, filename):  # type: ignore[no-untyped-def]
+        """A picked file is stored at once (``POST /api/task-sets``); the box then holds its id."""
         if not contents:
-            return no_update, no_update
-        data = base64.b64decode(contents.split(",", 1)[-1]).decode("utf-8", errors="replace")
-        return data, UPLOAD
+            return no_update, no_update, no_update
+        data = base64.b64decode(contents.split(",", 1)[-1])
+        try:
+            stored = client.upload_task_set(filename=filename or "set.jsonl", data=data)
+        except ApiError as exc:
+            return no_update, UPLOAD, str(exc)
+        return stored["id"], UPLOAD, stored_line(stored)
 
     @app.callback(
         Output("cs-source", "data"),
         Output("cs-error", "children"),
+        Output("cs-set-info", "children", allow_duplicate=True),
         Input("cs-analyze", "n_clicks"),
         State("cs-model", "value"),
         State("cs-task", "value"),
@@ -305,7 +273,11 @@ def register(app: Dash, store: ResultStore) -> None:
         prevent_initial_call=True,
     )
     def _submit(_n, model, task, jsonl, n, method, ig, boot, rnd):  # type: ignore[no-untyped-def]
+        info = no_update
         try:
+            if task == UPLOAD and (jsonl or "").strip() and not SET_ID.fullmatch(jsonl.strip()):
+                stored = client.upload_task_set(text=jsonl)  # stored first, named by id
+                jsonl, info = stored["id"], stored_line(stored)
             req = set_request(
                 model=model,
                 task=task,
@@ -318,8 +290,8 @@ def register(app: Dash, store: ResultStore) -> None:
             )
             job = client.submit_analysis(**req)["id"]
         except (ApiError, ValueError) as exc:
-            return no_update, str(exc)
-        return {"kind": "analysis", "id": job, "request": req}, ""
+            return no_update, str(exc), info
+        return {"kind": "analysis", "id": job, "request": req}, "", info
 
     @app.callback(
         Output("cs-accuracy", "children"),
@@ -330,6 +302,7 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("cs-size", "options"),
         Output("cs-size", "value"),
         Output("cs-examples", "children"),
+        Output("cs-nodes-graph", "figure"),
         Input("cs-job", "data"),
         State("cs-source", "data"),
         State("cs-size", "value"),
@@ -339,7 +312,8 @@ def register(app: Dash, store: ResultStore) -> None:
         state, res = _result(store, source)
         if res is None:
             msg = "Press Analyze." if state == "none" else "Computing…"
-            return "", "", "", empty_figure(msg), empty_figure(""), [], None, []
+            blank = empty_figure("")
+            return "", "", "", empty_figure(msg), blank, [], None, [], blank
         sizes = F.size_options(res)
         values = [o["value"] for o in sizes]
         if k is None or float(k) not in values:
@@ -364,6 +338,7 @@ def register(app: Dash, store: ResultStore) -> None:
             sizes,
             k,
             examples,
+            F.node_figure(res),
         )
 
     @app.callback(
