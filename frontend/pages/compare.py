@@ -34,6 +34,7 @@ from frontend.kit.page import (
     register_view,
     shown,
 )
+from frontend.pages import compare_atlas
 from workers.analyses.compare.spec import WORD_MAPS
 
 logger = logging.getLogger(__name__)
@@ -343,6 +344,7 @@ def layout(
                 className="panel",
                 children=[graph("compare-surprisal", figure=empty_figure("", height=220))],
             ),
+            compare_atlas.panel(),
             dcc.Location(id="compare-go", refresh=True),
             dcc.Store(id="compare-source", data=source),
             dcc.Store(id="compare-maps-a"),
@@ -377,6 +379,7 @@ def _listed(cell: tuple[int, int] | None) -> list[int] | None:
 def register(app: Dash, store: ResultStore) -> None:
     client = store.client
     register_poll(app, store, "compare", ["compare-source"])
+    compare_atlas.register(app, store)
     # the pair's word maps have a poll of their own: in one poll, maps -> poll -> compare-job -> maps would
     # be a cycle, and Dash does not run the poll again in the chain it started (a link's pair stayed blank)
     register_poll(app, store, "compare-maps", ["compare-maps-a", "compare-maps-b"])
