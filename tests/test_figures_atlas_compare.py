@@ -98,3 +98,31 @@ def test_a_model_without_an_atlas_gets_a_link_and_is_left_out() -> None:
     empty, both = CA.view(None, None, "x", "y")
     assert len(both) == 2 and not empty.data  # two links, the message figure
     assert "/heads?model=x" == both[0].children[1].href
+
+
+def test_the_pairs_tables_csv_gains_label_columns_where_an_atlas_is_stored() -> None:
+    from frontend.figures import compare as F
+
+    result = {
+        "model_a": {"name": "a", "n_layers": 1, "n_heads": 2},
+        "model_b": {"name": "b", "n_layers": 2, "n_heads": 1},
+        "matching": {
+            "pairs": [{"a": 0, "b": 1, "similarity": 0.9}, {"a": 1, "b": 0, "similarity": 0.8}],
+            "best_of_a": [{"b": 1, "similarity": 0.9}, {"b": 0, "similarity": 0.8}],
+            "best_of_b": [{"a": 1, "similarity": 0.8}, {"a": 0, "similarity": 0.9}],
+        },
+    }
+    labels_a = {(0, 0): ("induction", True)}
+    labels_b = {(1, 0): ("induction", False), (0, 0): ("first-token", True)}
+    rows = F.pair_rows(result, labels_a, labels_b)
+    assert [(r["head_a"], r["label_a"], r["head_b"], r["label_b"]) for r in rows] == [
+        ("L0H0", "induction", "L1H0", "induction?"),
+        ("L0H1", "", "L0H0", "first-token"),  # L0H1 of A: no label
+    ]
+    fields = [c["field"] for c in F.pair_columns(labels_a, labels_b)]
+    assert fields[:4] == ["head_a", "label_a", "head_b", "label_b"]
+    only_b = F.pair_rows(result, {}, labels_b)  # A has no stored atlas: no column of A
+    assert "label_a" not in only_b[0] and only_b[0]["label_b"] == "induction?"
+    assert [c["field"] for c in F.pair_columns({}, labels_b)][:3] == ["head_a", "head_b", "label_b"]
+    assert "label_a" not in F.pair_rows(result)[0]
+    assert [c["field"] for c in F.pair_columns()] == [k for k, _ in F.PAIR_COLUMNS]
