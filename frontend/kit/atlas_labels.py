@@ -156,6 +156,24 @@ def atlas_section(client: ApiClient, model: str | None) -> dict[str, Any] | None
     return _cache(client).section(model)
 
 
+def export_labels(
+    client: ApiClient, request: dict[str, Any] | None
+) -> dict[str, list[dict[str, Any]]]:
+    """What a page's JSON download adds (``atlas_labels``): for each model of the request (``model``,
+    or ``model_a`` and ``model_b``) whose default atlas is stored, its labelled heads as
+    ``[{"layer", "head", "label", "confident"}]``; ``{}`` where none is."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for key in ("model", "model_a", "model_b"):
+        model = (request or {}).get(key)
+        labels = atlas_labels(client, model) if isinstance(model, str) else {}
+        if labels:
+            out[str(model)] = [
+                {"layer": la, "head": h, "label": lab, "confident": sure}
+                for (la, h), (lab, sure) in sorted(labels.items())
+            ]
+    return out
+
+
 def label_grid(labels: Labels | None, n_layers: int, n_heads: int) -> list[list[str]]:
     """``[layer][head]`` of `` · induction`` (or ``""``): a heatmap's customdata, so its hover writes
     ``L%{y}H%{x}%{customdata}``."""
