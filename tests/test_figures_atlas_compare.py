@@ -91,7 +91,7 @@ def test_a_model_without_an_atlas_gets_a_link_and_is_left_out() -> None:
     link = note[0].children[1]
     assert link.href == "/heads?model=toy-b"
     assert note[0].children[0].startswith("B toy-b has no stored head atlas")
-    assert note[1] == (
+    assert note[1].children == (
         "heads per type (A toy-a / B toy-b): previous-token 1 / —, induction 2 / —, "
         "broad 1 / —, none 2 / —"
     )

@@ -40,9 +40,9 @@ def panel() -> html.Div:
     )
 
 
-def missing_note(side: str, model: str) -> html.Span:
+def missing_note(side: str, model: str) -> html.Div:
     """``B tiny-gpt2 has no stored head atlas: compute it on the head atlas page`` with the link."""
-    return html.Span(
+    return html.Div(
         [
             f"{side} {model} has no stored head atlas: ",
             dcc.Link(
@@ -50,7 +50,7 @@ def missing_note(side: str, model: str) -> html.Span:
                 href="/heads?" + urlencode({"model": model}),
                 className="atlas-hint",
             ),
-            ". ",
+            ".",
         ]
     )
 
@@ -75,7 +75,7 @@ def view(
         if section is None
     ]
     if a is not None or b is not None:
-        note.append(counts_line(AC.count_rows(a, b), model_a, model_b))
+        note.append(html.Div(counts_line(AC.count_rows(a, b), model_a, model_b)))
     return AC.atlas_compare_figure(a, b, name_a=model_a, name_b=model_b), note
 
 
@@ -89,6 +89,8 @@ def register(app: Dash, store: ResultStore) -> None:
         Input("compare-model-b", "value"),
     )
     def _atlases(model_a, model_b):  # type: ignore[no-untyped-def]
+        if not model_a or not model_b:
+            return empty_figure("", height=EMPTY_PX), ""
         return view(
             atlas_section(client, model_a), atlas_section(client, model_b), model_a, model_b
         )
