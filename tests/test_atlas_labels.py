@@ -109,3 +109,21 @@ def test_hint_links_the_head_atlas_only_where_none_is_stored() -> None:
     (link,) = atlas_hint("smollm2", {})
     assert link.href == "/heads?model=smollm2" and "head atlas" in link.children
     assert atlas_hint("smollm2", labels_of(SECTION)) == []
+
+
+def test_a_pages_json_download_lists_each_models_labels() -> None:
+    from frontend.kit.atlas_labels import export_labels
+
+    jid = default_atlas_id("minilm")
+    assert jid is not None
+    client = FakeClient({jid: {"status": "finished", "result": {"atlas": SECTION}}})
+    rows = [
+        {"layer": 0, "head": 1, "label": "previous-token", "confident": True},
+        {"layer": 1, "head": 0, "label": "induction", "confident": False},
+    ]
+    assert export_labels(client, {"model": "minilm"}) == {"minilm": rows}  # type: ignore[arg-type]
+    # a comparison: only the model with a stored atlas is listed
+    both = export_labels(client, {"model_a": "minilm", "model_b": "tiny-gpt2"})  # type: ignore[arg-type]
+    assert both == {"minilm": rows}
+    assert export_labels(client, {"model": "tiny-gpt2"}) == {}  # type: ignore[arg-type]
+    assert export_labels(client, None) == {}  # type: ignore[arg-type]

@@ -1,7 +1,8 @@
 """The compare page in a real headless Chromium against the real service: two tiny models (an encoder
 and a decoder, different tokenizers). On one text: the similarity matrix, the pairs table and the joint
 map draw; a click on a row of the table shows both heads' word-level maps side by side and puts the
-pair in the URL, and the share link reopens the text. The text box shows in text mode only, the corpus
+pair in the URL, and the share link reopens the text; the head atlases' panel links /heads for both
+models (none stored). The text box shows in text mode only, the corpus
 picker in corpus mode only, on the page and in a share link of each. On the shipped corpus: a click on a cell of the matrix selects the pair, the maps are
 of a text of the corpus picked on the page, and the share link reopens the same pair and text in a
 fresh browser context. Screenshots go to ``test-artifacts/``."""
@@ -91,6 +92,13 @@ def test_compare_page_matrix_click_word_maps_and_share(server, browser, tmp_path
             == 8
         )  # one partner each
         page.wait_for_selector("#compare-joint-graph .scatterlayer .point", timeout=WAIT)
+        for model in (
+            "tiny-bert",
+            "tiny-gpt2",
+        ):  # no stored atlas: the side-by-side panel links /heads
+            page.wait_for_selector(
+                f"#compare-atlas-note a[href='/heads?model={model}']", timeout=WAIT
+            )
         w.shot("compare-0-matrix")
         page.locator(
             "#compare-table .ag-center-cols-container .ag-row .ag-cell[col-id='similarity']"

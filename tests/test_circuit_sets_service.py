@@ -103,6 +103,24 @@ def test_cli_circuits(tmp_path, catalogue, dataset):
     assert len(root.findall(".//g:edge", ns)) == n and len(root.findall(".//g:node", ns)) == len(
         ids
     )
+    assert all("label" not in node for node in doc["nodes"])  # no --atlas: no label
+    # --atlas: the head nodes carry their labels (a hand-made atlas labelling every head)
+    heads = [
+        {"layer": la, "head": h, "label": "induction", "confident": h != 0}
+        for la in range(2)
+        for h in range(4)
+    ]
+    at = tmp_path / "atlas.json"
+    at.write_text(json.dumps({"atlas": {"model": "tiny-gpt2", "heads": heads}}))
+    assert main([*args, "--circuit-json", str(cj), "--graphml", str(gm), "--atlas", str(at)]) == 0
+    labelled = [node for node in json.loads(cj.read_text())["nodes"] if node["kind"] == "head"]
+    assert labelled and all(
+        node["label"] == ("induction?" if node["head"] == 0 else "induction") for node in labelled
+    )
+    keys = {k.get("attr.name") for k in ET.parse(gm).getroot().findall(".//g:key", ns)}
+    assert "label" in keys
+    at.write_text(json.dumps({"atlas": {"model": "tiny-bert", "heads": heads}}))
+    assert main([*args, "--atlas", str(at)]) == 2  # another model's atlas: refused
     # EAP is one step; the two sources exclude each other; the mapped field names
     assert main([*args, "--method", "eap"]) == 0 and json.loads(out.read_text())["method"] == "EAP"
     assert main([*args, "--method", "eap", "--ig-steps", "3"]) == 2

@@ -252,6 +252,23 @@ def test_graphs_as_json_and_graphml(flow):
     assert "L1H1" not in {nd["id"] for nd in circuit["nodes"]}
 
 
+def test_the_circuits_json_and_graphml_carry_the_heads_atlas_labels():
+    labels = {(1, 0): ("induction", True), (1, 1): ("previous-token", False)}
+    circuit = F.circuit_graph(eap_result(), n_top=6, head_labels=labels)
+    by_id = {nd["id"]: nd for nd in circuit["nodes"]}
+    assert by_id["L1H0"]["label"] == "induction" and by_id["L0H0"]["label"] == ""  # none: empty
+    assert "label" not in by_id["FF1"] and "label" not in by_id["input"]  # not heads
+    root = ET.fromstring(F.graphml(circuit))
+    keys = {k.get("attr.name"): k.get("id") for k in root.findall(f"{GML}key")}
+    node = next(n for n in root.iter(f"{GML}node") if n.get("id") == "L1H0")
+    assert [d.text for d in node.findall(f"{GML}data") if d.get("key") == keys["label"]] == [
+        "induction"
+    ]
+    bare = F.circuit_graph(eap_result(), n_top=6)  # no stored atlas: no label field
+    assert all("label" not in nd for nd in bare["nodes"])
+    assert "label" not in F.graphml(bare)
+
+
 def _with_atp(res: dict, best: dict[str, int]) -> dict:
     """``res`` with attribution patching by position over 5 tokens: each head's and feed-forward's
     largest |effect| at the token ``best`` names (token 0 elsewhere), the embeddings' at token 1."""

@@ -259,6 +259,33 @@ def test_head_view_draws_one_line_per_pair_above_the_threshold(page_result):
     assert sum(len(p) for p in fewer.layout.meta["headview"]["pairs"]) < len(drawn)
 
 
+def test_head_view_names_each_heads_atlas_label(page_result):
+    labels = {
+        (3, 4): ("induction", True),
+        (3, 9): ("previous-token", False),
+        (2, 4): ("self", True),
+    }
+    fig = HV.head_view_figure(page_result, layer=3, heads=[4, 9, 1], threshold=0.1, labels=labels)
+    assert "L3H4 · induction, L3H9 · previous-token?, L3H1 (" in fig.layout.title.text
+    legend = {t.name for t in fig.data if t.showlegend}
+    assert legend == {"L3H4 · induction", "L3H9 · previous-token?", "L3H1"}  # L3H1: no label
+    bare = HV.head_view_figure(page_result, layer=3, heads=[4], threshold=0.1)
+    assert "·" not in bare.layout.title.text  # no atlas: the bare names
+    from frontend.pages.text import heads as text_heads  # what the page's HTML export draws
+
+    exported = text_heads.figures(
+        page_result,
+        layer=3,
+        head=4,
+        layers=None,
+        gpage=0,
+        hv_heads=[9],
+        threshold=0.1,
+        labels=labels,
+    )
+    assert "L3H4 · induction, L3H9 · previous-token?" in exported[1].layout.title.text
+
+
 def test_model_view_tiles_every_head_and_names_a_clicked_one(page_result):
     fig = HV.model_view_figure(page_result, layer=2, head=3)
     meta = fig.layout.meta["modelview"]

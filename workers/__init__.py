@@ -10,6 +10,8 @@ light (the backend imports torch-free parts of this package and never torch)::
     ma = max_attention(run.attentions)            # [layer, head, token]
     res = head_tsne(run.attentions, layers=[2], heads=[5])                   # HeadTSNEResult
     dec = decompose(load_model("minilm", dtype="float64"), "some text")     # Decomposition
+    at = atlas("minilm")                          # the head atlas (docs/atlas.md); or a saved JSON
+    label_of(at, 0, 2)                            # "previous-token"; None: no label
 
 The layout (one folder per idea, imports pointing one way) is in docs/architecture.md.
 """
@@ -18,6 +20,9 @@ from typing import Any
 
 _LAZY = {
     "analyze": "workers.engine.pipeline",
+    "atlas": "workers.engine.atlas",
+    "head_labels": "workers.engine.atlas",
+    "label_of": "workers.engine.atlas",
     "attention_result": "workers.engine.external",
     "attention_reduce": "workers.analyses.attention.maps",
     "max_attention": "workers.analyses.attention.maps",

@@ -54,6 +54,14 @@ def cmd_circuits(args: argparse.Namespace) -> int:
         SetOptions(**opts)
     except ValueError as exc:
         raise HeadscopeError(readable(exc)) from None
+    labels = None
+    if args.atlas:  # read before the run: a wrong file is refused at once
+        from workers.engine.atlas import atlas, head_labels
+
+        at = atlas(args.atlas)
+        if at.get("model") not in (None, args.model):
+            raise HeadscopeError(f"--atlas is an atlas of {at['model']}, not of {args.model}")
+        labels = head_labels(at)
     bar = StderrProgress("circuits", enabled=not args.quiet)
     loaded = load_model(args.model, dtype=args.dtype, device=args.device)
     try:
@@ -67,7 +75,7 @@ def cmd_circuits(args: argparse.Namespace) -> int:
     write_result(args.out, out)
     if args.circuit_json or args.graphml:
         n = size_of(args.circuit_size, out["n_edges_total"])
-        doc = circuit_document(out, n, args.circuit_size)
+        doc = circuit_document(out, n, args.circuit_size, labels)
         if args.circuit_json:
             Path(args.circuit_json).write_text(json.dumps(doc, indent=1))
         if args.graphml:
@@ -102,6 +110,11 @@ def add_circuits_commands(sub: Any) -> None:
     c.add_argument("--out", required=True, help="the result JSON")
     c.add_argument("--circuit-json", help="also write the circuit (export JSON) here")
     c.add_argument("--graphml", help="also write the circuit as GraphML here")
+    c.add_argument(
+        "--atlas",
+        help="the model's head atlas (`headscope atlas --out`): head nodes of the exported circuit "
+        "carry their labels",
+    )
     c.add_argument(
         "--circuit-size", type=float, default=0.001,
         help="the exported circuit's size as a fraction of all edges (default 0.001)",

@@ -34,7 +34,7 @@ from frontend.figures.circuit_graph import (  # noqa: F401 - the circuit's figur
     prune,
 )
 from frontend.figures.tokens import display_text, token_ticks
-from frontend.kit.atlas_labels import Labels, label_grid
+from frontend.kit.atlas_labels import Labels, format_label, label_grid
 from workers.analyses.circuits.spec import ATTRIBUTION_PATCHING, EDGE_ATTRIBUTION, INFORMATION_FLOW
 
 # ----------------------------------------------------------------------------- the circuit (EAP)
@@ -336,12 +336,24 @@ def clicked_head(click: dict[str, Any] | None) -> tuple[int, int] | None:
 # ------------------------------------------------------------------------------ downloads
 
 
-def circuit_graph(result: dict[str, Any], *, n_top: int | None = None) -> dict[str, Any]:
-    """The pruned top-N circuit as JSON: ``nodes`` on it and its ``edges``, with the pair and metric."""
+def circuit_graph(
+    result: dict[str, Any], *, n_top: int | None = None, head_labels: Labels | None = None
+) -> dict[str, Any]:
+    """The pruned top-N circuit as JSON: ``nodes`` on it and its ``edges``, with the pair and metric.
+    With the model's atlas labels (``head_labels``, not empty) every head node gets a ``label``
+    (``induction``, ``induction?`` when tentative, ``""`` for none), which GraphML carries too."""
     sec = result[EDGE_ATTRIBUTION]
     n = int(n_top or sec["circuit"]["n_top"])
     edges, on_circuit, exact = circuit_edges(result, n)
     on = {e["source"] for e in edges} | {e["target"] for e in edges}
+    nodes = [nd for nd in sec["nodes"] if nd["id"] in on]
+    if head_labels:
+        nodes = [
+            {**nd, "label": format_label(head_labels.get((int(nd["layer"]), int(nd["head"]))))}
+            if nd.get("kind") == "head"
+            else nd
+            for nd in nodes
+        ]
     return {
         "model": result.get("model"),
         "text": result.get("text") or None,
@@ -351,7 +363,7 @@ def circuit_graph(result: dict[str, Any], *, n_top: int | None = None) -> dict[s
         "faithfulness": faithfulness_at(result, n),
         "n_edges": on_circuit,  # edges on the circuit; "edges" holds all of them or its strongest
         "edges_complete": exact and len(edges) == on_circuit,
-        "nodes": [nd for nd in sec["nodes"] if nd["id"] in on],
+        "nodes": nodes,
         "edges": edges,
     }
 

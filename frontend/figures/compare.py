@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 
 from frontend.figures.base import empty_figure
 from frontend.figures.tokens import display_text
+from frontend.kit.atlas_labels import Labels, format_label
 from workers.core.notation import head_label as label_of
 
 COLOUR_A, COLOUR_B = "#1f77b4", "#d62728"
@@ -147,26 +148,34 @@ def similarity_figure(
     return fig
 
 
-def pair_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The matched pairs as table rows: each pair's heads and similarity, and each head's best partner."""
+def pair_rows(
+    result: dict[str, Any], labels_a: Labels | None = None, labels_b: Labels | None = None
+) -> list[dict[str, Any]]:
+    """The matched pairs as table rows: each pair's heads and similarity, and each head's best partner;
+    with a model's atlas labels (``kit.atlas_labels``) its heads' labels (``label_a``, ``label_b``;
+    ``""`` for an unlabelled head), which the table's CSV export carries."""
     a, b, m = result["model_a"], result["model_b"], result["matching"]
     la, lb = labels(a), labels(b)
+    ha, hb = int(a["n_heads"]), int(b["n_heads"])
     rows = []
     for p in m["pairs"]:
         best_a, best_b = m["best_of_a"][p["a"]], m["best_of_b"][p["b"]]
-        rows.append(
-            {
-                "id": f"{p['a']}-{p['b']}",
-                "head_a": la[p["a"]],
-                "head_b": lb[p["b"]],
-                "similarity": round(p["similarity"], 4),
-                "best_of_a": lb[best_a["b"]],
-                "best_of_a_sim": round(best_a["similarity"], 4),
-                "best_of_b": la[best_b["a"]],
-                "best_of_b_sim": round(best_b["similarity"], 4),
-                "mutual": "yes" if best_a["b"] == p["b"] and best_b["a"] == p["a"] else "",
-            }
-        )
+        row = {
+            "id": f"{p['a']}-{p['b']}",
+            "head_a": la[p["a"]],
+            "head_b": lb[p["b"]],
+            "similarity": round(p["similarity"], 4),
+            "best_of_a": lb[best_a["b"]],
+            "best_of_a_sim": round(best_a["similarity"], 4),
+            "best_of_b": la[best_b["a"]],
+            "best_of_b_sim": round(best_b["similarity"], 4),
+            "mutual": "yes" if best_a["b"] == p["b"] and best_b["a"] == p["a"] else "",
+        }
+        if labels_a:
+            row["label_a"] = format_label(labels_a.get(divmod(p["a"], ha)))
+        if labels_b:
+            row["label_b"] = format_label(labels_b.get(divmod(p["b"], hb)))
+        rows.append(row)
     return sorted(rows, key=lambda r: -r["similarity"])
 
 
@@ -180,6 +189,21 @@ PAIR_COLUMNS = [
     ("best_of_b", "B's best partner"),
     ("best_of_b_sim", "its similarity "),
 ]
+
+
+def pair_columns(
+    labels_a: Labels | None = None, labels_b: Labels | None = None
+) -> list[dict[str, Any]]:
+    """The pairs table's column definitions: a model's ``label`` column follows its head's where its
+    default atlas is stored (``labels_a``, ``labels_b`` not empty)."""
+    cols: list[dict[str, Any]] = []
+    for k, n in PAIR_COLUMNS:
+        cols.append({"field": k, "headerName": n})
+        if k == "head_a" and labels_a:
+            cols.append({"field": "label_a", "headerName": "A label"})
+        if k == "head_b" and labels_b:
+            cols.append({"field": "label_b", "headerName": "B label"})
+    return cols
 
 
 def joint_map_figure(

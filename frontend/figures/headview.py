@@ -21,6 +21,7 @@ import plotly.graph_objects as go
 
 from frontend.figures.base import EMPTY_PX, empty_figure
 from frontend.figures.tokens import token_labels
+from frontend.kit.atlas_labels import Labels, head_name
 from frontend.kit.heads import gallery_section, grid_attention, head_attention
 from workers.core.notation import head_label
 
@@ -63,15 +64,22 @@ def head_view_lines(
 
 
 def head_view_figure(
-    result: dict[str, Any], *, layer: int, heads: list[int], threshold: float = 0.05
+    result: dict[str, Any],
+    *,
+    layer: int,
+    heads: list[int],
+    threshold: float = 0.05,
+    labels: Labels | None = None,
 ) -> go.Figure:
-    """Lines from each query (left) to each key (right) it attends to, one colour per head."""
+    """Lines from each query (left) to each key (right) it attends to, one colour per head.
+    ``labels``: the heads' atlas labels (``kit.atlas_labels``), named in the title and the legend
+    (``L17H5 · induction``)."""
     lines = head_view_lines(result, layer=layer, heads=heads, threshold=threshold)
     if not lines:
         return empty_figure(f"No attention weights for layer {layer} in this result.")
     hit = head_attention(result, layer, next(iter(lines)))
     kept = hit[1] if hit else []
-    labels = token_labels(result, kept)
+    tokens = token_labels(result, kept)
     n = len(kept)
     traces: list[go.Scatter] = []
     pairs_of_trace: list[list[list[int]]] = []
@@ -94,7 +102,7 @@ def head_view_figure(
                     line={"color": colour, "width": 1.0 + b},
                     opacity=opacity,
                     hoverinfo="skip",
-                    name=head_label(layer, head),
+                    name=head_name(layer, head, labels),
                     legendgroup=head_label(layer, head),
                     showlegend=b == len(BIN_OPACITY) - 1,
                 )
@@ -107,7 +115,7 @@ def head_view_figure(
                 x=[x] * n,
                 y=list(range(n)),
                 mode="markers+text",
-                text=labels,
+                text=tokens,
                 textposition=pos,
                 textfont={"size": 11},
                 marker={"size": 7, "color": "#555"},
@@ -117,7 +125,7 @@ def head_view_figure(
                 name=f"{side}s",
             )
         )
-    heads_txt = ", ".join(head_label(layer, h) for h in lines)
+    heads_txt = ", ".join(head_name(layer, h, labels) for h in lines)
     fig = go.Figure(traces)
     fig.update_layout(
         title={

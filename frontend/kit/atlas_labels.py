@@ -90,28 +90,35 @@ class AtlasLabels:
         self.client = client
         self.miss_ttl = miss_ttl
         self._found: dict[str, Labels] = {}
+        self._sections: dict[str, dict[str, Any]] = {}
         self._missed: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def get(self, model: str | None) -> Labels:
+        """``{(layer, head): (label, confident)}``; ``{}`` where no finished default atlas is stored."""
+        return self._found.get(model or "", {}) if self.section(model) is not None else {}
+
+    def section(self, model: str | None) -> dict[str, Any] | None:
+        """The whole stored default atlas section of ``model`` (None where none is finished)."""
         if not model:
-            return {}
+            return None
         with self._lock:
-            if model in self._found:
-                return self._found[model]
+            if model in self._sections:
+                return self._sections[model]
             missed = self._missed.get(model)
             if missed is not None and time.monotonic() - missed < self.miss_ttl:
-                return {}
-        labels = self._read(model)
+                return None
+        section = self._read(model)
         with self._lock:
-            if labels is None:
+            if section is None:
                 self._missed[model] = time.monotonic()
-                return {}
-            self._found[model] = labels
+                return None
+            self._sections[model] = section
+            self._found[model] = labels_of(section)
             self._missed.pop(model, None)
-        return labels
+        return section
 
-    def _read(self, model: str) -> Labels | None:
+    def _read(self, model: str) -> dict[str, Any] | None:
         job_id = default_atlas_id(model)
         if job_id is None:
             return None
@@ -124,18 +131,47 @@ class AtlasLabels:
             return None
         if raw.get("status") != "finished" or not raw.get("result"):
             return None
-        return labels_of(raw["result"].get(ATLAS))
+        section = raw["result"].get(ATLAS)
+        return section if isinstance(section, dict) else None
 
 
 _BY_CLIENT: dict[int, AtlasLabels] = {}
 
 
-def atlas_labels(client: ApiClient, model: str | None) -> Labels:
-    """The labels of ``model``'s stored default atlas, ``{}`` where none is finished (cached per client)."""
+def _cache(client: ApiClient) -> AtlasLabels:
     got = _BY_CLIENT.get(id(client))
     if got is None or got.client is not client:
         got = _BY_CLIENT[id(client)] = AtlasLabels(client)
-    return got.get(model)
+    return got
+
+
+def atlas_labels(client: ApiClient, model: str | None) -> Labels:
+    """The labels of ``model``'s stored default atlas, ``{}`` where none is finished (cached per client)."""
+    return _cache(client).get(model)
+
+
+def atlas_section(client: ApiClient, model: str | None) -> dict[str, Any] | None:
+    """``model``'s stored default atlas section (counts, depth: the comparison page), None where none
+    is finished (cached per client, like the labels)."""
+    return _cache(client).section(model)
+
+
+def export_labels(
+    client: ApiClient, request: dict[str, Any] | None
+) -> dict[str, list[dict[str, Any]]]:
+    """What a page's JSON download adds (``atlas_labels``): for each model of the request (``model``,
+    or ``model_a`` and ``model_b``) whose default atlas is stored, its labelled heads as
+    ``[{"layer", "head", "label", "confident"}]``; ``{}`` where none is."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for key in ("model", "model_a", "model_b"):
+        model = (request or {}).get(key)
+        labels = atlas_labels(client, model) if isinstance(model, str) else {}
+        if labels:
+            out[str(model)] = [
+                {"layer": la, "head": h, "label": lab, "confident": sure}
+                for (la, h), (lab, sure) in sorted(labels.items())
+            ]
+    return out
 
 
 def label_grid(labels: Labels | None, n_layers: int, n_heads: int) -> list[list[str]]:

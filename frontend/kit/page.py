@@ -16,6 +16,7 @@ from dash import ClientsideFunction, Dash, Input, Output, State, dcc, html, no_u
 
 from frontend.figures.base import graph_config, standalone_html
 from frontend.kit.api_client import ApiError
+from frontend.kit.atlas_labels import export_labels
 from frontend.kit.data import DONE, ResultStore, query_string, sections_of, source_query
 
 logger = logging.getLogger(__name__)
@@ -306,6 +307,9 @@ def register_exports(
         name = f"headscope-{prefix}-{(src or {}).get('id', 'result')}"
         if ctx.triggered_id == f"{prefix}-export-json":
             payload = {"request": st.get("request"), "result": store.stored_result(src)}
+            labels = export_labels(store.client, st.get("request"))  # docs/atlas.md: exports
+            if labels:
+                payload["atlas_labels"] = labels
             return {
                 "content": json.dumps(payload),
                 "filename": f"{name}.json",

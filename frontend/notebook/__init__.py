@@ -47,6 +47,9 @@ from workers.analyses.lasf.spec import LASF
 from workers.analyses.tsne.spec import ALL_HEADS, HEAD_TSNE
 from workers.core.errors import HeadscopeError
 from workers.core.notation import head_label
+from workers.engine.atlas import atlas as atlas  # hs.atlas("minilm"): docs/notebook.md
+from workers.engine.atlas import head_labels as head_labels
+from workers.engine.atlas import label_of as label_of
 
 logger = logging.getLogger(__name__)
 
@@ -326,10 +329,13 @@ def gallery(
     layers: list[int] | None = None,
     page: int = 0,
     open_head: tuple[int, int] | None = None,
+    atlas: dict[str, Any] | None = None,
     **byo: Any,
 ) -> View:
     """Every head's attention-head t-SNE as small multiples; clicking a panel opens that head's map
-    below it, in the page (the dashboard's ``assets/heads.js``, no kernel round trip)."""
+    below it, in the page (the dashboard's ``assets/heads.js``, no kernel round trip). ``atlas``
+    (``hs.atlas(...)``): each panel and the open map named with its head's label."""
+    labels = head_labels(atlas) if atlas is not None else None
     result = _result(source, tokens, analyses=(HEAD_TSNE,), byo=byo)
     sec = gallery_section(result)
     if sec is None:
@@ -337,14 +343,14 @@ def gallery(
             "this result holds no gallery: analyse with layer and head 'all' (head-tsne)"
         )
     layer, head = open_head or (sec["layers"][0], sec["heads"][0])
-    maps = head_maps(result)
+    maps = head_maps(result, labels)
     script = (
         HEADS_JS.read_text(encoding="utf-8")
         + "\n"
         + GALLERY_SCRIPT % pio.json.to_json_plotly(maps).replace("</", "<\\/")
     )
     figures = {
-        "gallery": gallery_figure(result, layers=layers, page=page),
+        "gallery": gallery_figure(result, layers=layers, page=page, labels=labels),
         "map": head_tsne_figure(result, layer=layer, head=head),
     }
     return View(
@@ -386,10 +392,12 @@ def head_view(
     layer: int = 0,
     heads: list[int] | None = None,
     threshold: float = 0.05,
+    atlas: dict[str, Any] | None = None,
     **byo: Any,
 ) -> View:
     """bertviz's head view: lines from queries (left) to keys (right), one colour per head of
-    ``layer`` (all its heads unless ``heads``), weights below ``threshold`` left out."""
+    ``layer`` (all its heads unless ``heads``), weights below ``threshold`` left out; ``atlas``
+    (``hs.atlas(...)``): each head named with its label in the title and the legend."""
     result = _result(source, tokens, analyses=(HEAD_TSNE,), select={"layers": [layer]}, byo=byo)
     sec = gallery_section(result)
     chosen = (
@@ -398,9 +406,27 @@ def head_view(
         else list((sec or {}).get("heads") or range(int(result.get("n_heads") or 0)))
     )
     return View(
-        {"head_view": head_view_figure(result, layer=layer, heads=chosen, threshold=threshold)},
+        {
+            "head_view": head_view_figure(
+                result,
+                layer=layer,
+                heads=chosen,
+                threshold=threshold,
+                labels=head_labels(atlas) if atlas is not None else None,
+            )
+        },
         title=f"head view, layer {layer} — {result.get('model', '')}",
     )
+
+
+def atlas_grid(source: Any) -> View:
+    """The head atlas as the /heads page draws it: layers x heads coloured by label (tentative
+    pale); ``source`` as ``hs.atlas`` takes it (a model name computes the atlas)."""
+    from frontend.figures.atlas import atlas_grid_figure
+
+    sec = source if isinstance(source, dict) and "heads" in source else atlas(source)
+    model = str(sec.get("model") or "")
+    return View({"atlas": atlas_grid_figure(sec, model=model)}, title=f"head atlas — {model}")
 
 
 def model_view(

@@ -706,7 +706,16 @@ def _register_exports(app: Dash, store: ResultStore) -> None:
                 "type": "application/json",
             }
         html_doc = standalone_html(
-            _figures(flow["result"], pst["result"], n, layout),
+            _figures(
+                flow["result"],
+                pst["result"],
+                n,
+                layout,
+                atlas_labels(
+                    store.client,
+                    (pst.get("request") or flow.get("request") or {}).get("model"),
+                ),
+            ),
             title="headscope — circuits",
             notes="Exported from headscope; figures are interactive and need no network.",
         )
@@ -737,7 +746,14 @@ def _register_exports(app: Dash, store: ResultStore) -> None:
                 f"no {'circuit' if key == EDGE_ATTRIBUTION else 'flow graph'} to download yet",
             )
         g = (
-            F.circuit_graph(st["result"], n_top=n)
+            F.circuit_graph(  # head nodes carry their atlas labels where one is stored
+                st["result"],
+                n_top=n,
+                head_labels=atlas_labels(
+                    store.client,
+                    st["result"].get("model") or (st.get("request") or {}).get("model"),
+                ),
+            )
             if key == EDGE_ATTRIBUTION
             else F.flow_graph(st["result"])
         )

@@ -34,6 +34,7 @@ from frontend.kit.page import (
     register_view,
     shown,
 )
+from frontend.pages import compare_atlas
 from workers.analyses.compare.spec import WORD_MAPS
 
 logger = logging.getLogger(__name__)
@@ -254,7 +255,7 @@ def layout(
                         id="compare-table",
                         rowData=[],
                         getRowId="params.data.id",
-                        columnDefs=[{"field": k, "headerName": n} for k, n in F.PAIR_COLUMNS],
+                        columnDefs=F.pair_columns(),
                         defaultColDef={
                             "sortable": True,
                             "filter": True,
@@ -343,6 +344,7 @@ def layout(
                 className="panel",
                 children=[graph("compare-surprisal", figure=empty_figure("", height=220))],
             ),
+            compare_atlas.panel(),
             dcc.Location(id="compare-go", refresh=True),
             dcc.Store(id="compare-source", data=source),
             dcc.Store(id="compare-maps-a"),
@@ -377,6 +379,7 @@ def _listed(cell: tuple[int, int] | None) -> list[int] | None:
 def register(app: Dash, store: ResultStore) -> None:
     client = store.client
     register_poll(app, store, "compare", ["compare-source"])
+    compare_atlas.register(app, store)
     # the pair's word maps have a poll of their own: in one poll, maps -> poll -> compare-job -> maps would
     # be a cycle, and Dash does not run the poll again in the chain it started (a link's pair stayed blank)
     register_poll(app, store, "compare-maps", ["compare-maps-a", "compare-maps-b"])
@@ -443,6 +446,7 @@ def register(app: Dash, store: ResultStore) -> None:
 
     @app.callback(
         Output("compare-table", "rowData"),
+        Output("compare-table", "columnDefs"),
         Output("compare-sim-graph", "figure"),
         Output("compare-joint-graph", "figure"),
         Output("compare-surprisal", "figure"),
@@ -450,8 +454,9 @@ def register(app: Dash, store: ResultStore) -> None:
         Input("compare-cell", "data"),
         Input("compare-text-pick", "value"),
         State("compare-source", "data"),
+        State("compare-table", "columnDefs"),
     )
-    def _views(_job, cell, pick, source):  # type: ignore[no-untyped-def]
+    def _views(_job, cell, pick, source, had_cols):  # type: ignore[no-untyped-def]
         st = store.status(source)
         result = st["result"]
         if not result.get("similarity"):
@@ -459,8 +464,21 @@ def register(app: Dash, store: ResultStore) -> None:
                 "none": "Pick two models and a text or corpus, then Compare.",
                 "failed": f"failed: {st.get('error')}",
             }.get(st["status"], "Comparing…")
-            return [], empty_figure(msg), F.joint_map_figure({}), empty_figure("", height=220)
-        return (F.pair_rows(result), *_figures(result, cell, pick))
+            return (
+                [],
+                no_update,
+                empty_figure(msg),
+                F.joint_map_figure({}),
+                empty_figure("", height=220),
+            )
+        la = atlas_labels(client, result["model_a"]["name"])  # the CSV gains their label columns
+        lb = atlas_labels(client, result["model_b"]["name"])
+        cols = F.pair_columns(la, lb)  # re-sent only when they change (a grid keeps its sort)
+        return (
+            F.pair_rows(result, la, lb),
+            no_update if cols == had_cols else cols,
+            *_figures(result, cell, pick),
+        )
 
     @app.callback(
         Output("compare-maps-a", "data"),

@@ -25,6 +25,7 @@ from frontend.figures.attention import (
 from frontend.figures.base import EMPTY_PX, empty_figure
 from frontend.figures.tsne import head_tsne_figure, hidden_tsne_figure, kl_summary
 from frontend.kit.api_client import ApiError
+from frontend.kit.atlas_labels import Labels, atlas_labels
 from frontend.kit.data import Built, ResultStore, int_list, int_or_none
 from frontend.kit.forms import url_model
 from frontend.kit.frontdoor import page_header
@@ -355,6 +356,7 @@ def _figures(
     gpage: Any = 0,
     hv_heads: Any = None,
     threshold: Any = heads.DEFAULT_THRESHOLD,
+    labels: Labels | None = None,
 ) -> list[Any]:
     figs = [max_attention_figure(result, reduction=reduction or "max", layers=layers or None)]
     if layer is not None and head is not None:
@@ -375,6 +377,7 @@ def _figures(
         gpage=state["gpage"],
         hv_heads=state["hv_heads"],
         threshold=state["threshold"],
+        labels=labels,
     )
 
 
@@ -592,7 +595,9 @@ def register(app: Dash, store: ResultStore) -> None:
         "text",
         source="text-source",
         graphs=EXPORTED,
-        figures=_figures,
+        figures=lambda result, *v: _figures(  # the heads named with their atlas labels
+            result, *v, labels=atlas_labels(client, result.get("model"))
+        ),
         view_states=view.states,
         title="headscope — text explorer",
     )

@@ -327,7 +327,11 @@ def figures(
     if layer is not None and head is not None:
         figs.append(
             HV.head_view_figure(
-                result, layer=layer, heads=_heads(head, hv_heads), threshold=threshold
+                result,
+                layer=layer,
+                heads=_heads(head, hv_heads),
+                threshold=threshold,
+                labels=labels,
             )
         )
     figs.append(HV.model_view_figure(result, layer=layer, head=head))
@@ -490,7 +494,13 @@ def register(app: Dash, store: ResultStore) -> None:
                 keys,
             )
         return (
-            HV.head_view_figure(result, layer=layer, heads=_heads(head, extra), threshold=t),
+            HV.head_view_figure(
+                result,
+                layer=layer,
+                heads=_heads(head, extra),
+                threshold=t,
+                labels=atlas_labels(store.client, (st.get("request") or {}).get("model")),
+            ),
             model,
             keys,
         )

@@ -6,7 +6,8 @@ JSON (``format: "headscope-circuit"``, ``version: 1``): ``model``, ``method``, `
 set's mean logit difference), ``nodes`` (those the edges touch, in forward order: ``id`` as every page
 names them — ``input``, ``L{layer}H{head}``, ``FF{layer}``, ``logits`` — ``kind``, ``layer``, ``head``).
 GraphML: the same nodes and edges, directed, with ``kind``/``layer``/``head`` on nodes and
-``input``/``score`` on edges. Torch-free.
+``input``/``score`` on edges. Given the model's head atlas (``headscope circuits --atlas``), head
+nodes carry ``label`` in both. Torch-free.
 """
 
 from __future__ import annotations
@@ -18,9 +19,14 @@ FORMAT = "headscope-circuit"
 
 
 def circuit_document(
-    result: dict[str, Any], n_edges: int, k: float | None = None
+    result: dict[str, Any],
+    n_edges: int,
+    k: float | None = None,
+    labels: dict[tuple[int, int], tuple[str, bool]] | None = None,
 ) -> dict[str, Any]:
-    """The top ``n_edges`` edges (by |score|) of a ``circuits-set`` result as the export JSON."""
+    """The top ``n_edges`` edges (by |score|) of a ``circuits-set`` result as the export JSON; with
+    the model's head atlas labels (``{(layer, head): (label, confident)}``, docs/atlas.md) every head
+    node gets ``label`` (``induction``; ``induction?`` when tentative; ``""`` for none)."""
     listed = result["edges"]
     if n_edges > len(listed):
         raise ValueError(
@@ -37,9 +43,18 @@ def circuit_document(
         "task": result.get("task"),
         "n_edges_total": result.get("n_edges_total"),
         "k": k,
-        "nodes": [n for n in result["nodes"] if n["id"] in used],
+        "nodes": [_labelled(n, labels) for n in result["nodes"] if n["id"] in used],
         "edges": edges,
     }
+
+
+def _labelled(
+    node: dict[str, Any], labels: dict[tuple[int, int], tuple[str, bool]] | None
+) -> dict[str, Any]:
+    if labels is None or node.get("kind") != "head":
+        return node
+    got = labels.get((int(node["layer"]), int(node["head"])))
+    return {**node, "label": "" if got is None else got[0] if got[1] else f"{got[0]}?"}
 
 
 def graphml(doc: dict[str, Any]) -> str:
@@ -50,6 +65,7 @@ def graphml(doc: dict[str, Any]) -> str:
         ("kind", "node", "string"),
         ("layer", "node", "int"),
         ("head", "node", "int"),
+        *((("label", "node", "string"),) if any("label" in n for n in doc["nodes"]) else ()),
         ("input", "edge", "string"),
         ("score", "edge", "double"),
     ):
@@ -59,7 +75,7 @@ def graphml(doc: dict[str, Any]) -> str:
     )
     for node in doc["nodes"]:
         el = ET.SubElement(graph, "node", id=node["id"])
-        for key in ("kind", "layer", "head"):
+        for key in ("kind", "layer", "head", "label"):
             if node.get(key) is not None:
                 ET.SubElement(el, "data", key=key).text = str(node[key])
     for i, edge in enumerate(doc["edges"]):
