@@ -219,6 +219,8 @@ HOMONYMS = {
     ("ablation", "workers/analyses/lasf/fields.py"): "the LasF section's field: R² lost per field",
     ("ablation", "frontend/figures/lasf.py"): "that field of the LasF section, read",
     ("ablation", "frontend/notebook/__init__.py"): "the LasF view's figure of that field",
+    ("atlas", "workers/__init__.py"): "the notebook function workers.atlas, named for its module",
+    ("atlas", "frontend/notebook/__init__.py"): "the view hs.atlas_grid naming its one figure",
 }
 
 

@@ -22,7 +22,7 @@ from workers.core.errors import HeadscopeError
 
 
 def section_of(data: dict[str, Any]) -> dict[str, Any]:
-    """The atlas section of a section itself, an analysis result (``{"atlas": …}``) or an export
+    """The atlas section of a section itself, an analysis result (``{ATLAS: …}``) or an export
     (``{"request": …, "result": {"atlas": …}}``)."""
     for candidate in (data, data.get(ATLAS), (data.get("result") or {}).get(ATLAS)):
         if isinstance(candidate, dict) and isinstance(candidate.get("heads"), list):
