@@ -190,3 +190,37 @@ def test_the_cli_writes_the_atlas_and_refuses_bad_settings_before_loading(
         assert reason in capsys.readouterr().err
     assert main(["atlas", "--model", "tiny-bert", "--random-len", "8", "--loss", "yes", "-q"]) == 2
     assert "needs a decoder with a language-model head" in capsys.readouterr().err
+
+
+def test_the_cli_reads_an_uploaded_corpus_from_its_store_and_refuses_an_unknown_one(
+    tmp_path: Any, capsys: Any, monkeypatch: Any
+) -> None:
+    import json
+
+    from backend.cli import main
+    from workers.core.settings import get_settings
+    from workers.inputs.corpora import corpus_id
+    from workers.store import Store
+
+    monkeypatch.setenv("HEADSCOPE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("HEADSCOPE_DATABASE_URL", raising=False)
+    get_settings.cache_clear()
+    try:
+        texts = TEXTS[:4]
+        cid = corpus_id(texts)
+        Store(get_settings()).put_corpus(cid, texts, meta={"name": "four.txt"})
+        args = ["atlas", "--model", "tiny-gpt2", "--random-seqs", "2", "--random-len", "6"]
+        args += ["--resamples", "0", "--skip-evidence", "-q"]
+        out = tmp_path / "atlas.json"
+        assert main([*args, "--corpus", cid, "--out", str(out)]) == 0
+        probe = json.loads(out.read_text())["probe"]
+        assert probe["corpus"] == cid and probe["corpus_texts"] == 4
+        for corpus, reason in [
+            ("cp-" + "0" * 32, "no corpus with id"),
+            ("builtin-nope", "unknown shipped corpus"),
+            ("my-corpus", "corpus"),
+        ]:
+            assert main([*args, "--corpus", corpus]) == 2
+            assert reason in capsys.readouterr().err
+    finally:
+        get_settings.cache_clear()

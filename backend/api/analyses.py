@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from backend.api.jobs import job_routes
 from backend.checks import check_text_request, model_facts  # noqa: F401 - model_facts re-exported
 from backend.store import Store
+from workers.core import registry
 from workers.core.contracts import LASF_MODELS, AnalysisRequest, is_lasf_model
 from workers.core.errors import HeadscopeError, NotFoundError
 
@@ -29,7 +30,7 @@ def lasf_base(model: str, store: Store) -> str:
 
 def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
     """What the API can check without the model (``backend.checks.check_text_request``), the model
-    of a LasF layer being its base model."""
+    of a LasF layer being its base model; an uploaded corpus an analysis reads is in the store."""
     name = req.model
     if is_lasf_model(name):
         if store is None:
@@ -38,6 +39,12 @@ def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
     check_text_request(
         model=req.model, name=name, text=req.text, kinds=list(req.analyses), options=req.options
     )
+    corpus = getattr(req.options, "corpus", None)  # the atlas' corpus probe (docs/atlas.md)
+    if store is not None and corpus and not corpus.startswith("builtin-"):
+        if any("corpus" in registry.get(k).options.model_fields for k in req.analyses):
+            if store.corpus(corpus) is None:  # as the corpus analysis' check (backend.api.corpora)
+                raise NotFoundError.of("corpus", corpus, "upload it first")
+            store.touch_corpus(corpus)  # its expiry clock restarts
 
 
 job_routes(

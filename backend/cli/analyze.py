@@ -224,7 +224,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     )
     load_s = time.perf_counter() - start
     try:
-        result = analyze(loaded, text, [args.analysis], options, progress=bar, lasf=lasf)
+        result = analyze(
+            loaded,
+            text,
+            [args.analysis],
+            options,
+            progress=bar,
+            lasf=lasf,
+            corpora=getattr(args, "corpora", None),  # headscope atlas --corpus cp-...
+        )
     finally:
         bar.close()
     out = flatten(result, args.analysis)

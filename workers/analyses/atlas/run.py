@@ -78,12 +78,17 @@ def loss_refusal(name: str) -> str:
 
 
 def corpus_texts(ref: str, max_texts: int) -> list[str]:
-    """The first ``max_texts`` texts of a shipped corpus (``builtin-...``)."""
+    """The first ``max_texts`` texts of a shipped corpus (``builtin-...``); an uploaded one (``cp-...``)
+    is read from the store by the job's runner and handed to ``atlas`` as ``texts``."""
     from workers.inputs.corpora import SHIPPED, shipped_corpus
 
     got = shipped_corpus(ref)
     if got is None:
-        raise HeadscopeError(f"unknown corpus {ref!r}; the atlas reads {', '.join(SHIPPED)}")
+        if ref.startswith("cp-"):
+            raise HeadscopeError(
+                f"corpus {ref} is an uploaded one: it is read from the store (pass its texts)"
+            )
+        raise HeadscopeError(f"unknown corpus {ref!r}; the shipped ones are {', '.join(SHIPPED)}")
     return got.texts[:max_texts]
 
 
