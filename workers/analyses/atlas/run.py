@@ -27,7 +27,7 @@ from workers.analyses.atlas.labels import (
 )
 from workers.analyses.atlas.probe import check_probe, make_probe, run_probe
 from workers.core.errors import HeadscopeError
-from workers.core.progress import Progress, no_progress, scaled
+from workers.core.progress import Progress, no_progress, scaled, stage
 
 if TYPE_CHECKING:
     from workers.models.loader import LoadedModel
@@ -109,13 +109,21 @@ def atlas(
     evidence = s.evidence and can_score_loss(loaded)
     if texts is None:
         texts = corpus_texts(s.corpus, s.max_texts)
+    # one bar (docs/atlas.md, "Progress"): the corpus' texts, the random sequences, the bootstrap,
+    # then the ablations, each step's words naming what it counts
     cut = (0.0, 0.35, 0.5, 1.0) if evidence else (0.0, 0.7, 1.0, 1.0)
     corpus, facts = corpus_items(
-        loaded, list(texts), max_tokens=s.max_tokens, progress=scaled(report, cut[0], cut[1])
+        loaded,
+        list(texts),
+        max_tokens=s.max_tokens,
+        progress=stage(report, cut[0], cut[1], f"corpus {s.corpus}"),
     )
     probe = make_probe(loaded, random_seqs=s.random_seqs, random_len=s.random_len, seed=s.seed)
     items, halves = run_probe(loaded, probe, loss=loss, progress=scaled(report, cut[1], cut[2]))
-    report(cut[2], "labels and bootstrap")
+    report(
+        cut[2],
+        f"bootstrap: {s.bootstrap} resamples of {facts['n_texts']} texts and {probe.n} sequences",
+    )
     scores, intervals = scores_and_intervals(corpus, items, draws=s.bootstrap, seed=s.seed)
     heads = label_heads(scores, intervals, thresholds)
     out: dict[str, Any] = {
@@ -158,5 +166,7 @@ def atlas(
             progress=scaled(report, cut[2], 1.0),
         )
     out["seconds"] = round(time.perf_counter() - t0, 3)
-    report(1.0, "atlas done")
+    report(
+        1.0, f"every head labelled ({len(heads)} heads)"
+    )  # the job says "done" (docs/service.md)
     return out
