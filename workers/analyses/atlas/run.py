@@ -20,6 +20,7 @@ import numpy as np
 
 from workers.analyses.atlas.corpus_items import corpus_items
 from workers.analyses.atlas.labels import (
+    RULES,
     TYPES,
     check_thresholds,
     label_heads,
@@ -45,6 +46,7 @@ class AtlasSettings:
     seed: int = 0
     bootstrap: int = 200  # resamples for the 95 % intervals (0: none)
     thresholds: dict[str, float] = field(default_factory=dict)
+    rule: str = "specific-first"  # the labelling rule (labels.RULES, docs/atlas.md "Labels")
     loss: bool | None = (
         None  # the repeated-half loss; None: where the model has a language-model head
     )
@@ -55,6 +57,8 @@ class AtlasSettings:
     def validate(self, loaded: LoadedModel | None = None) -> AtlasSettings:
         check_probe(random_seqs=self.random_seqs, random_len=self.random_len)
         check_thresholds(self.thresholds)
+        if self.rule not in RULES:
+            raise HeadscopeError(f"unknown labelling rule {self.rule!r}; use {' or '.join(RULES)}")
         if self.max_texts < 1:
             raise HeadscopeError(f"max_texts must be at least 1 (got {self.max_texts})")
         if self.bootstrap < 0:
@@ -125,7 +129,7 @@ def atlas(
         f"bootstrap: {s.bootstrap} resamples of {facts['n_texts']} texts and {probe.n} sequences",
     )
     scores, intervals = scores_and_intervals(corpus, items, draws=s.bootstrap, seed=s.seed)
-    heads = label_heads(scores, intervals, thresholds)
+    heads = label_heads(scores, intervals, thresholds, rule=s.rule)
     out: dict[str, Any] = {
         "model": loaded.name,
         "n_layers": loaded.n_layers,
@@ -133,8 +137,9 @@ def atlas(
         "causal": loaded.causal,
         "types": {t: {"statistic": st, "probe": src} for t, (st, src) in TYPES.items()},
         "thresholds": thresholds,
+        "rule": s.rule,
         "probe": {
-            **{k: v for k, v in asdict(s).items() if k != "thresholds"},
+            **{k: v for k, v in asdict(s).items() if k not in ("thresholds", "rule")},
             "loss": loss,
             "evidence": evidence,
             "leading_special": bool(probe.offset),

@@ -18,6 +18,7 @@ def settings_of(options: AtlasOptions) -> AtlasSettings:
         seed=options.seed,
         bootstrap=options.resamples,
         thresholds=dict(options.thresholds or {}),
+        rule=options.rule,
         loss=options.loss,
         evidence=not options.skip_evidence,
         evidence_seqs=options.evidence_seqs,

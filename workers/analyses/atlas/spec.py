@@ -71,6 +71,12 @@ class AtlasOptions(TextOptions):
         dict[HeadType, Annotated[float, Field(ge=0.0, le=1.0)]] | None,
         Cli(parse=thresholds_arg, metavar="TYPE=V,..."),
     ] = Field(None, description="atlas: thresholds per head type (others keep their defaults)")
+    rule: Literal["specific-first", "largest"] = Field(
+        "specific-first",
+        description="atlas: the labelling rule: specific-first (previous-token, induction, "
+        "duplicate-token before first-token, self, local, broad) or largest (SPEC 15: the largest "
+        "score that clears)",
+    )
     loss: Annotated[bool | None, Cli(parse=yes_no, metavar="yes|no")] = Field(
         None, description="atlas: the repeated-half loss (default: where the model has a head)"
     )
