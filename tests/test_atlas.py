@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -142,6 +143,57 @@ def test_labels_take_the_best_type_that_clears_and_local_yields_to_previous() ->
     assert head["label"] is None and not head["confident"]
 
 
+def test_each_labelling_rule_gives_the_labels_it_defines() -> None:
+    """``specific-first``: a specific type that clears beats a default one with a larger score;
+    ``largest`` (SPEC 15 as written): the largest score that clears, whatever its type. Both keep
+    ``local`` out where ``previous-token`` clears, and agree where only one tier clears."""
+
+    def label(rule: str, **kv: float) -> tuple[str | None, list[str]]:
+        s = {t: np.full((1, 1), kv.get(t.replace("-", "_"), 0.0)) for t in THRESHOLDS}
+        (head,) = label_heads(s, {t: (v, v) for t, v in s.items()}, THRESHOLDS, rule=rule)
+        return head["label"], head["cleared"]
+
+    cases = [  # scores, the label under specific-first, under largest
+        ({"induction": 0.5, "first_token": 0.95}, "induction", "first-token"),
+        ({"previous_token": 0.55, "self": 0.7}, "previous-token", "self"),
+        ({"duplicate_token": 0.4, "induction": 0.35, "broad": 0.9}, "duplicate-token", "broad"),
+        ({"induction": 0.8, "first_token": 0.7}, "induction", "induction"),
+        ({"first_token": 0.7, "broad": 0.9}, "broad", "broad"),
+        ({"previous_token": 0.6, "local": 0.9}, "previous-token", "previous-token"),
+        ({"broad": 0.5}, None, None),
+    ]
+    for scores, specific, largest in cases:
+        assert label("specific-first", **scores)[0] == specific, scores
+        assert label("largest", **scores)[0] == largest, scores
+    assert label("largest", previous_token=0.6, local=0.9)[1] == ["previous-token"]
+    with pytest.raises(HeadscopeError, match="unknown labelling rule"):
+        label("smallest", broad=0.9)
+
+
+def test_the_rule_is_an_option_stored_beside_the_thresholds() -> None:
+    from workers.analyses.atlas.section import settings_of
+    from workers.analyses.atlas.spec import AtlasOptions
+
+    assert settings_of(AtlasOptions()).rule == "specific-first"
+    loaded = load_model("tiny-gpt2", device="cpu")
+    quick = AtlasSettings(random_seqs=2, random_len=6, bootstrap=0, evidence=False)
+    low = {"induction": 0.0, "first-token": 0.0}  # every head clears both
+    got = {}
+    for rule in ("specific-first", "largest"):
+        res = atlas(loaded, replace(quick, rule=rule, thresholds=low), texts=TEXTS[:3])
+        assert (
+            res["rule"] == rule
+            and "rule" not in res["probe"]
+            and res["thresholds"]["induction"] == 0.0
+        )
+        got[rule] = {h["label"] for h in res["heads"]}
+        if rule == "largest":  # the largest score that clears, whatever its type
+            for h in res["heads"]:
+                assert h["label"] == max(h["cleared"], key=lambda t: h["scores"][t])
+    assert got["specific-first"] == {"induction"}  # a specific type that clears wins
+    assert got["largest"] != {"induction"}  # the random heads spread wider than they copy
+
+
 @pytest.mark.parametrize(
     ("settings", "reason"),
     [
@@ -149,6 +201,7 @@ def test_labels_take_the_best_type_that_clears_and_local_yields_to_previous() ->
         (AtlasSettings(random_seqs=0), "random_seqs must be at least 1"),
         (AtlasSettings(thresholds={"induction": 1.5}), "within 0 and 1"),
         (AtlasSettings(thresholds={"copying": 0.5}), "unknown head type"),
+        (AtlasSettings(rule="smallest"), "unknown labelling rule"),
     ],
 )
 def test_bad_settings_are_refused_with_a_reason(settings: AtlasSettings, reason: str) -> None:
@@ -190,3 +243,37 @@ def test_the_cli_writes_the_atlas_and_refuses_bad_settings_before_loading(
         assert reason in capsys.readouterr().err
     assert main(["atlas", "--model", "tiny-bert", "--random-len", "8", "--loss", "yes", "-q"]) == 2
     assert "needs a decoder with a language-model head" in capsys.readouterr().err
+
+
+def test_the_cli_reads_an_uploaded_corpus_from_its_store_and_refuses_an_unknown_one(
+    tmp_path: Any, capsys: Any, monkeypatch: Any
+) -> None:
+    import json
+
+    from backend.cli import main
+    from workers.core.settings import get_settings
+    from workers.inputs.corpora import corpus_id
+    from workers.store import Store
+
+    monkeypatch.setenv("HEADSCOPE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("HEADSCOPE_DATABASE_URL", raising=False)
+    get_settings.cache_clear()
+    try:
+        texts = TEXTS[:4]
+        cid = corpus_id(texts)
+        Store(get_settings()).put_corpus(cid, texts, meta={"name": "four.txt"})
+        args = ["atlas", "--model", "tiny-gpt2", "--random-seqs", "2", "--random-len", "6"]
+        args += ["--resamples", "0", "--skip-evidence", "-q"]
+        out = tmp_path / "atlas.json"
+        assert main([*args, "--corpus", cid, "--out", str(out)]) == 0
+        probe = json.loads(out.read_text())["probe"]
+        assert probe["corpus"] == cid and probe["corpus_texts"] == 4
+        for corpus, reason in [
+            ("cp-" + "0" * 32, "no corpus with id"),
+            ("builtin-nope", "unknown shipped corpus"),
+            ("my-corpus", "corpus"),
+        ]:
+            assert main([*args, "--corpus", corpus]) == 2
+            assert reason in capsys.readouterr().err
+    finally:
+        get_settings.cache_clear()

@@ -49,5 +49,24 @@ def test_the_service_refuses_bad_settings_and_stores_one_atlas(tmp_path, tiny_mo
             assert section["evidence"]["sequences"] == 3 and section["loss_repeated"] is not None
             again = client.post("/api/analyses", json={**body, "options": small})
             assert again.json()["id"] == ok.json()["id"]  # one stored atlas per model and settings
+
+            # an uploaded corpus as the corpus probe: read from the store by the job's runner
+            texts = [f"Mary gave book {i} to John, and John thanked Mary." for i in range(5)]
+            up = client.post("/api/corpora", data={"text": "\n".join(texts)})
+            assert up.status_code == 201, up.text
+            corpus_id = up.json()["id"]
+            unknown = client.post(
+                "/api/analyses",
+                json={**body, "options": {**small, "corpus": "cp-" + "0" * 32}},
+            )
+            assert unknown.status_code == 404 and "upload it first" in unknown.text, unknown.text
+            mine = client.post(
+                "/api/analyses", json={**body, "options": {**small, "corpus": corpus_id}}
+            )
+            assert mine.status_code == 202 and mine.json()["id"] != ok.json()["id"], mine.text
+            done = wait_done(client, f"/api/analyses/{mine.json()['id']}")
+            assert done["status"] == "finished", done["error"]
+            probe = done["result"][ATLAS]["probe"]
+            assert probe["corpus"] == corpus_id and probe["corpus_texts"] == 5, probe
     finally:
         serve.stop()

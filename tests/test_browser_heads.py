@@ -1,6 +1,7 @@
 """The head atlas page (/heads) in a real headless Chromium against the real service: the atlas of a
-tiny decoder computed, its grid and its table drawn (every head, sortable), a click on a head opening
-it in the text explorer. Screenshot: ``test-artifacts/browser-heads-1-atlas.png``."""
+tiny decoder computed under the labelling rule picked on the page, its grid and its table drawn
+(every head, sortable), a click on a head opening it in the text explorer. Screenshot:
+``test-artifacts/browser-heads-1-atlas.png``."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def test_heads_page_grid_table_and_a_click_to_the_text_explorer(server, browser,
         _pick(page, "heads-model", "tiny-gpt2")
         page.fill("#heads-seqs", "3")
         page.fill("#heads-len", "8")
+        _pick(page, "heads-rule", "largest score (SPEC 15)")  # the labelling rule, docs/atlas.md
         page.click("#heads-analyze")
         page.wait_for_selector(f"{GRID} .ag-row .ag-cell[col-id='label']", timeout=WAIT_MS)
         rows = page.evaluate(ROWS_JS)
@@ -39,6 +41,9 @@ def test_heads_page_grid_table_and_a_click_to_the_text_explorer(server, browser,
         assert "Evidence: exact mean ablation of the 0 labelled heads" in page.inner_text(
             "#heads-summary"
         )
+        summary = page.inner_text("#heads-summary")
+        assert "Corpus builtin-english" in summary, summary
+        assert "labels: the largest score that clears (SPEC 15)" in summary, summary
         header = page.locator(
             f"{GRID} .ag-header-cell[col-id='previous-token'] .ag-header-cell-label"
         )

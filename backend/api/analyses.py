@@ -10,6 +10,7 @@ from backend.api.task_sets import check_stored_set
 from backend.checks import check_text_request, model_facts  # noqa: F401 - model_facts re-exported
 from backend.store import Store
 from workers.analyses.circuits.spec import CIRCUITS_SET
+from workers.core import registry
 from workers.core.contracts import LASF_MODELS, AnalysisRequest, is_lasf_model
 from workers.core.errors import HeadscopeError, NotFoundError
 from workers.inputs.task_sets import is_set_id
@@ -32,7 +33,7 @@ def lasf_base(model: str, store: Store) -> str:
 
 def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
     """What the API can check without the model (``backend.checks.check_text_request``), the model
-    of a LasF layer being its base model."""
+    of a LasF layer being its base model; an uploaded corpus an analysis reads is in the store."""
     name = req.model
     if is_lasf_model(name):
         if store is None:
@@ -43,6 +44,12 @@ def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
     )
     if CIRCUITS_SET in req.analyses and is_set_id(req.text) and store is not None:
         check_stored_set(req.text, store)  # a stored task set (docs/circuits.md)
+    corpus = getattr(req.options, "corpus", None)  # the atlas' corpus probe (docs/atlas.md)
+    if store is not None and corpus and not corpus.startswith("builtin-"):
+        if any("corpus" in registry.get(k).options.model_fields for k in req.analyses):
+            if store.corpus(corpus) is None:  # as the corpus analysis' check (backend.api.corpora)
+                raise NotFoundError.of("corpus", corpus, "upload it first")
+            store.touch_corpus(corpus)  # its expiry clock restarts
 
 
 job_routes(

@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,28 @@ def checked_options(args: argparse.Namespace, text: str) -> dict[str, Any]:
     return opts
 
 
+def stored_corpora(corpus: str) -> Callable[[str, int], list[str]]:
+    """The engine's ``corpora`` over the configured store, once ``corpus`` is known to be there
+    (refused with a reason before the model loads otherwise)."""
+    from backend.config import get_settings
+    from backend.store import Store, StoreUnavailable
+    from workers.core.errors import HeadscopeError
+    from workers.queue.jobs_corpus import first_texts
+
+    try:
+        store = Store(get_settings(), migrate=False)
+    except StoreUnavailable as exc:
+        raise HeadscopeError(
+            f"corpus {corpus} is read from the store, which is unavailable: {exc}"
+        ) from None
+    if store.corpus_length(corpus) is None:
+        raise HeadscopeError(
+            f"no corpus with id {corpus!r} in the store at {store.where}; upload it first "
+            "(the /corpus page or POST /api/corpora)"
+        )
+    return lambda ref, n: first_texts(ref, n, store=store)
+
+
 def read_text(args: argparse.Namespace) -> str:
     from workers.core.errors import BadFileError
 
@@ -211,6 +234,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
         args.model = LASF_MODELS[0] if lasf_kind else "minilm"
     options = checked_options(args, text)  # bad options: refused before the model loads
+    corpus = str(options.get("corpus", ""))
+    if corpus.startswith("cp-"):  # an uploaded corpus (the atlas' probe): from the configured store
+        args.corpora = stored_corpora(corpus)  # not there: refused before the model loads
     bar = StderrProgress(args.analysis, enabled=not args.quiet)
     start = time.perf_counter()
     lasf = None
@@ -224,7 +250,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     )
     load_s = time.perf_counter() - start
     try:
-        result = analyze(loaded, text, [args.analysis], options, progress=bar, lasf=lasf)
+        result = analyze(
+            loaded,
+            text,
+            [args.analysis],
+            options,
+            progress=bar,
+            lasf=lasf,
+            corpora=getattr(args, "corpora", None),  # --corpus cp-...
+        )
     finally:
         bar.close()
     out = flatten(result, args.analysis)

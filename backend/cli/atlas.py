@@ -1,6 +1,8 @@
 """``headscope atlas``: the head atlas of a model (docs/atlas.md), JSON out. The atlas analysis of
 ``headscope analyze`` with its own flags only and no text (an atlas reads a corpus and repeated
-random tokens)."""
+random tokens). ``--corpus cp-...`` reads an uploaded corpus from the store this installation is
+configured with (``HEADSCOPE_DATABASE_URL``, the one ``headscope serve`` uses;
+``backend.cli.analyze.stored_corpora``)."""
 
 from __future__ import annotations
 

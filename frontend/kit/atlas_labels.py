@@ -26,14 +26,25 @@ ATLAS_HINT = "label heads: open the head atlas"
 
 
 def atlas_request(
-    *, model: str, random_seqs: int | None = None, random_len: int | None = None
+    *,
+    model: str,
+    random_seqs: int | None = None,
+    random_len: int | None = None,
+    corpus: str | None = None,
+    rule: str | None = None,
 ) -> dict[str, Any]:
-    """The /heads page's request: always ``ATLAS_TEXT``, so one stored atlas per (model, settings)."""
+    """The /heads page's request: always ``ATLAS_TEXT``, so one stored atlas per (model, settings);
+    a ``corpus`` or labelling ``rule`` other than the default is sent, the default never (the other
+    pages look the default atlas up by its id)."""
     options: dict[str, Any] = {}
     if random_seqs:
         options["random_seqs"] = int(random_seqs)
     if random_len:
         options["random_len"] = int(random_len)
+    if corpus and corpus != "builtin-english":
+        options["corpus"] = corpus
+    if rule and rule != "specific-first":
+        options["rule"] = rule
     return {"model": model, "text": ATLAS_TEXT, "analyses": [ATLAS], "options": options}
 
 

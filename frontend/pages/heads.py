@@ -19,7 +19,7 @@ from frontend.figures.base import empty_figure
 from frontend.kit.api_client import ApiError
 from frontend.kit.atlas_labels import atlas_request
 from frontend.kit.data import ResultStore, int_or_none
-from frontend.kit.forms import url_model
+from frontend.kit.forms import corpus_options, url_model
 from frontend.kit.frontdoor import page_header
 from frontend.kit.page import (
     PageView,
@@ -47,6 +47,8 @@ GRAPHS = ["heads-grid-graph"]
 # the probe's defaults and limits are the atlas' options model's (written once, in its spec)
 DEFAULT_SEQS = AtlasOptions.model_fields["random_seqs"].default
 DEFAULT_LEN = AtlasOptions.model_fields["random_len"].default
+DEFAULT_CORPUS = AtlasOptions.model_fields["corpus"].default
+DEFAULT_RULE = AtlasOptions.model_fields["rule"].default
 
 
 def explorer_href(model: str, layer: int, head: int) -> str:
@@ -98,10 +100,13 @@ def layout(
                 children=[
                     url_msg,
                     html.P(
-                        "Every head labelled by what it does: statistics over the shipped English "
-                        "corpus and repeated random tokens, a 95 % bootstrap interval (confident when "
-                        "its lower end clears the threshold), and on decoders with a language-model "
-                        "head the effect of ablating it. Computed once per model and settings.",
+                        "Every head labelled by what it does: statistics over a corpus (shipped, or "
+                        "one uploaded on the corpus page) and repeated random tokens, a 95 % "
+                        "bootstrap interval (confident when its lower end clears the threshold), and "
+                        "on decoders with a language-model head the effect of ablating it. Labels: "
+                        "specific first (previous-token, induction, duplicate-token before sink, "
+                        "self, local, broad), or the largest score that clears (SPEC 15 as "
+                        "written). Computed once per model and settings.",
                         className="hint",
                     ),
                     html.Div(
@@ -134,6 +139,25 @@ def layout(
                                 step=1,
                                 value=opts.get("random_len", DEFAULT_LEN),
                                 style={"width": "5em"},
+                            ),  # fmt: skip
+                            html.Label("corpus", htmlFor="heads-corpus"),
+                            dcc.Dropdown(
+                                id="heads-corpus",
+                                options=corpus_options(store) or [DEFAULT_CORPUS],
+                                value=opts.get("corpus", DEFAULT_CORPUS),
+                                clearable=False,
+                                style={"minWidth": "16em"},
+                            ),  # fmt: skip
+                            html.Label("labels", htmlFor="heads-rule"),
+                            dcc.Dropdown(
+                                id="heads-rule",
+                                options=[
+                                    {"label": "specific first", "value": "specific-first"},
+                                    {"label": "largest score (SPEC 15)", "value": "largest"},
+                                ],
+                                value=opts.get("rule", DEFAULT_RULE),
+                                clearable=False,
+                                style={"minWidth": "13em"},
                             ),  # fmt: skip
                             html.Button("Analyze", id="heads-analyze", className="button primary"),
                         ],
@@ -217,11 +241,17 @@ def register(app: Dash, store: ResultStore) -> None:
         State("heads-model", "value"),
         State("heads-seqs", "value"),
         State("heads-len", "value"),
+        State("heads-corpus", "value"),
+        State("heads-rule", "value"),
         prevent_initial_call=True,
     )
-    def _submit(_n, model, seqs, length):  # type: ignore[no-untyped-def]
+    def _submit(_n, model, seqs, length, corpus, rule):  # type: ignore[no-untyped-def]
         req = atlas_request(
-            model=model, random_seqs=int_or_none(seqs), random_len=int_or_none(length)
+            model=model,
+            random_seqs=int_or_none(seqs),
+            random_len=int_or_none(length),
+            corpus=corpus,
+            rule=rule,
         )
         try:
             job = client.submit_analysis(**req)
@@ -245,7 +275,7 @@ def register(app: Dash, store: ResultStore) -> None:
             )
             return empty_figure(msg), [], ""
         model = (st.get("request") or {}).get("model") or sec.get("model", "")
-        return A.atlas_grid_figure(sec, model=model), A.table_rows(sec), A.summary_line(sec)
+        return A.atlas_grid_figure(sec, model=model), A.table_rows(sec), _summary(sec)
 
     @app.callback(
         Output("heads-href", "data"),
@@ -289,6 +319,17 @@ def register(app: Dash, store: ResultStore) -> None:
         view_states=[],
         title="headscope — head atlas",
     )
+
+
+def _summary(sec: dict[str, Any]) -> str:
+    """The figures' counts line, then the probe's corpus and the labelling rule (docs/atlas.md)."""
+    probe = sec.get("probe") or {}
+    rule = sec.get("rule", DEFAULT_RULE)
+    rule_words = (
+        "the largest score that clears (SPEC 15)" if rule == "largest" else "specific types first"
+    )
+    corpus = probe.get("corpus", DEFAULT_CORPUS)
+    return f"{A.summary_line(sec)} Corpus {corpus} ({probe.get('corpus_texts', '?')} texts); labels: {rule_words}."
 
 
 def _figures(result: dict[str, Any]) -> list[Any]:

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from workers.core import registry
+from workers.core.ids import CORPUS_REF_PATTERN
 from workers.core.options import MAX_TEXT_CHARS, HeadPair, LayerSel, TokenSel  # noqa: F401 - shared
 
 registry.load()  # every analysis' spec: the kinds and options below are read off them
@@ -298,7 +299,6 @@ CorpusStatistic = Literal[
     "duplicate",
 ]
 CORPUS_STATISTICS: tuple[CorpusStatistic, ...] = get_args(CorpusStatistic)
-CORPUS_REF_PATTERN = r"^(cp-[0-9a-f]{32}|builtin-[a-z0-9-]{1,40})$"
 
 
 class CorpusOptions(BaseModel):

@@ -13,4 +13,6 @@ import re
 
 JOB_ID = re.compile(r"[0-9a-f]{32}")  # a request hash
 CHECKPOINT_ID = re.compile(r"ck-[0-9a-f]{32}")  # an upload's content hash
+# a corpus: an upload's content hash (cp-) or a shipped one (builtin-...), docs/corpus.md
+CORPUS_REF_PATTERN = r"^(cp-[0-9a-f]{32}|builtin-[a-z0-9-]{1,40})$"
 CHECKPOINT_EXTS = (".safetensors", ".npy", ".npz", ".pt", ".pth", ".bin")

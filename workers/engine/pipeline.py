@@ -66,6 +66,8 @@ class Context:
     shared: SharedRun | None = None  # the job's one pass over the text, shared by its stages
     on_layer: Callable[[str, int, dict[str, Any]], None] | None = None  # a grid's layer, finished
     stream_labels: list[str] = field(default_factory=list)
+    # the first n texts of a stored corpus (``cp-...``): the job's runner reads its store with it
+    corpora: Callable[[str, int], list[str]] | None = None
 
     @cached_property
     def encoded(self) -> Encoded:
@@ -209,6 +211,7 @@ def analyze(
     on_layer: Callable[[str, int, dict[str, Any]], None] | None = None,
     shared: SharedRun | None = None,
     defer: Callable[[str, Context], bool] | None = None,
+    corpora: Callable[[str, int], list[str]] | None = None,
 ) -> dict[str, Any]:
     """Compute ``analyses`` on ``text`` in job order (cheap first: their specs' ``order``).
 
@@ -223,6 +226,8 @@ def analyze(
         defer: asked before each analysis as ``defer(kind, context)``; True leaves it out of the
             result, computed elsewhere (a queue job hands a long section to parts,
             ``workers.queue.section_split``).
+        corpora: ``corpora(corpus_id, n)``, the first ``n`` texts of a stored corpus (the atlas'
+            corpus probe); the queue job reads its store, the CLI the configured one.
     """
     known = registry.kinds()
     unknown = [a for a in analyses if a not in known]
@@ -238,6 +243,7 @@ def analyze(
         lasf=lasf,
         shared=shared,
         on_layer=on_layer,
+        corpora=corpora,
     )
     own = {s.kind: s.options_of(ctx.options) for s in chosen}
     result: dict[str, Any] = {}

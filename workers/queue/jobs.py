@@ -85,6 +85,7 @@ def compute_analysis(
     from workers.core.progress import scaled, stage
     from workers.engine.pipeline import analyze
     from workers.models import load_model
+    from workers.queue.jobs_corpus import first_texts
 
     missing = [k for k in req.analyses if k not in registry.kinds()]
     if missing:
@@ -140,6 +141,7 @@ def compute_analysis(
             on_layer=on_layer,
             shared=shared,
             defer=defer,
+            corpora=first_texts,
         )
         done += weight
     return result

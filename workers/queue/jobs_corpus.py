@@ -49,6 +49,12 @@ def open_texts(corpus: str, *, store: Any = None) -> TextSource:
     return open_corpus(corpus, store=store)
 
 
+def first_texts(corpus: str, n: int, *, store: Any = None) -> list[str]:
+    """The first ``n`` texts of a shipped or stored corpus (the atlas' corpus probe reads them through
+    the engine's ``corpora``, docs/atlas.md)."""
+    return [t for b in open_texts(corpus, store=store).batches(0, n, batch=1000) for t in b]
+
+
 def compute_corpus(
     req: CorpusRequest,
     *,

@@ -92,10 +92,12 @@ def ablate_heads(
     offset: int,
     induction_heads: list[tuple[int, int]],
     progress: Progress | None = None,
+    what: str = "heads",
 ) -> dict[str, Any]:
     """``heads`` mean-ablated one at a time on probe sequences ``ids`` [S, n]: the base and each
     head's repeated-half loss and summed induction score of ``induction_heads`` (means over the
-    sequences): ``loss`` and ``induction`` [len(heads)]."""
+    sequences): ``loss`` and ``induction`` [len(heads)]. ``what``: the heads in the progress' words
+    ("ablations: 3/15 labelled heads, each alone")."""
     report = progress or no_progress
     unembed = head_of(loaded)
     s, _ = ids.shape
@@ -124,6 +126,7 @@ def ablate_heads(
     per_call = max(1, BATCH_TOKENS // tokens.numel())
     loss = np.zeros(len(heads))
     ind = np.zeros(len(heads))
+    report(0.0, f"ablations: 0/{len(heads)} {what}, each alone")
     with watch_attention(loaded, sink):
         base_loss, base_ind = forward(tokens)
         for start in range(0, len(heads), per_call):
@@ -138,7 +141,7 @@ def ablate_heads(
             loss[start : start + len(chunk)] = got_loss.reshape(len(chunk), s).mean(1)
             ind[start : start + len(chunk)] = got_ind.reshape(len(chunk), s).mean(1)
             done = start + len(chunk)
-            report(done / max(1, len(heads)), f"ablations: {done}/{len(heads)} heads, each alone")
+            report(done / max(1, len(heads)), f"ablations: {done}/{len(heads)} {what}, each alone")
     return {
         "base_loss": float(base_loss.mean()),
         "base_induction": float(base_ind.mean()),
@@ -255,9 +258,11 @@ def add_evidence(
             f"against all {L * H} heads"
         )
     else:
-        report(0.0, "attribution patching: every head's estimate")
+        report(0.0, f"ablations: attribution patching estimates all {L * H} heads")
         est = attribution(loaded, ids, **kw)  # type: ignore[arg-type]
-        exact = ablate_heads(loaded, ids, labelled, progress=scaled(report, 0.2, 1.0), **kw)  # type: ignore[arg-type]
+        exact = ablate_heads(
+            loaded, ids, labelled, progress=scaled(report, 0.2, 1.0), what="labelled heads", **kw
+        )  # type: ignore[arg-type]
         rise_all = est["loss_rise"].reshape(-1).copy()
         fall_all = (
             est["induction_fall"].reshape(-1).copy()

@@ -36,9 +36,11 @@ THRESHOLDS: dict[str, float] = {
     "local": 0.5,  # a mean distance of at most 1 token
     "broad": 0.85,
 }
-# a head's label: the best specific type that clears its threshold, else the best default one
-# (docs/atlas.md "Labels": an induction head rests on the first token where a text offers nothing
-# to copy, so on SmolLM2 every head with induction >= 0.47 also has sink >= 0.86)
+# the labelling rules (docs/atlas.md "Labels"): ``specific-first`` (the default): the best specific
+# type that clears its threshold, else the best default one (an induction head rests on the first
+# token where a text offers nothing to copy, so on SmolLM2 every head with induction >= 0.47 also has
+# sink >= 0.86); ``largest``: SPEC 15 as written, the largest score among the types that clear
+RULES: tuple[str, ...] = ("specific-first", "largest")
 SPECIFIC: tuple[str, ...] = ("previous-token", "induction", "duplicate-token")
 CORPUS_STATS: tuple[str, ...] = ("entropy_normalised", "sink", "previous", "self", "distance")
 PROBE_STATS: tuple[str, ...] = ("induction", "duplicate", "previous")
@@ -135,11 +137,17 @@ def label_heads(
     scores: dict[str, np.ndarray],
     intervals: dict[str, tuple[np.ndarray, np.ndarray]],
     thresholds: dict[str, float],
+    rule: str = "specific-first",
 ) -> list[dict[str, Any]]:
     """One record per head (layer-major): ``label`` the type with the largest score among those that
-    clear their thresholds, specific types (``SPECIFIC``) before the default ones (``local`` only
-    where ``previous-token`` does not clear), or None; ``cleared`` every type that clears;
-    ``confident`` when the label's interval's lower end clears its threshold too."""
+    clear their thresholds (``local`` only where ``previous-token`` does not clear) — under the
+    ``specific-first`` rule the specific types (``SPECIFIC``) before the default ones, under
+    ``largest`` all alike — or None; ``cleared`` every type that clears; ``confident`` when the
+    label's interval's lower end clears its threshold too."""
+    if rule not in RULES:
+        from workers.core.errors import HeadscopeError
+
+        raise HeadscopeError(f"unknown labelling rule {rule!r}; use {' or '.join(RULES)}")
     n_layers, n_heads = next(iter(scores.values())).shape
     heads = []
     for layer in range(n_layers):
@@ -152,7 +160,9 @@ def label_heads(
             cleared = [t for t, v in s.items() if v is not None and v >= thresholds[t]]
             if "previous-token" in cleared and "local" in cleared:
                 cleared.remove("local")
-            tier = [t for t in cleared if t in SPECIFIC] or cleared
+            tier = cleared
+            if rule == "specific-first":
+                tier = [t for t in cleared if t in SPECIFIC] or cleared
             label = max(tier, key=lambda t: s[t]) if tier else None  # type: ignore[arg-type,return-value]
             lo = iv[label][0] if label else None
             heads.append(

@@ -20,6 +20,7 @@ import numpy as np
 
 from workers.analyses.atlas.corpus_items import corpus_items
 from workers.analyses.atlas.labels import (
+    RULES,
     TYPES,
     check_thresholds,
     label_heads,
@@ -27,7 +28,7 @@ from workers.analyses.atlas.labels import (
 )
 from workers.analyses.atlas.probe import check_probe, make_probe, run_probe
 from workers.core.errors import HeadscopeError
-from workers.core.progress import Progress, no_progress, scaled
+from workers.core.progress import Progress, no_progress, scaled, stage
 
 if TYPE_CHECKING:
     from workers.models.loader import LoadedModel
@@ -45,6 +46,7 @@ class AtlasSettings:
     seed: int = 0
     bootstrap: int = 200  # resamples for the 95 % intervals (0: none)
     thresholds: dict[str, float] = field(default_factory=dict)
+    rule: str = "specific-first"  # the labelling rule (labels.RULES, docs/atlas.md "Labels")
     loss: bool | None = (
         None  # the repeated-half loss; None: where the model has a language-model head
     )
@@ -55,6 +57,8 @@ class AtlasSettings:
     def validate(self, loaded: LoadedModel | None = None) -> AtlasSettings:
         check_probe(random_seqs=self.random_seqs, random_len=self.random_len)
         check_thresholds(self.thresholds)
+        if self.rule not in RULES:
+            raise HeadscopeError(f"unknown labelling rule {self.rule!r}; use {' or '.join(RULES)}")
         if self.max_texts < 1:
             raise HeadscopeError(f"max_texts must be at least 1 (got {self.max_texts})")
         if self.bootstrap < 0:
@@ -78,12 +82,17 @@ def loss_refusal(name: str) -> str:
 
 
 def corpus_texts(ref: str, max_texts: int) -> list[str]:
-    """The first ``max_texts`` texts of a shipped corpus (``builtin-...``)."""
+    """The first ``max_texts`` texts of a shipped corpus (``builtin-...``); an uploaded one (``cp-...``)
+    is read from the store by the job's runner and handed to ``atlas`` as ``texts``."""
     from workers.inputs.corpora import SHIPPED, shipped_corpus
 
     got = shipped_corpus(ref)
     if got is None:
-        raise HeadscopeError(f"unknown corpus {ref!r}; the atlas reads {', '.join(SHIPPED)}")
+        if ref.startswith("cp-"):
+            raise HeadscopeError(
+                f"corpus {ref} is an uploaded one: it is read from the store (pass its texts)"
+            )
+        raise HeadscopeError(f"unknown corpus {ref!r}; the shipped ones are {', '.join(SHIPPED)}")
     return got.texts[:max_texts]
 
 
@@ -104,15 +113,23 @@ def atlas(
     evidence = s.evidence and can_score_loss(loaded)
     if texts is None:
         texts = corpus_texts(s.corpus, s.max_texts)
+    # one bar (docs/atlas.md, "Progress"): the corpus' texts, the random sequences, the bootstrap,
+    # then the ablations, each step's words naming what it counts
     cut = (0.0, 0.35, 0.5, 1.0) if evidence else (0.0, 0.7, 1.0, 1.0)
     corpus, facts = corpus_items(
-        loaded, list(texts), max_tokens=s.max_tokens, progress=scaled(report, cut[0], cut[1])
+        loaded,
+        list(texts),
+        max_tokens=s.max_tokens,
+        progress=stage(report, cut[0], cut[1], f"corpus {s.corpus}"),
     )
     probe = make_probe(loaded, random_seqs=s.random_seqs, random_len=s.random_len, seed=s.seed)
     items, halves = run_probe(loaded, probe, loss=loss, progress=scaled(report, cut[1], cut[2]))
-    report(cut[2], "labels and bootstrap")
+    report(
+        cut[2],
+        f"bootstrap: {s.bootstrap} resamples of {facts['n_texts']} texts and {probe.n} sequences",
+    )
     scores, intervals = scores_and_intervals(corpus, items, draws=s.bootstrap, seed=s.seed)
-    heads = label_heads(scores, intervals, thresholds)
+    heads = label_heads(scores, intervals, thresholds, rule=s.rule)
     out: dict[str, Any] = {
         "model": loaded.name,
         "n_layers": loaded.n_layers,
@@ -120,8 +137,9 @@ def atlas(
         "causal": loaded.causal,
         "types": {t: {"statistic": st, "probe": src} for t, (st, src) in TYPES.items()},
         "thresholds": thresholds,
+        "rule": s.rule,
         "probe": {
-            **{k: v for k, v in asdict(s).items() if k != "thresholds"},
+            **{k: v for k, v in asdict(s).items() if k not in ("thresholds", "rule")},
             "loss": loss,
             "evidence": evidence,
             "leading_special": bool(probe.offset),
@@ -153,5 +171,7 @@ def atlas(
             progress=scaled(report, cut[2], 1.0),
         )
     out["seconds"] = round(time.perf_counter() - t0, 3)
-    report(1.0, "atlas done")
+    report(
+        1.0, f"every head labelled ({len(heads)} heads)"
+    )  # the job says "done" (docs/service.md)
     return out

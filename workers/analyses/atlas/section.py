@@ -6,6 +6,7 @@ from typing import Any
 
 from workers.analyses.atlas.run import AtlasSettings, atlas
 from workers.analyses.atlas.spec import AtlasOptions
+from workers.core.errors import HeadscopeError
 
 
 def settings_of(options: AtlasOptions) -> AtlasSettings:
@@ -17,6 +18,7 @@ def settings_of(options: AtlasOptions) -> AtlasSettings:
         seed=options.seed,
         bootstrap=options.resamples,
         thresholds=dict(options.thresholds or {}),
+        rule=options.rule,
         loss=options.loss,
         evidence=not options.skip_evidence,
         evidence_seqs=options.evidence_seqs,
@@ -25,4 +27,13 @@ def settings_of(options: AtlasOptions) -> AtlasSettings:
 
 
 def atlas_section(ctx: Any, options: AtlasOptions) -> dict[str, Any]:
-    return atlas(ctx.loaded, settings_of(options), progress=ctx.progress)
+    """An uploaded corpus (``cp-...``) is read through ``ctx.corpora``: the job's runner reads its
+    store (the analyses import no store or queue), the CLI the store it is configured with."""
+    texts = None
+    if not options.corpus.startswith("builtin-"):
+        if ctx.corpora is None:
+            raise HeadscopeError(
+                f"corpus {options.corpus} is an uploaded one, and this run reads no store"
+            )
+        texts = ctx.corpora(options.corpus, options.max_texts)
+    return atlas(ctx.loaded, settings_of(options), texts=texts, progress=ctx.progress)

@@ -11,12 +11,12 @@ from typing import Annotated, Any, Literal
 from pydantic import Field
 
 from workers.core.errors import HeadscopeError
+from workers.core.ids import CORPUS_REF_PATTERN
 from workers.core.options import Cli, TextOptions
 from workers.core.registry import AnalysisSpec, register
 
 ATLAS = "atlas"
 ATLAS_TEXT = "head atlas"  # the request's text: not read (module docstring)
-ATLAS_CORPORA = ("builtin-english", "builtin-lasf-heldout")
 MAX_RANDOM_SEQS, MAX_RANDOM_LEN, MAX_BOOTSTRAP = 256, 512, 2000
 HeadType = Literal[
     "previous-token", "induction", "duplicate-token", "first-token", "self", "local", "broad"
@@ -48,8 +48,11 @@ def yes_no(value: str) -> bool:
 class AtlasOptions(TextOptions):
     """The probes' settings (docs/atlas.md); ``seed`` draws the random sequences and the bootstrap."""
 
-    corpus: Literal["builtin-english", "builtin-lasf-heldout"] = Field(
-        "builtin-english", description="atlas: the corpus of the per-head statistics"
+    corpus: str = Field(
+        "builtin-english",
+        pattern=CORPUS_REF_PATTERN,
+        description="atlas: the corpus of the per-head statistics: a shipped one (builtin-english, "
+        "builtin-lasf-heldout) or an uploaded one's cp-... id",
     )
     max_texts: int = Field(200, ge=1, le=5000, description="atlas: the corpus' first texts read")
     random_seqs: int = Field(
@@ -68,6 +71,12 @@ class AtlasOptions(TextOptions):
         dict[HeadType, Annotated[float, Field(ge=0.0, le=1.0)]] | None,
         Cli(parse=thresholds_arg, metavar="TYPE=V,..."),
     ] = Field(None, description="atlas: thresholds per head type (others keep their defaults)")
+    rule: Literal["specific-first", "largest"] = Field(
+        "specific-first",
+        description="atlas: the labelling rule: specific-first (previous-token, induction, "
+        "duplicate-token before first-token, self, local, broad) or largest (SPEC 15: the largest "
+        "score that clears)",
+    )
     loss: Annotated[bool | None, Cli(parse=yes_no, metavar="yes|no")] = Field(
         None, description="atlas: the repeated-half loss (default: where the model has a head)"
     )
@@ -85,7 +94,15 @@ class AtlasOptions(TextOptions):
 
 
 def check_atlas(request: Any, options: AtlasOptions) -> None:
-    """What the catalogue entry tells before queueing: the probe fits, the loss has a head."""
+    """What the catalogue entry tells before queueing: a shipped corpus that exists, the probe fits,
+    the loss has a head (the API checks an uploaded corpus in its store, the CLI in its own)."""
+    from workers.inputs.corpora import SHIPPED, shipped_corpus
+
+    if options.corpus.startswith("builtin-") and shipped_corpus(options.corpus) is None:
+        raise HeadscopeError(
+            f"unknown shipped corpus {options.corpus!r}; use {', '.join(SHIPPED)} or an uploaded "
+            "corpus' cp-... id"
+        )
     facts = request.facts
     limit = facts.get("max_tokens")
     if limit and 2 * options.random_len + 1 > int(limit):
