@@ -110,14 +110,18 @@
    * first sections the page sees of a source are already finished (or failed), they are held until
    * the gallery's answer is painted (whenDrawn, at most DRAWN_MS after it) and passed on then; a
    * job the page sees computing passes through at once, as the heatmaps come before the gallery's
-   * layers (docs/dashboard.md, "A stored result"). */
+   * layers (docs/dashboard.md, "The gallery first"); at most HOLD_MS in any case. */
   var late = {id: undefined, open: true, pending: null};
+  var HOLD_MS = 10000;
   function lateSections(sections) {
     var job = (sections && sections[0]) || {};
     if (job.id !== late.id) {
       late.id = job.id;
       late.open = !job.id || (job.status !== "finished" && job.status !== "failed");
       late.pending = null;
+      if (!late.open) {  /* a gallery answer that never comes holds nothing for long */
+        window.setTimeout(function () { if (late.id === job.id) { release(); } }, HOLD_MS);
+      }
     }
     if (late.open) { return sections; }
     late.pending = sections;

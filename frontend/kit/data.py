@@ -163,6 +163,31 @@ class ResultStore:
         threading.Thread(target=ahead, name=f"share-{share_id}", daemon=True).start()
         return light
 
+    def opening_analysis(self, analysis_id: str) -> dict[str, Any]:
+        """An analysis' status and request without its result or sections (``?result=none``), for the
+        layout of a page opened from its link; a finished result is read ahead in a thread meanwhile,
+        for the page's first poll, which waits for that one download (``opening``). ``status``'s
+        answer when it is cached already, or when the service cannot be asked."""
+        source = {"kind": "analysis", "id": analysis_id}
+        hit = self._get_cached(("analysis", analysis_id))
+        if hit is not None:
+            return hit
+        try:
+            raw = self.client.analysis(analysis_id, partial="none", result="none")
+        except ApiError:
+            return self.status(source)  # its failure, in status' words
+        st = {
+            "status": raw.get("status", "queued"),
+            "error": raw.get("error"),
+            "request": raw.get("request"),
+            "result": {},
+        }
+        if st["status"] == "finished":
+            threading.Thread(
+                target=self.status, args=(source,), name=f"read-{analysis_id}", daemon=True
+            ).start()
+        return st
+
     def status(
         self, source: dict[str, Any] | None, *, seen: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:

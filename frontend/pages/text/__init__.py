@@ -115,7 +115,7 @@ def layout(
         request, view = share.get("request") or {}, dict(share.get("view") or {})
     elif query.get("analysis"):
         source = {"kind": "analysis", "id": query["analysis"]}
-        st = store.status(source)
+        st = store.opening_analysis(source["id"])  # no result read: it is read ahead meanwhile
         request = st.get("request")
         if st["status"] == "failed":
             error = st.get("error") or ""
