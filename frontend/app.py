@@ -78,7 +78,9 @@ def render_page(store: ResultStore, pathname: str | None, search: str | None) ->
     share = None
     if query.get("share"):
         try:
-            share = store.share(query["share"])
+            share = store.opening(query["share"])  # without the result, read ahead meanwhile
+            if (share.get("view") or {}).get("page") == "pe" or share.get("kind") == "pe":
+                share = store.share(query["share"])  # the PE page's layout draws from the result
         except ApiError as exc:
             msg = "this share link does not exist" if exc.status == 404 else str(exc)
             return html.Div(

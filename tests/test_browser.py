@@ -265,6 +265,15 @@ def test_text_explorer_head_view_and_share_link(server, browser, tmp_path):
         hover = page.text_content("#attention-matrix-graph .hoverlayer .hovertext") or ""
         assert f"query → key: {tokens[3]} → {tokens[2]}" in hover and "attention 0." in hover, hover
         w.shot("2-matrix-hover")
+        # so do the heatmaps: the hover names the column's token through its axis' labelalias
+        page.locator("#max-attention-graph").scroll_into_view_if_needed()
+        x, y = page.evaluate(CELL_JS, [LAYER, HEAD, 2])
+        page.mouse.move(x - 5, y - 5)
+        page.mouse.move(x, y, steps=3)
+        page.wait_for_selector("#max-attention-graph .hoverlayer .hovertext", timeout=WAIT_MS)
+        hover = page.text_content("#max-attention-graph .hoverlayer .hovertext") or ""
+        assert f"L{LAYER}H{HEAD}" in hover and f"token {tokens[2]}" in hover, hover
+        w.shot("2-heatmap-hover")
         w.shot("2-head-view")
 
         with page.expect_download() as dl:

@@ -91,7 +91,8 @@ def test_a_stored_result_is_drawn_in_one_answer_per_figure(server, browser, tmp_
     from what is stored: each figure in one answer of the page's server. The page's callbacks that
     follow the job wait for its first poll, so none runs twice (Dash drops the answer of a call once a
     newer call of the same callback has started: the gallery used to be built twice, the first answer
-    thrown away, docs/dashboard.md)."""
+    thrown away, docs/dashboard.md). The gallery comes first: the heatmaps, the open head's matrix
+    and the model view are asked for only after its answer is in."""
     import json
 
     import httpx
@@ -134,7 +135,9 @@ def test_a_stored_result_is_drawn_in_one_answer_per_figure(server, browser, tmp_
         page.goto(f"{server}/?analysis={job['id']}")
         page.wait_for_function(
             "document.querySelector('#head-gallery .js-plotly-plot')?.layout?.meta?.gallery?.complete"
-            " && document.querySelector('#text-status')?.textContent === 'done'",
+            " && document.querySelector('#text-status')?.textContent === 'done'"
+            " && ['max-attention-graph', 'model-view-graph', 'attention-matrix-graph'].every((id) =>"
+            " document.querySelector('#' + id + ' .js-plotly-plot')?.data?.length)",
             timeout=WAIT_MS,
         )
         page.wait_for_timeout(1500)  # any later call would have started by now
@@ -147,6 +150,24 @@ def test_a_stored_result_is_drawn_in_one_answer_per_figure(server, browser, tmp_
             for fig in ("head-gallery", "max-attention-graph", "model-view-graph")
         }
         assert sent == {"head-gallery": 1, "max-attention-graph": 1, "model-view-graph": 1}, sent
+        # the gallery first: the heavy figures are asked for once its answer is in (and painted,
+        # assets/gallery.js: lateSections), so Chromium draws its rows before the heatmaps; the
+        # calls at load, before it, answer nothing
+        gallery_in = next(
+            i
+            for i, (kind, _, body) in enumerate(events)
+            if kind == "response" and "figure" in body.get("head-gallery", {})
+        )
+        for fig in ("max-attention-graph", "attention-matrix-graph", "model-view-graph"):
+            asked = [
+                i for i, (kind, out, _) in enumerate(events) if kind == "request" and fig in out
+            ]
+            came = [
+                i
+                for i, (kind, _, body) in enumerate(events)
+                if kind == "response" and "figure" in body.get(fig, {})
+            ]
+            assert came and asked[-1] > gallery_in and min(came) > gallery_in, (fig, events)
         polls = sum(1 for kind, out, _ in events if kind == "request" and "text-job.data" in out)
         assert polls == 1, polls  # a stored result is read once: no interval polls it
         assert not w.problems, w.problems

@@ -60,10 +60,18 @@ def test_max_attention_heatmaps_have_token_labels_and_values(head_result):
     for layer, trace in enumerate(fig.data):
         np.testing.assert_allclose(np.asarray(trace.z), ma[layer])
         assert list(trace.y) == list(range(head_result["n_heads"]))
-        assert list(trace.customdata[2][5]) == [5, layer, 2]  # [token, layer, head] per cell
+        assert list(trace.x) == list(range(len(tokens)))  # a column per token, by its index
+        # nothing per cell but the weight: the hover and the ticks name the column's token through
+        # the axis' labelalias, highlight.js reads its token in layout.meta.tokens
+        assert trace.customdata is None and trace.text is None
+        axis = fig.layout["xaxis" + ("" if layer == 0 else str(layer + 1))]
+        assert axis.labelalias == {str(i): t for i, t in enumerate(tokens)}
+        assert axis.hoverformat == "d" and "%{x}" in trace.hovertemplate
     bottom = fig.layout[f"xaxis{len(fig.data)}"]
     assert list(bottom.ticktext) == tokens  # repeated tokens ("the", "cat") keep their own column
     assert list(bottom.tickvals) == list(range(len(tokens)))
+    assert fig.layout.meta["tokens"] == list(range(len(tokens)))
+    assert fig.layout.meta["layers"] == list(range(ma.shape[0]))
     assert [a.text for a in fig.layout.annotations] == [f"layer {i}" for i in range(ma.shape[0])]
     mean = max_attention_figure(head_result, reduction="mean", layers=[4, 1])
     assert len(mean.data) == 2 and mean.layout.meta["layers"] == [4, 1]
@@ -132,7 +140,10 @@ def test_dropped_special_tokens_leave_axes_and_maps(dropped_result):
     tokens, special = readable_tokens(dropped_result), dropped_result["special"]
     kept = [t for t, s in zip(tokens, special, strict=True) if not s]
     fig = max_attention_figure(dropped_result)
-    assert list(fig.layout[f"xaxis{len(fig.data)}"].ticktext) == kept
+    bottom = fig.layout[f"xaxis{len(fig.data)}"]
+    assert list(bottom.ticktext) == kept
+    assert [bottom.labelalias[str(i)] for i in range(len(kept))] == kept
+    assert fig.layout.meta["tokens"] == [i for i, s in enumerate(special) if not s]
     scatter = head_tsne_figure(dropped_result, layer=0, head=0)
     assert list(scatter.data[0].text) == kept
     assert "[CLS]" not in scatter.data[0].text and "[SEP]" not in scatter.data[0].text

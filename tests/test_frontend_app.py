@@ -316,3 +316,107 @@ def test_a_truncated_text_request_fits_the_api_and_others_keep_their_ids():
     assert limits.too_many_characters(long[:20_000]) is None
     assert limits.offer_style(refused) == limits.SHOWN
     assert limits.offer_style("layer 9 is out of range") == limits.HIDDEN
+
+
+def test_a_share_link_is_laid_out_without_its_result_and_reads_it_once():
+    """The page of a share link is laid out from the share without its result (``?result=none``);
+    the result is read ahead meanwhile, and the page's first read of it (the poll) waits for that
+    one download instead of making another (a SmolLM2 share's layout waited for its 12 MB result)."""
+    import threading
+    import time
+
+    from frontend.app import ResultStore, render_page
+
+    request = {"model": "minilm", "text": "A shared text.", "analyses": ["max-attention"],
+               "options": {"layer": 1, "head": 2}}  # fmt: skip
+    share = {"id": "s" * 22, "kind": "analysis", "target": "t" * 32, "view": {"page": "text"},
+             "request": request}  # fmt: skip
+    calls: list[str | None] = []
+    release = threading.Event()
+
+    class Client(ApiClient):
+        def models(self):  # type: ignore[no-untyped-def]
+            return {
+                "default": "minilm",
+                "models": [{"name": "minilm", "n_layers": 6, "n_heads": 12}],
+            }
+
+        def share(self, share_id, *, result=None):  # type: ignore[no-untyped-def]
+            calls.append(result)
+            if result == "none":
+                return dict(share)
+            release.wait(5)  # the result's download, still on its way while the page is laid out
+            return {**share, "result": {"max-attention": {"max_attention": [[[0.5]]]}}}
+
+    store = ResultStore(Client(f"http://127.0.0.1:{_closed_port()}"))
+    page = render_page(store, "/", f"?share={share['id']}")
+    assert "text-page" in _ids(page) and calls[0] == "none"  # laid out with no result read
+    polls = [threading.Thread(target=store.status, args=({"kind": "share", "id": share["id"]},))
+             for _ in range(2)]  # fmt: skip
+    for t in polls:
+        t.start()
+    time.sleep(0.2)
+    release.set()
+    for t in polls:
+        t.join(5)
+    st = store.status({"kind": "share", "id": share["id"]})
+    assert st["status"] == "finished" and st["result"]["max-attention"]
+    assert st["request"] == request and st["view"] == {"page": "text"}
+    assert calls == ["none", None], (
+        calls
+    )  # the result read once: ahead, the reads after wait for it
+
+
+def test_an_analysis_link_is_laid_out_without_its_result_and_reads_it_once():
+    """The same for ``/?analysis=ID``: the layout asks for the status without the result; the finished
+    result is read ahead, once, and the page's first poll gets it from that read."""
+    import threading
+    import time
+
+    from frontend.app import ResultStore, render_page
+
+    request = {"model": "minilm", "text": "A stored text.", "analyses": ["max-attention"],
+               "options": {"layer": 1, "head": 2}}  # fmt: skip
+    calls: list[str | None] = []
+    release = threading.Event()
+
+    class Client(ApiClient):
+        def models(self):  # type: ignore[no-untyped-def]
+            return {
+                "default": "minilm",
+                "models": [{"name": "minilm", "n_layers": 6, "n_heads": 12}],
+            }
+
+        def analysis(self, analysis_id, *, partial=None, result=None):  # type: ignore[no-untyped-def]
+            calls.append(result)
+            done = {"id": analysis_id, "status": "finished", "request": request, "progress": 1.0}
+            if result == "none":
+                return done
+            release.wait(5)  # the result's download, still on its way while the page is laid out
+            return {**done, "result": {"max-attention": {"max_attention": [[[0.5]]]}}}
+
+    store = ResultStore(Client(f"http://127.0.0.1:{_closed_port()}"))
+    page = render_page(store, "/", "?analysis=" + "a" * 32)
+    stack, text = [page], None
+    while stack:  # the text box holds the stored request's text
+        c = stack.pop()
+        if isinstance(c, (list, tuple)):
+            stack.extend(c)
+        elif getattr(c, "id", None) == "text-input":
+            text = c.value
+        elif getattr(c, "children", None) is not None and not isinstance(c.children, str):
+            stack.append(c.children)
+    assert text == "A stored text." and calls[0] == "none"  # laid out from the status alone
+    source = {"kind": "analysis", "id": "a" * 32}
+    polls = [threading.Thread(target=store.status, args=(source,)) for _ in range(2)]
+    for t in polls:
+        t.start()
+    time.sleep(0.2)
+    release.set()
+    for t in polls:
+        t.join(5)
+    st = store.status(source)
+    assert st["status"] == "finished" and st["result"]["max-attention"] and st["request"] == request
+    assert calls == ["none", None], (
+        calls
+    )  # the result read once: ahead, the reads after wait for it

@@ -330,6 +330,8 @@ def test_share_link_returns_view_inputs_and_result(client, service):
     opened = client.get(f"/api/shares/{share['id']}").json()
     assert opened["view"] == view and opened["kind"] == "analysis"
     assert opened["result"] == done["result"] and opened["request"] == done["request"]
+    light = client.get(f"/api/shares/{share['id']}", params={"result": "none"}).json()
+    assert "result" not in light and light == {k: v for k, v in opened.items() if k != "result"}
     other = client.post("/api/shares", json={"analysis_id": done["id"], "view": view}).json()
     assert other["id"] != share["id"]
     assert client.post("/api/shares", json={"view": view}).status_code == 422

@@ -58,21 +58,27 @@ def create_share(
 
 
 @router.get("/api/shares/{share_id}", responses=error_responses(404, 410))
-def open_share(share_id: str, store: StoreDep) -> Response:
-    """``{"id", "kind", "view", "request", "result"}`` from disk; never recomputes."""
+def open_share(share_id: str, store: StoreDep, result: str | None = None) -> Response:
+    """``{"id", "kind", "view", "request", "result"}`` from disk; never recomputes. ``?result=none``:
+    without the result (its request only), for a page that lays itself out before it draws."""
     share = store.read_share(share_id)
     if share is None:
         raise not_found("share", share_id)
-    stored = store.read_result(share["target"])
-    if stored is None:
-        raise GoneError(f"the result behind share {share_id} is no longer stored")
-    meta, raw = stored
+    gone = GoneError(f"the result behind share {share_id} is no longer stored")
     parts = {
         "id": share["id"],
         "kind": share["kind"],
         "target": share["target"],
         "view": share["view"],
-        "request": meta["request"],
         "created_at": share["created_at"],
     }
-    return raw_json(parts, {"result": raw})
+    if result == "none":
+        request = store.result_request(share["target"])
+        if request is None:
+            raise gone
+        return raw_json({**parts, "request": request}, {})
+    stored = store.read_result(share["target"])
+    if stored is None:
+        raise gone
+    meta, raw = stored
+    return raw_json({**parts, "request": meta["request"]}, {"result": raw})

@@ -77,6 +77,7 @@
       if (done || n !== drawn) { return; }
       done = true;
       window.dash_clientside.set_props("text-gallery-drawn", {data: n});
+      release();
     }
     (function look() {
       if (n !== drawn) { return; }
@@ -97,11 +98,46 @@
     gate.busy = null;
     gate.lost = 0;
     if (gate.pending) { ask(); }
+    if (shown && shown.empty) { release(); }  /* no rows to paint: nothing to wait for */
     whenDrawn();
     return NO();
   }
 
+  /* A stored result's other figures after its gallery (store text-job-late: the input of the
+   * heatmaps, the open head's matrix and t-SNE, the head and model views, in place of
+   * text-job-sections). Opened from its link, every figure's answer came at once, and Chromium drew
+   * the 30-layer heatmaps (megabytes) and the matrix before the gallery's first row. So when the
+   * first sections the page sees of a source are already finished (or failed), they are held until
+   * the gallery's answer is painted (whenDrawn, at most DRAWN_MS after it) and passed on then; a
+   * job the page sees computing passes through at once, as the heatmaps come before the gallery's
+   * layers (docs/dashboard.md, "The gallery first"); at most HOLD_MS in any case. */
+  var late = {id: undefined, open: true, pending: null};
+  var HOLD_MS = 10000;
+  function lateSections(sections) {
+    var job = (sections && sections[0]) || {};
+    if (job.id !== late.id) {
+      late.id = job.id;
+      late.open = !job.id || (job.status !== "finished" && job.status !== "failed");
+      late.pending = null;
+      if (!late.open) {  /* a gallery answer that never comes holds nothing for long */
+        window.setTimeout(function () { if (late.id === job.id) { release(); } }, HOLD_MS);
+      }
+    }
+    if (late.open) { return sections; }
+    late.pending = sections;
+    return NO();
+  }
+  function release() {
+    if (late.open) { return; }
+    late.open = true;
+    if (late.pending !== null) {
+      window.dash_clientside.set_props("text-job-late", {data: late.pending});
+      late.pending = null;
+    }
+  }
+
   var ns = (window.dash_clientside = window.dash_clientside || {});
   ns.headscope_gallery = {jobChanged: jobChanged, viewChanged: viewChanged, answerApplied: answerApplied,
+                          lateSections: lateSections,
                           state: function () { return Object.assign({}, gate); }};
 })();

@@ -28,7 +28,8 @@ def max_attention_figure(
 ) -> go.Figure:
     """One heads x tokens heatmap per layer, stacked; clicking a cell names (layer, head).
 
-    Each cell's customdata is ``[token, layer, head]``. The figure of ``max_attention_spec``.
+    Column j is the token ``layout.meta.tokens[j]``; trace t is the layer ``layout.meta.layers[t]``.
+    The figure of ``max_attention_spec``.
     """
     return go.Figure(max_attention_spec(result, reduction=reduction, layers=layers))
 
@@ -76,34 +77,37 @@ def max_attention_spec(
     for note, layer in zip(layout["annotations"], shown, strict=True):
         note["text"] = title(layer)
     zmax = float(data[shown].max()) or 1.0
-    small = np.int16 if max(len(kept), n_layers, n_heads, *kept) < 2**15 else np.int32
-    text = [labels] * n_heads  # (z and customdata are numpy: typed arrays on the wire)
+    # Nothing per cell but the weight (float32, a typed array on the wire): x is the column's index,
+    # the hover names its token through each x axis' labelalias (index -> token, as the attention
+    # matrix does) and highlight.js finds a column's token in layout.meta.tokens. Per-cell hover text
+    # and [token, layer, head] customdata were ~2 of the 2.7 MB a stored SmolLM2 page's heatmaps sent
+    # at 452 tokens, and the hover text ~0.2 s of their drawing (docs/dashboard.md, "A stored result
+    # opens from what is stored"); a click names the layer by the trace (layout.meta.layers), the
+    # head by the row.
+    alias = {str(i): label for i, label in enumerate(labels)}  # the "d" format writes i as str(i)
+    hover_axis = {"hoverformat": "d", "labelalias": alias}
+    columns = np.arange(n_tok, dtype=np.int32)
     # 1-px gaps between cells only where cells are wide: with any gap plotly.js paints each cell
     # apart (not as one image), a large part of the browser's time on long texts' heatmaps
     # (docs/dashboard.md, "Measured costs the code points to")
     gaps = {"xgap": 1, "ygap": 1} if n_tok <= GAP_MAX_TOKENS else {}
     traces = []
     for row, layer in enumerate(shown, start=1):
-        custom = np.empty((n_heads, n_tok, 3), dtype=small)  # [head, token, (token, layer, head)]
-        custom[..., 0], custom[..., 1], custom[..., 2] = (
-            np.asarray(kept),
-            layer,
-            np.arange(n_heads)[:, None],
-        )
         suffix = "" if row == 1 else str(row)
         traces.append({
-            "type": "heatmap", "z": data[layer].astype(np.float32), "x": list(range(n_tok)),
-            "y": list(range(n_heads)), "customdata": custom, "coloraxis": "coloraxis",
-            "hovertemplate": f"L{layer}H%{{y}}<br>token %{{customdata[0]}}: "
-            "%{text}<br>" + reduction + " attention %{z:.3f}<br>" + reduction + " over the "
-            + over + " that see this token<extra></extra>",
-            "text": text, "name": f"layer {layer}", **gaps,
+            "type": "heatmap", "z": data[layer].astype(np.float32), "x": columns,
+            "y": list(range(n_heads)), "coloraxis": "coloraxis",
+            "hovertemplate": f"L{layer}H%{{y}}<br>token %{{x}}<br>" + reduction
+            + " attention %{z:.3f}<br>" + reduction + " over the " + over
+            + " that see this token<extra></extra>",
+            "name": f"layer {layer}", **gaps,
             "xaxis": f"x{suffix}", "yaxis": f"y{suffix}",
         })  # fmt: skip
         axis = {"title": {"text": "head"}, "autorange": "reversed", "tickfont": {"size": 9}}
         if n_heads <= 16:
             axis["dtick"] = 1
         layout[f"yaxis{suffix}"].update(axis)
+        layout[f"xaxis{suffix}"].update(hover_axis)
     layout[f"xaxis{'' if len(shown) == 1 else len(shown)}"].update(token_ticks(labels))
     layout.update(
         height=int(90 + len(shown) * (40 + 15 * n_heads)),
@@ -113,7 +117,7 @@ def max_attention_spec(
         title={"text": f"{what} per layer: heads x tokens — click a cell to open that head",
                "font": {"size": 14}},
         plot_bgcolor="white",
-        meta={"highlight": "columns", "layers": shown},
+        meta={"highlight": "columns", "layers": shown, "tokens": [int(k) for k in kept]},
     )  # fmt: skip
     return {"data": traces, "layout": layout}
 

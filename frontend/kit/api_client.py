@@ -242,6 +242,8 @@ class ApiClient:
             raise ValueError("give exactly one of analysis_id and pe_analysis_id")
         return self._request("POST", "/api/shares", json={"view": view, **given})
 
-    def share(self, share_id: str) -> dict[str, Any]:
-        """``GET /api/shares/{id}`` → ``{"id", "kind", "view", "request", "result"}`` (never recomputes)."""
-        return self._request("GET", f"/api/shares/{share_id}")
+    def share(self, share_id: str, *, result: str | None = None) -> dict[str, Any]:
+        """``GET /api/shares/{id}`` → ``{"id", "kind", "view", "request", "result"}`` (never recomputes);
+        ``result="none"``: without the result."""
+        params = {"result": result} if result is not None else None
+        return self._request("GET", f"/api/shares/{share_id}", params=params)

@@ -45,6 +45,7 @@ MARKS_JS = """(() => {
     if (meta && meta.panels && meta.panels.length && m.first === undefined && (m.click || !m.armed)) m.first = now - start;
     if (meta && meta.complete && m.gallery === undefined && (m.click || !m.armed)) m.gallery = now - start;
     if (h && h.data && h.data.length && m.heatmaps === undefined && (m.click || !m.armed)) m.heatmaps = now - start;
+    if (window.Plotly && m.plotly === undefined && (m.click || !m.armed)) m.plotly = now - start;
     const s = document.querySelector('#text-status');
     const t = s ? s.textContent : '';
     if ((t === 'done' || t.startsWith('shared result')) && m.status === undefined && (m.click || !m.armed)) m.status = now - start;
@@ -64,6 +65,7 @@ def _marks(page) -> dict[str, float]:
     m = page.evaluate("window.__marks")
     out = {k: m[k] / 1000 for k in MARKS}
     out["page"] = max(out.values())
+    out["plotly"] = m["plotly"] / 1000 if m.get("plotly") is not None else None
     return out
 
 
@@ -113,6 +115,8 @@ def reopen(browser, link: str) -> dict[str, float]:
 
 def print_timeline(got: dict) -> None:
     rows = [(got[k], f"browser: {k}") for k in MARKS]
+    if got.get("plotly") is not None:  # plotly.js loaded (dcc.Graph loads it once a graph mounts)
+        rows.append((got["plotly"], "browser: plotly.js loaded"))
     rows += [
         (t, f"callback {what}: {took:.2f} s, {size / 1024:.0f} KiB")
         for t, took, size, what in got["calls"]

@@ -30,7 +30,7 @@ from frontend.kit.data import Built, ResultStore, int_list, int_or_none
 from frontend.kit.forms import url_model
 from frontend.kit.frontdoor import page_header
 from frontend.kit.glossary import term
-from frontend.kit.heads import has_head, head_view_key, section_layers
+from frontend.kit.heads import has_head, head_view_key, section_layers, waiting
 from frontend.kit.page import (
     FAST_POLL_MS,
     PageView,
@@ -116,7 +116,7 @@ def layout(
         request, view = share.get("request") or {}, dict(share.get("view") or {})
     elif query.get("analysis"):
         source = {"kind": "analysis", "id": query["analysis"]}
-        st = store.status(source)
+        st = store.opening_analysis(source["id"])  # no result read: it is read ahead meanwhile
         request = st.get("request")
         if st["status"] == "failed":
             error = st.get("error") or ""
@@ -339,6 +339,7 @@ def layout(
             head_view,
             heads.lines_panel(heads_state, n_heads),
             dcc.Store(id="text-source", data=source),
+            dcc.Store(id="text-job-late"),  # text-job-sections, a stored result's after its gallery
             dcc.Store(id="text-heatmap-key"),
             dcc.Store(id="text-head-view-key"),
             *highlight_stores("text", GRAPHS),
@@ -483,13 +484,15 @@ def register(app: Dash, store: ResultStore) -> None:
     @app.callback(
         Output("max-attention-graph", "figure"),
         Output("text-heatmap-key", "data"),
-        Input("text-job-sections", "data"),
+        Input("text-job-late", "data"),
         Input("text-reduction", "value"),
         Input("text-layers", "value"),
         State("text-source", "data"),
         State("text-heatmap-key", "data"),
     )
     def _heatmaps(job, reduction, layers, source, shown_key):  # type: ignore[no-untyped-def]
+        if waiting(job, source):
+            return no_update, no_update
         st = store.status(source, seen=job)
         result = st["result"]
         if not result.get(MAX_ATTENTION):
@@ -520,13 +523,15 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("attention-matrix-graph", "figure"),
         Output("text-kl", "children"),
         Output("text-head-view-key", "data"),
-        Input("text-job-sections", "data"),
+        Input("text-job-late", "data"),
         Input("text-view-options", "value"),
         Input("text-selected", "data"),
         State("text-source", "data"),
         State("text-head-view-key", "data"),
     )
     def _head_view(job, view_opts, selected, source, shown):  # type: ignore[no-untyped-def]
+        if waiting(job, source):
+            return no_update, no_update, no_update, no_update
         layer, head = (selected or {}).get("layer"), (selected or {}).get("head")
         rescale = "rescale" in (view_opts or [])
         none = {"status": "none", "result": {}}

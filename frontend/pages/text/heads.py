@@ -20,7 +20,7 @@ from frontend.figures import headview as HV
 from frontend.figures.base import EMPTY_PX, empty_figure
 from frontend.kit.atlas_labels import Labels, atlas_labels
 from frontend.kit.data import ResultStore, int_list, int_or_none
-from frontend.kit.heads import gallery_section, head_view_key, section_layers
+from frontend.kit.heads import gallery_section, head_view_key, section_layers, waiting
 from frontend.kit.page import fold, graph
 from workers.analyses.tsne.spec import HEAD_TSNE
 
@@ -343,7 +343,8 @@ def _heads(head: int, extra: list[int] | None) -> list[int]:
 
 
 def register(app: Dash, store: ResultStore) -> None:
-    """Callbacks of the every-head views (the page's poll writes ``text-job`` and ``text-job-sections``)."""
+    """Callbacks of the every-head views (the page's poll writes ``text-job`` and ``text-job-sections``;
+    ``text-job-late`` is the latter, a stored result's once its gallery is painted: assets/gallery.js)."""
 
     @app.callback(
         Output("head-gallery", "figure"),
@@ -398,6 +399,11 @@ def register(app: Dash, store: ResultStore) -> None:
         Input("text-gallery-page", "value"),
         prevent_initial_call=True,
     )
+    app.clientside_callback(  # a stored result's heatmaps, matrix and views after its gallery
+        ClientsideFunction(namespace="headscope_gallery", function_name="lateSections"),
+        Output("text-job-late", "data"),
+        Input("text-job-sections", "data"),
+    )
     app.clientside_callback(
         ClientsideFunction(namespace="headscope_gallery", function_name="answerApplied"),
         Output("text-gallery-gate", "data"),
@@ -447,7 +453,7 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("head-view-graph", "figure"),
         Output("model-view-graph", "figure"),
         Output("text-lines-key", "data"),
-        Input("text-job-sections", "data"),
+        Input("text-job-late", "data"),
         Input("text-selected", "data"),
         Input("text-hv-heads", "value"),
         Input("text-hv-threshold", "value"),
@@ -455,6 +461,8 @@ def register(app: Dash, store: ResultStore) -> None:
         State("text-lines-key", "data"),
     )
     def _lines(job, selected, extra, threshold, source, shown):  # type: ignore[no-untyped-def]
+        if waiting(job, source):
+            return no_update, no_update, no_update
         st = store.status(
             source, seen=job
         )  # what the poll read (frontend.kit.data.ResultStore.status)
