@@ -24,6 +24,7 @@ import torch
 
 from workers.analyses.circuits.edges import frozen
 from workers.analyses.circuits.graph import Plain, SplitModel
+from workers.analyses.circuits.patch_plan import patched_sparse, plan
 from workers.analyses.circuits.spec import edge_rows
 from workers.analyses.circuits.tasks import Example
 from workers.core.errors import CancelledError, HeadscopeError
@@ -229,12 +230,18 @@ def patched_metrics(
     should_stop: Stop = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``m_e`` of every example of ``index`` in the edge-patched run of every mask row: [rows,
-    examples]; with each example's clean and corrupted ``m_e``."""
+    examples]; with each example's clean and corrupted ``m_e``. Only what can move the logits runs
+    (``patch_plan``): a circuit pruned to nothing is the corrupted run, every edge the clean run."""
     g = p.model.graph
+    assert g.n_edges == masks.shape[1]
     facts = ModelFacts.of(p.model.loaded)
     dtype = p.x0_c[0].dtype
     dev = p.x0_c[0].device
-    mask_t = torch.as_tensor(masks, dtype=dtype, device=dev)
+    coupled = any(part.post_attn is not None for part in p.model.parts)
+    how = plan(g, np.asarray(masks, dtype=bool), coupled)
+    mask_t = torch.as_tensor(how.masks, dtype=dtype, device=dev)
+    active_t = torch.as_tensor(how.active, device=dev)
+    todo = [int(r) for r in how.order if not (how.empty[r] or how.full[r])]
     out = np.zeros((masks.shape[0], len(index)))
     m_c, m_k = np.zeros(len(index)), np.zeros(len(index))
     where = {int(i): j for j, i in enumerate(index)}
@@ -248,20 +255,22 @@ def patched_metrics(
         for j, i in enumerate(idx):
             col = where[i]
             m_c[col], m_k[col] = float(mc[j]), float(mk[j])
+            out[how.empty, col], out[how.full, col] = m_k[col], m_c[col]
             base = Plain(*(t[j : j + 1] for t in (k.writers, k.resid, k.mid, k.logits)))
-            for start in range(0, masks.shape[0], per):
+            for start in range(0, len(todo), per):
                 if should_stop is not None and should_stop():
                     raise CancelledError("circuits on a set")
-                rows = mask_t[start : start + per]
-                logits = p.model.patched(base, p.x0_c[i], rows, p.kwargs[n])
+                rows = torch.as_tensor(todo[start : start + per], device=dev)
+                logits = patched_sparse(
+                    p.model, base, p.x0_c[i], mask_t[rows], active_t[rows], p.kwargs[n]
+                )
                 got = logits[:, p.answer[i]] - logits[:, p.wrong[i]]
-                out[start : start + rows.shape[0], col] = got.double().cpu().numpy()
+                out[todo[start : start + per], col] = got.double().cpu().numpy()
             done += 1
             progress(
                 done / len(index),
                 f"evaluation: {done}/{len(index)} examples, {masks.shape[0]} circuits each",
             )
-    assert g.n_edges == masks.shape[1]
     return out, m_c, m_k
 
 
