@@ -150,12 +150,14 @@ def example_scores(
                 raise CancelledError("circuits on a set")
             part = rows[start : start + per]
             ex = torch.as_tensor([e for e, _ in part], device=dev)
-            dst = torch.as_tensor([where[idx[e]] for e, _ in part], device=dev)
+            # an example's steps share its delta: their gradients are summed before the product
+            ue, inv = torch.unique(ex, return_inverse=True)
+            dst = torch.as_tensor([where[idx[e]] for e in ue.tolist()], device=dev)
             alpha = torch.as_tensor([s / steps for _, s in part], dtype=delta.dtype, device=dev)
             x0k = torch.stack([p.x0_k[idx[e]] for e, _ in part])
             x0c = torch.stack([p.x0_c[idx[e]] for e, _ in part])
             x0 = (x0k + alpha[:, None, None] * (x0c - x0k)).requires_grad_(True)
-            flat = delta[ex].reshape(len(part), delta.shape[1], -1)  # [B, W, n*d]
+            flat = delta[ue].reshape(len(ue), delta.shape[1], -1)  # [U, W, n*d]
 
             def hook(
                 kind: str,
@@ -163,21 +165,23 @@ def example_scores(
                 grad: torch.Tensor,
                 flat: Any = flat,
                 dst: Any = dst,
+                inv: Any = inv,
                 n: int = n,
             ) -> None:
-                B = grad.shape[0]
-                if kind == "heads":  # [B, 3, H, n, d]
+                U = flat.shape[0]
+                grad = grad.new_zeros(U, *grad.shape[1:]).index_add_(0, inv, grad)
+                if kind == "heads":  # [U, 3, H, n, d]
                     up = g.up_heads(layer)
                     got = torch.bmm(
-                        grad.reshape(B, 3 * g.n_heads, -1), flat[:, :up].transpose(1, 2)
+                        grad.reshape(U, 3 * g.n_heads, -1), flat[:, :up].transpose(1, 2)
                     )
-                    sh[layer].index_add_(0, dst, got.reshape(B, 3, g.n_heads, up).double())
-                elif kind == "ff":  # [B, n, d]
+                    sh[layer].index_add_(0, dst, got.reshape(U, 3, g.n_heads, up).double())
+                elif kind == "ff":  # [U, n, d]
                     up = g.up_ff(layer)
-                    got = torch.bmm(flat[:, :up], grad.reshape(B, -1, 1))[..., 0]
+                    got = torch.bmm(flat[:, :up], grad.reshape(U, -1, 1))[..., 0]
                     sf[layer].index_add_(0, dst, got.double())
-                else:  # [B, d] at the last position
-                    last = flat.reshape(B, flat.shape[1], n, -1)[:, :, -1]
+                else:  # [U, d] at the last position
+                    last = flat.reshape(U, flat.shape[1], n, -1)[:, :, -1]
                     sl.index_add_(0, dst, torch.bmm(last, grad[..., None])[..., 0].double())
 
             with torch.enable_grad(), frozen(p.model.loaded.model):
