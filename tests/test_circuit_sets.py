@@ -200,3 +200,19 @@ def test_the_sparse_evaluation_is_the_plain_one(lms, fam):
     how = plan(p.model.graph, masks, coupled)
     assert how.empty.any() and not how.empty.all() and how.full.sum() == len(orders)
     assert (how.masks <= masks).all() and how.masks.sum() < masks.sum()
+
+
+def test_the_evaluation_runs_in_bfloat16(lms):
+    """Half precision has no sparse product on the CPU: every mix is dense, and the metrics follow
+    the float32 ones."""
+    exs = _examples(2, seed=7)
+    got = {}
+    for dtype in ("float32", "bfloat16"):
+        loaded = load_model("lm-llama", catalogue=lms, dtype=dtype, device="cpu")
+        p = ss.prepare(loaded, exs)
+        E = p.model.graph.n_edges
+        order = np.random.default_rng(0).permutation(E)
+        masks = ss.top_masks(order, [ss.size_of(k, E) for k in ss.MIB_SIZES], E)
+        got[dtype] = ss.patched_metrics(p, [0, 1], masks)[0]
+    scale = float(np.abs(got["float32"]).max())
+    assert np.abs(got["bfloat16"] - got["float32"]).max() < 0.1 * scale

@@ -118,6 +118,10 @@ def patched_sparse(
     delta = wk.new_zeros(R, Wn, n, d)
     delta[:, 0] = x0 - wk[0]
     H = g.n_heads
+    sparse = wk.dtype in (
+        torch.float32,
+        torch.float64,
+    )  # sparse CSR products: no half kernels on CPU
 
     def mix(rows: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
         """The mixes [len(rows), k, n * d] of rows ``rows`` of this layer's masks ``m`` [R, k, up] over
@@ -127,6 +131,8 @@ def patched_sparse(
         k, up = m.shape[1:]
         out = delta.new_empty(len(rows), k, n * d)
         dense = (m[rows] != 0).sum((1, 2)) > DENSE * k * up
+        if not sparse:
+            dense[:] = True
         cut = int(rows[dense].min()) if dense.any() else R
         tail = rows >= cut
         if tail.any():
