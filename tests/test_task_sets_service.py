@@ -17,6 +17,7 @@ from test_circuit_tasks import TINY_NAMES
 
 from backend.app import create_app
 from backend.config import Settings
+from workers.analyses.atlas.spec import ATLAS, ATLAS_TEXT
 from workers.analyses.circuits.tasks import ioi
 from workers.core.contracts import AnalysisRequest
 from workers.queue.jobs import compute_analysis
@@ -67,6 +68,11 @@ def test_an_upload_is_stored_once_under_its_content(app, lines):
     corpus = client.post("/api/corpora", data={"text": _jsonl(lines).decode()}).json()
     assert corpus["id"] != body["id"]
     refused = client.post("/api/corpus-analyses", json={"model": "minilm", "corpus": body["id"]})
+    assert refused.status_code == 422 and "is a task set" in refused.text
+    assert client.get(f"/api/corpora/{body['id']}").status_code == 404  # read at /api/task-sets
+    atlas = {"model": "tiny-gpt2", "text": ATLAS_TEXT, "analyses": [ATLAS],
+             "options": {"corpus": body["id"], "random_len": 8}}  # fmt: skip
+    refused = client.post("/api/analyses", json=atlas)  # nor the atlas' corpus probe
     assert refused.status_code == 422 and "is a task set" in refused.text
 
 

@@ -13,6 +13,7 @@ from workers.analyses.circuits.spec import CIRCUITS_SET
 from workers.core import registry
 from workers.core.contracts import LASF_MODELS, AnalysisRequest, is_lasf_model
 from workers.core.errors import HeadscopeError, NotFoundError
+from workers.inputs.task_sets import KIND as TASK_SET
 from workers.inputs.task_sets import is_set_id
 
 router = APIRouter(tags=["analyses"])
@@ -47,8 +48,11 @@ def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
     corpus = getattr(req.options, "corpus", None)  # the atlas' corpus probe (docs/atlas.md)
     if store is not None and corpus and not corpus.startswith("builtin-"):
         if any("corpus" in registry.get(k).options.model_fields for k in req.analyses):
-            if store.corpus(corpus) is None:  # as the corpus analysis' check (backend.api.corpora)
+            meta = store.corpus(corpus)  # as the corpus analysis' check (backend.api.corpora)
+            if meta is None:
                 raise NotFoundError.of("corpus", corpus, "upload it first")
+            if meta.get("kind") == TASK_SET:
+                raise HeadscopeError(f"{corpus} is a task set (circuits on a set), not a corpus")
             store.touch_corpus(corpus)  # its expiry clock restarts
 
 

@@ -170,7 +170,7 @@ def get_corpus(corpus_id: str, store: StoreDep) -> dict:
             raise not_found("corpus", corpus_id)
         return found
     meta = store.corpus(corpus_id)
-    if meta is None:
+    if meta is None or meta.get("kind") == TASK_SET:  # a task set is read at /api/task-sets/{id}
         raise not_found("corpus", corpus_id)
     return _public(meta)
 
