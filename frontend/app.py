@@ -54,6 +54,35 @@ PAGE_MODULES = discover_pages()
 PAGES: dict[str, ModuleType] = {m.PATH: m for m in PAGE_MODULES}
 PAGE_BY_NAME: dict[str, str] = {m.NAME: m.PATH for m in PAGE_MODULES}
 START, ROOT_WITH_QUERY = "/start", "/text"  # what "/" opens without and with a query
+# the URL from which dcc.Graph loads plotly.js once a graph mounts (dash-renderer sets it when Dash
+# serves its files itself); the page asks for it at navigation instead (``index_string``)
+PLOTLY_JS = "_dash-component-suites/plotly/package_data/plotly.min.js"
+
+
+def index_string(prefix: str) -> str:
+    """Dash's page with plotly.js fetched and run while Dash starts (docs/dashboard.md, "A stored
+    page"): dcc.Graph takes ``window.Plotly`` when it is defined, and loads plotly.js itself
+    (once the layout has mounted a graph) only when it is not. A deferred script runs when the
+    page is parsed, before Dash's first answer can mount a graph; had it not run yet, dcc.Graph
+    would load the same file again and nothing else would differ."""
+    return f"""<!DOCTYPE html>
+<html>
+    <head>
+        {{%metas%}}
+        <title>{{%title%}}</title>
+        {{%favicon%}}
+        {{%css%}}
+        <script defer id="plotly-js" src="{prefix}{PLOTLY_JS}"></script>
+    </head>
+    <body>
+        {{%app_entry%}}
+        <footer>
+            {{%config%}}
+            {{%scripts%}}
+            {{%renderer%}}
+        </footer>
+    </body>
+</html>"""
 
 
 def _nav() -> html.Nav:
@@ -129,6 +158,7 @@ def create_dash_app(api_base_url: str, *, client: ApiClient | None = None) -> da
         suppress_callback_exceptions=True,
         compress=False,
     )
+    app.index_string = index_string(app.config.requests_pathname_prefix)
     app.layout = shell()
 
     @app.callback(

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 from test_browser import PANEL_JS, WAIT_MS, Watch, browser, server  # noqa: F401 - fixtures
 
+from frontend.app import PLOTLY_JS
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TEXT = "The cat sat on the mat because the dog was tired."
@@ -124,6 +126,8 @@ def test_a_stored_result_is_drawn_in_one_answer_per_figure(server, browser, tmp_
                 else None
             ),
         )
+        urls: list[str] = []  # every URL the page asked for
+        page.on("request", lambda r: urls.append(r.url))
         page.on(
             "response",
             lambda r: (
@@ -170,6 +174,13 @@ def test_a_stored_result_is_drawn_in_one_answer_per_figure(server, browser, tmp_
             assert came and asked[-1] > gallery_in and min(came) > gallery_in, (fig, events)
         polls = sum(1 for kind, out, _ in events if kind == "request" and "text-job.data" in out)
         assert polls == 1, polls  # a stored result is read once: no interval polls it
+        # plotly.js is asked for once, by the page's own HTML at navigation (app.index_string), not
+        # a second time by dcc.Graph once a graph mounts: window.Plotly was defined by then
+        plotly = [u for u in urls if u.endswith(PLOTLY_JS)]
+        assert len(plotly) == 1 and f'src="/{PLOTLY_JS}"' in page.content(), urls
+        assert (
+            page.evaluate("document.querySelectorAll('script[src$=\"plotly.min.js\"]').length") == 1
+        )
         assert not w.problems, w.problems
     finally:
         w.close()
