@@ -94,7 +94,8 @@ def test_a_stored_result_is_drawn_in_one_answer_per_figure(server, browser, tmp_
     follow the job wait for its first poll, so none runs twice (Dash drops the answer of a call once a
     newer call of the same callback has started: the gallery used to be built twice, the first answer
     thrown away, docs/dashboard.md). The gallery comes first: the heatmaps, the open head's matrix
-    and the model view are asked for only after its answer is in."""
+    and the model view are asked for only after its answer is in, the head maps after the heatmaps'
+    answer, and plotly.js is fetched once, at navigation (app.index_string)."""
     import json
 
     import httpx
@@ -172,6 +173,18 @@ def test_a_stored_result_is_drawn_in_one_answer_per_figure(server, browser, tmp_
                 if kind == "response" and "figure" in body.get(fig, {})
             ]
             assert came and asked[-1] > gallery_in and min(came) > gallery_in, (fig, events)
+        # and the head maps (megabytes) after the heatmaps: asked for once the heatmaps' answer is in
+        heatmaps_in = next(
+            i
+            for i, (kind, _, body) in enumerate(events)
+            if kind == "response" and "figure" in body.get("max-attention-graph", {})
+        )
+        maps = [
+            i
+            for i, (kind, out, _) in enumerate(events)
+            if kind == "request" and "text-head-maps" in out
+        ]
+        assert len(maps) == 1 and maps[0] > heatmaps_in, events
         polls = sum(1 for kind, out, _ in events if kind == "request" and "text-job.data" in out)
         assert polls == 1, polls  # a stored result is read once: no interval polls it
         # plotly.js is asked for once, by the page's own HTML at navigation (app.index_string), not
