@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import ARTIFACTS
-from test_browser import FIGURE_JS, WAIT_MS, Watch, _pick, browser, server  # noqa: F401 - fixtures
+from test_browser import WAIT_MS, Watch, _pick, browser, server  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -23,8 +23,15 @@ TICKED_JS = (
 
 def _columns(page) -> int:
     page.wait_for_selector("#max-attention-graph .heatmaplayer", timeout=WAIT_MS)
-    heat = page.evaluate(FIGURE_JS, "max-attention-graph")
-    return len(heat["data"][0]["x"])
+    # the heatmaps send their weights only: the columns are the figure's tokens (layout.meta.tokens),
+    # checked against the width of the first layer's drawn weights
+    return page.evaluate(
+        """() => {
+          const gd = document.querySelector('#max-attention-graph .js-plotly-plot');
+          const width = gd.calcdata[0][0].z[0].length, tokens = gd.layout.meta.tokens.length;
+          return width === tokens ? tokens : -1;
+        }"""
+    )
 
 
 def test_a_text_too_long_offers_truncation_and_the_link_keeps_it(server, browser, tmp_path):

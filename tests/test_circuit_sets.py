@@ -15,6 +15,7 @@ from tiny_models import DECODER_FAMILIES, _decoder_tokenizer
 
 from workers.analyses.circuits import set_scores as ss
 from workers.analyses.circuits.edges import eap_scores
+from workers.analyses.circuits.patch_plan import plan
 from workers.analyses.circuits.set_circuits import circuits_on_set, split
 from workers.analyses.circuits.tasks import ioi
 from workers.models import load_model
@@ -158,3 +159,60 @@ def test_a_cancel_stops_the_run(lms):
     assert any("gradient rows" in m for m in seen)
     with pytest.raises(CancelledError):
         circuits_on_set(loaded, exs, ig_steps=2, should_stop=lambda: True)
+
+
+def _plain_patched(p, index, masks):
+    """The straightforward evaluation: every node of every circuit recomputed (``SplitModel.patched``)."""
+    out = np.zeros((masks.shape[0], len(index)))
+    mask_t = torch.as_tensor(masks, dtype=p.x0_c[0].dtype)
+    for col, i in enumerate(index):
+        n = p.x0_c[i].shape[0]
+        k, _ = ss.plain_runs(p, [i])
+        logits = p.model.patched(k, p.x0_c[i], mask_t, p.kwargs[n])
+        out[:, col] = (logits[:, p.answer[i]] - logits[:, p.wrong[i]]).numpy()
+    return out
+
+
+@pytest.mark.parametrize("fam", (*DECODER_FAMILIES, "gpt2"))
+def test_the_sparse_evaluation_is_the_plain_one(lms, fam):
+    """Pruned circuits, active nodes only, the sparse mix, the corrupted and clean runs reused: the
+    same metrics as recomputing every node, at every MIB size, ranked and random circuits."""
+    loaded = _load(lms, fam)
+    exs = _examples(4, seed=7)
+    p = ss.prepare(loaded, exs)
+    E = p.model.graph.n_edges
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=E)
+    sizes = [ss.size_of(k, E) for k in ss.MIB_SIZES]
+    orders = [np.argsort(-scores), np.argsort(-np.abs(scores))]
+    orders += [rng.permutation(E) for _ in range(3)]
+    masks = np.concatenate([ss.top_masks(o, sizes, E) for o in orders])
+    masks = np.concatenate([masks, np.zeros((1, E), dtype=bool)])
+    index = list(range(len(exs)))
+    got, m_c, m_k = ss.patched_metrics(p, index, masks)
+    want = _plain_patched(p, index, masks)
+    scale = float(np.abs(want).max())
+    assert np.abs(got - want).max() < 1e-10 * scale
+    assert np.array_equal(got[-1], m_k)  # the empty circuit: the corrupted run itself
+    # some circuits were pruned to nothing (the corrupted run), some were not
+    coupled = any(part.post_attn is not None for part in p.model.parts)  # Gemma 2/3
+    assert coupled == (fam in ("gemma2", "gemma3_text"))
+    how = plan(p.model.graph, masks, coupled)
+    assert how.empty.any() and not how.empty.all() and how.full.sum() == len(orders)
+    assert (how.masks <= masks).all() and how.masks.sum() < masks.sum()
+
+
+def test_the_evaluation_runs_in_bfloat16(lms):
+    """Half precision has no sparse product on the CPU: every mix is dense, and the metrics follow
+    the float32 ones."""
+    exs = _examples(2, seed=7)
+    got = {}
+    for dtype in ("float32", "bfloat16"):
+        loaded = load_model("lm-llama", catalogue=lms, dtype=dtype, device="cpu")
+        p = ss.prepare(loaded, exs)
+        E = p.model.graph.n_edges
+        order = np.random.default_rng(0).permutation(E)
+        masks = ss.top_masks(order, [ss.size_of(k, E) for k in ss.MIB_SIZES], E)
+        got[dtype] = ss.patched_metrics(p, [0, 1], masks)[0]
+    scale = float(np.abs(got["float32"]).max())
+    assert np.abs(got["bfloat16"] - got["float32"]).max() < 0.1 * scale

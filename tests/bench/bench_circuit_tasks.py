@@ -13,6 +13,7 @@ stage; wall-clock ratios printed too):
 - the evaluation on N held-out examples at MIB's ten sizes (nine edge-patched runs per ranking: signed
   and |score|; k = 1 is the clean run) plus R = 5 random circuits (target <= 40 more);
 - the same against forwards of one text at a time (the baseline of tests/bench/bench_circuits.py);
+- how many circuits are the corrupted run once pruned and what share of the nodes runs;
 - the peak resident memory and the per-example score array's size.
 """
 
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
 
     from workers.analyses.circuits import set_scores as ss
+    from workers.analyses.circuits.patch_plan import plan
     from workers.analyses.circuits.tasks import ioi
     from workers.models import load_model
     from workers.models.sublayers import batch_inputs
@@ -108,6 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"against one-at-a-time forwards ({single:.2f} s CPU for the {len(examples)} texts): EAP-IG "
         f"{t_ig[1] / single:.1f}, evaluation {t_ev[1] / single:.1f} forward-equivalents per example"
+    )
+    how = plan(g, masks, any(part.post_attn is not None for part in p.model.parts))
+    print(
+        f"of the {masks.shape[0]} circuits {int(how.empty.sum())} are the corrupted run once pruned; "
+        f"{how.active[:, 1:].mean():.0%} of the nodes run (patch_plan: only what can move the logits)"
     )
     print(
         f"per-example scores: {raw.numel() * raw.element_size() / 2**20:.0f} MiB; peak resident {peak:.0f} MiB"

@@ -24,6 +24,7 @@ import torch
 
 from workers.analyses.circuits.edges import frozen
 from workers.analyses.circuits.graph import Plain, SplitModel
+from workers.analyses.circuits.patch_plan import patched_sparse, plan
 from workers.analyses.circuits.spec import edge_rows
 from workers.analyses.circuits.tasks import Example
 from workers.core.errors import CancelledError, HeadscopeError
@@ -149,12 +150,14 @@ def example_scores(
                 raise CancelledError("circuits on a set")
             part = rows[start : start + per]
             ex = torch.as_tensor([e for e, _ in part], device=dev)
-            dst = torch.as_tensor([where[idx[e]] for e, _ in part], device=dev)
+            # an example's steps share its delta: their gradients are summed before the product
+            ue, inv = torch.unique(ex, return_inverse=True)
+            dst = torch.as_tensor([where[idx[e]] for e in ue.tolist()], device=dev)
             alpha = torch.as_tensor([s / steps for _, s in part], dtype=delta.dtype, device=dev)
             x0k = torch.stack([p.x0_k[idx[e]] for e, _ in part])
             x0c = torch.stack([p.x0_c[idx[e]] for e, _ in part])
             x0 = (x0k + alpha[:, None, None] * (x0c - x0k)).requires_grad_(True)
-            flat = delta[ex].reshape(len(part), delta.shape[1], -1)  # [B, W, n*d]
+            flat = delta[ue].reshape(len(ue), delta.shape[1], -1)  # [U, W, n*d]
 
             def hook(
                 kind: str,
@@ -162,21 +165,23 @@ def example_scores(
                 grad: torch.Tensor,
                 flat: Any = flat,
                 dst: Any = dst,
+                inv: Any = inv,
                 n: int = n,
             ) -> None:
-                B = grad.shape[0]
-                if kind == "heads":  # [B, 3, H, n, d]
+                U = flat.shape[0]
+                grad = grad.new_zeros(U, *grad.shape[1:]).index_add_(0, inv, grad)
+                if kind == "heads":  # [U, 3, H, n, d]
                     up = g.up_heads(layer)
                     got = torch.bmm(
-                        grad.reshape(B, 3 * g.n_heads, -1), flat[:, :up].transpose(1, 2)
+                        grad.reshape(U, 3 * g.n_heads, -1), flat[:, :up].transpose(1, 2)
                     )
-                    sh[layer].index_add_(0, dst, got.reshape(B, 3, g.n_heads, up).double())
-                elif kind == "ff":  # [B, n, d]
+                    sh[layer].index_add_(0, dst, got.reshape(U, 3, g.n_heads, up).double())
+                elif kind == "ff":  # [U, n, d]
                     up = g.up_ff(layer)
-                    got = torch.bmm(flat[:, :up], grad.reshape(B, -1, 1))[..., 0]
+                    got = torch.bmm(flat[:, :up], grad.reshape(U, -1, 1))[..., 0]
                     sf[layer].index_add_(0, dst, got.double())
-                else:  # [B, d] at the last position
-                    last = flat.reshape(B, flat.shape[1], n, -1)[:, :, -1]
+                else:  # [U, d] at the last position
+                    last = flat.reshape(U, flat.shape[1], n, -1)[:, :, -1]
                     sl.index_add_(0, dst, torch.bmm(last, grad[..., None])[..., 0].double())
 
             with torch.enable_grad(), frozen(p.model.loaded.model):
@@ -229,12 +234,18 @@ def patched_metrics(
     should_stop: Stop = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``m_e`` of every example of ``index`` in the edge-patched run of every mask row: [rows,
-    examples]; with each example's clean and corrupted ``m_e``."""
+    examples]; with each example's clean and corrupted ``m_e``. Only what can move the logits runs
+    (``patch_plan``): a circuit pruned to nothing is the corrupted run, every edge the clean run."""
     g = p.model.graph
+    assert g.n_edges == masks.shape[1]
     facts = ModelFacts.of(p.model.loaded)
     dtype = p.x0_c[0].dtype
     dev = p.x0_c[0].device
-    mask_t = torch.as_tensor(masks, dtype=dtype, device=dev)
+    coupled = any(part.post_attn is not None for part in p.model.parts)
+    how = plan(g, np.asarray(masks, dtype=bool), coupled)
+    mask_t = torch.as_tensor(how.masks, dtype=dtype, device=dev)
+    active_t = torch.as_tensor(how.active, device=dev)
+    todo = [int(r) for r in how.order if not (how.empty[r] or how.full[r])]
     out = np.zeros((masks.shape[0], len(index)))
     m_c, m_k = np.zeros(len(index)), np.zeros(len(index))
     where = {int(i): j for j, i in enumerate(index)}
@@ -248,20 +259,22 @@ def patched_metrics(
         for j, i in enumerate(idx):
             col = where[i]
             m_c[col], m_k[col] = float(mc[j]), float(mk[j])
+            out[how.empty, col], out[how.full, col] = m_k[col], m_c[col]
             base = Plain(*(t[j : j + 1] for t in (k.writers, k.resid, k.mid, k.logits)))
-            for start in range(0, masks.shape[0], per):
+            for start in range(0, len(todo), per):
                 if should_stop is not None and should_stop():
                     raise CancelledError("circuits on a set")
-                rows = mask_t[start : start + per]
-                logits = p.model.patched(base, p.x0_c[i], rows, p.kwargs[n])
+                rows = torch.as_tensor(todo[start : start + per], device=dev)
+                logits = patched_sparse(
+                    p.model, base, p.x0_c[i], mask_t[rows], active_t[rows], p.kwargs[n]
+                )
                 got = logits[:, p.answer[i]] - logits[:, p.wrong[i]]
-                out[start : start + rows.shape[0], col] = got.double().cpu().numpy()
+                out[todo[start : start + per], col] = got.double().cpu().numpy()
             done += 1
             progress(
                 done / len(index),
                 f"evaluation: {done}/{len(index)} examples, {masks.shape[0]} circuits each",
             )
-    assert g.n_edges == masks.shape[1]
     return out, m_c, m_k
 
 

@@ -1,0 +1,178 @@
+"""Many circuits' edge-patched runs of one example, computing only what can move the logits
+(docs/circuits.md, "Circuits on a task data set", the evaluation's cost).
+
+``SplitModel.patched`` gives every reader the input ``x_v^K + sum over in-circuit edges u -> v of
+(u* - u_K)`` and recomputes every node. Two exact facts make most of that unnecessary:
+
+- a node whose in-circuit incoming edges all come from nodes that did not change reads exactly the
+  corrupted run's inputs, so its output is the corrupted run's (its change ``u* - u_K`` is zero);
+- a node from which no in-circuit path leads to the logits cannot move them.
+
+So a circuit gives the same logits as its edges on a path from the input to the logits
+(``edges.prune``); only those edges' targets (the **active** nodes) run, each reader's mix sums the
+changes of the active writers only (a sparse mix: few columns for a small circuit), and a layer runs
+only for the rows (circuits) with an active node in it. A circuit with no such path is the corrupted
+run itself and every edge is the clean run: neither runs. Rows are sorted by their count of active
+nodes so a batch holds circuits of like cost.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from workers.analyses.circuits.graph import Graph, Plain, SplitModel
+
+DENSE = 0.1  # above this share of in-circuit edges a row's mix is a dense product (measured)
+
+
+@dataclass
+class Plan:
+    """Masks [R, n_edges] (bool) pruned to the edges on a path from the input to the logits, each row's
+    active writers [R, n_writers] (the input always: it is the clean one), which rows are the corrupted
+    run (no edge left) and which the clean run (every edge), and an order of rows by cost."""
+
+    masks: np.ndarray
+    active: np.ndarray
+    empty: np.ndarray
+    full: np.ndarray
+    order: np.ndarray
+
+
+def _paths(
+    graph: Graph, src: np.ndarray, tgt: np.ndarray, coupled: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Over the nodes (writers, then the logits): which the input's change reaches through the edges
+    ``src -> tgt``, and which reach the logits through them. ``coupled``: a layer's heads share their
+    branch's norm (Gemma 2/3), so a change of one head changes them all."""
+    nodes, H = graph.n_writers + 1, graph.n_heads
+    reach = np.zeros(nodes, dtype=bool)
+    reach[0] = True
+    order = np.argsort(tgt, kind="stable")
+    bounds = np.searchsorted(tgt[order], np.arange(nodes + 1))
+    for v in range(1, nodes):
+        seg = order[bounds[v] : bounds[v + 1]]
+        reach[v] = bool(reach[src[seg]].any()) if len(seg) else False
+        if coupled and v < graph.n_writers and (v - 1) % (H + 1) == H - 1:  # a layer's last head
+            reach[v - H + 1 : v + 1] = reach[v - H + 1 : v + 1].any()
+    back = np.zeros(nodes, dtype=bool)
+    back[-1] = True
+    order = np.argsort(src, kind="stable")
+    bounds = np.searchsorted(src[order], np.arange(nodes + 1))
+    for u in range(nodes - 2, -1, -1):
+        seg = order[bounds[u] : bounds[u + 1]]
+        back[u] = bool(back[tgt[seg]].any()) if len(seg) else False
+        if coupled and u > 0 and (u - 1) % (H + 1) == 0:  # a layer's first head
+            back[u : u + H] = back[u : u + H].any()
+    return reach, back
+
+
+def plan(graph: Graph, masks: np.ndarray, coupled: bool = False) -> Plan:
+    """The plan of the circuits ``masks`` [R, n_edges] (bool); the same for every example.
+    ``coupled``: the model's heads of a layer share a norm (``_paths``)."""
+    R, E = masks.shape
+    pruned = np.zeros_like(masks, dtype=bool)
+    active = np.zeros((R, graph.n_writers), dtype=bool)
+    active[:, 0] = True
+    for r in range(R):
+        flat = np.flatnonzero(masks[r])
+        if len(flat) == 0:
+            continue
+        src, tgt, _ = graph.edges_of(flat)
+        reach, back = _paths(graph, src, tgt, coupled)
+        live = reach & back
+        keep = reach[src] & live[tgt]
+        pruned[r, flat[keep]] = True
+        active[r] = live[:-1]
+    full = masks.all(axis=1)
+    empty = ~pruned.any(axis=1) & ~full
+    order = np.argsort(active.sum(axis=1), kind="stable")
+    return Plan(pruned, active, empty, full, order)
+
+
+@torch.inference_mode()
+def patched_sparse(
+    model: SplitModel,
+    base: Plain,
+    x0: torch.Tensor,
+    masks: torch.Tensor,
+    active: torch.Tensor,
+    kwargs: list[dict[str, Any]],
+    *,
+    on_layer: Callable[[int], None] | None = None,
+) -> torch.Tensor:
+    """Logits [R, vocabulary] at the last position of R edge-patched runs, as ``SplitModel.patched``
+    gives them for ``masks`` [R, n_edges] (pruned, ``plan``), computing only the ``active`` [R,
+    n_writers] (bool) nodes: ``base`` the corrupted run (one row), ``x0`` [n, d] the clean input."""
+    g = model.graph
+    R = masks.shape[0]
+    Wn, n, d = base.writers.shape[1:]
+    wk, rk, mk = base.writers[0], base.resid[0], base.mid[0]
+    mh, mf, ml = g.blocks(masks.to(wk.dtype))
+    on = active.to(wk.dtype)
+    delta = wk.new_zeros(R, Wn, n, d)
+    delta[:, 0] = x0 - wk[0]
+    H = g.n_heads
+    sparse = wk.dtype in (
+        torch.float32,
+        torch.float64,
+    )  # sparse CSR products: no half kernels on CPU
+
+    def mix(rows: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        """The mixes [len(rows), k, n * d] of rows ``rows`` of this layer's masks ``m`` [R, k, up] over
+        the changes: a dense product over the rows from the first with many in-circuit edges on (the
+        rows go by cost: a slice, no copy), a sparse one (each edge adding its source's change once)
+        for the rows before it."""
+        k, up = m.shape[1:]
+        out = delta.new_empty(len(rows), k, n * d)
+        dense = (m[rows] != 0).sum((1, 2)) > DENSE * k * up
+        if not sparse:
+            dense[:] = True
+        cut = int(rows[dense].min()) if dense.any() else R
+        tail = rows >= cut
+        if tail.any():
+            got = torch.bmm(m[cut:], delta[cut:, :up].reshape(R - cut, up, n * d))
+            out[tail] = got[rows[tail] - cut]
+        if not tail.all():
+            at = rows[~tail]
+            r, j, u = torch.nonzero(m[at], as_tuple=True)
+            where = torch.stack([r * k + j, at[r] * Wn + u])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # CSR is "beta"
+                s = torch.sparse_coo_tensor(
+                    where, m[at][r, j, u], (len(at) * k, R * Wn), check_invariants=False
+                ).to_sparse_csr()
+                out[~tail] = torch.sparse.mm(s, flat).reshape(len(at), k, n * d)
+        return out
+
+    def put(rows: torch.Tensor, at: slice | int, value: torch.Tensor) -> None:
+        if len(rows) == R:
+            delta[:, at] = value
+        else:
+            delta[:, at].index_copy_(0, rows, value)
+
+    flat = delta.view(R * Wn, n * d)
+    for layer in range(g.n_layers):
+        h0 = g.head(layer, 0)
+        rows = torch.nonzero(active[:, h0 : h0 + H].any(1))[:, 0]
+        if len(rows):
+            up = g.up_heads(layer)
+            m = mh[layer].reshape(R, 3 * H, up)
+            xs = rk[layer] + mix(rows, m).reshape(len(rows), 3, H, n, d)
+            w = model.heads(layer, xs, kwargs[layer])  # [rows, H, n, d]
+            keep = on[rows, h0 : h0 + H][..., None, None]
+            put(rows, slice(h0, h0 + H), (w - wk[h0 : h0 + H]) * keep)
+        f = g.ff(layer)
+        rows = torch.nonzero(active[:, f])[:, 0]
+        if len(rows):
+            x_ff = mk[layer] + mix(rows, mf[layer][:, None]).reshape(len(rows), n, d)
+            put(rows, f, model.ff(layer, x_ff) - wk[f])
+        if on_layer is not None:
+            on_layer(layer)
+    x_last = rk[g.n_layers, -1] + torch.bmm(ml[:, None], delta[:, :, -1]).reshape(R, d)
+    return model.logits(x_last)
