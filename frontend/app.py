@@ -54,6 +54,69 @@ PAGE_MODULES = discover_pages()
 PAGES: dict[str, ModuleType] = {m.PATH: m for m in PAGE_MODULES}
 PAGE_BY_NAME: dict[str, str] = {m.NAME: m.PATH for m in PAGE_MODULES}
 START, ROOT_WITH_QUERY = "/start", "/text"  # what "/" opens without and with a query
+# the URL from which dcc.Graph loads plotly.js once a graph mounts (dash-renderer sets it when Dash
+# serves its files itself); the page asks for it at navigation instead (``index_string``)
+PLOTLY_JS = "_dash-component-suites/plotly/package_data/plotly.min.js"
+
+
+# until the deferred script has run, window.Plotly is a promise of it: dcc.Graph, mounted before (the
+# file still on its way), waits on it instead of loading the file a second time
+PLOTLY_PROMISE = (
+    "(function () { var done = {}, p = new Promise(function (res, rej) { done.res = res;"
+    " done.rej = rej; }); window.Plotly = {then: function (a, b) { return p.then(a, b); }};"
+    " window.headscopePlotly = done; })();"
+)
+
+
+def plotly_tag(prefix: str) -> str:
+    return (
+        f"<script>{PLOTLY_PROMISE}</script>"
+        f'<script defer id="plotly-js" src="{prefix}{PLOTLY_JS}"'
+        ' onload="window.headscopePlotly.res(window.Plotly)"'
+        " onerror=\"delete window.Plotly; window.headscopePlotly.rej(new Error('plotly.js'))\">"
+        "</script>"
+    )
+
+
+class HeadscopeDash(dash.Dash):
+    """Dash, its page without plotly.js where the page opened draws no graph: the start page (``/``
+    without a query, ``/start``); ``dcc.Graph`` loads it itself on a page reached from there."""
+
+    def interpolate_index(self, **kwargs: Any) -> str:
+        from flask import has_request_context, request
+
+        page: str = super().interpolate_index(**kwargs)
+        if has_request_context():
+            path = request.path.rstrip("/") or "/"
+            if path == START or (path == "/" and not request.query_string):
+                page = page.replace(plotly_tag(self.config.requests_pathname_prefix), "")
+        return page
+
+
+def index_string(prefix: str) -> str:
+    """Dash's page with plotly.js fetched and run while Dash starts (docs/dashboard.md, "A stored
+    page"): dcc.Graph takes ``window.Plotly`` when it is defined, and loads plotly.js itself
+    (once the layout has mounted a graph) only when it is not. A deferred script runs once the
+    page is parsed and the file is in, mostly before Dash's first answer can mount a graph; a graph
+    mounted before waits on ``PLOTLY_PROMISE``."""
+    return f"""<!DOCTYPE html>
+<html>
+    <head>
+        {{%metas%}}
+        <title>{{%title%}}</title>
+        {{%favicon%}}
+        {{%css%}}
+        {plotly_tag(prefix)}
+    </head>
+    <body>
+        {{%app_entry%}}
+        <footer>
+            {{%config%}}
+            {{%scripts%}}
+            {{%renderer%}}
+        </footer>
+    </body>
+</html>"""
 
 
 def _nav() -> html.Nav:
@@ -119,7 +182,7 @@ def create_dash_app(api_base_url: str, *, client: ApiClient | None = None) -> da
     # more CPU than with the standard library's (docs/dashboard.md, "Measured costs the code points
     # to")
     pio.json.config.default_engine = "json"
-    app = dash.Dash(
+    app = HeadscopeDash(
         __name__,
         requests_pathname_prefix="/",
         serve_locally=True,
@@ -129,6 +192,7 @@ def create_dash_app(api_base_url: str, *, client: ApiClient | None = None) -> da
         suppress_callback_exceptions=True,
         compress=False,
     )
+    app.index_string = index_string(app.config.requests_pathname_prefix)
     app.layout = shell()
 
     @app.callback(

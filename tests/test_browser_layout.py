@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 from test_browser import PANEL_JS, WAIT_MS, Watch, browser, server  # noqa: F401 - fixtures
 
+from frontend.app import PLOTLY_JS
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 TEXT = "The cat sat on the mat because the dog was tired."
@@ -92,7 +94,8 @@ def test_a_stored_result_is_drawn_in_one_answer_per_figure(server, browser, tmp_
     follow the job wait for its first poll, so none runs twice (Dash drops the answer of a call once a
     newer call of the same callback has started: the gallery used to be built twice, the first answer
     thrown away, docs/dashboard.md). The gallery comes first: the heatmaps, the open head's matrix
-    and the model view are asked for only after its answer is in."""
+    and the model view are asked for only after its answer is in, the head maps after the heatmaps'
+    answer, and plotly.js is fetched once, at navigation (app.index_string)."""
     import json
 
     import httpx
@@ -124,6 +127,8 @@ def test_a_stored_result_is_drawn_in_one_answer_per_figure(server, browser, tmp_
                 else None
             ),
         )
+        urls: list[str] = []  # every URL the page asked for
+        page.on("request", lambda r: urls.append(r.url))
         page.on(
             "response",
             lambda r: (
@@ -168,8 +173,30 @@ def test_a_stored_result_is_drawn_in_one_answer_per_figure(server, browser, tmp_
                 if kind == "response" and "figure" in body.get(fig, {})
             ]
             assert came and asked[-1] > gallery_in and min(came) > gallery_in, (fig, events)
+        # and the head maps (megabytes) after the heatmaps: asked for once the heatmaps' answer is in
+        heatmaps_in = next(
+            i
+            for i, (kind, _, body) in enumerate(events)
+            if kind == "response" and "figure" in body.get("max-attention-graph", {})
+        )
+        maps = [
+            i
+            for i, (kind, out, _) in enumerate(events)
+            if kind == "request" and "text-head-maps" in out
+        ]
+        assert len(maps) == 1 and maps[0] > heatmaps_in, events
         polls = sum(1 for kind, out, _ in events if kind == "request" and "text-job.data" in out)
         assert polls == 1, polls  # a stored result is read once: no interval polls it
+        # plotly.js is asked for once, by the page's own HTML at navigation (app.index_string), not
+        # a second time by dcc.Graph once a graph mounts: window.Plotly was defined by then, or a
+        # promise of it (the file still on its way)
+        plotly = [u for u in urls if u.endswith(PLOTLY_JS)]
+        assert len(plotly) == 1 and f'src="/{PLOTLY_JS}"' in page.content(), urls
+        scripts = "document.querySelectorAll('script[src$=\"plotly.min.js\"]').length"
+        assert (
+            page.evaluate(scripts) == 1
+            and page.evaluate("typeof window.Plotly.newPlot") == "function"
+        )
         assert not w.problems, w.problems
     finally:
         w.close()

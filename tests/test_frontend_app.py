@@ -140,6 +140,12 @@ def test_everything_is_served_locally(app):
         assert client.get(url).status_code == 200, url
     assert all(f"/assets/{f}" in index for f in ("highlight.js", "export.js", "style.css"))
     assert client.get("/terms").status_code == 200  # client-side routes get the index too
+    # plotly.js asked for at navigation (frontend.app.index_string) where the page draws graphs,
+    # not on the start page
+    plotly = 'src="/_dash-component-suites/plotly/package_data/plotly.min.js"'
+    assert plotly not in index and plotly not in client.get("/start").get_data(as_text=True)
+    for page in ("/?analysis=x", "/text", "/terms", "/?share=x"):
+        assert client.get(page).get_data(as_text=True).count(plotly) == 1, page
     missing = client.get("/api/shares/..%2F..%2Fetc%2Fpasswd")  # not a page: the API's 404
     assert missing.status_code == 404 and "not found" in missing.get_json()["detail"]
     css = client.get("/assets/style.css").get_data(as_text=True)

@@ -76,8 +76,9 @@
     function fire() {
       if (done || n !== drawn) { return; }
       done = true;
-      window.dash_clientside.set_props("text-gallery-drawn", {data: n});
+      var held = late.open ? null : late.pending;  /* a stored result's figures, held for this answer */
       release();
+      afterHeatmaps(held, function () { window.dash_clientside.set_props("text-gallery-drawn", {data: n}); });
     }
     (function look() {
       if (n !== drawn) { return; }
@@ -86,6 +87,28 @@
       if ((meta && meta.panels && meta.panels.length) || Date.now() - start > DRAWN_MS) {
         window.requestAnimationFrame(function () { window.setTimeout(fire, 0); });
         window.setTimeout(fire, 250);  /* no frames in a hidden tab */
+        return;
+      }
+      window.setTimeout(look, 20);
+    })();
+  }
+
+  /* A stored result's head maps after its heatmaps too: asked for with them, the server built the
+   * maps (megabytes) while it built the heatmaps, the browser received them while it drew them, on the
+   * same 2 cores, and the page was done later. So when the gallery's answer released held figures with
+   * the heatmaps among them, the maps are asked for once the heatmaps have their data and a frame has
+   * passed (docs/dashboard.md, "A stored page"); at most MAPS_MS after the release. */
+  var MAPS_MS = 5000;
+  function afterHeatmaps(held, then) {
+    var job = (held && held[0]) || {};
+    if ((job.sections || []).indexOf("max-attention") < 0) { then(); return; }
+    var start = Date.now(), done = false;
+    function go() { if (!done) { done = true; then(); } }
+    (function look() {
+      var gd = document.querySelector("#max-attention-graph .js-plotly-plot");
+      if ((gd && gd._fullLayout && gd.data && gd.data.length) || Date.now() - start > MAPS_MS) {
+        window.requestAnimationFrame(function () { window.setTimeout(go, 0); });
+        window.setTimeout(go, 250);  /* no frames in a hidden tab */
         return;
       }
       window.setTimeout(look, 20);

@@ -45,7 +45,7 @@ MARKS_JS = """(() => {
     if (meta && meta.panels && meta.panels.length && m.first === undefined && (m.click || !m.armed)) m.first = now - start;
     if (meta && meta.complete && m.gallery === undefined && (m.click || !m.armed)) m.gallery = now - start;
     if (h && h.data && h.data.length && m.heatmaps === undefined && (m.click || !m.armed)) m.heatmaps = now - start;
-    if (window.Plotly && m.plotly === undefined && (m.click || !m.armed)) m.plotly = now - start;
+    if (window.Plotly && window.Plotly.newPlot && m.plotly === undefined && (m.click || !m.armed)) m.plotly = now - start;
     const s = document.querySelector('#text-status');
     const t = s ? s.textContent : '';
     if ((t === 'done' || t.startsWith('shared result')) && m.status === undefined && (m.click || !m.armed)) m.status = now - start;
