@@ -78,9 +78,59 @@ def plotly_tag(prefix: str) -> str:
     )
 
 
+PREVIEW_PATH = "_headscope/preview"
+# the gallery's first row drawn from what is stored (``pages/text/preview.py``), asked for while the
+# page is parsed and shown over the gallery's place until plotly draws the row, then removed
+PREVIEW_JS = """(function () {
+  var box = document.getElementById('stored-preview'), t0 = Date.now();
+  function drawn() {
+    var g = document.querySelector('#head-gallery .js-plotly-plot');
+    var m = g && g.layout && g.layout.meta && g.layout.meta.gallery;
+    return !!(m && m.panels && m.panels.length);
+  }
+  function place() {
+    if (!box.isConnected) { return; }
+    if (drawn() || Date.now() - t0 > 30000) { box.remove(); return; }
+    var g = document.getElementById('head-gallery'), svg = box.firstElementChild;
+    if (g && svg) {
+      var r = g.getBoundingClientRect();
+      box.style.left = (r.left + window.scrollX + parseFloat(svg.dataset.left)) + 'px';
+      box.style.top = (r.top + window.scrollY + parseFloat(svg.dataset.top)) + 'px';
+    }
+    window.requestAnimationFrame(place);
+  }
+  fetch(URL, {credentials: 'same-origin'})
+    .then(function (r) { return r.status === 200 ? r.text() : ''; })
+    .then(function (svg) {
+      if (!svg || drawn()) { box.remove(); return; }
+      box.innerHTML = svg; box.hidden = false; place();
+    })
+    .catch(function () { box.remove(); });
+})();"""
+
+
+def preview_tag(prefix: str, args: dict[str, str]) -> str:
+    """The placeholder and script of the stored result's first row (docs/dashboard.md, "The first
+    row before plotly.js"), for a page opened from a stored result's link; "" for any other."""
+    import json
+    from urllib.parse import urlencode
+
+    keys = ("share",) if args.get("share") else ("analysis", "layers", "gpage")
+    query = {k: args[k] for k in keys if args.get(k)}
+    if not (query.get("share") or query.get("analysis")):
+        return ""
+    url = json.dumps(f"{prefix}{PREVIEW_PATH}?{urlencode(query)}").replace("<", "\\u003c")
+    return (
+        '<div id="stored-preview" class="stored-preview" hidden></div>'
+        f"<script>{PREVIEW_JS.replace('URL', url, 1)}</script>"
+    )
+
+
 class HeadscopeDash(dash.Dash):
     """Dash, its page without plotly.js where the page opened draws no graph: the start page (``/``
-    without a query, ``/start``); ``dcc.Graph`` loads it itself on a page reached from there."""
+    without a query, ``/start``); ``dcc.Graph`` loads it itself on a page reached from there. A
+    stored result's link (``/?analysis=ID``, ``/?share=ID``) gets its gallery's first row as a
+    picture before Dash has started (``preview_tag``)."""
 
     def interpolate_index(self, **kwargs: Any) -> str:
         from flask import has_request_context, request
@@ -90,6 +140,11 @@ class HeadscopeDash(dash.Dash):
             path = request.path.rstrip("/") or "/"
             if path == START or (path == "/" and not request.query_string):
                 page = page.replace(plotly_tag(self.config.requests_pathname_prefix), "")
+            elif path in ("/", ROOT_WITH_QUERY):
+                tag = preview_tag(self.config.requests_pathname_prefix, request.args.to_dict())
+                page = page.replace(
+                    '<div id="react-entry-point"', tag + '<div id="react-entry-point"', 1
+                )
         return page
 
 
@@ -209,6 +264,22 @@ def create_dash_app(api_base_url: str, *, client: ApiClient | None = None) -> da
         module.register(app, store)
     app.server.config["HEADSCOPE_API"] = client.base_url
     docs.register_routes(app.server)
+
+    @app.server.route(f"/{PREVIEW_PATH}")
+    def _stored_preview() -> Any:
+        """The stored result's first gallery row as SVG (``preview_tag``); 204 when there is none."""
+        from flask import Response, request
+
+        from frontend.pages.text.preview import stored_preview
+
+        try:
+            svg = stored_preview(store, request.args.to_dict())
+        except Exception:  # the page draws the gallery as before
+            logger.exception("no preview for %s", request.query_string)
+            svg = None
+        if svg is None:
+            return Response(status=204)
+        return Response(svg, mimetype="image/svg+xml", headers={"Cache-Control": "no-store"})
 
     @app.server.before_request
     def _api_paths_are_not_pages() -> Any:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import pytest
 from test_browser import PANEL_JS, WAIT_MS, Watch, browser, server  # noqa: F401 - fixtures
 
-from frontend.app import PLOTLY_JS
+from frontend.app import PLOTLY_JS, PREVIEW_PATH
+from frontend.figures.gallery import per_row
+from frontend.kit.heads import gallery_section
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -129,6 +131,13 @@ def test_a_stored_result_is_drawn_in_one_answer_per_figure(server, browser, tmp_
         )
         urls: list[str] = []  # every URL the page asked for
         page.on("request", lambda r: urls.append(r.url))
+        previews: list[str] = []  # the first row's picture, asked for by the page's HTML
+        page.on(
+            "response",
+            lambda r: (
+                previews.append(r.text()) if PREVIEW_PATH in r.url and r.status == 200 else None
+            ),
+        )
         page.on(
             "response",
             lambda r: (
@@ -197,6 +206,17 @@ def test_a_stored_result_is_drawn_in_one_answer_per_figure(server, browser, tmp_
             page.evaluate(scripts) == 1
             and page.evaluate("typeof window.Plotly.newPlot") == "function"
         )
+        # the gallery's first row came as a picture before plotly.js (pages/text/preview.py): one
+        # circle per token per head of the first row's layers, gone once the gallery is drawn
+        sec = gallery_section(
+            httpx.get(f"{server}/api/analyses/{job['id']}", timeout=30).json()["result"]
+        )
+        assert sec is not None
+        row = min(len(sec["layers"]), per_row(len(sec["heads"])))
+        assert len(previews) == 1 and previews[0].count("<circle ") == row * len(
+            sec["heads"]
+        ) * len(sec["kept"])
+        assert page.evaluate("document.getElementById('stored-preview')") is None
         assert not w.problems, w.problems
     finally:
         w.close()

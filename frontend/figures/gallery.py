@@ -553,3 +553,35 @@ def head_maps(result: dict[str, Any], labels: Labels | None = None) -> dict[str,
         "labels": token_labels(result, kept),
         "templates": templates,
     }
+
+
+def first_row_points(gp: GalleryPage) -> dict[str, Any]:
+    """The gallery's first row as its picture draws it, in screen pixels: ``width``/``height`` of the
+    row, ``left``/``top`` of its first panel in the figure (the margins and the axes' range before
+    it), ``radius`` of a point, ``colours`` (``#rrggbb`` per kept token, by position) and
+    ``panels``: ``(layer, head, xs, ys)`` of each computed head of the row's layers. A static
+    picture of it (``frontend.pages.text.preview``) stands in for the row until plotly.js draws it."""
+    n, px = len(gp.kept), _panel_px(gp)
+    panels = []
+    for r, layer in enumerate(gp.shown[: per_row(len(gp.heads))]):
+        if layer not in gp.done:
+            continue
+        x0, _ = _origin(gp, r)
+        emb = np.asarray(gp.section["embedding"][gp.section["layers"].index(layer)], np.float64)
+        for c, head in enumerate(gp.heads):
+            xs = (PAD + x0 + c * SX + _unit(emb[c, :, 0])) * px
+            ys = (PAD + 1.0 - _unit(emb[c, :, 1])) * px
+            panels.append((layer, head, xs, ys))
+    colours = T.colour_scale(
+        np.asarray(gp.kept, np.float64), lo=float(min(gp.kept)), hi=float(max(gp.kept))
+    )
+    return {
+        "width": (_width(gp) + 2 * PAD) * px,
+        "height": (1 + 2 * PAD) * px,
+        "left": 10 + (0.08 - PAD) * px,  # the figure's margin, the x axis' range before 0, the pad
+        "top": 50
+        + (0.3 - PAD) * px,  # the margin (the title's), the y axis' range above 0, the pad
+        "radius": _radius(n),
+        "colours": ["#" + "".join(f"{int(v):02x}" for v in rgb) for rgb in colours],
+        "panels": panels,
+    }
