@@ -426,3 +426,39 @@ def test_an_analysis_link_is_laid_out_without_its_result_and_reads_it_once():
     assert calls == ["none", None], (
         calls
     )  # the result read once: ahead, the reads after wait for it
+
+
+def test_a_share_of_an_analysis_this_server_holds_reads_no_result():
+    """A share's result is its analysis' stored result: a page server that holds that analysis
+    finished (the page shared from, its link opened) lays out and polls the share from it, with
+    only the share's ``?result=none`` read, not the result's megabytes again."""
+    from frontend.app import ResultStore
+
+    result = {"max-attention": {"max_attention": [[[0.5]]]}}
+    request = {"model": "minilm", "text": "A shared text.", "analyses": ["max-attention"]}
+    calls: list[tuple[str, str | None]] = []
+
+    class Client(ApiClient):
+        def analysis(self, analysis_id, *, partial=None, result=None):  # type: ignore[no-untyped-def]
+            calls.append(("analysis", result))
+            return {"id": analysis_id, "status": "finished", "request": request, "progress": 1.0,
+                    "result": result_}  # fmt: skip
+
+        def share(self, share_id, *, result=None):  # type: ignore[no-untyped-def]
+            calls.append(("share", result))
+            share = {"id": share_id, "kind": "analysis", "target": "a" * 32, "view": {"page": "text"},
+                     "request": request}  # fmt: skip
+            return share if result == "none" else {**share, "result": result_}
+
+    result_ = result
+    store = ResultStore(Client(f"http://127.0.0.1:{_closed_port()}"))
+    assert store.status({"kind": "analysis", "id": "a" * 32})["result"] == result
+    calls.clear()
+    assert store.opening("s" * 22)["result"] == result
+    st = store.status({"kind": "share", "id": "s" * 22})
+    assert st["status"] == "finished" and st["result"] == result and st["view"] == {"page": "text"}
+    assert calls == [("share", "none")], calls
+    other = ResultStore(Client(f"http://127.0.0.1:{_closed_port()}"))  # holds no analysis
+    other.opening("s" * 22)
+    other.status({"kind": "share", "id": "s" * 22})
+    assert ("share", None) in calls[1:], calls  # the result read, as before

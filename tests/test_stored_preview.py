@@ -74,6 +74,9 @@ def test_the_preview_reads_the_share_through_the_store_and_the_page_asks_for_it(
     from frontend.app import PREVIEW_PATH, preview_tag
 
     class Store:
+        def opening(self, share_id):  # type: ignore[no-untyped-def]
+            return {"id": share_id, "kind": "analysis"}
+
         def status(self, source):  # type: ignore[no-untyped-def]
             assert source == {"kind": "share", "id": "abc"}
             return {"status": "finished", "result": _result(2, 4, 8), "view": {"page": "text"},

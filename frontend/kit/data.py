@@ -148,11 +148,19 @@ class ResultStore:
         the page it opens, and its result read ahead in a thread meanwhile, for the page's first
         poll. The layout waited for the whole result (12 MB for SmolLM2 at 452 tokens, 0.7–2.3 s on
         2 loaded cores), and the browser loads plotly.js only once that layout has mounted a graph
-        (docs/dashboard.md, "The gallery first"). The whole share when it is cached already."""
+        (docs/dashboard.md, "The gallery first"). The whole share when it is cached already, or
+        when its analysis' finished result is (the share's result is that one)."""
         hit = self._get_cached(("share", share_id))
         if hit is not None:
             return hit
         light = self.client.share(share_id, result="none")
+        shown = self._get_cached(("analysis", str(light.get("target") or "")))
+        if light.get("kind") == "analysis" and shown is not None and shown.get("result"):
+            # the share's result is its analysis' stored result, which this server holds already
+            # (the page shared from, its link opened): no download of the same megabytes again
+            whole = {**light, "result": shown["result"]}
+            self._put(("share", share_id), whole)
+            return whole
 
         def ahead() -> None:
             try:

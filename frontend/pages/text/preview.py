@@ -56,6 +56,7 @@ def stored_preview(store: ResultStore, args: dict[str, str]) -> str | None:
     result (its layout's read ahead, its first poll) waits for this one download, not another."""
     view: dict[str, Any] = {}
     if args.get("share"):
+        store.opening(args["share"])  # its result from its analysis' when this server holds it
         st = store.status({"kind": "share", "id": args["share"]})
         view = dict(st.get("view") or {})
         if (view.get("page") or st.get("share_kind") or "text") not in ("text", "analysis"):
