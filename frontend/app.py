@@ -90,12 +90,18 @@ PREVIEW_JS = """(function () {
   }
   function place() {
     if (!box.isConnected) { return; }
-    if (drawn() || Date.now() - t0 > 30000) { box.remove(); return; }
-    var g = document.getElementById('head-gallery'), svg = box.firstElementChild;
-    if (g && svg) {
-      var r = g.getBoundingClientRect();
+    var fold = document.getElementById('text-fold-gallery'), svg = box.firstElementChild;
+    var row = fold && fold.querySelector('.control-row');
+    if (drawn() || Date.now() - t0 > 30000) {
+      if (fold) { fold.style.minHeight = ''; }
+      box.remove(); return;
+    }
+    if (row && svg) {  // where the gallery's graph starts, the fold keeping room for the row
+      var f = fold.getBoundingClientRect(), r = row.getBoundingClientRect();
+      var top = parseFloat(svg.dataset.top);
+      fold.style.minHeight = (r.bottom - f.top + top + svg.height.baseVal.value + 10) + 'px';
       box.style.left = (r.left + window.scrollX + parseFloat(svg.dataset.left)) + 'px';
-      box.style.top = (r.top + window.scrollY + parseFloat(svg.dataset.top)) + 'px';
+      box.style.top = (r.bottom + window.scrollY + top) + 'px';
     }
     window.requestAnimationFrame(place);
   }

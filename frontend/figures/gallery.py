@@ -559,10 +559,14 @@ def first_row_points(gp: GalleryPage) -> dict[str, Any]:
     """The gallery's first row as its picture draws it, in screen pixels: ``width``/``height`` of the
     row, ``left``/``top`` of its first panel in the figure (the margins and the axes' range before
     it), ``radius`` of a point, ``colours`` (``#rrggbb`` per kept token, by position) and
-    ``panels``: ``(layer, head, xs, ys)`` of each computed head of the row's layers. A static
+    ``panels``: ``(layer, head, xs, ys)`` of each computed head of the row's layers, ``frames``
+    their frames' ``(left, top, side)``. A static
     picture of it (``frontend.pages.text.preview``) stands in for the row until plotly.js draws it."""
     n, px = len(gp.kept), _panel_px(gp)
-    panels = []
+    panels, frames = (
+        [],
+        [],
+    )  # frames: (left, top, side) of each panel's frame, as ``_frames`` draws it
     for r, layer in enumerate(gp.shown[: per_row(len(gp.heads))]):
         if layer not in gp.done:
             continue
@@ -572,6 +576,7 @@ def first_row_points(gp: GalleryPage) -> dict[str, Any]:
             xs = (PAD + x0 + c * SX + _unit(emb[c, :, 0])) * px
             ys = (PAD + 1.0 - _unit(emb[c, :, 1])) * px
             panels.append((layer, head, xs, ys))
+            frames.append(((x0 + c * SX + PAD - 0.03) * px, (PAD - 0.03) * px, 1.06 * px))
     colours = T.colour_scale(
         np.asarray(gp.kept, np.float64), lo=float(min(gp.kept)), hi=float(max(gp.kept))
     )
@@ -584,4 +589,5 @@ def first_row_points(gp: GalleryPage) -> dict[str, Any]:
         "radius": _radius(n),
         "colours": ["#" + "".join(f"{int(v):02x}" for v in rgb) for rgb in colours],
         "panels": panels,
+        "frames": frames,
     }

@@ -29,7 +29,10 @@ def first_row_svg(
     if not pts["panels"]:
         return None
     r, colours = f"{pts['radius']:g}", pts["colours"]
-    body = []
+    body = [
+        f'<rect x="{x:.1f}" y="{y:.1f}" width="{d:.1f}" height="{d:.1f}" fill="none" stroke="#ccc"/>'
+        for x, y, d in pts["frames"]
+    ]
     for layer, head, xs, ys in pts["panels"]:
         circles = "".join(
             f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r}" fill="{colours[i]}"/>'
