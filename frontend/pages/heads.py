@@ -68,17 +68,19 @@ def _columns() -> list[dict[str, Any]]:
         {
             "field": "head",
             "pinned": "left",
-            "minWidth": 80,
+            "minWidth": 95,
             "comparator": {"function": "headOrder"},
         },  # fmt: skip
         {"field": "layer", "hide": True},
         {"field": "label", "minWidth": 120},
-        {"field": "confidence", "minWidth": 100},
+        {"field": "confidence", "minWidth": 140},
         {"field": "score", "headerName": "score of its label", **number},
-        {"field": "interval", "headerName": "95 % interval"},
-        {"field": "effect_z", "headerName": "ablation z", **number},
+        {"field": "interval", "headerName": "95 % interval", "minWidth": 150},
+        {"field": "effect_z", "headerName": "ablation z", "minWidth": 120, **number},
         {"field": "evidence", "minWidth": 240, "wrapText": True, "autoHeight": True},
-        *[{"field": t, **number} for t in TYPES],
+        # wide enough for the longest type's name beside the header's sort and filter icons (a
+        # narrower column broke "previous-token" letter by letter)
+        *[{"field": t, "minWidth": 140, **number} for t in TYPES],
     ]
 
 
