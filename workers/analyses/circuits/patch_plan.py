@@ -19,6 +19,7 @@ nodes so a batch holds circuits of like cost.
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from workers.analyses.circuits.graph import Graph, Plain, SplitModel
+from workers.analyses.circuits.graph import Graph, Parts, Plain, SplitModel
+from workers.models.precision import norm_gain
 
 DENSE = 0.1  # above this share of in-circuit edges a row's mix is a dense product (measured)
 
@@ -95,6 +97,59 @@ def plan(graph: Graph, masks: np.ndarray, coupled: bool = False) -> Plan:
     return Plan(pruned, active, empty, full, order)
 
 
+@dataclass
+class Fold:
+    """A layer's q, k and v weights [3H, dh, d] with the attention norm's gain folded in, so the 3H
+    copies of a reader's input need only their own scale (a number per position) after the product:
+    ``w`` (gain * W), ``c`` (LayerNorm: ``w`` summed over d, the mean's term), ``b`` [3H, dh] (the
+    projections' bias plus W times the norm's bias)."""
+
+    w: torch.Tensor
+    c: torch.Tensor | None
+    b: torch.Tensor
+    eps: float
+
+
+def _fold(part: Parts) -> Fold:
+    ln = part.ln_attn
+    w = torch.cat([part.wq, part.wk, part.wv])
+    b = torch.cat([part.bq, part.bk, part.bv])
+    wg = w * norm_gain(ln) if getattr(ln, "weight", None) is not None else w
+    if isinstance(ln, torch.nn.LayerNorm):
+        if ln.bias is not None:
+            b = b + torch.einsum("hed,d->he", w, ln.bias)
+        return Fold(wg, wg.sum(-1), b, ln.eps)
+    return Fold(wg, None, b, getattr(ln, "variance_epsilon", getattr(ln, "eps", 1e-6)))
+
+
+_FOLDS: weakref.WeakKeyDictionary[SplitModel, list[Fold]] = weakref.WeakKeyDictionary()
+
+
+def folds(model: SplitModel) -> list[Fold]:
+    """Each layer's ``Fold`` of ``model`` (computed once)."""
+    if model not in _FOLDS:
+        with torch.inference_mode():
+            _FOLDS[model] = [_fold(part) for part in model.parts]
+    return _FOLDS[model]
+
+
+def qkv(f: Fold, xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """q, k and v [B, n, H, dh] of the heads reading ``xs`` [B, 3, H, n, d]: the attention norm of each
+    copy and the projections, as one product over the un-normed copies then a scale per position."""
+    B, _, H, n, d = xs.shape
+    x = xs.reshape(B, 3 * H, n, d)
+    if f.c is not None:  # LayerNorm
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, unbiased=False, keepdim=True)
+    else:
+        var = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(d)
+    y = torch.einsum("bhnd,hed->bhne", x, f.w)
+    if f.c is not None:
+        y = y - mean * f.c[:, None]
+    y = y * torch.rsqrt(var + f.eps) + f.b[:, None]
+    return tuple(y.view(B, 3, H, n, -1).transpose(2, 3).unbind(1))
+
+
 @torch.inference_mode()
 def patched_sparse(
     model: SplitModel,
@@ -157,6 +212,7 @@ def patched_sparse(
             delta[:, at].index_copy_(0, rows, value)
 
     flat = delta.view(R * Wn, n * d)
+    fold = folds(model)
     for layer in range(g.n_layers):
         h0 = g.head(layer, 0)
         rows = torch.nonzero(active[:, h0 : h0 + H].any(1))[:, 0]
@@ -164,7 +220,7 @@ def patched_sparse(
             up = g.up_heads(layer)
             m = mh[layer].reshape(R, 3 * H, up)
             xs = rk[layer] + mix(rows, m).reshape(len(rows), 3, H, n, d)
-            w = model.heads(layer, xs, kwargs[layer])  # [rows, H, n, d]
+            w = model.heads(layer, xs, kwargs[layer], qkv(fold[layer], xs))  # [rows, H, n, d]
             keep = on[rows, h0 : h0 + H][..., None, None]
             put(rows, slice(h0, h0 + H), (w - wk[h0 : h0 + H]) * keep)
         f = g.ff(layer)
