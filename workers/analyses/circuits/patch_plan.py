@@ -178,31 +178,38 @@ def patched_sparse(
         torch.float64,
     )  # sparse CSR products: no half kernels on CPU
 
-    def mix(rows: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-        """The mixes [len(rows), k, n * d] of rows ``rows`` of this layer's masks ``m`` [R, k, up] over
-        the changes: a dense product over the rows from the first with many in-circuit edges on (the
-        rows go by cost: a slice, no copy), a sparse one (each edge adding its source's change once)
-        for the rows before it."""
+    def mix(rows: torch.Tensor, m: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+        """The inputs [len(rows), k, n * d] of rows ``rows`` (ascending) of this layer's masks ``m`` [R,
+        k, up]: ``base`` [n, d] (the corrupted run's) plus the mix over the changes, a dense product
+        over the rows from the first with many in-circuit edges on (the rows go by cost: a slice, no
+        copy; written straight into the result when every row from there runs here), a sparse one
+        (each edge adding its source's change once) for the rows before it."""
         k, up = m.shape[1:]
         out = delta.new_empty(len(rows), k, n * d)
+        b = base.reshape(1, 1, n * d)
         dense = (m[rows] != 0).sum((1, 2)) > DENSE * k * up
         if not sparse:
             dense[:] = True
         cut = int(rows[dense].min()) if dense.any() else R
-        tail = rows >= cut
-        if tail.any():
-            got = torch.bmm(m[cut:], delta[cut:, :up].reshape(R - cut, up, n * d))
-            out[tail] = got[rows[tail] - cut]
-        if not tail.all():
-            at = rows[~tail]
+        tail = rows >= cut  # a suffix of rows
+        nt = int(tail.sum())
+        lead = len(rows) - nt
+        if nt:
+            src = delta[cut:, :up].reshape(R - cut, up, n * d)
+            if nt == R - cut:
+                torch.baddbmm(b.expand(nt, k, n * d), m[cut:], src, out=out[lead:])
+            else:
+                out[lead:] = torch.baddbmm(b, m[cut:], src)[rows[tail] - cut]
+        if lead:
+            at = rows[:lead]
             r, j, u = torch.nonzero(m[at], as_tuple=True)
             where = torch.stack([r * k + j, at[r] * Wn + u])
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # CSR is "beta"
                 s = torch.sparse_coo_tensor(
-                    where, m[at][r, j, u], (len(at) * k, R * Wn), check_invariants=False
+                    where, m[at][r, j, u], (lead * k, R * Wn), check_invariants=False
                 ).to_sparse_csr()
-                out[~tail] = torch.sparse.mm(s, flat).reshape(len(at), k, n * d)
+                torch.add(torch.sparse.mm(s, flat).reshape(lead, k, n * d), b, out=out[:lead])
         return out
 
     def put(rows: torch.Tensor, at: slice | int, value: torch.Tensor) -> None:
@@ -219,15 +226,18 @@ def patched_sparse(
         if len(rows):
             up = g.up_heads(layer)
             m = mh[layer].reshape(R, 3 * H, up)
-            xs = rk[layer] + mix(rows, m).reshape(len(rows), 3, H, n, d)
+            xs = mix(rows, m, rk[layer]).reshape(len(rows), 3, H, n, d)
             w = model.heads(layer, xs, kwargs[layer], qkv(fold[layer], xs))  # [rows, H, n, d]
-            keep = on[rows, h0 : h0 + H][..., None, None]
-            put(rows, slice(h0, h0 + H), (w - wk[h0 : h0 + H]) * keep)
+            w -= wk[h0 : h0 + H]
+            keep = on[rows, h0 : h0 + H]
+            if not bool(keep.all()):
+                w *= keep[..., None, None]
+            put(rows, slice(h0, h0 + H), w)
         f = g.ff(layer)
         rows = torch.nonzero(active[:, f])[:, 0]
         if len(rows):
-            x_ff = mk[layer] + mix(rows, mf[layer][:, None]).reshape(len(rows), n, d)
-            put(rows, f, model.ff(layer, x_ff) - wk[f])
+            x_ff = mix(rows, mf[layer][:, None], mk[layer]).reshape(len(rows), n, d)
+            put(rows, f, model.ff(layer, x_ff).sub_(wk[f]))
         if on_layer is not None:
             on_layer(layer)
     x_last = rk[g.n_layers, -1] + torch.bmm(ml[:, None], delta[:, :, -1]).reshape(R, d)
