@@ -166,12 +166,19 @@ def patched_sparse(
     n_writers] (bool) nodes: ``base`` the corrupted run (one row), ``x0`` [n, d] the clean input."""
     g = model.graph
     R = masks.shape[0]
-    Wn, n, d = base.writers.shape[1:]
-    wk, rk, mk = base.writers[0], base.resid[0], base.mid[0]
+    Wn, N, d = base.writers.shape[1:]
+    # the positions before the first where the clean input differs: every change is zero there (a
+    # causal model), so mixes, feed-forwards and changes run from it on; the heads' keys and values
+    # there are the corrupted run's
+    differs = torch.nonzero((x0 != base.writers[0, 0]).any(-1))
+    s0 = min(int(differs[0, 0]) if len(differs) else N - 1, N - 1)
+    n = N - s0
+    wk, rk, mk = base.writers[0, :, s0:], base.resid[0, :, s0:], base.mid[0, :, s0:]
+    rk_pre = base.resid[0, :, :s0]
     mh, mf, ml = g.blocks(masks.to(wk.dtype))
     on = active.to(wk.dtype)
     delta = wk.new_zeros(R, Wn, n, d)
-    delta[:, 0] = x0 - wk[0]
+    delta[:, 0] = x0[s0:] - wk[0]
     H = g.n_heads
     sparse = wk.dtype in (
         torch.float32,
@@ -227,8 +234,16 @@ def patched_sparse(
             up = g.up_heads(layer)
             m = mh[layer].reshape(R, 3 * H, up)
             xs = mix(rows, m, rk[layer]).reshape(len(rows), 3, H, n, d)
-            w = model.heads(layer, xs, kwargs[layer], qkv(fold[layer], xs))  # [rows, H, n, d]
-            w -= wk[h0 : h0 + H]
+            got = qkv(fold[layer], xs)
+            if s0:
+                pre = qkv(fold[layer], rk_pre[layer].expand(1, 3, H, s0, d))
+                got = tuple(
+                    torch.cat([a.expand(len(rows), -1, -1, -1), b], 1)
+                    for a, b in zip(pre, got, strict=True)
+                )
+            shape = xs.new_zeros(()).expand(len(rows), 3, H, N, d)
+            w = model.heads(layer, shape, kwargs[layer], got)[:, :, s0:]  # [rows, H, n, d]
+            w = w - wk[h0 : h0 + H]
             keep = on[rows, h0 : h0 + H]
             if not bool(keep.all()):
                 w *= keep[..., None, None]
