@@ -14,6 +14,12 @@ changes of the active writers only (a sparse mix: few columns for a small circui
 only for the rows (circuits) with an active node in it. A circuit with no such path is the corrupted
 run itself and every edge is the clean run: neither runs. Rows are sorted by their count of active
 nodes so a batch holds circuits of like cost.
+
+Three more exact savings: the attention norm's gain is folded into the q/k/v weights (``Fold``), so
+the 3H copies of a reader's input are multiplied once and scaled per position after (no normed
+copies); each reader's input is written in one pass (the corrupted stream plus the mix); and nothing
+runs before the first position where the clean input differs, every change being zero there in a
+causal model (the heads take the corrupted run's q/k/v at those positions).
 """
 
 from __future__ import annotations
@@ -177,7 +183,8 @@ def patched_sparse(
     rk_pre = base.resid[0, :, :s0]
     mh, mf, ml = g.blocks(masks.to(wk.dtype))
     on = active.to(wk.dtype)
-    delta = wk.new_zeros(R, Wn, n, d)
+    # every node's slot is written below (zero where it does not run)
+    delta = wk.new_empty(R, Wn, n, d)
     delta[:, 0] = x0[s0:] - wk[0]
     H = g.n_heads
     sparse = wk.dtype in (
@@ -219,10 +226,15 @@ def patched_sparse(
                 torch.add(torch.sparse.mm(s, flat).reshape(lead, k, n * d), b, out=out[:lead])
         return out
 
-    def put(rows: torch.Tensor, at: slice | int, value: torch.Tensor) -> None:
+    def put(rows: torch.Tensor, at: slice | int, value: torch.Tensor | None) -> None:
+        """The changes ``value`` of rows ``rows`` at writers ``at``; zero for the other rows."""
         if len(rows) == R:
             delta[:, at] = value
-        else:
+            return
+        off = torch.ones(R, dtype=torch.bool, device=delta.device)
+        off[rows] = False
+        delta[off, at] = 0
+        if value is not None:
             delta[:, at].index_copy_(0, rows, value)
 
     flat = delta.view(R * Wn, n * d)
@@ -248,11 +260,15 @@ def patched_sparse(
             if not bool(keep.all()):
                 w *= keep[..., None, None]
             put(rows, slice(h0, h0 + H), w)
+        else:
+            put(rows, slice(h0, h0 + H), None)
         f = g.ff(layer)
         rows = torch.nonzero(active[:, f])[:, 0]
         if len(rows):
             x_ff = mix(rows, mf[layer][:, None], mk[layer]).reshape(len(rows), n, d)
             put(rows, f, model.ff(layer, x_ff).sub_(wk[f]))
+        else:
+            put(rows, f, None)
         if on_layer is not None:
             on_layer(layer)
     x_last = rk[g.n_layers, -1] + torch.bmm(ml[:, None], delta[:, :, -1]).reshape(R, d)
