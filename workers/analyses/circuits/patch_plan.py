@@ -15,11 +15,12 @@ only for the rows (circuits) with an active node in it. A circuit with no such p
 run itself and every edge is the clean run: neither runs. Rows are sorted by their count of active
 nodes so a batch holds circuits of like cost.
 
-Three more exact savings: the attention norm's gain is folded into the q/k/v weights (``Fold``), so
-the 3H copies of a reader's input are multiplied once and scaled per position after (no normed
-copies); each reader's input is written in one pass (the corrupted stream plus the mix); and nothing
-runs before the first position where the clean input differs, every change being zero there in a
-causal model (the heads take the corrupted run's q/k/v at those positions).
+More exact savings: the attention norm's gain is folded into the q/k/v weights (``Fold``), so the 3H
+copies of a reader's input are multiplied once and scaled per position after (no normed copies);
+each reader's input is written in one pass (the corrupted stream plus the mix); nothing runs before
+the first position where the clean input differs, every change being zero there in a causal model
+(the heads take the corrupted run's q/k/v at those positions); and the changes' array is not
+zero-filled (each node's slot is written once, zero where the node does not run).
 """
 
 from __future__ import annotations
