@@ -354,15 +354,24 @@ class SplitModel:
         return sink[0][0][0], [kw for _, kw in sink]
 
     # ------------------------------------------------------------------ one layer's nodes
-    def heads(self, layer: int, xs: torch.Tensor, kwargs: dict[str, Any]) -> torch.Tensor:
-        """Writes [B, H, n, d] of layer ``layer``'s heads whose q, k and v read ``xs`` [B, 3, H, n, d]."""
+    def heads(
+        self,
+        layer: int,
+        xs: torch.Tensor,
+        kwargs: dict[str, Any],
+        qkv: tuple[torch.Tensor, ...] | None = None,
+    ) -> torch.Tensor:
+        """Writes [B, H, n, d] of layer ``layer``'s heads whose q, k and v read ``xs`` [B, 3, H, n, d];
+        ``qkv``: their projections [B, n, H, dh] each, already computed from ``xs``."""
         p = self.parts[layer]
         B, _, H, n, d = xs.shape
-        normed = p.ln_attn(xs)
-        q, k, v = (
-            torch.einsum("bhnd,hed->bnhe", normed[:, i], w) + b
-            for i, (w, b) in enumerate(((p.wq, p.bq), (p.wk, p.bk), (p.wv, p.bv)))
-        )
+        if qkv is None:
+            normed = p.ln_attn(xs)
+            qkv = tuple(
+                torch.einsum("bhnd,hed->bnhe", normed[:, i], w) + b
+                for i, (w, b) in enumerate(((p.wq, p.bq), (p.wk, p.bk), (p.wv, p.bv)))
+            )
+        q, k, v = qkv
         dh = q.shape[-1]
         flat = [t.reshape(B, n, H * dh) for t in (q, k, v)]
         stubs: dict[str, _Stub] = {}

@@ -14,11 +14,19 @@ changes of the active writers only (a sparse mix: few columns for a small circui
 only for the rows (circuits) with an active node in it. A circuit with no such path is the corrupted
 run itself and every edge is the clean run: neither runs. Rows are sorted by their count of active
 nodes so a batch holds circuits of like cost.
+
+More exact savings: the attention norm's gain is folded into the q/k/v weights (``Fold``), so the 3H
+copies of a reader's input are multiplied once and scaled per position after (no normed copies);
+each reader's input is written in one pass (the corrupted stream plus the mix); nothing runs before
+the first position where the clean input differs, every change being zero there in a causal model
+(the heads take the corrupted run's q/k/v at those positions); and the changes' array is not
+zero-filled (each node's slot is written once, zero where the node does not run).
 """
 
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from workers.analyses.circuits.graph import Graph, Plain, SplitModel
+from workers.analyses.circuits.graph import Graph, Parts, Plain, SplitModel
+from workers.models.precision import norm_gain
 
 DENSE = 0.1  # above this share of in-circuit edges a row's mix is a dense product (measured)
 
@@ -95,6 +104,59 @@ def plan(graph: Graph, masks: np.ndarray, coupled: bool = False) -> Plan:
     return Plan(pruned, active, empty, full, order)
 
 
+@dataclass
+class Fold:
+    """A layer's q, k and v weights [3H, dh, d] with the attention norm's gain folded in, so the 3H
+    copies of a reader's input need only their own scale (a number per position) after the product:
+    ``w`` (gain * W), ``c`` (LayerNorm: ``w`` summed over d, the mean's term), ``b`` [3H, dh] (the
+    projections' bias plus W times the norm's bias)."""
+
+    w: torch.Tensor
+    c: torch.Tensor | None
+    b: torch.Tensor
+    eps: float
+
+
+def _fold(part: Parts) -> Fold:
+    ln = part.ln_attn
+    w = torch.cat([part.wq, part.wk, part.wv])
+    b = torch.cat([part.bq, part.bk, part.bv])
+    wg = w * norm_gain(ln) if getattr(ln, "weight", None) is not None else w
+    if isinstance(ln, torch.nn.LayerNorm):
+        if ln.bias is not None:
+            b = b + torch.einsum("hed,d->he", w, ln.bias)
+        return Fold(wg, wg.sum(-1), b, ln.eps)
+    return Fold(wg, None, b, getattr(ln, "variance_epsilon", getattr(ln, "eps", 1e-6)))
+
+
+_FOLDS: weakref.WeakKeyDictionary[SplitModel, list[Fold]] = weakref.WeakKeyDictionary()
+
+
+def folds(model: SplitModel) -> list[Fold]:
+    """Each layer's ``Fold`` of ``model`` (computed once)."""
+    if model not in _FOLDS:
+        with torch.inference_mode():
+            _FOLDS[model] = [_fold(part) for part in model.parts]
+    return _FOLDS[model]
+
+
+def qkv(f: Fold, xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """q, k and v [B, n, H, dh] of the heads reading ``xs`` [B, 3, H, n, d]: the attention norm of each
+    copy and the projections, as one product over the un-normed copies then a scale per position."""
+    B, _, H, n, d = xs.shape
+    x = xs.reshape(B, 3 * H, n, d)
+    if f.c is not None:  # LayerNorm
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, unbiased=False, keepdim=True)
+    else:
+        var = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(d)
+    y = torch.einsum("bhnd,hed->bhne", x, f.w)
+    if f.c is not None:
+        y = y - mean * f.c[:, None]
+    y = y * torch.rsqrt(var + f.eps) + f.b[:, None]
+    return tuple(y.view(B, 3, H, n, -1).transpose(2, 3).unbind(1))
+
+
 @torch.inference_mode()
 def patched_sparse(
     model: SplitModel,
@@ -111,67 +173,103 @@ def patched_sparse(
     n_writers] (bool) nodes: ``base`` the corrupted run (one row), ``x0`` [n, d] the clean input."""
     g = model.graph
     R = masks.shape[0]
-    Wn, n, d = base.writers.shape[1:]
-    wk, rk, mk = base.writers[0], base.resid[0], base.mid[0]
+    Wn, N, d = base.writers.shape[1:]
+    # the positions before the first where the clean input differs: every change is zero there (a
+    # causal model), so mixes, feed-forwards and changes run from it on; the heads' keys and values
+    # there are the corrupted run's
+    differs = torch.nonzero((x0 != base.writers[0, 0]).any(-1))
+    s0 = min(int(differs[0, 0]) if len(differs) else N - 1, N - 1)
+    n = N - s0
+    wk, rk, mk = base.writers[0, :, s0:], base.resid[0, :, s0:], base.mid[0, :, s0:]
+    rk_pre = base.resid[0, :, :s0]
     mh, mf, ml = g.blocks(masks.to(wk.dtype))
     on = active.to(wk.dtype)
-    delta = wk.new_zeros(R, Wn, n, d)
-    delta[:, 0] = x0 - wk[0]
+    # every node's slot is written below (zero where it does not run)
+    delta = wk.new_empty(R, Wn, n, d)
+    delta[:, 0] = x0[s0:] - wk[0]
     H = g.n_heads
     sparse = wk.dtype in (
         torch.float32,
         torch.float64,
     )  # sparse CSR products: no half kernels on CPU
 
-    def mix(rows: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-        """The mixes [len(rows), k, n * d] of rows ``rows`` of this layer's masks ``m`` [R, k, up] over
-        the changes: a dense product over the rows from the first with many in-circuit edges on (the
-        rows go by cost: a slice, no copy), a sparse one (each edge adding its source's change once)
-        for the rows before it."""
+    def mix(rows: torch.Tensor, m: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
+        """The inputs [len(rows), k, n * d] of rows ``rows`` (ascending) of this layer's masks ``m`` [R,
+        k, up]: ``base`` [n, d] (the corrupted run's) plus the mix over the changes, a dense product
+        over the rows from the first with many in-circuit edges on (the rows go by cost: a slice, no
+        copy; written straight into the result when every row from there runs here), a sparse one
+        (each edge adding its source's change once) for the rows before it."""
         k, up = m.shape[1:]
         out = delta.new_empty(len(rows), k, n * d)
+        b = base.reshape(1, 1, n * d)
         dense = (m[rows] != 0).sum((1, 2)) > DENSE * k * up
         if not sparse:
             dense[:] = True
         cut = int(rows[dense].min()) if dense.any() else R
-        tail = rows >= cut
-        if tail.any():
-            got = torch.bmm(m[cut:], delta[cut:, :up].reshape(R - cut, up, n * d))
-            out[tail] = got[rows[tail] - cut]
-        if not tail.all():
-            at = rows[~tail]
+        tail = rows >= cut  # a suffix of rows
+        nt = int(tail.sum())
+        lead = len(rows) - nt
+        if nt:
+            src = delta[cut:, :up].reshape(R - cut, up, n * d)
+            if nt == R - cut:
+                torch.baddbmm(b.expand(nt, k, n * d), m[cut:], src, out=out[lead:])
+            else:
+                out[lead:] = torch.baddbmm(b, m[cut:], src)[rows[tail] - cut]
+        if lead:
+            at = rows[:lead]
             r, j, u = torch.nonzero(m[at], as_tuple=True)
             where = torch.stack([r * k + j, at[r] * Wn + u])
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # CSR is "beta"
                 s = torch.sparse_coo_tensor(
-                    where, m[at][r, j, u], (len(at) * k, R * Wn), check_invariants=False
+                    where, m[at][r, j, u], (lead * k, R * Wn), check_invariants=False
                 ).to_sparse_csr()
-                out[~tail] = torch.sparse.mm(s, flat).reshape(len(at), k, n * d)
+                torch.add(torch.sparse.mm(s, flat).reshape(lead, k, n * d), b, out=out[:lead])
         return out
 
-    def put(rows: torch.Tensor, at: slice | int, value: torch.Tensor) -> None:
+    def put(rows: torch.Tensor, at: slice | int, value: torch.Tensor | None) -> None:
+        """The changes ``value`` of rows ``rows`` at writers ``at``; zero for the other rows."""
         if len(rows) == R:
             delta[:, at] = value
-        else:
+            return
+        off = torch.ones(R, dtype=torch.bool, device=delta.device)
+        off[rows] = False
+        delta[off, at] = 0
+        if value is not None:
             delta[:, at].index_copy_(0, rows, value)
 
     flat = delta.view(R * Wn, n * d)
+    fold = folds(model)
     for layer in range(g.n_layers):
         h0 = g.head(layer, 0)
         rows = torch.nonzero(active[:, h0 : h0 + H].any(1))[:, 0]
         if len(rows):
             up = g.up_heads(layer)
             m = mh[layer].reshape(R, 3 * H, up)
-            xs = rk[layer] + mix(rows, m).reshape(len(rows), 3, H, n, d)
-            w = model.heads(layer, xs, kwargs[layer])  # [rows, H, n, d]
-            keep = on[rows, h0 : h0 + H][..., None, None]
-            put(rows, slice(h0, h0 + H), (w - wk[h0 : h0 + H]) * keep)
+            xs = mix(rows, m, rk[layer]).reshape(len(rows), 3, H, n, d)
+            got = qkv(fold[layer], xs)
+            if s0:
+                pre = qkv(fold[layer], rk_pre[layer].expand(1, 3, H, s0, d))
+                got = tuple(
+                    torch.cat([a.expand(len(rows), -1, -1, -1), b], 1)
+                    for a, b in zip(pre, got, strict=True)
+                )
+            shape = xs.new_zeros(()).expand(len(rows), 3, H, N, d)
+            w = model.heads(layer, shape, kwargs[layer], got)[:, :, s0:]  # [rows, H, n, d]
+            w = w - wk[h0 : h0 + H]
+            keep = on[rows, h0 : h0 + H]
+            if not bool(keep.all()):
+                w *= keep[..., None, None]
+            put(rows, slice(h0, h0 + H), w)
+        else:
+            put(rows, slice(h0, h0 + H), None)
         f = g.ff(layer)
         rows = torch.nonzero(active[:, f])[:, 0]
         if len(rows):
-            x_ff = mk[layer] + mix(rows, mf[layer][:, None]).reshape(len(rows), n, d)
-            put(rows, f, model.ff(layer, x_ff) - wk[f])
+            x_ff = mix(rows, mf[layer][:, None], mk[layer]).reshape(len(rows), n, d)
+            put(rows, f, model.ff(layer, x_ff).sub_(wk[f]))
+        else:
+            put(rows, f, None)
         if on_layer is not None:
             on_layer(layer)
     x_last = rk[g.n_layers, -1] + torch.bmm(ml[:, None], delta[:, :, -1]).reshape(R, d)
