@@ -32,6 +32,7 @@ import torch
 from workers.analyses.causal.interventions import pair_keys, pair_target
 from workers.analyses.causal.views import TargetSpec
 from workers.analyses.circuits.graph import INPUTS, Graph, Plain, SplitModel
+from workers.analyses.circuits.patch_plan import paths
 from workers.analyses.circuits.spec import CURVE_EDGES, MAX_IG_STEPS, MAX_TOP_EDGES, edge_rows
 from workers.core.errors import CancelledError, HeadscopeError
 from workers.core.memory import ModelFacts
@@ -56,21 +57,7 @@ def prune(graph: Graph, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
     """Which of the edges ``src -> tgt`` (writer indices; the logits ``n_writers``) lie on a path from the
     input to the logits through these edges only: the source is reachable from the input and the
     target reaches the logits. Every edge goes from a smaller index to a larger one (forward order)."""
-    nodes = graph.n_writers + 1
-    reach = np.zeros(nodes, dtype=bool)
-    reach[0] = True
-    order = np.argsort(tgt, kind="stable")
-    bounds = np.searchsorted(tgt[order], np.arange(nodes + 1))
-    for v in range(1, nodes):
-        seg = order[bounds[v] : bounds[v + 1]]
-        reach[v] = bool(reach[src[seg]].any()) if len(seg) else False
-    back = np.zeros(nodes, dtype=bool)
-    back[-1] = True
-    order = np.argsort(src, kind="stable")
-    bounds = np.searchsorted(src[order], np.arange(nodes + 1))
-    for u in range(nodes - 2, -1, -1):
-        seg = order[bounds[u] : bounds[u + 1]]
-        back[u] = bool(back[tgt[seg]].any()) if len(seg) else False
+    reach, back = paths(graph, src, tgt)  # the evaluation's reachability, heads uncoupled
     return reach[src] & back[tgt]
 
 

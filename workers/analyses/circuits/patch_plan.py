@@ -53,8 +53,8 @@ class Plan:
     order: np.ndarray
 
 
-def _paths(
-    graph: Graph, src: np.ndarray, tgt: np.ndarray, coupled: bool
+def paths(
+    graph: Graph, src: np.ndarray, tgt: np.ndarray, coupled: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """Over the nodes (writers, then the logits): which the input's change reaches through the edges
     ``src -> tgt``, and which reach the logits through them. ``coupled``: a layer's heads share their
@@ -83,7 +83,7 @@ def _paths(
 
 def plan(graph: Graph, masks: np.ndarray, coupled: bool = False) -> Plan:
     """The plan of the circuits ``masks`` [R, n_edges] (bool); the same for every example.
-    ``coupled``: the model's heads of a layer share a norm (``_paths``)."""
+    ``coupled``: the model's heads of a layer share a norm (``paths``)."""
     R, E = masks.shape
     pruned = np.zeros_like(masks, dtype=bool)
     active = np.zeros((R, graph.n_writers), dtype=bool)
@@ -93,7 +93,7 @@ def plan(graph: Graph, masks: np.ndarray, coupled: bool = False) -> Plan:
         if len(flat) == 0:
             continue
         src, tgt, _ = graph.edges_of(flat)
-        reach, back = _paths(graph, src, tgt, coupled)
+        reach, back = paths(graph, src, tgt, coupled)
         live = reach & back
         keep = reach[src] & live[tgt]
         pruned[r, flat[keep]] = True
