@@ -17,9 +17,18 @@ from typing import Any
 
 from backend.config import Settings
 from backend.store import Store
+from workers.core import registry
 from workers.core.errors import TooLargeError
 
 logger = logging.getLogger(__name__)
+
+
+def _reads_corpus(kind: str) -> bool:
+    """Whether an analysis reads the corpus its ``corpus`` option names (as the API checks it)."""
+    try:
+        return "corpus" in registry.get(kind).options.model_fields
+    except KeyError:  # a kind no longer registered
+        return False
 
 
 def _checkpoint_ids(request: dict[str, Any] | None) -> set[str]:
@@ -32,6 +41,9 @@ def _checkpoint_ids(request: dict[str, Any] | None) -> set[str]:
     ids = {r["id"] for r in refs if isinstance(r, dict) and isinstance(r.get("id"), str)}
     if isinstance(request.get("corpus"), str):  # a corpus analysis' corpus
         ids.add(request["corpus"])
+    probe = (request.get("options") or {}).get("corpus")  # the atlas' corpus probe (docs/atlas.md)
+    if isinstance(probe, str) and any(_reads_corpus(k) for k in request.get("analyses") or ()):
+        ids.add(probe)
     text = request.get("text")
     if "circuits-set" in (request.get("analyses") or ()) and isinstance(text, str):
         ids.add(text.strip())  # a stored task set's id (docs/circuits.md), or a set's own text

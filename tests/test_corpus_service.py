@@ -6,6 +6,7 @@ nothing and can be submitted again; the CLI writes the documented keys."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -141,6 +142,33 @@ def test_upload_formats_are_content_addressed_and_owned(app):
         ).status_code
         == 422
     )
+
+
+def test_a_share_of_an_atlas_keeps_its_corpus_while_an_unused_corpus_expires(app):
+    """docs/atlas.md: the atlas' corpus probe is an uploaded corpus; a share of the atlas keeps it."""
+    from backend import quota
+    from workers.analyses.atlas.spec import ATLAS, ATLAS_TEXT
+    from workers.core.contracts import AnalysisRequest
+
+    client, store, _ = app
+    settings = client.app.state.settings
+    kept, unused, other = (
+        client.post("/api/corpora", data={"text": f"The {w} sat.\nThe dog ran."}).json()["id"]
+        for w in ("cat", "owl", "fox")
+    )
+    atlas = AnalysisRequest(model="tiny-gpt2", text=ATLAS_TEXT, analyses=[ATLAS])
+    atlas.options.corpus = kept
+    # a text analysis names a corpus it does not read: its share keeps nothing but its result
+    attention = AnalysisRequest(model="tiny-gpt2", text="The cat sat.", analyses=["max-attention"])
+    attention.options.corpus = other
+    for job, req in (("e" * 32, atlas), ("f" * 32, attention)):
+        request = req.normalised()
+        store.write_result(job, kind="analysis", request=request, result_raw="{}")
+        store.create_share(kind="analysis", target=job, view={})
+    assert store.result_request("e" * 32)["options"]["corpus"] == kept
+    later = time.time() + settings.upload_ttl_s + 1
+    assert sorted(quota.enforce(store, settings, now=later)) == sorted([unused, other])
+    assert store.corpus(kept) is not None and store.corpus(unused) is None
 
 
 def test_corpus_job_runs_to_the_store_and_cancel_keeps_nothing(app, monkeypatch):
