@@ -94,3 +94,63 @@ def test_an_analysis_without_a_report_gets_the_generic_one():
     assert lines[0] == f"{spec.kind} on m (4 tokens):"
     assert lines[1:] == ["  " + line for line in generic(section, {})]
     assert lines[1] == "  n_words 3, method pca" and lines[2] == "  arrays: maps 1x1x1x1, words 2"
+
+
+@pytest.fixture(scope="module")
+def ioi_set(tiny_model_dirs) -> str:
+    """Four IOI examples for tiny-gpt2's tokenizer, as a pasted task set (JSONL)."""
+    from test_circuit_tasks import TINY_NAMES
+    from transformers import AutoTokenizer
+
+    from workers.analyses.circuits.tasks import ioi
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_model_dirs["tiny-gpt2"]))
+    return "\n".join(json.dumps(ex.as_dict()) for ex in ioi(tok, 4, seed=0, names=TINY_NAMES))
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra"),
+    [
+        ("circuits-set", ["--ig-steps", "1", "--bootstrap", "0", "--random-circuits", "0"]),
+        ("atlas", ["--max-texts", "3", "--random-seqs", "2", "--random-len", "6",
+                   "--resamples", "0", "--skip-evidence"]),
+    ],
+)  # fmt: skip
+def test_a_placeholder_text_is_reported_as_what_the_job_read(
+    tmp_path, capsys, catalogue, ioi_set, kind, extra
+):
+    """Circuits on a set and the atlas read no text: the heading says what they read instead."""
+    out = tmp_path / f"{kind}.json"
+    text = ioi_set if kind == "circuits-set" else "head atlas"
+    argv = [
+        "analyze",
+        "--model",
+        "tiny-gpt2",
+        "--text",
+        text,
+        "--analysis",
+        kind,
+        "--out",
+        str(out),
+    ]
+    assert main([*argv, "-q", *extra]) == 0
+    r, heading = json.loads(out.read_text()), capsys.readouterr().out.splitlines()[0]
+    if kind == "circuits-set":
+        assert len(r["examples"]) == 4
+        assert heading == "circuits-set on tiny-gpt2 (4 examples):"
+    else:
+        p = r["probe"]
+        assert (p["corpus_texts"], p["random_seqs"], p["random_len"]) == (3, 2, 6)
+        assert heading == (
+            "atlas on tiny-gpt2 (3 texts of builtin-english and 2 random sequences of 6 tokens):"
+        )
+
+
+def test_a_stored_or_built_in_set_is_named_in_the_heading():
+    for extra, name in (
+        ({"task": "ioi"}, "ioi"),
+        ({"task": "upload", "set_name": "mib.jsonl"}, "mib.jsonl"),
+    ):
+        section = {**extra, "examples": [{}] * 5}
+        heading = report_lines("circuits-set", section, {"model": "m", "n_tokens": 2})[0]
+        assert heading == f"circuits-set on m (5 examples of {name}):"

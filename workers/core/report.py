@@ -139,6 +139,29 @@ def report_lines(kind: str, section: dict[str, Any], result: dict[str, Any]) -> 
             lines = []
     if not lines:
         lines = generic(section, result)
-    n = result.get("n_tokens") or len(result.get("tokens") or [])
-    head = f"{kind} on {result.get('model', '?')} ({n} tokens):"
+    head = f"{kind} on {result.get('model', '?')} ({ran_on(section, result)}):"
     return [head] + [INDENT + line for line in lines]
+
+
+def ran_on(section: dict[str, Any], result: dict[str, Any]) -> str:
+    """What a job ran on: the text's tokens, or, for an analysis whose request text is a
+    placeholder, what its section says it read instead: a task set's ``examples`` (circuits on a
+    set, docs/circuits.md) or the atlas' ``probe`` (its corpus texts and random sequences,
+    docs/atlas.md).
+
+    >>> ran_on({"task": "ioi", "examples": [{}, {}]}, {"n_tokens": 2})
+    '2 examples of ioi'
+    """
+    examples = section.get("examples")
+    if isinstance(examples, list):
+        name = section.get("set_name") or section.get("task")  # "upload": a set given inline
+        return f"{len(examples)} examples" + (f" of {name}" if name not in (None, "upload") else "")
+    probe = section.get("probe")
+    if isinstance(probe, dict) and "corpus_texts" in probe:
+        return (
+            f"{probe['corpus_texts']} texts of {probe.get('corpus', 'a corpus')} and "
+            f"{probe.get('random_seqs', '?')} random sequences of {probe.get('random_len', '?')} "
+            "tokens"
+        )
+    n = result.get("n_tokens") or len(result.get("tokens") or [])
+    return f"{n} tokens"
