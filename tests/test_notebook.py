@@ -10,7 +10,7 @@
   over real HTTP draw the same figures;
 - exports: standalone HTML; PNG and SVG through kaleido and Chromium; the gallery page in a real
   headless Chromium opens the clicked head's map and requests nothing outside the file;
-- docs/notebook.ipynb runs top to bottom in a kernel of this interpreter.
+- docs/notebook.ipynb runs top to bottom in a kernel of this interpreter (its head-atlas cell too).
 """
 
 from __future__ import annotations
@@ -509,6 +509,8 @@ def test_docs_notebook_runs_top_to_bottom(tmp_path):
     assert "causal: True" in text
     assert text.count("HeadscopeError:") == 2 and "expected 4" in text
     assert "gallery.html" in text
+    atlas = re.search(r"atlas of minilm: (\d+) of 72 heads labelled; L0H0 is (\S+)", text)
+    assert atlas and int(atlas.group(1)) > 0, text  # the head-atlas cell
     ARTIFACTS.mkdir(exist_ok=True)
     nbformat.write(nb, ARTIFACTS / "notebook-executed.ipynb")
     print(f"docs/notebook.ipynb ran in {took:.1f} s")
