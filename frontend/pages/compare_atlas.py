@@ -3,7 +3,7 @@ two models picked, their stored default atlases' counts per type and where in de
 
 Only read (``frontend.kit.atlas_labels.atlas_section``), never computed: a model without a finished
 default atlas gets a message and a link to ``/heads?model=…``, which computes it. Not a page of its
-own (no ``PAGE_API``): ``frontend/pages/compare.py`` places the panel and registers its callback.
+own (no ``PAGE_API``): ``frontend/pages/compare/`` places the panel and registers its callback.
 """
 
 from __future__ import annotations
