@@ -216,6 +216,27 @@ def test_text_request_holds_the_whole_head_view():
     AnalysisRequest(**head)  # valid against the API contract
 
 
+def test_the_corpus_and_compare_requests_fit_their_contracts():
+    from frontend.pages.compare import compare_request
+    from frontend.pages.corpus.requests import corpus_request
+    from workers.core.contracts import CompareRequest, CorpusRequest
+
+    body = corpus_request(model="minilm", corpus="builtin-english", max_tokens="64", keep_special=1)
+    assert body == {
+        "model": "minilm",
+        "corpus": "builtin-english",
+        "options": {"max_tokens": 64, "keep_special": True},
+    }
+    CorpusRequest(**body)  # valid against the API contract
+    pair = dict(
+        model_a="minilm", model_b="bert", text="a b", corpus="builtin-english", max_tokens=None
+    )
+    assert compare_request(source="text", **pair) == {
+        "model_a": "minilm", "model_b": "bert", "max_tokens": 128, "text": "a b"
+    }  # fmt: skip
+    CompareRequest(**compare_request(source="corpus", **pair))
+
+
 def test_pe_request_validation():
     from frontend.pages.pe import pe_request
 

@@ -13,8 +13,8 @@ VIEW_KEYS = ("head", "color", "stat")
 def corpus_request(
     *, model: str, corpus: str, max_tokens: Any, keep_special: bool
 ) -> dict[str, Any]:
+    """The ``POST /api/corpus-analyses`` body for the page's controls."""
     return {
-        """The ``POST /api/corpus-analyses`` body for the page's controls."""
         "model": model,
         "corpus": corpus,
         "options": {"max_tokens": int(max_tokens or 128), "keep_special": bool(keep_special)},
