@@ -32,7 +32,16 @@ from workers.store import migrate as migrations
 from workers.store.checkpoints import CheckpointStore
 from workers.store.corpora import CorpusStore
 from workers.store.engine import StoreUnavailable, database_url, describe, make_engine
-from workers.store.schema import checkpoints, corpora, corpus_chunks, fingerprints, results, shares
+from workers.store.schema import (
+    checkpoints,
+    corpora,
+    corpus_chunks,
+    fingerprints,
+    result_parts,
+    results,
+    shares,
+)
+from workers.store.sections import Part, needed, splice, split_result
 
 logger = logging.getLogger(__name__)
 
@@ -141,21 +150,47 @@ class Store(CheckpointStore, CorpusStore):
         with self._conn() as conn:
             return bool(conn.execute(select(exists().where(results.c.id == job_id))).scalar())
 
-    def read_result(self, job_id: str) -> tuple[dict[str, Any], str] | None:
-        """(meta ``{id, kind, request, finished_at}``, the result's raw JSON) or None."""
+    def read_result(
+        self, job_id: str, *, sections: list[str] | None = None
+    ) -> tuple[dict[str, Any], str] | None:
+        """(meta ``{id, kind, request, finished_at, sections}``, the result's raw JSON) or None.
+
+        ``sections``: only the small keys and these sections (a grid section's layer part by its
+        own name, ``head-tsne-all@L3``; unknown names left out). ``meta["sections"]`` names every
+        section kept apart, with the layer parts (None: a result kept whole, whose JSON is all of
+        it whatever was asked; docs/api.md, "Sections of a finished result")."""
         self._check_job_id(job_id)
         cols = (results.c.kind, results.c.request, results.c.body, results.c.created_at)
         with self._conn() as conn:
             row = conn.execute(select(*cols).where(results.c.id == job_id)).first()
-        if row is None:
-            return None
+            if row is None:
+                return None
+            rows = [tuple(r) for r in conn.execute(
+                select(result_parts.c.name, result_parts.c.role)
+                .where(result_parts.c.result_id == job_id)
+            )]  # fmt: skip
+            want = [n for n, _ in rows] if sections is None else needed(rows, sections)[0]
+            got = conn.execute(
+                select(result_parts).where(
+                    (result_parts.c.result_id == job_id) & result_parts.c.name.in_(want)
+                )
+            ).all() if want else []  # fmt: skip
         meta = {
             "id": job_id,
             "kind": row.kind,
             "request": json.loads(row.request),
             "finished_at": row.created_at,
+            "sections": sorted(n for n, _ in rows) if rows else None,
         }
-        return meta, zlib.decompress(row.body).decode()
+        body = zlib.decompress(row.body).decode()
+        if not rows:
+            return meta, body
+        parts = [
+            Part(r.name, r.role, r.seq, zlib.decompress(r.data).decode(),
+                 json.loads(r.spans) if r.spans else None)
+            for r in got
+        ]  # fmt: skip
+        return meta, splice(body, parts, names=None if sections is None else set(sections))
 
     def write_result(
         self,
@@ -174,11 +209,13 @@ class Store(CheckpointStore, CorpusStore):
         self._check_job_id(job_id)
         raw = result_raw.encode()
         now = time.time()
+        kept = split_result(result_raw)  # its large sections apart (workers/store/sections.py)
+        body = kept[0].encode() if kept else raw
         values = {
             "id": job_id,
             "kind": kind,
             "request": dumps(request),
-            "body": zlib.compress(raw, COMPRESSION_LEVEL),
+            "body": zlib.compress(body, COMPRESSION_LEVEL),
             "encoding": "zlib",
             "size": len(raw),
             "owner": owner,
@@ -188,7 +225,17 @@ class Store(CheckpointStore, CorpusStore):
             else now + self.settings.result_ttl_s,
         }
         with self._conn(write=True) as conn:
-            return self._insert_ignore(conn, results, values)
+            if not self._insert_ignore(conn, results, values):
+                return False
+            for p in kept[1] if kept else []:
+                conn.execute(
+                    result_parts.insert().values(
+                        result_id=job_id, name=p.name, role=p.role, seq=p.seq, size=len(p.text),
+                        data=zlib.compress(p.text.encode(), COMPRESSION_LEVEL),
+                        spans=json.dumps(p.spans) if p.spans else None,
+                    )
+                )  # fmt: skip
+            return True
 
     def touch_result(self, job_id: str) -> None:
         """Restart a result's expiry clock (a share now references it)."""
@@ -213,6 +260,7 @@ class Store(CheckpointStore, CorpusStore):
         """Remove a persisted result."""
         self._check_job_id(job_id)
         with self._conn(write=True) as conn:
+            conn.execute(delete(result_parts).where(result_parts.c.result_id == job_id))
             conn.execute(delete(results).where(results.c.id == job_id))
 
     def stored_items(self) -> list[dict[str, Any]]:
@@ -221,7 +269,20 @@ class Store(CheckpointStore, CorpusStore):
         res_used = func.coalesce(results.c.used_at, results.c.created_at)
         ck_used = func.coalesce(checkpoints.c.used_at, checkpoints.c.created_at)
         with self._conn() as conn:
-            rows = conn.execute(select(results.c.id, func.length(results.c.body), res_used)).all()
+            kept = (
+                select(
+                    result_parts.c.result_id,
+                    func.sum(func.length(result_parts.c.data)).label("bytes"),
+                )
+                .group_by(result_parts.c.result_id)
+                .subquery()
+            )
+            size = func.length(results.c.body) + func.coalesce(kept.c.bytes, 0)
+            rows = conn.execute(
+                select(results.c.id, size, res_used).outerjoin(
+                    kept, kept.c.result_id == results.c.id
+                )
+            ).all()
             cks = conn.execute(
                 select(checkpoints.c.id, checkpoints.c.size, ck_used, checkpoints.c.meta).where(
                     checkpoints.c.state == "ready"
@@ -399,6 +460,11 @@ class Store(CheckpointStore, CorpusStore):
         expired = (results.c.expires_at < now) & ~shared
         with self._conn(write=True) as conn:
             removed = list(conn.execute(select(results.c.id).where(expired)).scalars())
+            conn.execute(
+                delete(result_parts).where(
+                    result_parts.c.result_id.in_(select(results.c.id).where(expired))
+                )
+            )
             conn.execute(delete(results).where(expired))
             conn.execute(delete(shares).where(shares.c.expires_at < now))
             conn.execute(delete(fingerprints).where(fingerprints.c.expires_at < now))

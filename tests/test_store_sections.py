@@ -1,0 +1,130 @@
+"""A finished result kept in sections (workers/store/sections.py), on SQLite and PostgreSQL: read
+whole it is the result written; read by section, only the small keys and the sections asked (a
+gallery's layer parts by their partial keys, which ``partials.fold`` makes the section again);
+results stored whole before still read; deleting a result deletes its parts."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import zlib
+
+import numpy as np
+import pytest
+from sqlalchemy import func, select
+
+from backend.config import Settings
+from backend.store import Store
+from workers.core.partials import fold, split
+from workers.store.schema import result_parts, results
+
+JOB = "d" * 32
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path):
+    url = (
+        f"sqlite:///{tmp_path / 'headscope.db'}"
+        if request.param == "sqlite"
+        else request.getfixturevalue("pg_url")
+    )
+    s = Store(Settings(data_dir=tmp_path / "a", database_url=url), migrate=True)
+    yield s
+    s.close()
+
+
+def grid(n_layers: int = 4, n_heads: int = 5, n: int = 61) -> dict:
+    """A gallery section as the worker writes it (attention bytes per layer not a multiple of 3)."""
+    rng = np.random.default_rng(0)
+    q = rng.integers(0, 255, size=(n_layers, n_heads, n, n), dtype=np.uint8)
+    return {
+        "layers": list(range(n_layers)),
+        "heads": list(range(n_heads)),
+        "kept": list(range(n)),
+        "engine": "fast",
+        "backend": "cpu",
+        "fallback": [],
+        "embedding": rng.normal(size=(n_layers, n_heads, n, 2)).round(6).tolist(),
+        "kl": rng.random((n_layers, n_heads)).tolist(),
+        "kl_restarts": rng.random((n_layers, n_heads, 2)).tolist(),
+        "attention_u8": base64.b64encode(q.tobytes()).decode(),
+        "attention_shape": [n_layers, n_heads, n, n],
+        "attention_scale": 255,
+        "timings": {"tsne_s": 1.5},
+    }
+
+
+def result() -> dict:
+    return {
+        "model": "tiny",
+        "n_layers": 4,
+        "tokens": ["a", "b"],
+        "max-attention": {"values": [[i / 7 for i in range(100)] for _ in range(200)]},
+        "head-tsne-all": grid(),
+        "timings": {"total_s": 2.0},
+    }
+
+
+def test_a_result_reads_whole_or_by_section_and_its_layer_parts_fold_to_its_gallery(store):
+    whole = result()
+    raw = json.dumps(whole)
+    assert store.write_result(JOB, kind="analysis", request={"t": 1}, result_raw=raw)
+    meta, got = store.read_result(JOB)
+    assert json.loads(got) == whole and meta["request"] == {"t": 1}
+    layer_keys = [f"head-tsne-all@L{i}" for i in range(4)]
+    assert meta["sections"] == sorted(["max-attention", "head-tsne-all", *layer_keys])
+
+    meta, small = store.read_result(JOB, sections=[])
+    assert json.loads(small) == {k: whole[k] for k in ("model", "n_layers", "tokens", "timings")}
+    assert meta["sections"] == sorted(["max-attention", "head-tsne-all", *layer_keys])
+    assert len(small) < 200
+
+    _, some = store.read_result(JOB, sections=["head-tsne-all@L1", "head-tsne-all@L2", "nope"])
+    some = json.loads(some)
+    assert set(some) == {"model", "n_layers", "tokens", "timings", *layer_keys[1:3]}
+
+    _, parts = store.read_result(JOB, sections=layer_keys)
+    folded = fold({k: v for k, v in json.loads(parts).items() if "@L" in k})["head-tsne-all"]
+    assert folded.pop("partial") == {"layers_done": 4, "layers": [0, 1, 2, 3]}
+    section = whole["head-tsne-all"]
+    own = {"backend", "fallback", "timings"}  # the section's, not any layer's
+    assert folded == {k: v for k, v in section.items() if k not in own}
+    assert split(section)[0] == {
+        k: v
+        for k, v in section.items()
+        if k not in ("embedding", "kl", "kl_restarts", "attention_u8")
+    }
+
+    _, one = store.read_result(JOB, sections=["head-tsne-all", "max-attention"])
+    assert json.loads(one) == whole  # the whole gallery spliced from its layers' text
+
+    with store.engine.connect() as conn:
+        body = zlib.decompress(conn.execute(select(results.c.body)).scalar_one())
+        n_parts = conn.execute(select(func.count()).select_from(result_parts)).scalar_one()
+    assert len(body) < 200 and n_parts == 6  # the small keys in the body; 2 sections + 4 layers
+    assert {i["id"]: i["bytes"] for i in store.stored_items()}[JOB] > len(raw) / 20
+    store.delete_result(JOB)
+    with store.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(result_parts)).scalar_one() == 0
+
+
+def test_a_result_stored_whole_before_still_reads_and_a_small_one_stays_whole(store):
+    raw = json.dumps(result())
+    with store.engine.begin() as conn:  # as stored before sections (one body)
+        conn.execute(
+            results.insert().values(
+                id=JOB, kind="analysis", request="{}", body=zlib.compress(raw.encode()),
+                encoding="zlib", size=len(raw), created_at=time.time(),
+                expires_at=time.time() - 1,
+            )
+        )  # fmt: skip
+    assert store.read_result(JOB) == (
+        {"id": JOB, "kind": "analysis", "request": {}, "finished_at": pytest.approx(time.time(), abs=60), "sections": None},
+        raw,
+    )  # fmt: skip
+    assert store.read_result(JOB, sections=[])[1] == raw  # all of it: it has no sections
+    small = '{"x": [1, 2], "y": "z"}'
+    store.write_result("e" * 32, kind="analysis", request={}, result_raw=small, expires_at=0)
+    assert store.read_result("e" * 32, sections=["x"])[1] == small
+    assert sorted(store.sweep()) == [JOB, "e" * 32]
