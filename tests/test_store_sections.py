@@ -128,3 +128,44 @@ def test_a_result_stored_whole_before_still_reads_and_a_small_one_stays_whole(st
     store.write_result("e" * 32, kind="analysis", request={}, result_raw=small, expires_at=0)
     assert store.read_result("e" * 32, sections=["x"])[1] == small
     assert sorted(store.sweep()) == [JOB, "e" * 32]
+
+
+def test_the_api_sends_the_sections_asked_for_and_names_them_all(redis_server, tmp_path):
+    """``GET /api/analyses/{id}?sections=`` and ``GET /api/shares/{id}?sections=`` (docs/api.md)."""
+    from fastapi.testclient import TestClient
+    from redis import Redis
+
+    from backend.app import create_app
+
+    settings = Settings(data_dir=tmp_path / "api", redis_url=redis_server, rate_limit_writes=0)
+    app = create_app(settings, redis=Redis.from_url(redis_server), background=False, frontend=False)
+    whole = result()
+    with TestClient(app) as c:
+        store = app.state.store
+        store.write_result(JOB, kind="analysis", request={"t": 1}, result_raw=json.dumps(whole))
+        names = sorted(
+            ["max-attention", "head-tsne-all", *(f"head-tsne-all@L{i}" for i in range(4))]
+        )
+        full = c.get(f"/api/analyses/{JOB}").json()
+        assert (
+            full["status"] == "finished"
+            and full["result"] == whole
+            and full.get("sections") is None
+        )
+        some = c.get(f"/api/analyses/{JOB}", params={"sections": "head-tsne-all@L2,nope"}).json()
+        assert some["sections"] == names and some["request"] == {"t": 1}
+        assert set(some["result"]) == {"model", "n_layers", "tokens", "timings", "head-tsne-all@L2"}
+        assert (
+            some["result"]["head-tsne-all@L2"]["embedding"]
+            == whole["head-tsne-all"]["embedding"][2]
+        )
+        small = c.get(f"/api/analyses/{JOB}", params={"sections": ""}).json()
+        assert set(small["result"]) == {"model", "n_layers", "tokens", "timings"}
+        share = store.create_share(kind="analysis", target=JOB, view={})
+        shared = c.get(f"/api/shares/{share['id']}", params={"sections": "max-attention"}).json()
+        assert (
+            shared["sections"] == names
+            and shared["result"]["max-attention"] == whole["max-attention"]
+        )
+        assert "head-tsne-all" not in shared["result"]
+        assert c.get(f"/api/shares/{share['id']}").json()["result"] == whole
