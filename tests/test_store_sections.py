@@ -169,3 +169,72 @@ def test_the_api_sends_the_sections_asked_for_and_names_them_all(redis_server, t
         )
         assert "head-tsne-all" not in shared["result"]
         assert c.get(f"/api/shares/{share['id']}").json()["result"] == whole
+
+
+def test_a_cold_page_server_reads_only_what_the_picture_and_the_gallery_page_draw(
+    redis_server, tmp_path
+):
+    """A page server that never held the result: the first row's picture reads the small keys and
+    that row's layer parts, the gallery its page's layers, a section when it is read; the poll's
+    ``sections_of`` reads nothing more; a download is the whole result (frontend/kit/sections.py)."""
+    from fastapi.testclient import TestClient
+    from redis import Redis
+
+    from backend.app import create_app
+    from frontend.kit.api_client import ApiClient
+    from frontend.kit.data import ResultStore, sections_of
+    from frontend.kit.sections import StoredResult, gallery_page_section
+    from frontend.pages.text.preview import first_row_svg, stored_preview
+
+    settings = Settings(data_dir=tmp_path / "api", redis_url=redis_server, rate_limit_writes=0)
+    app = create_app(settings, redis=Redis.from_url(redis_server), background=False, frontend=False)
+    whole = result()
+    whole["head-tsne-all"] = grid(n_layers=6, n_heads=12, n=30)  # one layer a row, 6 a page
+    reads: list[tuple[str, int]] = []
+
+    with TestClient(app) as c:
+
+        class Client(ApiClient):
+            def _request(self, method, path, **kw):  # type: ignore[no-untyped-def]
+                r = c.request(method, path, **kw)
+                reads.append(
+                    (
+                        str(
+                            r.url.query.decode() if isinstance(r.url.query, bytes) else r.url.query
+                        ),
+                        len(r.content),
+                    )
+                )
+                return r.json()
+
+        app.state.store.write_result(
+            JOB, kind="analysis", request={"t": 1}, result_raw=json.dumps(whole)
+        )
+        share = app.state.store.create_share(kind="analysis", target=JOB, view={"page": "text"})
+        store = ResultStore(Client("http://api"))
+        svg = stored_preview(store, {"analysis": JOB})
+        assert svg is not None and svg == first_row_svg(whole)  # the same picture as from all of it
+        asked = [q for q, _ in reads]
+        assert "head-tsne-all%40L0" in asked[-1] and not any("max-attention" in q for q in asked)
+        assert sum(n for _, n in reads) < len(json.dumps(whole)) / 4, reads
+        st = store.status({"kind": "analysis", "id": JOB})
+        res = st["result"]
+        assert isinstance(res, StoredResult) and not res.loaded("head-tsne-all")
+        assert sections_of(st) == [
+            "head-tsne-all",
+            "max-attention",
+            "timings",
+            "tokens",
+        ] and not res.loaded("max-attention")
+        n_reads = len(reads)
+        sec = gallery_page_section(res, None, 0)
+        assert sec is not None and sec["layers"] == [0, 1, 2, 3, 4, 5][: len(sec["layers"])]
+        assert len(reads) <= n_reads + 1 and not res.loaded("head-tsne-all")
+        assert res["max-attention"] == whole["max-attention"] and res.loaded("max-attention")
+        assert res.get("head-tsne-all") == whole["head-tsne-all"]
+        assert store.stored_result({"kind": "analysis", "id": JOB}) == whole
+        assert json.loads(json.dumps(res)) == whole
+        reads.clear()
+        cold = ResultStore(Client("http://api"))  # a share's link, on another new server
+        assert stored_preview(cold, {"share": share["id"]}) == svg
+        assert sum(n for _, n in reads) < len(json.dumps(whole)) / 4, reads
