@@ -181,6 +181,7 @@ def test_a_cold_page_server_reads_only_what_the_picture_and_the_gallery_page_dra
     from redis import Redis
 
     from backend.app import create_app
+    from frontend.figures.gallery import gallery_page
     from frontend.kit.api_client import ApiClient
     from frontend.kit.data import ResultStore, sections_of
     from frontend.kit.sections import StoredResult, gallery_page_section
@@ -230,6 +231,8 @@ def test_a_cold_page_server_reads_only_what_the_picture_and_the_gallery_page_dra
         sec = gallery_page_section(res, None, 0)
         assert sec is not None and sec["layers"] == [0, 1, 2, 3, 4, 5][: len(sec["layers"])]
         assert len(reads) <= n_reads + 1 and not res.loaded("head-tsne-all")
+        gp = gallery_page(res, section=sec)
+        assert gp.complete and gp.done == gp.shown  # finished: not drawn as filling in
         assert res["max-attention"] == whole["max-attention"] and res.loaded("max-attention")
         assert res.get("head-tsne-all") == whole["head-tsne-all"]
         assert store.stored_result({"kind": "analysis", "id": JOB}) == whole

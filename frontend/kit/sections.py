@@ -152,4 +152,9 @@ def gallery_page_section(
     heads = len(one["heads"])
     pages = gallery_pages(chosen, heads, max_panels=MAX_PANELS)
     shown = pages[min(max(0, int(page or 0)), len(pages) - 1)]
-    return result.layer_section(key, shown[: per_row(heads)] if first_row else shown)
+    sec = result.layer_section(key, shown[: per_row(heads)] if first_row else shown)
+    if sec is None:
+        return None
+    # finished: every layer is done, the page's read (``GalleryPage.complete``)
+    of = list((sec.get("partial") or {}).get("layers") or planned)
+    return {**sec, "partial": {"layers_done": len(of), "layers": of}}
