@@ -15,7 +15,6 @@ import re
 import secrets
 import shutil
 import time
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,20 +40,18 @@ from workers.store.schema import (
     results,
     shares,
 )
-from workers.store.sections import Part, needed, splice, split_result
+from workers.store.sections import COMPRESSION_LEVEL, ResultSections
+
+__all__ = ["COMPRESSION_LEVEL", "SHARE_ID", "Store"]
 
 logger = logging.getLogger(__name__)
 
 SHARE_ID = re.compile(r"[A-Za-z0-9_-]{22,64}")  # at least 128 bits of base64
 SHARE_ID_BYTES = 24  # 192 random bits
-# zlib's fastest level: far less CPU on the worker of every job than level 6 for a few more bytes
-# (measured: docs/dashboard.md, "What the page server and the job's publishing cost"); reading costs
-# the same
-COMPRESSION_LEVEL = 1
 STALE_UPLOAD_S = 3600  # uploads never committed (their process died) are removed after this
 
 
-class Store(CheckpointStore, CorpusStore):
+class Store(ResultSections, CheckpointStore, CorpusStore):
     """Results, shares, fingerprints and checkpoints in one database.
 
     ``settings`` needs ``data_dir`` and ``result_ttl_s``; ``database_url`` (default: SQLite under
@@ -149,93 +146,6 @@ class Store(CheckpointStore, CorpusStore):
         self._check_job_id(job_id)
         with self._conn() as conn:
             return bool(conn.execute(select(exists().where(results.c.id == job_id))).scalar())
-
-    def read_result(
-        self, job_id: str, *, sections: list[str] | None = None
-    ) -> tuple[dict[str, Any], str] | None:
-        """(meta ``{id, kind, request, finished_at, sections}``, the result's raw JSON) or None.
-
-        ``sections``: only the small keys and these sections (a grid section's layer part by its
-        own name, ``head-tsne-all@L3``; unknown names left out). ``meta["sections"]`` names every
-        section kept apart, with the layer parts (None: a result kept whole, whose JSON is all of
-        it whatever was asked; docs/api.md, "Sections of a finished result")."""
-        self._check_job_id(job_id)
-        cols = (results.c.kind, results.c.request, results.c.body, results.c.created_at)
-        with self._conn() as conn:
-            row = conn.execute(select(*cols).where(results.c.id == job_id)).first()
-            if row is None:
-                return None
-            rows = [tuple(r) for r in conn.execute(
-                select(result_parts.c.name, result_parts.c.role)
-                .where(result_parts.c.result_id == job_id)
-            )]  # fmt: skip
-            want = [n for n, _ in rows] if sections is None else needed(rows, sections)[0]
-            got = conn.execute(
-                select(result_parts).where(
-                    (result_parts.c.result_id == job_id) & result_parts.c.name.in_(want)
-                )
-            ).all() if want else []  # fmt: skip
-        meta = {
-            "id": job_id,
-            "kind": row.kind,
-            "request": json.loads(row.request),
-            "finished_at": row.created_at,
-            "sections": sorted(n for n, _ in rows) if rows else None,
-        }
-        body = zlib.decompress(row.body).decode()
-        if not rows:
-            return meta, body
-        parts = [
-            Part(r.name, r.role, r.seq, zlib.decompress(r.data).decode(),
-                 json.loads(r.spans) if r.spans else None)
-            for r in got
-        ]  # fmt: skip
-        return meta, splice(body, parts, names=None if sections is None else set(sections))
-
-    def write_result(
-        self,
-        job_id: str,
-        *,
-        kind: str,
-        request: dict[str, Any],
-        result_raw: str,
-        owner: str | None = None,
-        expires_at: float | None = None,
-    ) -> bool:
-        """Store a finished result (compressed); the first write of an id wins. True if stored now.
-
-        ``expires_at``: default now + ``result_ttl_s`` (a share keeps it past that).
-        """
-        self._check_job_id(job_id)
-        raw = result_raw.encode()
-        now = time.time()
-        kept = split_result(result_raw)  # its large sections apart (workers/store/sections.py)
-        body = kept[0].encode() if kept else raw
-        values = {
-            "id": job_id,
-            "kind": kind,
-            "request": dumps(request),
-            "body": zlib.compress(body, COMPRESSION_LEVEL),
-            "encoding": "zlib",
-            "size": len(raw),
-            "owner": owner,
-            "created_at": now,
-            "expires_at": expires_at
-            if expires_at is not None
-            else now + self.settings.result_ttl_s,
-        }
-        with self._conn(write=True) as conn:
-            if not self._insert_ignore(conn, results, values):
-                return False
-            for p in kept[1] if kept else []:
-                conn.execute(
-                    result_parts.insert().values(
-                        result_id=job_id, name=p.name, role=p.role, seq=p.seq, size=len(p.text),
-                        data=zlib.compress(p.text.encode(), COMPRESSION_LEVEL),
-                        spans=json.dumps(p.spans) if p.spans else None,
-                    )
-                )  # fmt: skip
-            return True
 
     def touch_result(self, job_id: str) -> None:
         """Restart a result's expiry clock (a share now references it)."""
