@@ -241,3 +241,41 @@ def test_a_cold_page_server_reads_only_what_the_picture_and_the_gallery_page_dra
         cold = ResultStore(Client("http://api"))  # a share's link, on another new server
         assert stored_preview(cold, {"share": share["id"]}) == svg
         assert sum(n for _, n in reads) < len(json.dumps(whole)) / 4, reads
+
+
+def test_a_stored_result_reads_each_section_once_and_two_side_by_side():
+    """``StoredResult``: callbacks asking for one section at once share one read; two different
+    sections are read side by side (neither waits for the other's download); a failed read gives
+    None and is tried again by the next reader."""
+    import threading
+
+    from frontend.kit.api_client import ApiError
+    from frontend.kit.sections import StoredResult
+
+    calls: list[list[str]] = []
+    inside = threading.Barrier(2, timeout=5)  # both sections' reads are in flight together
+    fail = [True]
+
+    def load(names: list[str]) -> dict:
+        calls.append(list(names))
+        if names == ["c"] and fail[0]:
+            fail[0] = False
+            raise ApiError("the service restarted", status=503)
+        if names != ["c"]:
+            inside.wait()
+        return {n: {"name": n} for n in names}
+
+    res = StoredResult({"tokens": ["x"]}, ["a", "b", "c", "g@L0"], load)
+    assert list(res) == ["tokens", "a", "b", "c"] and len(res) == 4 and "g@L0" not in res
+    threads = [threading.Thread(target=res.get, args=(k,)) for k in "aaabbb"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(calls) == [["a"], ["b"]] and res["a"] == {"name": "a"} and res.loaded("b")
+    assert res.get("c") is None and not res.loaded("c")  # failed: None, not kept
+    assert res["c"] == {"name": "c"} and calls[-1] == ["c"]  # read again
+    assert res.get("nope", 1) == 1 and dict(res) == {
+        "tokens": ["x"],
+        **{k: {"name": k} for k in "abc"},
+    }

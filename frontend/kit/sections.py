@@ -11,11 +11,15 @@ picture of a reopened link's first row needs one or two layers, not 5 MB of ever
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, KeysView
 from typing import Any
 
+from frontend.kit.api_client import ApiError
 from workers.core.partials import fold, parse_part_key, part_key
+
+logger = logging.getLogger(__name__)
 
 Load = Callable[[list[str]], dict[str, Any]]  # names -> {name: value} (a ?sections= read)
 
@@ -34,17 +38,49 @@ class StoredResult(dict):
         self._load = load
         self._lock = threading.Lock()
         self._parts: dict[str, Any] = {}  # layer parts read (layer_section)
+        self._reading: dict[str, threading.Event] = {}  # names being read, set once read
 
     # ------------------------------------------------------------------ the mapping, sections on demand
     def fetch(self, names: Iterable[str]) -> None:
-        """Read those of ``names`` not held yet, in one request."""
-        with self._lock:
-            missing = [n for n in names if n in self._known and not dict.__contains__(self, n)]
+        """Read those of ``names`` not held yet, in one request (a section another call is reading
+        is waited for, not read again; two different ones are read side by side)."""
+        self._read(
+            [n for n in names if n in self._known],
+            lambda n: dict.__contains__(self, n),
+            lambda n, v: dict.__setitem__(self, n, v),
+        )
+
+    def _read(
+        self, names: list[str], has: Callable[[str], bool], put: Callable[[str, Any], None]
+    ) -> None:
+        while True:
+            with self._lock:
+                missing = [n for n in names if not has(n)]
+                mine = [n for n in missing if n not in self._reading]
+                waits = {id(e): e for n in missing if (e := self._reading.get(n))}
+                done = threading.Event()
+                self._reading.update({n: done for n in mine})
             if not missing:
                 return
-            got = self._load(missing)
-            for n in missing:
-                dict.__setitem__(self, n, got.get(n))
+            if mine:
+                try:
+                    got = self._load(mine)
+                    with self._lock:
+                        for n in mine:
+                            if n in got:
+                                put(n, got[n])
+                except ApiError as exc:  # the page reads None (no section) and may ask again
+                    logger.warning("reading %s of a stored result failed: %s", mine, exc)
+                    return
+                finally:
+                    with self._lock:
+                        for n in mine:
+                            self._reading.pop(n, None)
+                    done.set()
+            for e in waits.values():
+                e.wait()
+            if not waits:
+                return
 
     def loaded(self, key: str) -> bool:
         """Whether ``key``'s value is here (no download to read it)."""
@@ -53,13 +89,13 @@ class StoredResult(dict):
     def whole(self) -> dict[str, Any]:
         """Every key, as a plain dict (all that is missing read first)."""
         self.fetch(self._sections)
-        return {k: dict.__getitem__(self, k) for k in self._keys}
+        return {k: dict.get(self, k) for k in self._keys}
 
     def __missing__(self, key: str) -> Any:
         if key not in self._known:
             raise KeyError(key)
         self.fetch([key])
-        return dict.__getitem__(self, key)
+        return dict.get(self, key)  # None: it could not be read
 
     def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
         return self[key] if key in self._known else default
@@ -118,11 +154,8 @@ class StoredResult(dict):
         keys = [k for k in keys if k in self._layer_parts]
         if not keys:
             return None
+        self._read(keys, lambda k: k in self._parts, self._parts.__setitem__)
         with self._lock:
-            missing = [k for k in keys if k not in self._parts]
-            if missing:
-                got = self._load(missing)
-                self._parts.update({k: got[k] for k in missing if k in got})
             held = {k: self._parts[k] for k in keys if k in self._parts}
         return fold(held).get(section) if held else None
 
