@@ -221,6 +221,8 @@ class ResultSections:
         ``expires_at``: default now + ``result_ttl_s`` (a share keeps it past that).
         """
         self._check_job_id(job_id)
+        if self.has_result(job_id):  # written already: no split (one parse) for nothing
+            return False
         raw = result_raw.encode()
         now = time.time()
         kept = split_result(result_raw)  # its large sections apart (workers/store/sections.py)
