@@ -59,6 +59,9 @@ class Lookup:
     partial_keys: list[str] = field(default_factory=list)  # every key of the partial result so far
     result_raw: str | None = None
     request: dict[str, Any] | None = None
+    sections: list[str] | None = (
+        None  # every section of a stored result (docs/api.md), if kept apart
+    )
 
     @property
     def partial(self) -> dict[str, Any]:
@@ -104,6 +107,7 @@ class JobQueue:
         with_partial: bool | Collection[str] = True,
         with_result: bool = True,
         claim_counts: bool = True,
+        sections: list[str] | None = None,
     ) -> Lookup | None:
         """The job's state, or None for an id never submitted (or long forgotten).
 
@@ -111,16 +115,19 @@ class JobQueue:
         (an empty one none: only ``partial_keys``), False nothing. The partial values stay JSON text
         (``partial_raw``): a running all-heads job's partial result is tens of MB.
         ``claim_counts``: a job being enqueued (claimed, not yet in RQ) reads as queued.
+        ``sections``: of a finished result, only the small keys and these sections
+        (``Store.read_result``); ``Lookup.sections`` names all it holds.
         """
         if _persistable(job_id):
             if not with_result:
                 if self.store.has_result(job_id):
                     return Lookup(status="finished", progress=1.0, message="done")
-            elif (stored := self.store.read_result(job_id)) is not None:
+            elif (stored := self.store.read_result(job_id, sections=sections)) is not None:
                 meta, raw = stored
                 return Lookup(
-                    "finished", meta["kind"], 1.0, "done", result_raw=raw, request=meta["request"]
-                )
+                    "finished", meta["kind"], 1.0, "done", result_raw=raw,
+                    request=meta["request"], sections=meta["sections"],
+                )  # fmt: skip
         # the job before the result key: a worker writes the result and then finishes the job, so
         # a job seen finished here has its result visible below (no transient "expired")
         job = protocol.fetch_job(self.conn, job_id)
@@ -145,6 +152,11 @@ class JobQueue:
                 raw_s = protocol.text(fresh)
                 if _persistable(job_id) and request is not None:
                     self.store.write_result(job_id, kind=kind, request=request, result_raw=raw_s)
+                    if sections is not None and (
+                        kept := self.store.read_result(job_id, sections=sections)
+                    ):  # the sections asked for, as the next reader gets them
+                        return Lookup("finished", kind, 1.0, "done", result_raw=kept[1],
+                                      request=request, sections=kept[0]["sections"])  # fmt: skip
                 return Lookup("finished", kind, 1.0, "done", result_raw=raw_s, request=request)
         partial_raw: dict[str, str] = {}
         partial_keys: list[str] = []

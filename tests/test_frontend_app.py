@@ -368,7 +368,7 @@ def test_a_share_link_is_laid_out_without_its_result_and_reads_it_once():
                 "models": [{"name": "minilm", "n_layers": 6, "n_heads": 12}],
             }
 
-        def share(self, share_id, *, result=None):  # type: ignore[no-untyped-def]
+        def share(self, share_id, *, result=None, sections=None):  # type: ignore[no-untyped-def]
             calls.append(result)
             if result == "none":
                 return dict(share)
@@ -414,7 +414,7 @@ def test_an_analysis_link_is_laid_out_without_its_result_and_reads_it_once():
                 "models": [{"name": "minilm", "n_layers": 6, "n_heads": 12}],
             }
 
-        def analysis(self, analysis_id, *, partial=None, result=None):  # type: ignore[no-untyped-def]
+        def analysis(self, analysis_id, *, partial=None, result=None, sections=None):  # type: ignore[no-untyped-def]
             calls.append(result)
             done = {"id": analysis_id, "status": "finished", "request": request, "progress": 1.0}
             if result == "none":
@@ -460,12 +460,12 @@ def test_a_share_of_an_analysis_this_server_holds_reads_no_result():
     calls: list[tuple[str, str | None]] = []
 
     class Client(ApiClient):
-        def analysis(self, analysis_id, *, partial=None, result=None):  # type: ignore[no-untyped-def]
+        def analysis(self, analysis_id, *, partial=None, result=None, sections=None):  # type: ignore[no-untyped-def]
             calls.append(("analysis", result))
             return {"id": analysis_id, "status": "finished", "request": request, "progress": 1.0,
                     "result": result_}  # fmt: skip
 
-        def share(self, share_id, *, result=None):  # type: ignore[no-untyped-def]
+        def share(self, share_id, *, result=None, sections=None):  # type: ignore[no-untyped-def]
             calls.append(("share", result))
             share = {"id": share_id, "kind": "analysis", "target": "a" * 32, "view": {"page": "text"},
                      "request": request}  # fmt: skip

@@ -50,6 +50,22 @@ RESULT_QUERY = Query(
 )
 
 
+SECTIONS_QUERY = Query(
+    None,
+    max_length=4000,
+    description="of a finished result, send only its small keys and these sections (comma-separated; a "
+    "gallery's layer part by its partial key, `head-tsne-all@L3`; unknown names left out); `sections` names "
+    'every one it holds (docs/api.md, "Sections of a finished result")',
+)
+
+
+def section_names(spec: str | None) -> list[str] | None:
+    """``?sections=``: absent -> None (the whole result), ``a,b`` -> those names, empty -> none."""
+    if spec is None:
+        return None
+    return list(dict.fromkeys(k.strip() for k in spec.split(",") if k.strip()))
+
+
 def partial_fields(spec: str | None) -> bool | tuple[str, ...]:
     """``?partial=``: ``all`` (the default) -> True, ``none`` -> no key, ``a,b`` -> those keys."""
     if spec is None or spec.strip() in ("", "all"):
@@ -72,6 +88,8 @@ def status_response(job_id: str, state: Lookup, *, with_result: bool = True) -> 
         "error": state.error,
         "request": state.request,
     }
+    if finished and state.sections is not None:
+        parts["sections"] = state.sections
     partial = {} if finished else state.partial_raw
     raw = {"partial": "{" + ",".join(f"{json.dumps(k)}:{v}" for k, v in partial.items()) + "}"}
     if state.result_raw is not None and with_result:
@@ -87,17 +105,26 @@ def job_status(
     what: str,
     partial: str | None = None,
     result: str = "all",
+    sections: str | None = None,
 ) -> Response:
     """The status response of job ``job_id`` of ``kind``; 404 for a malformed or unknown id.
 
-    ``partial``: the ``?partial=`` of the request (``partial_fields``); ``result``: its ``?result=``.
+    ``partial``: the ``?partial=`` of the request (``partial_fields``); ``result``: its ``?result=``;
+    ``sections``: its ``?sections=`` (``section_names``).
     """
     if not JOB_ID.fullmatch(job_id):
         raise not_found(what, job_id)
     with_result = result != "none"
-    state = queue.lookup(job_id, with_partial=partial_fields(partial), with_result=with_result)
+    state = queue.lookup(
+        job_id,
+        with_partial=partial_fields(partial),
+        with_result=with_result,
+        sections=section_names(sections),
+    )
     if state is None or state.kind != kind:
         raise not_found(what, job_id)
+    if sections is None:
+        state.sections = None  # named only to a client that asks for sections
     return status_response(job_id, state, with_result=with_result)
 
 
@@ -165,9 +192,15 @@ def job_routes(
     )
 
     def status_with_result(
-        job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY, result: str = RESULT_QUERY
+        job_id: str,
+        queue: QueueDep,
+        partial: str = PARTIAL_QUERY,
+        result: str = RESULT_QUERY,
+        sections: str | None = SECTIONS_QUERY,
     ) -> Response:
-        return job_status(queue, job_id, kind=kind, what=what, partial=partial, result=result)
+        return job_status(
+            queue, job_id, kind=kind, what=what, partial=partial, result=result, sections=sections
+        )
 
     def status(job_id: str, queue: QueueDep, partial: str = PARTIAL_QUERY) -> Response:
         return job_status(queue, job_id, kind=kind, what=what, partial=partial)

@@ -6,6 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from backend.api.common import not_found, raw_json
+from backend.api.jobs import SECTIONS_QUERY, section_names
 from backend.deps import QueueDep, SettingsDep, StoreDep, WriteAccess
 from backend.errors import error_responses
 from workers.core.contracts import ShareRequest
@@ -58,9 +59,13 @@ def create_share(
 
 
 @router.get("/api/shares/{share_id}", responses=error_responses(404, 410))
-def open_share(share_id: str, store: StoreDep, result: str | None = None) -> Response:
+def open_share(
+    share_id: str, store: StoreDep, result: str | None = None, sections: str | None = SECTIONS_QUERY
+) -> Response:
     """``{"id", "kind", "view", "request", "result"}`` from disk; never recomputes. ``?result=none``:
-    without the result (its request only), for a page that lays itself out before it draws."""
+    without the result (its request only), for a page that lays itself out before it draws;
+    ``?sections=``: only the small keys and those sections, ``sections`` naming all it holds (as
+    ``GET /api/analyses/{id}``)."""
     share = store.read_share(share_id)
     if share is None:
         raise not_found("share", share_id)
@@ -77,8 +82,10 @@ def open_share(share_id: str, store: StoreDep, result: str | None = None) -> Res
         if request is None:
             raise gone
         return raw_json({**parts, "request": request}, {})
-    stored = store.read_result(share["target"])
+    stored = store.read_result(share["target"], sections=section_names(sections))
     if stored is None:
         raise gone
     meta, raw = stored
+    if sections is not None and meta["sections"] is not None:
+        parts["sections"] = meta["sections"]
     return raw_json({**parts, "request": meta["request"]}, {"result": raw})

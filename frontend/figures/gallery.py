@@ -154,7 +154,8 @@ def gallery_page(
         page=page,
         pages=len(pages),
         done=[la for la in shown if la in have],
-        layers_done=len(have),
+        # a stored gallery read a page at a time (frontend/kit/sections.py) says it is all done
+        layers_done=int((sec.get("partial") or {}).get("layers_done", len(have))),
         layers_planned=len(planned),
         labels=dict(labels or {}),
     )

@@ -117,13 +117,21 @@ class ApiClient:
         return self._request("DELETE", f"/api/analyses/{analysis_id}")
 
     def analysis(
-        self, analysis_id: str, *, partial: str | None = None, result: str | None = None
+        self,
+        analysis_id: str,
+        *,
+        partial: str | None = None,
+        result: str | None = None,
+        sections: str | None = None,
     ) -> dict[str, Any]:
         """``GET /api/analyses/{id}`` → JobStatus (``status``, ``progress``, ``partial``, ``partial_keys``,
         ``result``, …); ``partial``: which partial keys to send (``"none"``, ``"a,b"``; default all);
-        ``result="none"``: no result even when finished."""
+        ``result="none"``: no result even when finished; ``sections``: of a finished result only the
+        small keys and these sections (``"a,b"``, ``""``: none), ``sections`` naming all it holds."""
         params = {
-            k: v for k, v in (("partial", partial), ("result", result)) if v is not None
+            k: v
+            for k, v in (("partial", partial), ("result", result), ("sections", sections))
+            if v is not None
         } or None
         return self._request("GET", f"/api/analyses/{analysis_id}", params=params)
 
@@ -242,8 +250,12 @@ class ApiClient:
             raise ValueError("give exactly one of analysis_id and pe_analysis_id")
         return self._request("POST", "/api/shares", json={"view": view, **given})
 
-    def share(self, share_id: str, *, result: str | None = None) -> dict[str, Any]:
+    def share(
+        self, share_id: str, *, result: str | None = None, sections: str | None = None
+    ) -> dict[str, Any]:
         """``GET /api/shares/{id}`` → ``{"id", "kind", "view", "request", "result"}`` (never recomputes);
-        ``result="none"``: without the result."""
-        params = {"result": result} if result is not None else None
+        ``result="none"``: without the result; ``sections``: as ``analysis``."""
+        params = {
+            k: v for k, v in (("result", result), ("sections", sections)) if v is not None
+        } or None
         return self._request("GET", f"/api/shares/{share_id}", params=params)

@@ -18,6 +18,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 from frontend.kit.api_client import ApiClient, ApiError
+from frontend.kit.sections import StoredResult
 from workers.analyses.attention.spec import MAX_ATTENTION
 from workers.analyses.tsne.spec import ALL_HEADS, HEAD_TSNE, HIDDEN_TSNE
 
@@ -139,9 +140,22 @@ class ResultStore:
             with self._job_lock(key):
                 hit = self._get_cached(key)
                 if hit is None:
-                    hit = self.client.share(share_id)
+                    hit = self.client.share(share_id, sections="")  # the small keys, then on demand
+                    hit["result"] = self._sectioned(hit, lambda names: self.client.share(
+                        share_id, sections=",".join(names))["result"])  # fmt: skip
+                    if hit.get("kind") != "analysis" and isinstance(hit["result"], StoredResult):
+                        hit["result"] = hit["result"].whole()  # other pages: as before
                     self._put(key, hit)
         return hit
+
+    @staticmethod
+    def _sectioned(raw: dict[str, Any], load: Callable[[list[str]], dict[str, Any]]) -> Any:
+        """A finished result read by section (``?sections=``: its small keys, ``sections`` naming the
+        rest) as a ``StoredResult`` that reads each section when first asked for; any other as it is."""
+        result, names = raw.get("result"), raw.get("sections")
+        if isinstance(result, dict) and isinstance(names, list):
+            return StoredResult(result, names, load)
+        return result
 
     def opening(self, share_id: str) -> dict[str, Any]:
         """A share without its result (``?result=none``: id, kind, view, request), for the layout of
@@ -268,7 +282,8 @@ class ResultStore:
             "request": raw.get("request") or source.get("request"),
         }
         if out["status"] == "finished" and raw.get("result") is not None:
-            out["result"] = raw["result"]
+            out["result"] = self._sectioned(raw, lambda names: self.client.analysis(
+                sid, partial="none", sections=",".join(names))["result"])  # fmt: skip
             out["progress"] = 1.0
             if raw.get("assembled"):
                 out["assembled"] = True
@@ -286,6 +301,8 @@ class ResultStore:
         """The result as the service stores it (for a download): ``status(source)["result"]``, unless
         that was put together from the sections read while the job ran (``finished_from_parts``)."""
         st = self.status(source)
+        if isinstance(st["result"], StoredResult):
+            return st["result"].whole()
         if not st.get("assembled"):
             return st["result"]
         raw = self.client.analysis(str((source or {})["id"]), partial="none")
@@ -310,6 +327,11 @@ class ResultStore:
                 self._folded.pop(next(iter(self._folded)))
         return folded
 
+    def _analysis(self, sid: str, *, partial: str) -> dict[str, Any]:
+        """An analysis' status; finished, its small keys and the names of its sections (``status``
+        reads each when a page asks for it, docs/api.md, "Sections of a finished result")."""
+        return self.client.analysis(sid, partial=partial, sections="")
+
     def _read(self, key: tuple[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
         """(JobStatus, the partial result so far), downloading only the partial keys not read before."""
         kind, sid = key
@@ -318,7 +340,7 @@ class ResultStore:
             "corpus": self.client.corpus_analysis,
             "corpus-joint": self.client.corpus_joint,
             "compare": self.client.compare,
-        }.get(kind, self.client.analysis)
+        }.get(kind, self._analysis)
         with self._lock:
             followed = kind == "analysis" and key in self._partials
         raw = (
@@ -488,7 +510,11 @@ def sections_of(status: dict[str, Any]) -> list[str]:
     filling in layer by layer as ``name:layers done`` (so each new layer is a change)."""
     result = status.get("result") or {}
     out = []
-    for k, v in result.items():
+    for k in result:
+        if isinstance(result, StoredResult) and not result.loaded(k):
+            out.append(k)  # a finished section not read yet (a large value: an object or a list)
+            continue
+        v = result[k]
         if isinstance(v, (dict, list)):
             done = (v.get("partial") or {}).get("layers_done") if isinstance(v, dict) else None
             out.append(f"{k}:{done}" if done is not None else k)

@@ -169,6 +169,7 @@ class JobStatus(BaseModel):
     result: dict[str, Any] | None = None
     error: str | None = None
     request: dict[str, Any] | None = None
+    sections: list[str] | None = None  # a finished result's sections and layer parts (?sections=)
 
 
 # ------------------------------------------------------------------- positional encodings, shares

@@ -84,3 +84,45 @@ def fold(partial: dict[str, Any]) -> dict[str, Any]:
         if section not in out:
             out[section] = _section(parts)
     return out
+
+
+LAYER_FIELDS = ("embedding", "kl", "kl_restarts", "attention_u8")  # one entry (or bytes) per layer
+
+
+def split(section: Any) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """A finished grid section as (what is not per layer, its layer parts in its layers' order), the
+    inverse of ``fold``: ``fold`` of the parts is the section, apart from ``partial`` and the section's
+    own keys (``backend``, ``fallback``, ``timings``, kept in the first value). None: not a grid section.
+    The store keeps a stored result's gallery this way (docs/api.md, "Sections of a finished result")."""
+    if not isinstance(section, dict) or "partial" in section:
+        return None
+    layers = section.get("layers")
+    if not isinstance(layers, list) or not layers or not all(isinstance(x, int) for x in layers):
+        return None
+    n = len(layers)
+    if not all(
+        isinstance(section.get(k), list) and len(section[k]) == n
+        for k in ("embedding", "kl", "kl_restarts")
+    ):
+        return None
+    if "heads" not in section or "kept" not in section:
+        return None
+    attention: list[dict[str, Any]] = [{} for _ in layers]
+    if section.get("attention_omitted"):
+        attention = [{"attention_omitted": section["attention_omitted"]} for _ in layers]
+    elif isinstance(section.get("attention_u8"), str):
+        shape, raw = section.get("attention_shape"), base64.b64decode(section["attention_u8"])
+        if not isinstance(shape, list) or not shape or shape[0] != n or len(raw) % n:
+            return None
+        per = len(raw) // n
+        attention = [{"attention_u8": base64.b64encode(raw[i * per : (i + 1) * per]).decode("ascii"),
+                      "attention_shape": [1, *shape[1:]], "attention_scale": section.get("attention_scale")}
+                     for i in range(n)]  # fmt: skip
+    parts = [
+        {"layer": layer, "of_layers": list(layers), "heads": section["heads"], "kept": section["kept"],
+         "engine": section.get("engine"), "embedding": section["embedding"][i], "kl": section["kl"][i],
+         "kl_restarts": section["kl_restarts"][i], **attention[i]}
+        for i, layer in enumerate(layers)
+    ]  # fmt: skip
+    rest = {k: v for k, v in section.items() if k not in LAYER_FIELDS}
+    return rest, parts

@@ -15,7 +15,6 @@ import re
 import secrets
 import shutil
 import time
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,20 +31,27 @@ from workers.store import migrate as migrations
 from workers.store.checkpoints import CheckpointStore
 from workers.store.corpora import CorpusStore
 from workers.store.engine import StoreUnavailable, database_url, describe, make_engine
-from workers.store.schema import checkpoints, corpora, corpus_chunks, fingerprints, results, shares
+from workers.store.schema import (
+    checkpoints,
+    corpora,
+    corpus_chunks,
+    fingerprints,
+    result_parts,
+    results,
+    shares,
+)
+from workers.store.sections import COMPRESSION_LEVEL, ResultSections
+
+__all__ = ["COMPRESSION_LEVEL", "SHARE_ID", "Store"]
 
 logger = logging.getLogger(__name__)
 
 SHARE_ID = re.compile(r"[A-Za-z0-9_-]{22,64}")  # at least 128 bits of base64
 SHARE_ID_BYTES = 24  # 192 random bits
-# zlib's fastest level: far less CPU on the worker of every job than level 6 for a few more bytes
-# (measured: docs/dashboard.md, "What the page server and the job's publishing cost"); reading costs
-# the same
-COMPRESSION_LEVEL = 1
 STALE_UPLOAD_S = 3600  # uploads never committed (their process died) are removed after this
 
 
-class Store(CheckpointStore, CorpusStore):
+class Store(ResultSections, CheckpointStore, CorpusStore):
     """Results, shares, fingerprints and checkpoints in one database.
 
     ``settings`` needs ``data_dir`` and ``result_ttl_s``; ``database_url`` (default: SQLite under
@@ -141,55 +147,6 @@ class Store(CheckpointStore, CorpusStore):
         with self._conn() as conn:
             return bool(conn.execute(select(exists().where(results.c.id == job_id))).scalar())
 
-    def read_result(self, job_id: str) -> tuple[dict[str, Any], str] | None:
-        """(meta ``{id, kind, request, finished_at}``, the result's raw JSON) or None."""
-        self._check_job_id(job_id)
-        cols = (results.c.kind, results.c.request, results.c.body, results.c.created_at)
-        with self._conn() as conn:
-            row = conn.execute(select(*cols).where(results.c.id == job_id)).first()
-        if row is None:
-            return None
-        meta = {
-            "id": job_id,
-            "kind": row.kind,
-            "request": json.loads(row.request),
-            "finished_at": row.created_at,
-        }
-        return meta, zlib.decompress(row.body).decode()
-
-    def write_result(
-        self,
-        job_id: str,
-        *,
-        kind: str,
-        request: dict[str, Any],
-        result_raw: str,
-        owner: str | None = None,
-        expires_at: float | None = None,
-    ) -> bool:
-        """Store a finished result (compressed); the first write of an id wins. True if stored now.
-
-        ``expires_at``: default now + ``result_ttl_s`` (a share keeps it past that).
-        """
-        self._check_job_id(job_id)
-        raw = result_raw.encode()
-        now = time.time()
-        values = {
-            "id": job_id,
-            "kind": kind,
-            "request": dumps(request),
-            "body": zlib.compress(raw, COMPRESSION_LEVEL),
-            "encoding": "zlib",
-            "size": len(raw),
-            "owner": owner,
-            "created_at": now,
-            "expires_at": expires_at
-            if expires_at is not None
-            else now + self.settings.result_ttl_s,
-        }
-        with self._conn(write=True) as conn:
-            return self._insert_ignore(conn, results, values)
-
     def touch_result(self, job_id: str) -> None:
         """Restart a result's expiry clock (a share now references it)."""
         self._check_job_id(job_id)
@@ -213,6 +170,7 @@ class Store(CheckpointStore, CorpusStore):
         """Remove a persisted result."""
         self._check_job_id(job_id)
         with self._conn(write=True) as conn:
+            conn.execute(delete(result_parts).where(result_parts.c.result_id == job_id))
             conn.execute(delete(results).where(results.c.id == job_id))
 
     def stored_items(self) -> list[dict[str, Any]]:
@@ -221,7 +179,20 @@ class Store(CheckpointStore, CorpusStore):
         res_used = func.coalesce(results.c.used_at, results.c.created_at)
         ck_used = func.coalesce(checkpoints.c.used_at, checkpoints.c.created_at)
         with self._conn() as conn:
-            rows = conn.execute(select(results.c.id, func.length(results.c.body), res_used)).all()
+            kept = (
+                select(
+                    result_parts.c.result_id,
+                    func.sum(func.length(result_parts.c.data)).label("bytes"),
+                )
+                .group_by(result_parts.c.result_id)
+                .subquery()
+            )
+            size = func.length(results.c.body) + func.coalesce(kept.c.bytes, 0)
+            rows = conn.execute(
+                select(results.c.id, size, res_used).outerjoin(
+                    kept, kept.c.result_id == results.c.id
+                )
+            ).all()
             cks = conn.execute(
                 select(checkpoints.c.id, checkpoints.c.size, ck_used, checkpoints.c.meta).where(
                     checkpoints.c.state == "ready"
@@ -399,6 +370,11 @@ class Store(CheckpointStore, CorpusStore):
         expired = (results.c.expires_at < now) & ~shared
         with self._conn(write=True) as conn:
             removed = list(conn.execute(select(results.c.id).where(expired)).scalars())
+            conn.execute(
+                delete(result_parts).where(
+                    result_parts.c.result_id.in_(select(results.c.id).where(expired))
+                )
+            )
             conn.execute(delete(results).where(expired))
             conn.execute(delete(shares).where(shares.c.expires_at < now))
             conn.execute(delete(fingerprints).where(fingerprints.c.expires_at < now))

@@ -16,7 +16,7 @@ from workers.store.engine import SchemaOutOfDate, describe
 
 logger = logging.getLogger(__name__)
 
-HEAD = "0004"  # the newest migration (tests/test_store.py checks it matches the scripts)
+HEAD = "0005"  # the newest migration (tests/test_store.py checks it matches the scripts)
 SCRIPTS = Path(__file__).resolve().parent / "migrations"
 PG_LOCK = 0x68656164  # advisory lock id ("head")
 

@@ -44,6 +44,20 @@ results = Table(
     Column("used_at", Float, nullable=True),  # last read through a share or touch; NULL: created_at
 )
 
+result_parts = Table(
+    "result_parts",
+    metadata,
+    # a finished result's large sections, each compressed apart (workers/store/sections.py); no
+    # foreign key: the store deletes a result's parts with it
+    Column("result_id", String(64), primary_key=True),
+    Column("name", String(160), primary_key=True),  # the result's key, or a layer part's (``x@L3``)
+    Column("role", String(16), nullable=False),  # section | grid | layer
+    Column("seq", Integer, nullable=False),  # order among the result's keys, or the grid's layers
+    Column("data", LargeBinary, nullable=False),  # its JSON, zlib-compressed
+    Column("spans", Text, nullable=True),  # a layer part: where its per-layer values lie, JSON
+    Column("size", BigInteger, nullable=False),  # bytes of its uncompressed JSON
+)
+
 shares = Table(
     "shares",
     metadata,

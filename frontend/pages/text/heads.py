@@ -22,6 +22,7 @@ from frontend.kit.atlas_labels import Labels, atlas_labels
 from frontend.kit.data import ResultStore, int_list, int_or_none
 from frontend.kit.heads import gallery_section, head_view_key, section_layers, waiting
 from frontend.kit.page import fold, graph
+from frontend.kit.sections import gallery_page_section
 from workers.analyses.tsne.spec import HEAD_TSNE
 
 DEFAULT_THRESHOLD = 0.1
@@ -187,7 +188,8 @@ def gallery_outputs(
     maps, maps_state = (
         _maps(result, shown.get("maps"), message, labels) if with_maps else (no_update, None)
     )
-    sec = gallery_section(result)
+    # a stored result read by section: only this page's layers (frontend/kit/sections.py)
+    sec = gallery_page_section(result, layers, page or 0) or gallery_section(result)
     if sec is None and busy and (req.get("options") or {}).get("all_heads"):
         sec = G.skeleton_section(
             result

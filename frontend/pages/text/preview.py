@@ -16,13 +16,16 @@ from typing import Any
 
 from frontend.figures.gallery import first_row_points, gallery_page
 from frontend.kit.data import ResultStore, int_list, int_or_none
+from frontend.kit.sections import gallery_page_section
 
 
 def first_row_svg(
     result: dict[str, Any], *, layers: list[int] | None = None, page: int = 0
 ) -> str | None:
     """The SVG of the first row of the gallery page the view shows (None: no computed row)."""
-    gp = gallery_page(result, layers=layers, page=page)
+    # a stored result read by section: only the first row's layers (frontend/kit/sections.py)
+    sec = gallery_page_section(result, layers, page, first_row=True)
+    gp = gallery_page(result, layers=layers, page=page, section=sec)
     if isinstance(gp, str) or not gp.done:
         return None
     pts = first_row_points(gp)
