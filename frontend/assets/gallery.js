@@ -77,12 +77,8 @@
       if (done || n !== drawn) { return; }
       done = true;
       var held = late.open ? null : late.pending;  /* a stored result's figures, held for this answer */
-      if (held) { later.hold = true; }
       release();
-      afterHeatmaps(held, function () {
-        passLater();
-        window.dash_clientside.set_props("text-gallery-drawn", {data: n});
-      });
+      afterHeatmaps(held, function () { window.dash_clientside.set_props("text-gallery-drawn", {data: n}); });
     }
     (function look() {
       if (n !== drawn) { return; }
@@ -163,30 +159,8 @@
     }
   }
 
-  /* The open head's matrix and t-SNE and the head and model views after the heatmaps (store
-   * text-job-later, their input in place of text-job-late): released together, Chromium drew the
-   * four figures at once (each 0.25-0.6 s of its main thread on these cores) and the heatmaps, the
-   * page's top, came last; the views lie below the gallery. So when held figures are released
-   * (whenDrawn), text-job-later waits until the heatmaps have their data (afterHeatmaps, at most
-   * MAPS_MS); otherwise it follows text-job-late at once (a job the page sees computing)
-   * (docs/dashboard.md, "Between the first row and page done"). */
-  var later = {hold: false, pending: null};
-  function laterSections(sections) {
-    if (!later.hold) { return sections; }
-    later.pending = sections;
-    return NO();
-  }
-  function passLater() {
-    if (!later.hold) { return; }
-    later.hold = false;
-    if (later.pending !== null) {
-      window.dash_clientside.set_props("text-job-later", {data: later.pending});
-      later.pending = null;
-    }
-  }
-
   var ns = (window.dash_clientside = window.dash_clientside || {});
   ns.headscope_gallery = {jobChanged: jobChanged, viewChanged: viewChanged, answerApplied: answerApplied,
-                          lateSections: lateSections, laterSections: laterSections,
+                          lateSections: lateSections,
                           state: function () { return Object.assign({}, gate); }};
 })();

@@ -128,9 +128,8 @@ def head_attention(
 
 
 def waiting(job: list[dict[str, Any]] | None, source: dict[str, Any] | None) -> bool:
-    """Whether a text-page view that follows the store ``text-job-late`` (or ``text-job-later``)
-    waits for it: a source is set and the store is still empty, as when a stored result's link is
-    opened and its gallery is not painted yet (``assets/gallery.js``: lateSections, laterSections).
-    The store's value, when it comes, draws the view with the inputs then current (a head clicked
-    meanwhile included)."""
+    """Whether a text-page view that follows the store ``text-job-late`` waits for it: a source is
+    set and the store is still empty, as when a stored result's link is opened and its gallery is
+    not painted yet (``assets/gallery.js``: lateSections). The store's value, when it comes, draws
+    the view with the inputs then current (a head clicked meanwhile included)."""
     return job is None and bool((source or {}).get("id"))

@@ -340,7 +340,6 @@ def layout(
             heads.lines_panel(heads_state, n_heads),
             dcc.Store(id="text-source", data=source),
             dcc.Store(id="text-job-late"),  # text-job-sections, a stored result's after its gallery
-            dcc.Store(id="text-job-later"),  # and the open head's views' after its heatmaps
             dcc.Store(id="text-heatmap-key"),
             dcc.Store(id="text-head-view-key"),
             *highlight_stores("text", GRAPHS),
@@ -524,7 +523,7 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("attention-matrix-graph", "figure"),
         Output("text-kl", "children"),
         Output("text-head-view-key", "data"),
-        Input("text-job-later", "data"),
+        Input("text-job-late", "data"),
         Input("text-view-options", "value"),
         Input("text-selected", "data"),
         State("text-source", "data"),

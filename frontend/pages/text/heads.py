@@ -344,8 +344,7 @@ def _heads(head: int, extra: list[int] | None) -> list[int]:
 
 def register(app: Dash, store: ResultStore) -> None:
     """Callbacks of the every-head views (the page's poll writes ``text-job`` and ``text-job-sections``;
-    ``text-job-late`` is the latter, a stored result's once its gallery is painted, ``text-job-later``
-    once its heatmaps are drawn too: assets/gallery.js)."""
+    ``text-job-late`` is the latter, a stored result's once its gallery is painted: assets/gallery.js)."""
 
     @app.callback(
         Output("head-gallery", "figure"),
@@ -405,11 +404,6 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("text-job-late", "data"),
         Input("text-job-sections", "data"),
     )
-    app.clientside_callback(  # the open head's views and the lines after the heatmaps
-        ClientsideFunction(namespace="headscope_gallery", function_name="laterSections"),
-        Output("text-job-later", "data"),
-        Input("text-job-late", "data"),
-    )
     app.clientside_callback(
         ClientsideFunction(namespace="headscope_gallery", function_name="answerApplied"),
         Output("text-gallery-gate", "data"),
@@ -459,7 +453,7 @@ def register(app: Dash, store: ResultStore) -> None:
         Output("head-view-graph", "figure"),
         Output("model-view-graph", "figure"),
         Output("text-lines-key", "data"),
-        Input("text-job-later", "data"),
+        Input("text-job-late", "data"),
         Input("text-selected", "data"),
         Input("text-hv-heads", "value"),
         Input("text-hv-threshold", "value"),
