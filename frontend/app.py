@@ -29,7 +29,7 @@ import plotly.io as pio
 from dash import Input, Output, State, dcc, html
 
 from frontend import pages
-from frontend.kit import docs, frontdoor
+from frontend.kit import docs, frontdoor, lazygrid
 from frontend.kit.api_client import CLIENT_COOKIE, ApiClient, ApiError
 from frontend.kit.data import ResultStore, parse_query
 
@@ -54,6 +54,7 @@ PAGE_MODULES = discover_pages()
 PAGES: dict[str, ModuleType] = {m.PATH: m for m in PAGE_MODULES}
 PAGE_BY_NAME: dict[str, str] = {m.NAME: m.PATH for m in PAGE_MODULES}
 START, ROOT_WITH_QUERY = "/start", "/text"  # what "/" opens without and with a query
+GRID_PATHS = lazygrid.grid_paths(PAGE_MODULES)  # the pages that draw an AG Grid keep its bundle
 # the URL from which dcc.Graph loads plotly.js once a graph mounts (dash-renderer sets it when Dash
 # serves its files itself); the page asks for it at navigation instead (``index_string``)
 PLOTLY_JS = "_dash-component-suites/plotly/package_data/plotly.min.js"
@@ -136,7 +137,8 @@ class HeadscopeDash(dash.Dash):
     """Dash, its page without plotly.js where the page opened draws no graph: the start page (``/``
     without a query, ``/start``); ``dcc.Graph`` loads it itself on a page reached from there. A
     stored result's link (``/?analysis=ID``, ``/?share=ID``) gets its gallery's first row as a
-    picture before Dash has started (``preview_tag``)."""
+    picture before Dash has started (``preview_tag``). A page that draws no AG Grid loads its bundle
+    only once a grid is drawn (``kit/lazygrid.py``)."""
 
     def interpolate_index(self, **kwargs: Any) -> str:
         from flask import has_request_context, request
@@ -144,6 +146,8 @@ class HeadscopeDash(dash.Dash):
         page: str = super().interpolate_index(**kwargs)
         if has_request_context():
             path = request.path.rstrip("/") or "/"
+            if path not in GRID_PATHS:
+                page = lazygrid.defer_grid(page)
             if path == START or (path == "/" and not request.query_string):
                 page = page.replace(plotly_tag(self.config.requests_pathname_prefix), "")
             elif path in ("/", ROOT_WITH_QUERY):

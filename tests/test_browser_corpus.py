@@ -116,6 +116,15 @@ def test_corpus_page_table_head_joint_map_and_share(server, browser, tmp_path):
             timeout=WAIT_MS,
         )
         assert w2.page.locator("#corpus-contexts li").count() == 20
+        # the share link's page ("/?share=ID") is served without AG Grid's bundle; its stub loads the
+        # bundle once the grid is drawn, once (frontend/kit/lazygrid.py)
+        w2.page.wait_for_selector(f"{GRID} .ag-row[row-id='L1H1']", timeout=WAIT_MS)
+        assert sorted(_shown(w2.page)) == [f"L{a}H{b}" for a in range(2) for b in range(4)]
+        assert w2.page.evaluate(
+            "[window.dash_ag_grid.headscopeStub, performance.getEntriesByType('resource')"
+            ".filter((e) => e.name.includes('/dash_ag_grid/dash_ag_grid')).length,"
+            " document.querySelectorAll('script[src*=\"/dash_ag_grid/dash_ag_grid\"]').length]"
+        ) == [None, 1, 1]
         w2.shot("corpus-3-shared")
         assert not w2.problems, w2.problems
     finally:

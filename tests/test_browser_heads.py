@@ -20,7 +20,11 @@ def test_heads_page_grid_table_and_a_click_to_the_text_explorer(server, browser,
     w = Watch(browser, server, tmp_path)
     page = w.page
     try:
-        page.goto(server + "/heads")
+        # reached by the navigation from the start page, which is served without AG Grid's bundle:
+        # its stub loads the bundle once the grid is drawn (frontend/kit/lazygrid.py)
+        page.goto(server + "/start")
+        assert page.evaluate("window.dash_ag_grid.headscopeStub") is True
+        page.click("#nav-heads")
         _pick(page, "heads-model", "tiny-gpt2")
         page.fill("#heads-seqs", "3")
         page.fill("#heads-len", "8")
@@ -29,6 +33,7 @@ def test_heads_page_grid_table_and_a_click_to_the_text_explorer(server, browser,
         page.wait_for_selector(f"{GRID} .ag-row .ag-cell[col-id='label']", timeout=WAIT_MS)
         rows = page.evaluate(ROWS_JS)
         assert sorted(h for h, _ in rows) == [f"L{a}H{b}" for a in range(2) for b in range(4)]
+        assert page.evaluate("window.dash_ag_grid.headscopeStub") is None  # the real bundle now
         # the grid: one marker per head over its traces (one trace per label and confidence)
         n = page.evaluate(
             "document.querySelector('#heads-grid-graph .js-plotly-plot')._fullData"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 
@@ -146,6 +147,18 @@ def test_everything_is_served_locally(app):
     assert plotly not in index and plotly not in client.get("/start").get_data(as_text=True)
     for page in ("/?analysis=x", "/text", "/terms", "/?share=x"):
         assert client.get(page).get_data(as_text=True).count(plotly) == 1, page
+    # AG Grid's bundle only on the pages that draw a grid; elsewhere a stub that loads the same file
+    # once a grid is drawn (frontend/kit/lazygrid.py)
+    grid = re.compile(r'<script src="([^"]*/dash_ag_grid/dash_ag_grid[^"]*\.js)"></script>')
+    src = grid.search(client.get("/heads").get_data(as_text=True)).group(1)
+    for page in ("/heads", "/corpus", "/compare"):
+        html = client.get(page).get_data(as_text=True)
+        assert grid.search(html) and "headscopeStub" not in html, page
+    for page in ("/", "/start", "/?analysis=x", "/text", "/?share=x", "/causal"):
+        html = client.get(page).get_data(as_text=True)
+        assert not grid.search(html) and html.count(f"s.src = {json.dumps(src)};") == 1, page
+        assert html.index("headscopeStub") < html.index("dash_renderer"), page  # before Dash starts
+    assert client.get(src).status_code == 200
     missing = client.get("/api/shares/..%2F..%2Fetc%2Fpasswd")  # not a page: the API's 404
     assert missing.status_code == 404 and "not found" in missing.get_json()["detail"]
     css = client.get("/assets/style.css").get_data(as_text=True)
@@ -160,24 +173,31 @@ def test_corpus_table_is_an_ag_grid_that_sorts_filters_and_exports_without_depre
 
     import dash_ag_grid as dag
 
-    from frontend.app import PAGES, ResultStore, render_page
+    from frontend.app import GRID_PATHS, PAGES, ResultStore, render_page
 
     store = ResultStore(ApiClient(f"http://127.0.0.1:{_closed_port()}"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         pages = {path: render_page(store, path, "") for path in PAGES}
     assert not [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
-    stack, grids = [pages["/corpus"]], []
-    while stack:
-        c = stack.pop()
-        if isinstance(c, (list, tuple)):
-            stack.extend(c)
-            continue
-        grids += [c] if isinstance(c, dag.AgGrid) else []
-        children = getattr(c, "children", None)
-        if children is not None and not isinstance(children, str):
-            stack.append(children)
+
+    def grids_of(layout: object) -> list:
+        stack, found = [layout], []
+        while stack:
+            c = stack.pop()
+            if isinstance(c, (list, tuple)):
+                stack.extend(c)
+                continue
+            found += [c] if isinstance(c, dag.AgGrid) else []
+            children = getattr(c, "children", None)
+            if children is not None and not isinstance(children, str):
+                stack.append(children)
+        return found
+
+    grids = grids_of(pages["/corpus"])
     assert [g.id for g in grids] == ["corpus-table"]
+    # a page that lays out a grid is served with AG Grid's bundle (frontend/kit/lazygrid.py)
+    assert {path for path, layout in pages.items() if grids_of(layout)} <= GRID_PATHS
     grid = grids[0]
     assert (
         grid.defaultColDef["sortable"]

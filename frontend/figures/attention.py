@@ -103,7 +103,12 @@ def max_attention_spec(
             "name": f"layer {layer}", **gaps,
             "xaxis": f"x{suffix}", "yaxis": f"y{suffix}",
         })  # fmt: skip
-        axis = {"title": {"text": "head"}, "autorange": "reversed", "tickfont": {"size": 9}}
+        axis = {
+            "title": {"text": "head"},
+            "autorange": "reversed",
+            "tickfont": {"size": 9},
+            "ticklabeloverflow": "allow",
+        }  # as token_ticks: no measuring of each label again
         if n_heads <= 16:
             axis["dtick"] = 1
         layout[f"yaxis{suffix}"].update(axis)

@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    PYTHONPATH=. .venv/bin/python -m tests.bench.bench_stored [--model smollm2] [--tokens 452] [--repeats 2]
+    PYTHONPATH=. .venv/bin/python -m tests.bench.bench_stored [--model smollm2] [--tokens 452] [--repeats 2] [--cold]
 
 A fresh ``headscope serve`` (bundled Redis, one worker with the model preloaded, ``bench_gallery``'s
 ``start_serve``) and a headless Chromium on the text explorer. Each repeat, in one run: Analyze on a
@@ -15,7 +15,11 @@ was drawn first), the first gallery row drawn by plotly (``first``), the complet
 gallery, and the page done (the heatmaps and the complete gallery drawn, the status line says the
 result is there). Printed: each mark's seconds for the fresh computation and for each
 reopening, their ratio, the number of Dash callbacks the reopened page made and the megabytes they
-brought. The machine's load is printed with them (``os.getloadavg``): on a shared machine the
+brought. With ``--cold``, after the repeats: the serve is stopped and a new one started on the same
+data directory, whose page server has never held the results, and each repeat's analysis link is
+opened in a new browser there; then the same again (another new serve, a new browser) for the share
+links, so that a share's analysis is not held either. Each cold reopening is printed beside the same
+link's warm one (the serve that computed it) and the fresh computation. The machine's load is printed with them (``os.getloadavg``): on a shared machine the
 figures are noisy; compare within one run.
 """
 
@@ -137,12 +141,53 @@ def _s(seconds: float | None) -> str:
     return "not shown" if seconds is None else f"{seconds:.2f} s"
 
 
+def _line(name: str, new: dict, got: dict, load: float) -> str:
+    return (
+        f"fresh first row {new['first']:.2f} s, page done {new['page']:.2f} s | {name}: preview "
+        f"{_s(got['preview'])}, first row {got['first']:.2f} s, page done {got['page']:.2f} s "
+        f"(ratio to fresh {got['first'] / new['first']:.2f}, {got['page'] / new['page']:.2f}); "
+        f"{got['callbacks']} callbacks, {got['mb']:.1f} MB; load {load:.2f}"
+    )
+
+
+def cold(data: Path, links: list[tuple[str, str]], model: str, timeline: bool) -> dict[str, list]:
+    """Each ``(analysis id, share path)`` reopened on new serves of ``data``: one for the analysis
+    links, another for the share links; each link in a new browser (its own context)."""
+    from playwright.sync_api import sync_playwright
+
+    from backend.serve import stop
+
+    got: dict[str, list] = {"analysis link": [], "share link": []}
+    for name in got:
+        proc, url = start_serve(data, workers=1, model=model, threads=None)  # holds no result
+        try:
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+                for analysis, share in links:
+                    link = (
+                        f"{url}/?analysis={analysis}"
+                        if name == "analysis link"
+                        else f"{url}{share}"
+                    )
+                    got[name].append(reopen(browser, link))
+                    if timeline:
+                        print(f"cold {name} {len(got[name])}:", flush=True)
+                        print_timeline(got[name][-1])
+                browser.close()
+        finally:
+            stop(proc, grace_s=20)
+    return got
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--tokens", type=int, default=452)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--timeline", action="store_true", help="print each reopened page's callbacks")
+    ap.add_argument(
+        "--cold", action="store_true", help="also reopen each link on a new serve (holds nothing)"
+    )
     args = ap.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
@@ -151,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
 
     loaded = load_model(args.model, device="cpu")
     print(f"load average before: {os.getloadavg()}; {os.cpu_count()} CPUs", flush=True)
-    rows = []
+    rows, links = [], []
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = start_serve(Path(tmp), workers=1, model=args.model, threads=None)
         try:
@@ -169,14 +214,10 @@ def main(argv: list[str] | None = None) -> int:
                     shared = reopen(browser, f"{url}{share['url']}")
                     load = os.getloadavg()
                     rows.append((new, link, shared))
+                    links.append((analysis, share["url"]))
                     for name, got in (("analysis link", link), ("share link", shared)):
                         print(
-                            f"repeat {r + 1}, n = {args.tokens}: fresh first row {new['first']:.2f} s, page done "
-                            f"{new['page']:.2f} s | {name}: preview {_s(got['preview'])}, first row "
-                            f"{got['first']:.2f} s, page done "
-                            f"{got['page']:.2f} s (ratio to fresh {got['first'] / new['first']:.2f}, "
-                            f"{got['page'] / new['page']:.2f}); {got['callbacks']} callbacks, "
-                            f"{got['mb']:.1f} MB; load {load[0]:.2f}",
+                            f"repeat {r + 1}, n = {args.tokens}: " + _line(name, new, got, load[0]),
                             flush=True,
                         )
                         if args.timeline:
@@ -184,17 +225,39 @@ def main(argv: list[str] | None = None) -> int:
                 browser.close()
         finally:
             stop(proc, grace_s=20)
+        if args.cold:
+            time.sleep(2.0)  # the stopped serve's ports and processes gone
+            colds = cold(Path(tmp), links, args.model, args.timeline)
+            load = os.getloadavg()
+            for r, row in enumerate(rows):
+                for i, name in ((1, "analysis link"), (2, "share link")):
+                    got = colds[name][r]
+                    print(
+                        f"repeat {r + 1}, cold {name} (warm: preview {_s(row[i]['preview'])}, first row "
+                        f"{row[i]['first']:.2f} s, page done {row[i]['page']:.2f} s) | "
+                        + _line(f"cold {name}", row[0], got, load[0]),
+                        flush=True,
+                    )
+            rows = [
+                (*row, colds["analysis link"][r], colds["share link"][r])
+                for r, row in enumerate(rows)
+            ]
     med = lambda i, k: statistics.median(row[i][k] for row in rows)  # noqa: E731
 
     def pmed(i: int) -> str:
         got = [row[i]["preview"] for row in rows if row[i]["preview"] is not None]
         return _s(statistics.median(got) if got else None) + f" ({len(got)} of {len(rows)} shown)"
 
+    def link(i: int, name: str) -> str:
+        return f"{name} preview {pmed(i)}, first row {med(i, 'first'):.2f} s, page done {med(i, 'page'):.2f} s"
+
+    names = ["analysis link", "share link"] + (
+        ["cold analysis link", "cold share link"] if args.cold else []
+    )
     print(
         f"median of {len(rows)}: fresh first row {med(0, 'first'):.2f} s, page done {med(0, 'page'):.2f} s; "
-        f"analysis link preview {pmed(1)}, first row {med(1, 'first'):.2f} s, page done {med(1, 'page'):.2f} s; "
-        f"share link preview {pmed(2)}, first row {med(2, 'first'):.2f} s, page done {med(2, 'page'):.2f} s; "
-        f"load after {os.getloadavg()[0]:.2f}",
+        + "; ".join(link(i, name) for i, name in enumerate(names, start=1))
+        + f"; load after {os.getloadavg()[0]:.2f}",
         flush=True,
     )
     return 0
