@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,11 +166,13 @@ def patched_sparse(
     active: torch.Tensor,
     kwargs: list[dict[str, Any]],
     *,
+    ids: Sequence[int] | None = None,
     on_layer: Callable[[int], None] | None = None,
 ) -> torch.Tensor:
     """Logits [R, vocabulary] at the last position of R edge-patched runs, as ``SplitModel.patched``
     gives them for ``masks`` [R, n_edges] (pruned, ``plan``), computing only the ``active`` [R,
-    n_writers] (bool) nodes: ``base`` the corrupted run (one row), ``x0`` [n, d] the clean input."""
+    n_writers] (bool) nodes: ``base`` the corrupted run (one row), ``x0`` [n, d] the clean input.
+    ``ids``: only those vocabulary entries [R, len(ids)] (the metric reads two)."""
     g = model.graph
     R = masks.shape[0]
     Wn, N, d = base.writers.shape[1:]
@@ -227,15 +229,31 @@ def patched_sparse(
                 torch.add(torch.sparse.mm(s, flat).reshape(lead, k, n * d), b, out=out[:lead])
         return out
 
-    def put(rows: torch.Tensor, at: slice | int, value: torch.Tensor | None) -> None:
-        """The changes ``value`` of rows ``rows`` at writers ``at``; zero for the other rows."""
-        if len(rows) == R:
-            delta[:, at] = value
+    def put(
+        rows: torch.Tensor,
+        at: slice | int,
+        value: torch.Tensor | None = None,
+        minus: torch.Tensor | None = None,
+        keep: torch.Tensor | None = None,
+    ) -> None:
+        """The changes ``value - minus`` (times ``keep``: which of the writers run) of rows ``rows``
+        at writers ``at``; zero for the other rows."""
+        a = R - len(rows)
+        if a == R or bool(rows[0] == a):  # a suffix of the rows (they go by cost): written in place
+            delta[:a, at] = 0
+            if value is not None:
+                dst = delta[a:, at]
+                torch.sub(value, minus, out=dst)
+                if keep is not None:
+                    dst *= keep
             return
         off = torch.ones(R, dtype=torch.bool, device=delta.device)
         off[rows] = False
-        delta[off, at] = 0
+        delta[:, at].index_fill_(0, torch.nonzero(off)[:, 0], 0)
         if value is not None:
+            value = value - minus
+            if keep is not None:
+                value *= keep
             delta[:, at].index_copy_(0, rows, value)
 
     flat = delta.view(R * Wn, n * d)
@@ -256,21 +274,24 @@ def patched_sparse(
                 )
             shape = xs.new_zeros(()).expand(len(rows), 3, H, N, d)
             w = model.heads(layer, shape, kwargs[layer], got)[:, :, s0:]  # [rows, H, n, d]
-            w = w - wk[h0 : h0 + H]
             keep = on[rows, h0 : h0 + H]
-            if not bool(keep.all()):
-                w *= keep[..., None, None]
-            put(rows, slice(h0, h0 + H), w)
+            put(
+                rows,
+                slice(h0, h0 + H),
+                w,
+                wk[h0 : h0 + H],
+                None if bool(keep.all()) else keep[..., None, None],
+            )
         else:
-            put(rows, slice(h0, h0 + H), None)
+            put(rows, slice(h0, h0 + H))
         f = g.ff(layer)
         rows = torch.nonzero(active[:, f])[:, 0]
         if len(rows):
             x_ff = mix(rows, mf[layer][:, None], mk[layer]).reshape(len(rows), n, d)
-            put(rows, f, model.ff(layer, x_ff).sub_(wk[f]))
+            put(rows, f, model.ff(layer, x_ff), wk[f])
         else:
-            put(rows, f, None)
+            put(rows, f)
         if on_layer is not None:
             on_layer(layer)
     x_last = rk[g.n_layers, -1] + torch.bmm(ml[:, None], delta[:, :, -1]).reshape(R, d)
-    return model.logits(x_last)
+    return model.logits(x_last, ids)

@@ -266,9 +266,15 @@ def patched_metrics(
                     raise CancelledError("circuits on a set")
                 rows = torch.as_tensor(todo[start : start + per], device=dev)
                 logits = patched_sparse(
-                    p.model, base, p.x0_c[i], mask_t[rows], active_t[rows], p.kwargs[n]
+                    p.model,
+                    base,
+                    p.x0_c[i],
+                    mask_t[rows],
+                    active_t[rows],
+                    p.kwargs[n],
+                    ids=[p.answer[i], p.wrong[i]],
                 )
-                got = logits[:, p.answer[i]] - logits[:, p.wrong[i]]
+                got = logits[:, 0] - logits[:, 1]
                 out[todo[start : start + per], col] = got.double().cpu().numpy()
             done += 1
             progress(
