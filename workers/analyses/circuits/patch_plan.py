@@ -19,8 +19,10 @@ More exact savings: the attention norm's gain is folded into the q/k/v weights (
 copies of a reader's input are multiplied once and scaled per position after (no normed copies);
 each reader's input is written in one pass (the corrupted stream plus the mix); nothing runs before
 the first position where the clean input differs, every change being zero there in a causal model
-(the heads take the corrupted run's q/k/v at those positions); and the changes' array is not
-zero-filled (each node's slot is written once, zero where the node does not run).
+(the heads take the corrupted run's q/k/v at those positions); the changes' array is not
+zero-filled (each node's slot is written once, zero where the node does not run); a copy whose mix
+is empty (no in-circuit edge into that q, k or v) takes the corrupted run's projection, computed
+once per layer, instead of its own; and the logits are computed for the metric's two tokens only.
 """
 
 from __future__ import annotations
@@ -140,20 +142,42 @@ def folds(model: SplitModel) -> list[Fold]:
     return _FOLDS[model]
 
 
-def qkv(f: Fold, xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """q, k and v [B, n, H, dh] of the heads reading ``xs`` [B, 3, H, n, d]: the attention norm of each
-    copy and the projections, as one product over the un-normed copies then a scale per position."""
-    B, _, H, n, d = xs.shape
-    x = xs.reshape(B, 3 * H, n, d)
+def _project(f: Fold, x: torch.Tensor, at: torch.Tensor | slice) -> torch.Tensor:
+    """The normed projections [P, n, dh] of copies ``x`` [P, n, d] read by readers ``at`` (of the 3H;
+    all of them in order when a slice): one product over the un-normed copies, then a scale per
+    position."""
+    d = x.shape[-1]
     if f.c is not None:  # LayerNorm
         mean = x.mean(-1, keepdim=True)
         var = x.var(-1, unbiased=False, keepdim=True)
     else:
         var = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(d)
-    y = torch.einsum("bhnd,hed->bhne", x, f.w)
+    if isinstance(at, slice):
+        y = torch.bmm(x, f.w[at].transpose(1, 2))
+    else:  # grouped by reader (``at`` ascending): one product per reader
+        y = x.new_empty(*x.shape[:-1], f.w.shape[1])
+        counts = torch.bincount(at, minlength=f.w.shape[0]).tolist()
+        start = 0
+        for j, c in enumerate(counts):
+            if c:
+                torch.matmul(x[start : start + c], f.w[j].T, out=y[start : start + c])
+                start += c
     if f.c is not None:
-        y = y - mean * f.c[:, None]
-    y = y * torch.rsqrt(var + f.eps) + f.b[:, None]
+        y = y - mean * f.c[at][:, None]
+    return y * torch.rsqrt(var + f.eps) + f.b[at][:, None]
+
+
+def qkv(
+    f: Fold, xs: torch.Tensor, live: torch.Tensor, base: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """q, k and v [B, n, H, dh] of the heads reading ``xs`` [B, 3, H, n, d], projecting only the
+    ``live`` [B, 3H] (bool) copies; the others take ``base`` [3H, n, dh] (their mix is empty: their
+    input is the corrupted run's, whose projections these are)."""
+    B, _, H, n, d = xs.shape
+    y = base.expand(B, -1, -1, -1).contiguous()
+    j, r = torch.nonzero(live.T, as_tuple=True)  # by reader, then row
+    flat = r * (3 * H) + j
+    y.view(B * 3 * H, n, -1)[flat] = _project(f, xs.reshape(B * 3 * H, n, d)[flat], j)
     return tuple(y.view(B, 3, H, n, -1).transpose(2, 3).unbind(1))
 
 
@@ -183,7 +207,7 @@ def patched_sparse(
     s0 = min(int(differs[0, 0]) if len(differs) else N - 1, N - 1)
     n = N - s0
     wk, rk, mk = base.writers[0, :, s0:], base.resid[0, :, s0:], base.mid[0, :, s0:]
-    rk_pre = base.resid[0, :, :s0]
+    rk_all = base.resid[0]
     mh, mf, ml = g.blocks(masks.to(wk.dtype))
     on = active.to(wk.dtype)
     # every node's slot is written below (zero where it does not run)
@@ -265,9 +289,13 @@ def patched_sparse(
             up = g.up_heads(layer)
             m = mh[layer].reshape(R, 3 * H, up)
             xs = mix(rows, m, rk[layer]).reshape(len(rows), 3, H, n, d)
-            got = qkv(fold[layer], xs)
+            # the corrupted run's projections at every position: the copies whose mix is empty
+            # take them, and every copy before s0
+            kept = _project(fold[layer], rk_all[layer].expand(3 * H, N, d), slice(None))
+            live = (m[rows] != 0).any(-1)
+            got = qkv(fold[layer], xs, live, kept[:, s0:])
             if s0:
-                pre = qkv(fold[layer], rk_pre[layer].expand(1, 3, H, s0, d))
+                pre = kept[:, :s0].reshape(1, 3, H, s0, -1).transpose(2, 3).unbind(1)
                 got = tuple(
                     torch.cat([a.expand(len(rows), -1, -1, -1), b], 1)
                     for a, b in zip(pre, got, strict=True)
