@@ -35,7 +35,8 @@ def flops(p, how) -> dict[str, float]:  # type: ignore[no-untyped-def]
     each product; norms and element-wise passes left out): per layer the q/k/v projections of the copies
     of each running row's input, attention and W_O, the feed-forward, and the mix (dense rows:
     every writer below; sparse rows: in-circuit edges only), from the first position that differs; the
-    q/k/v only of the copies with a non-empty mix, plus the corrupted run's once per layer."""
+    q/k/v only of the copies with a non-empty mix, plus the corrupted run's once per layer; a
+    feed-forward with no path to the logits through a key or value at the last position only."""
     from workers.analyses.circuits.patch_plan import DENSE
 
     g = p.model.graph
@@ -76,7 +77,8 @@ def flops(p, how) -> dict[str, float]:  # type: ignore[no-untyped-def]
                         4 * H * N * n * dh + 2 * H * n * dh * d
                     )
                 else:
-                    out["feed-forward"] += 2 * len(rows) * n * mlp
+                    one = int(how.last[todo][rows, g.ff(layer)].sum())  # at the last position only
+                    out["feed-forward"] += 2 * ((len(rows) - one) * n + one) * mlp
     return {key: v / fwd for key, v in out.items()}
 
 

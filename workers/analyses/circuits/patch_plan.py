@@ -46,13 +46,38 @@ DENSE = 0.1  # above this share of in-circuit edges a row's mix is a dense produ
 class Plan:
     """Masks [R, n_edges] (bool) pruned to the edges on a path from the input to the logits, each row's
     active writers [R, n_writers] (the input always: it is the clean one), which rows are the corrupted
-    run (no edge left) and which the clean run (every edge), and an order of rows by cost."""
+    run (no edge left) and which the clean run (every edge), an order of rows by cost, and which active
+    writers reach the logits only at the last position ``last`` [R, n_writers] (``last_only``)."""
 
     masks: np.ndarray
     active: np.ndarray
     empty: np.ndarray
     full: np.ndarray
     order: np.ndarray
+    last: np.ndarray
+
+
+def last_only(
+    graph: Graph, masks: np.ndarray, active: np.ndarray, coupled: bool = False
+) -> np.ndarray:
+    """Which ``active`` writers [R, n_writers] of the pruned circuits ``masks`` [R, n_edges] have no
+    in-circuit path to the logits through a key or value: a query's, a feed-forward's and the logits'
+    inputs at a position move only that position, so such a writer moves the logits (read at the last
+    position) only through its own last position; its change elsewhere can be anything."""
+    R, W, H = masks.shape[0], graph.n_writers, graph.n_heads
+    heads, ffs, logits, _ = graph.starts
+    need = np.zeros((R, W), dtype=bool)  # reaches the logits through a key or value: every position
+    for layer in range(graph.n_layers - 1, -1, -1):
+        f, h0 = graph.ff(layer), graph.head(layer, 0)
+        up_f, up_h = graph.up_ff(layer), graph.up_heads(layer)
+        m_f = masks[:, ffs[layer] : ffs[layer] + up_f]
+        need[:, :up_f] |= m_f & need[:, f : f + 1]
+        m_h = masks[:, heads[layer] : ffs[layer]].reshape(R, 3, H, up_h)
+        q_need = need[:, h0 : h0 + H]
+        if coupled:  # the heads share a norm: one head's change at a position is all of theirs
+            q_need = q_need | q_need.any(1, keepdims=True)
+        need[:, :up_h] |= m_h[:, 1:].any((1, 2)) | (m_h[:, 0] & q_need[:, :, None]).any(1)
+    return active & ~need
 
 
 def paths(
@@ -103,7 +128,7 @@ def plan(graph: Graph, masks: np.ndarray, coupled: bool = False) -> Plan:
     full = masks.all(axis=1)
     empty = ~pruned.any(axis=1) & ~full
     order = np.argsort(active.sum(axis=1), kind="stable")
-    return Plan(pruned, active, empty, full, order)
+    return Plan(pruned, active, empty, full, order, last_only(graph, pruned, active, coupled))
 
 
 @dataclass
@@ -191,12 +216,14 @@ def patched_sparse(
     kwargs: list[dict[str, Any]],
     *,
     ids: Sequence[int] | None = None,
+    last: torch.Tensor | None = None,
     on_layer: Callable[[int], None] | None = None,
 ) -> torch.Tensor:
     """Logits [R, vocabulary] at the last position of R edge-patched runs, as ``SplitModel.patched``
     gives them for ``masks`` [R, n_edges] (pruned, ``plan``), computing only the ``active`` [R,
     n_writers] (bool) nodes: ``base`` the corrupted run (one row), ``x0`` [n, d] the clean input.
-    ``ids``: only those vocabulary entries [R, len(ids)] (the metric reads two)."""
+    ``ids``: only those vocabulary entries [R, len(ids)] (the metric reads two). ``last`` [R,
+    n_writers] (bool; ``Plan.last``): feed-forwards run only at the last position there."""
     g = model.graph
     R = masks.shape[0]
     Wn, N, d = base.writers.shape[1:]
@@ -316,7 +343,15 @@ def patched_sparse(
         rows = torch.nonzero(active[:, f])[:, 0]
         if len(rows):
             x_ff = mix(rows, mf[layer][:, None], mk[layer]).reshape(len(rows), n, d)
-            put(rows, f, model.ff(layer, x_ff), wk[f])
+            one = None if last is None or n == 1 else last[rows, f]
+            if one is None or not bool(one.any()):
+                put(rows, f, model.ff(layer, x_ff), wk[f])
+            else:  # only the last position moves the logits: the change is zero before it
+                y = wk[f].expand(len(rows), n, d).clone()
+                y[one, -1:] = model.ff(layer, x_ff[one, -1:])
+                if not bool(one.all()):
+                    y[~one] = model.ff(layer, x_ff[~one])
+                put(rows, f, y, wk[f])
         else:
             put(rows, f)
         if on_layer is not None:
