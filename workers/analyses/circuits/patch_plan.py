@@ -22,7 +22,9 @@ the first position where the clean input differs, every change being zero there 
 (the heads take the corrupted run's q/k/v at those positions); the changes' array is not
 zero-filled (each node's slot is written once, zero where the node does not run); a copy whose mix
 is empty (no in-circuit edge into that q, k or v) takes the corrupted run's projection, computed
-once per layer, instead of its own; and the logits are computed for the metric's two tokens only.
+once per layer, instead of its own; a feed-forward with no in-circuit path to the logits through a
+key or value runs at the last position only (``last_only``); and the logits are computed for the
+metric's two tokens only.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def last_only(
     inputs at a position move only that position, so such a writer moves the logits (read at the last
     position) only through its own last position; its change elsewhere can be anything."""
     R, W, H = masks.shape[0], graph.n_writers, graph.n_heads
-    heads, ffs, logits, _ = graph.starts
+    heads, ffs, _, _ = graph.starts
     need = np.zeros((R, W), dtype=bool)  # reaches the logits through a key or value: every position
     for layer in range(graph.n_layers - 1, -1, -1):
         f, h0 = graph.ff(layer), graph.head(layer, 0)
