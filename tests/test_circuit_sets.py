@@ -200,6 +200,8 @@ def test_the_sparse_evaluation_is_the_plain_one(lms, fam):
     how = plan(p.model.graph, masks, coupled)
     assert how.empty.any() and not how.empty.all() and how.full.sum() == len(orders)
     assert (how.masks <= masks).all() and how.masks.sum() < masks.sum()
+    # some feed-forwards ran at the last position only (no path to the logits through a key/value)
+    assert how.last.any() and (how.last <= how.active).all() and not how.last[how.active].all()
 
 
 def test_the_evaluation_runs_in_bfloat16(lms):

@@ -14,6 +14,8 @@ stage; wall-clock ratios printed too):
   and |score|; k = 1 is the clean run) plus R = 5 random circuits (target <= 40 more);
 - the same against forwards of one text at a time (the baseline of tests/bench/bench_circuits.py);
 - how many circuits are the corrupted run once pruned and what share of the nodes runs;
+- the evaluation's arithmetic (``flops``: the products ``patch_plan.patched_sparse`` does for these
+  circuits, by kind, over the plain forward's), a figure the machine's load does not move;
 - the peak resident memory and the per-example score array's size.
 """
 
@@ -25,6 +27,59 @@ import time
 
 import numpy as np
 import torch
+
+
+def flops(p, how) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Floating-point operations of the evaluation of the planned circuits ``how`` (``patch_plan.plan``)
+    on every example of ``p``, by kind, in plain forwards of the same examples (2 per multiply-add of
+    each product; norms and element-wise passes left out): per layer the q/k/v projections of the copies
+    of each running row's input, attention and W_O, the feed-forward, and the mix (dense rows:
+    every writer below; sparse rows: in-circuit edges only), from the first position that differs; the
+    q/k/v only of the copies with a non-empty mix, plus the corrupted run's once per layer; a
+    feed-forward with no path to the logits through a key or value at the last position only."""
+    from workers.analyses.circuits.patch_plan import DENSE
+
+    g = p.model.graph
+    L, H = g.n_layers, g.n_heads
+    todo = [int(r) for r in how.order if not (how.empty[r] or how.full[r])]
+    act = how.active[todo]
+    R = len(todo)
+    mh, mf, _ = g.blocks(torch.as_tensor(how.masks[todo]))
+    part = p.model.parts[0]
+    dh, d = part.wq.shape[1:]
+    mlp = sum(w.numel() for w in part.mlp.parameters() if w.dim() == 2)
+    attn = sum(w.numel() for w in part.attn.parameters() if w.dim() == 2)
+    out = {"q/k/v": 0.0, "attention and W_O": 0.0, "feed-forward": 0.0, "mix": 0.0}
+    fwd = 0.0
+    for x_c, x_k in zip(p.x0_c, p.x0_k, strict=True):
+        N = x_c.shape[0]
+        differs = torch.nonzero((x_c != x_k).any(-1))
+        n = N - (int(differs[0, 0]) if len(differs) else N - 1)
+        fwd += L * (2 * N * (attn + mlp) + 4 * H * N * N * dh)
+        for layer in range(L):
+            h0 = g.head(layer, 0)
+            for m, run in (
+                (mh[layer].reshape(R, 3 * H, -1).numpy(), act[:, h0 : h0 + H].any(1)),
+                (mf[layer][:, None].numpy(), act[:, g.ff(layer)]),
+            ):
+                rows = np.flatnonzero(run)
+                if not len(rows):
+                    continue
+                k, up = m.shape[1:]
+                nnz = (m[rows] != 0).sum((1, 2))
+                dense = nnz > DENSE * k * up
+                cut = int(rows[dense].min()) if dense.any() else R
+                out["mix"] += 2 * n * d * ((R - cut) * k * up + int(nnz[rows < cut].sum()))
+                if k > 1:
+                    live = int((m[rows] != 0).any(-1).sum())  # copies with a mix; the others
+                    out["q/k/v"] += 2 * (live * n + k * N) * d * dh  # take the corrupted run's
+                    out["attention and W_O"] += len(rows) * (
+                        4 * H * N * n * dh + 2 * H * n * dh * d
+                    )
+                else:
+                    one = int(how.last[todo][rows, g.ff(layer)].sum())  # at the last position only
+                    out["feed-forward"] += 2 * ((len(rows) - one) * n + one) * mlp
+    return {key: v / fwd for key, v in out.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"of the {masks.shape[0]} circuits {int(how.empty.sum())} are the corrupted run once pruned; "
         f"{how.active[:, 1:].mean():.0%} of the nodes run (patch_plan: only what can move the logits)"
+    )
+    fl = flops(p, how)
+    print(
+        f"the evaluation's arithmetic, forward-equivalents per example: {sum(fl.values()):.1f} ("
+        + ", ".join(f"{k} {v:.1f}" for k, v in fl.items())
+        + ")"
     )
     print(
         f"per-example scores: {raw.numel() * raw.element_size() / 2**20:.0f} MiB; peak resident {peak:.0f} MiB"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -132,6 +133,14 @@ class Unembedding:
         model caps them (``c * tanh(z / c)``, Gemma 2) where it does."""
         out = normed @ self.weight.T
         out = out if self.bias is None else out + self.bias
+        return out if self.softcap is None else (out / self.softcap).tanh() * self.softcap
+
+    def logits_of(self, normed: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
+        """``logits(normed)[..., ids]`` [..., len(ids)], soft-capped as ``logits``, computing only
+        those vocabulary entries."""
+        at = list(ids)
+        out = normed @ self.weight[at].T
+        out = out if self.bias is None else out + self.bias[at]
         return out if self.softcap is None else (out / self.softcap).tanh() * self.softcap
 
     def logit_of(self, normed: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ arguments (mask, rotary tables) are the model's own, captured by a forward whose
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -405,9 +405,11 @@ class SplitModel:
         out = out[0] if isinstance(out, tuple) else out
         return p.post_ff(out) if p.post_ff is not None else out
 
-    def logits(self, x_last: torch.Tensor) -> torch.Tensor:
-        """Logits [B, vocabulary] of the final norm's input at the last position ``x_last`` [B, d]."""
-        return self.unembed.logits(self.norm(x_last[:, None])[:, 0])
+    def logits(self, x_last: torch.Tensor, ids: Sequence[int] | None = None) -> torch.Tensor:
+        """Logits [B, vocabulary] of the final norm's input at the last position ``x_last`` [B, d];
+        with ``ids`` only those vocabulary entries [B, len(ids)]."""
+        normed = self.norm(x_last[:, None])[:, 0]
+        return self.unembed.logits(normed) if ids is None else self.unembed.logits_of(normed, ids)
 
     # ------------------------------------------------------------------ the two runs
     def plain(

@@ -19,15 +19,19 @@ More exact savings: the attention norm's gain is folded into the q/k/v weights (
 copies of a reader's input are multiplied once and scaled per position after (no normed copies);
 each reader's input is written in one pass (the corrupted stream plus the mix); nothing runs before
 the first position where the clean input differs, every change being zero there in a causal model
-(the heads take the corrupted run's q/k/v at those positions); and the changes' array is not
-zero-filled (each node's slot is written once, zero where the node does not run).
+(the heads take the corrupted run's q/k/v at those positions); the changes' array is not
+zero-filled (each node's slot is written once, zero where the node does not run); a copy whose mix
+is empty (no in-circuit edge into that q, k or v) takes the corrupted run's projection, computed
+once per layer, instead of its own; a feed-forward with no in-circuit path to the logits through a
+key or value runs at the last position only (``last_only``); and the logits are computed for the
+metric's two tokens only.
 """
 
 from __future__ import annotations
 
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,13 +48,38 @@ DENSE = 0.1  # above this share of in-circuit edges a row's mix is a dense produ
 class Plan:
     """Masks [R, n_edges] (bool) pruned to the edges on a path from the input to the logits, each row's
     active writers [R, n_writers] (the input always: it is the clean one), which rows are the corrupted
-    run (no edge left) and which the clean run (every edge), and an order of rows by cost."""
+    run (no edge left) and which the clean run (every edge), an order of rows by cost, and which active
+    writers reach the logits only at the last position ``last`` [R, n_writers] (``last_only``)."""
 
     masks: np.ndarray
     active: np.ndarray
     empty: np.ndarray
     full: np.ndarray
     order: np.ndarray
+    last: np.ndarray
+
+
+def last_only(
+    graph: Graph, masks: np.ndarray, active: np.ndarray, coupled: bool = False
+) -> np.ndarray:
+    """Which ``active`` writers [R, n_writers] of the pruned circuits ``masks`` [R, n_edges] have no
+    in-circuit path to the logits through a key or value: a query's, a feed-forward's and the logits'
+    inputs at a position move only that position, so such a writer moves the logits (read at the last
+    position) only through its own last position; its change elsewhere can be anything."""
+    R, W, H = masks.shape[0], graph.n_writers, graph.n_heads
+    heads, ffs, _, _ = graph.starts
+    need = np.zeros((R, W), dtype=bool)  # reaches the logits through a key or value: every position
+    for layer in range(graph.n_layers - 1, -1, -1):
+        f, h0 = graph.ff(layer), graph.head(layer, 0)
+        up_f, up_h = graph.up_ff(layer), graph.up_heads(layer)
+        m_f = masks[:, ffs[layer] : ffs[layer] + up_f]
+        need[:, :up_f] |= m_f & need[:, f : f + 1]
+        m_h = masks[:, heads[layer] : ffs[layer]].reshape(R, 3, H, up_h)
+        q_need = need[:, h0 : h0 + H]
+        if coupled:  # the heads share a norm: one head's change at a position is all of theirs
+            q_need = q_need | q_need.any(1, keepdims=True)
+        need[:, :up_h] |= m_h[:, 1:].any((1, 2)) | (m_h[:, 0] & q_need[:, :, None]).any(1)
+    return active & ~need
 
 
 def paths(
@@ -101,7 +130,7 @@ def plan(graph: Graph, masks: np.ndarray, coupled: bool = False) -> Plan:
     full = masks.all(axis=1)
     empty = ~pruned.any(axis=1) & ~full
     order = np.argsort(active.sum(axis=1), kind="stable")
-    return Plan(pruned, active, empty, full, order)
+    return Plan(pruned, active, empty, full, order, last_only(graph, pruned, active, coupled))
 
 
 @dataclass
@@ -140,20 +169,42 @@ def folds(model: SplitModel) -> list[Fold]:
     return _FOLDS[model]
 
 
-def qkv(f: Fold, xs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """q, k and v [B, n, H, dh] of the heads reading ``xs`` [B, 3, H, n, d]: the attention norm of each
-    copy and the projections, as one product over the un-normed copies then a scale per position."""
-    B, _, H, n, d = xs.shape
-    x = xs.reshape(B, 3 * H, n, d)
+def _project(f: Fold, x: torch.Tensor, at: torch.Tensor | slice) -> torch.Tensor:
+    """The normed projections [P, n, dh] of copies ``x`` [P, n, d] read by readers ``at`` (of the 3H;
+    all of them in order when a slice): one product over the un-normed copies, then a scale per
+    position."""
+    d = x.shape[-1]
     if f.c is not None:  # LayerNorm
         mean = x.mean(-1, keepdim=True)
         var = x.var(-1, unbiased=False, keepdim=True)
     else:
         var = torch.linalg.vector_norm(x, dim=-1, keepdim=True).square_().div_(d)
-    y = torch.einsum("bhnd,hed->bhne", x, f.w)
+    if isinstance(at, slice):
+        y = torch.bmm(x, f.w[at].transpose(1, 2))
+    else:  # grouped by reader (``at`` ascending): one product per reader
+        y = x.new_empty(*x.shape[:-1], f.w.shape[1])
+        counts = torch.bincount(at, minlength=f.w.shape[0]).tolist()
+        start = 0
+        for j, c in enumerate(counts):
+            if c:
+                torch.matmul(x[start : start + c], f.w[j].T, out=y[start : start + c])
+                start += c
     if f.c is not None:
-        y = y - mean * f.c[:, None]
-    y = y * torch.rsqrt(var + f.eps) + f.b[:, None]
+        y = y - mean * f.c[at][:, None]
+    return y * torch.rsqrt(var + f.eps) + f.b[at][:, None]
+
+
+def qkv(
+    f: Fold, xs: torch.Tensor, live: torch.Tensor, base: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """q, k and v [B, n, H, dh] of the heads reading ``xs`` [B, 3, H, n, d], projecting only the
+    ``live`` [B, 3H] (bool) copies; the others take ``base`` [3H, n, dh] (their mix is empty: their
+    input is the corrupted run's, whose projections these are)."""
+    B, _, H, n, d = xs.shape
+    y = base.expand(B, -1, -1, -1).contiguous()
+    j, r = torch.nonzero(live.T, as_tuple=True)  # by reader, then row
+    flat = r * (3 * H) + j
+    y.view(B * 3 * H, n, -1)[flat] = _project(f, xs.reshape(B * 3 * H, n, d)[flat], j)
     return tuple(y.view(B, 3, H, n, -1).transpose(2, 3).unbind(1))
 
 
@@ -166,11 +217,15 @@ def patched_sparse(
     active: torch.Tensor,
     kwargs: list[dict[str, Any]],
     *,
+    ids: Sequence[int] | None = None,
+    last: torch.Tensor | None = None,
     on_layer: Callable[[int], None] | None = None,
 ) -> torch.Tensor:
     """Logits [R, vocabulary] at the last position of R edge-patched runs, as ``SplitModel.patched``
     gives them for ``masks`` [R, n_edges] (pruned, ``plan``), computing only the ``active`` [R,
-    n_writers] (bool) nodes: ``base`` the corrupted run (one row), ``x0`` [n, d] the clean input."""
+    n_writers] (bool) nodes: ``base`` the corrupted run (one row), ``x0`` [n, d] the clean input.
+    ``ids``: only those vocabulary entries [R, len(ids)] (the metric reads two). ``last`` [R,
+    n_writers] (bool; ``Plan.last``): feed-forwards run only at the last position there."""
     g = model.graph
     R = masks.shape[0]
     Wn, N, d = base.writers.shape[1:]
@@ -181,7 +236,7 @@ def patched_sparse(
     s0 = min(int(differs[0, 0]) if len(differs) else N - 1, N - 1)
     n = N - s0
     wk, rk, mk = base.writers[0, :, s0:], base.resid[0, :, s0:], base.mid[0, :, s0:]
-    rk_pre = base.resid[0, :, :s0]
+    rk_all = base.resid[0]
     mh, mf, ml = g.blocks(masks.to(wk.dtype))
     on = active.to(wk.dtype)
     # every node's slot is written below (zero where it does not run)
@@ -227,15 +282,31 @@ def patched_sparse(
                 torch.add(torch.sparse.mm(s, flat).reshape(lead, k, n * d), b, out=out[:lead])
         return out
 
-    def put(rows: torch.Tensor, at: slice | int, value: torch.Tensor | None) -> None:
-        """The changes ``value`` of rows ``rows`` at writers ``at``; zero for the other rows."""
-        if len(rows) == R:
-            delta[:, at] = value
+    def put(
+        rows: torch.Tensor,
+        at: slice | int,
+        value: torch.Tensor | None = None,
+        minus: torch.Tensor | None = None,
+        keep: torch.Tensor | None = None,
+    ) -> None:
+        """The changes ``value - minus`` (times ``keep``: which of the writers run) of rows ``rows``
+        at writers ``at``; zero for the other rows."""
+        a = R - len(rows)
+        if a == R or bool(rows[0] == a):  # a suffix of the rows (they go by cost): written in place
+            delta[:a, at] = 0
+            if value is not None:
+                dst = delta[a:, at]
+                torch.sub(value, minus, out=dst)
+                if keep is not None:
+                    dst *= keep
             return
         off = torch.ones(R, dtype=torch.bool, device=delta.device)
         off[rows] = False
-        delta[off, at] = 0
+        delta[:, at].index_fill_(0, torch.nonzero(off)[:, 0], 0)
         if value is not None:
+            value = value - minus
+            if keep is not None:
+                value *= keep
             delta[:, at].index_copy_(0, rows, value)
 
     flat = delta.view(R * Wn, n * d)
@@ -247,30 +318,45 @@ def patched_sparse(
             up = g.up_heads(layer)
             m = mh[layer].reshape(R, 3 * H, up)
             xs = mix(rows, m, rk[layer]).reshape(len(rows), 3, H, n, d)
-            got = qkv(fold[layer], xs)
+            # the corrupted run's projections at every position: the copies whose mix is empty
+            # take them, and every copy before s0
+            kept = _project(fold[layer], rk_all[layer].expand(3 * H, N, d), slice(None))
+            live = (m[rows] != 0).any(-1)
+            got = qkv(fold[layer], xs, live, kept[:, s0:])
             if s0:
-                pre = qkv(fold[layer], rk_pre[layer].expand(1, 3, H, s0, d))
+                pre = kept[:, :s0].reshape(1, 3, H, s0, -1).transpose(2, 3).unbind(1)
                 got = tuple(
                     torch.cat([a.expand(len(rows), -1, -1, -1), b], 1)
                     for a, b in zip(pre, got, strict=True)
                 )
             shape = xs.new_zeros(()).expand(len(rows), 3, H, N, d)
             w = model.heads(layer, shape, kwargs[layer], got)[:, :, s0:]  # [rows, H, n, d]
-            w = w - wk[h0 : h0 + H]
             keep = on[rows, h0 : h0 + H]
-            if not bool(keep.all()):
-                w *= keep[..., None, None]
-            put(rows, slice(h0, h0 + H), w)
+            put(
+                rows,
+                slice(h0, h0 + H),
+                w,
+                wk[h0 : h0 + H],
+                None if bool(keep.all()) else keep[..., None, None],
+            )
         else:
-            put(rows, slice(h0, h0 + H), None)
+            put(rows, slice(h0, h0 + H))
         f = g.ff(layer)
         rows = torch.nonzero(active[:, f])[:, 0]
         if len(rows):
             x_ff = mix(rows, mf[layer][:, None], mk[layer]).reshape(len(rows), n, d)
-            put(rows, f, model.ff(layer, x_ff).sub_(wk[f]))
+            one = None if last is None or n == 1 else last[rows, f]
+            if one is None or not bool(one.any()):
+                put(rows, f, model.ff(layer, x_ff), wk[f])
+            else:  # only the last position moves the logits: the change is zero before it
+                y = wk[f].expand(len(rows), n, d).clone()
+                y[one, -1:] = model.ff(layer, x_ff[one, -1:])
+                if not bool(one.all()):
+                    y[~one] = model.ff(layer, x_ff[~one])
+                put(rows, f, y, wk[f])
         else:
-            put(rows, f, None)
+            put(rows, f)
         if on_layer is not None:
             on_layer(layer)
     x_last = rk[g.n_layers, -1] + torch.bmm(ml[:, None], delta[:, :, -1]).reshape(R, d)
-    return model.logits(x_last)
+    return model.logits(x_last, ids)

@@ -245,6 +245,7 @@ def patched_metrics(
     how = plan(g, np.asarray(masks, dtype=bool), coupled)
     mask_t = torch.as_tensor(how.masks, dtype=dtype, device=dev)
     active_t = torch.as_tensor(how.active, device=dev)
+    last_t = torch.as_tensor(how.last, device=dev)
     todo = [int(r) for r in how.order if not (how.empty[r] or how.full[r])]
     out = np.zeros((masks.shape[0], len(index)))
     m_c, m_k = np.zeros(len(index)), np.zeros(len(index))
@@ -266,9 +267,16 @@ def patched_metrics(
                     raise CancelledError("circuits on a set")
                 rows = torch.as_tensor(todo[start : start + per], device=dev)
                 logits = patched_sparse(
-                    p.model, base, p.x0_c[i], mask_t[rows], active_t[rows], p.kwargs[n]
+                    p.model,
+                    base,
+                    p.x0_c[i],
+                    mask_t[rows],
+                    active_t[rows],
+                    p.kwargs[n],
+                    ids=[p.answer[i], p.wrong[i]],
+                    last=last_t[rows],
                 )
-                got = logits[:, p.answer[i]] - logits[:, p.wrong[i]]
+                got = logits[:, 0] - logits[:, 1]
                 out[todo[start : start + per], col] = got.double().cpu().numpy()
             done += 1
             progress(
