@@ -279,3 +279,84 @@ def test_a_stored_result_reads_each_section_once_and_two_side_by_side():
         "tokens": ["x"],
         **{k: {"name": k} for k in "abc"},
     }
+    calls.clear()  # read ahead: once per result, in order, what is held not read again
+    ahead = StoredResult({}, ["a", "b"], lambda n: calls.append(n) or {k: k for k in n})  # type: ignore[func-returns-value]
+    assert ahead["b"] == "b"
+    started = ahead.read_ahead([["a"], ["b"], ["nope"]])
+    assert started is not None and ahead.read_ahead([["a"]]) is None
+    started.join(5)
+    assert calls == [["b"], ["a"]] and ahead.loaded("a")
+
+
+def test_the_text_page_reads_a_stored_results_late_sections_ahead_once_its_gallery_is_answered(
+    redis_server, tmp_path
+):
+    """A reopened link on a new page server: the gallery's answer reads its page's layers; then the
+    sections the page draws next (max-attention first, then every head's gallery) are read in a
+    thread, each once, and the heatmaps' callback that follows reads nothing (docs/dashboard.md,
+    "A stored result read ahead")."""
+    import threading
+
+    from fastapi.testclient import TestClient
+    from redis import Redis
+
+    from backend.app import create_app
+    from frontend.app import create_dash_app
+    from frontend.kit.api_client import ApiClient
+
+    settings = Settings(data_dir=tmp_path / "api", redis_url=redis_server, rate_limit_writes=0)
+    app = create_app(settings, redis=Redis.from_url(redis_server), background=False, frontend=False)
+    whole = result()
+    whole["head-tsne-all"] = grid(n_layers=6, n_heads=12, n=30)
+    reads: list[str] = []
+
+    def post(dash: object, output: str, inputs: list, state: list) -> dict:
+        out = dash.server.test_client().post(  # type: ignore[attr-defined]
+            "/_dash-update-component",
+            json={"output": output, "inputs": inputs, "state": state, "outputs": [
+                      dict(zip(("id", "property"), o.split("."), strict=True))
+                      for o in output.strip(".").split("...")],
+                  "changedPropIds": [f"{inputs[0]['id']}.{inputs[0]['property']}"]},
+        )  # fmt: skip
+        assert out.status_code == 200, out.data[-500:]
+        return out.get_json()
+
+    def value(id_: str, prop: str, v: object) -> dict:
+        return {"id": id_, "property": prop, "value": v}
+
+    with TestClient(app) as c:
+
+        class Client(ApiClient):
+            def _request(self, method, path, **kw):  # type: ignore[no-untyped-def]
+                r = c.request(method, path, **kw)
+                if (kw.get("params") or {}).get("sections"):  # a section read
+                    reads.append(kw["params"]["sections"])
+                return r.json()
+
+        app.state.store.write_result(
+            JOB, kind="analysis", request={"t": 1}, result_raw=json.dumps(whole)
+        )
+        dash = create_dash_app("http://api", client=Client("http://api"))
+        source = {"kind": "analysis", "id": JOB}
+        post(
+            dash,
+            "..head-gallery.figure...text-gallery-page.options...text-gallery-page.value"
+            "...text-gallery-key.data..",
+            [value("text-gallery-tick", "data", 1)],
+            [value("text-layers", "value", None), value("text-gallery-page", "value", 0),
+             value("text-source", "data", source), value("text-gallery-key", "data", None),
+             value("text-job", "data", None)],
+        )  # fmt: skip
+        for t in [t for t in threading.enumerate() if t.name == "read-ahead"]:
+            t.join(30)
+        assert reads[0] == "head-tsne-all@L0" and reads[-2:] == ["max-attention", "head-tsne-all"]
+        assert len(reads) == len(set(reads)), reads  # each once
+        n_reads = len(reads)
+        post(
+            dash,
+            "..max-attention-graph.figure...text-heatmap-key.data..",
+            [value("text-job-late", "data", None), value("text-reduction", "value", "max"),
+             value("text-layers", "value", None)],
+            [value("text-source", "data", source), value("text-heatmap-key", "data", None)],
+        )  # fmt: skip
+        assert len(reads) == n_reads  # read already: no second download

@@ -39,6 +39,7 @@ class StoredResult(dict):
         self._lock = threading.Lock()
         self._parts: dict[str, Any] = {}  # layer parts read (layer_section)
         self._reading: dict[str, threading.Event] = {}  # names being read, set once read
+        self._ahead: threading.Thread | None = None  # read_ahead's thread, once started
 
     # ------------------------------------------------------------------ the mapping, sections on demand
     def fetch(self, names: Iterable[str]) -> None:
@@ -80,6 +81,30 @@ class StoredResult(dict):
             for e in waits.values():
                 e.wait()
             if not waits:
+                return
+
+    def read_ahead(self, groups: Iterable[Iterable[str]]) -> threading.Thread | None:
+        """Read ``groups`` of sections, one request a group in their order, in a thread: what the
+        page will draw next read while the browser draws what it has (docs/dashboard.md, "A stored
+        result read ahead"). Once per result (None after the first call); a section read or being
+        read by a callback meanwhile is not read again (``fetch``)."""
+        todo = [[n for n in g if n in self._known] for g in groups]
+        with self._lock:
+            if self._ahead is not None:
+                return None
+            self._ahead = threading.Thread(
+                target=self._read_groups, args=([g for g in todo if g],), name="read-ahead"
+            )
+            self._ahead.daemon = True
+        self._ahead.start()
+        return self._ahead
+
+    def _read_groups(self, groups: list[list[str]]) -> None:
+        for names in groups:
+            try:
+                self.fetch(names)
+            except Exception:  # the callbacks read it themselves, as before
+                logger.exception("reading %s of a stored result ahead failed", names)
                 return
 
     def loaded(self, key: str) -> bool:

@@ -22,11 +22,15 @@ from frontend.kit.atlas_labels import Labels, atlas_labels
 from frontend.kit.data import ResultStore, int_list, int_or_none
 from frontend.kit.heads import gallery_section, head_view_key, section_layers, waiting
 from frontend.kit.page import fold, graph
-from frontend.kit.sections import gallery_page_section
-from workers.analyses.tsne.spec import HEAD_TSNE
+from frontend.kit.sections import StoredResult, gallery_page_section
+from workers.analyses.attention.spec import MAX_ATTENTION
+from workers.analyses.tsne.spec import ALL_HEADS, HEAD_TSNE, HIDDEN_TSNE
 
 DEFAULT_THRESHOLD = 0.1
 GRAPHS = ["head-gallery", "head-view-graph", "model-view-graph"]
+# a stored result's sections that the page's callbacks read once its gallery is drawn (heatmaps,
+# the open head's views, every head's maps and the model view), in the order they are read ahead
+LATE_SECTIONS = (MAX_ATTENTION, HEAD_TSNE, HIDDEN_TSNE, ALL_HEADS)
 
 
 def view_state(view: dict[str, Any], *, layer: int | None, head: int | None) -> dict[str, Any]:
@@ -367,7 +371,10 @@ def register(app: Dash, store: ResultStore) -> None:
     def _gallery(_tick, layers, page, source, shown, job):  # type: ignore[no-untyped-def]
         st = store.status(source, seen=job)  # what set the tick off, as the poll read it
         labels = atlas_labels(store.client, (st.get("request") or {}).get("model"))
-        return gallery_outputs(st, source, layers, page, shown, with_maps=False, labels=labels)[:4]
+        out = gallery_outputs(st, source, layers, page, shown, with_maps=False, labels=labels)[:4]
+        if isinstance(st["result"], StoredResult):  # what the page draws next, read meanwhile
+            st["result"].read_ahead([[k] for k in LATE_SECTIONS])
+        return out
 
     @app.callback(  # the maps once the gallery's answer is painted (assets/gallery.js: drawn)
         Output("text-head-maps", "data"),
