@@ -308,6 +308,8 @@ def test_the_text_page_reads_a_stored_results_late_sections_ahead_once_its_galle
     app = create_app(settings, redis=Redis.from_url(redis_server), background=False, frontend=False)
     whole = result()
     whole["head-tsne-all"] = grid(n_layers=6, n_heads=12, n=30)
+    rng = np.random.default_rng(1)  # the heatmaps' values, beside a section's worth of others
+    whole["max-attention"]["max_attention"] = rng.random((6, 12, 2)).round(3).tolist()
     reads: list[str] = []
 
     def post(dash: object, output: str, inputs: list, state: list) -> dict:
@@ -352,11 +354,12 @@ def test_the_text_page_reads_a_stored_results_late_sections_ahead_once_its_galle
         assert reads[0] == "head-tsne-all@L0" and reads[-2:] == ["max-attention", "head-tsne-all"]
         assert len(reads) == len(set(reads)), reads  # each once
         n_reads = len(reads)
-        post(
+        drawn = post(
             dash,
             "..max-attention-graph.figure...text-heatmap-key.data..",
-            [value("text-job-late", "data", None), value("text-reduction", "value", "max"),
+            [value("text-job-late", "data", [{"id": JOB, "status": "finished"}]), value("text-reduction", "value", "max"),
              value("text-layers", "value", None)],
             [value("text-source", "data", source), value("text-heatmap-key", "data", None)],
         )  # fmt: skip
+        assert drawn["response"]["max-attention-graph"]["figure"]["data"]  # the heatmaps drawn
         assert len(reads) == n_reads  # read already: no second download
