@@ -250,6 +250,21 @@ class Supervisor:
             stop(self.redis_proc, grace_s=self.stop_grace_s)
 
 
+def warm_page_server(base: str) -> dict | None:
+    """The page server's one-time costs paid before it is announced (``frontend/warmup.py``):
+    the first user's page is answered as fast as the next one's; None without the dashboard."""
+    try:
+        import httpx
+
+        from frontend.warmup import warm_up
+    except ModuleNotFoundError:
+        return None
+    with httpx.Client(base_url=base, timeout=30) as client:
+        done = warm_up(client)
+    logger.info("page server warmed up in %.2f s: %s", done["s"], done["status"])
+    return done
+
+
 def serve(
     *,
     host: str = "127.0.0.1",
@@ -301,6 +316,7 @@ def serve(
             while not server.started and not server.should_exit:
                 time.sleep(0.05)
             if server.started:
+                warm_page_server(base)
                 print(
                     f"headscope: serving on {base}/  (API docs {base}/docs, {n_workers} worker(s), "
                     f"data in {settings.data_dir.resolve()}; Ctrl-C stops everything)",

@@ -503,3 +503,37 @@ def test_a_share_of_an_analysis_this_server_holds_reads_no_result():
     other.opening("s" * 22)
     other.status({"kind": "share", "id": "s" * 22})
     assert ("share", None) in calls[1:], calls  # the result read, as before
+
+
+WARMED = ("workers.data", "frontend.pages.text.preview", "plotly.graph_objs._layout")
+
+
+def test_the_warm_up_answers_a_stored_links_first_requests_and_imports_what_they_import():
+    """``frontend.warmup.warm_up`` (``headscope serve`` runs it before it announces itself): in a
+    fresh process, every request a stored result's link makes first is answered, and the modules the
+    callbacks import when first called are imported (docs/dashboard.md, "A fresh page server warmed
+    up")."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = f"""
+import json, sys, httpx
+from frontend.app import create_dash_app
+from frontend.warmup import warm_up
+dash = create_dash_app("http://127.0.0.1:{_closed_port()}")
+before = [m for m in {WARMED!r} if m in sys.modules]
+with httpx.Client(transport=httpx.WSGITransport(app=dash.server), base_url="http://page") as c:
+    done = warm_up(c)
+print(json.dumps({{"before": before, "after": [m for m in {WARMED!r} if m in sys.modules],
+                  "status": done["status"]}}))
+"""
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120,
+        env={**__import__("os").environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["before"] == [] and got["after"] == list(WARMED), got
+    assert got["status"] == [200, 200, 200, 204, 200, 200], got  # the preview: 204, none stored
