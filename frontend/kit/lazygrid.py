@@ -59,10 +59,19 @@ STUB_JS = """(function () {
 
 
 def grid_paths(modules: list[ModuleType]) -> set[str]:
-    """The paths of the pages whose module imports ``dash_ag_grid``: they keep its bundle."""
+    """The paths of the pages whose module imports ``dash_ag_grid`` (a page that is a package: any
+    of its modules, e.g. ``pages/corpus/layout.py``): they keep its bundle."""
+    import sys
+
     import dash_ag_grid
 
-    return {m.PATH for m in modules if any(v is dash_ag_grid for v in vars(m).values())}
+    def imports_grid(m: ModuleType) -> bool:
+        inside = [m] + [
+            sub for name, sub in list(sys.modules.items()) if name.startswith(m.__name__ + ".")
+        ]
+        return any(v is dash_ag_grid for sub in inside for v in vars(sub).values())
+
+    return {m.PATH for m in modules if imports_grid(m)}
 
 
 def defer_grid(page: str) -> str:
