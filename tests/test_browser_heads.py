@@ -1,6 +1,7 @@
 """The head atlas page (/heads) in a real headless Chromium against the real service: the atlas of a
-tiny decoder computed under the labelling rule picked on the page, its grid and its table drawn
-(every head, sortable), a click on a head opening it in the text explorer. Screenshot:
+tiny decoder computed under the labelling rule picked on the page (reached from the text explorer by
+the navigation, with no page error), its grid and its table drawn (every head, sortable), a click on
+a head opening it in the text explorer. Screenshot:
 ``test-artifacts/browser-heads-1-atlas.png``."""
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ def test_heads_page_grid_table_and_a_click_to_the_text_explorer(server, browser,
     w = Watch(browser, server, tmp_path)
     page = w.page
     try:
-        # reached by the navigation from the start page, which is served without AG Grid's bundle:
-        # its stub loads the bundle once the grid is drawn (frontend/kit/lazygrid.py)
+        # reached by the navigation from the start page through the text explorer, both served
+        # without AG Grid's bundle: its stub loads the bundle once the grid is drawn
+        # (frontend/kit/lazygrid.py); the text explorer's timers must not write to its stores once
+        # it is left (assets/gallery.js), a page error on the heads page's Analyze otherwise
         page.goto(server + "/start")
         assert page.evaluate("window.dash_ag_grid.headscopeStub") is True
+        page.click("#nav-text")
+        page.wait_for_selector("#text-page", timeout=WAIT_MS)
         page.click("#nav-heads")
         _pick(page, "heads-model", "tiny-gpt2")
         page.fill("#heads-seqs", "3")
@@ -68,6 +73,7 @@ def test_heads_page_grid_table_and_a_click_to_the_text_explorer(server, browser,
             "2",
         )
         page.wait_for_selector("#text-page, #text-analyze", timeout=WAIT_MS)
+        # no page error along the way: none from the text explorer's timers after it was left
         assert not w.problems, w.problems
     finally:
         w.close()

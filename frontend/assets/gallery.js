@@ -37,7 +37,14 @@
     return n;
   }
 
+  /* The page's stores are in the layout only while the text explorer is shown (#text-page): a timer
+   * set here (LOST_MS, DRAWN_MS, MAPS_MS, HOLD_MS) can fire after a navigation to another page, and
+   * dash-renderer's set_props on an id missing from the layout throws (a page error, "Cannot read
+   * properties of undefined (reading 'length')": the component's path it looks up). */
+  function onPage() { return document.getElementById("text-page") !== null; }
+
   function ask() {
+    if (!onPage()) { gate.busy = null; gate.pending = false; return; }  /* the page was left */
     window.dash_clientside.set_props("text-gallery-tick", {data: send()});
   }
 
@@ -78,7 +85,9 @@
       done = true;
       var held = late.open ? null : late.pending;  /* a stored result's figures, held for this answer */
       release();
-      afterHeatmaps(held, function () { window.dash_clientside.set_props("text-gallery-drawn", {data: n}); });
+      afterHeatmaps(held, function () {
+        if (onPage()) { window.dash_clientside.set_props("text-gallery-drawn", {data: n}); }
+      });
     }
     (function look() {
       if (n !== drawn) { return; }
@@ -153,7 +162,7 @@
   function release() {
     if (late.open) { return; }
     late.open = true;
-    if (late.pending !== null) {
+    if (late.pending !== null && onPage()) {
       window.dash_clientside.set_props("text-job-late", {data: late.pending});
       late.pending = null;
     }
