@@ -23,14 +23,6 @@ from workers.core.errors import TooLargeError
 logger = logging.getLogger(__name__)
 
 
-def _reads_corpus(kind: str) -> bool:
-    """Whether an analysis reads the corpus its ``corpus`` option names (as the API checks it)."""
-    try:
-        return "corpus" in registry.get(kind).options.model_fields
-    except KeyError:  # a kind no longer registered
-        return False
-
-
 def _checkpoint_ids(request: dict[str, Any] | None) -> set[str]:
     if not request:
         return set()
@@ -42,7 +34,7 @@ def _checkpoint_ids(request: dict[str, Any] | None) -> set[str]:
     if isinstance(request.get("corpus"), str):  # a corpus analysis' corpus
         ids.add(request["corpus"])
     probe = (request.get("options") or {}).get("corpus")  # the atlas' corpus probe (docs/atlas.md)
-    if isinstance(probe, str) and any(_reads_corpus(k) for k in request.get("analyses") or ()):
+    if isinstance(probe, str) and registry.reads_corpus(request.get("analyses") or ()):
         ids.add(probe)
     text = request.get("text")
     if "circuits-set" in (request.get("analyses") or ()) and isinstance(text, str):

@@ -47,7 +47,7 @@ def check_request(req: AnalysisRequest, store: Store | None = None) -> None:
         check_stored_set(req.text, store)  # a stored task set (docs/circuits.md)
     corpus = getattr(req.options, "corpus", None)  # the atlas' corpus probe (docs/atlas.md)
     if store is not None and corpus and not corpus.startswith("builtin-"):
-        if any("corpus" in registry.get(k).options.model_fields for k in req.analyses):
+        if registry.reads_corpus(req.analyses):
             meta = store.corpus(corpus)  # as the corpus analysis' check (backend.api.corpora)
             if meta is None:
                 raise NotFoundError.of("corpus", corpus, "upload it first")

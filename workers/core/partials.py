@@ -45,6 +45,14 @@ def part_fields(*, layer: int, layers: list[int], heads: list[int], kept: list[i
     }  # fmt: skip
 
 
+def join_base64(blobs: list[str]) -> str:
+    """The base64 of the layers' bytes joined, from each layer's base64 text."""
+    if any(b.endswith("=") for b in blobs[:-1]):  # padded: the bytes are joined, not the text
+        return base64.b64encode(b"".join(base64.b64decode(b) for b in blobs)).decode("ascii")
+    # whole groups of 3 bytes (9 heads, or n a multiple of 3): base64 of the join = join of the base64
+    return "".join(blobs)
+
+
 def _section(parts: list[dict[str, Any]]) -> dict[str, Any]:
     parts = sorted(parts, key=lambda p: p["layer"])
     first = parts[0]
@@ -58,11 +66,7 @@ def _section(parts: list[dict[str, Any]]) -> dict[str, Any]:
     if omitted:
         out["attention_omitted"] = omitted
     elif all(isinstance(p.get("attention_u8"), str) for p in parts):
-        blobs = [p["attention_u8"] for p in parts]
-        if any(b.endswith("=") for b in blobs[:-1]):  # padded: the bytes are joined, not the text
-            joined = base64.b64encode(b"".join(base64.b64decode(b) for b in blobs)).decode("ascii")
-        else:  # whole groups of 3 bytes (9 heads, or n a multiple of 3): base64 of the join = join of the base64
-            joined = "".join(blobs)
+        joined = join_base64([p["attention_u8"] for p in parts])
         shape = list(first["attention_shape"])
         out.update(attention_u8=joined, attention_shape=[len(parts), *shape[1:]],
                    attention_scale=first.get("attention_scale"))  # fmt: skip

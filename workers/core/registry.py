@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Literal
@@ -197,6 +197,13 @@ def get(kind: str) -> AnalysisSpec:
         return _SPECS[kind]
     except KeyError:
         raise KeyError(f"unknown analysis {kind!r}; use one of {', '.join(kinds())}") from None
+
+
+def reads_corpus(kinds: Iterable[str]) -> bool:
+    """Whether any of ``kinds`` reads the stored corpus its ``corpus`` option names (the atlas' probe,
+    docs/atlas.md); a kind no longer registered reads none."""
+    load()
+    return any(k in _SPECS and "corpus" in _SPECS[k].options.model_fields for k in kinds)
 
 
 def having(need: str) -> tuple[str, ...]:

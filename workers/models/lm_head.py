@@ -132,7 +132,9 @@ class Unembedding:
         """``normed`` [..., dim] (after the final norm) -> logits [..., vocabulary], soft-capped as the
         model caps them (``c * tanh(z / c)``, Gemma 2) where it does."""
         out = normed @ self.weight.T
-        out = out if self.bias is None else out + self.bias
+        return self._capped(out if self.bias is None else out + self.bias)
+
+    def _capped(self, out: torch.Tensor) -> torch.Tensor:
         return out if self.softcap is None else (out / self.softcap).tanh() * self.softcap
 
     def logits_of(self, normed: torch.Tensor, ids: Sequence[int]) -> torch.Tensor:
@@ -140,8 +142,7 @@ class Unembedding:
         those vocabulary entries."""
         at = list(ids)
         out = normed @ self.weight[at].T
-        out = out if self.bias is None else out + self.bias[at]
-        return out if self.softcap is None else (out / self.softcap).tanh() * self.softcap
+        return self._capped(out if self.bias is None else out + self.bias[at])
 
     def logit_of(self, normed: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """The logits of ``ids`` [n] only at rows ``normed`` [n, dim]: ``logits(normed)[t, ids[t]]``

@@ -15,7 +15,6 @@ Results stored before (one body, no parts) read as they always did.
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 import zlib
@@ -26,7 +25,7 @@ import orjson
 from sqlalchemy import select
 
 from workers.core.jsonable import dumps
-from workers.core.partials import LAYER_FIELDS, parse_part_key, part_key, split
+from workers.core.partials import LAYER_FIELDS, join_base64, parse_part_key, part_key, split
 from workers.store.schema import result_parts, results
 
 # zlib's fastest level: far less CPU on the worker of every job than level 6 for a few more bytes
@@ -106,11 +105,8 @@ def _grid_pieces(rest: str, layers: list[Part]) -> list[str]:
             continue
         if f != "attention_u8":
             fields.append([f'"{f}":[', *_joined(texts, ","), "]"])
-        elif any(t.endswith("=") for t in texts[:-1]):  # padded: the bytes are joined
-            joined = base64.b64encode(b"".join(base64.b64decode(t) for t in texts)).decode()
-            fields.append([f'"{f}":"', joined, '"'])
         else:
-            fields.append([f'"{f}":"', *texts, '"'])
+            fields.append([f'"{f}":"', join_base64(texts), '"'])
     return ["{", *_joined(fields, ","), "}"]
 
 
@@ -250,12 +246,11 @@ class ResultSections:
         with self._conn(write=True) as conn:
             if not self._insert_ignore(conn, results, values):
                 return False
-            for p in kept[1] if kept else []:
-                conn.execute(
-                    result_parts.insert().values(
-                        result_id=job_id, name=p.name, role=p.role, seq=p.seq, size=len(p.text),
-                        data=zlib.compress(p.text.encode(), COMPRESSION_LEVEL),
-                        spans=json.dumps(p.spans) if p.spans else None,
-                    )
-                )  # fmt: skip
+            if kept:
+                conn.execute(result_parts.insert(), [
+                    {"result_id": job_id, "name": p.name, "role": p.role, "seq": p.seq,
+                     "size": len(p.text), "data": zlib.compress(p.text.encode(), COMPRESSION_LEVEL),
+                     "spans": json.dumps(p.spans) if p.spans else None}
+                    for p in kept[1]
+                ])  # fmt: skip
             return True
