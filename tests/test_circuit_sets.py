@@ -13,6 +13,7 @@ import torch
 from test_circuit_tasks import TINY_NAMES
 from tiny_models import DECODER_FAMILIES, _decoder_tokenizer
 
+from workers.analyses.circuits import patch_plan as pp
 from workers.analyses.circuits import set_scores as ss
 from workers.analyses.circuits.edges import eap_scores
 from workers.analyses.circuits.patch_plan import plan
@@ -174,9 +175,19 @@ def _plain_patched(p, index, masks):
 
 
 @pytest.mark.parametrize("fam", (*DECODER_FAMILIES, "gpt2"))
-def test_the_sparse_evaluation_is_the_plain_one(lms, fam):
+def test_the_sparse_evaluation_is_the_plain_one(lms, fam, monkeypatch):
     """Pruned circuits, active nodes only, the sparse mix, the corrupted and clean runs reused: the
-    same metrics as recomputing every node, at every MIB size, ranked and random circuits."""
+    same metrics as recomputing every node, at every MIB size, ranked and random circuits. The large
+    arrays are buffers reused from call to call: here each is handed out filled with NaN, so a slot
+    that a call does not write would show."""
+    handed, buffer = [], pp.buffer
+
+    def nan_buffer(work, name, numel, like):
+        got = buffer(work, name, numel, like)
+        handed.append((name, got.data_ptr()))
+        return got.fill_(float("nan"))
+
+    monkeypatch.setattr(pp, "buffer", nan_buffer)
     loaded = _load(lms, fam)
     exs = _examples(4, seed=7)
     p = ss.prepare(loaded, exs)
@@ -202,6 +213,21 @@ def test_the_sparse_evaluation_is_the_plain_one(lms, fam):
     assert (how.masks <= masks).all() and how.masks.sum() < masks.sum()
     # some feed-forwards ran at the last position only (no path to the logits through a key/value)
     assert how.last.any() and (how.last <= how.active).all() and not how.last[how.active].all()
+    # the changes' array was reused from example to example, not allocated anew
+    deltas = [ptr for name, ptr in handed if name == "delta"]
+    assert len(deltas) >= len(index) and len(set(deltas)) < len(deltas)
+
+
+def test_a_buffer_is_reused_and_grows():
+    work: dict[str, torch.Tensor] = {}
+    like = torch.zeros(1, dtype=torch.float64)
+    a = pp.buffer(work, "x", 10, like)
+    b = pp.buffer(work, "x", 6, like)
+    assert b.numel() == 6 and b.data_ptr() == a.data_ptr()  # the same storage
+    c = pp.buffer(work, "x", 20, like)
+    assert c.numel() == 20 and work["x"].numel() == 20
+    assert pp.buffer(work, "x", 5, like.float()).dtype == torch.float32
+    assert pp.buffer(None, "x", 3, like).numel() == 3  # no dict: a new tensor
 
 
 def test_the_evaluation_runs_in_bfloat16(lms):

@@ -195,17 +195,46 @@ def _project(f: Fold, x: torch.Tensor, at: torch.Tensor | slice) -> torch.Tensor
 
 
 def qkv(
-    f: Fold, xs: torch.Tensor, live: torch.Tensor, base: torch.Tensor
+    f: Fold,
+    xs: torch.Tensor,
+    live: torch.Tensor,
+    base: torch.Tensor,
+    work: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, ...]:
-    """q, k and v [B, n, H, dh] of the heads reading ``xs`` [B, 3, H, n, d], projecting only the
-    ``live`` [B, 3H] (bool) copies; the others take ``base`` [3H, n, dh] (their mix is empty: their
-    input is the corrupted run's, whose projections these are)."""
+    """q, k and v [B, n, H, dh] of the heads reading ``xs`` [B, 3, H, n, d] (contiguous), projecting
+    only the ``live`` [B, 3H] (bool) copies; the others take ``base`` [3H, n, dh] (their mix is
+    empty: their input is the corrupted run's, whose projections these are). ``work``: buffers
+    reused between calls (``buffer``)."""
     B, _, H, n, d = xs.shape
     y = base.expand(B, -1, -1, -1).contiguous()
     j, r = torch.nonzero(live.T, as_tuple=True)  # by reader, then row
     flat = r * (3 * H) + j
-    y.view(B * 3 * H, n, -1)[flat] = _project(f, xs.reshape(B * 3 * H, n, d)[flat], j)
+    got = buffer(work, "copies", len(flat) * n * d, xs).view(len(flat), n, d)
+    torch.index_select(xs.view(B * 3 * H, n, d), 0, flat, out=got)
+    y.view(B * 3 * H, n, -1)[flat] = _project(f, got, j)
     return tuple(y.view(B, 3, H, n, -1).transpose(2, 3).unbind(1))
+
+
+def buffer(
+    work: dict[str, torch.Tensor] | None, name: str, numel: int, like: torch.Tensor
+) -> torch.Tensor:
+    """A flat tensor of ``numel`` elements (``like``'s dtype and device; contents undefined), kept in
+    ``work`` under ``name`` and reused by later calls: the evaluation's large arrays (the changes,
+    a layer's mixes) are hundreds of MB each, which the allocator would otherwise map afresh for
+    every call and layer, each page faulted in and zeroed by the kernel again (measured: a fifth of
+    the evaluation's CPU time went to the system)."""
+    if work is None:
+        return like.new_empty(numel)
+    have = work.get(name)
+    if (
+        have is None
+        or have.numel() < numel
+        or have.dtype != like.dtype
+        or have.device != like.device
+    ):
+        work.pop(name, None)  # freed before the larger one is taken
+        have = work[name] = like.new_empty(numel)
+    return have[:numel]
 
 
 @torch.inference_mode()
@@ -220,12 +249,14 @@ def patched_sparse(
     ids: Sequence[int] | None = None,
     last: torch.Tensor | None = None,
     on_layer: Callable[[int], None] | None = None,
+    work: dict[str, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Logits [R, vocabulary] at the last position of R edge-patched runs, as ``SplitModel.patched``
     gives them for ``masks`` [R, n_edges] (pruned, ``plan``), computing only the ``active`` [R,
     n_writers] (bool) nodes: ``base`` the corrupted run (one row), ``x0`` [n, d] the clean input.
     ``ids``: only those vocabulary entries [R, len(ids)] (the metric reads two). ``last`` [R,
-    n_writers] (bool; ``Plan.last``): feed-forwards run only at the last position there."""
+    n_writers] (bool; ``Plan.last``): feed-forwards run only at the last position there. ``work``:
+    the large arrays' buffers, reused from call to call (``buffer``; the caller's dict)."""
     g = model.graph
     R = masks.shape[0]
     Wn, N, d = base.writers.shape[1:]
@@ -240,7 +271,7 @@ def patched_sparse(
     mh, mf, ml = g.blocks(masks.to(wk.dtype))
     on = active.to(wk.dtype)
     # every node's slot is written below (zero where it does not run)
-    delta = wk.new_empty(R, Wn, n, d)
+    delta = buffer(work, "delta", R * Wn * n * d, wk).view(R, Wn, n, d)
     delta[:, 0] = x0[s0:] - wk[0]
     H = g.n_heads
     sparse = wk.dtype in (
@@ -255,7 +286,7 @@ def patched_sparse(
         copy; written straight into the result when every row from there runs here), a sparse one
         (each edge adding its source's change once) for the rows before it."""
         k, up = m.shape[1:]
-        out = delta.new_empty(len(rows), k, n * d)
+        out = buffer(work, f"mix{k}", len(rows) * k * n * d, delta).view(len(rows), k, n * d)
         b = base.reshape(1, 1, n * d)
         dense = (m[rows] != 0).sum((1, 2)) > DENSE * k * up
         if not sparse:
@@ -269,7 +300,9 @@ def patched_sparse(
             if nt == R - cut:
                 torch.baddbmm(b.expand(nt, k, n * d), m[cut:], src, out=out[lead:])
             else:
-                out[lead:] = torch.baddbmm(b, m[cut:], src)[rows[tail] - cut]
+                every = buffer(work, "every", (R - cut) * k * n * d, delta).view(R - cut, k, n * d)
+                torch.baddbmm(b.expand(R - cut, k, n * d), m[cut:], src, out=every)
+                torch.index_select(every, 0, rows[tail] - cut, out=out[lead:])
         if lead:
             at = rows[:lead]
             r, j, u = torch.nonzero(m[at], as_tuple=True)
@@ -322,7 +355,7 @@ def patched_sparse(
             # take them, and every copy before s0
             kept = _project(fold[layer], rk_all[layer].expand(3 * H, N, d), slice(None))
             live = (m[rows] != 0).any(-1)
-            got = qkv(fold[layer], xs, live, kept[:, s0:])
+            got = qkv(fold[layer], xs, live, kept[:, s0:], work)
             if s0:
                 pre = kept[:, :s0].reshape(1, 3, H, s0, -1).transpose(2, 3).unbind(1)
                 got = tuple(

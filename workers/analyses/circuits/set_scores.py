@@ -251,6 +251,7 @@ def patched_metrics(
     m_c, m_k = np.zeros(len(index)), np.zeros(len(index))
     where = {int(i): j for j, i in enumerate(index)}
     done = 0
+    work: dict[str, torch.Tensor] = {}  # the evaluation's large arrays, reused (patch_plan.buffer)
     for idx in p.chunks(index, 8):
         n = p.x0_c[idx[0]].shape[0]
         k, c = plain_runs(p, idx)
@@ -275,6 +276,7 @@ def patched_metrics(
                     p.kwargs[n],
                     ids=[p.answer[i], p.wrong[i]],
                     last=last_t[rows],
+                    work=work,
                 )
                 got = logits[:, 0] - logits[:, 1]
                 out[todo[start : start + per], col] = got.double().cpu().numpy()
