@@ -218,6 +218,15 @@ def test_the_sparse_evaluation_is_the_plain_one(lms, fam, monkeypatch):
     assert len(deltas) >= len(index) and len(set(deltas)) < len(deltas)
 
 
+def test_spans_are_the_runs_of_rows_and_the_gaps_between():
+    runs, gaps = pp.spans(torch.tensor([1, 2, 3, 6, 8, 9]), 12)
+    assert runs == [(0, 1, 4), (3, 6, 7), (4, 8, 10)]  # (index in rows, first row, end)
+    assert gaps == [(0, 1), (4, 6), (7, 8), (10, 12)]
+    assert pp.spans(torch.tensor([0, 1]), 2) == ([(0, 0, 2)], [])
+    assert pp.spans(torch.tensor([], dtype=torch.long), 3) == ([], [(0, 3)])
+    assert pp.spans(torch.arange(0, 20, 2), 20) is None  # more than 8 runs: a gathered copy
+
+
 def test_a_buffer_is_reused_and_grows():
     work: dict[str, torch.Tensor] = {}
     like = torch.zeros(1, dtype=torch.float64)

@@ -25,6 +25,11 @@ is empty (no in-circuit edge into that q, k or v) takes the corrupted run's proj
 once per layer, instead of its own; a feed-forward with no in-circuit path to the logits through a
 key or value runs at the last position only (``last_only``); and the logits are computed for the
 metric's two tokens only.
+
+And what is not arithmetic: a layer's heads and its feed-forward take one mix over the writers below
+the layer (one pass over the changes instead of two; the feed-forward adds its own layer's heads'
+changes after), the changes are written in place run by run of rows (``spans``), and the large
+arrays are buffers reused from call to call (``buffer``), not pages mapped and zeroed anew.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import numpy as np
 import torch
 
 from workers.analyses.circuits.graph import Graph, Parts, Plain, SplitModel
+from workers.analyses.circuits.patch_work import buffer, spans
 from workers.models.precision import norm_gain
 
 DENSE = 0.1  # above this share of in-circuit edges a row's mix is a dense product (measured)
@@ -197,44 +203,23 @@ def _project(f: Fold, x: torch.Tensor, at: torch.Tensor | slice) -> torch.Tensor
 def qkv(
     f: Fold,
     xs: torch.Tensor,
+    slots: torch.Tensor,
     live: torch.Tensor,
     base: torch.Tensor,
     work: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, ...]:
-    """q, k and v [B, n, H, dh] of the heads reading ``xs`` [B, 3, H, n, d] (contiguous), projecting
-    only the ``live`` [B, 3H] (bool) copies; the others take ``base`` [3H, n, dh] (their mix is
-    empty: their input is the corrupted run's, whose projections these are). ``work``: buffers
-    reused between calls (``buffer``)."""
-    B, _, H, n, d = xs.shape
+    """q, k and v [B, n, H, dh] of the heads reading rows ``slots`` [B] of ``xs`` [*, K, n, d]
+    (contiguous; a row's 3H copies first, K >= 3H), projecting only the ``live`` [B, 3H] (bool)
+    copies; the others take ``base`` [3H, n, dh] (their mix is empty: their input is the corrupted
+    run's, whose projections these are). ``work``: buffers reused between calls (``buffer``)."""
+    B, k3 = live.shape
+    K, n, d = xs.shape[1:]
     y = base.expand(B, -1, -1, -1).contiguous()
     j, r = torch.nonzero(live.T, as_tuple=True)  # by reader, then row
-    flat = r * (3 * H) + j
-    got = buffer(work, "copies", len(flat) * n * d, xs).view(len(flat), n, d)
-    torch.index_select(xs.view(B * 3 * H, n, d), 0, flat, out=got)
-    y.view(B * 3 * H, n, -1)[flat] = _project(f, got, j)
-    return tuple(y.view(B, 3, H, n, -1).transpose(2, 3).unbind(1))
-
-
-def buffer(
-    work: dict[str, torch.Tensor] | None, name: str, numel: int, like: torch.Tensor
-) -> torch.Tensor:
-    """A flat tensor of ``numel`` elements (``like``'s dtype and device; contents undefined), kept in
-    ``work`` under ``name`` and reused by later calls: the evaluation's large arrays (the changes,
-    a layer's mixes) are hundreds of MB each, which the allocator would otherwise map afresh for
-    every call and layer, each page faulted in and zeroed by the kernel again (measured: a fifth of
-    the evaluation's CPU time went to the system)."""
-    if work is None:
-        return like.new_empty(numel)
-    have = work.get(name)
-    if (
-        have is None
-        or have.numel() < numel
-        or have.dtype != like.dtype
-        or have.device != like.device
-    ):
-        work.pop(name, None)  # freed before the larger one is taken
-        have = work[name] = like.new_empty(numel)
-    return have[:numel]
+    got = buffer(work, "copies", len(j) * n * d, xs).view(len(j), n, d)
+    torch.index_select(xs.view(-1, n, d), 0, slots[r] * K + j, out=got)
+    y.view(B * k3, n, -1)[r * k3 + j] = _project(f, got, j)
+    return tuple(y.view(B, 3, k3 // 3, n, -1).transpose(2, 3).unbind(1))
 
 
 @torch.inference_mode()
@@ -281,13 +266,13 @@ def patched_sparse(
 
     def mix(rows: torch.Tensor, m: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
         """The inputs [len(rows), k, n * d] of rows ``rows`` (ascending) of this layer's masks ``m`` [R,
-        k, up]: ``base`` [n, d] (the corrupted run's) plus the mix over the changes, a dense product
+        k, up]: ``base`` [k, n, d] (the corrupted run's) plus the mix over the changes, a dense product
         over the rows from the first with many in-circuit edges on (the rows go by cost: a slice, no
         copy; written straight into the result when every row from there runs here), a sparse one
         (each edge adding its source's change once) for the rows before it."""
         k, up = m.shape[1:]
-        out = buffer(work, f"mix{k}", len(rows) * k * n * d, delta).view(len(rows), k, n * d)
-        b = base.reshape(1, 1, n * d)
+        out = buffer(work, "mix", len(rows) * k * n * d, delta).view(len(rows), k, n * d)
+        b = base.reshape(1, k, n * d)
         dense = (m[rows] != 0).sum((1, 2)) > DENSE * k * up
         if not sparse:
             dense[:] = True
@@ -323,72 +308,93 @@ def patched_sparse(
         keep: torch.Tensor | None = None,
     ) -> None:
         """The changes ``value - minus`` (times ``keep``: which of the writers run) of rows ``rows``
-        at writers ``at``; zero for the other rows."""
-        a = R - len(rows)
-        if a == R or bool(rows[0] == a):  # a suffix of the rows (they go by cost): written in place
-            delta[:a, at] = 0
+        at writers ``at``; zero for the other rows. Each run of consecutive rows is written in place
+        (one pass; the rows go by cost, so a layer's rows are mostly a few runs)."""
+        where = spans(rows, R)
+        if where is None:  # many runs: through a gathered copy
+            off = torch.ones(R, dtype=torch.bool, device=delta.device)
+            off[rows] = False
+            delta[:, at].index_fill_(0, torch.nonzero(off)[:, 0], 0)
             if value is not None:
-                dst = delta[a:, at]
-                torch.sub(value, minus, out=dst)
+                value = value - minus
                 if keep is not None:
-                    dst *= keep
+                    value *= keep
+                delta[:, at].index_copy_(0, rows, value)
             return
-        off = torch.ones(R, dtype=torch.bool, device=delta.device)
-        off[rows] = False
-        delta[:, at].index_fill_(0, torch.nonzero(off)[:, 0], 0)
-        if value is not None:
-            value = value - minus
+        runs, gaps = where
+        for a, b in gaps:
+            delta[a:b, at] = 0
+        if value is None:
+            return
+        for i, a, b in runs:
+            dst = delta[a:b, at]
+            torch.sub(value[i : i + b - a], minus, out=dst)
             if keep is not None:
-                value *= keep
-            delta[:, at].index_copy_(0, rows, value)
+                dst *= keep[i : i + b - a]
 
     flat = delta.view(R * Wn, n * d)
     fold = folds(model)
+    three = 3 * H
     for layer in range(g.n_layers):
-        h0 = g.head(layer, 0)
-        rows = torch.nonzero(active[:, h0 : h0 + H].any(1))[:, 0]
-        if len(rows):
-            up = g.up_heads(layer)
-            m = mh[layer].reshape(R, 3 * H, up)
-            xs = mix(rows, m, rk[layer]).reshape(len(rows), 3, H, n, d)
+        h0, f, up = g.head(layer, 0), g.ff(layer), g.up_heads(layer)
+        on_h, on_f = active[:, h0 : h0 + H].any(1), active[:, f]
+        rows = torch.nonzero(on_h | on_f)[:, 0]
+        if not len(rows):
+            put(rows, slice(h0, h0 + H))
+            put(rows, f)
+            if on_layer is not None:
+                on_layer(layer)
+            continue
+        # one mix for the heads' 3H copies and the feed-forward's reading of the writers below the
+        # layer (one pass over the changes, not two); the feed-forward adds its own layer's heads after
+        m = mh[layer].reshape(R, three, up)
+        both = torch.cat([m, mf[layer][:, None, :up]], 1)
+        base_both = torch.cat([rk[layer].expand(three, n, d), mk[layer][None]])
+        got_mix = mix(rows, both, base_both).view(len(rows), three + 1, n, d)
+        slot = torch.full((R,), -1, dtype=torch.long, device=rows.device)
+        slot[rows] = torch.arange(len(rows), device=rows.device)
+        rows_h = torch.nonzero(on_h)[:, 0]
+        if len(rows_h):
             # the corrupted run's projections at every position: the copies whose mix is empty
             # take them, and every copy before s0
-            kept = _project(fold[layer], rk_all[layer].expand(3 * H, N, d), slice(None))
-            live = (m[rows] != 0).any(-1)
-            got = qkv(fold[layer], xs, live, kept[:, s0:], work)
+            kept = _project(fold[layer], rk_all[layer].expand(three, N, d), slice(None))
+            live = (m[rows_h] != 0).any(-1)
+            got = qkv(fold[layer], got_mix, slot[rows_h], live, kept[:, s0:], work)
             if s0:
                 pre = kept[:, :s0].reshape(1, 3, H, s0, -1).transpose(2, 3).unbind(1)
                 got = tuple(
-                    torch.cat([a.expand(len(rows), -1, -1, -1), b], 1)
+                    torch.cat([a.expand(len(rows_h), -1, -1, -1), b], 1)
                     for a, b in zip(pre, got, strict=True)
                 )
-            shape = xs.new_zeros(()).expand(len(rows), 3, H, N, d)
+            shape = got_mix.new_zeros(()).expand(len(rows_h), 3, H, N, d)
             w = model.heads(layer, shape, kwargs[layer], got)[:, :, s0:]  # [rows, H, n, d]
-            keep = on[rows, h0 : h0 + H]
+            keep = on[rows_h, h0 : h0 + H]
             put(
-                rows,
+                rows_h,
                 slice(h0, h0 + H),
                 w,
                 wk[h0 : h0 + H],
                 None if bool(keep.all()) else keep[..., None, None],
             )
         else:
-            put(rows, slice(h0, h0 + H))
-        f = g.ff(layer)
-        rows = torch.nonzero(active[:, f])[:, 0]
-        if len(rows):
-            x_ff = mix(rows, mf[layer][:, None], mk[layer]).reshape(len(rows), n, d)
-            one = None if last is None or n == 1 else last[rows, f]
+            put(rows_h, slice(h0, h0 + H))
+        rows_f = torch.nonzero(on_f)[:, 0]
+        if len(rows_f):
+            x_ff = got_mix[:, three] if len(rows_f) == len(rows) else got_mix[slot[rows_f], three]
+            if not g.parallel:  # its own layer's heads' changes
+                hs = delta[rows_f, h0 : h0 + H].reshape(len(rows_f), H, n * d)
+                x_ff.view(len(rows_f), 1, n * d).baddbmm_(mf[layer][rows_f, None, up : up + H], hs)
+            one = None if last is None or n == 1 else last[rows_f, f]
             if one is None or not bool(one.any()):
-                put(rows, f, model.ff(layer, x_ff), wk[f])
+                put(rows_f, f, model.ff(layer, x_ff), wk[f])
             else:  # only the last position moves the logits: the change is zero before it
-                y = wk[f].expand(len(rows), n, d).clone()
+                y = wk[f].expand(len(rows_f), n, d).clone()
                 y[one, -1:] = model.ff(layer, x_ff[one, -1:])
                 if not bool(one.all()):
                     y[~one] = model.ff(layer, x_ff[~one])
-                put(rows, f, y, wk[f])
+                put(rows_f, f, y, wk[f])
         else:
-            put(rows, f)
+            put(rows_f, f)
         if on_layer is not None:
             on_layer(layer)
     x_last = rk[g.n_layers, -1] + torch.bmm(ml[:, None], delta[:, :, -1]).reshape(R, d)
