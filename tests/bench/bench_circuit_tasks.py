@@ -34,9 +34,10 @@ def flops(p, how) -> dict[str, float]:  # type: ignore[no-untyped-def]
     on every example of ``p``, by kind, in plain forwards of the same examples (2 per multiply-add of
     each product; norms and element-wise passes left out): per layer the q/k/v projections of the copies
     of each running row's input, attention and W_O, the feed-forward, and the mix (dense rows:
-    every writer below; sparse rows: in-circuit edges only), from the first position that differs; the
-    q/k/v only of the copies with a non-empty mix, plus the corrupted run's once per layer; a
-    feed-forward with no path to the logits through a key or value at the last position only."""
+    every writer below; sparse rows: in-circuit edges only; a layer's heads and feed-forward in one
+    product over the writers below the layer), from the first position that differs; the q/k/v only
+    of the copies with a non-empty mix, plus the corrupted run's once per layer; a feed-forward with no
+    path to the logits through a key or value at the last position only."""
     from workers.analyses.circuits.patch_plan import DENSE
 
     g = p.model.graph
@@ -57,28 +58,30 @@ def flops(p, how) -> dict[str, float]:  # type: ignore[no-untyped-def]
         n = N - (int(differs[0, 0]) if len(differs) else N - 1)
         fwd += L * (2 * N * (attn + mlp) + 4 * H * N * N * dh)
         for layer in range(L):
-            h0 = g.head(layer, 0)
-            for m, run in (
-                (mh[layer].reshape(R, 3 * H, -1).numpy(), act[:, h0 : h0 + H].any(1)),
-                (mf[layer][:, None].numpy(), act[:, g.ff(layer)]),
-            ):
-                rows = np.flatnonzero(run)
-                if not len(rows):
-                    continue
-                k, up = m.shape[1:]
-                nnz = (m[rows] != 0).sum((1, 2))
-                dense = nnz > DENSE * k * up
-                cut = int(rows[dense].min()) if dense.any() else R
-                out["mix"] += 2 * n * d * ((R - cut) * k * up + int(nnz[rows < cut].sum()))
-                if k > 1:
-                    live = int((m[rows] != 0).any(-1).sum())  # copies with a mix; the others
-                    out["q/k/v"] += 2 * (live * n + k * N) * d * dh  # take the corrupted run's
-                    out["attention and W_O"] += len(rows) * (
-                        4 * H * N * n * dh + 2 * H * n * dh * d
-                    )
-                else:
-                    one = int(how.last[todo][rows, g.ff(layer)].sum())  # at the last position only
-                    out["feed-forward"] += 2 * ((len(rows) - one) * n + one) * mlp
+            h0, f, up = g.head(layer, 0), g.ff(layer), g.up_heads(layer)
+            # one mix for the heads' 3H copies and the feed-forward over the writers below the layer
+            m = np.concatenate(
+                [mh[layer].reshape(R, 3 * H, up).numpy(), mf[layer][:, None, :up].numpy()], 1
+            )
+            run_h, run_f = act[:, h0 : h0 + H].any(1), act[:, f]
+            rows = np.flatnonzero(run_h | run_f)
+            if not len(rows):
+                continue
+            k = m.shape[1]
+            nnz = (m[rows] != 0).sum((1, 2))
+            dense = nnz > DENSE * k * up
+            cut = int(rows[dense].min()) if dense.any() else R
+            out["mix"] += 2 * n * d * ((R - cut) * k * up + int(nnz[rows < cut].sum()))
+            rows_h, rows_f = np.flatnonzero(run_h), np.flatnonzero(run_f)
+            if len(rows_h):
+                live = int((m[rows_h, : 3 * H] != 0).any(-1).sum())  # copies with a mix; the
+                out["q/k/v"] += 2 * (live * n + 3 * H * N) * d * dh  # others: the corrupted run's
+                out["attention and W_O"] += len(rows_h) * (4 * H * N * n * dh + 2 * H * n * dh * d)
+            if len(rows_f):
+                if not g.parallel:  # the feed-forward's own layer's heads
+                    out["mix"] += 2 * n * d * H * len(rows_f)
+                one = int(how.last[todo][rows_f, f].sum())  # at the last position only
+                out["feed-forward"] += 2 * ((len(rows_f) - one) * n + one) * mlp
     return {key: v / fwd for key, v in out.items()}
 
 
