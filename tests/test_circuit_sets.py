@@ -188,6 +188,18 @@ def test_the_sparse_evaluation_is_the_plain_one(lms, fam, monkeypatch):
         return got.fill_(float("nan"))
 
     monkeypatch.setattr(pp, "buffer", nan_buffer)
+    kinds: dict[str, int] = {"sparse": 0, "dense": 0}  # the mix's two products both ran
+    coo, baddbmm = torch.sparse_coo_tensor, torch.baddbmm
+
+    def counted(kind, fn):
+        def call(*args, **kwargs):
+            kinds[kind] += 1
+            return fn(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(torch, "sparse_coo_tensor", counted("sparse", coo))
+    monkeypatch.setattr(torch, "baddbmm", counted("dense", baddbmm))
     loaded = _load(lms, fam)
     exs = _examples(4, seed=7)
     p = ss.prepare(loaded, exs)
@@ -201,6 +213,7 @@ def test_the_sparse_evaluation_is_the_plain_one(lms, fam, monkeypatch):
     masks = np.concatenate([masks, np.zeros((1, E), dtype=bool)])
     index = list(range(len(exs)))
     got, m_c, m_k = ss.patched_metrics(p, index, masks)
+    assert kinds["sparse"] and kinds["dense"], kinds
     want = _plain_patched(p, index, masks)
     scale = float(np.abs(want).max())
     assert np.abs(got - want).max() < 1e-10 * scale

@@ -297,7 +297,9 @@ def patched_sparse(
                 s = torch.sparse_coo_tensor(
                     where, m[at][r, j, u], (lead * k, R * Wn), check_invariants=False
                 ).to_sparse_csr()
-                torch.add(torch.sparse.mm(s, flat).reshape(lead, k, n * d), b, out=out[:lead])
+                # the base written first and the product added into it: no temporary product
+                out[:lead].copy_(b.expand(lead, k, n * d))
+                out[:lead].view(lead * k, n * d).addmm_(s, flat)
         return out
 
     def put(
