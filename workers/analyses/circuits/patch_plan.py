@@ -29,7 +29,8 @@ metric's two tokens only.
 And what is not arithmetic: a layer's heads and its feed-forward take one mix over the writers below
 the layer (one pass over the changes instead of two; the feed-forward adds its own layer's heads'
 changes after), the changes are written in place run by run of rows (``spans``), and the large
-arrays are buffers reused from call to call (``buffer``), not pages mapped and zeroed anew.
+arrays are buffers reused from call to call (``buffer``), not pages mapped and zeroed anew; the
+sparse mix adds its product into the buffer holding the base (no temporary product).
 """
 
 from __future__ import annotations
@@ -259,10 +260,7 @@ def patched_sparse(
     delta = buffer(work, "delta", R * Wn * n * d, wk).view(R, Wn, n, d)
     delta[:, 0] = x0[s0:] - wk[0]
     H = g.n_heads
-    sparse = wk.dtype in (
-        torch.float32,
-        torch.float64,
-    )  # sparse CSR products: no half kernels on CPU
+    sparse = wk.dtype in (torch.float32, torch.float64)  # CSR products: no half kernels on CPU
 
     def mix(rows: torch.Tensor, m: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
         """The inputs [len(rows), k, n * d] of rows ``rows`` (ascending) of this layer's masks ``m`` [R,
@@ -297,7 +295,6 @@ def patched_sparse(
                 s = torch.sparse_coo_tensor(
                     where, m[at][r, j, u], (lead * k, R * Wn), check_invariants=False
                 ).to_sparse_csr()
-                # the base written first and the product added into it: no temporary product
                 out[:lead].copy_(b.expand(lead, k, n * d))
                 out[:lead].view(lead * k, n * d).addmm_(s, flat)
         return out
